@@ -1,0 +1,34 @@
+# Build everything from nothing: `make demo` trains and plays, `make test` runs the test suite.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# torch first, as the CPU build: with torch already installed, pip never fetches a CUDA build.
+TORCH_SPEC ?= torch==2.13.0
+
+.PHONY: demo test lint bench clean
+
+$(BIN)/activate:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(VENV)/.installed: $(BIN)/activate pyproject.toml
+	$(BIN)/pip install -q "$(TORCH_SPEC)"
+	$(BIN)/pip install -q -e ".[dev]"
+	touch $@
+
+demo: $(VENV)/.installed
+	$(BIN)/python examples/demo.py
+
+test: $(VENV)/.installed
+	$(BIN)/ruff check workbench tests benchmarks examples
+	$(BIN)/pytest -q -ra
+
+lint: $(VENV)/.installed
+	$(BIN)/ruff check workbench tests benchmarks examples
+
+bench: $(VENV)/.installed
+	$(BIN)/pip install -q -e ".[bench]"
+	$(BIN)/python benchmarks/cartpole.py
+
+clean:
+	rm -rf $(VENV) runs build *.egg-info

@@ -1,0 +1,76 @@
+"""rl-workbench: reinforcement learning where every training run is a live, controllable object.
+
+Everything public is importable from here::
+
+    import workbench as wb
+
+    agent = wb.PPO("CartPole-v1")
+    session = wb.Session(agent, "CartPole-v1", seed=0)
+    session.run(steps=100_000)
+    session.save("runs/cartpole")
+    wb.load("runs/cartpole").play("CartPole-v1", episodes=3)
+
+The notebook parts (``Dashboard``, ``PlayViewer``, ``compare``) and Ray load only when first used,
+so ``import workbench`` stays light.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from ._version import __version__
+from .agents import AGENTS, DQN, PPO, Agent, EpisodeReturns, Transitions
+from .checkpoint import CheckpointError, load
+from .envs import check_env
+from .exploration import EpsilonGreedy, GaussianNoise, OrnsteinUhlenbeckNoise, TruncatedNormalNoise
+from .memory import ReplayMemory, RolloutBuffer
+from .schedules import Schedule, linear
+from .session import Session
+from .signals import Signal, SignalSet
+
+# Names served on first use from modules that import heavy optional packages.
+_LAZY: dict[str, tuple[str, str]] = {}
+
+__all__ = [
+    "AGENTS",
+    "DQN",
+    "PPO",
+    "Agent",
+    "CheckpointError",
+    "EpisodeReturns",
+    "EpsilonGreedy",
+    "GaussianNoise",
+    "OrnsteinUhlenbeckNoise",
+    "ReplayMemory",
+    "RolloutBuffer",
+    "Schedule",
+    "Session",
+    "Signal",
+    "SignalSet",
+    "Transitions",
+    "TruncatedNormalNoise",
+    "__version__",
+    "check_env",
+    "linear",
+    "load",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        module_name, attr = _LAZY[name]
+        try:
+            module = importlib.import_module(module_name, __name__)
+        except ImportError as exc:
+            raise ImportError(
+                f"workbench.{name} needs the notebook packages: pip install 'rl-workbench[notebook]' ({exc})"
+            ) from exc
+        value = getattr(module, attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'workbench' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -1,0 +1,3 @@
+"""The package version (single source, read by pyproject.toml)."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,197 @@
+"""DQN: deep Q-learning (Mnih et al. 2015) with double Q-learning (van Hasselt et al. 2016),
+a target network, the Huber loss and epsilon-greedy exploration.
+
+Reads top to bottom: hyperparameters, networks, acting, storing, the update.
+Defaults are rl-baselines3-zoo's tuned values for CartPole-v1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from gymnasium import spaces
+from torch import nn
+
+from ..exploration import EpsilonGreedy
+from ..memory.replay import ReplayMemory
+from ..schedules import Schedule, as_schedule
+from .base import Agent, Transitions, register
+from .networks import make_adam, mlp
+
+__all__ = ["DQN", "DQNConfig"]
+
+
+@dataclass
+class DQNConfig:
+    """DQN hyperparameters (defaults: rl-baselines3-zoo, CartPole-v1)."""
+
+    learning_rate: float | Schedule = 2.3e-3
+    """Adam learning rate, a number or a schedule of training progress."""
+    buffer_size: int = 100_000
+    """Replay memory capacity, in transitions."""
+    learning_starts: int = 1000
+    """Env steps of random actions before learning begins."""
+    batch_size: int = 64
+    """Minibatch size."""
+    gamma: float = 0.99
+    """Discount factor."""
+    train_freq: int = 256
+    """Env steps between updates."""
+    gradient_steps: int = 128
+    """Gradient steps per update; -1 means as many as env steps since the last update."""
+    target_update_interval: int = 10
+    """Env steps between target network updates."""
+    tau: float = 1.0
+    """Target update rate: 1 copies the online network, less blends it in (Polyak)."""
+    exploration: EpsilonGreedy = field(
+        default_factory=lambda: EpsilonGreedy(start=1.0, end=0.04, fraction=0.16)
+    )
+    """Epsilon-greedy schedule over the training budget."""
+    net_arch: tuple[int, ...] = (256, 256)
+    """Hidden layer widths of the Q-network."""
+    max_grad_norm: float = 10.0
+    """Gradient norm clip."""
+    double_q: bool = True
+    """Pick the next action with the online network, value it with the target network."""
+    n_envs: int = 1
+    """Envs stepped together."""
+
+
+@register
+class DQN(Agent):
+    """Deep Q-network for Discrete action spaces.
+
+    Example::
+
+        agent = wb.DQN("CartPole-v1", exploration=wb.EpsilonGreedy(1.0, 0.05, 0.2))
+        wb.Session(agent, "CartPole-v1").run(steps=50_000)
+    """
+
+    Config = DQNConfig
+    action_spaces = (spaces.Discrete,)
+    config: DQNConfig
+
+    # -- networks -----------------------------------------------------------------------------
+
+    def _build(self) -> None:
+        c = self.config
+        if not isinstance(c.exploration, EpsilonGreedy):
+            raise TypeError(
+                f"DQN explores with wb.EpsilonGreedy(...), got {type(c.exploration).__name__}"
+            )
+        obs_dim = int(np.prod(self.obs_shape))
+        self.n_actions = int(self.action_space.n)
+        self.q_net = mlp(obs_dim, c.net_arch, self.n_actions, activation="relu")
+        self.q_target = mlp(obs_dim, c.net_arch, self.n_actions, activation="relu")
+        self.q_target.load_state_dict(self.q_net.state_dict())
+        self.q_target.requires_grad_(False)
+        self._lr = as_schedule(c.learning_rate)
+        self.optimizer = make_adam(self.q_net.parameters(), lr=self._lr(0.0))
+        self._params = list(self.q_net.parameters())
+        self.memory = ReplayMemory(c.buffer_size, self.obs_shape)
+        self._steps_since_update = 0
+        self._steps_since_target = 0
+
+    @property
+    def epsilon(self) -> float:
+        """Current exploration probability."""
+        return self.config.exploration.value(self.progress)
+
+    # -- acting -------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def _greedy(self, obs: np.ndarray) -> np.ndarray:
+        return self.q_net(torch.from_numpy(obs)).argmax(-1).numpy()
+
+    def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
+        if deterministic:
+            return self._greedy(obs)
+        n = obs.shape[0]
+        if self.num_timesteps < self.config.learning_starts:
+            return self.rng.integers(0, self.n_actions, size=n)
+        eps = self.epsilon
+        explore = self.rng.random(n) < eps
+        if explore.all():  # no forward pass needed while every action is random
+            return self.rng.integers(0, self.n_actions, size=n)
+        actions = self._greedy(obs)
+        if explore.any():
+            actions[explore] = self.rng.integers(0, self.n_actions, size=int(explore.sum()))
+        return actions
+
+    # -- storing ------------------------------------------------------------------------------
+
+    def observe(self, transitions: Transitions) -> None:
+        obs, actions, rewards, next_obs, terminated, _truncated = transitions
+        # Only a real termination stops bootstrapping; a time-limit truncation does not.
+        self.memory.add(obs, actions, rewards, next_obs, terminated.astype(np.float32), self.config.gamma)
+        n = len(rewards)
+        self.num_timesteps += n
+        self._steps_since_update += n
+        self._steps_since_target += n
+        if self._steps_since_target >= self.config.target_update_interval:
+            self._steps_since_target = 0
+            self._update_target()
+
+    @torch.no_grad()
+    def _update_target(self) -> None:
+        tau = self.config.tau
+        online = list(self.q_net.parameters())
+        target = list(self.q_target.parameters())
+        if tau >= 1.0:
+            torch._foreach_copy_(target, online)
+        else:
+            torch._foreach_lerp_(target, online, tau)
+
+    def ready(self) -> bool:
+        c = self.config
+        return self.num_timesteps >= c.learning_starts and self._steps_since_update >= c.train_freq
+
+    # -- learning -----------------------------------------------------------------------------
+
+    def update(self) -> dict[str, float]:
+        c = self.config
+        steps = max(1, c.gradient_steps if c.gradient_steps > 0 else self._steps_since_update)
+        self._steps_since_update = 0
+        lr = self._lr(self.progress)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        loss_sum = torch.zeros(())
+        q_sum = torch.zeros(())
+        for _ in range(steps):
+            batch = self.memory.sample(c.batch_size, self.rng)
+            with torch.no_grad():
+                next_q = self.q_target(batch.next_obs)
+                if c.double_q:
+                    next_actions = self.q_net(batch.next_obs).argmax(-1, keepdim=True)
+                    next_value = next_q.gather(1, next_actions).squeeze(1)
+                else:
+                    next_value = next_q.max(-1).values
+                target = batch.rewards + batch.discounts * (1.0 - batch.dones) * next_value
+            q = self.q_net(batch.obs).gather(1, batch.actions.unsqueeze(1)).squeeze(1)
+            loss = F.smooth_l1_loss(q, target)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            nn.utils.clip_grad_norm_(self._params, c.max_grad_norm, foreach=True)
+            self.optimizer.step()
+            loss_sum += loss.detach()
+            q_sum += q.detach().mean()
+        self.num_updates += 1
+        return {
+            "loss": float(loss_sum) / steps,
+            "q_mean": float(q_sum) / steps,
+            "epsilon": self.epsilon,
+            "learning_rate": lr,
+        }
+
+    def extra_state(self) -> dict[str, object]:
+        return {
+            "steps_since_update": self._steps_since_update,
+            "steps_since_target": self._steps_since_target,
+        }
+
+    def load_extra_state(self, state: dict[str, object]) -> None:
+        self._steps_since_update = int(state.get("steps_since_update", 0))  # type: ignore[arg-type]
+        self._steps_since_target = int(state.get("steps_since_target", 0))  # type: ignore[arg-type]

@@ -1,0 +1,132 @@
+"""The command line: ``workbench train`` and ``workbench play``, over the same public API."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["build_parser", "main"]
+
+
+def _agent_names() -> list[str]:
+    from .agents import AGENTS
+
+    return sorted(AGENTS)
+
+
+def _parse_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def _hyperparameters(pairs: Sequence[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise SystemExit(f"workbench: --set takes NAME=VALUE (for example --set learning_rate=3e-4), got {pair!r}")
+        key, value = pair.split("=", 1)
+        parsed = _parse_value(value)
+        out[key.strip()] = tuple(parsed) if isinstance(parsed, list) else parsed
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (``workbench --help``)."""
+    agents = ", ".join(_agent_names())
+    parser = argparse.ArgumentParser(
+        prog="workbench",
+        description="Train and play reinforcement-learning agents; every run is a live session.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,play}")
+
+    train = sub.add_parser(
+        "train",
+        help="train an agent on a gymnasium env",
+        description=f"Train an agent on a registered gymnasium env. Agents: {agents}.",
+    )
+    train.add_argument("env", help="registered gymnasium id, e.g. CartPole-v1")
+    train.add_argument("--agent", default="ppo", type=str.lower, help=f"algorithm: {agents} (default ppo)")
+    train.add_argument("--steps", type=int, default=100_000, help="env steps to train (default 100000)")
+    train.add_argument("--seed", type=int, default=None, help="random seed")
+    train.add_argument("--out", default=None, help="save the run to this directory (or .zip) when done")
+    train.add_argument("--memory", action="store_true", help="also save the replay memory")
+    train.add_argument("--resume", default=None, metavar="RUN", help="continue a saved run")
+    train.add_argument("--eval-every", type=int, default=None, help="evaluate every N env steps")
+    train.add_argument("--eval-episodes", type=int, default=5, help="episodes per evaluation (default 5)")
+    train.add_argument(
+        "--set", action="append", default=[], metavar="NAME=VALUE", help="override a hyperparameter (repeatable)"
+    )
+    train.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+    play = sub.add_parser("play", help="play a saved agent", description="Play a saved agent deterministically.")
+    play.add_argument("run", help="a saved run (directory or .zip)")
+    play.add_argument("--env", default=None, help="env id (default: the one the run was trained on)")
+    play.add_argument("--episodes", type=int, default=1, help="episodes to play (default 1)")
+    play.add_argument("--seed", type=int, default=None, help="seed of the first episode")
+    return parser
+
+
+def _train(args: argparse.Namespace) -> int:
+    from .agents import AGENTS
+    from .session import Session
+
+    if args.steps <= 0:
+        raise SystemExit(f"workbench: --steps must be positive, got {args.steps}")
+    kwargs: dict[str, Any] = {"eval_every": args.eval_every, "eval_episodes": args.eval_episodes}
+    if args.resume:
+        session = Session.resume(args.resume, args.env, **kwargs)
+        if args.seed is not None:
+            session.seed = args.seed
+    else:
+        if args.agent not in AGENTS:
+            raise SystemExit(f"workbench: unknown agent {args.agent!r}; choose from {', '.join(_agent_names())}")
+        agent = AGENTS[args.agent](args.env, seed=args.seed, **_hyperparameters(args.set))
+        session = Session(agent, args.env, seed=args.seed, **kwargs)
+    session.run(args.steps, progress=not args.no_progress)
+    reward = session.signals.get("episode_reward")
+    mean = reward.mean(last=10) if reward is not None else float("nan")
+    print(f"{session.status}: {session.steps} steps, {session.episodes} episodes, mean reward (last 10) {mean:.2f}")
+    if args.out:
+        path = session.save(args.out, memory=args.memory)
+        print(f"saved to {path}")
+    return 0
+
+
+def _play(args: argparse.Namespace) -> int:
+    import json as _json
+    import os
+
+    from .checkpoint import load
+
+    agent = load(args.run)
+    env = args.env
+    if env is None:
+        meta_path = os.path.join(args.run, "meta.json")
+        if os.path.isdir(args.run) and os.path.exists(meta_path):
+            with open(meta_path) as f:
+                env = _json.load(f).get("session", {}).get("env_id")
+        if env is None:
+            raise SystemExit("workbench: the run does not name its env; pass --env ID")
+    returns = agent.play(env, episodes=args.episodes, seed=args.seed)
+    for i, r in enumerate(returns, 1):
+        print(f"episode {i}: return {r:.2f} ({returns.lengths[i - 1]} steps)")
+    print(f"mean return {sum(returns) / len(returns):.2f}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line with ``argv`` (default: ``sys.argv[1:]``); returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "train":
+            return _train(args)
+        return _play(args)
+    except (ValueError, TypeError) as exc:
+        print(f"workbench: error: {exc}", file=sys.stderr)
+        return 2

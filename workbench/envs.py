@@ -1,0 +1,248 @@
+"""Environments: the one place that knows how gymnasium envs are given, checked, flattened and reset.
+
+A user hands the library an env in one of three forms:
+
+* a ``gymnasium.Env`` instance the application built itself (any constructor arguments);
+* a registered id such as ``"CartPole-v1"``;
+* a zero-argument factory (``lambda: MyEnv(model, cfg)``) that returns a fresh instance.
+
+:func:`as_env_source` turns any of them into an :class:`EnvSource`. Spaces are read without
+stepping: an application's env may be slow or have side effects, so the library never calls
+``reset``/``step`` on it outside training and play. :func:`check_env` runs gymnasium's full checker
+when the user asks.
+
+:class:`VecEnv` steps several envs in this process with *same-step* autoreset: when an episode
+ends, the env is reset at once, the final observation is handed back separately, and the next
+action is taken from the new episode's first observation. Agents never see gymnasium's
+next-step autoreset rules.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+__all__ = ["EnvSource", "VecEnv", "as_env_source", "check_env", "describe_space"]
+
+EnvLike = gym.Env | str | Callable[[], gym.Env]
+
+
+def describe_space(space: spaces.Space) -> str:
+    """A short human description of a space, used in error messages and metadata."""
+    if isinstance(space, spaces.Discrete):
+        return f"Discrete({space.n})"
+    if isinstance(space, spaces.Box):
+        return f"Box(shape={space.shape}, dtype={space.dtype})"
+    return repr(space)
+
+
+def _registered_ids() -> list[str]:
+    return sorted(gym.registry.keys())
+
+
+def _unknown_id_error(env_id: str) -> ValueError:
+    close = difflib.get_close_matches(env_id, _registered_ids(), n=5, cutoff=0.5)
+    hint = f" Did you mean: {', '.join(close)}?" if close else ""
+    return ValueError(
+        f"unknown environment id {env_id!r}.{hint} Pass a registered gymnasium id, "
+        "a gymnasium.Env instance, or a zero-argument function that returns one."
+    )
+
+
+@dataclass
+class EnvSource:
+    """Where envs come from: one user-built instance, or a way to build fresh copies.
+
+    ``instance`` is set when the user passed an env object; ``factory`` when copies can be made
+    (a registered id or a zero-argument function). ``name`` is for messages and metadata.
+    """
+
+    name: str
+    instance: gym.Env | None = None
+    factory: Callable[[], gym.Env] | None = None
+    env_id: str | None = None
+
+    @property
+    def can_copy(self) -> bool:
+        """True when fresh copies can be built (an id or a factory)."""
+        return self.factory is not None
+
+    def make(self, **kwargs: Any) -> gym.Env:
+        """A fresh env from the id or factory (``kwargs`` go to ``gym.make`` for ids)."""
+        if self.factory is None:
+            raise ValueError(
+                f"cannot build another copy of the env instance {self.name}: pass a registered id "
+                "or a zero-argument factory such as `lambda: MyEnv(...)` instead"
+            )
+        if self.env_id is not None:
+            return gym.make(self.env_id, **kwargs)
+        env = self.factory()
+        if not isinstance(env, gym.Env):
+            raise TypeError(
+                f"the env factory {self.name} returned {type(env).__name__}, not a gymnasium.Env; "
+                "it must take no arguments and return a new env instance"
+            )
+        return env
+
+    def spaces(self) -> tuple[spaces.Space, spaces.Space]:
+        """``(observation_space, action_space)`` without resetting or stepping anything.
+
+        For a factory this builds one instance (building does not step it) and closes it.
+        """
+        if self.instance is not None:
+            return self.instance.observation_space, self.instance.action_space
+        env = self.make()
+        try:
+            return env.observation_space, env.action_space
+        finally:
+            env.close()
+
+
+def as_env_source(env: Any) -> EnvSource:
+    """Accept an env instance, a registered id or a zero-argument factory; reject anything else."""
+    if isinstance(env, EnvSource):
+        return env
+    if isinstance(env, gym.Env):
+        spec = getattr(env, "spec", None)
+        name = spec.id if spec is not None and spec.id else type(env.unwrapped).__name__
+        return EnvSource(name=name, instance=env)
+    if isinstance(env, str):
+        if env not in gym.registry:
+            raise _unknown_id_error(env)
+        return EnvSource(name=env, factory=lambda: gym.make(env), env_id=env)
+    if isinstance(env, type) and issubclass(env, gym.Env):
+        return EnvSource(name=env.__name__, factory=env)
+    if callable(env):
+        name = getattr(env, "__qualname__", None) or type(env).__name__
+        return EnvSource(name=name, factory=env)
+    raise TypeError(
+        f"expected a gymnasium.Env instance, a registered id string or a zero-argument factory, "
+        f"got {type(env).__name__}: {env!r}"
+    )
+
+
+def check_env(env: Any, *, skip_render_check: bool = True) -> None:
+    """Run gymnasium's full environment checker (it resets and steps the env).
+
+    The library never does this on its own, since stepping an application's env may be slow or
+    have side effects; call it when you want the check. Raises what the checker raises.
+    """
+    from gymnasium.utils.env_checker import check_env as gym_check_env
+
+    source = as_env_source(env)
+    instance = source.instance if source.instance is not None else source.make()
+    gym_check_env(instance.unwrapped, skip_render_check=skip_render_check)
+
+
+# -- observations ----------------------------------------------------------------------------
+
+
+def flat_observation_space(space: spaces.Space) -> spaces.Box:
+    """The Box that observations of ``space`` become: Box as float32, Discrete one-hot,
+    Dict/Tuple flattened with ``gymnasium.spaces.flatten``."""
+    if isinstance(space, spaces.Box):
+        return spaces.Box(
+            low=space.low.astype(np.float32), high=space.high.astype(np.float32), dtype=np.float32
+        )
+    if isinstance(space, spaces.Discrete | spaces.MultiBinary | spaces.MultiDiscrete):
+        flat = spaces.flatten_space(space)
+        return spaces.Box(flat.low.astype(np.float32), flat.high.astype(np.float32), dtype=np.float32)
+    if isinstance(space, spaces.Dict | spaces.Tuple):
+        flat = spaces.flatten_space(space)
+        if not isinstance(flat, spaces.Box):
+            raise ValueError(f"cannot flatten observation space {space} into a vector")
+        return spaces.Box(flat.low.astype(np.float32), flat.high.astype(np.float32), dtype=np.float32)
+    raise ValueError(
+        f"unsupported observation space {describe_space(space)}: use Box, Discrete, "
+        "MultiBinary, MultiDiscrete, or a Dict/Tuple of those"
+    )
+
+
+def observation_flattener(space: spaces.Space) -> Callable[[Any], np.ndarray]:
+    """A function turning one raw observation of ``space`` into a float32 vector/array."""
+    if isinstance(space, spaces.Box):
+        dtype = np.float32
+        return lambda obs: np.asarray(obs, dtype=dtype)
+    return lambda obs: np.asarray(spaces.flatten(space, obs), dtype=np.float32)
+
+
+# -- vector env ------------------------------------------------------------------------------
+
+
+class VecEnv:
+    """Several envs stepped in this process, with same-step autoreset.
+
+    ``step(actions)`` returns ``(obs, rewards, terminated, truncated, final_obs)``; for an env
+    whose episode just ended, ``obs[i]`` is already the first observation of the next episode and
+    ``final_obs[i]`` is the last observation of the one that ended (elsewhere it equals ``obs``).
+    Observations are float32 arrays of shape ``(num_envs, *obs_shape)``.
+    """
+
+    def __init__(self, envs: Sequence[gym.Env], *, seed: int | None = None) -> None:
+        if not envs:
+            raise ValueError("VecEnv needs at least one env")
+        self.envs = list(envs)
+        self.num_envs = len(self.envs)
+        self.observation_space = self.envs[0].observation_space
+        self.action_space = self.envs[0].action_space
+        self._flatten = observation_flattener(self.observation_space)
+        self._seed = seed
+        self._discrete = isinstance(self.action_space, spaces.Discrete)
+        if isinstance(self.action_space, spaces.Box):
+            self._low = self.action_space.low
+            self._high = self.action_space.high
+        shape = flat_observation_space(self.observation_space).shape
+        self._obs = np.zeros((self.num_envs, *shape), dtype=np.float32)
+        self._rewards = np.zeros(self.num_envs, dtype=np.float32)
+        self._terminated = np.zeros(self.num_envs, dtype=bool)
+        self._truncated = np.zeros(self.num_envs, dtype=bool)
+
+    def reset(self) -> np.ndarray:
+        """Reset every env (seeded ``seed + i`` the first time) and return the observations."""
+        for i, env in enumerate(self.envs):
+            seed = None if self._seed is None else self._seed + i
+            obs, _ = env.reset(seed=seed)
+            self._obs[i] = self._flatten(obs)
+        self._seed = None  # later resets continue each env's own random stream
+        return self._obs.copy()
+
+    def env_action(self, action: Any) -> Any:
+        """The action as the env wants it: a Python int for Discrete, clipped to bounds for Box."""
+        if self._discrete:
+            return int(action)
+        return np.clip(action, self._low, self._high)
+
+    def step(
+        self, actions: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Step every env once; see the class docstring for the returned arrays."""
+        obs, rewards = self._obs, self._rewards
+        terminated, truncated = self._terminated, self._truncated
+        finals: list[tuple[int, np.ndarray]] = []
+        for i, env in enumerate(self.envs):
+            o, r, term, trunc, _ = env.step(self.env_action(actions[i]))
+            rewards[i] = r
+            terminated[i] = term
+            truncated[i] = trunc
+            if term or trunc:
+                finals.append((i, self._flatten(o)))
+                o, _ = env.reset()
+            obs[i] = self._flatten(o)
+        next_obs = obs.copy()
+        final_obs = next_obs
+        if finals:
+            final_obs = next_obs.copy()
+            for i, o in finals:
+                final_obs[i] = o
+        return next_obs, rewards.copy(), terminated.copy(), truncated.copy(), final_obs
+
+    def close(self) -> None:
+        """Close every env."""
+        for env in self.envs:
+            env.close()

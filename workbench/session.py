@@ -1,0 +1,515 @@
+"""The run: a live, controllable training session.
+
+A :class:`Session` owns the training loop thread, its control events (pause, resume, stop), the
+user's ``stop_when`` rule, periodic evaluation, checkpoints and the run's signals. The loop is
+written once and drives every agent through ``act``/``observe``/``ready``/``update``.
+
+The training thread never prints and never touches a widget: observers (the dashboard, a CLI
+progress bar) read ``status``, ``steps`` and ``signals`` from their own threads.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from .agents.base import Agent, Transitions
+from .envs import EnvSource, as_env_source
+from .parallel import make_runner
+from .signals import DEFAULT_MAX_POINTS, SignalSet
+
+__all__ = ["STATUSES", "Session"]
+
+STATUSES = ("idle", "running", "paused", "stopped", "finished", "failed")
+"""Every value ``Session.status`` can take."""
+
+_SPS_INTERVAL_S = 1.0  # how often steps_per_second is recorded
+_CONTROL_TIMEOUT_S = 60.0  # longest a control call waits for the loop to acknowledge
+
+
+class _ResumeMethod:
+    """``session.resume()`` continues a paused run; ``Session.resume(path, env)`` reopens a saved one.
+
+    Both names are in the public contract, so one descriptor dispatches on how it is reached.
+    """
+
+    def __get__(self, obj: Session | None, owner: type[Session]) -> Callable[..., Any]:
+        if obj is None:
+            return owner._resume_saved
+        return obj._resume_paused
+
+
+class Session:
+    """A training run you can start, pause, resume, stop, inspect and save while it trains.
+
+    Example::
+
+        agent = wb.PPO(env)
+        session = wb.Session(agent, env, seed=0,
+                             stop_when=lambda s: s.signals["episode_reward"].mean(last=10) > 475)
+        session.start(steps=100_000)   # returns at once; trains in a background thread
+        session.pause(); session.resume(); session.stop()
+        session.wait()                 # re-raises the training error, if any
+
+    Parameters:
+        agent: the agent to train.
+        env: an env instance, registered id or zero-argument factory; defaults to the env the
+            agent was built from. An instance is used as it is (one env); an id or a factory
+            gives ``agent``'s preferred number of env copies (``n_envs``).
+        seed: seeds the envs (``seed + i`` for env ``i``) and the agent's generators.
+        stop_when: ``fn(session) -> bool``, checked after every episode; True ends the run.
+        eval_every: run an evaluation every this many env steps (None: never).
+        eval_episodes: episodes per evaluation, deterministic policy; writes ``eval_reward``.
+        eval_env: the env to evaluate on; needed when ``env`` is an instance (it cannot be copied).
+        checkpoint_every: save a checkpoint to ``checkpoint_dir`` every this many env steps.
+        checkpoint_dir: where periodic checkpoints go (``latest/`` and, with ``keep_best``, ``best/``).
+        keep_best: also keep the checkpoint with the best ``eval_reward``.
+        num_workers, backend: where env steps run (see ``workbench.parallel``).
+        torch_threads: torch intra-op threads while training (1 is fastest for small networks).
+    """
+
+    resume = _ResumeMethod()
+
+    def __init__(
+        self,
+        agent: Agent,
+        env: Any = None,
+        *,
+        seed: int | None = None,
+        stop_when: Callable[[Session], bool] | None = None,
+        eval_every: int | None = None,
+        eval_episodes: int = 5,
+        eval_env: Any = None,
+        checkpoint_every: int | None = None,
+        checkpoint_dir: str | os.PathLike[str] | None = None,
+        keep_best: bool = False,
+        num_workers: int = 1,
+        backend: str = "auto",
+        torch_threads: int | None = 1,
+        max_signal_points: int = DEFAULT_MAX_POINTS,
+        **backend_options: Any,
+    ) -> None:
+        if not isinstance(agent, Agent):
+            raise TypeError(
+                f"Session needs an agent such as wb.PPO(env) as its first argument, got {type(agent).__name__}"
+            )
+        if env is None:
+            if agent.env_source is None:
+                raise TypeError("Session needs an env: the agent was built from spaces alone")
+            source = agent.env_source
+        else:
+            source = as_env_source(env)
+            obs_space, act_space = source.spaces()
+            _check_same_spaces(agent, obs_space, act_space)
+        if stop_when is not None and not callable(stop_when):
+            raise TypeError(f"stop_when must be a function of the session, got {stop_when!r}")
+        for name, value in (("eval_every", eval_every), ("checkpoint_every", checkpoint_every)):
+            if value is not None and (not isinstance(value, int) or value <= 0):
+                raise ValueError(f"{name} must be a positive number of env steps or None, got {value!r}")
+        if eval_episodes < 1:
+            raise ValueError(f"eval_episodes must be at least 1, got {eval_episodes}")
+        if num_workers < 1:
+            raise ValueError(f"num_workers must be at least 1, got {num_workers}")
+        if num_workers > 1 and source.instance is not None:
+            raise ValueError(
+                f"num_workers={num_workers} needs a way to build the env in each worker, but an env "
+                "instance cannot be copied to another process. Pass a zero-argument factory instead: "
+                "Session(agent, lambda: MyEnv(...), num_workers=...)"
+            )
+        self._eval_source: EnvSource | None = None
+        if eval_every is not None:
+            if eval_env is not None:
+                self._eval_source = as_env_source(eval_env)
+            elif source.can_copy:
+                self._eval_source = source
+            else:
+                raise ValueError(
+                    "eval_every needs a separate env to evaluate on, and an env instance cannot be "
+                    "copied: pass eval_env=MyEnv(...) (or give the session a factory)"
+                )
+        if checkpoint_every is not None and checkpoint_dir is None:
+            raise ValueError("checkpoint_every needs checkpoint_dir= (where to write checkpoints)")
+
+        self.agent = agent
+        self.env_source = source
+        self.seed = seed
+        self.stop_when = stop_when
+        self.eval_every = eval_every
+        self.eval_episodes = eval_episodes
+        self.checkpoint_every = checkpoint_every
+        self.checkpoint_dir = None if checkpoint_dir is None else os.fspath(checkpoint_dir)
+        self.keep_best = keep_best
+        self.num_workers = num_workers
+        self.backend = backend
+        self.backend_options = backend_options
+        self.torch_threads = torch_threads
+        self.signals = SignalSet(max_points=max_signal_points)
+
+        self.steps = agent.num_timesteps
+        self.episodes = 0
+        self.error: BaseException | None = None
+        self.stop_reason: str | None = None
+        self.best_eval_reward: float | None = None
+        self.target_steps: int | None = None
+
+        self._status = "idle"
+        self._cond = threading.Condition(threading.RLock())
+        self._pause_requested = False
+        self._stop_requested = False
+        self._thread: threading.Thread | None = None
+        self._runner: Any = None
+        self._obs: np.ndarray | None = None
+        self._episode_returns: np.ndarray | None = None
+        self._episode_lengths: np.ndarray | None = None
+        self._time_offset = 0.0  # seconds of earlier runs (a resumed session continues its clock)
+        self._clock_start: float | None = None
+        self._seeded = False
+        self._last_eval_step = self.steps
+        self._last_checkpoint_step = self.steps
+
+    # -- state ----------------------------------------------------------------------------------
+
+    @property
+    def status(self) -> str:
+        """One of ``idle, running, paused, stopped, finished, failed``."""
+        return self._status
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds since the run first started (continues across resumes from disk)."""
+        if self._clock_start is None:
+            return self._time_offset
+        return self._time_offset + time.perf_counter() - self._clock_start
+
+    @property
+    def is_alive(self) -> bool:
+        """True while the training thread runs (also while paused)."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def _set_status(self, status: str) -> None:
+        with self._cond:
+            self._status = status
+            self._cond.notify_all()
+
+    def _in_loop_thread(self) -> bool:
+        return self._thread is not None and threading.current_thread() is self._thread
+
+    def __repr__(self) -> str:
+        target = "" if self.target_steps is None else f"/{self.target_steps}"
+        return (
+            f"<Session {self.agent.algorithm} on {self.env_source.name}: {self.status}, "
+            f"steps={self.steps}{target}, episodes={self.episodes}>"
+        )
+
+    # -- commands -------------------------------------------------------------------------------
+
+    def start(self, steps: int) -> Session:
+        """Train for ``steps`` more env steps in a background thread; returns at once.
+
+        Raises ``RuntimeError`` when the session is already running or paused.
+        """
+        if not isinstance(steps, int | np.integer) or steps <= 0:
+            raise ValueError(f"steps must be a positive number of env steps, got {steps!r}")
+        with self._cond:
+            if self._status in ("running", "paused"):
+                raise RuntimeError(
+                    f"this session is already {self._status}: call stop() (or wait()) before starting it again"
+                )
+            self.error = None
+            self.stop_reason = None
+            self._pause_requested = False
+            self._stop_requested = False
+            self.target_steps = self.steps + int(steps)
+            self._status = "running"
+            self._thread = threading.Thread(
+                target=self._train, args=(self.target_steps,), name="workbench-session", daemon=True
+            )
+            self._thread.start()
+        return self
+
+    def run(self, steps: int, *, progress: bool = False) -> Session:
+        """Train for ``steps`` env steps and return when done (blocking variant of ``start``).
+
+        Ctrl-C stops the run cleanly (status ``stopped``) instead of killing it midway. A training
+        error is re-raised. ``progress=True`` shows a console progress bar.
+        """
+        self.start(steps)
+        try:
+            if progress:
+                from .progress import follow
+
+                follow(self)
+            self.wait()
+        except KeyboardInterrupt:
+            self.stop()
+        return self
+
+    def pause(self) -> None:
+        """Pause after the current env step (or update); returns once the loop has paused."""
+        with self._cond:
+            if self._status != "running":
+                return
+            self._pause_requested = True
+            self._cond.notify_all()
+            if not self._in_loop_thread():
+                self._cond.wait_for(lambda: self._status != "running", timeout=_CONTROL_TIMEOUT_S)
+
+    def _resume_paused(self) -> None:
+        """Continue a paused run (``session.resume()``); does nothing unless paused."""
+        with self._cond:
+            self._pause_requested = False
+            self._cond.notify_all()
+            if self._status == "paused" and not self._in_loop_thread():
+                self._cond.wait_for(lambda: self._status != "paused", timeout=_CONTROL_TIMEOUT_S)
+
+    def stop(self) -> None:
+        """Stop after the current env step (or update); returns once the loop has ended.
+
+        Safe from any thread, including from ``stop_when`` or a signal subscriber.
+        """
+        with self._cond:
+            if self._status not in ("running", "paused"):
+                return
+            self._stop_requested = True
+            self._cond.notify_all()
+        if self._thread is not None and not self._in_loop_thread():
+            self._thread.join(timeout=_CONTROL_TIMEOUT_S)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the run ends; re-raise its error with the original traceback.
+
+        Returns True when the run has ended, False when ``timeout`` seconds passed first.
+        """
+        thread = self._thread
+        if thread is not None:
+            # Join in slices so Ctrl-C reaches the caller promptly.
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while thread.is_alive():
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                thread.join(0.1 if remaining is None else min(0.1, remaining))
+        if self.error is not None:
+            raise self.error
+        return True
+
+    def log(self, name: str, value: float, step: int | None = None) -> None:
+        """Record a user signal ``name`` beside the built-in ones (at the current step by default)."""
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"a signal name must be a non-empty string, got {name!r}")
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            raise TypeError(f"signal {name!r} needs a number, got {value!r}") from None
+        self.signals.record(name, self.steps if step is None else int(step), value, self.elapsed)
+
+    def evaluate(self, episodes: int | None = None) -> float:
+        """Play ``episodes`` deterministic episodes on the evaluation env; record and return the mean."""
+        source = self._eval_source
+        if source is None:
+            if not self.env_source.can_copy:
+                raise ValueError("evaluate() needs eval_env= when the session's env is an instance")
+            source = self.env_source
+        seed = None if self.seed is None else self.seed + 10_000 + self.steps
+        returns = self.agent.play(source, episodes=episodes or self.eval_episodes, seed=seed)
+        mean = float(np.mean(returns))
+        self.signals.record("eval_reward", self.steps, mean, self.elapsed)
+        return mean
+
+    def save(self, path: str | os.PathLike[str], *, memory: bool = False) -> str:
+        """Save the run (weights, optimizer, counters, schedules, signals; replay memory with
+        ``memory=True``) to a directory, or a ``.zip`` when ``path`` ends so. Returns the path."""
+        from .checkpoint import save_session
+
+        with self._cond:
+            # Save a consistent state: a running session is paused for the write, then continues.
+            was_running = self._status == "running" and not self._in_loop_thread()
+            if was_running:
+                self.pause()
+        try:
+            return save_session(self, path, memory=memory)
+        finally:
+            if was_running:
+                self._resume_paused()
+
+    @classmethod
+    def _resume_saved(cls, path: str | os.PathLike[str], env: Any = None, **kwargs: Any) -> Session:
+        """Rebuild a saved session (``Session.resume(path, env)``) to continue training exactly
+        where it stopped: counters, optimizer moments, schedules, signals and saved memory."""
+        from .checkpoint import load_session
+
+        return load_session(path, env, **kwargs)
+
+    def dashboard(self) -> Any:
+        """The live notebook dashboard for this session (an ipywidgets widget)."""
+        from .ui import Dashboard
+
+        return Dashboard(self)
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(self.dashboard())
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    def _train(self, target_steps: int) -> None:
+        previous_threads = torch.get_num_threads()
+        if self.torch_threads:
+            torch.set_num_threads(self.torch_threads)
+        try:
+            final = self._loop(target_steps)
+        except BaseException as exc:
+            self.error = exc
+            final = "failed"
+            self._close_runner(force=True)
+        finally:
+            if self.torch_threads:
+                torch.set_num_threads(previous_threads)
+        with self._cond:
+            self._pause_requested = False
+            self._status = final
+            self._cond.notify_all()
+
+    def _prepare(self) -> None:
+        agent = self.agent
+        if self.seed is not None and not self._seeded:
+            agent.reseed(self.seed)
+        self._seeded = True
+        if self._runner is None:
+            self._runner = make_runner(
+                self.env_source,
+                agent.num_envs,
+                seed=self.seed,
+                num_workers=self.num_workers,
+                backend=self.backend,
+                **self.backend_options,
+            )
+            self._obs = self._runner.reset()
+            n = self._runner.num_envs
+            self._episode_returns = np.zeros(n, dtype=np.float64)
+            self._episode_lengths = np.zeros(n, dtype=np.int64)
+
+    def _close_runner(self, force: bool = False) -> None:
+        runner = self._runner
+        if runner is not None and (force or not runner.persistent):
+            self._runner = None
+            runner.close()
+
+    def _wait_while_paused(self) -> None:
+        with self._cond:
+            if not self._pause_requested or self._stop_requested:
+                return
+            self._status = "paused"
+            self._cond.notify_all()
+            self._cond.wait_for(lambda: not self._pause_requested or self._stop_requested)
+            self._status = "running"
+            self._cond.notify_all()
+
+    def _loop(self, target_steps: int) -> str:
+        agent = self.agent
+        if self._clock_start is None:
+            self._clock_start = time.perf_counter()
+        self._prepare()
+        agent.train()
+        agent.total_timesteps = target_steps
+        runner = self._runner
+        record = self.signals.record
+        obs = self._obs
+        returns, lengths = self._episode_returns, self._episode_lengths
+        assert obs is not None and returns is not None and lengths is not None
+        sps_steps, sps_time = self.steps, time.perf_counter()
+        ended = "finished"
+
+        while self.steps < target_steps:
+            if self._pause_requested:
+                self._wait_while_paused()
+                sps_steps, sps_time = self.steps, time.perf_counter()
+            if self._stop_requested:
+                ended = "stopped"
+                break
+
+            actions = agent.act(obs)
+            next_obs, rewards, terminated, truncated, final_obs = runner.step(actions)
+            agent.observe(Transitions(obs, actions, rewards, final_obs, terminated, truncated))
+            obs = next_obs
+            self._obs = obs
+            self.steps += len(rewards)
+            returns += rewards
+            lengths += 1
+
+            done = terminated | truncated
+            if done.any():
+                now = self.elapsed
+                for i in np.flatnonzero(done):
+                    self.episodes += 1
+                    record("episode_reward", self.steps, float(returns[i]), now)
+                    record("episode_length", self.steps, float(lengths[i]), now)
+                returns[done] = 0.0
+                lengths[done] = 0
+                agent.begin_episode(done)
+                if self.stop_when is not None and self.stop_when(self):
+                    self.stop_reason = "stop_when"
+                    break
+
+            if agent.ready():
+                metrics = agent.update()
+                now = self.elapsed
+                for name, value in metrics.items():
+                    record(name, self.steps, value, now)
+
+            clock = time.perf_counter()
+            if clock - sps_time >= _SPS_INTERVAL_S:
+                record("steps_per_second", self.steps, (self.steps - sps_steps) / (clock - sps_time), self.elapsed)
+                sps_steps, sps_time = self.steps, clock
+
+            if self.eval_every is not None and self.steps - self._last_eval_step >= self.eval_every:
+                self._last_eval_step = self.steps
+                self._periodic_eval()
+            if self.checkpoint_every is not None and self.steps - self._last_checkpoint_step >= self.checkpoint_every:
+                self._last_checkpoint_step = self.steps
+                self._periodic_checkpoint()
+
+        if self.stop_reason is None:
+            self.stop_reason = "stop" if ended == "stopped" else "budget"
+        clock = time.perf_counter()
+        if clock > sps_time and self.steps > sps_steps:
+            record("steps_per_second", self.steps, (self.steps - sps_steps) / (clock - sps_time), self.elapsed)
+        self._close_runner()
+        return ended
+
+    def _periodic_eval(self) -> None:
+        mean = self.evaluate()
+        if self.best_eval_reward is None or mean > self.best_eval_reward:
+            self.best_eval_reward = mean
+            if self.keep_best and self.checkpoint_dir is not None:
+                from .checkpoint import save_session
+
+                save_session(self, os.path.join(self.checkpoint_dir, "best"))
+
+    def _periodic_checkpoint(self) -> None:
+        from .checkpoint import save_session
+
+        assert self.checkpoint_dir is not None
+        save_session(self, os.path.join(self.checkpoint_dir, "latest"))
+
+
+def _check_same_spaces(agent: Agent, obs_space: Any, act_space: Any) -> None:
+    from .envs import describe_space
+
+    if obs_space != agent.observation_space:
+        raise ValueError(
+            f"the env's observation space {describe_space(obs_space)} differs from the agent's "
+            f"{describe_space(agent.observation_space)}: build the agent from the same env"
+        )
+    if act_space != agent.action_space:
+        raise ValueError(
+            f"the env's action space {describe_space(act_space)} differs from the agent's "
+            f"{describe_space(agent.action_space)}: build the agent from the same env"
+        )

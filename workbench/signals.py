@@ -1,0 +1,327 @@
+"""Signals: named, thread-safe time series that a run records and anyone may read.
+
+A :class:`Signal` is one series (``episode_reward``, ``loss``, a user's own ``compression_ratio``...).
+Each point has the env step it was recorded at, its value and the wall time since the run began.
+The training thread appends; the dashboard, the app and the CSV exporter read snapshots.
+
+Memory stays bounded on long runs. A point costs 20 bytes (int64 step, float32 value, float64
+time), storage grows by doubling, and a signal holds at most ``max_points`` points (4 million by
+default, 80 MB). When it is full it keeps every second point and from then on records every second
+value (then every fourth, ...), so its span always reaches back to the first point at a coarser
+resolution. 10 million values recorded into one signal therefore cost at most 80 MB; the same
+values recorded into ten signals cost 10 x 20 bytes x 1 million = 200 MB.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:  # pandas is optional and only needed for to_pandas()
+    import pandas as pd
+
+__all__ = ["Signal", "SignalSet"]
+
+_INITIAL_CAPACITY = 256
+DEFAULT_MAX_POINTS = 4_000_000
+
+Subscriber = Callable[[str, int, float], Any]
+
+
+class Signal:
+    """One named time series: ``steps``, ``values`` and ``times`` as numpy arrays.
+
+    Example::
+
+        loss = session.signals["loss"]
+        loss.last, loss.mean(last=100), loss.to_pandas()
+
+    Appending is O(1) amortised and holds a lock only for the copy into the preallocated arrays.
+    Readers get copies, so a snapshot never changes under them.
+    """
+
+    def __init__(self, name: str, *, max_points: int = DEFAULT_MAX_POINTS) -> None:
+        if max_points < 2:
+            raise ValueError(f"max_points must be at least 2, got {max_points}")
+        self.name = name
+        self.max_points = int(max_points)
+        self._lock = threading.Lock()
+        self._steps = np.empty(_INITIAL_CAPACITY, dtype=np.int64)
+        self._values = np.empty(_INITIAL_CAPACITY, dtype=np.float32)
+        self._times = np.empty(_INITIAL_CAPACITY, dtype=np.float64)
+        self._size = 0
+        self._stride = 1  # record every stride-th value once decimation has started
+        self._skipped = 0
+        self._count = 0  # values ever recorded, including those thinned out
+        self._subscribers: list[Subscriber] = []
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def append(self, step: int, value: float, time_s: float | None = None) -> None:
+        """Record ``value`` at env step ``step`` (``time_s``: seconds since the run began)."""
+        value = float(value)
+        with self._lock:
+            self._count += 1
+            if self._stride > 1:
+                self._skipped += 1
+                if self._skipped < self._stride:
+                    return
+                self._skipped = 0
+            if self._size == self.max_points:
+                self._decimate()
+            if self._size == len(self._steps):
+                self._grow()
+            i = self._size
+            self._steps[i] = step
+            self._values[i] = value
+            self._times[i] = time.perf_counter() if time_s is None else time_s
+            self._size = i + 1
+            subscribers = self._subscribers
+        for fn in subscribers:
+            fn(self.name, int(step), value)
+
+    def extend(self, steps: np.ndarray, values: np.ndarray, times: np.ndarray) -> None:
+        """Append many points at once (used when loading a saved run)."""
+        for s, v, t in zip(np.asarray(steps), np.asarray(values), np.asarray(times)):
+            self.append(int(s), float(v), float(t))
+
+    def _grow(self) -> None:
+        capacity = min(max(2 * len(self._steps), _INITIAL_CAPACITY), self.max_points)
+        for attr in ("_steps", "_values", "_times"):
+            old = getattr(self, attr)
+            new = np.empty(capacity, dtype=old.dtype)
+            new[: self._size] = old[: self._size]
+            setattr(self, attr, new)
+
+    def _decimate(self) -> None:
+        keep = slice(0, self._size, 2)
+        n = len(range(*keep.indices(self._size)))
+        for attr in ("_steps", "_values", "_times"):
+            arr = getattr(self, attr)
+            arr[:n] = arr[keep]
+        self._size = n
+        self._stride *= 2
+        self._skipped = 0
+
+    def subscribe(self, fn: Subscriber) -> Callable[[], None]:
+        """Call ``fn(name, step, value)`` after every append; returns a function that unsubscribes.
+
+        ``fn`` runs in the thread that records (usually the training thread): keep it short and
+        never touch widgets from it.
+        """
+        with self._lock:
+            self._subscribers = [*self._subscribers, fn]
+
+        def unsubscribe() -> None:
+            with self._lock:
+                self._subscribers = [f for f in self._subscribers if f is not fn]
+
+        return unsubscribe
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def snapshot(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Copies of ``(steps, values, times)`` taken under one lock, so they line up."""
+        with self._lock:
+            n = self._size
+            return self._steps[:n].copy(), self._values[:n].copy(), self._times[:n].copy()
+
+    @property
+    def steps(self) -> np.ndarray:
+        """Env step of each point (int64)."""
+        return self.snapshot()[0]
+
+    @property
+    def values(self) -> np.ndarray:
+        """Value of each point (float32)."""
+        return self.snapshot()[1]
+
+    @property
+    def times(self) -> np.ndarray:
+        """Seconds since the run began, for each point (float64)."""
+        return self.snapshot()[2]
+
+    @property
+    def last(self) -> float | None:
+        """The most recent value, or None when nothing was recorded."""
+        with self._lock:
+            return float(self._values[self._size - 1]) if self._size else None
+
+    @property
+    def count(self) -> int:
+        """How many values were ever recorded, including points thinned out to bound memory."""
+        return self._count
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the arrays."""
+        return self._steps.nbytes + self._values.nbytes + self._times.nbytes
+
+    def _tail(self, last: int | None) -> np.ndarray:
+        if last is not None and last <= 0:
+            raise ValueError(f"last must be a positive number of points, got {last}")
+        with self._lock:
+            start = 0 if last is None else max(0, self._size - last)
+            return self._values[start : self._size].astype(np.float64)
+
+    def mean(self, last: int | None = None) -> float:
+        """Mean of the last ``last`` values (all when None); NaN when empty."""
+        tail = self._tail(last)
+        return float(tail.mean()) if tail.size else math.nan
+
+    def std(self, last: int | None = None) -> float:
+        """Standard deviation of the last ``last`` values (all when None); NaN when empty."""
+        tail = self._tail(last)
+        return float(tail.std()) if tail.size else math.nan
+
+    def min(self, last: int | None = None) -> float:
+        """Smallest of the last ``last`` values (all when None); NaN when empty."""
+        tail = self._tail(last)
+        return float(tail.min()) if tail.size else math.nan
+
+    def max(self, last: int | None = None) -> float:
+        """Largest of the last ``last`` values (all when None); NaN when empty."""
+        tail = self._tail(last)
+        return float(tail.max()) if tail.size else math.nan
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __repr__(self) -> str:
+        last = self.last
+        shown = "empty" if last is None else f"last={last:.4g}"
+        return f"Signal({self.name!r}, {len(self)} points, {shown})"
+
+    def to_pandas(self) -> pd.DataFrame:
+        """A DataFrame with columns ``step``, ``value``, ``time`` (needs pandas)."""
+        try:
+            import pandas as pd
+        except ImportError as exc:  # pragma: no cover - depends on the install
+            raise ImportError("to_pandas() needs pandas: pip install pandas") from exc
+        steps, values, times = self.snapshot()
+        return pd.DataFrame({"step": steps, "value": values, "time": times})
+
+
+class SignalSet:
+    """The signals of one run, by name. ``signals["loss"]`` is a :class:`Signal`.
+
+    Reading a name that was never recorded raises ``KeyError`` listing those that exist;
+    ``signals.get(name)`` returns None instead.
+    """
+
+    def __init__(self, *, max_points: int = DEFAULT_MAX_POINTS) -> None:
+        self._signals: dict[str, Signal] = {}
+        self._lock = threading.Lock()
+        self._max_points = max_points
+        self._subscribers: list[Subscriber] = []
+
+    def signal(self, name: str) -> Signal:
+        """The signal ``name``, created empty when it does not exist yet."""
+        sig = self._signals.get(name)
+        if sig is None:
+            with self._lock:
+                sig = self._signals.get(name)
+                if sig is None:
+                    sig = Signal(name, max_points=self._max_points)
+                    for fn in self._subscribers:
+                        sig.subscribe(fn)
+                    self._signals = {**self._signals, name: sig}
+        return sig
+
+    def record(self, name: str, step: int, value: float, time_s: float | None = None) -> None:
+        """Append ``value`` at ``step`` to the signal ``name``, creating it if needed."""
+        self.signal(name).append(step, value, time_s)
+
+    def subscribe(self, fn: Subscriber) -> None:
+        """Call ``fn(name, step, value)`` for every point of every signal, present and future."""
+        with self._lock:
+            self._subscribers.append(fn)
+            signals = list(self._signals.values())
+        for sig in signals:
+            sig.subscribe(fn)
+
+    def __getitem__(self, name: str) -> Signal:
+        try:
+            return self._signals[name]
+        except KeyError:
+            known = ", ".join(sorted(self._signals)) or "none yet"
+            raise KeyError(f"no signal named {name!r}; recorded so far: {known}") from None
+
+    def get(self, name: str) -> Signal | None:
+        """The signal ``name``, or None when nothing was recorded under it."""
+        return self._signals.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._signals
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._signals))
+
+    def __len__(self) -> int:
+        return len(self._signals)
+
+    def names(self) -> list[str]:
+        """Sorted names of the recorded signals."""
+        return sorted(self._signals)
+
+    def items(self) -> list[tuple[str, Signal]]:
+        """``(name, signal)`` pairs, sorted by name."""
+        return [(n, self._signals[n]) for n in self.names()]
+
+    def __repr__(self) -> str:
+        return f"SignalSet({', '.join(self.names())})"
+
+    def to_csv(self, path: str | os.PathLike[str]) -> None:
+        """Write every point to ``path`` as CSV rows ``signal,step,value,time`` (long format)."""
+        path = os.fspath(path)
+        tmp = f"{path}.tmp-{os.getpid()}"
+        with open(tmp, "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["signal", "step", "value", "time"])
+            for name, sig in self.items():
+                steps, values, times = sig.snapshot()
+                for s, v, t in zip(steps.tolist(), values.tolist(), times.tolist()):
+                    writer.writerow([name, s, repr(v), repr(t)])
+        os.replace(tmp, path)
+
+    @classmethod
+    def from_csv(cls, path: str | os.PathLike[str]) -> SignalSet:
+        """Read a file written by :meth:`to_csv`; raises ``ValueError`` naming the file and line."""
+        path = os.fspath(path)
+        out = cls()
+        columns: dict[str, tuple[list[int], list[float], list[float]]] = {}
+        with open(path, newline="") as f:
+            reader = csv.reader(f)
+            header = next(reader, None)
+            if header != ["signal", "step", "value", "time"]:
+                raise ValueError(f"{path}: not a signals file (header is {header!r})")
+            for lineno, row in enumerate(reader, start=2):
+                try:
+                    name, step, value, t = row
+                    col = columns.setdefault(name, ([], [], []))
+                    col[0].append(int(step))
+                    col[1].append(float(value))
+                    col[2].append(float(t))
+                except ValueError as exc:
+                    raise ValueError(f"{path}, line {lineno}: malformed row {row!r}") from exc
+        for name, (steps, values, times) in columns.items():
+            sig = out.signal(name)
+            for s, v, t in zip(steps, values, times):
+                sig.append(s, v, t)
+        return out
+
+    def to_pandas(self) -> pd.DataFrame:
+        """All signals in one long DataFrame with columns ``signal, step, value, time``."""
+        import pandas as pd
+
+        frames = [sig.to_pandas().assign(signal=name) for name, sig in self.items()]
+        if not frames:
+            return pd.DataFrame(columns=["signal", "step", "value", "time"])
+        return pd.concat(frames, ignore_index=True)[["signal", "step", "value", "time"]]
