@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 from typing import Any, ClassVar, NamedTuple
 
 import gymnasium as gym
@@ -25,15 +26,34 @@ from gymnasium import spaces
 from torch import nn
 
 from ..envs import as_env_source, describe_space, flat_observation_space, observation_flattener
+from ..normalization import ObservationNormalizer, RewardNormalizer
 
-__all__ = ["AGENTS", "Agent", "EpisodeReturns", "Transitions", "register"]
+__all__ = ["AGENTS", "Agent", "AgentConfig", "EpisodeReturns", "Transitions", "register"]
 
 AGENTS: dict[str, type[Agent]] = {}
 """Every agent class by its lower-case name (``"dqn"``, ``"ppo"``...), filled by :func:`register`."""
 
 
+@dataclasses.dataclass
+class AgentConfig:
+    """Hyperparameters every agent has; each agent's ``Config`` dataclass extends this one."""
+
+    normalize_observations: bool = False
+    """Feed the networks observations standardized by running mean/std (saved, frozen in play)."""
+    normalize_rewards: bool = False
+    """Scale rewards by the running std of the discounted return (SB3 VecNormalize)."""
+
+
 def register(cls: type[Agent]) -> type[Agent]:
-    """Class decorator adding an agent to :data:`AGENTS` (used by the CLI, presets and tests)."""
+    """Class decorator adding an agent to :data:`AGENTS` (used by the CLI, presets and tests).
+
+    A ``Config`` that does not extend :class:`AgentConfig` gets its fields added here, so every
+    registered agent takes ``normalize_observations=`` and ``normalize_rewards=``.
+    """
+    if not issubclass(cls.Config, AgentConfig):
+        cls.Config = dataclasses.make_dataclass(
+            cls.Config.__name__, [], bases=(cls.Config, AgentConfig), namespace={"__doc__": cls.Config.__doc__}
+        )
     AGENTS[cls.__name__.lower()] = cls
     return cls
 
@@ -85,6 +105,26 @@ class Agent:
     Config: ClassVar[type]
     action_spaces: ClassVar[tuple[type[spaces.Space], ...]] = (spaces.Discrete, spaces.Box)
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # Each algorithm writes its own observe(); wrap it so observation and reward normalization
+        # happen here once, for every agent, before the algorithm sees the transitions.
+        observe = cls.__dict__.get("observe")
+        if observe is not None and not getattr(observe, "_normalizes", False):
+
+            @functools.wraps(observe)
+            def normalized_observe(self: Agent, transitions: Transitions) -> None:
+                if self._in_observe:  # a subclass calling super().observe(): already normalized
+                    return observe(self, transitions)
+                self._in_observe = True
+                try:
+                    return observe(self, self._normalize_transitions(transitions))
+                finally:
+                    self._in_observe = False
+
+            normalized_observe._normalizes = True  # type: ignore[attr-defined]
+            cls.observe = normalized_observe  # type: ignore[method-assign]
+
     def __init__(
         self,
         env: Any = None,
@@ -114,6 +154,12 @@ class Agent:
             self.action_low = action_space.low.astype(np.float32)
             self.action_high = action_space.high.astype(np.float32)
         self.config = self._make_config(hyperparameters)
+        self._in_observe = False
+        # Running statistics are nn.Modules, so they are saved and loaded with the networks.
+        if self.config.normalize_observations:
+            self.obs_normalizer = ObservationNormalizer(self.obs_shape)
+        if self.config.normalize_rewards:
+            self.reward_normalizer = RewardNormalizer(float(getattr(self.config, "gamma", 0.99)))
         self.seed = seed
         self.rng = np.random.default_rng(seed)
         self.generator = torch.Generator().manual_seed(
@@ -219,11 +265,29 @@ class Agent:
         """Actions for one observation or a batch. ``deterministic`` (always so in play mode)
         takes the greedy / mean action with no exploration."""
         batch, single = self.prepare_obs(obs)
+        if self.config.normalize_observations:
+            batch = self.obs_normalizer(batch)
         actions = self._act(batch, deterministic or not self.training)
         return actions[0] if single else actions
 
     def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
         raise NotImplementedError
+
+    def _normalize_transitions(self, t: Transitions) -> Transitions:
+        """The transitions as the algorithm should see them: observations standardized with the
+        statistics ``act`` used, rewards scaled; the statistics then learn from this step."""
+        c = self.config
+        if not (c.normalize_observations or c.normalize_rewards):
+            return t
+        obs, rewards, next_obs = t.obs, t.rewards, t.next_obs
+        if c.normalize_observations:
+            norm = self.obs_normalizer
+            obs, next_obs = norm(np.asarray(obs, dtype=np.float32)), norm(np.asarray(next_obs, dtype=np.float32))
+            if self.training:
+                norm.update(t.next_obs)
+        if c.normalize_rewards:
+            rewards = self.reward_normalizer(t.rewards, t.terminated | t.truncated, update=self.training)
+        return Transitions(obs, t.actions, rewards, next_obs, t.terminated, t.truncated)
 
     def observe(self, transitions: Transitions) -> None:
         """Take one step of every env into memory."""
@@ -270,6 +334,13 @@ class Agent:
             v = getattr(self.config, f.name)
             out[f.name] = v.to_dict() if hasattr(v, "to_dict") else (list(v) if isinstance(v, tuple) else v)
         return out
+
+    def save(self, path: str, *, memory: bool = False) -> str:
+        """Save this agent alone (weights, optimizer, counters; replay memory with ``memory=True``)
+        in the format ``wb.load`` reads. ``session.save`` also keeps the run's signals."""
+        from ..checkpoint import save_agent
+
+        return save_agent(self, path, memory=memory)
 
     # -- play ---------------------------------------------------------------------------------
 

@@ -1,5 +1,6 @@
 """DQN: deep Q-learning (Mnih et al. 2015) with double Q-learning (van Hasselt et al. 2016),
-a target network, the Huber loss and epsilon-greedy exploration.
+a target network, the Huber loss and epsilon-greedy exploration. Options: a dueling network
+(Wang et al. 2016), n-step returns, proportional prioritized replay (Schaul et al. 2016).
 
 Reads top to bottom: hyperparameters, networks, acting, storing, the update.
 Defaults are rl-baselines3-zoo's tuned values for CartPole-v1.
@@ -16,16 +17,18 @@ from gymnasium import spaces
 from torch import nn
 
 from ..exploration import EpsilonGreedy
+from ..memory.nstep import NStepAccumulator
+from ..memory.prioritized import PrioritizedReplayMemory
 from ..memory.replay import ReplayMemory
-from ..schedules import Schedule, as_schedule
-from .base import Agent, Transitions, register
-from .networks import make_adam, mlp
+from ..schedules import Schedule, as_schedule, linear
+from .base import Agent, AgentConfig, Transitions, register
+from .networks import DuelingQNetwork, make_adam, mlp, polyak_update
 
 __all__ = ["DQN", "DQNConfig"]
 
 
 @dataclass
-class DQNConfig:
+class DQNConfig(AgentConfig):
     """DQN hyperparameters (defaults: rl-baselines3-zoo, CartPole-v1)."""
 
     learning_rate: float | Schedule = 2.3e-3
@@ -56,6 +59,16 @@ class DQNConfig:
     """Gradient norm clip."""
     double_q: bool = True
     """Pick the next action with the online network, value it with the target network."""
+    dueling: bool = False
+    """Dueling network: separate state-value and advantage heads."""
+    n_step: int = 1
+    """Bootstrap from the n-th next state (n-step returns)."""
+    prioritized: bool = False
+    """Proportional prioritized replay with importance weights."""
+    prioritized_alpha: float = 0.6
+    """How strongly priorities shape sampling (0: uniform)."""
+    prioritized_beta: float | Schedule = field(default_factory=lambda: linear(0.4, 1.0))
+    """Importance-weight exponent, annealed to 1 over training."""
     n_envs: int = 1
     """Envs stepped together."""
 
@@ -84,14 +97,29 @@ class DQN(Agent):
             )
         obs_dim = int(np.prod(self.obs_shape))
         self.n_actions = int(self.action_space.n)
-        self.q_net = mlp(obs_dim, c.net_arch, self.n_actions, activation="relu")
-        self.q_target = mlp(obs_dim, c.net_arch, self.n_actions, activation="relu")
+        if c.n_step < 1:
+            raise ValueError(f"DQN n_step must be at least 1, got {c.n_step}")
+
+        def q_network() -> nn.Module:
+            if c.dueling:
+                return DuelingQNetwork(obs_dim, c.net_arch, self.n_actions)
+            return mlp(obs_dim, c.net_arch, self.n_actions, activation="relu")
+
+        self.q_net = q_network()
+        self.q_target = q_network()
         self.q_target.load_state_dict(self.q_net.state_dict())
         self.q_target.requires_grad_(False)
         self._lr = as_schedule(c.learning_rate)
+        self._beta = as_schedule(c.prioritized_beta)
         self.optimizer = make_adam(self.q_net.parameters(), lr=self._lr(0.0))
         self._params = list(self.q_net.parameters())
-        self.memory = ReplayMemory(c.buffer_size, self.obs_shape)
+        if c.prioritized:
+            self.memory: ReplayMemory = PrioritizedReplayMemory(
+                c.buffer_size, self.obs_shape, alpha=c.prioritized_alpha
+            )
+        else:
+            self.memory = ReplayMemory(c.buffer_size, self.obs_shape)
+        self._n_step = NStepAccumulator(c.n_step, c.gamma) if c.n_step > 1 else None
         self._steps_since_update = 0
         self._steps_since_target = 0
 
@@ -124,9 +152,14 @@ class DQN(Agent):
     # -- storing ------------------------------------------------------------------------------
 
     def observe(self, transitions: Transitions) -> None:
-        obs, actions, rewards, next_obs, terminated, _truncated = transitions
+        obs, actions, rewards, next_obs, terminated, truncated = transitions
         # Only a real termination stops bootstrapping; a time-limit truncation does not.
-        self.memory.add(obs, actions, rewards, next_obs, terminated.astype(np.float32), self.config.gamma)
+        if self._n_step is None:
+            self.memory.add(obs, actions, rewards, next_obs, terminated.astype(np.float32), self.config.gamma)
+        else:
+            ready = self._n_step.add(obs, actions, rewards, next_obs, terminated, truncated)
+            if ready is not None:
+                self.memory.add(*ready)
         n = len(rewards)
         self.num_timesteps += n
         self._steps_since_update += n
@@ -135,19 +168,16 @@ class DQN(Agent):
             self._steps_since_target = 0
             self._update_target()
 
-    @torch.no_grad()
     def _update_target(self) -> None:
-        tau = self.config.tau
-        online = list(self.q_net.parameters())
-        target = list(self.q_target.parameters())
-        if tau >= 1.0:
-            torch._foreach_copy_(target, online)
-        else:
-            torch._foreach_lerp_(target, online, tau)
+        polyak_update(self.q_target, self.q_net, self.config.tau)
 
     def ready(self) -> bool:
         c = self.config
-        return self.num_timesteps >= c.learning_starts and self._steps_since_update >= c.train_freq
+        return (
+            self.num_timesteps >= c.learning_starts
+            and self._steps_since_update >= c.train_freq
+            and len(self.memory) > 0
+        )
 
     # -- learning -----------------------------------------------------------------------------
 
@@ -160,8 +190,13 @@ class DQN(Agent):
             group["lr"] = lr
         loss_sum = torch.zeros(())
         q_sum = torch.zeros(())
+        prioritized = isinstance(self.memory, PrioritizedReplayMemory)
+        beta = self._beta(self.progress)
         for _ in range(steps):
-            batch = self.memory.sample(c.batch_size, self.rng)
+            if prioritized:
+                batch = self.memory.sample(c.batch_size, self.rng, beta)
+            else:
+                batch = self.memory.sample(c.batch_size, self.rng)
             with torch.no_grad():
                 next_q = self.q_target(batch.next_obs)
                 if c.double_q:
@@ -171,7 +206,12 @@ class DQN(Agent):
                     next_value = next_q.max(-1).values
                 target = batch.rewards + batch.discounts * (1.0 - batch.dones) * next_value
             q = self.q_net(batch.obs).gather(1, batch.actions.unsqueeze(1)).squeeze(1)
-            loss = F.smooth_l1_loss(q, target)
+            if prioritized:
+                # Importance weights undo the bias of prioritized sampling (Schaul et al. 2016).
+                loss = (batch.weights * F.smooth_l1_loss(q, target, reduction="none")).mean()
+                self.memory.update_priorities(batch.indices, (q - target).detach().numpy())
+            else:
+                loss = F.smooth_l1_loss(q, target)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             nn.utils.clip_grad_norm_(self._params, c.max_grad_norm, foreach=True)
@@ -179,12 +219,15 @@ class DQN(Agent):
             loss_sum += loss.detach()
             q_sum += q.detach().mean()
         self.num_updates += 1
-        return {
+        metrics = {
             "loss": float(loss_sum) / steps,
             "q_mean": float(q_sum) / steps,
             "epsilon": self.epsilon,
             "learning_rate": lr,
         }
+        if prioritized:
+            metrics["prioritized_beta"] = beta
+        return metrics
 
     def extra_state(self) -> dict[str, object]:
         return {

@@ -1,6 +1,16 @@
 """Replay and rollout storage, saveable without pickle."""
 
+from .nstep import NStepAccumulator
+from .prioritized import PrioritizedReplayMemory, SumTree
 from .replay import ReplayBatch, ReplayMemory
 from .rollout import RolloutBuffer, compute_gae
 
-__all__ = ["ReplayBatch", "ReplayMemory", "RolloutBuffer", "compute_gae"]
+__all__ = [
+    "NStepAccumulator",
+    "PrioritizedReplayMemory",
+    "ReplayBatch",
+    "ReplayMemory",
+    "RolloutBuffer",
+    "SumTree",
+    "compute_gae",
+]
