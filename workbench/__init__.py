@@ -34,14 +34,14 @@ _LAZY: dict[str, tuple[str, str]] = {}
 
 __all__ = [
     "AGENTS",
-    "DQN",
-    "PPO",
     "Agent",
     "CheckpointError",
+    "DQN",
     "EpisodeReturns",
     "EpsilonGreedy",
     "GaussianNoise",
     "OrnsteinUhlenbeckNoise",
+    "PPO",
     "ReplayMemory",
     "RolloutBuffer",
     "Schedule",

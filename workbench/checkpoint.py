@@ -271,10 +271,10 @@ def _decode_hyperparameters(cls: type[Agent], hyper: dict[str, Any]) -> dict[str
     for key, value in hyper.items():
         if key not in fields:
             continue  # a field dropped in a later version: keep the new default
-        if isinstance(value, dict) and "schedule" in value:
-            value = schedule_from_dict(value)
-        elif isinstance(value, dict) and "type" in value:
+        if isinstance(value, dict) and "type" in value:  # exploration objects name their type
             value = exploration_from_dict(value)
+        elif isinstance(value, dict) and "schedule" in value:
+            value = schedule_from_dict(value)
         elif isinstance(value, list):
             value = tuple(value)
         out[key] = value

@@ -88,9 +88,48 @@ class Signal:
             fn(self.name, int(step), value)
 
     def extend(self, steps: np.ndarray, values: np.ndarray, times: np.ndarray) -> None:
-        """Append many points at once (used when loading a saved run)."""
-        for s, v, t in zip(np.asarray(steps), np.asarray(values), np.asarray(times)):
-            self.append(int(s), float(v), float(t))
+        """Append many points at once, with the same thinning as :meth:`append` (vectorised).
+
+        Subscribers are not called for bulk appends (used when loading a saved run).
+        """
+        steps = np.asarray(steps, dtype=np.int64)
+        values = np.asarray(values, dtype=np.float32)
+        times = np.asarray(times, dtype=np.float64)
+        if not len(steps) == len(values) == len(times):
+            raise ValueError(
+                f"steps, values and times must have the same length, got {len(steps)}, {len(values)}, {len(times)}"
+            )
+        n = len(steps)
+        with self._lock:
+            self._count += n
+            i = 0
+            while i < n:
+                stride = self._stride
+                first = i + stride - 1 - self._skipped  # index of the next point this stride keeps
+                if first >= n:
+                    self._skipped += n - i
+                    break
+                room = self.max_points - self._size
+                if room == 0:  # as in append(): thin out, then keep this point
+                    self._decimate()
+                    if self._size == len(self._steps):
+                        self._grow()
+                    j = self._size
+                    self._steps[j], self._values[j], self._times[j] = steps[first], values[first], times[first]
+                    self._size = j + 1
+                    i = first + 1
+                    continue
+                end = min(n, first + room * stride)
+                kept = np.arange(first, end, stride)
+                while self._size + len(kept) > len(self._steps):
+                    self._grow()
+                a, b = self._size, self._size + len(kept)
+                self._steps[a:b] = steps[kept]
+                self._values[a:b] = values[kept]
+                self._times[a:b] = times[kept]
+                self._size = b
+                self._skipped = end - 1 - int(kept[-1])
+                i = end
 
     def _grow(self) -> None:
         capacity = min(max(2 * len(self._steps), _INITIAL_CAPACITY), self.max_points)

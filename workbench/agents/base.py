@@ -424,6 +424,25 @@ class Agent:
                 instance.close()
         return EpisodeReturns(returns, lengths, frames)
 
+    def _require_bounded_actions(self) -> None:
+        """For agents whose policy ends in tanh: the Box must have finite bounds to scale into."""
+        if not (np.all(np.isfinite(self.action_low)) and np.all(np.isfinite(self.action_high))):
+            raise ValueError(
+                f"{self.algorithm} scales its tanh-squashed actions into the action space's bounds, but "
+                f"{describe_space(self.action_space)} has infinite bounds (low={self.action_space.low}, "
+                f"high={self.action_space.high}): wrap the env so its actions are bounded, or use PPO or A2C"
+            )
+        self._action_center = (self.action_high + self.action_low) / 2.0
+        self._action_half_range = (self.action_high - self.action_low) / 2.0
+
+    def _scale_action(self, squashed: np.ndarray) -> np.ndarray:
+        """An action in [-1, 1] mapped onto the action space's bounds."""
+        return (self._action_center + squashed * self._action_half_range).astype(np.float32)
+
+    def _unscale_action(self, action: np.ndarray) -> np.ndarray:
+        """An env action mapped back into [-1, 1] (what replay agents store)."""
+        return np.clip((action - self._action_center) / self._action_half_range, -1.0, 1.0).astype(np.float32)
+
     def _env_action(self, action: Any) -> Any:
         if self.discrete:
             return int(action)

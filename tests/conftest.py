@@ -1,0 +1,84 @@
+"""Shared test fixtures: small envs built the way an application builds its own."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+
+class AppEnv(gym.Env):
+    """An application's own env: several constructor arguments, counts how often it is touched.
+
+    The agent must pick action 1 when the observation's first entry is positive, else 0;
+    episodes last ``horizon`` steps. It stands in for an env such as the seed's compression env.
+    """
+
+    metadata = {"render_modes": ["rgb_array"]}
+
+    def __init__(self, model: dict, app_args: dict, config: object, horizon: int = 20, render_mode=None):
+        self.model = model
+        self.app_args = app_args
+        self.config = config
+        self.horizon = horizon
+        self.render_mode = render_mode
+        self.observation_space = spaces.Box(-1.0, 1.0, shape=(3,), dtype=np.float32)
+        self.action_space = spaces.Discrete(2)
+        self.resets = 0
+        self.steps = 0
+        self._t = 0
+        self._obs = np.zeros(3, dtype=np.float32)
+
+    def _sample(self) -> np.ndarray:
+        return self.np_random.uniform(-1, 1, size=3).astype(np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.resets += 1
+        self._t = 0
+        self._obs = self._sample()
+        return self._obs, {}
+
+    def step(self, action):
+        self.steps += 1
+        self._t += 1
+        correct = int(self._obs[0] > 0)
+        reward = 1.0 if int(action) == correct else 0.0
+        self._obs = self._sample()
+        return self._obs, reward, False, self._t >= self.horizon, {}
+
+    def render(self):
+        return np.zeros((8, 8, 3), dtype=np.uint8)
+
+
+class ExplodingEnv(AppEnv):
+    """Raises inside step() after ``fail_after`` steps."""
+
+    def __init__(self, fail_after: int = 50):
+        super().__init__(model={}, app_args={}, config=None)
+        self.fail_after = fail_after
+
+    def step(self, action):
+        if self.steps >= self.fail_after:
+            raise RuntimeError("simulator crashed at step %d" % self.steps)
+        return super().step(action)
+
+
+class SlowEnv(AppEnv):
+    """Each step takes ``delay`` seconds, so control calls can be timed against it."""
+
+    def __init__(self, delay: float = 0.002):
+        super().__init__(model={}, app_args={}, config=None, horizon=50)
+        self.delay = delay
+
+    def step(self, action):
+        import time
+
+        time.sleep(self.delay)
+        return super().step(action)
+
+
+@pytest.fixture
+def app_env() -> AppEnv:
+    return AppEnv(model={"layers": 3}, app_args={"lr": 0.1}, config=object())

@@ -1,0 +1,57 @@
+"""The command line: train, play, resume, help, errors."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from workbench.cli import main
+
+
+def test_help_lists_agents_and_options(capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = capsys.readouterr().out
+    for word in ("dqn", "ppo", "--steps", "--out", "--resume", "--agent"):
+        assert word in out
+
+
+def test_train_save_play_and_resume(tmp_path, capsys):
+    out_dir = tmp_path / "run"
+    code = main(["train", "CartPole-v1", "--agent", "ppo", "--steps", "512", "--seed", "0", "--out", str(out_dir),
+                 "--no-progress", "--set", "n_steps=16", "--set", "n_epochs=2"])
+    assert code == 0
+    assert (out_dir / "meta.json").exists()
+    assert "saved to" in capsys.readouterr().out
+
+    assert main(["play", str(out_dir), "--episodes", "2", "--seed", "0"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("episode ") == 2 and "mean return" in out
+
+    assert main(["train", "CartPole-v1", "--resume", str(out_dir), "--steps", "256", "--out", str(out_dir),
+                 "--no-progress"]) == 0
+    assert "768 steps" in capsys.readouterr().out
+
+
+def test_unknown_agent_and_bad_hyperparameter(capsys):
+    with pytest.raises(SystemExit, match="unknown agent"):
+        main(["train", "CartPole-v1", "--agent", "rainbow", "--steps", "10"])
+    assert main(["train", "CartPole-v1", "--agent", "ppo", "--set", "n_stepz=3", "--steps", "10"]) == 2
+    assert "n_steps" in capsys.readouterr().err
+
+
+def test_unknown_env_is_a_clear_error(capsys):
+    assert main(["train", "CartPole-v9", "--steps", "10"]) == 2
+    assert "CartPole-v1" in capsys.readouterr().err
+
+
+def test_python_dash_m_and_progress_bar(tmp_path):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "workbench", "train", "CartPole-v1", "--agent", "dqn", "--steps", "300"],
+        capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "finished: 300 steps" in proc.stdout
+    assert "step" in proc.stderr and "%" in proc.stderr  # the tqdm bar
