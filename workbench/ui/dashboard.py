@@ -1,0 +1,492 @@
+"""The live notebook dashboard of a :class:`~workbench.Session`.
+
+The dashboard only observes the session (``status``, ``steps``, ``episodes``, ``elapsed``,
+``error`` and signal snapshots) and its buttons call exactly the session's public commands.
+It redraws itself on a timer in a thread it owns, never in the training thread, so training
+never waits on the browser. Each refresh sends one update per widget (``hold_sync`` for the
+controls, ``batch_update`` for each figure) and each trace carries at most ``max_points`` points.
+"""
+
+from __future__ import annotations
+
+import datetime
+import html
+import threading
+import time
+import traceback
+from typing import TYPE_CHECKING, Any
+
+import ipywidgets as widgets
+import numpy as np
+import plotly.graph_objects as go
+
+from .plots import MAX_POINTS, X_AXES, downsample, moving_average, x_values
+
+if TYPE_CHECKING:
+    from ..session import Session
+
+__all__ = ["DEFAULT_SIGNALS", "Dashboard"]
+
+DEFAULT_SIGNALS = ("episode_reward", "loss")
+"""The plots a dashboard shows before the user picks others."""
+
+_COMPANIONS = {"episode_reward": ("eval_reward",)}  # drawn in the same plot when present
+_ACTIVE = ("running", "paused")
+_ENDED = ("stopped", "finished", "failed")
+_STATUS_COLORS = {
+    "idle": "#555",
+    "running": "#1a7f37",
+    "paused": "#b35900",
+    "stopped": "#555",
+    "finished": "#0550ae",
+    "failed": "#cf222e",
+}
+_BAR_STYLES = {"running": "info", "paused": "warning", "finished": "success", "failed": "danger"}
+_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd")
+
+
+def _fmt_duration(seconds: float | None) -> str:
+    if seconds is None or not np.isfinite(seconds):
+        return "–"
+    seconds = round(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def _error_html(text: str) -> str:
+    return f"<span style='color:{_STATUS_COLORS['failed']}' class='wb-error'>{html.escape(text)}</span>"
+
+
+class _Panel:
+    """One plot: a FigureWidget with a faint raw trace and a smoothed trace per series."""
+
+    def __init__(self, name: str, series: tuple[str, ...], x_axis: str) -> None:
+        self.name = name
+        self.series = series
+        self.drawn: dict[str, tuple[Any, ...]] = {}  # what each series shows now, to skip unchanged ones
+        traces = []
+        for i, label in enumerate(series):
+            color = _PALETTE[i % len(_PALETTE)]
+            mode = "lines+markers" if label == "eval_reward" else "lines"
+            traces.append(go.Scatter(x=[], y=[], mode=mode, name=label, line={"color": color, "width": 1}))
+            traces.append(
+                go.Scatter(
+                    x=[],
+                    y=[],
+                    mode="lines",
+                    name=f"{label} (smoothed)",
+                    line={"color": color, "width": 2},
+                    visible=False,
+                    showlegend=False,
+                )
+            )
+        self.fig = go.FigureWidget(
+            data=traces,
+            layout=go.Layout(
+                title={"text": name, "x": 0.02, "font": {"size": 14}},
+                height=260,
+                width=460,
+                margin={"l": 55, "r": 15, "t": 35, "b": 40},
+                template="plotly_white",
+                showlegend=len(series) > 1,
+                legend={"orientation": "h", "y": 1.12, "x": 1, "xanchor": "right"},
+                xaxis={"title": {"text": X_AXES[x_axis]}},
+                uirevision=name,  # keep the user's zoom across redraws
+            ),
+        )
+        self.fig.add_class("wb-plot")
+        self.fig.add_class(f"wb-plot-{name}")
+
+
+class Dashboard(widgets.VBox):
+    """The live dashboard of a session: status, progress, control buttons and signal plots.
+
+    Example::
+
+        session.start(steps=50_000)
+        session              # in a notebook, the last expression of a cell shows this dashboard
+        dash = session.dashboard()
+        dash.close()         # stop its timer and remove its widgets
+
+    Parameters:
+        session: the session to show.
+        interval: seconds between refreshes, 0.25 to 1 (1 to 4 times a second).
+        signals: the signals plotted at first (the user can add any other from the list).
+        smoothing: moving-average window in points (1: no smoothing).
+        x_axis: ``"steps"`` (env steps), ``"episodes"`` or ``"time"`` (wall time).
+        max_points: most points per trace sent to the browser.
+        save_path: where the Save button writes; default ``runs/<algorithm>-<timestamp>``.
+        steps: how many steps the Start button trains for; default the session's last budget or 10,000.
+    """
+
+    def __init__(
+        self,
+        session: Session,
+        *,
+        interval: float = 0.5,
+        signals: tuple[str, ...] | list[str] = DEFAULT_SIGNALS,
+        smoothing: int = 1,
+        x_axis: str = "steps",
+        max_points: int = MAX_POINTS,
+        save_path: str | None = None,
+        steps: int | None = None,
+    ) -> None:
+        from ..session import Session
+
+        if not isinstance(session, Session):
+            raise TypeError(f"Dashboard needs a wb.Session, got {type(session).__name__}")
+        if not 0.25 <= interval <= 1.0:
+            raise ValueError(f"interval must be between 0.25 and 1 second (1 to 4 refreshes a second), got {interval}")
+        if x_axis not in X_AXES:
+            raise ValueError(f"unknown x_axis {x_axis!r}; choose one of {', '.join(X_AXES)}")
+        if isinstance(signals, str):
+            signals = (signals,)
+        if max_points < 4:
+            raise ValueError(f"max_points must be at least 4, got {max_points}")
+        if not isinstance(smoothing, int) or smoothing < 1:
+            raise ValueError(f"smoothing must be a window of at least 1 point, got {smoothing!r}")
+        self.session = session
+        self.interval = float(interval)
+        self.max_points = int(max_points)
+        self._lock = threading.RLock()  # refreshes come from the timer and from button clicks
+        self._closed = threading.Event()
+        self._timer: threading.Thread | None = None
+        self._panels: dict[str, _Panel] = {}
+        self._sps: tuple[float, int] | None = None  # (clock, steps) at the last refresh, for steps/s
+        self._rate: float | None = None
+        self.refresh_count = 0
+
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        budget = steps or (session.target_steps if session.target_steps else 10_000)
+
+        self.status_line = widgets.HTML()
+        self.status_line.add_class("wb-status")
+        self.progress = widgets.FloatProgress(value=0.0, min=0.0, max=1.0, layout={"width": "auto"})
+        self.progress.add_class("wb-progress")
+        self.buttons: dict[str, widgets.Button] = {}
+        for name, icon, tip in (
+            ("start", "play", "train for the number of steps at the right"),
+            ("pause", "pause", "session.pause()"),
+            ("resume", "play", "session.resume()"),
+            ("stop", "stop", "session.stop()"),
+            ("save", "save", "session.save(path)"),
+        ):
+            button = widgets.Button(description=name.capitalize(), icon=icon, tooltip=tip, layout={"width": "92px"})
+            button.add_class(f"wb-{name}")
+            button.on_click(getattr(self, f"_on_{name}"))
+            self.buttons[name] = button
+        self.steps_box = widgets.BoundedIntText(
+            value=int(budget),
+            min=1,
+            max=10**12,
+            description="steps",
+            layout={"width": "190px"},
+            style={"description_width": "40px"},
+        )
+        self.save_path = widgets.Text(
+            value=save_path or f"runs/{session.agent.algorithm.lower()}-{stamp}",
+            description="save to",
+            layout={"width": "300px"},
+            style={"description_width": "50px"},
+        )
+        self.message = widgets.HTML()
+        self.message.add_class("wb-message")
+        self.traceback = widgets.HTML()
+        self.error_box = widgets.Accordion(children=[self.traceback], titles=("Traceback",))
+        self.error_box.selected_index = None
+        self.error_box.layout.display = "none"
+        self.error_box.add_class("wb-traceback")
+
+        defaults = [s for s in signals if isinstance(s, str)]
+        self.signal_select = widgets.SelectMultiple(
+            options=self._signal_options(defaults),
+            value=tuple(defaults),
+            rows=4,
+            description="signals",
+            layout={"width": "260px"},
+            style={"description_width": "50px"},
+        )
+        self.smoothing = widgets.IntSlider(
+            value=smoothing,
+            min=1,
+            max=200,
+            description="smoothing",
+            continuous_update=False,
+            layout={"width": "300px"},
+            style={"description_width": "70px"},
+        )
+        self.x_axis = widgets.ToggleButtons(
+            options=[("env steps", "steps"), ("episodes", "episodes"), ("wall time", "time")],
+            value=x_axis,
+            style={"button_width": "80px"},
+        )
+        self.plots = widgets.Box(layout={"display": "flex", "flex_flow": "row wrap", "width": "100%"})
+        self.plots.add_class("wb-plots")
+        self.signal_select.observe(self._on_view_change, names="value")
+        self.smoothing.observe(self._on_view_change, names="value")
+        self.x_axis.observe(self._on_view_change, names="value")
+
+        controls = widgets.HBox(
+            [*self.buttons.values(), self.steps_box, self.save_path],
+            layout={"flex_flow": "row wrap", "align_items": "center"},
+        )
+        view = widgets.HBox(
+            [self.signal_select, widgets.VBox([self.smoothing, self.x_axis])], layout={"align_items": "flex-start"}
+        )
+        super().__init__([self.status_line, self.progress, controls, self.message, self.error_box, view, self.plots])
+        self.add_class("wb-dashboard")
+        self._set_panels()
+        self.refresh()
+        self._ensure_timer()
+
+    # -- reading the session --------------------------------------------------------------------
+
+    def _signal_options(self, extra: list[str] | tuple[str, ...] = ()) -> tuple[str, ...]:
+        names = set(self.session.signals.names()) | set(DEFAULT_SIGNALS) | set(extra)
+        return tuple(sorted(names))
+
+    def _steps_per_second(self, status: str, steps: int) -> float | None:
+        """Steps per second over the last refreshes (the session's own signal when this is the first)."""
+        now = time.perf_counter()
+        if status != "running":
+            self._sps = None
+            self._rate = None
+            return None
+        if self._sps is not None and now - self._sps[0] >= 0.2:
+            then, then_steps = self._sps
+            rate = (steps - then_steps) / (now - then)
+            # Exponential smoothing keeps the number readable at 4 refreshes a second.
+            self._rate = rate if self._rate is None else 0.7 * self._rate + 0.3 * rate
+            self._sps = (now, steps)
+        elif self._sps is None:
+            self._sps = (now, steps)
+            sig = self.session.signals.get("steps_per_second")
+            self._rate = sig.last if sig is not None else None
+        return self._rate
+
+    def _refresh_status(self) -> None:
+        session = self.session
+        status = session.status
+        steps, episodes, target = session.steps, session.episodes, session.target_steps
+        rate = self._steps_per_second(status, steps)
+        eta = None
+        if status == "running" and target is not None and rate:
+            eta = max(target - steps, 0) / rate
+        color = _STATUS_COLORS.get(status, "#555")
+        parts = [
+            f"<b style='color:{color}' class='wb-status-word'>{status}</b>",
+            f"steps <span class='wb-steps'>{steps:,}</span>" + (f" / {target:,}" if target else ""),
+            f"episodes {episodes:,}",
+            f"{rate:,.0f} steps/s" if rate else "– steps/s",
+            f"elapsed {_fmt_duration(session.elapsed)}",
+            f"ETA {_fmt_duration(eta)}",
+        ]
+        line = " &nbsp;·&nbsp; ".join(parts)
+        error = session.error if status == "failed" else None
+        if error is not None:
+            line += (
+                f"<div style='color:{color}' class='wb-error'><b>{html.escape(type(error).__name__)}:</b> "
+                f"{html.escape(str(error))}</div>"
+            )
+        with self.status_line.hold_sync():
+            self.status_line.value = f"<div style='font-family:monospace'>{line}</div>"
+        fraction = min(steps / target, 1.0) if target else 0.0
+        with self.progress.hold_sync():
+            self.progress.value = fraction
+            self.progress.bar_style = _BAR_STYLES.get(status, "")
+        enabled = {
+            "start": status not in _ACTIVE,
+            "pause": status == "running",
+            "resume": status == "paused",
+            "stop": status in _ACTIVE,
+            "save": steps > 0,
+        }
+        for name, button in self.buttons.items():
+            if button.disabled == enabled[name]:
+                button.disabled = not enabled[name]
+        if error is not None:
+            text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+            with self.error_box.hold_sync():
+                self.traceback.value = f"<pre style='font-size:12px;white-space:pre-wrap'>{html.escape(text)}</pre>"
+                self.error_box.layout.display = ""
+        elif self.error_box.layout.display != "none":
+            self.error_box.layout.display = "none"
+
+    def _refresh_options(self) -> None:
+        options = self._signal_options(self.signal_select.value)
+        if options != tuple(self.signal_select.options):
+            value = self.signal_select.value
+            with self.signal_select.hold_sync():
+                self.signal_select.options = options
+                self.signal_select.value = value
+
+    def _series_data(self, name: str, episode_steps: np.ndarray | None) -> tuple[np.ndarray, np.ndarray] | None:
+        sig = self.session.signals.get(name)
+        if sig is None or len(sig) == 0:
+            return None
+        steps, values, times = sig.snapshot()
+        assert episode_steps is not None or self.x_axis.value != "episodes"
+        x = x_values(self.x_axis.value, steps, times, episode_steps if episode_steps is not None else steps)
+        return x, values.astype(np.float64)
+
+    def _refresh_plots(self, force: bool = False) -> None:
+        axis = self.x_axis.value
+        window = self.smoothing.value
+        episode_steps = None
+        episodes_key: Any = None
+        if axis == "episodes":
+            rewards = self.session.signals.get("episode_reward")
+            episode_steps = rewards.snapshot()[0] if rewards is not None else np.zeros(0, dtype=np.int64)
+            episodes_key = len(episode_steps)
+        for panel in self._panels.values():
+            if panel.name not in self.signal_select.value:
+                continue
+            updates = []
+            for i, name in enumerate(panel.series):
+                sig = self.session.signals.get(name)
+                key = (
+                    sig.count if sig is not None else 0,
+                    len(sig) if sig is not None else 0,
+                    axis,
+                    window,
+                    episodes_key,
+                )
+                if not force and panel.drawn.get(name) == key:
+                    continue
+                updates.append((i, name, key, self._series_data(name, episode_steps)))
+            if not updates:
+                continue
+            fig = panel.fig
+            with fig.batch_update():
+                for i, name, key, data in updates:
+                    raw, smooth = fig.data[2 * i], fig.data[2 * i + 1]
+                    if data is None:
+                        raw.x, raw.y, smooth.x, smooth.y = [], [], [], []
+                    else:
+                        x, y = data
+                        rx, ry = downsample(x, y, self.max_points)
+                        raw.x, raw.y = rx, ry
+                        if window > 1:
+                            sx, sy = downsample(x, moving_average(y, window), self.max_points)
+                            smooth.x, smooth.y = sx, sy
+                    raw.opacity = 0.3 if window > 1 else 1.0
+                    smooth.visible = window > 1 and data is not None
+                    panel.drawn[name] = key
+                if force:
+                    fig.layout.xaxis.title.text = X_AXES[axis]
+
+    def refresh(self) -> None:
+        """Redraw the status, buttons and plots from the session's current state (any thread)."""
+        if self._closed.is_set():
+            return
+        with self._lock:
+            self._refresh_status()
+            self._refresh_options()
+            self._refresh_plots()
+            self.refresh_count += 1
+
+    # -- the timer ------------------------------------------------------------------------------
+
+    @property
+    def timer_alive(self) -> bool:
+        """True while the refresh thread runs (it ends once a finished run's last state is drawn)."""
+        return self._timer is not None and self._timer.is_alive()
+
+    def _ensure_timer(self) -> None:
+        with self._lock:
+            if self._closed.is_set() or self.timer_alive:
+                return
+            if self.session.status in _ENDED:
+                return  # nothing will change until a button starts it again
+            self._timer = threading.Thread(target=self._tick, name="workbench-dashboard", daemon=True)
+            self._timer.start()
+
+    def _tick(self) -> None:
+        while not self._closed.wait(self.interval):
+            # Read the status before drawing: once it says the run ended, the loop thread has
+            # recorded its last point, so this draw is the final state and the timer may stop.
+            status = self.session.status
+            try:
+                self.refresh()
+            except Exception as exc:  # a broken refresh must not kill the timer silently
+                self.message.value = _error_html(f"dashboard refresh failed: {exc!r}")
+            if status in _ENDED:
+                return
+
+    def close(self) -> None:
+        """Stop the refresh timer and close every widget of the dashboard."""
+        self._closed.set()
+        timer = self._timer
+        if timer is not None and timer is not threading.current_thread():
+            timer.join(timeout=5)
+        for panel in self._panels.values():
+            panel.fig.close()
+        for child in (
+            self.status_line,
+            self.progress,
+            *self.buttons.values(),
+            self.steps_box,
+            self.save_path,
+            self.message,
+            self.traceback,
+            self.error_box,
+            self.signal_select,
+            self.smoothing,
+            self.x_axis,
+            self.plots,
+        ):
+            child.close()
+        super().close()
+
+    # -- user actions ---------------------------------------------------------------------------
+
+    def _set_panels(self) -> None:
+        chosen = self.signal_select.value
+        shown = []
+        for name in chosen:
+            panel = self._panels.get(name)
+            if panel is None:
+                panel = self._panels[name] = _Panel(name, (name, *_COMPANIONS.get(name, ())), self.x_axis.value)
+            shown.append(panel.fig)
+        self.plots.children = shown
+
+    def _on_view_change(self, change: dict[str, Any]) -> None:
+        with self._lock:
+            if change["owner"] is self.signal_select:
+                self._set_panels()
+                self._refresh_plots()
+            else:
+                self._refresh_plots(force=True)
+
+    def _command(self, action: Any, done: str = "") -> None:
+        try:
+            action()
+        except Exception as exc:
+            self.message.value = _error_html(f"{type(exc).__name__}: {exc}")
+        else:
+            self.message.value = done
+        self._ensure_timer()
+        self.refresh()
+
+    def _on_start(self, _button: widgets.Button | None = None) -> None:
+        self._command(lambda: self.session.start(steps=int(self.steps_box.value)))
+
+    def _on_pause(self, _button: widgets.Button | None = None) -> None:
+        self._command(self.session.pause)
+
+    def _on_resume(self, _button: widgets.Button | None = None) -> None:
+        self._command(self.session.resume)
+
+    def _on_stop(self, _button: widgets.Button | None = None) -> None:
+        self._command(self.session.stop)
+
+    def _on_save(self, _button: widgets.Button | None = None) -> None:
+        path = self.save_path.value.strip()
+        if not path:
+            self.message.value = _error_html("type a path to save to (a folder, or a name ending in .zip)")
+            return
+        saved: list[str] = []
+        self._command(lambda: saved.append(self.session.save(path)))
+        if saved:
+            self.message.value = f"saved to <code class='wb-saved'>{html.escape(saved[0])}</code>"

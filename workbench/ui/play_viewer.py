@@ -1,0 +1,254 @@
+"""Watch an agent play: its episodes' frames in an ``ipywidgets.Image`` with play/pause/step controls.
+
+The episodes are played when the viewer is built (deterministic policy, nothing learned) and each
+frame is kept PNG-encoded, a few kilobytes instead of the raw array. Playback runs in the browser
+(an ``ipywidgets.Play`` ticking a slider), so no thread is needed in the kernel.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from typing import TYPE_CHECKING, Any
+
+import gymnasium as gym
+import ipywidgets as widgets
+import numpy as np
+import plotly.graph_objects as go
+from gymnasium import spaces
+
+from ..envs import as_env_source
+
+if TYPE_CHECKING:
+    from ..agents.base import Agent
+
+__all__ = ["PlayViewer", "encode_png"]
+
+
+def encode_png(frame: np.ndarray, compression: int = 3) -> bytes:
+    """A PNG file holding ``frame`` (``H x W x 3`` or ``H x W x 4`` uint8, or ``H x W`` grey)."""
+    frame = np.asarray(frame)
+    if frame.dtype != np.uint8:
+        if np.issubdtype(frame.dtype, np.floating) and frame.size and frame.max() <= 1.0:
+            frame = frame * 255.0  # float images in [0, 1]
+        frame = np.clip(frame, 0, 255).astype(np.uint8)
+    if frame.ndim == 2:
+        color_type, channels = 0, 1
+    elif frame.ndim == 3 and frame.shape[2] in (3, 4):
+        color_type, channels = (2, 3) if frame.shape[2] == 3 else (6, 4)
+    else:
+        raise ValueError(f"a frame must be H x W, H x W x 3 or H x W x 4, got shape {frame.shape}")
+    height, width = frame.shape[:2]
+    rows = np.ascontiguousarray(frame).reshape(height, width * channels)
+    # Each scanline starts with its filter type; 0 (none) keeps encoding a single zlib call.
+    raw = np.concatenate([np.zeros((height, 1), dtype=np.uint8), rows], axis=1).tobytes()
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    header = struct.pack(">IIBBBBB", width, height, 8, color_type, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(raw, compression))
+        + chunk(b"IEND", b"")
+    )
+
+
+def _render_env(env: Any) -> tuple[gym.Env, bool]:
+    """An env that renders ``rgb_array`` frames, and whether the viewer owns (and closes) it."""
+    source = as_env_source(env)
+    if source.instance is not None:
+        instance = source.instance
+        if instance.render_mode != "rgb_array":
+            raise ValueError(
+                f"PlayViewer needs an env that renders frames: this {source.name} has "
+                f"render_mode={instance.render_mode!r}. Build it with render_mode='rgb_array' "
+                f"(e.g. gym.make(id, render_mode='rgb_array')), or pass the registered id instead"
+            )
+        return instance, False
+    made = source.make(render_mode="rgb_array") if source.env_id else source.make()
+    if made.render_mode != "rgb_array":
+        made.close()
+        raise ValueError(
+            f"PlayViewer needs an env that renders frames: the factory {source.name} builds envs with "
+            f"render_mode={made.render_mode!r}; make it build them with render_mode='rgb_array'"
+        )
+    return made, True
+
+
+class PlayViewer(widgets.VBox):
+    """Play ``episodes`` episodes with ``agent`` and show them frame by frame in the notebook.
+
+    Example::
+
+        agent = wb.load("runs/cartpole")
+        agent.play("CartPole-v1", episodes=2, viewer=True)   # same as wb.PlayViewer(agent, "CartPole-v1", 2)
+
+    Parameters:
+        agent: the agent to play (a trained or loaded one); it acts deterministically and learns nothing.
+        env: a registered id (made with ``render_mode="rgb_array"``), a factory, or an env instance
+            built with ``render_mode="rgb_array"``.
+        episodes: how many episodes to play.
+        seed: seeds the episodes' resets (``seed + i`` for episode ``i``).
+        max_steps: cut an episode after this many steps (None: play until it ends).
+        fps: playback speed in frames per second.
+
+    Attributes ``returns`` (one per episode), ``rewards`` (per step) and ``frames`` (PNG bytes) hold
+    what was played.
+    """
+
+    def __init__(
+        self,
+        agent: Agent,
+        env: Any,
+        episodes: int = 1,
+        *,
+        seed: int | None = None,
+        max_steps: int | None = None,
+        fps: int = 30,
+    ) -> None:
+        from ..agents.base import Agent
+
+        if not isinstance(agent, Agent):
+            raise TypeError(f"PlayViewer needs an agent such as wb.load(path), got {type(agent).__name__}")
+        if not isinstance(episodes, int) or episodes < 1:
+            raise ValueError(f"episodes must be at least 1, got {episodes!r}")
+        if not 1 <= fps <= 60:
+            raise ValueError(f"fps must be between 1 and 60 frames per second, got {fps}")
+        self.agent = agent
+        self.frames: list[bytes] = []
+        self.rewards: list[float] = []  # reward received on arriving at each frame (0 at a reset)
+        self.episode_of: list[int] = []  # which episode each frame belongs to
+        self.returns: list[float] = []
+        self._play(env, episodes, seed, max_steps)
+
+        n = len(self.frames)
+        self.image = widgets.Image(value=self.frames[0], format="png", layout={"max_width": "600px"})
+        self.image.add_class("wb-play-image")
+        self.player = widgets.Play(
+            value=0, min=0, max=n - 1, step=1, interval=max(1, round(1000 / fps)), description="play", show_repeat=False
+        )
+        self.player.add_class("wb-play-controls")
+        self.slider = widgets.IntSlider(
+            value=0, min=0, max=n - 1, description="frame", continuous_update=True, layout={"width": "420px"}
+        )
+        widgets.jslink((self.player, "value"), (self.slider, "value"))
+        self.back_button = widgets.Button(
+            description="", icon="step-backward", tooltip="previous frame", layout={"width": "40px"}
+        )
+        self.step_button = widgets.Button(
+            description="", icon="step-forward", tooltip="next frame", layout={"width": "40px"}
+        )
+        self.back_button.on_click(lambda _b: self.step(-1))
+        self.step_button.on_click(lambda _b: self.step(1))
+        self.info = widgets.HTML()
+        self.info.add_class("wb-play-info")
+
+        cumulative = np.zeros(n)
+        total = 0.0
+        for i, (r, ep) in enumerate(zip(self.rewards, self.episode_of)):
+            total = r if i == 0 or ep != self.episode_of[i - 1] else total + r
+            cumulative[i] = total
+        self._cumulative = cumulative
+        frame_index = np.arange(n, dtype=np.float64)
+        self.figure = go.FigureWidget(
+            data=[
+                go.Scatter(x=frame_index, y=cumulative, mode="lines", name="return so far", line={"color": "#1f77b4"}),
+                go.Scatter(
+                    x=[0.0], y=[cumulative[0]], mode="markers", name="now", marker={"size": 10, "color": "#d62728"}
+                ),
+            ],
+            layout=go.Layout(
+                height=220,
+                width=600,
+                margin={"l": 55, "r": 15, "t": 30, "b": 40},
+                template="plotly_white",
+                showlegend=False,
+                title={"text": "return so far", "x": 0.02},
+                xaxis={"title": {"text": "frame"}},
+            ),
+        )
+        self.figure.add_class("wb-play-rewards")
+        self.slider.observe(self._on_frame, names="value")
+        super().__init__(
+            [
+                self.image,
+                widgets.HBox([self.player, self.back_button, self.step_button, self.slider]),
+                self.info,
+                self.figure,
+            ]
+        )
+        self.add_class("wb-play-viewer")
+        self._show(0)
+
+    def _play(self, env: Any, episodes: int, seed: int | None, max_steps: int | None) -> None:
+        agent = self.agent
+        instance, owned = _render_env(env)
+        was_training = agent.training
+        agent.training = False  # play mode: deterministic, no exploration, nothing stored
+        try:
+            agent.check_spaces(instance)
+            for episode in range(episodes):
+                obs, _ = instance.reset(seed=None if seed is None else seed + episode)
+                self._keep(instance.render(), 0.0, episode)
+                total, length, done = 0.0, 0, False
+                while not done:
+                    action = self._env_action(agent.act(obs, deterministic=True))
+                    obs, reward, terminated, truncated, _ = instance.step(action)
+                    total += float(reward)
+                    length += 1
+                    done = terminated or truncated or (max_steps is not None and length >= max_steps)
+                    self._keep(instance.render(), float(reward), episode)
+                self.returns.append(total)
+        finally:
+            agent.training = was_training
+            if owned:
+                instance.close()
+
+    def _keep(self, frame: Any, reward: float, episode: int) -> None:
+        if frame is None:
+            raise ValueError("the env's render() returned None; it must be built with render_mode='rgb_array'")
+        self.frames.append(encode_png(np.asarray(frame)))
+        self.rewards.append(reward)
+        self.episode_of.append(episode)
+
+    def _env_action(self, action: Any) -> Any:
+        space = self.agent.action_space
+        if isinstance(space, spaces.Discrete):
+            return int(np.asarray(action).item())
+        if isinstance(space, spaces.Box):
+            return np.clip(np.asarray(action, dtype=space.dtype), space.low, space.high)
+        return action
+
+    @property
+    def frame(self) -> int:
+        """The index of the frame shown now."""
+        return int(self.slider.value)
+
+    def step(self, delta: int = 1) -> None:
+        """Show the frame ``delta`` frames later (earlier when negative), staying within the episodes."""
+        self.slider.value = int(np.clip(self.slider.value + delta, 0, len(self.frames) - 1))
+
+    def _on_frame(self, change: dict[str, Any]) -> None:
+        self._show(int(change["new"]))
+
+    def _show(self, i: int) -> None:
+        episode = self.episode_of[i]
+        first = self.episode_of.index(episode)
+        with self.image.hold_sync():
+            self.image.value = self.frames[i]
+        self.info.value = (
+            f"<span style='font-family:monospace'>episode {episode + 1}/{len(self.returns)} · "
+            f"step {i - first} · return so far {self._cumulative[i]:.1f} · "
+            f"episode return {self.returns[episode]:.1f}</span>"
+        )
+        with self.figure.batch_update():
+            self.figure.data[1].x = [float(i)]
+            self.figure.data[1].y = [float(self._cumulative[i])]
+
+    def close(self) -> None:
+        """Close the viewer and its widgets."""
+        for child in (self.image, self.player, self.slider, self.back_button, self.step_button, self.info, self.figure):
+            child.close()
+        super().close()
