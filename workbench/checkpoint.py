@@ -448,7 +448,9 @@ def load_session(path: str | os.PathLike[str], env: Any = None, **session_kwargs
 # -- writing ---------------------------------------------------------------------------------
 
 
-def _write_run(directory: str, agent: Agent, extra_meta: dict[str, Any], signals: SignalSet | None, memory: bool) -> None:
+def _write_run(
+    directory: str, agent: Agent, extra_meta: dict[str, Any], signals: SignalSet | None, memory: bool
+) -> None:
     from safetensors.torch import save_file
 
     tensors, groups = _agent_tensors(agent)
@@ -487,7 +489,9 @@ def _commit(tmp_dir: str, path: str) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _save(path: str | os.PathLike[str], agent: Agent, extra_meta: dict[str, Any], signals: SignalSet | None, memory: bool) -> str:
+def _save(
+    path: str | os.PathLike[str], agent: Agent, extra_meta: dict[str, Any], signals: SignalSet | None, memory: bool
+) -> str:
     path = os.path.normpath(os.fspath(path))
     parent = os.path.dirname(os.path.abspath(path))
     os.makedirs(parent, exist_ok=True)
