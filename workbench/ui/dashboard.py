@@ -416,27 +416,19 @@ class Dashboard(widgets.VBox):
 
     def close(self) -> None:
         """Stop the refresh timer and close every widget of the dashboard."""
-        self._closed.set()
-        timer = self._timer
+        closed = getattr(self, "_closed", None)  # ipywidgets also calls close() on half-built widgets
+        if closed is not None:
+            closed.set()
+        timer = getattr(self, "_timer", None)
         if timer is not None and timer is not threading.current_thread():
             timer.join(timeout=5)
-        for panel in self._panels.values():
+        for panel in getattr(self, "_panels", {}).values():
             panel.fig.close()
-        for child in (
-            self.status_line,
-            self.progress,
-            *self.buttons.values(),
-            self.steps_box,
-            self.save_path,
-            self.message,
-            self.traceback,
-            self.error_box,
-            self.signal_select,
-            self.smoothing,
-            self.x_axis,
-            self.plots,
-        ):
-            child.close()
+        for button in getattr(self, "buttons", {}).values():
+            button.close()
+        for value in list(vars(self).values()):
+            if isinstance(value, widgets.Widget) and value is not self:
+                value.close()
         super().close()
 
     # -- user actions ---------------------------------------------------------------------------

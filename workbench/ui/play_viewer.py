@@ -249,6 +249,7 @@ class PlayViewer(widgets.VBox):
 
     def close(self) -> None:
         """Close the viewer and its widgets."""
-        for child in (self.image, self.player, self.slider, self.back_button, self.step_button, self.info, self.figure):
-            child.close()
+        for value in list(vars(self).values()):  # getattr-free: also safe on a half-built viewer
+            if isinstance(value, widgets.Widget) and value is not self:
+                value.close()
         super().close()

@@ -1,0 +1,380 @@
+"""The notebook parts without a browser: dashboard, buttons, plots, downsampling, compare, play viewer."""
+
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import time
+import zlib
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from conftest import AppEnv, ExplodingEnv, SlowEnv
+
+import workbench as wb
+
+pytest.importorskip("ipywidgets")
+pytest.importorskip("plotly")
+
+from workbench.ui.play_viewer import encode_png
+from workbench.ui.plots import downsample, moving_average, x_values
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def small_ppo(env, **kw):
+    return wb.PPO(env, n_envs=1, n_steps=16, batch_size=16, n_epochs=2, **kw)
+
+
+def wait_until(predicate, timeout=15.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.01)
+
+
+def enabled(dash):
+    return {name for name, button in dash.buttons.items() if not button.disabled}
+
+
+def trace_len(dash, panel="episode_reward", trace=0):
+    return len(dash._panels[panel].fig.data[trace].x)
+
+
+@pytest.fixture
+def slow_session():
+    env = SlowEnv(0.001)
+    session = wb.Session(small_ppo(env), env, seed=0)
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def dashboard(slow_session):
+    dash = slow_session.dashboard()
+    yield dash
+    dash.close()
+
+
+# -- the dashboard -------------------------------------------------------------------------------
+
+
+def test_session_dashboard_is_a_widget_with_the_default_plots(dashboard, slow_session):
+    import ipywidgets
+
+    assert isinstance(dashboard, ipywidgets.VBox) and isinstance(dashboard, wb.Dashboard)
+    assert dashboard.session is slow_session
+    assert [p.name for p in dashboard._panels.values()] == ["episode_reward", "loss"]
+    names = [t.name for t in dashboard._panels["episode_reward"].fig.data]
+    assert "episode_reward" in names and "eval_reward" in names
+    assert "idle" in dashboard.status_line.value
+    assert enabled(dashboard) == {"start"}  # nothing to pause, resume, stop or save yet
+
+
+def test_each_button_calls_the_session_and_only_sensible_ones_are_enabled(dashboard, slow_session):
+    dashboard.steps_box.value = 1_000_000
+    dashboard.buttons["start"].click()
+    assert slow_session.status == "running"
+    assert slow_session.target_steps == 1_000_000
+    wait_until(lambda: slow_session.steps > 20)
+    dashboard.refresh()
+    assert enabled(dashboard) == {"pause", "stop", "save"}
+
+    dashboard.buttons["pause"].click()
+    assert slow_session.status == "paused"
+    assert enabled(dashboard) == {"resume", "stop", "save"}
+    held = slow_session.steps
+    time.sleep(0.1)
+    assert slow_session.steps == held
+    assert f"{held:,}" in dashboard.status_line.value
+
+    dashboard.buttons["resume"].click()
+    assert slow_session.status == "running"
+    wait_until(lambda: slow_session.steps > held)
+
+    dashboard.buttons["stop"].click()
+    assert slow_session.status == "stopped"
+    assert enabled(dashboard) == {"start", "save"}
+    assert "stopped" in dashboard.status_line.value
+
+    dashboard.buttons["start"].click()  # a stopped run continues for another budget
+    assert slow_session.status == "running"
+    dashboard.buttons["stop"].click()
+    assert slow_session.status == "stopped"
+
+
+def test_save_button_writes_the_run_to_the_path_field(dashboard, slow_session, tmp_path):
+    slow_session.start(steps=100_000)
+    wait_until(lambda: slow_session.steps > 20)
+    dashboard.save_path.value = str(tmp_path / "saved")
+    dashboard.buttons["save"].click()
+    assert (tmp_path / "saved" / "signals.csv").is_file()
+    assert "saved to" in dashboard.message.value
+    assert slow_session.status == "running"  # saving pauses only for the write
+    dashboard.save_path.value = "  "
+    dashboard.buttons["save"].click()
+    assert "type a path" in dashboard.message.value
+
+
+def test_a_failing_button_shows_the_error_instead_of_raising(dashboard):
+    dashboard.steps_box.value = 10
+    dashboard.session.start(steps=100_000)
+    dashboard.buttons["start"].click()  # already running: the session refuses, the dashboard says why
+    assert "already running" in dashboard.message.value
+
+
+def test_plot_traces_grow_while_training(dashboard, slow_session):
+    slow_session.start(steps=100_000)
+    wait_until(lambda: trace_len(dashboard) >= 2)
+    first = trace_len(dashboard)
+    wait_until(lambda: trace_len(dashboard) > first + 2)
+    wait_until(lambda: trace_len(dashboard, "loss") > 0)
+    assert dashboard.timer_alive
+    assert dashboard.refresh_count > 2
+
+
+def test_timer_stops_after_drawing_the_final_state(app_env):
+    session = wb.Session(small_ppo(app_env), app_env, seed=0)
+    dash = wb.Dashboard(session, interval=0.25)
+    try:
+        assert dash.timer_alive  # an idle session may be started from code: the dashboard watches
+        session.run(steps=400)
+        wait_until(lambda: not dash.timer_alive, timeout=5)
+        assert "finished" in dash.status_line.value
+        assert f"{session.steps:,}" in dash.status_line.value
+        assert trace_len(dash) == len(session.signals["episode_reward"])
+        assert dash.progress.value == 1.0
+    finally:
+        dash.close()
+
+
+def test_close_stops_the_timer(slow_session):
+    slow_session.start(steps=100_000)
+    dash = slow_session.dashboard()
+    assert dash.timer_alive
+    dash.close()
+    assert not dash.timer_alive
+
+
+def test_training_error_shows_red_status_and_traceback():
+    env = ExplodingEnv(fail_after=30)
+    session = wb.Session(small_ppo(env), env)
+    dash = wb.Dashboard(session, interval=0.25)
+    try:
+        session.start(steps=1000)
+        wait_until(lambda: session.status == "failed")
+        wait_until(lambda: not dash.timer_alive, timeout=5)
+        assert "failed" in dash.status_line.value
+        assert "#cf222e" in dash.status_line.value  # red
+        assert "simulator crashed at step 30" in dash.status_line.value
+        assert dash.error_box.layout.display != "none"
+        assert "Traceback" in dash.traceback.value and "in step" in dash.traceback.value
+    finally:
+        dash.close()
+
+
+def test_user_signals_can_be_added_and_smoothed_and_x_axis_changed(app_env):
+    session = wb.Session(small_ppo(app_env), app_env, seed=0)
+    session.run(steps=400)
+    for i in range(30):
+        session.log("compression_ratio", 0.5 + 0.01 * i, step=10 * i)
+    dash = session.dashboard()
+    try:
+        assert "compression_ratio" in dash.signal_select.options
+        dash.signal_select.value = (*dash.signal_select.value, "compression_ratio")
+        fig = dash._panels["compression_ratio"].fig
+        assert fig in dash.plots.children
+        assert len(fig.data[0].y) == 30
+
+        dash.smoothing.value = 5
+        raw, smooth = fig.data[0], fig.data[1]
+        assert smooth.visible and raw.opacity < 1
+        np.testing.assert_allclose(smooth.y, moving_average(np.float32(0.5 + 0.01 * np.arange(30)), 5), rtol=1e-6)
+
+        dash.x_axis.value = "episodes"
+        rewards = dash._panels["episode_reward"].fig.data[0]
+        assert rewards.x[-1] == len(session.signals["episode_reward"])
+        assert fig.layout.xaxis.title.text == "episodes"
+        dash.x_axis.value = "time"
+        assert rewards.x[-1] == pytest.approx(session.signals["episode_reward"].times[-1])
+    finally:
+        dash.close()
+
+
+def test_dashboard_bounds_the_points_it_sends(app_env):
+    session = wb.Session(small_ppo(app_env), app_env)
+    for i in range(50_000):
+        session.log("loss", float(np.sin(i / 100)), step=i)
+    dash = wb.Dashboard(session, max_points=200, smoothing=3)
+    try:
+        loss = dash._panels["loss"].fig.data
+        assert 0 < len(loss[0].x) <= 200 and 0 < len(loss[1].x) <= 200
+        assert loss[0].x[0] == 0 and loss[0].x[-1] == 49_999
+    finally:
+        dash.close()
+
+
+def test_dashboard_rejects_bad_settings(slow_session):
+    with pytest.raises(ValueError, match="between 0.25 and 1"):
+        wb.Dashboard(slow_session, interval=0.01)
+    with pytest.raises(ValueError, match="x_axis"):
+        wb.Dashboard(slow_session, x_axis="epochs")
+    with pytest.raises(TypeError, match="wb.Session"):
+        wb.Dashboard("not a session")
+
+
+# -- downsampling and smoothing ------------------------------------------------------------------
+
+
+def test_downsample_bounds_points_and_keeps_extremes():
+    x = np.arange(1_000_000)
+    y = np.random.default_rng(0).normal(size=x.size)
+    y[123_456] = 50.0
+    y[654_321] = -50.0
+    dx, dy = downsample(x, y, 2000)
+    assert len(dx) <= 2000 and len(dx) == len(dy)
+    assert dx[0] == 0 and dx[-1] == 999_999
+    assert dy.max() == 50.0 and dy.min() == -50.0
+    assert np.all(np.diff(dx) > 0)
+    sx, sy = downsample(np.arange(10), np.arange(10.0), 2000)
+    assert len(sx) == 10
+    for n in (2001, 2002, 4003, 10_007):
+        assert len(downsample(np.arange(n), np.zeros(n), 2000)[0]) <= 2000
+
+
+def test_moving_average_and_episode_axis():
+    np.testing.assert_allclose(moving_average(np.array([1.0, 3.0, 5.0, 7.0]), 2), [1.0, 2.0, 4.0, 6.0])
+    np.testing.assert_allclose(moving_average(np.array([1.0, 2.0]), 1), [1.0, 2.0])
+    episodes = x_values("episodes", np.array([5, 10, 12, 20]), np.zeros(4), np.array([10, 20]))
+    np.testing.assert_array_equal(episodes, [0, 1, 1, 2])
+    with pytest.raises(ValueError, match="unknown x axis"):
+        x_values("epochs", np.zeros(1), np.zeros(1), np.zeros(1))
+
+
+# -- compare -------------------------------------------------------------------------------------
+
+
+def _signals(offset, n=40):
+    signals = wb.SignalSet()
+    for i in range(n):
+        signals.record("episode_reward", 100 * (i + 1), offset + i, float(i))
+    return signals
+
+
+def test_compare_groups_runs_sharing_a_label_into_mean_and_band():
+    fig = wb.compare(_signals(0), _signals(10), _signals(100), labels=["a", "a", "b"])
+    names = [t.name for t in fig.data]
+    assert "a (mean of 2)" in names and "b" in names
+    mean = next(t for t in fig.data if t.name == "a (mean of 2)")
+    band = [t for t in fig.data if t.legendgroup == "a" and t.fill == "tonexty"]
+    assert len(band) == 1
+    np.testing.assert_allclose(mean.y[0], 5.0)  # mean of 0 and 10
+    np.testing.assert_allclose(band[0].y[0], 0.0)  # the band's lower edge is the min
+
+
+def test_compare_reads_saved_runs_by_path_folder_and_zip(app_env, tmp_path):
+    session = wb.Session(small_ppo(app_env), app_env, seed=0)
+    session.run(steps=300)
+    session.save(tmp_path / "group" / "seed0")
+    session.save(str(tmp_path / "group" / "seed1.zip"))
+    fig = wb.compare(session, tmp_path / "group" / "seed0", str(tmp_path / "group" / "seed1.zip"))
+    assert [t.name for t in fig.data] == ["PPO seed 0", "seed0", "seed1"]
+    grouped = wb.compare(tmp_path / "group", signal="episode_length")
+    assert [t.name for t in grouped.data if t.name and "mean" in t.name] == ["group (mean of 2)"]
+
+
+def test_compare_errors_name_the_problem(tmp_path):
+    with pytest.raises(ValueError, match="no 'loss' signal"):
+        wb.compare(_signals(0), signal="loss")
+    with pytest.raises(ValueError, match="one label per run"):
+        wb.compare(_signals(0), _signals(1), labels=["only one"])
+    with pytest.raises(FileNotFoundError, match="no such saved run"):
+        wb.compare(tmp_path / "nothing.zip")
+    with pytest.raises(TypeError, match="compare"):
+        wb.compare(42)
+
+
+# -- play viewer ---------------------------------------------------------------------------------
+
+
+def test_encode_png_round_trips():
+    frame = np.random.default_rng(0).integers(0, 255, size=(5, 7, 3), dtype=np.uint8)
+    png = encode_png(frame)
+    assert png.startswith(b"\x89PNG\r\n\x1a\n")
+    width, height = struct.unpack(">II", png[16:24])
+    assert (width, height) == (7, 5)
+    length = struct.unpack(">I", png[33:37])[0]
+    raw = zlib.decompress(png[41 : 41 + length])
+    rows = np.frombuffer(raw, dtype=np.uint8).reshape(5, 1 + 7 * 3)
+    np.testing.assert_array_equal(rows[:, 1:].reshape(5, 7, 3), frame)
+
+
+def test_play_viewer_shows_frames_of_a_loaded_agent(app_env, tmp_path):
+    pytest.importorskip("pygame")  # CartPole renders with pygame
+    session = wb.Session(wb.PPO("CartPole-v1", n_envs=1, n_steps=32, batch_size=32), "CartPole-v1", seed=0)
+    session.run(steps=64)
+    agent = wb.load(session.save(tmp_path / "run"))
+    viewer = agent.play("CartPole-v1", episodes=2, seed=0, viewer=True)
+    try:
+        assert isinstance(viewer, wb.PlayViewer)
+        assert len(viewer.returns) == 2
+        assert len(viewer.frames) == sum(int(r) for r in viewer.returns) + 2  # a frame per step plus each reset
+        assert all(f.startswith(b"\x89PNG") for f in viewer.frames)
+        assert viewer.image.value == viewer.frames[0]
+        viewer.step_button.click()
+        assert viewer.frame == 1 and viewer.image.value == viewer.frames[1]
+        assert viewer.figure.data[1].x == (1.0,)
+        viewer.back_button.click()
+        assert viewer.frame == 0
+        viewer.slider.value = len(viewer.frames) - 1
+        assert "episode 2/2" in viewer.info.value
+    finally:
+        viewer.close()
+
+
+def test_play_viewer_needs_an_env_that_renders(app_env):
+    agent = small_ppo(app_env)
+    with pytest.raises(ValueError, match="render_mode='rgb_array'"):
+        wb.PlayViewer(agent, app_env)
+    viewer = wb.PlayViewer(agent, AppEnv(model={}, app_args={}, config=None, render_mode="rgb_array"), seed=1)
+    try:
+        assert len(viewer.frames) == 21  # horizon 20 plus the reset frame
+    finally:
+        viewer.close()
+    with pytest.raises(ValueError, match="episodes"):
+        wb.PlayViewer(agent, app_env, episodes=0)
+
+
+def test_play_viewer_rejects_an_env_of_other_spaces(app_env):
+    agent = small_ppo(app_env)
+    with pytest.raises(ValueError, match="space"):
+        wb.PlayViewer(agent, gym.make("CartPole-v1", render_mode="rgb_array"))
+
+
+# -- the quickstart notebook ---------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_quickstart_notebook_runs_top_to_bottom(tmp_path):
+    pytest.importorskip("nbmake")
+    shutil.copy(ROOT / "notebooks" / "quickstart.ipynb", tmp_path)  # its saved run lands in tmp_path
+    env = {**os.environ, "WB_QUICK": "1"}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbmake", "quickstart.ipynb"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert (tmp_path / "runs" / "quickstart" / "signals.csv").is_file()
+
+
+def test_quickstart_notebook_is_saved_without_outputs():
+    import nbformat
+
+    nb = nbformat.read(ROOT / "notebooks" / "quickstart.ipynb", as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None
