@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Sequence
 
 import torch
 from torch import nn
 
-__all__ = ["ACTIVATIONS", "DuelingQNetwork", "EnsembleMLP", "make_adam", "mlp", "polyak_update"]
+__all__ = [
+    "ACTIVATIONS",
+    "DuelingQNetwork",
+    "EnsembleMLP",
+    "ScalarParameter",
+    "gaussian_policy_terms",
+    "make_adam",
+    "mlp",
+    "polyak_update",
+]
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
 
@@ -90,33 +98,52 @@ class DuelingQNetwork(nn.Module):
 
 
 class EnsembleMLP(nn.Module):
-    """``n`` independent MLPs evaluated together with batched matrix products.
+    """``n`` independent MLPs on the same input (twin critics for TD3 and SAC), outputs stacked.
 
-    Twin critics (TD3, SAC) as one module: one ``baddbmm`` per layer instead of one ``linear`` per
-    layer per critic, which halves the torch ops in the hot loop. Each member is initialized as
-    ``nn.Linear`` would be. Input ``(batch, in_dim)`` (shared) or ``(n, batch, in_dim)``; output
-    ``(n, batch, out_dim)``.
+    Measured on 2 CPU cores, ``n`` plain ``nn.Linear`` stacks beat one batched-matmul ensemble
+    (``baddbmm``'s backward is slower than ``addmm``'s), so this is a thin ``ModuleList``.
+    Input ``(batch, in_dim)``; output ``(n, batch, out_dim)``.
     """
 
     def __init__(self, n: int, in_dim: int, hidden: Sequence[int], out_dim: int, activation: str = "relu") -> None:
         super().__init__()
+        if n < 1:
+            raise ValueError(f"an ensemble needs at least one member, got n={n}")
         self.n = n
-        dims = [in_dim, *hidden, out_dim]
-        self.weights = nn.ParameterList()
-        self.biases = nn.ParameterList()
-        for fan_in, fan_out in itertools.pairwise(dims):
-            bound = 1.0 / math.sqrt(fan_in)  # nn.Linear's default init
-            self.weights.append(nn.Parameter(torch.empty(n, fan_in, fan_out).uniform_(-bound, bound)))
-            self.biases.append(nn.Parameter(torch.empty(n, 1, fan_out).uniform_(-bound, bound)))
-        self.act = ACTIVATIONS[activation]()
+        self.members = nn.ModuleList(mlp(in_dim, hidden, out_dim, activation=activation) for _ in range(n))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Outputs of every member, shape ``(n, batch, out_dim)``."""
-        if x.dim() == 2:
-            x = x.unsqueeze(0).expand(self.n, -1, -1)
-        last = len(self.weights) - 1
-        for i, (w, b) in enumerate(zip(self.weights, self.biases)):
-            x = torch.baddbmm(b, x, w)
-            if i < last:
-                x = self.act(x)
-        return x
+        return torch.stack([m(x) for m in self.members])
+
+
+class ScalarParameter(nn.Module):
+    """One learnable number as a module (e.g. SAC's log entropy coefficient), so checkpoints
+    save it with the networks."""
+
+    def __init__(self, value: float) -> None:
+        super().__init__()
+        self.value = nn.Parameter(torch.tensor(float(value)))
+
+    def forward(self) -> torch.Tensor:
+        """The parameter itself."""
+        return self.value
+
+
+def gaussian_policy_terms(
+    out: torch.Tensor, log_std: torch.Tensor | None, actions: torch.Tensor, discrete: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probabilities of ``actions`` and entropies for a categorical policy (``out`` = logits) or
+    a diagonal Gaussian one (``out`` = mean, state-independent ``log_std``), without the overhead
+    of ``torch.distributions``."""
+    if discrete:
+        log_p = torch.log_softmax(out, dim=-1)
+        chosen = log_p.gather(1, actions.long().unsqueeze(1)).squeeze(1)
+        entropy = -(log_p.exp() * log_p).sum(-1)
+        return chosen, entropy
+    assert log_std is not None
+    log_std = log_std.expand_as(out)
+    z = (actions - out) / log_std.exp()
+    log_prob = (-0.5 * z.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+    entropy = (0.5 + 0.5 * math.log(2 * math.pi) + log_std).sum(-1)
+    return log_prob, entropy

@@ -1,0 +1,224 @@
+"""SAC: soft actor-critic (Haarnoja et al. 2018) with twin critics, target critics and automatic
+entropy tuning, for Box action spaces.
+
+Reads top to bottom: hyperparameters, networks, acting, storing, the update.
+Defaults are Stable-Baselines3's; ``wb.preset(env_id, "sac")`` gives rl-baselines3-zoo's tuning.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from gymnasium import spaces
+
+from ..memory.replay import ReplayMemory
+from ..schedules import Schedule, as_schedule
+from .base import Agent, AgentConfig, Transitions, register
+from .networks import EnsembleMLP, ScalarParameter, make_adam, mlp, polyak_update
+
+__all__ = ["SAC", "SACConfig"]
+
+LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # keeps the Gaussian from collapsing or exploding (SB3, spinning-up)
+
+
+@dataclass
+class SACConfig(AgentConfig):
+    """SAC hyperparameters (defaults: Stable-Baselines3)."""
+
+    learning_rate: float | Schedule = 3e-4
+    """Adam learning rate of actor, critics and entropy coefficient; a number or a schedule."""
+    buffer_size: int = 1_000_000
+    """Replay memory capacity, in transitions."""
+    learning_starts: int = 100
+    """Env steps of uniform random actions before learning begins."""
+    batch_size: int = 256
+    """Minibatch size."""
+    tau: float = 0.005
+    """Polyak rate of the target critics."""
+    gamma: float = 0.99
+    """Discount factor."""
+    train_freq: int = 1
+    """Env steps between updates."""
+    gradient_steps: int = 1
+    """Gradient steps per update; -1 means as many as env steps since the last update."""
+    ent_coef: float | str = "auto"
+    """Entropy coefficient alpha: a number, "auto" (learned, starts at 1) or "auto_0.1" (learned, starts at 0.1)."""
+    target_entropy: float | None = None
+    """Entropy the automatic tuning aims for; None means -dim(action)."""
+    target_update_interval: int = 1
+    """Gradient steps between target critic updates."""
+    net_arch: tuple[int, ...] = (256, 256)
+    """Hidden layer widths of the actor and of each critic."""
+    n_critics: int = 2
+    """Critics whose minimum is the target (clipped double Q)."""
+    n_envs: int = 1
+    """Envs stepped together."""
+
+
+@register
+class SAC(Agent):
+    """Soft actor-critic for Box action spaces (bounded).
+
+    Example::
+
+        agent = wb.SAC("Pendulum-v1", learning_rate=1e-3)
+        wb.Session(agent, "Pendulum-v1").run(steps=20_000)
+    """
+
+    Config = SACConfig
+    action_spaces = (spaces.Box,)
+    config: SACConfig
+
+    # -- networks -----------------------------------------------------------------------------
+
+    def _build(self) -> None:
+        c = self.config
+        self._require_bounded_actions()
+        obs_dim = int(np.prod(self.obs_shape))
+        self.act_dim = int(np.prod(self.action_space.shape))
+        # One head gives mean and log-std of a Gaussian that tanh squashes into [-1, 1].
+        self.actor = mlp(obs_dim, c.net_arch, 2 * self.act_dim, activation="relu")
+        self.critic = EnsembleMLP(c.n_critics, obs_dim + self.act_dim, c.net_arch, 1)
+        self.critic_target = EnsembleMLP(c.n_critics, obs_dim + self.act_dim, c.net_arch, 1)
+        self.critic_target.load_state_dict(self.critic.state_dict())
+        self.critic_target.requires_grad_(False)
+
+        self._lr = as_schedule(c.learning_rate)
+        lr0 = self._lr(0.0)
+        self.actor_optimizer = make_adam(self.actor.parameters(), lr=lr0)
+        self.critic_optimizer = make_adam(self.critic.parameters(), lr=lr0)
+        self._critic_params = list(self.critic.parameters())
+
+        self.target_entropy = float(-self.act_dim if c.target_entropy is None else c.target_entropy)
+        if isinstance(c.ent_coef, str):
+            if not c.ent_coef.startswith("auto"):
+                raise ValueError(f'SAC ent_coef must be a number, "auto" or "auto_0.1", got {c.ent_coef!r}')
+            init = float(c.ent_coef.split("_", 1)[1]) if "_" in c.ent_coef else 1.0
+            self.log_alpha = ScalarParameter(math.log(init))
+            self.alpha_optimizer = make_adam(self.log_alpha.parameters(), lr=lr0)
+            self._auto_alpha = True
+        else:
+            self._fixed_alpha = torch.tensor(float(c.ent_coef))
+            self._auto_alpha = False
+
+        self.memory = ReplayMemory(c.buffer_size, self.obs_shape, self.action_space.shape, np.float32)
+        self._steps_since_update = 0
+
+    def _policy(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Reparameterized squashed-Gaussian actions in [-1, 1] and their log-probabilities."""
+        mean, log_std = self.actor(obs).chunk(2, dim=-1)
+        log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
+        noise = torch.randn(mean.shape, generator=self.generator)
+        u = mean + log_std.exp() * noise
+        # log N(u) minus log|d tanh(u)/du|, the latter written stably as 2 (log 2 - u - softplus(-2u)).
+        log_prob = (-0.5 * noise.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        log_prob = log_prob - (2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))).sum(-1)
+        return torch.tanh(u), log_prob
+
+    def _alpha(self) -> torch.Tensor:
+        return self.log_alpha.value.detach().exp() if self._auto_alpha else self._fixed_alpha
+
+    # -- acting -------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
+        if deterministic:
+            mean = self.actor(torch.from_numpy(obs))[:, : self.act_dim]
+            return self._scale_action(torch.tanh(mean).numpy())
+        if self.num_timesteps < self.config.learning_starts:
+            squashed = self.rng.uniform(-1.0, 1.0, size=(obs.shape[0], self.act_dim))
+        else:
+            squashed = self._policy(torch.from_numpy(obs))[0].numpy()
+        return self._scale_action(squashed).reshape(obs.shape[0], *self.action_space.shape)
+
+    # -- storing ------------------------------------------------------------------------------
+
+    def observe(self, transitions: Transitions) -> None:
+        obs, actions, rewards, next_obs, terminated, _truncated = transitions
+        # Stored in [-1, 1]; only a real termination stops bootstrapping, a time limit does not.
+        squashed = self._unscale_action(np.asarray(actions, dtype=np.float32)).reshape(len(rewards), -1)
+        self.memory.add(
+            obs,
+            squashed.reshape(len(rewards), *self.action_space.shape),
+            rewards,
+            next_obs,
+            terminated.astype(np.float32),
+            self.config.gamma,
+        )
+        self.num_timesteps += len(rewards)
+        self._steps_since_update += len(rewards)
+
+    def ready(self) -> bool:
+        c = self.config
+        return self.num_timesteps >= c.learning_starts and self._steps_since_update >= c.train_freq
+
+    # -- learning -----------------------------------------------------------------------------
+
+    def update(self) -> dict[str, float]:
+        c = self.config
+        steps = max(1, c.gradient_steps if c.gradient_steps > 0 else self._steps_since_update)
+        self._steps_since_update = 0
+        lr = self._lr(self.progress)
+        for opt in self.optimizers.values():
+            for group in opt.param_groups:
+                group["lr"] = lr
+        stats = torch.zeros(5)  # critic loss, actor loss, q mean, entropy, alpha
+        for _ in range(steps):
+            batch = self.memory.sample(c.batch_size, self.rng)
+            obs = batch.obs
+            actions = batch.actions.reshape(len(obs), -1)
+            pi_actions, log_prob = self._policy(obs)
+
+            # Entropy coefficient first, so the losses below use the updated alpha (as SB3 does).
+            if self._auto_alpha:
+                alpha_loss = -(self.log_alpha.value * (log_prob.detach() + self.target_entropy)).mean()
+                self.alpha_optimizer.zero_grad(set_to_none=True)
+                alpha_loss.backward()
+                self.alpha_optimizer.step()
+            alpha = self._alpha()
+
+            with torch.no_grad():
+                next_actions, next_log_prob = self._policy(batch.next_obs)
+                next_q = self.critic_target(torch.cat([batch.next_obs, next_actions], -1)).min(0).values.squeeze(-1)
+                soft_value = next_q - alpha * next_log_prob
+                target = batch.rewards + batch.discounts * (1.0 - batch.dones) * soft_value
+            q = self.critic(torch.cat([obs, actions], -1)).squeeze(-1)  # (n_critics, batch)
+            critic_loss = 0.5 * (q - target).pow(2).mean(1).sum()
+            self.critic_optimizer.zero_grad(set_to_none=True)
+            critic_loss.backward()
+            self.critic_optimizer.step()
+
+            # The actor's loss needs gradients through the critic's input only, not its weights.
+            self.critic.requires_grad_(False)
+            q_pi = self.critic(torch.cat([obs, pi_actions], -1)).min(0).values.squeeze(-1)
+            actor_loss = (alpha * log_prob - q_pi).mean()
+            self.actor_optimizer.zero_grad(set_to_none=True)
+            actor_loss.backward()
+            self.actor_optimizer.step()
+            self.critic.requires_grad_(True)
+
+            self.num_updates += 1
+            if self.num_updates % c.target_update_interval == 0:
+                polyak_update(self.critic_target, self.critic, c.tau)
+            stats += torch.stack(
+                [critic_loss.detach(), actor_loss.detach(), q.detach().mean(), -log_prob.detach().mean(), alpha]
+            )
+        critic_loss, actor_loss, q_mean, entropy, alpha = (stats / steps).tolist()
+        return {
+            "critic_loss": critic_loss,
+            "actor_loss": actor_loss,
+            "q_mean": q_mean,
+            "entropy": entropy,
+            "alpha": alpha,
+            "learning_rate": lr,
+        }
+
+    def extra_state(self) -> dict[str, object]:
+        return {"steps_since_update": self._steps_since_update}
+
+    def load_extra_state(self, state: dict[str, object]) -> None:
+        self._steps_since_update = int(state.get("steps_since_update", 0))  # type: ignore[arg-type]

@@ -1,0 +1,220 @@
+"""TD3: twin delayed deep deterministic policy gradient (Fujimoto et al. 2018), for Box actions.
+
+Three changes to DDPG: twin critics whose minimum is the target (clipped double Q), target policy
+smoothing (clipped noise on the target action) and delayed actor and target updates.
+Reads top to bottom: hyperparameters, networks, acting, storing, the update.
+Defaults are Stable-Baselines3's (net [400, 300]); ``wb.preset(env_id, "td3")`` gives the zoo's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from torch import nn
+
+from ..exploration import Exploration, GaussianNoise
+from ..memory.replay import ReplayMemory
+from ..schedules import Schedule, as_schedule
+from .base import Agent, AgentConfig, Transitions, register
+from .networks import EnsembleMLP, make_adam, mlp, polyak_update
+
+__all__ = ["TD3", "TD3Config"]
+
+
+@dataclass
+class TD3Config(AgentConfig):
+    """TD3 hyperparameters (defaults: Stable-Baselines3)."""
+
+    learning_rate: float | Schedule = 1e-3
+    """Adam learning rate of actor and critics; a number or a schedule."""
+    actor_lr: float | Schedule | None = None
+    """The actor's learning rate when it differs from ``learning_rate``."""
+    critic_lr: float | Schedule | None = None
+    """The critics' learning rate when it differs from ``learning_rate``."""
+    buffer_size: int = 1_000_000
+    """Replay memory capacity, in transitions."""
+    learning_starts: int = 100
+    """Env steps of uniform random actions before learning begins."""
+    batch_size: int = 256
+    """Minibatch size."""
+    tau: float = 0.005
+    """Polyak rate of the target networks."""
+    gamma: float = 0.99
+    """Discount factor."""
+    train_freq: int = 1
+    """Env steps between updates."""
+    gradient_steps: int = 1
+    """Gradient steps per update; -1 means as many as env steps since the last update."""
+    exploration: Exploration | None = field(default_factory=lambda: GaussianNoise(0.1))
+    """Noise added to actions while training (wb.GaussianNoise, OrnsteinUhlenbeckNoise, TruncatedNormalNoise)."""
+    policy_delay: int = 2
+    """Critic updates per actor and target update."""
+    target_policy_noise: float = 0.2
+    """Std of the smoothing noise on target actions (in units of half the action range)."""
+    target_noise_clip: float = 0.5
+    """Clip of the target smoothing noise."""
+    net_arch: tuple[int, ...] = (400, 300)
+    """Hidden layer widths of the actor and of each critic."""
+    n_critics: int = 2
+    """Critics whose minimum is the target."""
+    n_envs: int = 1
+    """Envs stepped together."""
+
+
+@register
+class TD3(Agent):
+    """Twin delayed DDPG for Box action spaces (bounded).
+
+    Example::
+
+        agent = wb.TD3("Pendulum-v1", exploration=wb.GaussianNoise(0.1), gamma=0.98)
+        wb.Session(agent, "Pendulum-v1").run(steps=20_000)
+    """
+
+    Config = TD3Config
+    action_spaces = (spaces.Box,)
+    config: TD3Config
+
+    # -- networks -----------------------------------------------------------------------------
+
+    def _build(self) -> None:
+        c = self.config
+        self._require_bounded_actions()
+        if c.exploration is not None and (
+            not isinstance(c.exploration, Exploration) or c.exploration.kind != "continuous"
+        ):
+            raise TypeError(
+                f"{self.algorithm} explores with additive action noise (wb.GaussianNoise, "
+                f"wb.OrnsteinUhlenbeckNoise, wb.TruncatedNormalNoise) or None, got {c.exploration!r}"
+            )
+        if c.policy_delay < 1:
+            raise ValueError(f"policy_delay must be at least 1, got {c.policy_delay}")
+        obs_dim = int(np.prod(self.obs_shape))
+        self.act_dim = int(np.prod(self.action_space.shape))
+
+        def actor() -> nn.Module:  # deterministic policy squashed into [-1, 1]
+            return nn.Sequential(mlp(obs_dim, c.net_arch, self.act_dim, activation="relu"), nn.Tanh())
+
+        self.actor = actor()
+        self.actor_target = actor()
+        self.actor_target.load_state_dict(self.actor.state_dict())
+        self.actor_target.requires_grad_(False)
+        self.critic = EnsembleMLP(c.n_critics, obs_dim + self.act_dim, c.net_arch, 1)
+        self.critic_target = EnsembleMLP(c.n_critics, obs_dim + self.act_dim, c.net_arch, 1)
+        self.critic_target.load_state_dict(self.critic.state_dict())
+        self.critic_target.requires_grad_(False)
+
+        self._actor_lr = as_schedule(c.learning_rate if c.actor_lr is None else c.actor_lr)
+        self._critic_lr = as_schedule(c.learning_rate if c.critic_lr is None else c.critic_lr)
+        self.actor_optimizer = make_adam(self.actor.parameters(), lr=self._actor_lr(0.0))
+        self.critic_optimizer = make_adam(self.critic.parameters(), lr=self._critic_lr(0.0))
+        self.memory = ReplayMemory(c.buffer_size, self.obs_shape, self.action_space.shape, np.float32)
+        self._steps_since_update = 0
+
+    @property
+    def noise_stddev(self) -> float:
+        """Current strength of the exploration noise (0 without exploration)."""
+        e = self.config.exploration
+        return 0.0 if e is None else e.value(self.progress)
+
+    # -- acting -------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
+        n = obs.shape[0]
+        if deterministic:
+            squashed = self.actor(torch.from_numpy(obs)).numpy()
+        elif self.num_timesteps < self.config.learning_starts:
+            squashed = self.rng.uniform(-1.0, 1.0, size=(n, self.act_dim))
+        else:
+            squashed = self.actor(torch.from_numpy(obs)).numpy()
+            if self.config.exploration is not None:
+                one = np.ones(self.act_dim, dtype=np.float32)
+                squashed = self.config.exploration.perturb(squashed, -one, one, self.rng, self.progress)
+        return self._scale_action(squashed).reshape(n, *self.action_space.shape)
+
+    def begin_episode(self, done: np.ndarray) -> None:
+        if self.config.exploration is not None:
+            self.config.exploration.reset(done)  # Ornstein-Uhlenbeck restarts from its mean
+
+    # -- storing ------------------------------------------------------------------------------
+
+    def observe(self, transitions: Transitions) -> None:
+        obs, actions, rewards, next_obs, terminated, _truncated = transitions
+        # Stored in [-1, 1]; only a real termination stops bootstrapping, a time limit does not.
+        squashed = self._unscale_action(np.asarray(actions, dtype=np.float32))
+        self.memory.add(obs, squashed, rewards, next_obs, terminated.astype(np.float32), self.config.gamma)
+        self.num_timesteps += len(rewards)
+        self._steps_since_update += len(rewards)
+
+    def ready(self) -> bool:
+        c = self.config
+        return self.num_timesteps >= c.learning_starts and self._steps_since_update >= c.train_freq
+
+    # -- learning -----------------------------------------------------------------------------
+
+    def update(self) -> dict[str, float]:
+        c = self.config
+        steps = max(1, c.gradient_steps if c.gradient_steps > 0 else self._steps_since_update)
+        self._steps_since_update = 0
+        actor_lr, critic_lr = self._actor_lr(self.progress), self._critic_lr(self.progress)
+        for group in self.actor_optimizer.param_groups:
+            group["lr"] = actor_lr
+        for group in self.critic_optimizer.param_groups:
+            group["lr"] = critic_lr
+        critic_sum, q_sum = torch.zeros(()), torch.zeros(())
+        actor_sum, actor_updates = torch.zeros(()), 0
+        for _ in range(steps):
+            batch = self.memory.sample(c.batch_size, self.rng)
+            obs = batch.obs
+            actions = batch.actions.reshape(len(obs), -1)
+            with torch.no_grad():
+                next_actions = self.actor_target(batch.next_obs)
+                if c.target_policy_noise > 0:  # target policy smoothing
+                    noise = torch.randn(next_actions.shape, generator=self.generator) * c.target_policy_noise
+                    next_actions = (next_actions + noise.clamp(-c.target_noise_clip, c.target_noise_clip)).clamp(-1, 1)
+                next_q = self.critic_target(torch.cat([batch.next_obs, next_actions], -1)).min(0).values.squeeze(-1)
+                target = batch.rewards + batch.discounts * (1.0 - batch.dones) * next_q
+            q = self.critic(torch.cat([obs, actions], -1)).squeeze(-1)  # (n_critics, batch)
+            critic_loss = (q - target).pow(2).mean(1).sum()
+            self.critic_optimizer.zero_grad(set_to_none=True)
+            critic_loss.backward()
+            self.critic_optimizer.step()
+            critic_sum += critic_loss.detach()
+            q_sum += q.detach().mean()
+
+            self.num_updates += 1
+            if self.num_updates % c.policy_delay == 0:
+                # Gradients flow through the first critic's input only, not into its weights.
+                self.critic.requires_grad_(False)
+                actor_loss = -self.critic.members[0](torch.cat([obs, self.actor(obs)], -1)).mean()
+                self.actor_optimizer.zero_grad(set_to_none=True)
+                actor_loss.backward()
+                self.actor_optimizer.step()
+                self.critic.requires_grad_(True)
+                polyak_update(self.critic_target, self.critic, c.tau)
+                polyak_update(self.actor_target, self.actor, c.tau)
+                actor_sum += actor_loss.detach()
+                actor_updates += 1
+        metrics = {
+            "critic_loss": float(critic_sum) / steps,
+            "q_mean": float(q_sum) / steps,
+            "noise_stddev": self.noise_stddev,
+            "learning_rate": critic_lr,
+            "actor_learning_rate": actor_lr,
+        }
+        if actor_updates:
+            metrics["actor_loss"] = float(actor_sum) / actor_updates
+        return metrics
+
+    def extra_state(self) -> dict[str, object]:
+        e = self.config.exploration
+        return {"steps_since_update": self._steps_since_update, "exploration": {} if e is None else e.state()}
+
+    def load_extra_state(self, state: dict[str, object]) -> None:
+        self._steps_since_update = int(state.get("steps_since_update", 0))  # type: ignore[arg-type]
+        if self.config.exploration is not None:
+            self.config.exploration.load_state(state.get("exploration", {}))  # type: ignore[arg-type]
