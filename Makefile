@@ -22,6 +22,7 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(BIN)/ruff check workbench tests benchmarks examples
 	$(BIN)/pytest -q -ra
+	cd notebooks && WB_QUICK=1 ../$(BIN)/pytest -q --nbmake --nbmake-timeout=600 *.ipynb
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check workbench tests benchmarks examples
