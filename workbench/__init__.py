@@ -20,11 +20,12 @@ import importlib
 from typing import Any
 
 from ._version import __version__
-from .agents import AGENTS, DQN, PPO, Agent, EpisodeReturns, Transitions
+from .agents import A2C, AGENTS, DDPG, DQN, PPO, SAC, TD3, Agent, EpisodeReturns, Transitions
 from .checkpoint import CheckpointError, load
 from .envs import check_env
 from .exploration import EpsilonGreedy, GaussianNoise, OrnsteinUhlenbeckNoise, TruncatedNormalNoise
-from .memory import ReplayMemory, RolloutBuffer
+from .memory import PrioritizedReplayMemory, ReplayMemory, RolloutBuffer
+from .presets import PRESETS, Preset, preset
 from .schedules import Schedule, linear
 from .session import Session
 from .signals import Signal, SignalSet
@@ -33,27 +34,35 @@ from .signals import Signal, SignalSet
 _LAZY: dict[str, tuple[str, str]] = {}
 
 __all__ = [
+    "A2C",
     "AGENTS",
     "Agent",
     "CheckpointError",
+    "DDPG",
     "DQN",
     "EpisodeReturns",
     "EpsilonGreedy",
     "GaussianNoise",
     "OrnsteinUhlenbeckNoise",
     "PPO",
+    "PRESETS",
+    "Preset",
+    "PrioritizedReplayMemory",
     "ReplayMemory",
     "RolloutBuffer",
+    "SAC",
     "Schedule",
     "Session",
     "Signal",
     "SignalSet",
+    "TD3",
     "Transitions",
     "TruncatedNormalNoise",
     "__version__",
     "check_env",
     "linear",
     "load",
+    "preset",
 ]
 
 

@@ -51,7 +51,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument("env", help="registered gymnasium id, e.g. CartPole-v1")
     train.add_argument("--agent", default="ppo", type=str.lower, help=f"algorithm: {agents} (default ppo)")
-    train.add_argument("--steps", type=int, default=100_000, help="env steps to train (default 100000)")
+    train.add_argument(
+        "--steps", type=int, default=None, help="env steps to train (default: the preset's budget, else 100000)"
+    )
+    train.add_argument(
+        "--no-preset", action="store_true", help="ignore the tuned rl-baselines3-zoo preset for this env and agent"
+    )
     train.add_argument("--seed", type=int, default=None, help="random seed")
     train.add_argument("--out", default=None, help="save the run to this directory (or .zip) when done")
     train.add_argument("--memory", action="store_true", help="also save the replay memory")
@@ -73,8 +78,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _train(args: argparse.Namespace) -> int:
     from .agents import AGENTS
+    from .presets import PRESETS, preset
     from .session import Session
 
+    spec = None if args.resume or args.no_preset else PRESETS.get((args.env, args.agent))
+    if args.steps is None:
+        args.steps = spec.steps if spec is not None else 100_000
     if args.steps <= 0:
         raise SystemExit(f"workbench: --steps must be positive, got {args.steps}")
     kwargs: dict[str, Any] = {"eval_every": args.eval_every, "eval_episodes": args.eval_episodes}
@@ -85,7 +94,12 @@ def _train(args: argparse.Namespace) -> int:
     else:
         if args.agent not in AGENTS:
             raise SystemExit(f"workbench: unknown agent {args.agent!r}; choose from {', '.join(_agent_names())}")
-        agent = AGENTS[args.agent](args.env, seed=args.seed, **_hyperparameters(args.set))
+        if spec is not None:
+            # Tuned settings first; --set still overrides single values.
+            print(f"using the rl-baselines3-zoo preset for {args.agent} on {args.env} (--no-preset to skip)")
+            agent = preset(args.env, args.agent, seed=args.seed, **_hyperparameters(args.set)).agent
+        else:
+            agent = AGENTS[args.agent](args.env, seed=args.seed, **_hyperparameters(args.set))
         session = Session(agent, args.env, seed=args.seed, **kwargs)
     session.run(args.steps, progress=not args.no_progress)
     reward = session.signals.get("episode_reward")

@@ -1,0 +1,203 @@
+"""Tuned presets: rl-baselines3-zoo's hyperparameters for the classic-control tasks.
+
+``wb.preset(env_id, agent)`` returns a :class:`Preset` named tuple ``(agent, env, steps)``: an agent
+built with the zoo's settings, the env to train it on (the registered id, so the session can make
+the zoo's number of copies) and the zoo's step budget::
+
+    agent, env, steps = wb.preset("Pendulum-v1", "sac", seed=0)
+    wb.Session(agent, env, seed=0).run(steps=steps)
+
+Keyword arguments override single hyperparameters. :data:`PRESETS` holds every
+:class:`PresetSpec` (settings, budget, the zoo's published score and the score counted as solved);
+the CLI (``workbench train Pendulum-v1 --agent sac``) and ``benchmarks/sample_efficiency.py`` use it.
+Sources: rl-baselines3-zoo ``hyperparams/*.yml`` and ``benchmark.md`` (see docs/algorithms.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from .agents.base import AGENTS, Agent
+from .exploration import EpsilonGreedy, Exploration, GaussianNoise, exploration_from_dict
+
+__all__ = ["PRESETS", "Preset", "PresetSpec", "preset"]
+
+
+@dataclass(frozen=True)
+class PresetSpec:
+    """One tuned setting: which agent on which env, its hyperparameters and the zoo's figures."""
+
+    env_id: str
+    """Registered gymnasium id."""
+    agent: str
+    """Agent name as in ``wb.AGENTS`` (lower case)."""
+    steps: int
+    """The zoo's training budget, in env steps."""
+    hyperparameters: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments for the agent (values that differ from its defaults)."""
+    zoo_score: float | None = None
+    """Mean return of the zoo's trained agent (benchmark.md), for comparison."""
+    solved: float | None = None
+    """Final evaluation counted as solving the task."""
+
+
+class Preset(NamedTuple):
+    """What :func:`preset` returns: unpack as ``agent, env, steps = wb.preset(...)``."""
+
+    agent: Agent
+    """The agent, built with the tuned hyperparameters."""
+    env: str
+    """The env id to train on (``wb.Session(agent, env)`` makes the agent's ``n_envs`` copies)."""
+    steps: int
+    """The zoo's step budget."""
+
+
+def _specs() -> list[PresetSpec]:
+    # Each entry transcribes the zoo's yml; fields equal to the agent's default are left out.
+    return [
+        PresetSpec("CartPole-v1", "ppo", 100_000, {}, zoo_score=500.0, solved=475.0),  # PPO defaults = zoo
+        PresetSpec("CartPole-v1", "dqn", 50_000, {}, zoo_score=500.0, solved=475.0),  # DQN defaults = zoo
+        PresetSpec("CartPole-v1", "a2c", 500_000, {"n_envs": 8, "ent_coef": 0.0}, zoo_score=500.0, solved=475.0),
+        PresetSpec(
+            "Acrobot-v1",
+            "dqn",
+            100_000,
+            {
+                "learning_rate": 6.3e-4,
+                "batch_size": 128,
+                "buffer_size": 50_000,
+                "learning_starts": 0,
+                "gamma": 0.99,
+                "target_update_interval": 250,
+                "train_freq": 4,
+                "gradient_steps": -1,
+                "exploration": EpsilonGreedy(start=1.0, end=0.1, fraction=0.12),
+                "net_arch": (256, 256),
+            },
+            zoo_score=-76.639,
+            solved=-100.0,
+        ),
+        PresetSpec(
+            "MountainCar-v0",
+            "dqn",
+            120_000,
+            {
+                "learning_rate": 4e-3,
+                "batch_size": 128,
+                "buffer_size": 10_000,
+                "learning_starts": 1000,
+                "gamma": 0.98,
+                "target_update_interval": 600,
+                "train_freq": 16,
+                "gradient_steps": 8,
+                "exploration": EpsilonGreedy(start=1.0, end=0.07, fraction=0.2),
+                "net_arch": (256, 256),
+            },
+            zoo_score=-100.849,
+            solved=-110.0,
+        ),
+        PresetSpec("Pendulum-v1", "sac", 20_000, {"learning_rate": 1e-3}, zoo_score=-156.995, solved=-200.0),
+        PresetSpec(
+            "Pendulum-v1",
+            "td3",
+            20_000,
+            {
+                "gamma": 0.98,
+                "buffer_size": 200_000,
+                "learning_starts": 10_000,
+                "exploration": GaussianNoise(0.1),
+                "train_freq": 1,
+                "gradient_steps": 1,
+                "learning_rate": 1e-3,
+                "net_arch": (400, 300),
+            },
+            zoo_score=-151.855,
+            solved=-200.0,
+        ),
+        PresetSpec(
+            "Pendulum-v1",
+            "ddpg",
+            20_000,
+            {
+                "gamma": 0.98,
+                "buffer_size": 200_000,
+                "learning_starts": 10_000,
+                "exploration": GaussianNoise(0.1),
+                "train_freq": 1,
+                "gradient_steps": 1,
+                "learning_rate": 1e-3,
+                "net_arch": (400, 300),
+            },
+            zoo_score=-152.099,
+            solved=-200.0,
+        ),
+        # The zoo's SAC here also uses gSDE (use_sde, log_std_init -3.67), which workbench does not
+        # have; the rest is transcribed. See docs/algorithms.md for what that costs.
+        PresetSpec(
+            "MountainCarContinuous-v0",
+            "sac",
+            50_000,
+            {
+                "learning_rate": 3e-4,
+                "buffer_size": 50_000,
+                "batch_size": 512,
+                "ent_coef": 0.1,
+                "train_freq": 32,
+                "gradient_steps": 32,
+                "gamma": 0.9999,
+                "tau": 0.01,
+                "learning_starts": 0,
+                "net_arch": (64, 64),
+            },
+            zoo_score=94.679,
+            solved=90.0,
+        ),
+        PresetSpec(
+            "Pendulum-v1",
+            "ppo",
+            100_000,
+            {
+                "n_envs": 4,
+                "n_steps": 1024,
+                "gae_lambda": 0.95,
+                "gamma": 0.9,
+                "n_epochs": 10,
+                "batch_size": 64,
+                "ent_coef": 0.0,
+                "learning_rate": 1e-3,
+                "clip_range": 0.2,
+            },
+            zoo_score=-172.225,  # the zoo adds gSDE here, which workbench does not have
+            solved=-200.0,
+        ),
+    ]
+
+
+PRESETS: dict[tuple[str, str], PresetSpec] = {(s.env_id, s.agent): s for s in _specs()}
+"""Every preset by ``(env_id, agent)``."""
+
+
+def preset(env_id: str, agent: str, *, seed: int | None = None, **overrides: Any) -> Preset:
+    """An agent tuned by rl-baselines3-zoo for ``env_id``, the env id and the zoo's step budget.
+
+    ``agent`` is a name such as ``"sac"`` (any case) or an agent class; ``overrides`` replace single
+    hyperparameters. Raises ``ValueError`` listing the available presets when there is none.
+    """
+    name = agent.__name__.lower() if isinstance(agent, type) else str(agent).lower()
+    spec = PRESETS.get((env_id, name))
+    if spec is None:
+        available = ", ".join(f"{e} {a}" for e, a in sorted(PRESETS))
+        for_env = sorted(a for e, a in PRESETS if e == env_id)
+        hint = f" For {env_id} there are: {', '.join(for_env)}." if for_env else ""
+        raise ValueError(
+            f"no tuned preset for agent {name!r} on {env_id!r}.{hint} Available (env agent): {available}. "
+            f"Without a preset, build the agent yourself: wb.{name.upper()}({env_id!r}, ...)"
+        )
+    # Exploration objects keep per-run state (OU noise), so each agent gets its own copy.
+    hyper = {k: exploration_from_dict(v.to_dict()) if isinstance(v, Exploration) else v
+             for k, v in spec.hyperparameters.items()}
+    hyper.update(overrides)
+    built = AGENTS[name](env_id, seed=seed, **hyper)
+    return Preset(built, env_id, spec.steps)
+
