@@ -3,23 +3,59 @@
 ``reset() -> obs``, ``step(actions) -> (obs, rewards, terminated, truncated, final_obs)``,
 ``close()``, plus ``num_envs`` and ``persistent`` (True when the runner may be kept between two
 ``start`` calls so episodes continue). Agents never know where their env steps ran.
+
+Two optional methods let a backend add to the loop without the loop knowing which backend it is:
+
+* ``drain_signals() -> [(name, value), ...]``: per-worker signals (``worker_3/episode_reward``,
+  ``worker_3/steps_per_second``, ``weight_staleness``...) that the session records at the current step;
+* ``act(obs) -> actions``: a backend whose workers choose actions themselves (Ray rollout workers)
+  replaces ``agent.act``; it hands back the actions its workers took with the agent's weights.
+
+Backends (``Session(..., num_workers=N, backend=...)``):
+
+* ``"inprocess"``: every env stepped in the training thread, one after another.
+* ``"local"``: ``num_workers`` worker processes on this machine, each stepping ``envs_per_worker`` envs.
+* ``"ray"``: Ray actors as rollout workers, on this machine or a cluster (``ray_address=``).
+* ``"auto"`` (the default): in-process for one worker; with more, it times a few steps of one env and
+  picks in-process or local (see :func:`choose_backend`).
+
+See ``docs/parallel.md`` for the whole story.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import os
+import time
+from typing import Any, NamedTuple
 
-from ..envs import EnvSource, VecEnv
+from ..envs import EnvSource, VecEnv, as_env_source
+from .errors import WorkerError
+from .local import LocalRunner, split_envs
 
-__all__ = ["BACKENDS", "make_runner"]
+__all__ = [
+    "BACKENDS",
+    "BackendChoice",
+    "InProcessRunner",
+    "LocalRunner",
+    "WorkerError",
+    "choose_backend",
+    "make_runner",
+]
 
-BACKENDS = ("auto", "inprocess")
+BACKENDS = ("auto", "inprocess", "local", "ray")
+
+# What one worker costs the learner per env step (send actions, receive results, wake-ups),
+# measured on a 2-core machine; used by choose_backend's estimate.
+_IPC_COST_S = 1.2e-4
+_PROBE_STEPS = 50
+_PROBE_SECONDS = 0.2
 
 
 class InProcessRunner(VecEnv):
     """All envs stepped one after another in the training thread (fastest for cheap envs)."""
 
     persistent = True
+    backend = "inprocess"
 
     def __init__(self, source: EnvSource, num_envs: int, seed: int | None) -> None:
         if source.instance is not None:
@@ -36,6 +72,68 @@ class InProcessRunner(VecEnv):
             super().close()
 
 
+class BackendChoice(NamedTuple):
+    """What ``backend="auto"`` picked and why (see :func:`choose_backend`)."""
+
+    backend: str
+    """``"inprocess"`` or ``"local"``."""
+    reason: str
+    """One sentence with the measured numbers behind the choice."""
+    step_seconds: float
+    """Mean wall time of one env step, measured."""
+    cpu_fraction: float
+    """Share of that time spent computing (the rest is waiting: sleeps, I/O, a simulator)."""
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def choose_backend(env: Any, num_workers: int, envs_per_worker: int = 1, *, seed: int | None = None) -> BackendChoice:
+    """Time a few steps of one env and choose in-process or local workers for ``num_workers``.
+
+    One env is built, reset and stepped with random actions for up to 50 steps or 0.2 s. The wall
+    time per step and its CPU share give two estimates per training step of all
+    ``num_workers * envs_per_worker`` envs: in-process, ``n * t``; local, the slowest worker
+    (``envs_per_worker * t``) or the CPU work shared over the cores, whichever is longer, plus
+    about 0.1 ms per worker of messaging. The cheaper one wins: CartPole (microseconds a step)
+    stays in-process, an env that waits on a simulator goes to workers.
+    """
+    source = as_env_source(env)
+    if source.factory is None:
+        return BackendChoice("inprocess", "an env instance cannot be copied to worker processes", 0.0, 1.0)
+    probe = source.make()
+    try:
+        probe.action_space.seed(0 if seed is None else seed)
+        probe.reset(seed=seed)
+        steps = 0
+        wall0, cpu0 = time.perf_counter(), time.process_time()
+        while steps < _PROBE_STEPS and time.perf_counter() - wall0 < _PROBE_SECONDS:
+            _, _, terminated, truncated, _ = probe.step(probe.action_space.sample())
+            steps += 1
+            if terminated or truncated:
+                probe.reset()
+        wall = (time.perf_counter() - wall0) / steps
+        cpu = (time.process_time() - cpu0) / steps
+    finally:
+        probe.close()
+    cpu_fraction = min(1.0, cpu / wall) if wall > 0 else 1.0
+    n = num_workers * envs_per_worker
+    cores = _cores()
+    inprocess = n * wall
+    local = max(envs_per_worker * wall, n * wall * cpu_fraction / cores) + _IPC_COST_S * num_workers
+    backend = "local" if local < inprocess else "inprocess"
+    reason = (
+        f"one env step takes {wall * 1e3:.3f} ms ({cpu_fraction:.0%} computing); for {n} envs a training step "
+        f"would take about {inprocess * 1e3:.2f} ms in-process and {local * 1e3:.2f} ms with {num_workers} "
+        f"worker processes on {cores} cores, so {backend}"
+    )
+    return BackendChoice(backend, reason, wall, cpu_fraction)
+
+
 def make_runner(
     source: EnvSource,
     num_envs: int,
@@ -43,14 +141,47 @@ def make_runner(
     seed: int | None = None,
     num_workers: int = 1,
     backend: str = "auto",
+    agent: Any = None,
+    envs_per_worker: int | None = None,
+    restart_workers: bool = False,
     **options: Any,
-) -> InProcessRunner:
-    """Build the runner that steps ``num_envs`` envs from ``source`` for a session."""
+) -> Any:
+    """Build the runner that steps envs from ``source`` for a session.
+
+    With one worker, ``num_envs`` envs (the agent's preference); with ``num_workers > 1``,
+    ``envs_per_worker`` envs in each worker (default: enough to cover ``num_envs``).
+    ``restart_workers=True`` starts a dead worker again instead of failing the run. The Ray backend
+    takes its own options (``ray_address``, ``sync_every``...; see ``workbench.parallel.ray_backend``).
+    """
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
-    if num_workers != 1:
-        raise ValueError(
-            f"num_workers={num_workers} needs a parallel backend, which this version does not have: "
-            "use num_workers=1"
+    if not isinstance(num_workers, int) or num_workers < 1:
+        raise ValueError(f"num_workers must be a positive integer, got {num_workers!r}")
+    if options and backend != "ray":
+        raise TypeError(
+            f"unknown option(s) {', '.join(sorted(options))} for backend={backend!r}; known: "
+            "envs_per_worker, restart_workers (and ray_address, sync_every, ... for backend='ray')"
         )
-    return InProcessRunner(source, num_envs, seed)
+    if num_workers > 1 and source.instance is not None:
+        raise ValueError(
+            f"num_workers={num_workers} needs a way to build the env in each worker, but an env "
+            "instance cannot be copied to another process. Pass a zero-argument factory instead: "
+            "Session(agent, lambda: MyEnv(...), num_workers=...)"
+        )
+    if num_workers == 1 and backend in ("auto", "inprocess"):
+        # The single-worker path: exactly the plain vector env, nothing measured, nothing started.
+        return InProcessRunner(source, num_envs, seed)
+    per = split_envs(num_envs, num_workers, envs_per_worker)
+    if backend == "auto":
+        backend = choose_backend(source, num_workers, per, seed=seed).backend
+    if backend == "inprocess":
+        return InProcessRunner(source, per * num_workers, seed)
+    if backend == "local":
+        return LocalRunner(source, num_workers, per, seed=seed, restart_workers=restart_workers)
+    from .ray_backend import RayRunner
+
+    if agent is None:
+        raise ValueError("backend='ray' needs the agent (its workers act with the agent's weights)")
+    return RayRunner(
+        source, agent, num_workers, per, seed=seed, restart_workers=restart_workers, **options
+    )

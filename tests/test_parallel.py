@@ -1,0 +1,275 @@
+"""Parallel env stepping: local worker processes, backend choice, faults, control, cleanup.
+
+The envs used here are defined in this module and sent to the workers by value (cloudpickle), the
+way a notebook-defined env travels, so a worker never imports this test module (or torch).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import cloudpickle
+import gymnasium as gym
+import numpy as np
+import psutil
+import pytest
+
+import workbench as wb
+from workbench.envs import VecEnv, as_env_source
+from workbench.parallel import WorkerError, choose_backend, make_runner
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+class CountEnv(gym.Env):
+    """Episodes of ``length`` steps; ``step`` waits ``delay`` s; optionally logs every step to a file
+    named after its process, and raises at step ``fail_at`` when its first seed is ``fail_seed``."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, delay=0.0, log_dir=None, fail_seed=None, fail_at=10, length=20):
+        self.delay, self.log_dir, self.fail_seed, self.fail_at, self.length = delay, log_dir, fail_seed, fail_at, length
+        self.first_seed = None
+        self.total = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        if self.first_seed is None:
+            self.first_seed = seed
+        self.t = 0
+        return self.np_random.uniform(-1, 1, 3).astype(np.float32), {}
+
+    def step(self, action):
+        if self.delay:
+            time.sleep(self.delay)
+        self.t += 1
+        self.total += 1
+        if self.fail_seed is not None and self.first_seed == self.fail_seed and self.total >= self.fail_at:
+            raise ValueError(f"simulator exploded at step {self.total}")
+        if self.log_dir is not None:
+            with open(os.path.join(self.log_dir, str(os.getpid())), "ab") as f:
+                f.write(b".")
+        obs = np.full(3, self.t / self.length, dtype=np.float32)
+        return obs, float(action), False, self.t >= self.length, {}
+
+
+def cartpole():
+    return gym.make("CartPole-v1")
+
+
+def _children() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE}
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_processes():
+    """Every test must leave the process table as it found it: no worker survives a run."""
+    before = _children()
+    yield
+    left = _children() - before
+    assert not left, f"worker processes left behind: {[psutil.Process(p).cmdline() for p in left]}"
+
+
+def _wait_for(condition, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.02)
+
+
+# -- bad input ---------------------------------------------------------------------------------
+
+
+def test_env_instance_with_workers_is_a_clear_error():
+    env = gym.make("CartPole-v1")
+    agent = wb.PPO(env)
+    with pytest.raises(ValueError, match=r"num_workers=4.*zero-argument factory.*lambda: MyEnv"):
+        wb.Session(agent, env, num_workers=4)
+
+
+def test_unknown_backend_and_option_are_clear_errors():
+    source = as_env_source("CartPole-v1")
+    with pytest.raises(ValueError, match="unknown backend 'threads'.*local"):
+        make_runner(source, 4, num_workers=2, backend="threads")
+    with pytest.raises(TypeError, match="unknown option.*ray_adress"):
+        make_runner(source, 4, num_workers=2, backend="local", ray_adress="auto")
+    with pytest.raises(ValueError, match="envs_per_worker must be a positive integer"):
+        make_runner(source, 4, num_workers=2, backend="local", envs_per_worker=0)
+
+
+# -- backend choice ------------------------------------------------------------------------------
+
+
+def test_auto_keeps_cheap_envs_in_process_and_sends_slow_ones_to_workers():
+    cheap = choose_backend("CartPole-v1", num_workers=8)
+    assert cheap.backend == "inprocess"
+    assert "in-process" in cheap.reason and "ms" in cheap.reason
+    slow = choose_backend(lambda: CountEnv(delay=0.005), num_workers=8)
+    assert slow.backend == "local"
+    assert slow.step_seconds >= 0.005 and slow.cpu_fraction < 0.5
+    # One worker is the plain in-process path: nothing measured, nothing started.
+    runner = make_runner(as_env_source(cartpole), 8, num_workers=1)
+    assert runner.backend == "inprocess" and runner.num_envs == 8
+    runner.close()
+
+
+def test_auto_with_workers_builds_the_chosen_runner():
+    runner = make_runner(as_env_source(cartpole), 8, seed=0, num_workers=4, backend="auto")
+    try:
+        assert runner.backend == "inprocess" and runner.num_envs == 8
+    finally:
+        runner.close()
+
+
+# -- the local runner ------------------------------------------------------------------------------
+
+
+def test_local_runner_seeds_each_env_like_the_in_process_one():
+    source = as_env_source(cartpole)
+    runner = make_runner(source, 6, seed=3, num_workers=3, backend="local")
+    try:
+        assert runner.backend == "local" and runner.num_envs == 6 and len(runner.pids()) == 3
+        obs = runner.reset()
+        reference = VecEnv([cartpole() for _ in range(6)], seed=3)
+        np.testing.assert_array_equal(obs, reference.reset())
+        assert len({tuple(o) for o in obs}) == 6  # distinct seeds, distinct starts
+        rng = np.random.default_rng(0)
+        for _ in range(60):  # through several episode ends: same-step autoreset, like VecEnv
+            actions = rng.integers(0, 2, size=6)
+            got = runner.step(actions)
+            want = reference.step(actions)
+            for a, b in zip(got, want):
+                np.testing.assert_array_equal(a, b)
+    finally:
+        runner.close()
+    assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in runner.pids())
+
+
+@pytest.mark.slow
+def test_ppo_learns_cartpole_with_four_local_workers():
+    agent = wb.PPO("CartPole-v1", seed=0)
+    session = wb.Session(
+        agent, cartpole, num_workers=4, backend="local", seed=0,
+        stop_when=lambda s: s.signals["episode_reward"].mean(last=10) >= 200,
+    )
+    session.run(40_000)
+    assert session.status == "finished"
+    assert session.signals["episode_reward"].mean(last=10) >= 200
+    # Per-worker signals: every worker's episodes and speed show separately.
+    for w in range(4):
+        assert len(session.signals[f"worker_{w}/episode_reward"]) > 0
+    assert session.signals["worker_0/steps_per_second"].last > 0
+
+
+@pytest.mark.slow
+def test_dqn_learns_cartpole_with_four_local_workers():
+    agent = wb.DQN(
+        "CartPole-v1", seed=0, net_arch=(64, 64), learning_rate=1e-3, learning_starts=500, train_freq=16,
+        gradient_steps=8, target_update_interval=250, buffer_size=20_000,
+        exploration=wb.EpsilonGreedy(1.0, 0.05, 0.25),
+    )
+    session = wb.Session(
+        agent, cartpole, num_workers=4, backend="local", seed=0,
+        stop_when=lambda s: s.signals["episode_reward"].mean(last=10) >= 150,
+    )
+    session.run(25_000)
+    assert session.status == "finished"
+    assert session.signals["episode_reward"].mean(last=10) >= 150
+    assert {f"worker_{w}/episode_reward" for w in range(4)} <= set(session.signals.names())
+
+
+def test_pause_resume_and_stop_reach_every_worker(tmp_path):
+    log_dir = str(tmp_path)
+    agent = wb.PPO(CountEnv(), n_steps=16, n_envs=4)
+    session = wb.Session(agent, lambda: CountEnv(delay=0.002, log_dir=log_dir), num_workers=4, backend="local")
+    sizes = lambda: {name: os.path.getsize(os.path.join(log_dir, name)) for name in os.listdir(log_dir)}  # noqa: E731
+    session.start(10_000_000)
+    try:
+        _wait_for(lambda: len(sizes()) == 4)  # every worker process is stepping
+        session.pause()
+        assert session.status == "paused"
+        paused = sizes()
+        time.sleep(0.3)
+        assert sizes() == paused, "a worker kept stepping while paused"
+        session.resume()
+        _wait_for(lambda: all(size > paused[name] for name, size in sizes().items()))
+    finally:
+        session.stop()
+    assert session.status == "stopped"
+    stopped = sizes()
+    time.sleep(0.2)
+    assert sizes() == stopped
+    # The no_leftover_processes fixture checks the workers are gone.
+
+
+def test_raising_env_fails_the_session_naming_the_worker():
+    agent = wb.PPO(CountEnv(), n_steps=16, n_envs=4)
+    # Env 2 (seed 7 + 2) is the only env of worker 2; it raises at its 30th step.
+    session = wb.Session(agent, lambda: CountEnv(fail_seed=9, fail_at=30), num_workers=4, backend="local", seed=7)
+    start = time.monotonic()
+    session.start(100_000)
+    with pytest.raises(WorkerError) as info:
+        session.wait(timeout=10)
+    assert time.monotonic() - start < 10
+    assert session.status == "failed"
+    err = info.value
+    assert err.worker == 2 and not err.died
+    assert str(err).startswith("worker 2 (envs 2-2) raised in env.step")
+    assert "simulator exploded at step 30" in str(err) and "Traceback" in err.remote_traceback
+    assert "in step" in err.remote_traceback  # the env's own frame
+
+
+def test_killed_worker_fails_the_session_within_seconds():
+    agent = wb.PPO(CountEnv(), n_steps=16, n_envs=4)
+    session = wb.Session(agent, lambda: CountEnv(delay=0.001), num_workers=4, backend="local")
+    session.start(10_000_000)
+    _wait_for(lambda: session.steps > 100)
+    pid = session._runner.pids()[1]
+    os.kill(pid, signal.SIGKILL)
+    killed = time.monotonic()
+    with pytest.raises(WorkerError, match=r"worker 1 \(envs 1-1\) process died \(exit code -9\)") as info:
+        session.wait(timeout=10)
+    assert time.monotonic() - killed < 10
+    assert session.status == "failed" and info.value.died and info.value.worker == 1
+
+
+def test_killed_worker_is_restarted_when_asked_and_the_run_continues():
+    agent = wb.PPO(CountEnv(), n_steps=16, n_envs=4)
+    session = wb.Session(
+        agent, lambda: CountEnv(delay=0.001), num_workers=4, backend="local", restart_workers=True, seed=0
+    )
+    session.start(3_000)
+    _wait_for(lambda: session.steps > 200)
+    runner = session._runner
+    old = runner.pids()[3]
+    os.kill(old, signal.SIGKILL)
+    session.wait(timeout=30)
+    assert session.status == "finished" and session.steps >= 3_000
+    assert session.signals["worker_restarts"].last == 1
+    assert old not in runner.pids()
+
+
+def test_an_unpicklable_factory_is_a_clear_error():
+    import threading
+
+    lock = threading.Lock()
+
+    def factory():
+        with lock:
+            return CountEnv()
+
+    with pytest.raises(ValueError, match="cannot be sent to a worker process"):
+        make_runner(as_env_source(factory), 2, num_workers=2, backend="local")
+
+
+def test_a_second_run_starts_fresh_workers():
+    agent = wb.PPO(CountEnv(), n_steps=8, n_envs=2)
+    session = wb.Session(agent, CountEnv, num_workers=2, backend="local", seed=1)
+    session.run(200)
+    session.run(200)
+    assert session.status == "finished" and session.steps >= 400

@@ -1,0 +1,108 @@
+"""The program a local worker process runs: build envs from the user's factory, step them on request.
+
+It is started as a script (``python _worker.py FD``), not as ``workbench.parallel._worker``, so a
+worker does not import the ``workbench`` package (and with it torch): a worker starts in about a
+tenth of a second. It loads ``workbench/envs.py`` by path, so the autoreset rules stay written once.
+
+Protocol over the connection on file descriptor FD (messages are tuples, pickled by
+``multiprocessing.connection`` between this library's own processes, never read from a file):
+
+* ``("init", factory_blob, env_id, num_envs, seed)``: build ``num_envs`` envs; ``factory_blob`` is
+  the user's zero-argument factory serialised with cloudpickle (None when ``env_id`` is given).
+* ``("reset",)`` -> ``("ok", obs)``
+* ``("step", actions)`` -> ``("ok", (obs, rewards, terminated, truncated, final_obs or None, busy_s))``
+* ``("close",)``: close the envs and exit.
+
+Any error is answered with ``("error", where, traceback_text)``; the parent raises it, naming this worker.
+The worker exits when the parent goes away (the connection reaches EOF).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import sys
+import time
+import traceback
+
+
+def _load_envs_module():  # type: ignore[no-untyped-def]
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "envs.py")
+    spec = importlib.util.spec_from_file_location("_workbench_worker_envs", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up here
+    spec.loader.exec_module(module)
+    return module
+
+
+def _build(message: tuple, envs_module):  # type: ignore[no-untyped-def]
+    _, blob, env_id, num_envs, seed = message
+    if env_id is not None:
+        import gymnasium as gym
+
+        def factory():  # type: ignore[no-untyped-def]
+            return gym.make(env_id)
+    else:
+        import cloudpickle
+
+        factory = cloudpickle.loads(blob)
+    envs = []
+    for _ in range(num_envs):
+        env = factory()
+        if not hasattr(env, "step") or not hasattr(env, "reset"):
+            raise TypeError(f"the env factory returned {type(env).__name__}, not a gymnasium.Env")
+        envs.append(env)
+    return envs_module.VecEnv(envs, seed=seed)
+
+
+def main(fd: int) -> None:
+    """Serve the parent until it says close or goes away."""
+    from multiprocessing.connection import Connection
+
+    # Ctrl-C in a terminal reaches the whole process group; the parent decides when workers stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    conn = Connection(fd)
+    vec = None
+    where = "starting"
+    try:
+        envs_module = _load_envs_module()
+        while True:
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):
+                break
+            command = message[0]
+            try:
+                if command == "step":
+                    where = "env.step"
+                    start = time.perf_counter()
+                    obs, rewards, terminated, truncated, final_obs = vec.step(message[1])
+                    busy = time.perf_counter() - start
+                    final = None if final_obs is obs else final_obs  # most steps end no episode
+                    conn.send(("ok", (obs, rewards, terminated, truncated, final, busy)))
+                elif command == "reset":
+                    where = "env.reset"
+                    conn.send(("ok", vec.reset()))
+                elif command == "init":
+                    where = "building the env (the factory)"
+                    vec = _build(message, envs_module)
+                    conn.send(("ok", None))
+                elif command == "close":
+                    break
+                else:
+                    raise ValueError(f"unknown command {command!r}")
+            except Exception:
+                conn.send(("error", where, traceback.format_exc()))
+    finally:
+        if vec is not None:
+            try:
+                vec.close()
+            except Exception:
+                pass
+        conn.close()
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]))

@@ -1,0 +1,47 @@
+"""The error a parallel run fails with when one of its workers raises or dies."""
+
+from __future__ import annotations
+
+__all__ = ["WorkerError"]
+
+
+class WorkerError(RuntimeError):
+    """A rollout worker's env raised, or the worker process (or Ray actor) died.
+
+    ``worker`` is the worker's id (0-based), ``envs`` the range of env indices it stepped,
+    ``died`` tells a lost process from an env that raised, and ``remote_traceback`` holds the
+    env's own traceback text from inside the worker (also part of the message).
+    """
+
+    def __init__(
+        self,
+        worker: int,
+        what: str,
+        *,
+        envs: slice | range | None = None,
+        died: bool = False,
+        remote_traceback: str | None = None,
+    ) -> None:
+        self.worker = worker
+        self.envs = range(envs.start, envs.stop) if isinstance(envs, slice) else envs
+        self.died = died
+        self.remote_traceback = remote_traceback
+        where = "" if self.envs is None else f" (envs {self.envs.start}-{self.envs.stop - 1})"
+        message = f"worker {worker}{where} {what}"
+        if remote_traceback:
+            message += f"; the worker's traceback:\n{remote_traceback.rstrip()}"
+        super().__init__(message)
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        # Keeps the keyword fields when the error crosses a process boundary.
+        return (
+            _rebuild,
+            (self.worker, str(self), self.envs, self.died, self.remote_traceback),
+        )
+
+
+def _rebuild(worker: int, message: str, envs: range | None, died: bool, tb: str | None) -> WorkerError:
+    err = WorkerError.__new__(WorkerError)
+    RuntimeError.__init__(err, message)
+    err.worker, err.envs, err.died, err.remote_traceback = worker, envs, died, tb
+    return err

@@ -1,0 +1,305 @@
+"""Local worker processes: each steps one or more env copies built from the user's factory.
+
+The learner (the session's training thread) still chooses every action, on the whole batch at once;
+the workers only step envs, all at the same time, so an env that waits on a simulator overlaps its
+waiting with the others'. Agents see one vector env and never know where the steps ran.
+
+Workers are fresh Python processes started from a small script (see ``_worker.py``), so they work
+from notebooks and scripts alike, do not import torch, and start in a fraction of a second. The user's
+factory travels to them serialised with cloudpickle (the same way ``multiprocessing`` would send it);
+nothing a user loads from disk is ever unpickled.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import subprocess
+import sys
+import time
+import weakref
+from typing import Any
+
+import numpy as np
+
+from ..envs import EnvSource, flat_observation_space
+from .errors import WorkerError
+
+__all__ = ["LocalRunner"]
+
+_WORKER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_worker.py")
+_START_TIMEOUT_S = 60.0  # building a heavy env (a simulator) may take a while
+_CLOSE_TIMEOUT_S = 2.0  # then workers that have not exited are killed
+_SIGNAL_INTERVAL_S = 1.0
+
+
+class _Worker:
+    """One worker process and the parent's end of its connection."""
+
+    def __init__(self, worker_id: int, first_env: int, num_envs: int) -> None:
+        self.id = worker_id
+        self.first_env = first_env
+        self.num_envs = num_envs
+        self.process: subprocess.Popen | None = None
+        self.conn: Any = None
+        self.steps = 0  # env steps in the current signal window
+        self.busy = 0.0  # seconds its envs spent stepping in that window
+
+    @property
+    def envs(self) -> slice:
+        return slice(self.first_env, self.first_env + self.num_envs)
+
+    def start(self) -> None:
+        from multiprocessing.connection import Connection
+
+        parent_sock, child_sock = socket.socketpair()
+        env = dict(os.environ)
+        # A worker steps envs; it should not spread a torch/numpy thread pool over every core.
+        for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+            env.setdefault(name, "1")
+        # The user's factory may live in a module next to their script: let the worker import it too.
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p) if sys.path else env.get("PYTHONPATH", "")
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, _WORKER_SCRIPT, str(child_sock.fileno())],
+                pass_fds=(child_sock.fileno(),),
+                env=env,
+                close_fds=True,
+            )
+        finally:
+            child_sock.close()
+        self.conn = Connection(parent_sock.detach())
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+
+
+def _shutdown(workers: list[_Worker]) -> None:
+    """Ask every worker to close, then kill the ones still there. Safe to call twice and at exit."""
+    for w in workers:
+        if w.conn is not None:
+            try:
+                w.conn.send(("close",))
+            except (OSError, ValueError):
+                pass
+    deadline = time.monotonic() + _CLOSE_TIMEOUT_S
+    for w in workers:
+        if w.process is None:
+            continue
+        try:
+            w.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            w.process.kill()
+            w.process.wait()
+    for w in workers:
+        if w.conn is not None:
+            w.conn.close()
+            w.conn = None
+    workers.clear()
+
+
+class LocalRunner:
+    """``num_workers`` worker processes stepping ``envs_per_worker`` env copies each.
+
+    Env ``i`` (over all workers) is seeded ``seed + i`` on the first reset, the same seeds the
+    in-process runner uses, so runs are reproducible and every env's seed differs.
+
+    ``restart_workers=True``: a worker that dies is started again with fresh envs; its envs'
+    running episodes end as truncated and the run continues. Otherwise the run fails with a
+    :class:`WorkerError` naming the worker.
+    """
+
+    persistent = False  # processes never outlive a run: stop() leaves nothing behind
+    backend = "local"
+
+    def __init__(
+        self,
+        source: EnvSource,
+        num_workers: int,
+        envs_per_worker: int,
+        *,
+        seed: int | None = None,
+        restart_workers: bool = False,
+    ) -> None:
+        if source.factory is None:
+            raise ValueError(
+                "local workers need a way to build the env in each process: pass a zero-argument "
+                "factory such as `lambda: MyEnv(...)` or a registered id, not an env instance"
+            )
+        self.source = source
+        self.num_workers = num_workers
+        self.envs_per_worker = envs_per_worker
+        self.num_envs = num_workers * envs_per_worker
+        self.seed = seed
+        self.restart_workers = restart_workers
+        self.restarts = 0
+        self._blob = None
+        if source.env_id is None:
+            import cloudpickle
+
+            try:
+                self._blob = cloudpickle.dumps(source.factory)
+            except Exception as exc:
+                raise ValueError(
+                    f"the env factory {source.name} cannot be sent to a worker process ({exc}): "
+                    "make it a plain function or lambda that builds the env, e.g. `lambda: MyEnv(cfg)`"
+                ) from exc
+        obs_space, action_space = source.spaces()
+        self.observation_space, self.action_space = obs_space, action_space
+        shape = flat_observation_space(obs_space).shape
+        self._obs = np.zeros((self.num_envs, *shape), dtype=np.float32)
+        self._returns = np.zeros(self.num_envs, dtype=np.float64)
+        self._pending: list[tuple[str, float]] = []
+        self._window_start = time.perf_counter()
+        self._workers = [_Worker(w, w * envs_per_worker, envs_per_worker) for w in range(num_workers)]
+        # Closes the workers when this runner is garbage collected or the interpreter exits.
+        self._finalizer = weakref.finalize(self, _shutdown, self._workers)
+        try:
+            for w in self._workers:
+                w.start()
+            for w in self._workers:
+                self._init(w, seed)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- worker plumbing ------------------------------------------------------------------------
+
+    def _init(self, w: _Worker, seed: int | None) -> None:
+        worker_seed = None if seed is None else seed + w.first_env
+        w.conn.send(("init", self._blob, self.source.env_id, w.num_envs, worker_seed))
+        self._receive(w, timeout=_START_TIMEOUT_S)
+
+    def _receive(self, w: _Worker, timeout: float | None = None) -> Any:
+        """The worker's answer; a worker that raised or died becomes a WorkerError naming it."""
+        try:
+            if timeout is not None and not w.conn.poll(timeout):
+                raise WorkerError(w.id, f"did not answer within {timeout:.0f} s", envs=w.envs)
+            message = w.conn.recv()
+        except (EOFError, OSError) as exc:
+            code = w.process.poll() if w.process is not None else None
+            if code is None and w.process is not None:
+                try:
+                    code = w.process.wait(timeout=1.0)
+                except subprocess.TimeoutExpired:
+                    code = None
+            raise WorkerError(w.id, f"process died (exit code {code})", envs=w.envs, died=True) from exc
+        if message[0] == "error":
+            _, where, tb = message
+            raise WorkerError(w.id, f"raised in {where}", envs=w.envs, remote_traceback=tb)
+        return message[1]
+
+    def _restart(self, w: _Worker) -> np.ndarray:
+        """Start a dead worker again with fresh envs; return their first observations."""
+        w.kill()
+        if w.conn is not None:
+            w.conn.close()
+        self.restarts += 1
+        w.start()
+        # Fresh seeds for the rebuilt envs: still reproducible, but not a replay of the first episodes.
+        seed = None if self.seed is None else self.seed + 1_000_003 * self.restarts
+        self._init(w, seed)
+        w.conn.send(("reset",))
+        self._pending.append(("worker_restarts", float(self.restarts)))
+        return self._receive(w, timeout=_START_TIMEOUT_S)
+
+    # -- the runner interface -------------------------------------------------------------------
+
+    def reset(self) -> np.ndarray:
+        """Reset every env in every worker; returns all first observations."""
+        for w in self._workers:
+            w.conn.send(("reset",))
+        for w in self._workers:
+            self._obs[w.envs] = self._receive(w, timeout=_START_TIMEOUT_S)
+        self._returns[:] = 0.0
+        self._window_start = time.perf_counter()
+        return self._obs.copy()
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Step every env once, all workers at the same time (same-step autoreset, as ``VecEnv``)."""
+        actions = np.asarray(actions)
+        workers = self._workers
+        for w in workers:
+            try:
+                w.conn.send(("step", actions[w.envs]))
+            except OSError:
+                pass  # a dead worker: its receive below reports or restarts it
+        n = self.num_envs
+        obs = np.empty_like(self._obs)
+        rewards = np.empty(n, dtype=np.float32)
+        terminated = np.empty(n, dtype=bool)
+        truncated = np.empty(n, dtype=bool)
+        finals: list[tuple[slice, np.ndarray]] = []
+        for w in workers:
+            s = w.envs
+            try:
+                o, r, term, trunc, final, busy = self._receive(w)
+            except WorkerError as err:
+                if not (err.died and self.restart_workers):
+                    raise
+                # The running episodes of that worker's envs end here, as time-limit truncations.
+                finals.append((s, self._obs[s].copy()))
+                o = self._restart(w)
+                r, term, trunc, final, busy = 0.0, False, True, None, 0.0
+            obs[s] = o
+            rewards[s] = r
+            terminated[s] = term
+            truncated[s] = trunc
+            if final is not None:
+                finals.append((s, final))
+            w.steps += w.num_envs
+            w.busy += busy
+        self._obs = obs
+        final_obs = obs
+        if finals:
+            final_obs = obs.copy()
+            for s, f in finals:
+                final_obs[s] = f
+        self._track(rewards, terminated | truncated)
+        return obs.copy(), rewards, terminated, truncated, final_obs
+
+    def _track(self, rewards: np.ndarray, done: np.ndarray) -> None:
+        track_episodes(self._returns, rewards, done, self.envs_per_worker, self._pending)
+        now = time.perf_counter()
+        if now - self._window_start >= _SIGNAL_INTERVAL_S:
+            self._window_start = now
+            for w in self._workers:
+                if w.busy > 0:
+                    self._pending.append((f"worker_{w.id}/steps_per_second", w.steps / w.busy))
+                w.steps, w.busy = 0, 0.0
+
+    def drain_signals(self) -> list[tuple[str, float]]:
+        """Per-worker signals recorded since the last call, as ``(name, value)`` pairs."""
+        pending, self._pending = self._pending, []
+        return pending
+
+    def pids(self) -> list[int]:
+        """Process ids of the live workers (for tests and monitoring)."""
+        return [w.process.pid for w in self._workers if w.process is not None]
+
+    def close(self) -> None:
+        """Stop every worker process; kills any that do not exit within a couple of seconds."""
+        self._finalizer()
+
+
+def track_episodes(
+    returns: np.ndarray, rewards: np.ndarray, done: np.ndarray, envs_per_worker: int, pending: list[tuple[str, float]]
+) -> None:
+    """Add ``rewards`` to each env's running return; queue ``worker_W/episode_reward`` for ended episodes."""
+    returns += rewards
+    if done.any():
+        for i in np.flatnonzero(done):
+            pending.append((f"worker_{i // envs_per_worker}/episode_reward", float(returns[i])))
+        returns[done] = 0.0
+
+
+def split_envs(num_envs: int, num_workers: int, envs_per_worker: int | None) -> int:
+    """Envs per worker: ``envs_per_worker`` if given, else enough to cover the agent's ``num_envs``."""
+    if envs_per_worker is None:
+        return max(1, math.ceil(num_envs / num_workers))
+    if not isinstance(envs_per_worker, int) or envs_per_worker < 1:
+        raise ValueError(f"envs_per_worker must be a positive integer, got {envs_per_worker!r}")
+    return envs_per_worker
+

@@ -1,0 +1,446 @@
+"""Ray actors as rollout workers, on this machine or on a cluster.
+
+Each worker is a Ray actor holding ``envs_per_worker`` envs and a replica of the agent (same class,
+same hyperparameters, its own random seed). The learner stays in the session's training thread and
+speaks the same four verbs as always; only where actions are chosen changes:
+
+* **On-policy agents** (PPO, A2C: a rollout and no replay memory): every worker collects one rollout
+  of ``n_steps`` steps with the current weights, the learner observes it step by step and updates,
+  and the new weights go out by one ``ray.put`` per iteration. Staleness is zero by construction.
+* **Off-policy agents** (DQN, DDPG, TD3, SAC: a replay memory): Ape-X style. Workers keep collecting
+  chunks of ``sync_every`` steps; while the learner observes one chunk into its replay memory (and
+  updates), the next chunk is already being collected with the freshest weights, which the workers
+  pull at every chunk start. Data is therefore at most one chunk behind: its staleness (learner
+  updates between the weights that chose the actions and the learner that learns from them) is
+  bounded by the updates in one chunk, and recorded as the ``weight_staleness`` signal.
+
+Agents do not know any of this. What an agent's ``act()`` computes for its ``observe()`` (PPO's
+values and log-probabilities) is found in the replica's ``_last_*`` arrays (one row per env) and set
+on the learner before it observes the step, so any agent that follows that convention works unchanged.
+
+Ray starts on first use: ``ray.init()`` starts a local Ray (no dashboard, nothing listening beyond
+this machine) when none is running, and shuts it down again when the run ends; ``ray_address="auto"``
+or ``"ray://host:10001"`` joins a running cluster instead. Start Ray yourself (``ray.init()``) to keep
+it between runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+import weakref
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..envs import EnvSource, VecEnv
+from .errors import WorkerError
+from .local import track_episodes
+
+__all__ = ["RayRunner", "is_on_policy"]
+
+_DEFAULT_SYNC_EVERY = 32  # off-policy: steps per env between weight pulls
+_START_TIMEOUT_S = 120.0  # actor start: a cluster may have to pull the environment first
+
+
+def is_on_policy(agent: Any) -> bool:
+    """True for agents that learn only from data of their current weights (PPO, A2C).
+
+    An agent may say so with an ``on_policy`` attribute; otherwise one whose config has a replay
+    memory (``buffer_size``) is off-policy and one that collects ``n_steps`` rollouts is on-policy.
+    """
+    explicit = getattr(agent, "on_policy", None)
+    if explicit is not None:
+        return bool(explicit)
+    config = agent.config
+    return hasattr(config, "n_steps") and not hasattr(config, "buffer_size")
+
+
+def agent_weights(agent: Any) -> dict[str, Any]:
+    """Everything the agent acts with, as numpy: every ``nn.Module``'s state and bare tensors."""
+    weights: dict[str, Any] = {}
+    for name, value in vars(agent).items():
+        if isinstance(value, nn.Module):
+            weights[name] = {k: v.detach().cpu().numpy().copy() for k, v in value.state_dict().items()}
+        elif isinstance(value, torch.Tensor):
+            weights[name] = value.detach().cpu().numpy().copy()
+    return weights
+
+
+def load_agent_weights(agent: Any, weights: dict[str, Any]) -> None:
+    """Copy what :func:`agent_weights` returned into ``agent`` in place."""
+    with torch.no_grad():
+        for name, value in weights.items():
+            target = getattr(agent, name)
+            if isinstance(target, nn.Module):
+                target.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in value.items()})
+            else:
+                target.copy_(torch.from_numpy(np.array(value)))
+
+
+class _RolloutWorker:
+    """The actor: envs plus an acting replica of the agent. Runs inside a Ray worker process."""
+
+    def __init__(
+        self,
+        worker_id: int,
+        factory: Any,
+        env_id: str | None,
+        num_envs: int,
+        env_seed: int | None,
+        agent_cls: type,
+        spaces: tuple[Any, Any],
+        config: dict[str, Any],
+        agent_seed: int | None,
+    ) -> None:
+        torch.set_num_threads(1)  # many workers share the cores; one thread each is fastest
+        source = EnvSource(name=str(env_id or factory), factory=factory, env_id=env_id)
+        self.id = worker_id
+        self.vec = VecEnv([source.make() for _ in range(num_envs)], seed=env_seed)
+        self.agent = agent_cls(observation_space=spaces[0], action_space=spaces[1], seed=agent_seed, **config)
+        self.agent.train()
+        self.obs: np.ndarray | None = None
+
+    def pid(self) -> int:
+        """The worker process id (tests check it is gone after a run)."""
+        return os.getpid()
+
+    def reset(self) -> np.ndarray:
+        """Reset the envs (seeded on the first call)."""
+        self.obs = self.vec.reset()
+        return self.obs
+
+    def rollout(self, weights: dict[str, Any] | None, timesteps: int, total: int | None, stride: int, steps: int):  # type: ignore[no-untyped-def]
+        """Act and step ``steps`` times with ``weights``; return the stacked transitions."""
+        agent, vec = self.agent, self.vec
+        if weights is not None:
+            load_agent_weights(agent, weights)
+        # The replica's clock follows the learner's, so schedules (epsilon, warm-up) match.
+        agent.num_timesteps, agent.total_timesteps = timesteps, total
+        obs = self.obs
+        assert obs is not None, "reset() first"
+        n = vec.num_envs
+        out_obs = np.empty((steps, *obs.shape), dtype=np.float32)
+        out_final = np.empty_like(out_obs)
+        rewards = np.empty((steps, n), dtype=np.float32)
+        terminated = np.empty((steps, n), dtype=bool)
+        truncated = np.empty((steps, n), dtype=bool)
+        actions: np.ndarray | None = None
+        caches: dict[str, np.ndarray] = {}
+        start = time.perf_counter()
+        for t in range(steps):
+            a = np.asarray(agent.act(obs))
+            if actions is None:
+                actions = np.empty((steps, *a.shape), dtype=a.dtype)
+            actions[t] = a
+            for name, value in vars(agent).items():
+                if name.startswith("_last_") and isinstance(value, np.ndarray) and value.shape[:1] == (n,):
+                    if name not in caches:
+                        caches[name] = np.empty((steps, *value.shape), dtype=value.dtype)
+                    caches[name][t] = value
+            obs, rewards[t], terminated[t], truncated[t], out_final[t] = vec.step(a)
+            out_obs[t] = obs
+            done = terminated[t] | truncated[t]
+            if done.any():
+                agent.begin_episode(done)
+            agent.num_timesteps += stride
+        self.obs = obs
+        return {
+            "actions": actions,
+            "next_obs": out_obs,
+            "final_obs": out_final,
+            "rewards": rewards,
+            "terminated": terminated,
+            "truncated": truncated,
+            "caches": caches,
+            "seconds": time.perf_counter() - start,
+        }
+
+
+def _kill_actors(actors: list[Any], owns_ray: bool) -> None:
+    try:
+        import ray
+    except ImportError:
+        return
+    if not ray.is_initialized():
+        actors.clear()
+        return
+    for actor in actors:
+        try:
+            ray.kill(actor, no_restart=True)
+        except Exception:
+            pass
+    actors.clear()
+    if owns_ray:
+        ray.shutdown()
+
+
+class RayRunner:
+    """``num_workers`` Ray actors, each with ``envs_per_worker`` envs and an acting agent replica.
+
+    Options (keyword arguments of ``Session`` with ``backend="ray"``):
+        ray_address: None starts a local Ray when none is running; ``"auto"`` or an address joins a cluster.
+        sync_every: off-policy agents: steps per env between weight pulls (default 32). On-policy
+            agents always collect ``n_steps`` per iteration.
+        cpus_per_worker: Ray CPUs each actor reserves (default 1; lower it to pack more workers on a node).
+        ray_init: extra keyword arguments for ``ray.init`` when this runner starts Ray.
+    """
+
+    persistent = False  # actors never outlive a run: stop() leaves nothing behind
+    backend = "ray"
+
+    def __init__(
+        self,
+        source: EnvSource,
+        agent: Any,
+        num_workers: int,
+        envs_per_worker: int,
+        *,
+        seed: int | None = None,
+        restart_workers: bool = False,
+        ray_address: str | None = None,
+        sync_every: int | None = None,
+        cpus_per_worker: float = 1.0,
+        ray_init: dict[str, Any] | None = None,
+    ) -> None:
+        try:
+            import ray
+        except ImportError as exc:
+            raise ImportError("backend='ray' needs Ray: pip install 'rl-workbench[ray]'") from exc
+        if source.factory is None:
+            raise ValueError(
+                "Ray workers need a way to build the env: pass a zero-argument factory such as "
+                "`lambda: MyEnv(...)` or a registered id, not an env instance"
+            )
+        if sync_every is not None and (not isinstance(sync_every, int) or sync_every < 1):
+            raise ValueError(f"sync_every must be a positive number of steps, got {sync_every!r}")
+        self._ray = ray
+        self.agent = agent
+        self.num_workers = num_workers
+        self.envs_per_worker = envs_per_worker
+        self.num_envs = num_workers * envs_per_worker
+        self.seed = seed
+        self.restart_workers = restart_workers
+        self.restarts = 0
+        self.on_policy = is_on_policy(agent)
+        if self.on_policy:
+            self.chunk = int(getattr(agent.config, "n_steps", sync_every or _DEFAULT_SYNC_EVERY))
+        else:
+            self.chunk = sync_every or _DEFAULT_SYNC_EVERY
+        self.owns_ray = False
+        if not ray.is_initialized():
+            options = {"ignore_reinit_error": True, "include_dashboard": False, "logging_level": "warning"}
+            if ray_address is None:
+                cores = os.cpu_count() or 1
+                options["num_cpus"] = max(cores, int(np.ceil(num_workers * cpus_per_worker)))
+            else:
+                options["address"] = ray_address
+            options.update(ray_init or {})
+            ray.init(**options)
+            self.owns_ray = True
+        total = ray.cluster_resources().get("CPU", 0.0)
+        if total < num_workers * cpus_per_worker:
+            if self.owns_ray:
+                ray.shutdown()
+            raise ValueError(
+                f"num_workers={num_workers} with cpus_per_worker={cpus_per_worker} needs "
+                f"{num_workers * cpus_per_worker:g} Ray CPUs, but the cluster has {total:g}: lower "
+                "cpus_per_worker (e.g. 0.25 for workers that mostly wait) or start Ray with more num_cpus"
+            )
+        self._actor_cls = ray.remote(_RolloutWorker).options(num_cpus=cpus_per_worker, max_restarts=0)
+        self._source = source
+        self._config = {f.name: getattr(agent.config, f.name) for f in dataclasses.fields(agent.config)}
+        self._actors: list[Any] = [None] * num_workers
+        self._live: list[Any] = []  # what the finalizer kills
+        self._finalizer = weakref.finalize(self, _kill_actors, self._live, self.owns_ray)
+        self._pids: dict[int, int] = {}
+        self._weights_ref: Any = None
+        self._weights_version = -1
+        self._inflight: list[Any] | None = None
+        self._inflight_version = -1
+        self._data: dict[str, Any] | None = None
+        self._t = 0
+        self._chunk_len = 0
+        self._obs: np.ndarray | None = None
+        self._returns = np.zeros(self.num_envs, dtype=np.float64)
+        self._pending: list[tuple[str, float]] = []
+        try:
+            for w in range(num_workers):
+                self._actors[w] = self._new_actor(w, None if seed is None else seed + w * envs_per_worker)
+            pids = [a.pid.remote() for a in self._actors]
+            for w, ref in enumerate(pids):
+                self._pids[w] = self._get(w, ref, timeout=_START_TIMEOUT_S)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- actors ---------------------------------------------------------------------------------
+
+    def _new_actor(self, w: int, env_seed: int | None) -> Any:
+        agent_seed = None if self.seed is None else self.seed * 7919 + 104_729 * (w + 1) + self.restarts
+        actor = self._actor_cls.remote(
+            w,
+            self._source.factory if self._source.env_id is None else None,
+            self._source.env_id,
+            self.envs_per_worker,
+            env_seed,
+            type(self.agent),
+            (self.agent.observation_space, self.agent.action_space),
+            self._config,
+            agent_seed,
+        )
+        self._live.append(actor)
+        return actor
+
+    def _envs(self, w: int) -> slice:
+        return slice(w * self.envs_per_worker, (w + 1) * self.envs_per_worker)
+
+    def _get(self, w: int, ref: Any, timeout: float | None = None) -> Any:
+        """``ray.get`` for worker ``w``; a raising env or a dead actor becomes a WorkerError naming it."""
+        ray = self._ray
+        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
+        try:
+            return ray.get(ref, timeout=timeout)
+        except RayActorError as exc:
+            raise WorkerError(w, f"Ray actor died ({type(exc).__name__})", envs=self._envs(w), died=True) from exc
+        except RayTaskError as exc:
+            cause = exc.as_instanceof_cause() if hasattr(exc, "as_instanceof_cause") else exc
+            raise WorkerError(w, "raised", envs=self._envs(w), remote_traceback=str(exc)) from cause
+        except GetTimeoutError as exc:
+            raise WorkerError(w, f"did not answer within {timeout:.0f} s", envs=self._envs(w)) from exc
+
+    def _restart(self, w: int) -> None:
+        old = self._actors[w]
+        try:
+            self._ray.kill(old, no_restart=True)
+        except Exception:
+            pass
+        if old in self._live:
+            self._live.remove(old)
+        self.restarts += 1
+        seed = None if self.seed is None else self.seed + 1_000_003 * self.restarts + w * self.envs_per_worker
+        self._actors[w] = self._new_actor(w, seed)
+        self._pids[w] = self._get(w, self._actors[w].pid.remote(), timeout=_START_TIMEOUT_S)
+        self._get(w, self._actors[w].reset.remote(), timeout=_START_TIMEOUT_S)
+        self._pending.append(("worker_restarts", float(self.restarts)))
+
+    # -- collecting -----------------------------------------------------------------------------
+
+    def _publish(self) -> Any:
+        """Put the learner's weights in the object store once per new version (one ray.put)."""
+        version = self.agent.num_updates
+        if self._weights_ref is None or version != self._weights_version:
+            self._weights_ref = self._ray.put(agent_weights(self.agent))
+            self._weights_version = version
+        return self._weights_ref
+
+    def _request(self, timesteps: int) -> None:
+        weights = self._publish()
+        total = self.agent.total_timesteps
+        self._inflight = [
+            a.rollout.remote(weights, timesteps, total, self.num_envs, self.chunk) for a in self._actors
+        ]
+        self._inflight_version = self._weights_version
+
+    def _collect(self) -> None:
+        """Wait for the chunk in flight (restarting dead workers if allowed) and make it current."""
+        if self._inflight is None:
+            self._request(self.agent.num_timesteps)
+        refs, version = self._inflight, self._inflight_version
+        assert refs is not None
+        self._inflight = None
+        parts: list[dict[str, Any]] = []
+        restarted: list[int] = []
+        for w, ref in enumerate(refs):
+            try:
+                part = self._get(w, ref)
+            except WorkerError as err:
+                if not (err.died and self.restart_workers):
+                    raise
+                self._restart(w)
+                weights = self._publish()
+                ref = self._actors[w].rollout.remote(
+                    weights, self.agent.num_timesteps, self.agent.total_timesteps, self.num_envs, self.chunk
+                )
+                part = self._get(w, ref)
+                restarted.append(w)
+            parts.append(part)
+            seconds = part["seconds"]
+            if seconds > 0:
+                self._pending.append((f"worker_{w}/steps_per_second", self.chunk * self.envs_per_worker / seconds))
+        data: dict[str, Any] = {}
+        for key in ("actions", "next_obs", "final_obs", "rewards", "terminated", "truncated"):
+            data[key] = np.concatenate([p[key] for p in parts], axis=1)
+        data["caches"] = {
+            name: np.concatenate([p["caches"][name] for p in parts], axis=1) for name in parts[0]["caches"]
+        }
+        assert self._obs is not None
+        for w in restarted:
+            # The worker's running episodes ended with it: the first step of its new envs stands in
+            # as a truncation of the old episode (no reward), and the next step starts the new ones.
+            s = self._envs(w)
+            data["rewards"][0, s] = 0.0
+            data["terminated"][0, s] = False
+            data["truncated"][0, s] = True
+            data["final_obs"][0, s] = self._obs[s]
+        self._data = data
+        self._t = 0
+        self._chunk_len = data["rewards"].shape[0]
+        self._pending.append(("weight_staleness", float(self.agent.num_updates - version)))
+        if not self.on_policy:
+            # Ape-X: the next chunk is collected while the learner learns from this one.
+            self._request(self.agent.num_timesteps + self._chunk_len * self.num_envs)
+
+    # -- the runner interface -------------------------------------------------------------------
+
+    def reset(self) -> np.ndarray:
+        """Reset every worker's envs; returns all first observations."""
+        refs = [a.reset.remote() for a in self._actors]
+        self._obs = np.concatenate([self._get(w, r, timeout=_START_TIMEOUT_S) for w, r in enumerate(refs)])
+        self._returns[:] = 0.0
+        self._data = None
+        self._inflight = None
+        return self._obs.copy()
+
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        """The actions the workers took at the current step; sets the agent's ``_last_*`` arrays."""
+        if self._data is None or self._t >= self._chunk_len:
+            self._collect()
+        data = self._data
+        assert data is not None
+        t = self._t
+        for name, values in data["caches"].items():
+            setattr(self.agent, name, values[t])
+        return data["actions"][t]
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The results of the current step (the workers already took it)."""
+        data = self._data
+        assert data is not None, "act() comes before step()"
+        t = self._t
+        self._t += 1
+        obs = data["next_obs"][t]
+        rewards = data["rewards"][t]
+        terminated = data["terminated"][t]
+        truncated = data["truncated"][t]
+        self._obs = obs
+        track_episodes(self._returns, rewards, terminated | truncated, self.envs_per_worker, self._pending)
+        return obs, rewards, terminated, truncated, data["final_obs"][t]
+
+    def drain_signals(self) -> list[tuple[str, float]]:
+        """Per-worker signals and ``weight_staleness`` since the last call, as ``(name, value)`` pairs."""
+        pending, self._pending = self._pending, []
+        return pending
+
+    def pids(self) -> list[int]:
+        """Process ids of the worker actors (for tests and monitoring)."""
+        return list(self._pids.values())
+
+    def close(self) -> None:
+        """Kill every worker actor (and the local Ray, if this runner started it)."""
+        self._inflight = None
+        self._finalizer()
