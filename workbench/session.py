@@ -389,6 +389,7 @@ class Session:
                 seed=self.seed,
                 num_workers=self.num_workers,
                 backend=self.backend,
+                agent=agent,
                 **self.backend_options,
             )
             self._obs = self._runner.reset()
@@ -426,6 +427,9 @@ class Session:
         assert obs is not None and returns is not None and lengths is not None
         sps_steps, sps_time = self.steps, time.perf_counter()
         ended = "finished"
+        # Parallel runners may act themselves (Ray rollout workers) and report per-worker signals.
+        act = getattr(runner, "act", None) or agent.act
+        drain_signals = getattr(runner, "drain_signals", None)
 
         while self.steps < target_steps:
             if self._pause_requested:
@@ -435,7 +439,7 @@ class Session:
                 ended = "stopped"
                 break
 
-            actions = agent.act(obs)
+            actions = act(obs)
             next_obs, rewards, terminated, truncated, final_obs = runner.step(actions)
             agent.observe(Transitions(obs, actions, rewards, final_obs, terminated, truncated))
             obs = next_obs
@@ -457,6 +461,10 @@ class Session:
                 if self.stop_when is not None and self.stop_when(self):
                     self.stop_reason = "stop_when"
                     break
+
+            if drain_signals is not None:
+                for name, value in drain_signals():
+                    record(name, self.steps, value, self.elapsed)
 
             if agent.ready():
                 metrics = agent.update()
