@@ -128,9 +128,10 @@ def test_play_mode_is_deterministic_and_learns_nothing():
 
 def test_play_keeps_frames_when_rendering():
     agent = wb.PPO("CartPole-v1", seed=0)
-    returns = agent.play("CartPole-v1", episodes=1, render="rgb_array", seed=0, max_steps=5)
-    assert returns.frames is not None and len(returns.frames[0]) == 6
-    assert returns.frames[0][0].ndim == 3
+    returns, frames = agent.play("CartPole-v1", episodes=1, render="rgb_array", seed=0, max_steps=5)
+    assert len(returns) == 1 and returns.lengths == [5]
+    assert len(frames) == 1 and len(frames[0]) == 6
+    assert frames[0][0].ndim == 3 and frames[0][0].shape[2] == 3
 
 
 def test_play_refuses_an_env_with_other_spaces():

@@ -80,8 +80,8 @@ def test_load_returns_a_play_mode_agent_with_the_same_weights(tmp_path, name, su
 
 def test_play_with_frames_from_a_loaded_agent(tmp_path):
     path = trained_session("ppo").save(tmp_path / "run")
-    returns = wb.load(path).play("CartPole-v1", episodes=1, render="rgb_array", max_steps=3)
-    assert len(returns.frames[0]) == 4
+    returns, frames = wb.load(path).play("CartPole-v1", episodes=1, render="rgb_array", max_steps=3)
+    assert len(returns) == 1 and len(frames[0]) == 4
 
 
 def test_play_refuses_other_spaces_saying_which(tmp_path):
@@ -198,6 +198,14 @@ def test_saving_memory_of_an_agent_without_one_is_an_error(tmp_path):
     with pytest.raises(ValueError, match="no replay memory"):
         trained_session("ppo", steps=100).save(tmp_path / "x", memory=True)
     assert not (tmp_path / "x").exists()
+
+
+def test_checkpoint_dir_has_a_default(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    session = wb.Session(make_agent("ppo"), "CartPole-v1", checkpoint_every=128)
+    session.run(steps=256)
+    assert session.checkpoint_dir.startswith("runs")
+    assert wb.load(os.path.join(session.checkpoint_dir, "latest")).num_timesteps >= 128
 
 
 def test_periodic_checkpoints_keep_latest_and_best(tmp_path):

@@ -215,7 +215,7 @@ def test_eval_on_an_instance_needs_eval_env(app_env):
     ("kwargs", "match"),
     [({"eval_every": 0}, "eval_every"), ({"eval_episodes": 0}, "eval_episodes"),
      ({"stop_when": 3}, "stop_when"), ({"num_workers": 0}, "num_workers"),
-     ({"checkpoint_every": 10}, "checkpoint_dir")],
+     ({"checkpoint_every": -5}, "checkpoint_every")],
 )
 def test_bad_session_arguments(app_env, kwargs, match):
     with pytest.raises((ValueError, TypeError), match=match):

@@ -56,6 +56,17 @@ def test_subscribe_and_unsubscribe():
     assert seen == [("x", 5, 2.0)]
 
 
+def test_subscribers_may_take_fewer_arguments():
+    s = wb.Signal("x")
+    pairs, values = [], []
+    s.subscribe(lambda step, value: pairs.append((step, value)))
+    s.subscribe(values.append)
+    s.append(3, 1.5, 0.0)
+    assert pairs == [(3, 1.5)] and values == [1.5]
+    with pytest.raises(TypeError, match="function"):
+        s.subscribe(42)
+
+
 def test_concurrent_appends_lose_nothing():
     s = wb.Signal("x")
 

@@ -15,6 +15,7 @@ values recorded into ten signals cost 10 x 20 bytes x 1 million = 200 MB.
 from __future__ import annotations
 
 import csv
+import inspect
 import math
 import os
 import threading
@@ -33,6 +34,26 @@ _INITIAL_CAPACITY = 256
 DEFAULT_MAX_POINTS = 4_000_000
 
 Subscriber = Callable[[str, int, float], Any]
+
+
+def _adapt_subscriber(fn: Callable[..., Any]) -> Subscriber:
+    """Wrap ``fn`` so it is called as ``fn(name, step, value)`` whatever of those it takes."""
+    if not callable(fn):
+        raise TypeError(f"subscribe() needs a function, got {fn!r}")
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):  # builtins without a signature: pass everything
+        return fn
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return fn
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) >= 3:
+        return fn
+    if len(positional) == 2:
+        return lambda name, step, value: fn(step, value)
+    if len(positional) == 1:
+        return lambda name, step, value: fn(value)
+    raise TypeError(f"a subscriber takes (name, step, value), (step, value) or (value); {fn!r} takes none")
 
 
 class Signal:
@@ -149,12 +170,15 @@ class Signal:
         self._stride *= 2
         self._skipped = 0
 
-    def subscribe(self, fn: Subscriber) -> Callable[[], None]:
-        """Call ``fn(name, step, value)`` after every append; returns a function that unsubscribes.
+    def subscribe(self, fn: Callable[..., Any]) -> Callable[[], None]:
+        """Call ``fn`` after every append; returns a function that unsubscribes.
 
-        ``fn`` runs in the thread that records (usually the training thread): keep it short and
-        never touch widgets from it.
+        ``fn`` may take ``(name, step, value)``, ``(step, value)`` or ``(value)``, by how many
+        positional arguments it accepts. It runs in the thread that records (usually the training
+        thread): keep it short and never touch widgets from it. An exception it raises propagates
+        to the recorder, which for a training run means the run fails with that error.
         """
+        fn = _adapt_subscriber(fn)
         with self._lock:
             self._subscribers = [*self._subscribers, fn]
 
@@ -279,7 +303,9 @@ class SignalSet:
         self.signal(name).append(step, value, time_s)
 
     def subscribe(self, fn: Subscriber) -> None:
-        """Call ``fn(name, step, value)`` for every point of every signal, present and future."""
+        """Call ``fn(name, step, value)`` for every point of every signal, present and future
+        (fewer arguments work as in :meth:`Signal.subscribe`)."""
+        fn = _adapt_subscriber(fn)
         with self._lock:
             self._subscribers.append(fn)
             signals = list(self._signals.values())
