@@ -68,7 +68,8 @@ class Session:
         eval_episodes: episodes per evaluation, deterministic policy; writes ``eval_reward``.
         eval_env: the env to evaluate on; needed when ``env`` is an instance (it cannot be copied).
         checkpoint_every: save a checkpoint to ``checkpoint_dir`` every this many env steps.
-        checkpoint_dir: where periodic checkpoints go (``latest/`` and, with ``keep_best``, ``best/``).
+        checkpoint_dir: where periodic checkpoints go (``latest/`` and, with ``keep_best``, ``best/``);
+            default ``runs/<algorithm>-<date>-<time>``.
         keep_best: also keep the checkpoint with the best ``eval_reward``.
         num_workers, backend: where env steps run (see ``workbench.parallel``).
         torch_threads: torch intra-op threads while training (1 is fastest for small networks).
@@ -134,7 +135,8 @@ class Session:
                     "copied: pass eval_env=MyEnv(...) (or give the session a factory)"
                 )
         if checkpoint_every is not None and checkpoint_dir is None:
-            raise ValueError("checkpoint_every needs checkpoint_dir= (where to write checkpoints)")
+            # A sensible place by default; session.checkpoint_dir says where it went.
+            checkpoint_dir = os.path.join("runs", f"{agent.algorithm.lower()}-{time.strftime('%Y%m%d-%H%M%S')}")
 
         self.agent = agent
         self.env_source = source

@@ -369,8 +369,9 @@ class Agent:
     ) -> Any:
         """Play ``episodes`` episodes and return their returns (an :class:`EpisodeReturns` list).
 
-        ``env`` is an instance, id or factory. ``render="rgb_array"`` keeps each step's frame in
-        ``returns.frames`` (an id is made with that render mode; an instance must have it).
+        ``env`` is an instance, id or factory. With ``render="rgb_array"`` it returns
+        ``(returns, frames)``: ``frames[i]`` is the list of RGB arrays of episode ``i``, one per
+        step plus the first (an id is made with that render mode; an instance must have it).
         ``viewer=True`` shows the frames in a notebook widget and returns the viewer. Nothing
         is learned and no exploration is added.
         """
@@ -422,7 +423,10 @@ class Agent:
             self.training = was_training
             if owned:
                 instance.close()
-        return EpisodeReturns(returns, lengths, frames)
+        result = EpisodeReturns(returns, lengths, frames)
+        if frames is not None:
+            return result, frames
+        return result
 
     def _require_bounded_actions(self) -> None:
         """For agents whose policy ends in tanh: the Box must have finite bounds to scale into."""
