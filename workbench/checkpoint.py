@@ -148,8 +148,10 @@ def _read_safetensors(path: str) -> dict[str, torch.Tensor]:
     if not os.path.exists(path):
         raise CheckpointError(f"{path}: file not found")
     with open(path, "rb") as f:
-        head = f.read(2)
-    if head[:1] == b"\x80" or head[:2] == b"PK":
+        head = f.read(9)
+    # A safetensors file is an 8-byte header length then a JSON header ('{'); that length's low
+    # byte may itself be 0x80 or spell "PK", so only a file that is not safetensors is suspected.
+    if head[8:9] != b"{" and (head[:1] == b"\x80" or head[:2] == b"PK"):
         raise CheckpointError(
             f"{path}: looks like a pickle / torch.save file, which is refused (loading it could run "
             "code); a workbench checkpoint stores weights as safetensors"
