@@ -1,0 +1,82 @@
+"""Tuned presets: the zoo's values, clear errors, fresh state per agent, and the CLI using them."""
+
+from __future__ import annotations
+
+import pytest
+
+import workbench as wb
+from workbench import cli
+
+
+def test_pendulum_sac_preset_is_ready_to_train():
+    agent, env, steps = wb.preset("Pendulum-v1", "sac", seed=0)
+    assert isinstance(agent, wb.SAC) and env == "Pendulum-v1" and steps == 20_000
+    assert agent.config.learning_rate == 1e-3
+    session = wb.Session(agent, env, seed=0)
+    session.run(steps=150)
+    assert session.status == "finished"
+
+
+@pytest.mark.parametrize(
+    ("env_id", "agent", "cls", "steps", "values"),
+    [
+        ("CartPole-v1", "ppo", wb.PPO, 100_000, {"n_envs": 8, "n_steps": 32, "gae_lambda": 0.8, "n_epochs": 20}),
+        ("CartPole-v1", "dqn", wb.DQN, 50_000, {"learning_rate": 2.3e-3, "train_freq": 256, "gradient_steps": 128}),
+        ("CartPole-v1", "a2c", wb.A2C, 500_000, {"n_envs": 8, "ent_coef": 0.0, "n_steps": 5}),
+        ("Acrobot-v1", "dqn", wb.DQN, 100_000, {"learning_rate": 6.3e-4, "target_update_interval": 250,
+                                                 "gradient_steps": -1, "learning_starts": 0}),
+        ("Pendulum-v1", "td3", wb.TD3, 20_000, {"gamma": 0.98, "learning_starts": 10_000, "net_arch": (400, 300)}),
+        ("Pendulum-v1", "ddpg", wb.DDPG, 20_000, {"gamma": 0.98, "buffer_size": 200_000, "policy_delay": 1}),
+        ("MountainCarContinuous-v0", "sac", wb.SAC, 50_000, {"ent_coef": 0.1, "batch_size": 512, "gamma": 0.9999}),
+    ],
+)
+def test_presets_carry_the_zoo_settings(env_id, agent, cls, steps, values):
+    built = wb.preset(env_id, agent)
+    assert isinstance(built.agent, cls) and built.steps == steps and built.env == env_id
+    for key, value in values.items():
+        assert getattr(built.agent.config, key) == value, key
+    spec = wb.PRESETS[(env_id, agent)]
+    assert spec.zoo_score is not None and spec.solved is not None
+
+
+def test_acrobot_dqn_explores_as_the_zoo_does():
+    eps = wb.preset("Acrobot-v1", "dqn").agent.config.exploration
+    assert (eps.start, eps.end, eps.fraction) == (1.0, 0.1, 0.12)
+
+
+def test_unknown_combination_lists_what_exists():
+    with pytest.raises(ValueError) as info:
+        wb.preset("Pendulum-v1", "dqn")
+    message = str(info.value)
+    assert "'dqn'" in message and "Pendulum-v1" in message
+    assert "ddpg, ppo, sac, td3" in message  # what Pendulum has
+    assert "CartPole-v1 ppo" in message  # and everything else
+
+
+def test_overrides_and_agent_classes():
+    agent = wb.preset("Pendulum-v1", wb.TD3, batch_size=64).agent
+    assert agent.config.batch_size == 64 and agent.config.gamma == 0.98
+
+
+def test_each_preset_agent_gets_its_own_exploration_object():
+    a = wb.preset("Pendulum-v1", "td3").agent
+    b = wb.preset("Pendulum-v1", "td3").agent
+    assert a.config.exploration is not b.config.exploration
+    assert a.config.exploration is not wb.PRESETS[("Pendulum-v1", "td3")].hyperparameters["exploration"]
+
+
+def test_cli_train_uses_the_preset_and_its_budget(monkeypatch, capsys):
+    ran = {}
+
+    def fake_run(self, steps, progress=False):
+        ran["steps"] = steps
+        ran["agent"] = self.agent
+        return self
+
+    monkeypatch.setattr(wb.Session, "run", fake_run)
+    assert cli.main(["train", "Pendulum-v1", "--agent", "sac", "--no-progress", "--set", "batch_size=32"]) == 0
+    assert "preset" in capsys.readouterr().out
+    assert ran["steps"] == 20_000
+    assert ran["agent"].config.learning_rate == 1e-3 and ran["agent"].config.batch_size == 32
+    cli.main(["train", "Pendulum-v1", "--agent", "sac", "--no-progress", "--no-preset", "--steps", "10"])
+    assert ran["steps"] == 10 and ran["agent"].config.learning_rate == 3e-4
