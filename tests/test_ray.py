@@ -1,0 +1,180 @@
+"""Ray rollout workers: learning, control, faults and cleanup, on a Ray this module starts and stops."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import psutil
+import pytest
+
+import workbench as wb
+from workbench.parallel import WorkerError
+
+ray = pytest.importorskip("ray")
+
+import test_parallel  # noqa: E402  (its envs, sent to the actors by value)
+from test_parallel import CountEnv, cartpole  # noqa: E402
+
+pytestmark = pytest.mark.ray
+
+ray.cloudpickle.register_pickle_by_value(test_parallel)
+
+
+def _children() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray():
+    """A local Ray for this module; afterwards not one of its processes may remain."""
+    before = _children()
+    ray.init(num_cpus=8, include_dashboard=False, logging_level="warning")
+    yield
+    ray.shutdown()
+    deadline = time.monotonic() + 15
+    while _children() - before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = _children() - before
+    assert not left, f"Ray processes left behind: {[psutil.Process(p).name() for p in left]}"
+
+
+def _gone(pids, timeout=10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        if not alive:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _wait_for(condition, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.02)
+
+
+def _running_runner(session):
+    _wait_for(lambda: session._runner is not None and len(session._runner.pids()) == session.num_workers)
+    return session._runner
+
+
+@pytest.mark.slow
+def test_ppo_learns_cartpole_with_four_ray_workers():
+    agent = wb.PPO("CartPole-v1", seed=0)
+    session = wb.Session(
+        agent, cartpole, num_workers=4, backend="ray", seed=0,
+        stop_when=lambda s: s.signals["episode_reward"].mean(last=10) >= 200,
+    )
+    session.start(40_000)
+    runner = _running_runner(session)
+    session.wait()
+    assert session.status == "finished"
+    assert session.signals["episode_reward"].mean(last=10) >= 200
+    # On-policy: every rollout used the learner's current weights.
+    assert session.signals["weight_staleness"].max() == 0
+    for w in range(4):
+        assert len(session.signals[f"worker_{w}/episode_reward"]) > 0
+        assert session.signals[f"worker_{w}/steps_per_second"].last > 0
+    assert _gone(runner.pids())
+
+
+@pytest.mark.slow
+def test_dqn_learns_cartpole_with_four_ray_workers_ape_x_style():
+    agent = wb.DQN(
+        "CartPole-v1", seed=0, net_arch=(64, 64), learning_rate=1e-3, learning_starts=500, train_freq=16,
+        gradient_steps=8, target_update_interval=250, buffer_size=20_000,
+        exploration=wb.EpsilonGreedy(1.0, 0.05, 0.25),
+    )
+    session = wb.Session(
+        agent, cartpole, num_workers=4, backend="ray", seed=0, sync_every=32,
+        stop_when=lambda s: s.signals["episode_reward"].mean(last=10) >= 150,
+    )
+    session.start(30_000)
+    runner = _running_runner(session)
+    session.wait()
+    assert session.status == "finished"
+    assert session.signals["episode_reward"].mean(last=10) >= 150
+    # Workers collect the next chunk while the learner learns: data is at most one chunk old,
+    # i.e. at most the updates of 32 steps x 4 envs at one update per 16 env steps.
+    staleness = session.signals["weight_staleness"]
+    assert staleness.max() > 0
+    assert staleness.max() <= 32 * 4 // 16
+    assert _gone(runner.pids())
+
+
+def test_pause_resume_and_stop_reach_every_ray_worker(tmp_path):
+    log_dir = str(tmp_path)
+    agent = wb.PPO(CountEnv(), n_steps=8, n_envs=4)
+    session = wb.Session(agent, lambda: CountEnv(delay=0.002, log_dir=log_dir), num_workers=4, backend="ray")
+    sizes = lambda: {name: os.path.getsize(os.path.join(log_dir, name)) for name in os.listdir(log_dir)}  # noqa: E731
+    session.start(10_000_000)
+    runner = _running_runner(session)
+    try:
+        _wait_for(lambda: len(sizes()) == 4)  # every actor is stepping
+        session.pause()
+        assert session.status == "paused"
+        paused = sizes()
+        time.sleep(0.3)
+        assert sizes() == paused, "a worker kept stepping while paused"
+        session.resume()
+        _wait_for(lambda: all(size > paused[name] for name, size in sizes().items()))
+    finally:
+        session.stop()
+    assert session.status == "stopped"
+    assert _gone(runner.pids()), "an actor survived stop()"
+
+
+def test_raising_env_fails_the_ray_session_naming_the_worker():
+    agent = wb.PPO(CountEnv(), n_steps=8, n_envs=4)
+    session = wb.Session(
+        agent, lambda: CountEnv(fail_seed=10, fail_at=30), num_workers=4, backend="ray", seed=7
+    )
+    session.start(100_000)
+    runner = _running_runner(session)
+    start = time.monotonic()
+    with pytest.raises(WorkerError) as info:
+        session.wait(timeout=10)
+    assert time.monotonic() - start < 10
+    assert session.status == "failed"
+    err = info.value
+    assert err.worker == 3 and not err.died
+    assert str(err).startswith("worker 3 (envs 3-3) raised")
+    assert "simulator exploded at step 30" in str(err) and "in step" in err.remote_traceback
+    assert _gone(runner.pids())
+
+
+def test_killed_ray_worker_fails_the_session_within_seconds():
+    agent = wb.PPO(CountEnv(), n_steps=8, n_envs=4)
+    session = wb.Session(agent, lambda: CountEnv(delay=0.001), num_workers=4, backend="ray")
+    session.start(10_000_000)
+    runner = _running_runner(session)
+    _wait_for(lambda: session.steps > 100)
+    os.kill(runner.pids()[2], signal.SIGKILL)
+    killed = time.monotonic()
+    with pytest.raises(WorkerError, match=r"worker 2 \(envs 2-2\) Ray actor died") as info:
+        session.wait(timeout=10)
+    assert time.monotonic() - killed < 10
+    assert session.status == "failed" and info.value.died
+    assert _gone(runner.pids())
+
+
+def test_killed_ray_worker_is_restarted_when_asked():
+    agent = wb.PPO(CountEnv(), n_steps=8, n_envs=4)
+    session = wb.Session(
+        agent, lambda: CountEnv(delay=0.001), num_workers=4, backend="ray", restart_workers=True, seed=0
+    )
+    session.start(3_000)
+    runner = _running_runner(session)
+    _wait_for(lambda: session.steps > 200)
+    old = runner.pids()[0]
+    os.kill(old, signal.SIGKILL)
+    session.wait(timeout=60)
+    assert session.status == "finished" and session.steps >= 3_000
+    assert session.signals["worker_restarts"].last == 1
+    assert old not in runner.pids()
+    assert _gone(runner.pids())
