@@ -25,6 +25,7 @@ from .checkpoint import CheckpointError, load
 from .envs import check_env
 from .exploration import EpsilonGreedy, GaussianNoise, OrnsteinUhlenbeckNoise, TruncatedNormalNoise
 from .memory import PrioritizedReplayMemory, ReplayMemory, RolloutBuffer
+from .parallel import WorkerError
 from .presets import PRESETS, Preset, preset
 from .schedules import Schedule, linear
 from .session import Session
@@ -64,6 +65,7 @@ __all__ = [
     "load",
     "preset",
 ]
+    "WorkerError",
 
 
 def __getattr__(name: str) -> Any:
