@@ -59,13 +59,13 @@ __all__ = [
     "TD3",
     "Transitions",
     "TruncatedNormalNoise",
+    "WorkerError",
     "__version__",
     "check_env",
     "linear",
     "load",
     "preset",
 ]
-    "WorkerError",
 
 
 def __getattr__(name: str) -> Any:
