@@ -273,3 +273,34 @@ def test_a_second_run_starts_fresh_workers():
     session.run(200)
     session.run(200)
     assert session.status == "finished" and session.steps >= 400
+
+
+_EXITING_SCRIPT = """
+import os, sys, time
+import gymnasium as gym
+import workbench as wb
+agent = wb.PPO("CartPole-v1", n_steps=16)
+session = wb.Session(agent, lambda: gym.make("CartPole-v1"), num_workers=3, backend="local")
+session.start(10_000_000)
+while session._runner is None or session.steps < 50:
+    time.sleep(0.01)
+print(" ".join(map(str, session._runner.pids())), flush=True)
+if sys.argv[1] == "kill":
+    os.kill(os.getpid(), 9)
+"""
+
+
+@pytest.mark.parametrize("how", ["exit", "kill"])
+def test_workers_end_with_the_interpreter(how):
+    """A script (or kernel) that ends mid-run, even killed, takes its workers with it."""
+    import subprocess
+
+    out = subprocess.run(
+        [sys.executable, "-c", _EXITING_SCRIPT, how], capture_output=True, text=True, timeout=60
+    )
+    pids = [int(p) for p in out.stdout.split()]
+    assert len(pids) == 3, out.stderr
+    deadline = time.monotonic() + 5
+    while any(psutil.pid_exists(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(psutil.pid_exists(p) for p in pids), "a worker outlived its interpreter"

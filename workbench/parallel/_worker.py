@@ -93,8 +93,13 @@ def main(fd: int) -> None:
                     break
                 else:
                     raise ValueError(f"unknown command {command!r}")
+            except (BrokenPipeError, ConnectionResetError):
+                break  # the parent is gone: nothing left to serve
             except Exception:
-                conn.send(("error", where, traceback.format_exc()))
+                try:
+                    conn.send(("error", where, traceback.format_exc()))
+                except OSError:
+                    break
     finally:
         if vec is not None:
             try:
