@@ -211,3 +211,21 @@ def test_unbounded_box_is_refused_by_tanh_agents():
 def test_td3_refuses_epsilon_greedy():
     with pytest.raises(TypeError, match="GaussianNoise"):
         wb.TD3("Pendulum-v1", exploration=wb.EpsilonGreedy())
+
+
+def test_sac_with_gsde_learns_and_explores_smoothly(tmp_path):
+    env = lambda: TwoStateChain(continuous=True)  # noqa: E731
+    agent = train("sac", env, steps=1200, use_sde=True, log_std_init=-1.0)
+    assert agent.play(env, episodes=1)[0] > 0.9
+    # Between two resamplings the noise weights are fixed: the same state gets the same action.
+    agent.train()
+    obs = np.array([[1.0, 0.0]], dtype=np.float32)
+    first = agent.act(obs)
+    assert np.array_equal(agent.act(obs), first)
+    agent.update()  # a new rollout starts with new noise
+    assert not np.array_equal(agent.act(obs), first)
+    session = wb.Session(agent, env, seed=0)
+    session.save(tmp_path / "run")
+    loaded = wb.load(tmp_path / "run")
+    assert torch.equal(loaded.actor.log_std, agent.actor.log_std)
+    assert loaded.play(env, episodes=1) == agent.play(env, episodes=1)

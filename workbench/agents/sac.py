@@ -1,5 +1,6 @@
 """SAC: soft actor-critic (Haarnoja et al. 2018) with twin critics, target critics and automatic
-entropy tuning, for Box action spaces.
+entropy tuning, for Box action spaces; optionally with generalized state-dependent exploration
+(gSDE, Raffin et al. 2022), as the zoo uses on MountainCarContinuous.
 
 Reads top to bottom: hyperparameters, networks, acting, storing, the update.
 Defaults are Stable-Baselines3's; ``wb.preset(env_id, "sac")`` gives rl-baselines3-zoo's tuning.
@@ -14,6 +15,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from gymnasium import spaces
+from torch import nn
 
 from ..memory.replay import ReplayMemory
 from ..schedules import Schedule, as_schedule
@@ -55,8 +57,33 @@ class SACConfig(AgentConfig):
     """Hidden layer widths of the actor and of each critic."""
     n_critics: int = 2
     """Critics whose minimum is the target (clipped double Q)."""
+    use_sde: bool = False
+    """Generalized state-dependent exploration: noise linear in the actor's features, smooth in time."""
+    sde_sample_freq: int = -1
+    """With use_sde, env steps between new noise weights; -1: once per update."""
+    log_std_init: float = -3.0
+    """With use_sde, initial log std of the noise weights."""
     n_envs: int = 1
     """Envs stepped together."""
+
+
+class SDEActor(nn.Module):
+    """The actor for gSDE: hidden features, a mean head clipped to [-2, 2] (as SB3 does, so tanh
+    does not saturate), and a learned log std per (feature, action) pair. The noise of an action is
+    ``features @ W`` with ``W ~ N(0, exp(log_std)^2)`` held fixed between resamplings."""
+
+    def __init__(self, obs_dim: int, net_arch: tuple[int, ...], act_dim: int, log_std_init: float) -> None:
+        super().__init__()
+        if not net_arch:
+            raise ValueError("use_sde needs at least one hidden layer (net_arch)")
+        self.trunk = nn.Sequential(mlp(obs_dim, net_arch[:-1], net_arch[-1]), nn.ReLU())
+        self.mu = nn.Linear(net_arch[-1], act_dim)
+        self.log_std = nn.Parameter(torch.full((net_arch[-1], act_dim), float(log_std_init)))
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean actions (before tanh) and the features the noise is built from."""
+        features = self.trunk(obs)
+        return self.mu(features).clamp(-2.0, 2.0), features
 
 
 @register
@@ -81,7 +108,10 @@ class SAC(Agent):
         obs_dim = int(np.prod(self.obs_shape))
         self.act_dim = int(np.prod(self.action_space.shape))
         # One head gives mean and log-std of a Gaussian that tanh squashes into [-1, 1].
-        self.actor = mlp(obs_dim, c.net_arch, 2 * self.act_dim, activation="relu")
+        if c.use_sde:
+            self.actor: nn.Module = SDEActor(obs_dim, c.net_arch, self.act_dim, c.log_std_init)
+        else:
+            self.actor = mlp(obs_dim, c.net_arch, 2 * self.act_dim, activation="relu")
         self.critic = EnsembleMLP(c.n_critics, obs_dim + self.act_dim, c.net_arch, 1)
         self.critic_target = EnsembleMLP(c.n_critics, obs_dim + self.act_dim, c.net_arch, 1)
         self.critic_target.load_state_dict(self.critic.state_dict())
@@ -107,17 +137,42 @@ class SAC(Agent):
 
         self.memory = ReplayMemory(c.buffer_size, self.obs_shape, self.action_space.shape, np.float32)
         self._steps_since_update = 0
+        self._sde_weights: torch.Tensor | None = None  # exploration noise weights, one set per env
+        self._sde_steps = 0
 
-    def _policy(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _sample_sde_weights(self, *batch: int) -> torch.Tensor:
+        """Noise weights ``W ~ N(0, std^2)``, reparameterized so gradients reach ``log_std``."""
+        std = self.actor.log_std.exp()
+        return std * torch.randn((*batch, *std.shape), generator=self.generator)
+
+    def _policy(self, obs: torch.Tensor, sde_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Reparameterized squashed-Gaussian actions in [-1, 1] and their log-probabilities."""
-        mean, log_std = self.actor(obs).chunk(2, dim=-1)
-        log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
-        noise = torch.randn(mean.shape, generator=self.generator)
-        u = mean + log_std.exp() * noise
+        if self.config.use_sde:
+            mean, features = self.actor(obs)
+            weights = self._sample_sde_weights() if sde_weights is None else sde_weights
+            if weights.dim() == 3:  # one set per env while acting
+                noise_term = torch.einsum("bl,bla->ba", features, weights)
+            else:
+                noise_term = features @ weights
+            u = mean + noise_term
+            # Each action's variance is sum_l features_l^2 std_la^2 (a Gaussian in u given the state).
+            std = ((features.pow(2) @ self.actor.log_std.exp().pow(2)) + 1e-6).sqrt()
+            z = noise_term / std
+            log_std = std.log()
+        else:
+            mean, log_std = self.actor(obs).chunk(2, dim=-1)
+            log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
+            z = torch.randn(mean.shape, generator=self.generator)
+            u = mean + log_std.exp() * z
         # log N(u) minus log|d tanh(u)/du|, the latter written stably as 2 (log 2 - u - softplus(-2u)).
-        log_prob = (-0.5 * noise.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        log_prob = (-0.5 * z.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
         log_prob = log_prob - (2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))).sum(-1)
         return torch.tanh(u), log_prob
+
+    def _mean_action(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.config.use_sde:
+            return torch.tanh(self.actor(obs)[0])
+        return torch.tanh(self.actor(obs)[:, : self.act_dim])
 
     def _alpha(self) -> torch.Tensor:
         return self.log_alpha.value.detach().exp() if self._auto_alpha else self._fixed_alpha
@@ -126,11 +181,17 @@ class SAC(Agent):
 
     @torch.no_grad()
     def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
+        c = self.config
         if deterministic:
-            mean = self.actor(torch.from_numpy(obs))[:, : self.act_dim]
-            return self._scale_action(torch.tanh(mean).numpy())
-        if self.num_timesteps < self.config.learning_starts:
+            return self._scale_action(self._mean_action(torch.from_numpy(obs)).numpy())
+        if self.num_timesteps < c.learning_starts:
             squashed = self.rng.uniform(-1.0, 1.0, size=(obs.shape[0], self.act_dim))
+        elif c.use_sde:
+            resample = c.sde_sample_freq > 0 and self._sde_steps % c.sde_sample_freq == 0
+            if resample or self._sde_weights is None or len(self._sde_weights) != len(obs):
+                self._sde_weights = self._sample_sde_weights(len(obs))
+            self._sde_steps += 1
+            squashed = self._policy(torch.from_numpy(obs), self._sde_weights)[0].numpy()
         else:
             squashed = self._policy(torch.from_numpy(obs))[0].numpy()
         return self._scale_action(squashed).reshape(obs.shape[0], *self.action_space.shape)
@@ -171,7 +232,9 @@ class SAC(Agent):
             batch = self.memory.sample(c.batch_size, self.rng)
             obs = batch.obs
             actions = batch.actions.reshape(len(obs), -1)
-            pi_actions, log_prob = self._policy(obs)
+            # With gSDE one set of noise weights serves the whole gradient step (as in SB3).
+            sde_weights = self._sample_sde_weights() if c.use_sde else None
+            pi_actions, log_prob = self._policy(obs, sde_weights)
 
             # Entropy coefficient first, so the losses below use the updated alpha (as SB3 does).
             if self._auto_alpha:
@@ -182,7 +245,7 @@ class SAC(Agent):
             alpha = self._alpha()
 
             with torch.no_grad():
-                next_actions, next_log_prob = self._policy(batch.next_obs)
+                next_actions, next_log_prob = self._policy(batch.next_obs, sde_weights)
                 next_q = self.critic_target(torch.cat([batch.next_obs, next_actions], -1)).min(0).values.squeeze(-1)
                 soft_value = next_q - alpha * next_log_prob
                 target = batch.rewards + batch.discounts * (1.0 - batch.dones) * soft_value
@@ -207,6 +270,8 @@ class SAC(Agent):
             stats += torch.stack(
                 [critic_loss.detach(), actor_loss.detach(), q.detach().mean(), -log_prob.detach().mean(), alpha]
             )
+        if c.use_sde and c.sde_sample_freq <= 0:
+            self._sde_weights = None  # new exploration noise for the next rollout
         critic_loss, actor_loss, q_mean, entropy, alpha = (stats / steps).tolist()
         return {
             "critic_loss": critic_loss,
