@@ -10,7 +10,9 @@ Protocol over the connection on file descriptor FD (messages are tuples, pickled
 * ``("init", factory_blob, env_id, num_envs, seed)``: build ``num_envs`` envs; ``factory_blob`` is
   the user's zero-argument factory serialised with cloudpickle (None when ``env_id`` is given).
 * ``("reset",)`` -> ``("ok", obs)``
-* ``("step", actions)`` -> ``("ok", (obs, rewards, terminated, truncated, final_obs or None, busy_s))``
+* a step: ``b"S"`` + the actions' raw bytes (int64 for Discrete, float32 for Box) -> ``b"K"`` + one float32
+  buffer ``[busy_s, ended, rewards, terminated, truncated, obs, final_obs if ended]``; the hot path
+  skips pickle entirely.
 * ``("close",)``: close the envs and exit.
 
 Any error is answered with ``("error", where, traceback_text)``; the parent raises it, naming this worker.
@@ -25,6 +27,9 @@ import signal
 import sys
 import time
 import traceback
+
+STEP = b"S"  # first byte of a step request: raw action bytes follow
+STEP_REPLY = b"K"  # first byte of a step answer: a float32 buffer follows (pickled messages start with 0x80)
 
 
 def _load_envs_module():  # type: ignore[no-untyped-def]
@@ -67,27 +72,44 @@ def main(fd: int) -> None:
     vec = None
     where = "starting"
     try:
+        from multiprocessing.reduction import ForkingPickler
+
+        import numpy as np
+
         envs_module = _load_envs_module()
+        action_dtype, action_shape = np.float32, ()
         while True:
             try:
-                message = conn.recv()
+                raw = conn.recv_bytes()
             except (EOFError, OSError):
                 break
-            command = message[0]
             try:
-                if command == "step":
+                if raw[:1] == STEP:
+                    # The hot path, without pickle: raw actions in, one float32 buffer out.
                     where = "env.step"
+                    actions = np.frombuffer(raw, dtype=action_dtype, offset=1).reshape(vec.num_envs, *action_shape)
                     start = time.perf_counter()
-                    obs, rewards, terminated, truncated, final_obs = vec.step(message[1])
+                    obs, rewards, terminated, truncated, final_obs = vec.step(actions)
                     busy = time.perf_counter() - start
-                    final = None if final_obs is obs else final_obs  # most steps end no episode
-                    conn.send(("ok", (obs, rewards, terminated, truncated, final, busy)))
-                elif command == "reset":
+                    ended = final_obs is not obs
+                    parts = [np.array([busy, ended], dtype=np.float32), rewards, terminated, truncated, obs]
+                    if ended:
+                        parts.append(final_obs)
+                    flat = np.concatenate([p.ravel().astype(np.float32) for p in parts])
+                    conn.send_bytes(STEP_REPLY + flat.tobytes())
+                    continue
+                message = ForkingPickler.loads(raw)
+                command = message[0]
+                if command == "reset":
                     where = "env.reset"
                     conn.send(("ok", vec.reset()))
                 elif command == "init":
                     where = "building the env (the factory)"
                     vec = _build(message, envs_module)
+                    if hasattr(vec.action_space, "n"):  # Discrete: the parent sends int64 actions
+                        action_dtype, action_shape = np.int64, ()
+                    else:
+                        action_dtype, action_shape = np.float32, vec.action_space.shape
                     conn.send(("ok", None))
                 elif command == "close":
                     break

@@ -19,11 +19,15 @@ import subprocess
 import sys
 import time
 import weakref
+from multiprocessing.connection import Connection
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import numpy as np
+from gymnasium import spaces
 
 from ..envs import EnvSource, flat_observation_space
+from ._worker import STEP, STEP_REPLY
 from .errors import WorkerError
 
 __all__ = ["LocalRunner"]
@@ -51,7 +55,6 @@ class _Worker:
         return slice(self.first_env, self.first_env + self.num_envs)
 
     def start(self) -> None:
-        from multiprocessing.connection import Connection
 
         parent_sock, child_sock = socket.socketpair()
         env = dict(os.environ)
@@ -149,6 +152,8 @@ class LocalRunner:
         obs_space, action_space = source.spaces()
         self.observation_space, self.action_space = obs_space, action_space
         shape = flat_observation_space(obs_space).shape
+        self._obs_shape, self._obs_size = shape, int(np.prod(shape))
+        self._action_dtype = np.int64 if isinstance(action_space, spaces.Discrete) else np.float32
         self._obs = np.zeros((self.num_envs, *shape), dtype=np.float32)
         self._returns = np.zeros(self.num_envs, dtype=np.float64)
         self._pending: list[tuple[str, float]] = []
@@ -177,7 +182,7 @@ class LocalRunner:
         try:
             if timeout is not None and not w.conn.poll(timeout):
                 raise WorkerError(w.id, f"did not answer within {timeout:.0f} s", envs=w.envs)
-            message = w.conn.recv()
+            raw = w.conn.recv_bytes()
         except (EOFError, OSError) as exc:
             code = w.process.poll() if w.process is not None else None
             if code is None and w.process is not None:
@@ -186,6 +191,9 @@ class LocalRunner:
                 except subprocess.TimeoutExpired:
                     code = None
             raise WorkerError(w.id, f"process died (exit code {code})", envs=w.envs, died=True) from exc
+        if raw[:1] == STEP_REPLY:
+            return np.frombuffer(raw, dtype=np.float32, offset=1)
+        message = ForkingPickler.loads(raw)
         if message[0] == "error":
             _, where, tb = message
             raise WorkerError(w.id, f"raised in {where}", envs=w.envs, remote_traceback=tb)
@@ -221,9 +229,10 @@ class LocalRunner:
         """Step every env once, all workers at the same time (same-step autoreset, as ``VecEnv``)."""
         actions = np.asarray(actions)
         workers = self._workers
+        actions = np.ascontiguousarray(actions, dtype=self._action_dtype)
         for w in workers:
             try:
-                w.conn.send(("step", actions[w.envs]))
+                w.conn.send_bytes(STEP + actions[w.envs].tobytes())
             except OSError:
                 pass  # a dead worker: its receive below reports or restarts it
         n = self.num_envs
@@ -235,7 +244,7 @@ class LocalRunner:
         for w in workers:
             s = w.envs
             try:
-                o, r, term, trunc, final, busy = self._receive(w)
+                o, r, term, trunc, final, busy = self._unpack(self._receive(w), w.num_envs)
             except WorkerError as err:
                 if not (err.died and self.restart_workers):
                     raise
@@ -259,6 +268,19 @@ class LocalRunner:
                 final_obs[s] = f
         self._track(rewards, terminated | truncated)
         return obs.copy(), rewards, terminated, truncated, final_obs
+
+    def _unpack(self, buf: np.ndarray, k: int) -> tuple[Any, ...]:
+        """Split a worker's step answer (see ``_worker.py``) into its arrays."""
+        busy, ended = float(buf[0]), buf[1] > 0
+        d = self._obs_size
+        at = 2
+        rewards = buf[at : at + k]
+        terminated = buf[at + k : at + 2 * k] > 0
+        truncated = buf[at + 2 * k : at + 3 * k] > 0
+        at += 3 * k
+        obs = buf[at : at + k * d].reshape(k, *self._obs_shape)
+        final = buf[at + k * d : at + 2 * k * d].reshape(k, *self._obs_shape) if ended else None
+        return obs, rewards, terminated, truncated, final, busy
 
     def _track(self, rewards: np.ndarray, done: np.ndarray) -> None:
         track_episodes(self._returns, rewards, done, self.envs_per_worker, self._pending)
