@@ -52,19 +52,29 @@ def cartpole() -> gym.Env:
 
 
 def measure(agent: wb.Agent, env, seconds: float, **session_options) -> tuple[float, float]:  # type: ignore[no-untyped-def]
-    """Env steps per second over ``seconds`` after the first update; returns (steps/s, startup s)."""
+    """Env steps per second from one learner update to a later one, at least ``seconds`` apart.
+
+    Counting from update to update takes whole iterations (collect, then learn), which is fair to
+    Ray's rollout workers: their steps reach the learner a rollout at a time. Returns (steps/s,
+    seconds until the first update: workers started and one rollout collected and learned from).
+    """
     session = wb.Session(agent, env, seed=0, **session_options)
     start = time.perf_counter()
     session.start(100_000_000)
-    try:
-        while agent.num_updates < 1:  # workers started, first rollout collected and learned from
+
+    def next_update(after: int) -> tuple[int, float]:
+        while agent.num_updates <= after:
             if session.status == "failed":
                 session.wait()
-            time.sleep(0.01)
-        startup = time.perf_counter() - start
-        steps0, t0 = session.steps, time.perf_counter()
-        time.sleep(seconds)
-        steps1, t1 = session.steps, time.perf_counter()
+            time.sleep(0.002)
+        return session.steps, time.perf_counter()
+
+    try:
+        steps0, t0 = next_update(0)
+        startup = t0 - start
+        steps1, t1 = next_update(agent.num_updates)
+        while t1 - t0 < seconds:
+            steps1, t1 = next_update(agent.num_updates)
     finally:
         session.stop()
     if session.status == "failed":
@@ -74,7 +84,7 @@ def measure(agent: wb.Agent, env, seconds: float, **session_options) -> tuple[fl
 
 def sleep_ppo(num_envs: int) -> wb.PPO:
     # A cheap update so the learner keeps up: the point is where env steps happen.
-    return wb.PPO(SleepEnv(), n_envs=num_envs, n_steps=64, n_epochs=4, batch_size=512, seed=0)
+    return wb.PPO(SleepEnv(), n_envs=num_envs, n_steps=32, n_epochs=4, batch_size=256, seed=0)
 
 
 def scaling(backends: list[str], workers: list[int], envs: int, seconds: float) -> None:
@@ -104,7 +114,8 @@ def auto_choice(seconds: float) -> None:
     sps, _ = measure(wb.PPO("CartPole-v1", seed=0), cartpole, seconds, num_workers=8, backend="auto")
     print(f"| 8 | auto -> {choice.backend} | {sps:,.0f} | {choice.reason} |", flush=True)
     sps, _ = measure(wb.PPO("CartPole-v1", seed=0), cartpole, seconds, num_workers=8, backend="local")
-    print(f"| 8 | local (forced) | {sps:,.0f} | for comparison: messaging costs more than CartPole's step |", flush=True)
+    why = "for comparison: messaging costs more than a CartPole step"
+    print(f"| 8 | local (forced) | {sps:,.0f} | {why} |", flush=True)
     slow = choose_backend(SleepEnv, num_workers=8, envs_per_worker=1)
     print(f"\nFor the 5 ms env with 8 workers, auto picks {slow.backend}: {slow.reason}.")
 
