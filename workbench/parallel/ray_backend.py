@@ -236,6 +236,7 @@ class RayRunner:
             if ray_address is None:
                 cores = os.cpu_count() or 1
                 options["num_cpus"] = max(cores, int(np.ceil(num_workers * cpus_per_worker)))
+                options["_node_ip_address"] = "127.0.0.1"  # a private Ray: reachable from this machine only
             else:
                 options["address"] = ray_address
             options.update(ray_init or {})
