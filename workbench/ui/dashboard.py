@@ -86,7 +86,7 @@ class _Panel:
             layout=go.Layout(
                 title={"text": name, "x": 0.02, "font": {"size": 14}},
                 height=260,
-                width=460,
+                width=420,
                 margin={"l": 55, "r": 15, "t": 35, "b": 40},
                 template="plotly_white",
                 showlegend=len(series) > 1,
@@ -219,7 +219,7 @@ class Dashboard(widgets.VBox):
         self.x_axis = widgets.ToggleButtons(
             options=[("env steps", "steps"), ("episodes", "episodes"), ("wall time", "time")],
             value=x_axis,
-            style={"button_width": "80px"},
+            style={"button_width": "90px"},
         )
         self.plots = widgets.Box(layout={"display": "flex", "flex_flow": "row wrap", "width": "100%"})
         self.plots.add_class("wb-plots")
