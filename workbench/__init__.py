@@ -32,7 +32,11 @@ from .session import Session
 from .signals import Signal, SignalSet
 
 # Names served on first use from modules that import heavy optional packages.
-_LAZY: dict[str, tuple[str, str]] = {}
+_LAZY: dict[str, tuple[str, str]] = {
+    "Dashboard": (".ui", "Dashboard"),
+    "PlayViewer": (".ui", "PlayViewer"),
+    "compare": (".ui", "compare"),
+}
 
 __all__ = [
     "A2C",
@@ -41,12 +45,14 @@ __all__ = [
     "CheckpointError",
     "DDPG",
     "DQN",
+    "Dashboard",
     "EpisodeReturns",
     "EpsilonGreedy",
     "GaussianNoise",
     "OrnsteinUhlenbeckNoise",
     "PPO",
     "PRESETS",
+    "PlayViewer",
     "Preset",
     "PrioritizedReplayMemory",
     "ReplayMemory",
@@ -62,6 +68,7 @@ __all__ = [
     "WorkerError",
     "__version__",
     "check_env",
+    "compare",
     "linear",
     "load",
     "preset",
