@@ -107,10 +107,9 @@ class SAC(Agent):
         self._require_bounded_actions()
         obs_dim = int(np.prod(self.obs_shape))
         self.act_dim = int(np.prod(self.action_space.shape))
-        # One head gives mean and log-std of a Gaussian that tanh squashes into [-1, 1].
         if c.use_sde:
             self.actor: nn.Module = SDEActor(obs_dim, c.net_arch, self.act_dim, c.log_std_init)
-        else:
+        else:  # one head gives mean and log-std of a Gaussian that tanh squashes into [-1, 1]
             self.actor = mlp(obs_dim, c.net_arch, 2 * self.act_dim, activation="relu")
         self.critic = EnsembleMLP(c.n_critics, obs_dim + self.act_dim, c.net_arch, 1)
         self.critic_target = EnsembleMLP(c.n_critics, obs_dim + self.act_dim, c.net_arch, 1)
@@ -121,7 +120,6 @@ class SAC(Agent):
         lr0 = self._lr(0.0)
         self.actor_optimizer = make_adam(self.actor.parameters(), lr=lr0)
         self.critic_optimizer = make_adam(self.critic.parameters(), lr=lr0)
-        self._critic_params = list(self.critic.parameters())
 
         self.target_entropy = float(-self.act_dim if c.target_entropy is None else c.target_entropy)
         if isinstance(c.ent_coef, str):
@@ -201,15 +199,8 @@ class SAC(Agent):
     def observe(self, transitions: Transitions) -> None:
         obs, actions, rewards, next_obs, terminated, _truncated = transitions
         # Stored in [-1, 1]; only a real termination stops bootstrapping, a time limit does not.
-        squashed = self._unscale_action(np.asarray(actions, dtype=np.float32)).reshape(len(rewards), -1)
-        self.memory.add(
-            obs,
-            squashed.reshape(len(rewards), *self.action_space.shape),
-            rewards,
-            next_obs,
-            terminated.astype(np.float32),
-            self.config.gamma,
-        )
+        squashed = self._unscale_action(np.asarray(actions, dtype=np.float32))
+        self.memory.add(obs, squashed, rewards, next_obs, terminated.astype(np.float32), self.config.gamma)
         self.num_timesteps += len(rewards)
         self._steps_since_update += len(rewards)
 
