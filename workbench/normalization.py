@@ -30,11 +30,20 @@ class RunningMeanStd(nn.Module):
         self.register_buffer("mean", torch.zeros(shape, dtype=torch.float64))
         self.register_buffer("var", torch.ones(shape, dtype=torch.float64))
         self.register_buffer("count", torch.tensor(1e-4, dtype=torch.float64))
-        # numpy views of the same memory: updates and lookups stay in numpy, no torch op per step.
-        # load_state_dict copies into these buffers in place, so the views stay valid after loading.
-        self._mean = self.mean.numpy()
-        self._var = self.var.numpy()
-        self._count = self.count.numpy()
+
+    # numpy views of the buffers' memory, so updates and lookups stay in numpy (no torch op per
+    # step); made afresh on each use, so they stay right after loading, copying or unpickling.
+    @property
+    def _mean(self) -> np.ndarray:
+        return self.mean.numpy()
+
+    @property
+    def _var(self) -> np.ndarray:
+        return self.var.numpy()
+
+    @property
+    def _count(self) -> np.ndarray:
+        return self.count.numpy()
 
     def update(self, batch: np.ndarray) -> None:
         """Merge a batch (leading axis = samples) into the statistics."""
