@@ -178,3 +178,11 @@ def test_killed_ray_worker_is_restarted_when_asked():
     assert session.signals["worker_restarts"].last == 1
     assert old not in runner.pids()
     assert _gone(runner.pids())
+
+
+def test_too_few_ray_cpus_is_a_clear_error_not_a_hang():
+    agent = wb.PPO("CartPole-v1", n_envs=16)
+    session = wb.Session(agent, cartpole, num_workers=16, backend="ray", cpus_per_worker=1)
+    with pytest.raises(ValueError, match=r"needs 16 Ray CPUs, but the cluster has 8.*cpus_per_worker"):
+        session.run(100)
+    assert session.status == "failed"
