@@ -3,8 +3,14 @@
 Each repeat trains a fresh agent on CartPole-v1 for the same budget, once without a dashboard and
 once with one refreshing at its fastest rate (4 times a second; no browser is attached, so the
 widgets build and send their updates to nowhere, which is the kernel-side cost). The order
-alternates between repeats so drifting machine load hits both alike. Prints the median steps per
-second of each and the overhead, and exits with status 1 when the overhead exceeds the limit.
+alternates between repeats so drifting machine load hits both alike.
+
+Prints, for each agent, the median steps per second without and with the dashboard by wall clock
+and by CPU time (all threads of this process: training plus the dashboard's refreshes), and the CPU
+share the refreshes themselves took. On a quiet machine the wall-clock and CPU-time overheads agree;
+on a shared one, other processes move the wall clock by more than the 5% being measured (the spread
+printed beside it says by how much), so the pass/fail verdict and the exit status (1 when over 5%)
+use the CPU-time overhead, which other processes do not inflate.
 
     python benchmarks/dashboard_overhead.py                      # PPO and DQN, 5 repeats each
     python benchmarks/dashboard_overhead.py --agents dqn --repeats 3 --steps 20000
@@ -86,20 +92,22 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
         base, dash = statistics.median(without), statistics.median(with_dash)
-        overhead = (base - dash) / base
+        overhead = 1 - dash / base
+        paired = 1 - statistics.median(w / o for w, o in zip(with_dash, without))  # runs next to each other
+        spread = (max(without) - min(without)) / base  # how much the same run varies: machine noise
         cpu_base, cpu_dash = statistics.median(cpu_without), statistics.median(cpu_with)
-        cpu_overhead = (cpu_base - cpu_dash) / cpu_base
-        verdict = "ok" if overhead <= LIMIT else f"OVER the {LIMIT:.0%} limit"
+        cpu_overhead = 1 - cpu_dash / cpu_base
+        verdict = "ok" if cpu_overhead <= LIMIT else "OVER"
         print(
-            f"{algo}: {steps:,} steps x {args.repeats} repeats, dashboard at {1 / args.interval:.0f} refreshes/s\n"
-            f"  wall clock: median without {base:,.0f} steps/s, with {dash:,.0f} steps/s: "
-            f"overhead {overhead:+.1%} -> {verdict}\n"
+            f"{algo}: {steps:,} steps x {args.repeats} repeats, dashboard at {1 / args.interval:g} refreshes/s\n"
+            f"  wall clock: median without {base:,.0f} steps/s, with {dash:,.0f} steps/s: overhead {overhead:+.1%} "
+            f"(paired median {paired:+.1%}; runs without a dashboard spread {spread:.0%}: machine noise)\n"
             f"  CPU time:   median without {cpu_base:,.0f} steps/CPU s, with {cpu_dash:,.0f} steps/CPU s: "
-            f"overhead {cpu_overhead:+.1%}\n"
+            f"overhead {cpu_overhead:+.1%} -> {verdict} (limit {LIMIT:.0%})\n"
             f"  refreshes:  median {statistics.median(shares):.2%} of one core while training\n",
             flush=True,
         )
-        failed |= overhead > LIMIT
+        failed |= cpu_overhead > LIMIT
     return 1 if failed else 0
 
 

@@ -75,6 +75,28 @@ def test_session_dashboard_is_a_widget_with_the_default_plots(dashboard, slow_se
     assert enabled(dashboard) == {"start"}  # nothing to pause, resume, stop or save yet
 
 
+def test_a_session_shown_in_a_cell_displays_its_dashboard(slow_session, monkeypatch):
+    import IPython.display
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda obj: shown.append(obj))
+    slow_session._ipython_display_()
+    assert len(shown) == 1 and isinstance(shown[0], wb.Dashboard) and shown[0].session is slow_session
+    shown[0].close()
+
+
+def test_eval_reward_is_drawn_beside_episode_reward(slow_session):
+    for i in range(5):
+        slow_session.log("eval_reward", 10.0 * i, step=100 * i)
+    dash = slow_session.dashboard()
+    try:
+        traces = {t.name: t for t in dash._panels["episode_reward"].fig.data}
+        assert list(traces["eval_reward"].y) == [0.0, 10.0, 20.0, 30.0, 40.0]
+        assert "eval_reward" not in dash._panels  # not a separate plot
+    finally:
+        dash.close()
+
+
 def test_each_button_calls_the_session_and_only_sensible_ones_are_enabled(dashboard, slow_session):
     dashboard.steps_box.value = 1_000_000
     dashboard.buttons["start"].click()
