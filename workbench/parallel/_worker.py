@@ -132,4 +132,8 @@ def main(fd: int) -> None:
 
 
 if __name__ == "__main__":
+    # Run as a script, Python put this package folder first on sys.path, where its files would
+    # shadow top-level modules the user's env imports (``errors``, ``local``): take it off.
+    if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+        del sys.path[0]
     main(int(sys.argv[1]))

@@ -62,7 +62,8 @@ class _Worker:
         for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
             env.setdefault(name, "1")
         # The user's factory may live in a module next to their script: let the worker import it too.
-        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p) if sys.path else env.get("PYTHONPATH", "")
+        # ('' in sys.path means the current directory, as in a notebook: the worker starts there too.)
+        env["PYTHONPATH"] = os.pathsep.join(p or os.getcwd() for p in sys.path)
         try:
             self.process = subprocess.Popen(
                 [sys.executable, _WORKER_SCRIPT, str(child_sock.fileno())],
