@@ -31,8 +31,9 @@ class CountEnv(gym.Env):
     observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
     action_space = gym.spaces.Discrete(2)
 
-    def __init__(self, delay=0.0, log_dir=None, fail_seed=None, fail_at=10, length=20):
+    def __init__(self, delay=0.0, log_dir=None, fail_seed=None, fail_at=10, length=20, slow_seed=None):
         self.delay, self.log_dir, self.fail_seed, self.fail_at, self.length = delay, log_dir, fail_seed, fail_at, length
+        self.slow_seed = slow_seed
         self.first_seed = None
         self.total = 0
 
@@ -40,6 +41,8 @@ class CountEnv(gym.Env):
         super().reset(seed=seed)
         if self.first_seed is None:
             self.first_seed = seed
+            if seed is not None and seed == self.slow_seed:
+                self.delay *= 10
         self.t = 0
         return self.np_random.uniform(-1, 1, 3).astype(np.float32), {}
 
@@ -181,6 +184,20 @@ def test_dqn_learns_cartpole_with_four_local_workers():
     assert session.status == "finished"
     assert session.signals["episode_reward"].mean(last=10) >= 150
     assert {f"worker_{w}/episode_reward" for w in range(4)} <= set(session.signals.names())
+
+
+def test_a_slow_worker_shows_in_its_steps_per_second():
+    agent = wb.PPO(CountEnv(), n_steps=16, n_envs=3)
+    # Env 1 (seed 0 + 1), the only env of worker 1, steps ten times slower than the others.
+    session = wb.Session(agent, lambda: CountEnv(delay=0.0005, slow_seed=1), num_workers=3, backend="local", seed=0)
+    session.start(10_000_000)
+    try:
+        _wait_for(lambda: "worker_2/steps_per_second" in session.signals)
+    finally:
+        session.stop()
+    rates = [session.signals[f"worker_{w}/steps_per_second"].last for w in range(3)]
+    assert rates[1] < 0.3 * min(rates[0], rates[2]), rates
+    assert rates[1] < 1 / 0.005  # it cannot beat its own 5 ms step
 
 
 def test_pause_resume_and_stop_reach_every_worker(tmp_path):
