@@ -71,7 +71,10 @@ class Session:
         checkpoint_dir: where periodic checkpoints go (``latest/`` and, with ``keep_best``, ``best/``);
             default ``runs/<algorithm>-<date>-<time>``.
         keep_best: also keep the checkpoint with the best ``eval_reward``.
-        num_workers, backend: where env steps run (see ``workbench.parallel``).
+        num_workers, backend: where env steps run (see ``workbench.parallel`` and docs/parallel.md):
+            ``"auto"``, ``"inprocess"``, ``"local"`` (worker processes) or ``"ray"``.
+        backend_options: ``envs_per_worker``, ``restart_workers`` (start a dead worker again instead
+            of failing), and for Ray ``ray_address``, ``sync_every``, ``cpus_per_worker``, ``ray_init``.
         torch_threads: torch intra-op threads while training (1 is fastest for small networks).
     """
 
