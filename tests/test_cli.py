@@ -13,7 +13,7 @@ def test_help_lists_agents_and_options(capsys):
     with pytest.raises(SystemExit):
         main(["train", "--help"])
     out = capsys.readouterr().out
-    for word in ("dqn", "ppo", "--steps", "--out", "--resume", "--agent"):
+    for word in ("dqn", "ppo", "sac", "--steps", "--out", "--resume", "--agent", "--num-workers", "--backend"):
         assert word in out
 
 
@@ -39,6 +39,18 @@ def test_unknown_agent_and_bad_hyperparameter(capsys):
         main(["train", "CartPole-v1", "--agent", "rainbow", "--steps", "10"])
     assert main(["train", "CartPole-v1", "--agent", "ppo", "--set", "n_stepz=3", "--steps", "10"]) == 2
     assert "n_steps" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_train_with_local_workers(capsys):
+    assert main(["train", "CartPole-v1", "--agent", "ppo", "--steps", "512", "--num-workers", "2",
+                 "--backend", "local", "--no-progress"]) == 0
+    assert "finished" in capsys.readouterr().out
+
+
+def test_ray_address_needs_the_ray_backend():
+    with pytest.raises(SystemExit, match="--backend ray"):
+        main(["train", "CartPole-v1", "--steps", "10", "--ray-address", "auto"])
 
 
 def test_unknown_env_is_a_clear_error(capsys):

@@ -63,6 +63,12 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--resume", default=None, metavar="RUN", help="continue a saved run")
     train.add_argument("--eval-every", type=int, default=None, help="evaluate every N env steps")
     train.add_argument("--eval-episodes", type=int, default=5, help="episodes per evaluation (default 5)")
+    train.add_argument("--num-workers", type=int, default=1, help="worker processes or Ray actors (default 1)")
+    train.add_argument(
+        "--backend", default="auto", choices=["auto", "inprocess", "local", "ray"],
+        help="where env steps run with several workers (default auto: measured)",
+    )
+    train.add_argument("--ray-address", default=None, help="join this Ray cluster ('auto' for the running one)")
     train.add_argument(
         "--set", action="append", default=[], metavar="NAME=VALUE", help="override a hyperparameter (repeatable)"
     )
@@ -86,7 +92,16 @@ def _train(args: argparse.Namespace) -> int:
         args.steps = spec.steps if spec is not None else 100_000
     if args.steps <= 0:
         raise SystemExit(f"workbench: --steps must be positive, got {args.steps}")
-    kwargs: dict[str, Any] = {"eval_every": args.eval_every, "eval_episodes": args.eval_episodes}
+    kwargs: dict[str, Any] = {
+        "eval_every": args.eval_every,
+        "eval_episodes": args.eval_episodes,
+        "num_workers": args.num_workers,
+        "backend": args.backend,
+    }
+    if args.ray_address is not None:
+        if args.backend != "ray":
+            raise SystemExit("workbench: --ray-address needs --backend ray")
+        kwargs["ray_address"] = args.ray_address
     if args.resume:
         session = Session.resume(args.resume, args.env, **kwargs)
         if args.seed is not None:
