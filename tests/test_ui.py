@@ -1,13 +1,8 @@
 """The notebook parts without a browser: dashboard, buttons, plots, downsampling, compare, play viewer."""
 
-import os
-import shutil
 import struct
-import subprocess
-import sys
 import time
 import zlib
-from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -21,8 +16,6 @@ pytest.importorskip("plotly")
 
 from workbench.ui.play_viewer import encode_png
 from workbench.ui.plots import downsample, moving_average, x_values
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def small_ppo(env, **kw):
@@ -375,28 +368,3 @@ def test_play_viewer_rejects_an_env_of_other_spaces(app_env):
     agent = small_ppo(app_env)
     with pytest.raises(ValueError, match="space"):
         wb.PlayViewer(agent, gym.make("CartPole-v1", render_mode="rgb_array"))
-
-
-# -- the quickstart notebook ---------------------------------------------------------------------
-
-
-@pytest.mark.slow
-def test_quickstart_notebook_runs_top_to_bottom(tmp_path):
-    pytest.importorskip("nbmake")
-    shutil.copy(ROOT / "notebooks" / "quickstart.ipynb", tmp_path)  # its saved run lands in tmp_path
-    env = {**os.environ, "WB_QUICK": "1"}
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbmake", "quickstart.ipynb"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
-    )
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
-    assert (tmp_path / "runs" / "quickstart" / "signals.csv").is_file()
-
-
-def test_quickstart_notebook_is_saved_without_outputs():
-    import nbformat
-
-    nb = nbformat.read(ROOT / "notebooks" / "quickstart.ipynb", as_version=4)
-    for cell in nb.cells:
-        if cell.cell_type == "code":
-            assert cell.outputs == [] and cell.execution_count is None
