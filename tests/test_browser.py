@@ -77,6 +77,10 @@ def jupyter(browser_ready, tmp_path_factory):
     port, token = _free_port(), secrets.token_hex(16)
     settings = tmp / "settings"
     _write_settings(settings)
+    # Serve a copy of the notebook, so the run it saves lands in the temp dir, not in the checkout.
+    served = tmp / "served"
+    (served / "notebooks").mkdir(parents=True)
+    shutil.copy(ROOT / NOTEBOOK, served / NOTEBOOK)
     env = {k: v for k, v in os.environ.items() if k != "WB_QUICK"}  # a full-length run to watch
     env.update(
         JUPYTER_CONFIG_DIR=str(tmp / "config"),
@@ -87,7 +91,7 @@ def jupyter(browser_ready, tmp_path_factory):
     proc = subprocess.Popen(
         [
             sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", "--ip=127.0.0.1",
-            f"--port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={ROOT}",
+            f"--port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={served}",
             f"--LabApp.user_settings_dir={settings}", f"--LabApp.workspaces_dir={tmp / 'workspaces'}",
         ],
         env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
@@ -115,7 +119,6 @@ def jupyter(browser_ready, tmp_path_factory):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         log.close()
-        shutil.rmtree(ROOT / "notebooks" / "runs", ignore_errors=True)
 
 
 def _points(page) -> int:
