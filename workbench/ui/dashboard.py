@@ -412,7 +412,12 @@ class Dashboard(widgets.VBox):
             except Exception as exc:  # a broken refresh must not kill the timer silently
                 self.message.value = _error_html(f"dashboard refresh failed: {exc!r}")
             if status in _ENDED:
-                return
+                with self._lock:
+                    # Decide under the lock _ensure_timer takes: a Start clicked meanwhile either
+                    # sees this timer gone and starts another, or this timer sees the run going on.
+                    if self.session.status in _ENDED:
+                        self._timer = None
+                        return
 
     def close(self) -> None:
         """Stop the refresh timer and close every widget of the dashboard."""
