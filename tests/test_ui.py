@@ -116,8 +116,10 @@ def test_each_button_calls_the_session_and_only_sensible_ones_are_enabled(dashbo
     assert enabled(dashboard) == {"start", "save"}
     assert "stopped" in dashboard.status_line.value
 
+    wait_until(lambda: not dashboard.timer_alive, timeout=5)  # the final state is drawn: the timer stops
     dashboard.buttons["start"].click()  # a stopped run continues for another budget
     assert slow_session.status == "running"
+    assert dashboard.timer_alive  # and the dashboard follows it again
     dashboard.buttons["stop"].click()
     assert slow_session.status == "stopped"
 
