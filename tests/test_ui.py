@@ -353,6 +353,16 @@ def test_play_viewer_shows_frames_of_a_loaded_agent(app_env, tmp_path):
         viewer.close()
 
 
+def test_play_viewer_plays_continuous_actions_and_cuts_at_max_steps():
+    pytest.importorskip("pygame")
+    viewer = wb.PlayViewer(wb.PPO("Pendulum-v1", n_envs=1), "Pendulum-v1", seed=0, max_steps=10)
+    try:
+        assert len(viewer.frames) == 11 and len(viewer.rewards) == 11
+        assert viewer.returns[0] == pytest.approx(sum(viewer.rewards))
+    finally:
+        viewer.close()
+
+
 def test_play_viewer_needs_an_env_that_renders(app_env):
     agent = small_ppo(app_env)
     with pytest.raises(ValueError, match="render_mode='rgb_array'"):
