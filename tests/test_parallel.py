@@ -64,8 +64,16 @@ def cartpole():
     return gym.make("CartPole-v1")
 
 
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie or a process that vanished meanwhile counts as gone)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def _children() -> set[int]:
-    return {p.pid for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE}
+    return {p.pid for p in psutil.Process().children(recursive=True) if _alive(p.pid)}
 
 
 @pytest.fixture(autouse=True)
@@ -74,7 +82,7 @@ def no_leftover_processes():
     before = _children()
     yield
     left = _children() - before
-    assert not left, f"worker processes left behind: {[psutil.Process(p).cmdline() for p in left]}"
+    assert not left, f"worker processes left behind: {sorted(left)}"
 
 
 def _wait_for(condition, timeout=10.0):
@@ -150,7 +158,7 @@ def test_local_runner_seeds_each_env_like_the_in_process_one():
                 np.testing.assert_array_equal(a, b)
     finally:
         runner.close()
-    assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in runner.pids())
+    assert not any(_alive(p) for p in runner.pids())
 
 
 @pytest.mark.slow

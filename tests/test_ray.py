@@ -22,8 +22,16 @@ pytestmark = pytest.mark.ray
 ray.cloudpickle.register_pickle_by_value(test_parallel)
 
 
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie or a process that vanished meanwhile counts as gone)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def _children() -> set[int]:
-    return {p.pid for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE}
+    return {p.pid for p in psutil.Process().children(recursive=True) if _alive(p.pid)}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -37,13 +45,13 @@ def local_ray():
     while _children() - before and time.monotonic() < deadline:
         time.sleep(0.1)
     left = _children() - before
-    assert not left, f"Ray processes left behind: {[psutil.Process(p).name() for p in left]}"
+    assert not left, f"Ray processes left behind: {sorted(left)}"
 
 
 def _gone(pids, timeout=10.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        alive = [p for p in pids if _alive(p)]
         if not alive:
             return True
         time.sleep(0.05)
