@@ -249,5 +249,5 @@ class PPO(Agent):
             "explained_variance": explained,
         }
         if not self.discrete:
-            metrics["policy_std"] = float(self.log_std.exp().mean())
+            metrics["policy_std"] = float(self.log_std.detach().exp().mean())
         return metrics
