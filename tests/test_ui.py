@@ -235,6 +235,124 @@ def test_dashboard_bounds_the_points_it_sends(app_env):
         dash.close()
 
 
+# -- browser views that come late or stop listening (workbench.ui.live) ----------------------------
+
+
+def record_sends(fig):
+    """The messages the kernel sends to the figure's browser model from now on."""
+    sent = []
+    fig.comm.send = lambda data=None, metadata=None, buffers=None: sent.append(data)
+    return sent
+
+
+def updates_sent(sent):
+    return [d["state"]["_py2js_update"] for d in sent if d["state"].get("_py2js_update")]
+
+
+def npoints(values):
+    return values["shape"][0] if isinstance(values, dict) else len(values)  # numpy arrays go as binary buffers
+
+
+def view_appears(fig, count=1):
+    fig.set_state({"_view_count": count})  # what the browser sends when a view is displayed
+
+
+def view_applies(fig, edit_id):
+    fig.set_state({"_js2py_traceDeltas": {"trace_deltas": [], "trace_edit_id": edit_id}})
+
+
+def test_live_figure_opens_its_comm_with_data_layout_and_view_counting(monkeypatch):
+    import ipywidgets.widgets.widget as widget_module
+
+    from workbench.ui.live import LiveFigure
+
+    opened = []
+    create = widget_module.comm.create_comm
+    monkeypatch.setattr(widget_module.comm, "create_comm", lambda **kw: opened.append(kw) or create(**kw))
+    fig = LiveFigure(data=[go_scatter([0.0, 1.0, 2.0], [3.0, 4.0, 5.0])], layout={"title": {"text": "t"}})
+    try:
+        # A browser that drops every later update (anywidget's 2 s load limit) still draws this.
+        assert len(opened) == 1
+        state = opened[0]["data"]["state"]
+        assert state["_view_count"] == 0  # the browser counts views, so the kernel hears of new ones
+        assert len(state["_widget_data"]) == 1 and state["_widget_layout"]["title"] == {"text": "t"}
+        assert ["_widget_data", 0, "x", "buffer"] in opened[0]["data"]["buffer_paths"]  # the points travel along
+    finally:
+        fig.close()
+
+
+def test_a_new_view_gets_the_full_data_even_when_nothing_changed():
+    from workbench.ui.live import LiveFigure
+
+    fig = LiveFigure(data=[go_scatter([0.0, 1.0], [1.0, 2.0]), go_scatter([0.0], [5.0])])
+    try:
+        fig.data[0].x, fig.data[0].y = [0.0, 1.0, 2.0], [1.0, 2.0, 3.0]  # an edit no view saw
+        sent = record_sends(fig)
+        assert not fig.awaiting()  # no view yet: nothing to wait for
+        view_appears(fig)
+        (update,) = updates_sent(sent)
+        assert update["style_traces"] == [0, 1]
+        assert [npoints(x) for x in update["style_data"]["x"]] == [3, 1]
+        assert fig.awaiting() and not fig.stalled(60.0)
+        assert fig.stalled(0.0, now=time.monotonic() + 1)
+        view_applies(fig, 0)  # a deaf view answers its first draw with the id it was built with
+        assert fig.awaiting() and fig.acks == 0
+        view_applies(fig, update["trace_edit_id"])
+        assert not fig.awaiting() and fig.acks == 1
+        view_appears(fig, 0)  # the view closed: a smaller count sends nothing
+        assert len(updates_sent(sent)) == 1
+    finally:
+        fig.close()
+
+
+def test_dashboard_rebuilds_a_plot_whose_view_stopped_applying_edits(app_env):
+    session = wb.Session(small_ppo(app_env), app_env, seed=0)
+    dash = wb.Dashboard(session, interval=0.25)
+    try:
+        session.run(steps=400)
+        episodes = len(session.signals["episode_reward"])
+        old = dash._panels["episode_reward"]
+        old.stall_s = 0.3
+        view_appears(old.fig)  # a view that never answers: the browser dropped the figure's updates
+        assert dash.timer_alive  # the run ended, but the timer watches the view
+        wait_until(lambda: dash.replaced_count == 1, timeout=10)  # counted once the swap is complete
+        new = dash._panels["episode_reward"]
+        assert new is not old and new.fig in dash.plots.children and old.fig not in dash.plots.children
+        assert old.fig.comm is None  # closed
+        assert len(new.fig._widget_data[0]["x"]) == episodes  # the final data, in the state it opens with
+        view_appears(new.fig)
+        view_applies(new.fig, new.fig._last_trace_edit_id)
+        wait_until(lambda: not dash.timer_alive, timeout=10)  # the views have the final draw
+        assert dash.replaced_count == 1
+    finally:
+        dash.close()
+
+
+def test_a_view_shown_after_the_run_ended_gets_the_final_data(app_env):
+    session = wb.Session(small_ppo(app_env), app_env, seed=0)
+    dash = wb.Dashboard(session, interval=0.25)
+    try:
+        session.run(steps=400)
+        wait_until(lambda: not dash.timer_alive, timeout=10)
+        fig = dash._panels["episode_reward"].fig
+        sent = record_sends(fig)
+        view_appears(fig)
+        (update,) = updates_sent(sent)
+        assert npoints(update["style_data"]["x"][0]) == len(session.signals["episode_reward"])
+        assert dash.timer_alive  # restarted to watch that the view applies it
+        view_applies(fig, update["trace_edit_id"])
+        wait_until(lambda: not dash.timer_alive, timeout=10)
+        assert dash.replaced_count == 0
+    finally:
+        dash.close()
+
+
+def go_scatter(x, y):
+    import plotly.graph_objects as go
+
+    return go.Scatter(x=np.asarray(x), y=np.asarray(y))
+
+
 def test_dashboard_rejects_bad_settings(slow_session):
     with pytest.raises(ValueError, match="between 0.25 and 1"):
         wb.Dashboard(slow_session, interval=0.01)

@@ -20,6 +20,7 @@ import ipywidgets as widgets
 import numpy as np
 import plotly.graph_objects as go
 
+from .live import LiveFigure
 from .plots import MAX_POINTS, X_AXES, downsample, moving_average, x_values
 
 if TYPE_CHECKING:
@@ -43,6 +44,9 @@ _STATUS_COLORS = {
 }
 _BAR_STYLES = {"running": "info", "paused": "warning", "finished": "success", "failed": "danger"}
 _PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd")
+_STALL_S = 6.0  # seconds a shown plot may leave an edit unapplied before it is rebuilt
+_MAX_REPLACEMENTS = 5  # rebuilds in a row without any answer from the browser; then stop trying
+_WATCH_S = 120.0  # after a run ends, how long the timer keeps checking the last draw reached the views
 
 
 def _fmt_duration(seconds: float | None) -> str:
@@ -59,30 +63,46 @@ def _error_html(text: str) -> str:
 
 
 class _Panel:
-    """One plot: a FigureWidget with a faint raw trace and a smoothed trace per series."""
+    """One plot: a live figure with a faint raw trace and a smoothed trace per series.
 
-    def __init__(self, name: str, series: tuple[str, ...], x_axis: str) -> None:
+    ``traces`` gives each trace's starting properties (x, y, opacity, visible), so a figure built
+    to replace a stalled one carries the current data in the state its views start from.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        series: tuple[str, ...],
+        x_axis: str,
+        *,
+        traces: list[dict[str, Any]] | None = None,
+        on_view: Any = None,
+        stall_s: float = _STALL_S,
+        replacements: int = 0,
+    ) -> None:
         self.name = name
         self.series = series
         self.drawn: dict[str, tuple[Any, ...]] = {}  # what each series shows now, to skip unchanged ones
-        traces = []
+        self.stall_s = stall_s  # doubles with each replacement that got no answer either
+        self.replacements = replacements
+        data = []
         for i, label in enumerate(series):
             color = _PALETTE[i % len(_PALETTE)]
             mode = "lines+markers" if label == "eval_reward" else "lines"
-            traces.append(go.Scatter(x=[], y=[], mode=mode, name=label, line={"color": color, "width": 1}))
-            traces.append(
+            raw = {"x": [], "y": [], **(traces[2 * i] if traces else {})}
+            smooth = {"x": [], "y": [], "visible": False, **(traces[2 * i + 1] if traces else {})}
+            data.append(go.Scatter(mode=mode, name=label, line={"color": color, "width": 1}, **raw))
+            data.append(
                 go.Scatter(
-                    x=[],
-                    y=[],
                     mode="lines",
                     name=f"{label} (smoothed)",
                     line={"color": color, "width": 2},
-                    visible=False,
                     showlegend=False,
+                    **smooth,
                 )
             )
-        self.fig = go.FigureWidget(
-            data=traces,
+        self.fig = LiveFigure(
+            data=data,
             layout=go.Layout(
                 title={"text": name, "x": 0.02, "font": {"size": 14}},
                 height=260,
@@ -94,6 +114,7 @@ class _Panel:
                 xaxis={"title": {"text": X_AXES[x_axis]}},
                 uirevision=name,  # keep the user's zoom across redraws
             ),
+            on_view=on_view,
         )
         self.fig.add_class("wb-plot")
         self.fig.add_class(f"wb-plot-{name}")
@@ -156,6 +177,7 @@ class Dashboard(widgets.VBox):
         self._sps: tuple[float, int] | None = None  # (clock, steps) at the last refresh, for steps/s
         self._rate: float | None = None
         self.refresh_count = 0
+        self.replaced_count = 0  # plots rebuilt because their browser view stopped applying edits
 
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         budget = steps or (session.target_steps if session.target_steps else 10_000)
@@ -330,51 +352,101 @@ class Dashboard(widgets.VBox):
         x = x_values(self.x_axis.value, steps, times, episode_steps if episode_steps is not None else steps)
         return x, values.astype(np.float64)
 
-    def _refresh_plots(self, force: bool = False) -> None:
-        axis = self.x_axis.value
+    def _trace_props(self, name: str, episode_steps: np.ndarray | None) -> list[dict[str, Any]]:
+        """The raw and smoothed traces' properties for one series, downsampled to ``max_points``."""
         window = self.smoothing.value
-        episode_steps = None
-        episodes_key: Any = None
-        if axis == "episodes":
-            rewards = self.session.signals.get("episode_reward")
-            episode_steps = rewards.snapshot()[0] if rewards is not None else np.zeros(0, dtype=np.int64)
-            episodes_key = len(episode_steps)
-        for panel in self._panels.values():
+        data = self._series_data(name, episode_steps)
+        raw: dict[str, Any] = {"x": [], "y": []}
+        smooth: dict[str, Any] = {"x": [], "y": []}
+        if data is not None:
+            x, y = data
+            raw["x"], raw["y"] = downsample(x, y, self.max_points)
+            if window > 1:
+                smooth["x"], smooth["y"] = downsample(x, moving_average(y, window), self.max_points)
+            else:
+                del smooth["x"], smooth["y"]  # hidden: leave the old curve, saving the bytes
+        raw["opacity"] = 0.3 if window > 1 else 1.0
+        smooth["visible"] = window > 1 and data is not None
+        return [raw, smooth]
+
+    def _episode_axis(self) -> tuple[np.ndarray | None, Any]:
+        if self.x_axis.value != "episodes":
+            return None, None
+        rewards = self.session.signals.get("episode_reward")
+        episode_steps = rewards.snapshot()[0] if rewards is not None else np.zeros(0, dtype=np.int64)
+        return episode_steps, len(episode_steps)
+
+    def _series_key(self, name: str, episodes_key: Any) -> tuple[Any, ...]:
+        sig = self.session.signals.get(name)
+        count = (sig.count, len(sig)) if sig is not None else (0, 0)
+        return (*count, self.x_axis.value, self.smoothing.value, episodes_key)
+
+    def _refresh_plots(self, force: bool = False) -> None:
+        episode_steps, episodes_key = self._episode_axis()
+        now = time.monotonic()
+        for panel in list(self._panels.values()):
             if panel.name not in self.signal_select.value:
+                continue
+            fig = panel.fig
+            if fig.stalled(panel.stall_s, now) and panel.replacements < _MAX_REPLACEMENTS:
+                self._replace_panel(panel)
                 continue
             updates = []
             for i, name in enumerate(panel.series):
-                sig = self.session.signals.get(name)
-                key = (
-                    sig.count if sig is not None else 0,
-                    len(sig) if sig is not None else 0,
-                    axis,
-                    window,
-                    episodes_key,
-                )
+                key = self._series_key(name, episodes_key)
                 if not force and panel.drawn.get(name) == key:
                     continue
-                updates.append((i, name, key, self._series_data(name, episode_steps)))
+                updates.append((i, name, key, self._trace_props(name, episode_steps)))
             if not updates:
                 continue
-            fig = panel.fig
-            with fig.batch_update():
-                for i, name, key, data in updates:
-                    raw, smooth = fig.data[2 * i], fig.data[2 * i + 1]
-                    if data is None:
-                        raw.x, raw.y, smooth.x, smooth.y = [], [], [], []
-                    else:
-                        x, y = data
-                        rx, ry = downsample(x, y, self.max_points)
-                        raw.x, raw.y = rx, ry
-                        if window > 1:
-                            sx, sy = downsample(x, moving_average(y, window), self.max_points)
-                            smooth.x, smooth.y = sx, sy
-                    raw.opacity = 0.3 if window > 1 else 1.0
-                    smooth.visible = window > 1 and data is not None
+            with fig.lock, fig.batch_update():
+                for i, name, key, (raw, smooth) in updates:
+                    fig.data[2 * i].update(raw)
+                    fig.data[2 * i + 1].update(smooth)
                     panel.drawn[name] = key
                 if force:
-                    fig.layout.xaxis.title.text = X_AXES[axis]
+                    fig.layout.xaxis.title.text = X_AXES[self.x_axis.value]
+            fig.sent()
+
+    def _replace_panel(self, old: _Panel) -> None:
+        """Rebuild a plot whose browser view stopped applying edits, with the current data in its state.
+
+        A figure whose widget code loaded too slowly never hears from the kernel again (see
+        :mod:`workbench.ui.live`); a new figure starts from the data it is built with.
+        """
+        answered = old.fig.acks > 0  # it worked once: the browser is there, try again soon
+        new = self._new_panel(
+            old.name,
+            old.series,
+            stall_s=_STALL_S if answered else min(old.stall_s * 2, 60.0),
+            replacements=1 if answered else old.replacements + 1,
+        )
+        self._panels[old.name] = new
+        self.plots.children = tuple(new.fig if child is old.fig else child for child in self.plots.children)
+        old.fig.close()
+        self.replaced_count += 1
+
+    def _new_panel(self, name: str, series: tuple[str, ...], **kwargs: Any) -> _Panel:
+        """A plot built with the session's current data in the state its first views start from."""
+        episode_steps, episodes_key = self._episode_axis()
+        traces: list[dict[str, Any]] = []
+        for label in series:
+            traces.extend(self._trace_props(label, episode_steps))
+        panel = _Panel(name, series, self.x_axis.value, traces=traces, on_view=self._on_new_view, **kwargs)
+        panel.drawn.update({label: self._series_key(label, episodes_key) for label in series})
+        return panel
+
+    def _on_new_view(self, _fig: LiveFigure) -> None:
+        # The figure already sent the view its full data; keep the timer up to see the view apply it.
+        self._ensure_timer(watch=True)
+
+    def _awaiting_views(self) -> bool:
+        """True while a shown plot's view has not applied the last draw (and may still be rebuilt)."""
+        return any(
+            panel.fig.awaiting() and panel.replacements < _MAX_REPLACEMENTS
+            for panel in self._panels.values()
+            if panel.name in self.signal_select.value
+        )
 
     def refresh(self) -> None:
         """Redraw the status, buttons and plots from the session's current state (any thread)."""
@@ -393,16 +465,18 @@ class Dashboard(widgets.VBox):
         """True while the refresh thread runs (it ends once a finished run's last state is drawn)."""
         return self._timer is not None and self._timer.is_alive()
 
-    def _ensure_timer(self) -> None:
+    def _ensure_timer(self, watch: bool = False) -> None:
+        """Start the refresh thread if it is not running; ``watch``: also after the run ended."""
         with self._lock:
             if self._closed.is_set() or self.timer_alive:
                 return
-            if self.session.status in _ENDED:
+            if self.session.status in _ENDED and not watch:
                 return  # nothing will change until a button starts it again
             self._timer = threading.Thread(target=self._tick, name="workbench-dashboard", daemon=True)
             self._timer.start()
 
     def _tick(self) -> None:
+        ended_at = None
         while not self._closed.wait(self.interval):
             # Read the status before drawing: once it says the run ended, the loop thread has
             # recorded its last point, so this draw is the final state and the timer may stop.
@@ -416,8 +490,14 @@ class Dashboard(widgets.VBox):
                     # Decide under the lock _ensure_timer takes: a Start clicked meanwhile either
                     # sees this timer gone and starts another, or this timer sees the run going on.
                     if self.session.status in _ENDED:
-                        self._timer = None
-                        return
+                        # Keep going until the views applied the final draw (or a rebuilt plot
+                        # carries it), so a slow browser still ends on the final data.
+                        ended_at = ended_at or time.monotonic()
+                        if not self._awaiting_views() or time.monotonic() - ended_at > _WATCH_S:
+                            self._timer = None
+                            return
+                    else:
+                        ended_at = None
 
     def close(self) -> None:
         """Stop the refresh timer and close every widget of the dashboard."""
@@ -444,7 +524,7 @@ class Dashboard(widgets.VBox):
         for name in chosen:
             panel = self._panels.get(name)
             if panel is None:
-                panel = self._panels[name] = _Panel(name, (name, *_COMPANIONS.get(name, ())), self.x_axis.value)
+                panel = self._panels[name] = self._new_panel(name, (name, *_COMPANIONS.get(name, ())))
             shown.append(panel.fig)
         self.plots.children = shown
 

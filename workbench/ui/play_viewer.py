@@ -18,6 +18,7 @@ import plotly.graph_objects as go
 from gymnasium import spaces
 
 from ..envs import as_env_source
+from .live import LiveFigure
 
 if TYPE_CHECKING:
     from ..agents.base import Agent
@@ -152,7 +153,8 @@ class PlayViewer(widgets.VBox):
             cumulative[i] = total
         self._cumulative = cumulative
         frame_index = np.arange(n, dtype=np.float64)
-        self.figure = go.FigureWidget(
+        # A LiveFigure opens with the whole curve in its state and redraws views that appear later.
+        self.figure = LiveFigure(
             data=[
                 go.Scatter(x=frame_index, y=cumulative, mode="lines", name="return so far", line={"color": "#1f77b4"}),
                 go.Scatter(
