@@ -80,7 +80,12 @@ def jupyter(browser_ready, tmp_path_factory):
     # Serve a copy of the notebook, so the run it saves lands in the temp dir, not in the checkout.
     served = tmp / "served"
     (served / "notebooks").mkdir(parents=True)
-    shutil.copy(ROOT / NOTEBOOK, served / NOTEBOOK)
+    # Its run must outlast the checks: 100k steps can finish (18 s unloaded) before a slow browser
+    # shows the first points, and a finished run never adds the points the test waits for.
+    source = (ROOT / NOTEBOOK).read_text()
+    longer = re.sub(r"(STEPS = .* else )[0-9_]+", r"\g<1>5_000_000", source, count=1)
+    assert longer != source, f"{NOTEBOOK} no longer sets STEPS = ... else N: update this test"
+    (served / NOTEBOOK).write_text(longer)
     env = {k: v for k, v in os.environ.items() if k != "WB_QUICK"}  # a full-length run to watch
     env.update(
         JUPYTER_CONFIG_DIR=str(tmp / "config"),
@@ -174,6 +179,9 @@ def test_dashboard_trains_pauses_and_stops_in_a_real_browser(jupyter):
         )
         try:
             page = context.pages[0] if context.pages else context.new_page()
+            console: list[str] = []  # the front end's errors, saved with a failure's screenshot
+            page.on("console", lambda msg: console.append(f"{msg.type}: {msg.text}"))
+            page.on("pageerror", lambda exc: console.append(f"pageerror: {exc}"))
             page.set_default_timeout(60_000)
             page.goto(f"{base}/lab/tree/{NOTEBOOK}?token={token}")
             kernel = page.locator("span.jp-StatusBar-TextItem[title^='Change kernel']")
@@ -233,6 +241,7 @@ def test_dashboard_trains_pauses_and_stops_in_a_real_browser(jupyter):
         except BaseException:
             page.screenshot(path=str(ARTIFACTS / "failure.png"), full_page=True)  # what the browser showed
             (ARTIFACTS / "failure.html").write_text(page.content())
+            (ARTIFACTS / "failure-console.txt").write_text("\n".join(console))
             raise
         finally:
             context.close()
