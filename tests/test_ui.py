@@ -269,12 +269,15 @@ def test_live_figure_opens_its_comm_with_data_layout_and_view_counting(monkeypat
     opened = []
     create = widget_module.comm.create_comm
     monkeypatch.setattr(widget_module.comm, "create_comm", lambda **kw: opened.append(kw) or create(**kw))
-    fig = LiveFigure(data=[go_scatter([0.0, 1.0, 2.0], [3.0, 4.0, 5.0])], layout={"title": {"text": "t"}})
+    fig = LiveFigure(
+        data=[go_scatter([0.0, 1.0, 2.0], [3.0, 4.0, 5.0])], layout={"title": {"text": "t"}}, classes=("wb-x",)
+    )
     try:
         # A browser that drops every later update (anywidget's 2 s load limit) still draws this.
         assert len(opened) == 1
         state = opened[0]["data"]["state"]
         assert state["_view_count"] == 0  # the browser counts views, so the kernel hears of new ones
+        assert list(state["_dom_classes"]) == ["wb-x"]
         assert len(state["_widget_data"]) == 1 and state["_widget_layout"]["title"] == {"text": "t"}
         assert ["_widget_data", 0, "x", "buffer"] in opened[0]["data"]["buffer_paths"]  # the points travel along
     finally:

@@ -115,9 +115,8 @@ class _Panel:
                 uirevision=name,  # keep the user's zoom across redraws
             ),
             on_view=on_view,
+            classes=("wb-plot", f"wb-plot-{name}"),
         )
-        self.fig.add_class("wb-plot")
-        self.fig.add_class(f"wb-plot-{name}")
 
 
 class Dashboard(widgets.VBox):

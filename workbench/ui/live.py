@@ -43,11 +43,19 @@ class LiveFigure(go.FigureWidget):
     Parameters are those of ``go.FigureWidget``, plus:
         on_view: called (on the kernel's thread, with the figure) after a new view appeared and
             was sent the full data.
+        classes: CSS classes of the widget, set before the comm opens (``add_class`` afterwards is
+            an update that a deaf figure never receives).
 
     Use :attr:`lock` around edits made from another thread than the kernel's.
     """
 
-    def __init__(self, *args: Any, on_view: Callable[[LiveFigure], None] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        on_view: Callable[[LiveFigure], None] | None = None,
+        classes: tuple[str, ...] = (),
+        **kwargs: Any,
+    ) -> None:
         self._wb_ready = False  # holds the comm closed until the state below is complete
         super().__init__(*args, **kwargs)
         self._lock = threading.RLock()
@@ -61,6 +69,7 @@ class LiveFigure(go.FigureWidget):
         self._view_count = 0
         self._widget_layout = copy.deepcopy(self._layout_obj._props)
         self._widget_data = copy.deepcopy(self._data)
+        self._dom_classes = tuple(classes)
         self.observe(self._on_view_count, names="_view_count")
         self.observe(self._on_trace_deltas, names="_js2py_traceDeltas")
         self._wb_ready = True

@@ -170,8 +170,8 @@ class PlayViewer(widgets.VBox):
                 title={"text": "return so far", "x": 0.02},
                 xaxis={"title": {"text": "frame"}},
             ),
+            classes=("wb-play-rewards",),
         )
-        self.figure.add_class("wb-play-rewards")
         self.slider.observe(self._on_frame, names="value")
         super().__init__(
             [
