@@ -399,9 +399,10 @@ class Dashboard(widgets.VBox):
             if not updates:
                 continue
             with fig.lock, fig.batch_update():
-                for i, name, key, (raw, smooth) in updates:
-                    fig.data[2 * i].update(raw)
-                    fig.data[2 * i + 1].update(smooth)
+                for i, name, key, props in updates:
+                    for trace, values in zip(fig.data[2 * i : 2 * i + 2], props):
+                        for prop, value in values.items():
+                            setattr(trace, prop, value)  # cheaper than trace.update(), which walks paths
                     panel.drawn[name] = key
                 if force:
                     fig.layout.xaxis.title.text = X_AXES[self.x_axis.value]
