@@ -21,8 +21,9 @@ from ..memory.nstep import NStepAccumulator
 from ..memory.prioritized import PrioritizedReplayMemory
 from ..memory.replay import ReplayBatch, ReplayMemory
 from ..schedules import Schedule, as_schedule, linear
-from .base import Agent, AgentConfig, Transitions, register
+from .base import AgentConfig, Transitions, register
 from .networks import DuelingQNetwork, make_adam, mlp, polyak_update
+from .replay_agent import ReplayAgent
 
 __all__ = ["DQN", "DQNConfig"]
 
@@ -74,7 +75,7 @@ class DQNConfig(AgentConfig):
 
 
 @register
-class DQN(Agent):
+class DQN(ReplayAgent):
     """Deep Q-network for Discrete action spaces.
 
     Example::
@@ -161,8 +162,7 @@ class DQN(Agent):
             if ready is not None:
                 self.memory.add(*ready)
         n = len(rewards)
-        self.num_timesteps += n
-        self._steps_since_update += n
+        self._count_steps(n)
         self._steps_since_target += n
         if self._steps_since_target >= self.config.target_update_interval:
             self._steps_since_target = 0
@@ -171,20 +171,11 @@ class DQN(Agent):
     def _update_target(self) -> None:
         polyak_update(self.q_target, self.q_net, self.config.tau)
 
-    def ready(self) -> bool:
-        c = self.config
-        return (
-            self.num_timesteps >= c.learning_starts
-            and self._steps_since_update >= c.train_freq
-            and len(self.memory) > 0
-        )
-
     # -- learning -----------------------------------------------------------------------------
 
     def update(self) -> dict[str, float]:
         c = self.config
-        steps = max(1, c.gradient_steps if c.gradient_steps > 0 else self._steps_since_update)
-        self._steps_since_update = 0
+        steps = self._gradient_steps_due()
         lr = self._lr(self.progress)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
@@ -250,11 +241,8 @@ class DQN(Agent):
         return loss.detach(), q.detach().mean()
 
     def extra_state(self) -> dict[str, object]:
-        return {
-            "steps_since_update": self._steps_since_update,
-            "steps_since_target": self._steps_since_target,
-        }
+        return {**super().extra_state(), "steps_since_target": self._steps_since_target}
 
     def load_extra_state(self, state: dict[str, object]) -> None:
-        self._steps_since_update = int(state.get("steps_since_update", 0))  # type: ignore[arg-type]
+        super().load_extra_state(state)
         self._steps_since_target = int(state.get("steps_since_target", 0))  # type: ignore[arg-type]

@@ -19,8 +19,9 @@ from torch import nn
 
 from ..memory.replay import ReplayMemory
 from ..schedules import Schedule, as_schedule
-from .base import Agent, AgentConfig, Transitions, register
+from .base import AgentConfig, register
 from .networks import EnsembleMLP, ScalarParameter, make_adam, mlp, polyak_update
+from .replay_agent import ReplayAgent
 
 __all__ = ["SAC", "SACConfig"]
 
@@ -87,7 +88,7 @@ class SDEActor(nn.Module):
 
 
 @register
-class SAC(Agent):
+class SAC(ReplayAgent):
     """Soft actor-critic for Box action spaces (bounded).
 
     Example::
@@ -194,26 +195,11 @@ class SAC(Agent):
             squashed = self._policy(torch.from_numpy(obs))[0].numpy()
         return self._scale_action(squashed).reshape(obs.shape[0], *self.action_space.shape)
 
-    # -- storing ------------------------------------------------------------------------------
-
-    def observe(self, transitions: Transitions) -> None:
-        obs, actions, rewards, next_obs, terminated, _truncated = transitions
-        # Stored in [-1, 1]; only a real termination stops bootstrapping, a time limit does not.
-        squashed = self._unscale_action(np.asarray(actions, dtype=np.float32))
-        self.memory.add(obs, squashed, rewards, next_obs, terminated.astype(np.float32), self.config.gamma)
-        self.num_timesteps += len(rewards)
-        self._steps_since_update += len(rewards)
-
-    def ready(self) -> bool:
-        c = self.config
-        return self.num_timesteps >= c.learning_starts and self._steps_since_update >= c.train_freq
-
     # -- learning -----------------------------------------------------------------------------
 
     def update(self) -> dict[str, float]:
         c = self.config
-        steps = max(1, c.gradient_steps if c.gradient_steps > 0 else self._steps_since_update)
-        self._steps_since_update = 0
+        steps = self._gradient_steps_due()
         lr = self._lr(self.progress)
         for opt in self.optimizers.values():
             for group in opt.param_groups:
@@ -272,9 +258,3 @@ class SAC(Agent):
             "alpha": alpha,
             "learning_rate": lr,
         }
-
-    def extra_state(self) -> dict[str, object]:
-        return {"steps_since_update": self._steps_since_update}
-
-    def load_extra_state(self, state: dict[str, object]) -> None:
-        self._steps_since_update = int(state.get("steps_since_update", 0))  # type: ignore[arg-type]

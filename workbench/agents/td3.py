@@ -18,8 +18,9 @@ from torch import nn
 from ..exploration import Exploration, GaussianNoise
 from ..memory.replay import ReplayMemory
 from ..schedules import Schedule, as_schedule
-from .base import Agent, AgentConfig, Transitions, register
+from .base import AgentConfig, register
 from .networks import EnsembleMLP, make_adam, mlp, polyak_update
+from .replay_agent import ReplayAgent
 
 __all__ = ["TD3", "TD3Config"]
 
@@ -65,7 +66,7 @@ class TD3Config(AgentConfig):
 
 
 @register
-class TD3(Agent):
+class TD3(ReplayAgent):
     """Twin delayed DDPG for Box action spaces (bounded).
 
     Example::
@@ -140,26 +141,11 @@ class TD3(Agent):
         if self.config.exploration is not None:
             self.config.exploration.reset(done)  # Ornstein-Uhlenbeck restarts from its mean
 
-    # -- storing ------------------------------------------------------------------------------
-
-    def observe(self, transitions: Transitions) -> None:
-        obs, actions, rewards, next_obs, terminated, _truncated = transitions
-        # Stored in [-1, 1]; only a real termination stops bootstrapping, a time limit does not.
-        squashed = self._unscale_action(np.asarray(actions, dtype=np.float32))
-        self.memory.add(obs, squashed, rewards, next_obs, terminated.astype(np.float32), self.config.gamma)
-        self.num_timesteps += len(rewards)
-        self._steps_since_update += len(rewards)
-
-    def ready(self) -> bool:
-        c = self.config
-        return self.num_timesteps >= c.learning_starts and self._steps_since_update >= c.train_freq
-
     # -- learning -----------------------------------------------------------------------------
 
     def update(self) -> dict[str, float]:
         c = self.config
-        steps = max(1, c.gradient_steps if c.gradient_steps > 0 else self._steps_since_update)
-        self._steps_since_update = 0
+        steps = self._gradient_steps_due()
         actor_lr, critic_lr = self._actor_lr(self.progress), self._critic_lr(self.progress)
         for group in self.actor_optimizer.param_groups:
             group["lr"] = actor_lr
@@ -212,9 +198,9 @@ class TD3(Agent):
 
     def extra_state(self) -> dict[str, object]:
         e = self.config.exploration
-        return {"steps_since_update": self._steps_since_update, "exploration": {} if e is None else e.state()}
+        return {**super().extra_state(), "exploration": {} if e is None else e.state()}
 
     def load_extra_state(self, state: dict[str, object]) -> None:
-        self._steps_since_update = int(state.get("steps_since_update", 0))  # type: ignore[arg-type]
+        super().load_extra_state(state)
         if self.config.exploration is not None:
             self.config.exploration.load_state(state.get("exploration", {}))  # type: ignore[arg-type]
