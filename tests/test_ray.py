@@ -6,7 +6,6 @@ import os
 import signal
 import time
 
-import psutil
 import pytest
 
 import workbench as wb
@@ -15,23 +14,11 @@ from workbench.parallel import WorkerError
 ray = pytest.importorskip("ray")
 
 import test_parallel  # noqa: E402  (its envs, sent to the actors by value)
-from test_parallel import CountEnv, cartpole  # noqa: E402
+from test_parallel import CountEnv, _alive, _children, cartpole  # noqa: E402
 
 pytestmark = pytest.mark.ray
 
 ray.cloudpickle.register_pickle_by_value(test_parallel)
-
-
-def _alive(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie or a process that vanished meanwhile counts as gone)."""
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def _children() -> set[int]:
-    return {p.pid for p in psutil.Process().children(recursive=True) if _alive(p.pid)}
 
 
 @pytest.fixture(scope="module", autouse=True)
