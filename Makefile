@@ -20,12 +20,12 @@ demo: $(VENV)/.installed
 	$(BIN)/python examples/demo.py
 
 test: $(VENV)/.installed
-	$(BIN)/ruff check workbench tests benchmarks examples
+	$(BIN)/ruff check workbench tests benchmarks examples notebooks
 	$(BIN)/pytest -q -ra
 	cd notebooks && WB_QUICK=1 ../$(BIN)/pytest -q --nbmake --nbmake-timeout=600 *.ipynb
 
 lint: $(VENV)/.installed
-	$(BIN)/ruff check workbench tests benchmarks examples
+	$(BIN)/ruff check workbench tests benchmarks examples notebooks
 
 bench: $(VENV)/.installed
 	$(BIN)/pip install -q -e ".[bench]"

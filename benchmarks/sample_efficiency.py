@@ -43,10 +43,11 @@ DEFAULT = [
 
 def run_one(env_id: str, agent_name: str, seed: int, eval_episodes: int) -> tuple[float, float]:
     """Train one preset run; return (final evaluation mean, wall seconds of training)."""
-    agent, env, steps = wb.preset(env_id, agent_name, seed=seed)
+    tuned = wb.preset(env_id, agent_name, seed=seed)
+    agent, env = tuned
     session = wb.Session(agent, env, seed=seed)
     start = time.perf_counter()
-    session.run(steps=steps)
+    session.run(steps=tuned.steps)
     wall = time.perf_counter() - start
     if session.status != "finished":
         raise RuntimeError(f"{env_id} {agent_name} seed {seed} ended {session.status}: {session.error}")

@@ -9,8 +9,9 @@ from workbench import cli
 
 
 def test_pendulum_sac_preset_is_ready_to_train():
-    agent, env, steps = wb.preset("Pendulum-v1", "sac", seed=0)
-    assert isinstance(agent, wb.SAC) and env == "Pendulum-v1" and steps == 20_000
+    agent, env = wb.preset("Pendulum-v1", "sac", seed=0)
+    assert isinstance(agent, wb.SAC) and env == "Pendulum-v1"
+    assert wb.preset("Pendulum-v1", "sac").steps == 20_000
     assert agent.config.learning_rate == 1e-3
     session = wb.Session(agent, env, seed=0)
     session.run(steps=150)
@@ -37,6 +38,13 @@ def test_presets_carry_the_zoo_settings(env_id, agent, cls, steps, values):
         assert getattr(built.agent.config, key) == value, key
     spec = wb.PRESETS[(env_id, agent)]
     assert spec.zoo_score is not None and spec.solved is not None
+
+
+def test_preset_unpacks_as_agent_and_env_and_keeps_the_budget():
+    tuned = wb.preset("CartPole-v1", "ppo", seed=1)
+    agent, env = tuned
+    assert agent is tuned.agent and env == tuned.env == "CartPole-v1" and tuned.steps == 100_000
+    assert "steps=100000" in repr(tuned)
 
 
 def test_acrobot_dqn_explores_as_the_zoo_does():

@@ -1,11 +1,14 @@
 """Tuned presets: rl-baselines3-zoo's hyperparameters for the classic-control tasks.
 
-``wb.preset(env_id, agent)`` returns a :class:`Preset` named tuple ``(agent, env, steps)``: an agent
-built with the zoo's settings, the env to train it on (the registered id, so the session can make
-the zoo's number of copies) and the zoo's step budget::
+``wb.preset(env_id, agent)`` returns a :class:`Preset` that unpacks as ``(agent, env)``: an agent
+built with the zoo's settings and the env to train it on (the registered id, so the session can make
+the zoo's number of copies); its ``steps`` attribute is the zoo's step budget::
 
-    agent, env, steps = wb.preset("Pendulum-v1", "sac", seed=0)
-    wb.Session(agent, env, seed=0).run(steps=steps)
+    agent, env = wb.preset("Pendulum-v1", "sac", seed=0)
+    wb.Session(agent, env, seed=0).run(steps=wb.preset("Pendulum-v1", "sac").steps)
+
+    tuned = wb.preset("Pendulum-v1", "sac", seed=0)      # or keep the whole preset
+    wb.Session(tuned.agent, tuned.env, seed=0).run(steps=tuned.steps)
 
 Keyword arguments override single hyperparameters. :data:`PRESETS` holds every
 :class:`PresetSpec` (settings, budget, the zoo's published score and the score counted as solved);
@@ -16,7 +19,7 @@ Sources: rl-baselines3-zoo ``hyperparams/*.yml`` and ``benchmark.md`` (see docs/
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from .agents.base import AGENTS, Agent
 from .exploration import EpsilonGreedy, Exploration, GaussianNoise, exploration_from_dict
@@ -42,8 +45,12 @@ class PresetSpec:
     """Final evaluation counted as solving the task."""
 
 
-class Preset(NamedTuple):
-    """What :func:`preset` returns: unpack as ``agent, env, steps = wb.preset(...)``."""
+class Preset(tuple):
+    """What :func:`preset` returns: unpacks as ``agent, env = wb.preset(...)``; ``.steps`` is the budget.
+
+    A pair rather than a triple because "an agent and its env" is what a caller trains; the budget
+    is there for those who want the zoo's, as an attribute.
+    """
 
     agent: Agent
     """The agent, built with the tuned hyperparameters."""
@@ -51,6 +58,14 @@ class Preset(NamedTuple):
     """The env id to train on (``wb.Session(agent, env)`` makes the agent's ``n_envs`` copies)."""
     steps: int
     """The zoo's step budget."""
+
+    def __new__(cls, agent: Agent, env: str, steps: int) -> Preset:
+        pair = super().__new__(cls, (agent, env))
+        pair.agent, pair.env, pair.steps = agent, env, steps
+        return pair
+
+    def __repr__(self) -> str:
+        return f"Preset(agent={self.agent!r}, env={self.env!r}, steps={self.steps})"
 
 
 def _specs() -> list[PresetSpec]:
