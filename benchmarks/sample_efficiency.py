@@ -9,9 +9,11 @@ mean wall time per run, and the score of the zoo's published agent (rl-baselines
     python benchmarks/sample_efficiency.py --only CartPole --seeds 2
     python benchmarks/sample_efficiency.py --only Pendulum-v1:sac Pendulum-v1:td3 --seeds 1
     python benchmarks/sample_efficiency.py --all --list             # every preset, without running
+    python benchmarks/sample_efficiency.py --only CartPole-v1:dqn --seeds 10 --set double_q=false dueling=true
 
-``--only`` takes task or agent names, or ``task:agent`` pairs (any substring matches). The full run is
-long (hours on 2 cores: SAC, TD3 and DDPG make one gradient step per env step). Not part of the test
+``--only`` takes task or agent names, or ``task:agent`` pairs (any substring matches); ``--set``
+overrides single hyperparameters of every selected preset (JSON values: numbers, true/false, lists).
+The full run is long (hours on 2 cores: SAC, TD3 and DDPG make one gradient step per env step). Not part of the test
 suite: nothing here is asserted.
 """
 
@@ -41,9 +43,11 @@ DEFAULT = [
 ]
 
 
-def run_one(env_id: str, agent_name: str, seed: int, eval_episodes: int) -> tuple[float, float]:
+def run_one(
+    env_id: str, agent_name: str, seed: int, eval_episodes: int, overrides: dict | None = None
+) -> tuple[float, float]:
     """Train one preset run; return (final evaluation mean, wall seconds of training)."""
-    tuned = wb.preset(env_id, agent_name, seed=seed)
+    tuned = wb.preset(env_id, agent_name, seed=seed, **(overrides or {}))
     agent, env = tuned
     session = wb.Session(agent, env, seed=seed)
     start = time.perf_counter()
@@ -73,6 +77,21 @@ def select(pairs: list[tuple[str, str]], only: list[str] | None) -> list[tuple[s
     return chosen
 
 
+def parse_overrides(pairs: list[str] | None) -> dict:
+    """``["double_q=false", "net_arch=[64, 64]"]`` -> ``{"double_q": False, "net_arch": (64, 64)}``."""
+    out = {}
+    for pair in pairs or []:
+        key, sep, text = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"--set takes NAME=VALUE (for example --set learning_rate=1e-3), got {pair!r}")
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            value = text
+        out[key.strip()] = tuple(value) if isinstance(value, list) else value
+    return out
+
+
 def fmt(x: float | None) -> str:
     return "—" if x is None else f"{x:.1f}"
 
@@ -86,7 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--all", action="store_true", help="every preset in wb.PRESETS, not only the issue's 8")
     parser.add_argument("--list", action="store_true", help="list the selected presets and exit")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    parser.add_argument("--set", nargs="+", metavar="NAME=VALUE", help="override hyperparameters of the presets")
     args = parser.parse_args(argv)
+    overrides = parse_overrides(args.set)
 
     pairs = select(sorted(wb.PRESETS) if args.all else DEFAULT, args.only)
     if not pairs:
@@ -103,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         spec = wb.PRESETS[(env_id, agent)]
         evals, walls = [], []
         for seed in seeds:
-            score, wall = run_one(env_id, agent, seed, args.eval_episodes)
+            score, wall = run_one(env_id, agent, seed, args.eval_episodes, overrides)
             evals.append(score)
             walls.append(wall)
             print(f"  {env_id} {agent} seed {seed}: eval {score:.1f} in {wall:.1f} s", file=sys.stderr, flush=True)
@@ -132,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
             f"| {r['task']} | {r['agent'].upper()} | {r['budget'] // 1000}k | {r['mean']:.1f} ± {r['std']:.1f} "
             f"| {r['solved']}/{len(r['seeds'])} | ≥ {fmt(r['target'])} | {r['wall_mean']:.0f} s | {fmt(r['zoo'])} |"
         )
+    if overrides:
+        print(f"\noverrides on top of the presets: {overrides}")
     print(f"\nseeds {seeds}; eval = {args.eval_episodes} deterministic episodes after the full budget; "
           f"torch {torch.__version__}, 1 thread")
     if args.json:
