@@ -78,6 +78,25 @@ def test_a_session_shown_in_a_cell_displays_its_dashboard(slow_session, monkeypa
     shown[0].close()
 
 
+def test_showing_a_session_again_reuses_its_live_dashboard_until_it_is_closed(slow_session, monkeypatch):
+    import IPython.display
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda obj: shown.append(obj))
+    slow_session._ipython_display_()
+    slow_session.start(steps=10_000_000)
+    deadline = time.monotonic() + 10
+    while not shown[0].timer_alive and time.monotonic() < deadline:
+        time.sleep(0.02)
+    slow_session._ipython_display_()
+    assert shown[0] is shown[1]  # one dashboard, one refresh timer, shown twice
+    shown[0].close()
+    assert shown[0].closed
+    slow_session._ipython_display_()
+    assert shown[2] is not shown[0] and not shown[2].closed
+    shown[2].close()
+
+
 def test_eval_reward_is_drawn_beside_episode_reward(slow_session):
     for i in range(5):
         slow_session.log("eval_reward", 10.0 * i, step=100 * i)

@@ -360,7 +360,13 @@ class Session:
     def _ipython_display_(self) -> None:
         from IPython.display import display
 
-        display(self.dashboard())
+        # Showing the session again while its dashboard is live shows that dashboard in one more
+        # place: one refresh timer per session however often a cell shows it. A dashboard whose
+        # timer has stopped (the run ended) or that was closed is replaced by a fresh one.
+        shown = getattr(self, "_shown_dashboard", None)
+        if shown is None or shown.closed or not shown.timer_alive:
+            shown = self._shown_dashboard = self.dashboard()
+        display(shown)
 
     # -- the loop -------------------------------------------------------------------------------
 

@@ -499,6 +499,11 @@ class Dashboard(widgets.VBox):
                     else:
                         ended_at = None
 
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` has run."""
+        return self._closed.is_set()
+
     def close(self) -> None:
         """Stop the refresh timer and close every widget of the dashboard."""
         closed = getattr(self, "_closed", None)  # ipywidgets also calls close() on half-built widgets
