@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 import workbench as wb
+from workbench.cli import parse_hyperparameters
 
 # The targets of issue 4: the zoo's budget, and the final evaluation counted as solved.
 DEFAULT = [
@@ -77,21 +78,6 @@ def select(pairs: list[tuple[str, str]], only: list[str] | None) -> list[tuple[s
     return chosen
 
 
-def parse_overrides(pairs: list[str] | None) -> dict:
-    """``["double_q=false", "net_arch=[64, 64]"]`` -> ``{"double_q": False, "net_arch": (64, 64)}``."""
-    out = {}
-    for pair in pairs or []:
-        key, sep, text = pair.partition("=")
-        if not sep:
-            raise SystemExit(f"--set takes NAME=VALUE (for example --set learning_rate=1e-3), got {pair!r}")
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError:
-            value = text
-        out[key.strip()] = tuple(value) if isinstance(value, list) else value
-    return out
-
-
 def fmt(x: float | None) -> str:
     return "—" if x is None else f"{x:.1f}"
 
@@ -107,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     parser.add_argument("--set", nargs="+", metavar="NAME=VALUE", help="override hyperparameters of the presets")
     args = parser.parse_args(argv)
-    overrides = parse_overrides(args.set)
+    overrides = parse_hyperparameters(args.set or [])
 
     pairs = select(sorted(wb.PRESETS) if args.all else DEFAULT, args.only)
     if not pairs:

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "main", "parse_hyperparameters"]
 
 
 def _agent_names() -> list[str]:
@@ -24,7 +24,9 @@ def _parse_value(text: str) -> Any:
         return text
 
 
-def _hyperparameters(pairs: Sequence[str]) -> dict[str, Any]:
+def parse_hyperparameters(pairs: Sequence[str]) -> dict[str, Any]:
+    """``--set`` values: ``["double_q=false", "net_arch=[64, 64]"]`` -> ``{"double_q": False, "net_arch": (64, 64)}``
+    (JSON values; anything else stays a string)."""
     out: dict[str, Any] = {}
     for pair in pairs:
         if "=" not in pair:
@@ -112,9 +114,9 @@ def _train(args: argparse.Namespace) -> int:
         if spec is not None:
             # Tuned settings first; --set still overrides single values.
             print(f"using the rl-baselines3-zoo preset for {args.agent} on {args.env} (--no-preset to skip)")
-            agent = preset(args.env, args.agent, seed=args.seed, **_hyperparameters(args.set)).agent
+            agent = preset(args.env, args.agent, seed=args.seed, **parse_hyperparameters(args.set)).agent
         else:
-            agent = AGENTS[args.agent](args.env, seed=args.seed, **_hyperparameters(args.set))
+            agent = AGENTS[args.agent](args.env, seed=args.seed, **parse_hyperparameters(args.set))
         session = Session(agent, args.env, seed=args.seed, **kwargs)
     session.run(args.steps, progress=not args.no_progress)
     reward = session.signals.get("episode_reward")
