@@ -229,3 +229,47 @@ def test_sac_with_gsde_learns_and_explores_smoothly(tmp_path):
     loaded = wb.load(tmp_path / "run")
     assert torch.equal(loaded.actor.log_std, agent.actor.log_std)
     assert loaded.play(env, episodes=1) == agent.play(env, episodes=1)
+
+
+@pytest.mark.parametrize("name", ["a2c", "ppo"])
+def test_on_policy_gsde_learns_the_continuous_bandit(name):
+    # -2 as the zoo's gSDE settings: the noise sums over 32 features, so it starts wider than -1 gives.
+    agent = train(name, lambda: OneStepBandit(continuous=True), use_sde=True, sde_sample_freq=2, log_std_init=-2.0)
+    assert agent.log_std.shape == (32, 1)  # one log std per (feature, action)
+    action = float(agent.act(np.ones(1, dtype=np.float32), deterministic=True)[0])
+    assert abs(action - OneStepBandit.TARGET) < 0.2, f"{name} with gSDE acts {action:.3f}, the answer is 0.5"
+
+
+def test_on_policy_gsde_holds_its_noise_and_scores_the_actions_it_took(tmp_path):
+    agent = wb.PPO("Pendulum-v1", seed=0, use_sde=True, sde_sample_freq=3, n_envs=2, n_steps=8)
+    obs = np.random.default_rng(0).normal(size=(2, 3)).astype(np.float32)
+    actions = [agent.act(obs) for _ in range(4)]
+    assert np.array_equal(actions[0], actions[2]) and not np.array_equal(actions[0], actions[3])
+    assert not np.array_equal(actions[0][0], actions[0][1])  # each env draws its own weights
+    # The log-probability cached for the rollout is the one the update recomputes (ratio 1).
+    log_prob, entropy = agent._policy_terms(torch.from_numpy(obs), torch.from_numpy(actions[3]))
+    np.testing.assert_allclose(agent._last_log_probs, log_prob.detach().numpy(), rtol=1e-5)
+    assert torch.isfinite(entropy).all()
+    mean = agent.act(obs, deterministic=True)
+    assert np.array_equal(agent.act(obs, deterministic=True), mean)
+    session = wb.Session(agent, "Pendulum-v1", seed=0)
+    session.run(steps=64)
+    assert session.signals["policy_std"].last > 0
+    session.save(tmp_path / "run")
+    loaded = wb.load(tmp_path / "run")
+    assert torch.equal(loaded.log_std, agent.log_std)
+    assert loaded.play("Pendulum-v1", episodes=1, seed=1) == agent.play("Pendulum-v1", episodes=1, seed=1)
+
+
+@pytest.mark.parametrize(
+    "options, words",
+    [
+        (dict(use_sde=True, env="CartPole-v1"), "Box action space"),
+        (dict(use_sde=True, net_arch=()), "hidden layer"),
+        (dict(sde_sample_freq=0), "sde_sample_freq"),
+    ],
+)
+def test_on_policy_gsde_refuses_what_cannot_work(options, words):
+    env = options.pop("env", "Pendulum-v1")
+    with pytest.raises(ValueError, match=words):
+        wb.PPO(env, **options)

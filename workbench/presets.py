@@ -183,8 +183,10 @@ def _specs() -> list[PresetSpec]:
                 "ent_coef": 0.0,
                 "learning_rate": 1e-3,
                 "clip_range": 0.2,
+                "use_sde": True,
+                "sde_sample_freq": 4,
             },
-            zoo_score=-172.225,  # the zoo adds gSDE here, which workbench does not have
+            zoo_score=-172.225,
             solved=-200.0,
         ),
     ]

@@ -5,7 +5,14 @@ for ``observe``; rollout storage with time-limit bootstrapping; and GAE over a f
 algorithm built on :class:`ActorCritic` adds its config, its optimizer and its loss (``update``).
 
 The config of such an agent has the fields ``n_steps``, ``gamma``, ``gae_lambda``, ``net_arch``,
-``activation`` and ``log_std_init``.
+``activation``, ``log_std_init``, ``use_sde`` and ``sde_sample_freq``.
+
+Box actions explore either with a state-independent Gaussian (a learned log std per action) or,
+with ``use_sde=True``, with generalized state-dependent exploration (gSDE, Raffin et al. 2022): the
+noise is ``latent @ W``, a linear function of the policy's last hidden features with weights ``W``
+drawn from N(0, exp(log_std)) and held for ``sde_sample_freq`` steps (-1: a whole rollout), so the
+exploration is smooth in time. Each action is then Gaussian around the mean with variance
+``latent² @ exp(log_std)²``, which is what the update's log-probabilities and entropy use.
 """
 
 from __future__ import annotations
@@ -48,13 +55,29 @@ class ActorCritic(Agent):
         c = self.config
         obs_dim = int(np.prod(self.obs_shape))
         n_out = int(self.action_space.n) if self.discrete else int(np.prod(self.action_space.shape))
+        self.use_sde = bool(c.use_sde)
+        if self.use_sde and self.discrete:
+            raise ValueError(
+                f"use_sde=True (state-dependent exploration) needs a Box action space, got {self.action_space}; "
+                "a Discrete policy explores by sampling its categorical distribution, so drop use_sde"
+            )
+        if self.use_sde and not c.net_arch:
+            raise ValueError("use_sde=True needs at least one hidden layer: the noise is a function of its features")
+        if c.sde_sample_freq == 0 or c.sde_sample_freq < -1:
+            raise ValueError(
+                f"sde_sample_freq must be a positive number of steps or -1 (once per rollout), got {c.sde_sample_freq}"
+            )
         self.actor = mlp(obs_dim, c.net_arch, n_out, activation=c.activation, ortho_init=True, output_gain=0.01)
         self.critic = mlp(obs_dim, c.net_arch, 1, activation=c.activation, ortho_init=True, output_gain=1.0)
         params = list(self.actor.parameters()) + list(self.critic.parameters())
         self.log_std: nn.Parameter | None = None
         if not self.discrete:
-            self.log_std = nn.Parameter(torch.full((n_out,), float(c.log_std_init)))
+            # gSDE learns one log std per (feature, action) pair: the noise weights' spread.
+            shape = (c.net_arch[-1], n_out) if self.use_sde else (n_out,)
+            self.log_std = nn.Parameter(torch.full(shape, float(c.log_std_init)))
             params.append(self.log_std)
+        self._sde_weights: torch.Tensor | None = None  # gSDE noise weights W, one matrix per env
+        self._sde_steps = 0  # acting steps since the weights were drawn
         self._params = params
         self.rollout: RolloutBuffer | None = None
         # What act() computed for the step observe() stores next (one row per env). Parallel
@@ -74,13 +97,54 @@ class ActorCritic(Agent):
 
     def _policy_terms(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probabilities of ``actions`` under the current policy, and its entropies."""
+        if self.use_sde:
+            latent, mean = self._latent_and_mean(obs)
+            return gaussian_policy_terms(mean, self._sde_action_std(latent).log(), actions, False)
         return gaussian_policy_terms(self.actor(obs), self.log_std, actions, self.discrete)
+
+    def _latent_and_mean(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The policy's last hidden features and its mean action (the head applied to them)."""
+        latent = self.actor[:-1](obs)
+        return latent, self.actor[-1](latent)
+
+    def _sde_action_std(self, latent: torch.Tensor) -> torch.Tensor:
+        """Standard deviation of each action under gSDE: sqrt(latent² @ exp(log_std)²).
+
+        The features are detached, as in the gSDE paper's default: the noise scale is learned
+        through ``log_std`` only, and the features stay shaped by the mean's gradient."""
+        assert self.log_std is not None
+        variance = latent.detach().pow(2) @ self.log_std.exp().pow(2)
+        return torch.sqrt(variance + 1e-6)
+
+    def _sde_noise(self, latent: torch.Tensor) -> torch.Tensor:
+        """The exploration noise ``latent @ W`` for each env, drawing new weights when due."""
+        assert self.log_std is not None
+        c = self.config
+        n = latent.shape[0]
+        # -1 draws once per rollout; counting acting steps also keeps Ray's acting replicas
+        # (which never run update()) on that rhythm.
+        period = c.sde_sample_freq if c.sde_sample_freq > 0 else c.n_steps
+        if self._sde_weights is None or self._sde_weights.shape[0] != n or self._sde_steps % period == 0:
+            std = self.log_std.exp()
+            self._sde_weights = torch.randn((n, *std.shape), generator=self.generator) * std
+            self._sde_steps = 0
+        self._sde_steps += 1
+        return torch.bmm(latent.unsqueeze(1), self._sde_weights).squeeze(1)
 
     # -- acting -------------------------------------------------------------------------------
 
     @torch.no_grad()
     def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
         x = torch.from_numpy(obs)
+        if self.use_sde:
+            latent, mean = self._latent_and_mean(x)
+            if deterministic:
+                return np.clip(mean.numpy(), self.action_low, self.action_high)
+            actions = mean + self._sde_noise(latent)
+            chosen, _ = gaussian_policy_terms(mean, self._sde_action_std(latent).log(), actions, False)
+            self._last_values = self.critic(x).squeeze(-1).numpy()
+            self._last_log_probs = chosen.numpy()
+            return actions.numpy()
         out = self.actor(x)
         if self.discrete:
             if deterministic:
@@ -148,12 +212,17 @@ class ActorCritic(Agent):
             returns_np=returns,
         )
 
-    def _end_update(self, metrics: dict[str, float]) -> dict[str, float]:
+    def _end_update(self, metrics: dict[str, float], batch: RolloutBatch) -> dict[str, float]:
         """Start the next rollout, count the update, add the metrics every on-policy agent reports."""
         assert self.rollout is not None
         self.rollout.reset()
         self.num_updates += 1
-        if self.log_std is not None:
+        self._sde_weights = None  # the next rollout explores with weights drawn from the new log std
+        if self.use_sde:
+            with torch.no_grad():
+                latent, _ = self._latent_and_mean(batch.obs)
+                metrics["policy_std"] = float(self._sde_action_std(latent).mean())
+        elif self.log_std is not None:
             metrics["policy_std"] = float(self.log_std.detach().exp().mean())
         return metrics
 

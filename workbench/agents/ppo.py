@@ -58,6 +58,10 @@ class PPOConfig:
     """Hidden activation."""
     log_std_init: float = 0.0
     """Initial log standard deviation of the Gaussian policy (Box actions)."""
+    use_sde: bool = False
+    """Box actions: state-dependent exploration (gSDE), noise smooth in time instead of per step."""
+    sde_sample_freq: int = -1
+    """With use_sde, env steps between new noise weights; -1: once per rollout."""
 
 
 @register
@@ -140,5 +144,6 @@ class PPO(ActorCritic):
                 "clip_range": clip,
                 "learning_rate": lr,
                 "explained_variance": self.explained_variance(batch.values, batch.returns_np),
-            }
+            },
+            batch,
         )
