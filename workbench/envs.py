@@ -75,13 +75,13 @@ class EnvSource:
 
     def make(self, **kwargs: Any) -> gym.Env:
         """A fresh env from the id or factory (``kwargs`` go to ``gym.make`` for ids)."""
+        if self.env_id is not None:  # first: a Ray worker receives the id alone, not the factory
+            return gym.make(self.env_id, **kwargs)
         if self.factory is None:
             raise ValueError(
                 f"cannot build another copy of the env instance {self.name}: pass a registered id "
                 "or a zero-argument factory such as `lambda: MyEnv(...)` instead"
             )
-        if self.env_id is not None:
-            return gym.make(self.env_id, **kwargs)
         env = self.factory()
         if not isinstance(env, gym.Env):
             raise TypeError(
