@@ -273,3 +273,15 @@ def test_on_policy_gsde_refuses_what_cannot_work(options, words):
     env = options.pop("env", "Pendulum-v1")
     with pytest.raises(ValueError, match=words):
         wb.PPO(env, **options)
+
+
+def test_on_policy_ortho_init_can_be_turned_off():
+    ortho = wb.A2C("Pendulum-v1", seed=0)
+    plain = wb.A2C("Pendulum-v1", seed=0, ortho_init=False)
+    first, head = ortho.actor[0].weight.detach(), ortho.actor[-1].weight.detach()
+    eye = torch.eye(first.shape[1])
+    torch.testing.assert_close(first.T @ first, 2.0 * eye, atol=1e-4, rtol=0)  # orthogonal, gain sqrt(2)
+    assert head.abs().max() < 0.02  # the policy head starts near zero (gain 0.01)
+    plain_first = plain.actor[0].weight.detach()
+    assert not torch.allclose(plain_first.T @ plain_first, 2.0 * eye, atol=1e-2)
+    assert plain.actor[-1].weight.abs().max() > 0.02

@@ -29,6 +29,9 @@ def test_pendulum_sac_preset_is_ready_to_train():
         ("Pendulum-v1", "td3", wb.TD3, 20_000, {"gamma": 0.98, "learning_starts": 10_000, "net_arch": (400, 300)}),
         ("Pendulum-v1", "ddpg", wb.DDPG, 20_000, {"gamma": 0.98, "buffer_size": 200_000, "policy_delay": 1}),
         ("MountainCarContinuous-v0", "sac", wb.SAC, 50_000, {"ent_coef": 0.1, "batch_size": 512, "gamma": 0.9999}),
+        ("MountainCarContinuous-v0", "a2c", wb.A2C, 100_000, {"use_sde": True, "sde_sample_freq": 16,
+                                                               "ortho_init": False, "normalize_observations": True}),
+        ("Pendulum-v1", "ppo", wb.PPO, 100_000, {"use_sde": True, "sde_sample_freq": 4, "gamma": 0.9}),
     ],
 )
 def test_presets_carry_the_zoo_settings(env_id, agent, cls, steps, values):

@@ -170,6 +170,23 @@ def _specs() -> list[PresetSpec]:
             solved=90.0,
         ),
         PresetSpec(
+            "MountainCarContinuous-v0",
+            "a2c",
+            100_000,
+            {
+                "n_envs": 4,
+                "n_steps": 100,
+                "ent_coef": 0.0,
+                "normalize_observations": True,
+                "use_sde": True,
+                "sde_sample_freq": 16,
+                "log_std_init": 0.0,
+                "ortho_init": False,
+            },
+            zoo_score=91.17,
+            solved=90.0,
+        ),
+        PresetSpec(
             "Pendulum-v1",
             "ppo",
             100_000,

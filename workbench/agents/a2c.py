@@ -53,6 +53,8 @@ class A2CConfig(AgentConfig):
     """Hidden layer widths of the policy and of the (separate) value network."""
     activation: str = "tanh"
     """Hidden activation."""
+    ortho_init: bool = True
+    """Orthogonal weights (gain √2 hidden, 0.01 policy head, 1 value head); False: PyTorch's default."""
     log_std_init: float = 0.0
     """Initial log standard deviation of the Gaussian policy (Box actions)."""
     use_sde: bool = False

@@ -5,7 +5,7 @@ for ``observe``; rollout storage with time-limit bootstrapping; and GAE over a f
 algorithm built on :class:`ActorCritic` adds its config, its optimizer and its loss (``update``).
 
 The config of such an agent has the fields ``n_steps``, ``gamma``, ``gae_lambda``, ``net_arch``,
-``activation``, ``log_std_init``, ``use_sde`` and ``sde_sample_freq``.
+``activation``, ``ortho_init``, ``log_std_init``, ``use_sde`` and ``sde_sample_freq``.
 
 Box actions explore either with a state-independent Gaussian (a learned log std per action) or,
 with ``use_sde=True``, with generalized state-dependent exploration (gSDE, Raffin et al. 2022): the
@@ -67,8 +67,9 @@ class ActorCritic(Agent):
             raise ValueError(
                 f"sde_sample_freq must be a positive number of steps or -1 (once per rollout), got {c.sde_sample_freq}"
             )
-        self.actor = mlp(obs_dim, c.net_arch, n_out, activation=c.activation, ortho_init=True, output_gain=0.01)
-        self.critic = mlp(obs_dim, c.net_arch, 1, activation=c.activation, ortho_init=True, output_gain=1.0)
+        ortho = bool(c.ortho_init)
+        self.actor = mlp(obs_dim, c.net_arch, n_out, activation=c.activation, ortho_init=ortho, output_gain=0.01)
+        self.critic = mlp(obs_dim, c.net_arch, 1, activation=c.activation, ortho_init=ortho, output_gain=1.0)
         params = list(self.actor.parameters()) + list(self.critic.parameters())
         self.log_std: nn.Parameter | None = None
         if not self.discrete:
