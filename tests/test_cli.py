@@ -23,7 +23,8 @@ def test_train_save_play_and_resume(tmp_path, capsys):
                  "--no-progress", "--set", "n_steps=16", "--set", "n_epochs=2"])
     assert code == 0
     assert (out_dir / "meta.json").exists()
-    assert "saved to" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "saved to" in out and "mean reward (last 10)" in out
 
     assert main(["play", str(out_dir), "--episodes", "2", "--seed", "0"]) == 0
     out = capsys.readouterr().out
@@ -32,6 +33,14 @@ def test_train_save_play_and_resume(tmp_path, capsys):
     assert main(["train", "CartPole-v1", "--resume", str(out_dir), "--steps", "256", "--out", str(out_dir),
                  "--no-progress"]) == 0
     assert "768 steps" in capsys.readouterr().out
+
+
+def test_train_summary_says_when_no_episode_finished(capsys):
+    # MountainCar's episodes last 999 steps: none ends within 100, and the summary says so (not "nan").
+    assert main(["train", "MountainCarContinuous-v0", "--agent", "sac", "--steps", "100", "--no-progress",
+                 "--set", "learning_starts=1000"]) == 0
+    out = capsys.readouterr().out
+    assert "100 steps, 0 episodes, no episode finished yet" in out and "nan" not in out
 
 
 def test_unknown_agent_and_bad_hyperparameter(capsys):

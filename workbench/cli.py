@@ -120,8 +120,11 @@ def _train(args: argparse.Namespace) -> int:
         session = Session(agent, args.env, seed=args.seed, **kwargs)
     session.run(args.steps, progress=not args.no_progress)
     reward = session.signals.get("episode_reward")
-    mean = reward.mean(last=10) if reward is not None else float("nan")
-    print(f"{session.status}: {session.steps} steps, {session.episodes} episodes, mean reward (last 10) {mean:.2f}")
+    if reward is not None and len(reward) > 0:
+        rewards = f"mean reward (last {min(10, len(reward))}) {reward.mean(last=10):.2f}"
+    else:
+        rewards = "no episode finished yet"
+    print(f"{session.status}: {session.steps} steps, {session.episodes} episodes, {rewards}")
     if args.out:
         path = session.save(args.out, memory=args.memory)
         print(f"saved to {path}")
