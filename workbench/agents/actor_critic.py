@@ -138,24 +138,21 @@ class ActorCritic(Agent):
     def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
         x = torch.from_numpy(obs)
         if self.use_sde:
-            latent, mean = self._latent_and_mean(x)
-            if deterministic:
-                return np.clip(mean.numpy(), self.action_low, self.action_high)
-            actions = mean + self._sde_noise(latent)
-            chosen, _ = gaussian_policy_terms(mean, self._sde_action_std(latent).log(), actions, False)
-            self._last_values = self.critic(x).squeeze(-1).numpy()
-            self._last_log_probs = chosen.numpy()
-            return actions.numpy()
-        out = self.actor(x)
-        if self.discrete:
-            if deterministic:
+            latent, out = self._latent_and_mean(x)
+        else:
+            out = self.actor(x)
+        if deterministic:
+            if self.discrete:
                 return out.argmax(-1).numpy()
+            return np.clip(out.numpy(), self.action_low, self.action_high)
+        if self.discrete:
             log_p = F.log_softmax(out, dim=-1)
             actions = torch.multinomial(log_p.exp(), 1, generator=self.generator).squeeze(1)
             chosen = log_p.gather(1, actions.unsqueeze(1)).squeeze(1)
+        elif self.use_sde:
+            actions = out + self._sde_noise(latent)
+            chosen, _ = gaussian_policy_terms(out, self._sde_action_std(latent).log(), actions, False)
         else:
-            if deterministic:
-                return np.clip(out.numpy(), self.action_low, self.action_high)
             assert self.log_std is not None
             noise = torch.randn(out.shape, generator=self.generator)
             actions = out + self.log_std.exp() * noise
