@@ -82,10 +82,12 @@ def test_ray_workers_build_a_registered_env_id_and_act_with_gsde():
     # The env as an id (no factory travels to the actors) and a policy whose replicas hold
     # their own state-dependent noise: both must work on the actors as in the learner.
     agent = wb.PPO("Pendulum-v1", seed=0, use_sde=True, n_envs=2, n_steps=32, n_epochs=1)
+    wb.Session(agent, "Pendulum-v1", seed=0).run(steps=40)  # stops mid-rollout, holding noise for 2 envs
+    assert agent._sde_weights is not None
     session = wb.Session(agent, "Pendulum-v1", num_workers=2, backend="ray", seed=0)
     session.run(steps=256)
-    assert session.status == "finished" and session.steps >= 256
-    assert agent.num_updates >= 2
+    assert session.status == "finished" and session.steps >= 256 + 40
+    assert agent.num_updates >= 3
     assert session.signals["policy_std"].last > 0
 
 

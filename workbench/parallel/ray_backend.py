@@ -60,12 +60,15 @@ def is_on_policy(agent: Any) -> bool:
 
 
 def agent_weights(agent: Any) -> dict[str, Any]:
-    """Everything the agent acts with, as numpy: every ``nn.Module``'s state and bare tensors."""
+    """Everything the agent acts with, as numpy: every ``nn.Module``'s state and bare parameters.
+
+    Plain tensors are left out: they are per-process acting state (gSDE's noise weights, one per
+    env), which each replica draws for its own envs."""
     weights: dict[str, Any] = {}
     for name, value in vars(agent).items():
         if isinstance(value, nn.Module):
             weights[name] = {k: v.detach().cpu().numpy().copy() for k, v in value.state_dict().items()}
-        elif isinstance(value, torch.Tensor):
+        elif isinstance(value, nn.Parameter):
             weights[name] = value.detach().cpu().numpy().copy()
     return weights
 
