@@ -23,6 +23,7 @@ from typing import Any
 
 from .agents.base import AGENTS, Agent
 from .exploration import EpsilonGreedy, Exploration, GaussianNoise, exploration_from_dict
+from .schedules import linear
 
 __all__ = ["PRESETS", "Preset", "PresetSpec", "preset"]
 
@@ -168,6 +169,26 @@ def _specs() -> list[PresetSpec]:
             },
             zoo_score=94.679,
             solved=90.0,
+        ),
+        PresetSpec(
+            "Pendulum-v1",
+            "a2c",
+            1_000_000,
+            {
+                "n_envs": 8,
+                "n_steps": 8,
+                "gae_lambda": 0.9,
+                "gamma": 0.9,
+                "vf_coef": 0.4,
+                "learning_rate": linear(7e-4, 0.0),
+                "normalize_observations": True,
+                "normalize_rewards": True,
+                "use_sde": True,
+                "log_std_init": -2.0,
+                "ortho_init": False,
+            },
+            zoo_score=-141.19,
+            solved=-200.0,
         ),
         PresetSpec(
             "MountainCarContinuous-v0",
