@@ -32,6 +32,8 @@ def test_pendulum_sac_preset_is_ready_to_train():
         ("MountainCarContinuous-v0", "a2c", wb.A2C, 100_000, {"use_sde": True, "sde_sample_freq": 16,
                                                                "ortho_init": False, "normalize_observations": True}),
         ("Pendulum-v1", "ppo", wb.PPO, 100_000, {"use_sde": True, "sde_sample_freq": 4, "gamma": 0.9}),
+        ("Acrobot-v1", "ppo", wb.PPO, 1_000_000, {"n_envs": 16, "n_steps": 256, "gae_lambda": 0.94, "n_epochs": 4,
+                                                  "learning_rate": 3e-4, "normalize_observations": True}),
         ("Pendulum-v1", "a2c", wb.A2C, 1_000_000, {"use_sde": True, "log_std_init": -2.0, "vf_coef": 0.4,
                                                     "learning_rate": wb.linear(7e-4, 0.0), "normalize_rewards": True}),
         ("MountainCarContinuous-v0", "ppo", wb.PPO, 20_000, {"n_steps": 8, "log_std_init": -3.29, "vf_coef": 0.19,
