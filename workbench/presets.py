@@ -181,7 +181,6 @@ def _specs() -> list[PresetSpec]:
                 "gamma": 0.99,
                 "n_epochs": 4,
                 "batch_size": 64,
-                "ent_coef": 0.0,
                 "learning_rate": 3e-4,
                 "clip_range": 0.2,
                 "normalize_observations": True,
@@ -194,7 +193,6 @@ def _specs() -> list[PresetSpec]:
             "a2c",
             1_000_000,
             {
-                "n_envs": 8,
                 "n_steps": 8,
                 "gae_lambda": 0.9,
                 "gamma": 0.9,
@@ -216,11 +214,9 @@ def _specs() -> list[PresetSpec]:
             {
                 "n_envs": 4,
                 "n_steps": 100,
-                "ent_coef": 0.0,
                 "normalize_observations": True,
                 "use_sde": True,
                 "sde_sample_freq": 16,
-                "log_std_init": 0.0,
                 "ortho_init": False,
             },
             zoo_score=91.17,
@@ -232,8 +228,7 @@ def _specs() -> list[PresetSpec]:
             20_000,
             {
                 "n_envs": 1,
-                "n_steps": 8,
-                "batch_size": 256,  # above the 8-step rollout: each epoch is one minibatch of 8
+                "n_steps": 8,  # below the default batch of 256: each epoch is one minibatch of 8
                 "gamma": 0.9999,
                 "gae_lambda": 0.9,
                 "n_epochs": 10,
@@ -262,7 +257,6 @@ def _specs() -> list[PresetSpec]:
                 "gamma": 0.9,
                 "n_epochs": 10,
                 "batch_size": 64,
-                "ent_coef": 0.0,
                 "learning_rate": 1e-3,
                 "clip_range": 0.2,
                 "use_sde": True,
