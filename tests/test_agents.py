@@ -69,10 +69,10 @@ def test_gae_matches_a_hand_computation():
 def test_ppo_bootstraps_truncated_episodes_only():
     agent = wb.PPO("CartPole-v1", n_envs=2, n_steps=1, seed=0)
     obs = np.zeros((2, 4), dtype=np.float32)
-    actions = agent.act(obs)
+    step = agent.decide(obs)
     final = np.ones((2, 4), dtype=np.float32)
-    agent.observe(Transitions(obs, actions, np.ones(2, np.float32), final,
-                              np.array([True, False]), np.array([False, True])))
+    agent.observe(Transitions(obs, step.actions, np.ones(2, np.float32), final,
+                              np.array([True, False]), np.array([False, True]), step.extras))
     with torch.no_grad():
         v_final = agent.critic(torch.from_numpy(final[1:])).item()
     np.testing.assert_allclose(agent.rollout.rewards[0], [1.0, 1.0 + 0.98 * v_final], rtol=1e-5)

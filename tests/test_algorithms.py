@@ -243,12 +243,13 @@ def test_on_policy_gsde_learns_the_continuous_bandit(name):
 def test_on_policy_gsde_holds_its_noise_and_scores_the_actions_it_took(tmp_path):
     agent = wb.PPO("Pendulum-v1", seed=0, use_sde=True, sde_sample_freq=3, n_envs=2, n_steps=8)
     obs = np.random.default_rng(0).normal(size=(2, 3)).astype(np.float32)
-    actions = [agent.act(obs) for _ in range(4)]
+    steps = [agent.decide(obs) for _ in range(4)]
+    actions = [step.actions for step in steps]
     assert np.array_equal(actions[0], actions[2]) and not np.array_equal(actions[0], actions[3])
     assert not np.array_equal(actions[0][0], actions[0][1])  # each env draws its own weights
-    # The log-probability cached for the rollout is the one the update recomputes (ratio 1).
+    # The log-probability the step hands to observe() is the one the update recomputes (ratio 1).
     log_prob, entropy = agent._policy_terms(torch.from_numpy(obs), torch.from_numpy(actions[3]))
-    np.testing.assert_allclose(agent._last_log_probs, log_prob.detach().numpy(), rtol=1e-5)
+    np.testing.assert_allclose(steps[3].extras["log_probs"], log_prob.detach().numpy(), rtol=1e-5)
     assert torch.isfinite(entropy).all()
     mean = agent.act(obs, deterministic=True)
     assert np.array_equal(agent.act(obs, deterministic=True), mean)

@@ -20,8 +20,8 @@ import importlib
 from typing import Any
 
 from ._version import __version__
-from .agents import A2C, AGENTS, DDPG, DQN, PPO, SAC, TD3, Agent, EpisodeReturns, Transitions
-from .checkpoint import CheckpointError, load
+from .agents import A2C, AGENTS, DDPG, DQN, PPO, SAC, TD3, Agent, EpisodeReturns, Step, Transitions, load
+from .checkpoint import CheckpointError
 from .envs import check_env
 from .exploration import EpsilonGreedy, GaussianNoise, OrnsteinUhlenbeckNoise, TruncatedNormalNoise
 from .memory import PrioritizedReplayMemory, ReplayMemory, RolloutBuffer
@@ -62,6 +62,7 @@ __all__ = [
     "Session",
     "Signal",
     "SignalSet",
+    "Step",
     "TD3",
     "Transitions",
     "TruncatedNormalNoise",

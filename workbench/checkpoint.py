@@ -13,6 +13,10 @@ so opening a file from someone else is safe. Writes go to a temporary name and a
 place, so a crash mid-save leaves the previous checkpoint intact. A missing, corrupt, truncated,
 newer-version or other-algorithm file raises :class:`CheckpointError` naming the file and the
 problem, and nothing is half-loaded: a new agent is built and only returned when all of it loaded.
+
+This module is the file format only: what goes into the files comes from the agent
+(``Agent.describe()`` and ``Agent.state()``) and the session (``Session`` writes its counters
+under ``meta["session"]``); it imports neither.
 """
 
 from __future__ import annotations
@@ -25,22 +29,16 @@ import platform
 import shutil
 import tempfile
 import zipfile
-from typing import TYPE_CHECKING, Any
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium import spaces
 
-from .agents.base import AGENTS, Agent
-from .exploration import exploration_from_dict
-from .schedules import schedule_from_dict
 from .signals import SignalSet
 
-if TYPE_CHECKING:
-    from .session import Session
-
-__all__ = ["FORMAT_VERSION", "CheckpointError", "load", "load_session", "save_agent", "save_session"]
+__all__ = ["FORMAT_VERSION", "CheckpointError", "SavedRun", "read_run", "write_run"]
 
 FORMAT_VERSION = 1
 FORMAT_NAME = "rl-workbench"
@@ -162,11 +160,12 @@ def _read_safetensors(path: str) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"{path}: not a valid safetensors file, possibly truncated ({exc})") from None
 
 
-def _json_ready(value: Any) -> Any:
+def json_ready(value: Any) -> Any:
+    """``value`` with numpy scalars and tensors turned into plain Python numbers and lists."""
     if isinstance(value, dict):
-        return {str(k): _json_ready(v) for k, v in value.items()}
+        return {str(k): json_ready(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_json_ready(v) for v in value]
+        return [json_ready(v) for v in value]
     if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, torch.Tensor):
@@ -184,103 +183,6 @@ def _versions() -> dict[str, str]:
         "numpy": np.__version__,
         "python": platform.python_version(),
     }
-
-
-# -- agent state -----------------------------------------------------------------------------
-
-
-def _agent_tensors(agent: Agent) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """All tensors of the agent (networks, optimizers, torch generator) and the optimizer groups."""
-    tensors: dict[str, torch.Tensor] = {}
-    groups: dict[str, Any] = {}
-    for name, net in agent.networks.items():
-        for key, t in net.state_dict().items():
-            tensors[f"net/{name}/{key}"] = t.detach().contiguous().clone()
-    for name, opt in agent.optimizers.items():
-        state = opt.state_dict()
-        for idx, entry in state["state"].items():
-            for key, t in entry.items():
-                if not isinstance(t, torch.Tensor):
-                    t = torch.tensor(t)
-                tensors[f"optim/{name}/{idx}/{key}"] = t.detach().contiguous().clone()
-        groups[name] = _json_ready(state["param_groups"])
-    tensors["rng/torch"] = agent.generator.get_state().clone()
-    return tensors, groups
-
-
-def _load_agent_tensors(agent: Agent, tensors: dict[str, torch.Tensor], groups: dict[str, Any], path: str) -> None:
-    for name, net in agent.networks.items():
-        prefix = f"net/{name}/"
-        sd = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
-        expected = net.state_dict()
-        missing = sorted(set(expected) - set(sd))
-        if missing:
-            raise CheckpointError(f"{path}: network {name!r} lacks {', '.join(missing)}")
-        for key, t in sd.items():
-            if key in expected and tuple(expected[key].shape) != tuple(t.shape):
-                raise CheckpointError(
-                    f"{path}: {name}.{key} has shape {tuple(t.shape)}, the agent expects "
-                    f"{tuple(expected[key].shape)}"
-                )
-        net.load_state_dict(sd)
-    for name, opt in agent.optimizers.items():
-        if name not in groups:
-            raise CheckpointError(f"{path}: no optimizer state for {name!r}")
-        prefix = f"optim/{name}/"
-        state: dict[int, dict[str, torch.Tensor]] = {}
-        for k, v in tensors.items():
-            if k.startswith(prefix):
-                idx, key = k[len(prefix) :].split("/", 1)
-                state.setdefault(int(idx), {})[key] = v
-        param_groups = []
-        for g in groups[name]:
-            g = dict(g)
-            if "betas" in g:
-                g["betas"] = tuple(g["betas"])
-            param_groups.append(g)
-        opt.load_state_dict({"state": state, "param_groups": param_groups})
-    if "rng/torch" in tensors:
-        agent.generator.set_state(tensors["rng/torch"])
-    agent._weights_loaded = True
-
-
-def _agent_meta(agent: Agent) -> dict[str, Any]:
-    return {
-        "format": FORMAT_NAME,
-        "format_version": FORMAT_VERSION,
-        "algorithm": agent.algorithm,
-        "hyperparameters": agent.hyperparameters(),
-        "observation_space": space_to_json(agent.observation_space),
-        "action_space": space_to_json(agent.action_space),
-        "counters": {
-            "num_timesteps": agent.num_timesteps,
-            "num_updates": agent.num_updates,
-            "total_timesteps": agent.total_timesteps,
-        },
-        "agent_state": _json_ready(agent.extra_state()),
-        "rng": {"numpy": _json_ready(agent.rng.bit_generator.state)},
-        "seed": agent.seed,
-        "versions": _versions(),
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-    }
-
-
-def _decode_hyperparameters(cls: type[Agent], hyper: dict[str, Any]) -> dict[str, Any]:
-    import dataclasses
-
-    out: dict[str, Any] = {}
-    fields = {f.name for f in dataclasses.fields(cls.Config)}
-    for key, value in hyper.items():
-        if key not in fields:
-            continue  # a field dropped in a later version: keep the new default
-        if isinstance(value, dict) and "type" in value:  # exploration objects name their type
-            value = exploration_from_dict(value)
-        elif isinstance(value, dict) and "schedule" in value:
-            value = schedule_from_dict(value)
-        elif isinstance(value, list):
-            value = tuple(value)
-        out[key] = value
-    return out
 
 
 # -- locating and reading a saved run --------------------------------------------------------
@@ -339,12 +241,6 @@ class _Opened:
                 f"{self.label(META)}: format version {version!r} is newer than this library reads "
                 f"(up to {FORMAT_VERSION}); upgrade rl-workbench to load it"
             )
-        algorithm = str(meta.get("algorithm", "")).lower()
-        if algorithm not in AGENTS:
-            raise CheckpointError(
-                f"{self.label(META)}: unknown algorithm {meta.get('algorithm')!r}; known: "
-                f"{', '.join(sorted(c.__name__ for c in AGENTS.values()))}"
-            )
         return meta
 
     def close(self) -> None:
@@ -352,123 +248,66 @@ class _Opened:
             self._tmp.cleanup()
 
 
-def _build_agent(opened: _Opened, meta: dict[str, Any], expected: type[Agent] | None = None) -> Agent:
-    cls = AGENTS[meta["algorithm"].lower()]
-    if expected is not None and cls is not expected:
-        raise CheckpointError(
-            f"{opened.label(META)}: holds a {cls.__name__} agent, not {expected.__name__}"
-        )
-    try:
-        obs_space = space_from_json(meta["observation_space"])
-        act_space = space_from_json(meta["action_space"])
-        hyper = _decode_hyperparameters(cls, meta.get("hyperparameters", {}))
-        agent = cls(observation_space=obs_space, action_space=act_space, seed=meta.get("seed"), **hyper)
-    except CheckpointError:
-        raise
-    except (KeyError, TypeError, ValueError) as exc:
-        raise CheckpointError(f"{opened.label(META)}: cannot rebuild the agent ({exc})") from None
-    tensors = _read_safetensors(opened.file(WEIGHTS))
-    groups = meta.get("optimizers", {})
-    try:
-        _load_agent_tensors(agent, tensors, groups, opened.label(WEIGHTS))
-    except CheckpointError:
-        raise
-    except (KeyError, RuntimeError, ValueError) as exc:
-        raise CheckpointError(f"{opened.label(WEIGHTS)}: does not fit the agent ({exc})") from None
-    counters = meta.get("counters", {})
-    agent.num_timesteps = int(counters.get("num_timesteps", 0))
-    agent.num_updates = int(counters.get("num_updates", 0))
-    agent.total_timesteps = counters.get("total_timesteps")
-    agent.load_extra_state(meta.get("agent_state", {}))
-    rng_state = meta.get("rng", {}).get("numpy")
-    if rng_state:
-        agent.rng.bit_generator.state = rng_state
-    return agent
+class SavedRun(NamedTuple):
+    """A saved run as read from disk (see :func:`read_run`)."""
+
+    path: str
+    """Where it was read from."""
+    meta: dict[str, Any]
+    """``meta.json``: the agent's description and state data, and ``session`` counters if any."""
+    tensors: dict[str, torch.Tensor]
+    """``weights.safetensors``."""
+    memory: dict[str, np.ndarray] | None
+    """``memory.npz`` when asked for and present."""
+    signals: SignalSet | None
+    """``signals.csv`` when asked for (empty when the file is absent)."""
+
+    def label(self, name: str) -> str:
+        """How errors name one of its files."""
+        return f"{self.path}/{name}"
 
 
-def _load_memory(agent: Agent, opened: _Opened) -> None:
-    path = opened.file(MEMORY)
-    memory = getattr(agent, "memory", None)
-    if memory is None or not os.path.exists(path):
-        return
-    memory.load_arrays(read_npz(path), opened.label(MEMORY))
-
-
-def load(path: str | os.PathLike[str]) -> Agent:
-    """Load a saved agent in play mode: deterministic, no exploration, no learning.
-
-    ``path`` is a directory written by ``session.save`` or a ``.zip`` of one. Raises
-    :class:`CheckpointError` naming the file and the problem when it cannot be read.
-    """
+def read_run(path: str | os.PathLike[str], *, memory: bool = False, signals: bool = False) -> SavedRun:
+    """Read a saved run (a directory or a ``.zip`` of one): meta and weights always, the replay
+    memory and the signals when asked. Raises :class:`CheckpointError` naming the file."""
     opened = _Opened(path)
     try:
         meta = opened.meta()
-        agent = _build_agent(opened, meta)
+        tensors = _read_safetensors(opened.file(WEIGHTS))
+        arrays = None
+        if memory and os.path.exists(opened.file(MEMORY)):
+            arrays = read_npz(opened.file(MEMORY))
+        run_signals = None
+        if signals:
+            signals_path = opened.file(SIGNALS)
+            run_signals = SignalSet.from_csv(signals_path) if os.path.exists(signals_path) else SignalSet()
     finally:
         opened.close()
-    return agent.eval()
-
-
-def load_session(path: str | os.PathLike[str], env: Any = None, **session_kwargs: Any) -> Session:
-    """Rebuild a saved session to continue training (``Session.resume(path, env)``)."""
-    from .session import Session
-
-    opened = _Opened(path)
-    try:
-        meta = opened.meta()
-        agent = _build_agent(opened, meta)
-        _load_memory(agent, opened)
-        signals_path = opened.file(SIGNALS)
-        signals = SignalSet.from_csv(signals_path) if os.path.exists(signals_path) else SignalSet()
-    finally:
-        opened.close()
-    agent.train()
-    saved = meta.get("session", {})
-    if env is None:
-        env_id = saved.get("env_id")
-        if env_id is None:
-            raise ValueError(
-                f"{path}: the run was trained on an env built by the application; pass it: "
-                "Session.resume(path, env)"
-            )
-        env = env_id
-    session_kwargs.setdefault("seed", saved.get("seed"))
-    session = Session(agent, env, **session_kwargs)
-    for name, sig in signals.items():
-        steps, values, times = sig.snapshot()
-        session.signals.signal(name).extend(steps, values, times)
-    session.steps = int(saved.get("steps", agent.num_timesteps))
-    session.episodes = int(saved.get("episodes", 0))
-    session._time_offset = float(saved.get("elapsed", 0.0))
-    session._seeded = True  # the generators continue from their saved states
-    session.best_eval_reward = saved.get("best_eval_reward")
-    session._last_eval_step = int(saved.get("last_eval_step", session.steps))
-    session._last_checkpoint_step = session.steps
-    return session
+    return SavedRun(opened.path, meta, tensors, arrays, run_signals)
 
 
 # -- writing ---------------------------------------------------------------------------------
 
 
 def _write_run(
-    directory: str, agent: Agent, extra_meta: dict[str, Any], signals: SignalSet | None, memory: bool
+    directory: str,
+    meta: dict[str, Any],
+    tensors: dict[str, torch.Tensor],
+    signals: SignalSet | None,
+    memory: dict[str, np.ndarray] | None,
 ) -> None:
     from safetensors.torch import save_file
 
-    tensors, groups = _agent_tensors(agent)
     save_file(tensors, os.path.join(directory, WEIGHTS))
-    meta = _agent_meta(agent)
-    meta["optimizers"] = groups
-    meta.update(extra_meta)
+    full = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, **json_ready(meta)}
+    full.setdefault("versions", _versions())
+    full.setdefault("created", _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     with open(os.path.join(directory, META), "w", encoding="utf-8") as f:
-        json.dump(meta, f, indent=1)
+        json.dump(full, f, indent=1)
     if signals is not None:
         signals.to_csv(os.path.join(directory, SIGNALS))
-    if memory:
-        mem = getattr(agent, "memory", None)
-        if mem is None:
-            raise ValueError(f"{agent.algorithm} has no replay memory to save; call save(path) without memory=True")
-        np.savez(os.path.join(directory, MEMORY), **mem.state_arrays())
+    if memory is not None:
+        np.savez(os.path.join(directory, MEMORY), **memory)
 
 
 def _commit(tmp_dir: str, path: str) -> None:
@@ -491,40 +330,25 @@ def _commit(tmp_dir: str, path: str) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _save(
-    path: str | os.PathLike[str], agent: Agent, extra_meta: dict[str, Any], signals: SignalSet | None, memory: bool
+def write_run(
+    path: str | os.PathLike[str],
+    *,
+    meta: dict[str, Any],
+    tensors: dict[str, torch.Tensor],
+    signals: SignalSet | None = None,
+    memory: dict[str, np.ndarray] | None = None,
 ) -> str:
+    """Write a saved run to ``path`` (a directory, or a ``.zip`` when it ends so), atomically:
+    everything goes to a temporary name first and replaces the old checkpoint only when complete.
+    ``meta`` gets the format name and version, library versions and the time. Returns the path."""
     path = os.path.normpath(os.fspath(path))
     parent = os.path.dirname(os.path.abspath(path))
     os.makedirs(parent, exist_ok=True)
     tmp_dir = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.tmp-", dir=parent)
     try:
-        _write_run(tmp_dir, agent, extra_meta, signals, memory)
+        _write_run(tmp_dir, meta, tensors, signals, memory)
         _commit(tmp_dir, path)
     except BaseException:
         shutil.rmtree(tmp_dir, ignore_errors=True)
         raise
     return path
-
-
-def save_agent(agent: Agent, path: str | os.PathLike[str], *, memory: bool = False) -> str:
-    """Save an agent alone (no session counters or signals)."""
-    return _save(path, agent, {}, None, memory)
-
-
-def save_session(session: Session, path: str | os.PathLike[str], *, memory: bool = False) -> str:
-    """Save a session: its agent, counters, signals and (with ``memory=True``) replay memory."""
-    extra = {
-        "session": {
-            "steps": session.steps,
-            "episodes": session.episodes,
-            "elapsed": session.elapsed,
-            "seed": session.seed,
-            "env_id": session.env_source.env_id,
-            "env_name": session.env_source.name,
-            "best_eval_reward": session.best_eval_reward,
-            "last_eval_step": session._last_eval_step,
-        }
-    }
-    return _save(path, session.agent, extra, session.signals, memory)
-

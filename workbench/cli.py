@@ -132,20 +132,14 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _play(args: argparse.Namespace) -> int:
-    import json as _json
-    import os
+    from .agents.saving import agent_from_run
+    from .checkpoint import read_run
 
-    from .checkpoint import load
-
-    agent = load(args.run)
-    env = args.env
+    run = read_run(args.run)  # a directory or a .zip: the env id is in its meta.json either way
+    agent = agent_from_run(run).eval()
+    env = args.env or run.meta.get("session", {}).get("env_id")
     if env is None:
-        meta_path = os.path.join(args.run, "meta.json")
-        if os.path.isdir(args.run) and os.path.exists(meta_path):
-            with open(meta_path) as f:
-                env = _json.load(f).get("session", {}).get("env_id")
-        if env is None:
-            raise SystemExit("workbench: the run does not name its env; pass --env ID")
+        raise SystemExit("workbench: the run does not name its env; pass --env ID")
     returns = agent.play(env, episodes=args.episodes, seed=args.seed)
     for i, r in enumerate(returns, 1):
         print(f"episode {i}: return {r:.2f} ({returns.lengths[i - 1]} steps)")

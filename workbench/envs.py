@@ -172,6 +172,22 @@ def observation_flattener(space: spaces.Space) -> Callable[[Any], np.ndarray]:
     return lambda obs: np.asarray(spaces.flatten(space, obs), dtype=np.float32)
 
 
+def env_action_converter(action_space: spaces.Space) -> Callable[[Any], Any]:
+    """The function that turns one agent action into what the env's ``step`` wants: a Python
+    int for Discrete, an array clipped to the bounds for Box, anything else as it is. The one
+    action converter: training, workers and play all use it."""
+    if isinstance(action_space, spaces.Discrete):
+        return int
+    if isinstance(action_space, spaces.Box):
+        low, high, dtype = action_space.low, action_space.high, action_space.dtype
+
+        def clipped(action: Any) -> np.ndarray:
+            return np.clip(np.asarray(action, dtype=dtype), low, high)
+
+        return clipped
+    return lambda action: action
+
+
 # -- vector env ------------------------------------------------------------------------------
 
 
@@ -193,10 +209,7 @@ class VecEnv:
         self.action_space = self.envs[0].action_space
         self._flatten = observation_flattener(self.observation_space)
         self._seed = seed
-        self._discrete = isinstance(self.action_space, spaces.Discrete)
-        if isinstance(self.action_space, spaces.Box):
-            self._low = self.action_space.low
-            self._high = self.action_space.high
+        self.env_action = env_action_converter(self.action_space)
         shape = flat_observation_space(self.observation_space).shape
         self._obs = np.zeros((self.num_envs, *shape), dtype=np.float32)
         self._rewards = np.zeros(self.num_envs, dtype=np.float32)
@@ -211,12 +224,6 @@ class VecEnv:
             self._obs[i] = self._flatten(obs)
         self._seed = None  # later resets continue each env's own random stream
         return self._obs.copy()
-
-    def env_action(self, action: Any) -> Any:
-        """The action as the env wants it: a Python int for Discrete, clipped to bounds for Box."""
-        if self._discrete:
-            return int(action)
-        return np.clip(action, self._low, self._high)
 
     def step(
         self, actions: np.ndarray

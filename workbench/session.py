@@ -6,6 +6,9 @@ written once and drives every agent through ``act``/``observe``/``ready``/``upda
 
 The training thread never prints and never touches a widget: observers (the dashboard, a CLI
 progress bar) read ``status``, ``steps`` and ``signals`` from their own threads.
+
+A session also owns its part of a saved run: it writes its counters beside the agent's state and
+rebuilds itself from them (``save`` and ``Session.resume``); ``checkpoint.py`` is only the format.
 """
 
 from __future__ import annotations
@@ -19,8 +22,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from .agents.base import Agent, Transitions
-from .envs import EnvSource, as_env_source
+from . import checkpoint
+from .agents.base import Agent
+from .agents.saving import agent_from_run
+from .envs import EnvSource, as_env_source, describe_space
+from .loop import EpisodeTracker
 from .parallel import make_runner
 from .signals import DEFAULT_MAX_POINTS, SignalSet
 
@@ -156,7 +162,6 @@ class Session:
         self.torch_threads = torch_threads
         self.signals = SignalSet(max_points=max_signal_points)
 
-        self.steps = agent.num_timesteps
         self.episodes = 0
         self.error: BaseException | None = None
         self.stop_reason: str | None = None
@@ -170,8 +175,7 @@ class Session:
         self._thread: threading.Thread | None = None
         self._runner: Any = None
         self._obs: np.ndarray | None = None
-        self._episode_returns: np.ndarray | None = None
-        self._episode_lengths: np.ndarray | None = None
+        self._episodes: EpisodeTracker | None = None
         self._time_offset = 0.0  # seconds of earlier runs (a resumed session continues its clock)
         self._clock_start: float | None = None
         self._seeded = False
@@ -179,6 +183,12 @@ class Session:
         self._last_checkpoint_step = self.steps
 
     # -- state ----------------------------------------------------------------------------------
+
+    @property
+    def steps(self) -> int:
+        """Env steps trained so far, over all envs: the run's one step counter (the agent's clock,
+        which its schedules read, advances with it as the agent observes each step)."""
+        return self.agent.num_timesteps
 
     @property
     def status(self) -> str:
@@ -330,26 +340,69 @@ class Session:
     def save(self, path: str | os.PathLike[str], *, memory: bool = False) -> str:
         """Save the run (weights, optimizer, counters, schedules, signals; replay memory with
         ``memory=True``) to a directory, or a ``.zip`` when ``path`` ends so. Returns the path."""
-        from .checkpoint import save_session
-
         with self._cond:
             # Save a consistent state: a running session is paused for the write, then continues.
             was_running = self._status == "running" and not self._in_loop_thread()
             if was_running:
                 self.pause()
         try:
-            return save_session(self, path, memory=memory)
+            return self._write(path, memory=memory)
         finally:
             if was_running:
                 self._resume_paused()
+
+    def _write(self, path: str | os.PathLike[str], *, memory: bool = False) -> str:
+        """Write the agent's state and this session's counters and signals to ``path``."""
+        agent = self.agent
+        state = agent.state()
+        meta = {
+            **agent.describe(),
+            **state.data,
+            "session": {
+                "steps": self.steps,
+                "episodes": self.episodes,
+                "elapsed": self.elapsed,
+                "seed": self.seed,
+                "env_id": self.env_source.env_id,
+                "env_name": self.env_source.name,
+                "best_eval_reward": self.best_eval_reward,
+                "last_eval_step": self._last_eval_step,
+            },
+        }
+        return checkpoint.write_run(
+            path,
+            meta=meta,
+            tensors=state.tensors,
+            signals=self.signals,
+            memory=agent.memory_arrays() if memory else None,
+        )
 
     @classmethod
     def _resume_saved(cls, path: str | os.PathLike[str], env: Any = None, **kwargs: Any) -> Session:
         """Rebuild a saved session (``Session.resume(path, env)``) to continue training exactly
         where it stopped: counters, optimizer moments, schedules, signals and saved memory."""
-        from .checkpoint import load_session
-
-        return load_session(path, env, **kwargs)
+        run = checkpoint.read_run(path, memory=True, signals=True)
+        agent = agent_from_run(run).train()
+        saved = run.meta.get("session", {})
+        if env is None:
+            env = saved.get("env_id")
+            if env is None:
+                raise ValueError(
+                    f"{path}: the run was trained on an env built by the application; pass it: "
+                    "Session.resume(path, env)"
+                )
+        kwargs.setdefault("seed", saved.get("seed"))
+        session = cls(agent, env, **kwargs)
+        assert run.signals is not None
+        for name, sig in run.signals.items():
+            session.signals.signal(name).extend(*sig.snapshot())
+        session.episodes = int(saved.get("episodes", 0))
+        session._time_offset = float(saved.get("elapsed", 0.0))
+        session._seeded = True  # the generators continue from their saved states
+        session.best_eval_reward = saved.get("best_eval_reward")
+        session._last_eval_step = int(saved.get("last_eval_step", session.steps))
+        session._last_checkpoint_step = session.steps
+        return session
 
     def dashboard(self) -> Any:
         """The live notebook dashboard for this session (an ipywidgets widget)."""
@@ -404,9 +457,7 @@ class Session:
                 **self.backend_options,
             )
             self._obs = self._runner.reset()
-            n = self._runner.num_envs
-            self._episode_returns = np.zeros(n, dtype=np.float64)
-            self._episode_lengths = np.zeros(n, dtype=np.int64)
+            self._episodes = EpisodeTracker(self._runner.num_envs)
 
     def _close_runner(self, force: bool = False) -> None:
         runner = self._runner
@@ -434,12 +485,12 @@ class Session:
         runner = self._runner
         record = self.signals.record
         obs = self._obs
-        returns, lengths = self._episode_returns, self._episode_lengths
-        assert obs is not None and returns is not None and lengths is not None
+        episodes = self._episodes
+        assert obs is not None and episodes is not None
         sps_steps, sps_time = self.steps, time.perf_counter()
         ended = "finished"
-        # Parallel runners may act themselves (Ray rollout workers) and report per-worker signals.
-        act = getattr(runner, "act", None) or agent.act
+        # Worker backends name the worker an episode ran in; they may report signals of their own.
+        per_worker = getattr(runner, "envs_per_worker", None)
         drain_signals = getattr(runner, "drain_signals", None)
 
         while self.steps < target_steps:
@@ -450,25 +501,21 @@ class Session:
                 ended = "stopped"
                 break
 
-            actions = act(obs)
-            next_obs, rewards, terminated, truncated, final_obs = runner.step(actions)
-            agent.observe(Transitions(obs, actions, rewards, final_obs, terminated, truncated))
-            obs = next_obs
+            # The one step function (workbench.loop.env_step), here or in the runner's workers.
+            transitions, obs = runner.transitions(agent, obs)
+            agent.observe(transitions)
             self._obs = obs
-            self.steps += len(rewards)
-            returns += rewards
-            lengths += 1
 
-            done = terminated | truncated
-            if done.any():
+            done = transitions.terminated | transitions.truncated
+            finished = episodes.add(transitions.rewards, done)
+            if finished:
                 now = self.elapsed
-                for i in np.flatnonzero(done):
+                for episode in finished:
                     self.episodes += 1
-                    record("episode_reward", self.steps, float(returns[i]), now)
-                    record("episode_length", self.steps, float(lengths[i]), now)
-                returns[done] = 0.0
-                lengths[done] = 0
-                agent.begin_episode(done)
+                    record("episode_reward", self.steps, episode.reward, now)
+                    record("episode_length", self.steps, float(episode.length), now)
+                    if per_worker:
+                        record(f"worker_{episode.env // per_worker}/episode_reward", self.steps, episode.reward, now)
                 if self.stop_when is not None and self.stop_when(self):
                     self.stop_reason = "stop_when"
                     break
@@ -508,20 +555,14 @@ class Session:
         if self.best_eval_reward is None or mean > self.best_eval_reward:
             self.best_eval_reward = mean
             if self.keep_best and self.checkpoint_dir is not None:
-                from .checkpoint import save_session
-
-                save_session(self, os.path.join(self.checkpoint_dir, "best"))
+                self._write(os.path.join(self.checkpoint_dir, "best"))
 
     def _periodic_checkpoint(self) -> None:
-        from .checkpoint import save_session
-
         assert self.checkpoint_dir is not None
-        save_session(self, os.path.join(self.checkpoint_dir, "latest"))
+        self._write(os.path.join(self.checkpoint_dir, "latest"))
 
 
 def _check_same_spaces(agent: Agent, obs_space: Any, act_space: Any) -> None:
-    from .envs import describe_space
-
     if obs_space != agent.observation_space:
         raise ValueError(
             f"the env's observation space {describe_space(obs_space)} differs from the agent's "

@@ -1,11 +1,12 @@
 """The algorithms, one file each, and the registry of agents by name."""
 
 from .a2c import A2C, A2CConfig
-from .base import AGENTS, Agent, AgentConfig, EpisodeReturns, Transitions, register
+from .base import AGENTS, Agent, AgentConfig, AgentState, EpisodeReturns, Step, Transitions, register
 from .ddpg import DDPG, DDPGConfig
 from .dqn import DQN, DQNConfig
 from .ppo import PPO, PPOConfig
 from .sac import SAC, SACConfig
+from .saving import load
 from .td3 import TD3, TD3Config
 
 __all__ = [
@@ -14,6 +15,7 @@ __all__ = [
     "AGENTS",
     "Agent",
     "AgentConfig",
+    "AgentState",
     "DDPG",
     "DDPGConfig",
     "DQN",
@@ -23,8 +25,10 @@ __all__ = [
     "PPOConfig",
     "SAC",
     "SACConfig",
+    "Step",
     "TD3",
     "TD3Config",
     "Transitions",
+    "load",
     "register",
 ]

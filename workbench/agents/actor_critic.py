@@ -1,7 +1,8 @@
 """What the on-policy agents (PPO, A2C) share, written once.
 
-Separate policy and value networks; sampling that caches each step's values and log-probabilities
-for ``observe``; rollout storage with time-limit bootstrapping; and GAE over a full rollout. An
+Separate policy and value networks; sampling that returns each step's values and log-probabilities
+as the step's ``extras`` (they come back to ``observe`` inside the transitions); rollout storage with
+time-limit bootstrapping; and GAE over a full rollout. An
 algorithm built on :class:`ActorCritic` adds its config, its optimizer and its loss (``update``).
 
 The config of such an agent has the fields ``n_steps``, ``gamma``, ``gae_lambda``, ``net_arch``,
@@ -26,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..memory.rollout import RolloutBuffer, compute_gae
-from .base import Agent, Transitions
+from .base import Agent, Step, Transitions
 from .networks import gaussian_policy_terms, mlp
 
 __all__ = ["ActorCritic", "RolloutBatch"]
@@ -46,6 +47,9 @@ class RolloutBatch(NamedTuple):
 
 class ActorCritic(Agent):
     """Base of the on-policy agents: networks, acting, storing a rollout, advantages."""
+
+    network_names = ("actor", "critic")
+    on_policy = True
 
     # -- networks -----------------------------------------------------------------------------
 
@@ -81,10 +85,6 @@ class ActorCritic(Agent):
         self._sde_steps = 0  # acting steps since the weights were drawn
         self._params = params
         self.rollout: RolloutBuffer | None = None
-        # What act() computed for the step observe() stores next (one row per env). Parallel
-        # runners whose workers act set these too, so they keep the _last_ prefix.
-        self._last_values: np.ndarray | None = None
-        self._last_log_probs: np.ndarray | None = None
         return params
 
     @property
@@ -135,7 +135,7 @@ class ActorCritic(Agent):
     # -- acting -------------------------------------------------------------------------------
 
     @torch.no_grad()
-    def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
+    def _decide(self, obs: np.ndarray, deterministic: bool) -> Step:
         x = torch.from_numpy(obs)
         if self.use_sde:
             latent, out = self._latent_and_mean(x)
@@ -143,8 +143,8 @@ class ActorCritic(Agent):
             out = self.actor(x)
         if deterministic:
             if self.discrete:
-                return out.argmax(-1).numpy()
-            return np.clip(out.numpy(), self.action_low, self.action_high)
+                return Step(out.argmax(-1).numpy())
+            return Step(np.clip(out.numpy(), self.action_low, self.action_high))
         if self.discrete:
             log_p = F.log_softmax(out, dim=-1)
             actions = torch.multinomial(log_p.exp(), 1, generator=self.generator).squeeze(1)
@@ -157,22 +157,26 @@ class ActorCritic(Agent):
             noise = torch.randn(out.shape, generator=self.generator)
             actions = out + self.log_std.exp() * noise
             chosen = (-0.5 * noise.pow(2) - self.log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
-        # Cache what observe() stores with this step (the loop always calls act then observe).
-        self._last_values = self.critic(x).squeeze(-1).numpy()
-        self._last_log_probs = chosen.numpy()
-        return actions.numpy()
+        # What observe() stores with this step travels with it, as the step's extras.
+        extras = {"values": self.critic(x).squeeze(-1).numpy(), "log_probs": chosen.numpy()}
+        return Step(actions.numpy(), extras)
 
     # -- storing ------------------------------------------------------------------------------
 
     def observe(self, transitions: Transitions) -> None:
-        obs, actions, rewards, next_obs, terminated, truncated = transitions
+        obs, actions, rewards, next_obs = transitions[:4]
+        terminated, truncated, extras = transitions[4:]
         n_envs = len(rewards)
         if self.rollout is None or self.rollout.n_envs != n_envs:
             action_shape = () if self.discrete else self.action_space.shape
             dtype = np.int64 if self.discrete else np.float32
             self.rollout = RolloutBuffer(self.config.n_steps, n_envs, self.obs_shape, action_shape, dtype)
-        if self._last_values is None or self._last_log_probs is None or len(self._last_values) != n_envs:
-            raise RuntimeError(f"{self.algorithm}.observe() must follow act() on the same observations")
+        if "values" not in extras or "log_probs" not in extras:
+            raise ValueError(
+                f"{self.algorithm}.observe() needs the extras 'values' and 'log_probs' of the step that chose "
+                "these actions: pass Transitions(..., extras=step.extras) with the Step that "
+                f"{self.algorithm}.decide(obs) returned (got extras {sorted(extras)})"
+            )
         rewards = rewards.astype(np.float32, copy=True)
         cut = truncated & ~terminated
         if cut.any():
@@ -181,9 +185,8 @@ class ActorCritic(Agent):
                 final_values = self.critic(torch.from_numpy(next_obs[cut])).squeeze(-1).numpy()
             rewards[cut] += self.config.gamma * final_values
         dones = (terminated | truncated).astype(np.float32)
-        self.rollout.add(obs, actions, rewards, dones, self._last_values, self._last_log_probs)
+        self.rollout.add(obs, actions, rewards, dones, extras["values"], extras["log_probs"])
         self._next_obs = next_obs
-        self.num_timesteps += n_envs
 
     def ready(self) -> bool:
         return self.rollout is not None and self.rollout.full

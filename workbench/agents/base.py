@@ -1,15 +1,18 @@
 """The agent interface every algorithm speaks, and what all agents share.
 
-One loop (``Session``) drives every agent through four verbs:
+One loop (``workbench.loop``) drives every agent through four verbs:
 
-* ``act(obs, deterministic=False) -> actions`` for one observation or a batch;
-* ``observe(transitions)`` with a :class:`Transitions` batch, one row per env;
+* ``decide(obs, deterministic=False) -> Step(actions, extras)`` for a batch (``act`` returns the
+  actions alone, for one observation or a batch);
+* ``observe(transitions)`` with a :class:`Transitions` batch, one row per env, carrying the
+  ``extras`` of the decision back: everything ``observe`` needs arrives as its argument;
 * ``ready() -> bool``: is there enough new data to learn?
 * ``update() -> dict[str, float]``: learn, and return metrics that become signals.
 
 This module also holds what every agent needs around those verbs: building from an env or its
 spaces, checking the spaces, hyperparameters as a dataclass with clear errors, private random
-generators (no global seeding), the training-progress clock for schedules, and ``play``.
+generators (no global seeding), the training-progress clock for schedules, the agent's declared
+state (``state()`` / ``restore()``, used by checkpoints and by Ray's weight sync), and ``play``.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import os
 from typing import Any, ClassVar, NamedTuple
 
 import gymnasium as gym
@@ -25,10 +29,12 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+from .. import checkpoint
 from ..envs import as_env_source, describe_space, flat_observation_space, observation_flattener
+from ..loop import NO_EXTRAS, Step, Transitions, play_episode
 from ..normalization import ObservationNormalizer, RewardNormalizer
 
-__all__ = ["AGENTS", "Agent", "AgentConfig", "EpisodeReturns", "Transitions", "register"]
+__all__ = ["AGENTS", "Agent", "AgentConfig", "AgentState", "EpisodeReturns", "Step", "Transitions", "register"]
 
 AGENTS: dict[str, type[Agent]] = {}
 """Every agent class by its lower-case name (``"dqn"``, ``"ppo"``...), filled by :func:`register`."""
@@ -58,19 +64,15 @@ def register(cls: type[Agent]) -> type[Agent]:
     return cls
 
 
-class Transitions(NamedTuple):
-    """One env step of every env, as arrays with a leading ``num_envs`` axis.
+class AgentState(NamedTuple):
+    """Everything an agent saves, as it declares it: see :meth:`Agent.state`."""
 
-    ``next_obs`` holds the true last observation for envs whose episode just ended (the env has
-    already been reset; the session passes the new episode's first observation to the next ``act``).
-    """
-
-    obs: np.ndarray
-    actions: np.ndarray
-    rewards: np.ndarray
-    next_obs: np.ndarray
-    terminated: np.ndarray
-    truncated: np.ndarray
+    tensors: dict[str, torch.Tensor]
+    """Networks (``net/<name>/<key>``), optimizer moments (``optim/<name>/<param>/<key>``) and the
+    torch generator (``rng/torch``)."""
+    data: dict[str, Any]
+    """JSON-ready: ``counters``, ``optimizers`` (their settings), ``agent_state`` (schedule
+    positions and other algorithm state) and ``rng`` (the numpy generator)."""
 
 
 class EpisodeReturns(list):
@@ -90,8 +92,9 @@ def _agents_for(action_space: spaces.Space) -> list[str]:
 
 
 class Agent:
-    """Base class of every algorithm. Subclasses set ``Config``, ``action_spaces`` and implement
-    ``_build``, ``_act``, ``observe``, ``ready`` and ``update``.
+    """Base class of every algorithm. Subclasses set ``Config``, ``action_spaces`` and
+    ``network_names``, and implement ``_build``, ``_act`` (or ``_decide`` when a step has extras),
+    ``observe``, ``ready`` and ``update``.
 
     Build one from an env (instance, registered id or zero-argument factory) or from its spaces,
     with keyword hyperparameters that override the ``Config`` defaults::
@@ -104,11 +107,19 @@ class Agent:
 
     Config: ClassVar[type]
     action_spaces: ClassVar[tuple[type[spaces.Space], ...]] = (spaces.Discrete, spaces.Box)
+    network_names: ClassVar[tuple[str, ...]] = ()
+    """The attributes holding the agent's torch modules: what it saves and sends to workers."""
+    optimizer_names: ClassVar[tuple[str, ...]] = ("optimizer",)
+    """The attributes holding its optimizers (saved with their moments)."""
+    on_policy: ClassVar[bool] = False
+    """True when it learns only from data of its current weights (workers then collect whole
+    rollouts with the newest weights); False when it learns from a replay memory."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         # Each algorithm writes its own observe(); wrap it so observation and reward normalization
-        # happen here once, for every agent, before the algorithm sees the transitions.
+        # happen here once, for every agent, before the algorithm sees the transitions, and the
+        # step clock advances here once.
         observe = cls.__dict__.get("observe")
         if observe is not None and not getattr(observe, "_normalizes", False):
 
@@ -118,9 +129,10 @@ class Agent:
                     return observe(self, transitions)
                 self._in_observe = True
                 try:
-                    return observe(self, self._normalize_transitions(transitions))
+                    observe(self, self._normalize_transitions(transitions))
                 finally:
                     self._in_observe = False
+                self.num_timesteps += len(transitions.rewards)
 
             normalized_observe._normalizes = True  # type: ignore[attr-defined]
             cls.observe = normalized_observe  # type: ignore[method-assign]
@@ -165,7 +177,7 @@ class Agent:
         self.generator = torch.Generator().manual_seed(
             int(seed) if seed is not None else int(self.rng.integers(2**62))
         )
-        self.num_timesteps = 0  # env steps observed while training, over all envs
+        self.num_timesteps = 0  # env steps observed while training, over all envs: the run's step clock
         self.num_updates = 0
         self.total_timesteps: int | None = None  # the budget schedules count against
         self.training = True
@@ -224,13 +236,15 @@ class Agent:
 
     @property
     def networks(self) -> dict[str, nn.Module]:
-        """The agent's torch modules by name (saved in checkpoints)."""
-        return {k: v for k, v in vars(self).items() if isinstance(v, nn.Module)}
+        """The agent's torch modules by name, as its class declares them (``network_names``, plus
+        the normalizers' running statistics): saved in checkpoints, sent to Ray workers."""
+        names = (*self.network_names, "obs_normalizer", "reward_normalizer")
+        return {name: getattr(self, name) for name in names if getattr(self, name, None) is not None}
 
     @property
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
-        """The agent's optimizers by name (saved in checkpoints)."""
-        return {k: v for k, v in vars(self).items() if isinstance(v, torch.optim.Optimizer)}
+        """The agent's optimizers by name, as its class declares them (``optimizer_names``)."""
+        return {name: getattr(self, name) for name in self.optimizer_names if getattr(self, name, None) is not None}
 
     @property
     def progress(self) -> float:
@@ -261,14 +275,26 @@ class Agent:
             )
         return arr, False
 
+    def decide(self, obs: Any, deterministic: bool = False) -> Step:
+        """The :class:`Step` for a batch of observations (one is taken as a batch of one): the
+        actions, and the ``extras`` that :meth:`observe` will need with this step's transitions.
+        ``deterministic`` (always so in play mode) takes the greedy / mean action, no exploration."""
+        batch, _ = self.prepare_obs(obs)
+        if self.config.normalize_observations:
+            batch = self.obs_normalizer(batch)
+        return self._decide(batch, deterministic or not self.training)
+
     def act(self, obs: Any, deterministic: bool = False) -> Any:
-        """Actions for one observation or a batch. ``deterministic`` (always so in play mode)
-        takes the greedy / mean action with no exploration."""
+        """Actions for one observation or a batch (the actions of :meth:`decide`)."""
         batch, single = self.prepare_obs(obs)
         if self.config.normalize_observations:
             batch = self.obs_normalizer(batch)
-        actions = self._act(batch, deterministic or not self.training)
+        actions = self._decide(batch, deterministic or not self.training).actions
         return actions[0] if single else actions
+
+    def _decide(self, obs: np.ndarray, deterministic: bool) -> Step:
+        """The step for a prepared batch; agents whose steps carry extras override this."""
+        return Step(self._act(obs, deterministic), NO_EXTRAS)
 
     def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
         raise NotImplementedError
@@ -287,10 +313,10 @@ class Agent:
                 norm.update(t.next_obs)
         if c.normalize_rewards:
             rewards = self.reward_normalizer(t.rewards, t.terminated | t.truncated, update=self.training)
-        return Transitions(obs, t.actions, rewards, next_obs, t.terminated, t.truncated)
+        return t._replace(obs=obs, rewards=rewards, next_obs=next_obs)
 
     def observe(self, transitions: Transitions) -> None:
-        """Take one step of every env into memory."""
+        """Take one step of every env into memory (with the extras its decision returned)."""
         raise NotImplementedError
 
     def ready(self) -> bool:
@@ -320,12 +346,98 @@ class Agent:
             net.train()
         return self
 
-    def extra_state(self) -> dict[str, Any]:
-        """JSON-ready state beyond weights (exploration position, ...), saved in checkpoints."""
-        return {}
+    # -- declared state ---------------------------------------------------------------------
 
-    def load_extra_state(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`extra_state` returned."""
+    def state(self) -> AgentState:
+        """Everything this agent saves: its declared networks and optimizers (tensors), counters,
+        schedule positions and random generators. Checkpoints write it; :meth:`restore` reads it.
+        Algorithms with more state extend ``data["agent_state"]`` (and :meth:`restore` with it)."""
+        tensors: dict[str, torch.Tensor] = {}
+        groups: dict[str, Any] = {}
+        for name, net in self.networks.items():
+            for key, t in net.state_dict().items():
+                tensors[f"net/{name}/{key}"] = t.detach().contiguous().clone()
+        for name, opt in self.optimizers.items():
+            saved = opt.state_dict()
+            for idx, entry in saved["state"].items():
+                for key, t in entry.items():
+                    t = t if isinstance(t, torch.Tensor) else torch.tensor(t)
+                    tensors[f"optim/{name}/{idx}/{key}"] = t.detach().contiguous().clone()
+            groups[name] = checkpoint.json_ready(saved["param_groups"])
+        tensors["rng/torch"] = self.generator.get_state().clone()
+        data = {
+            "counters": {
+                "num_timesteps": self.num_timesteps,
+                "num_updates": self.num_updates,
+                "total_timesteps": self.total_timesteps,
+            },
+            "optimizers": groups,
+            "agent_state": {},
+            "rng": {"numpy": checkpoint.json_ready(self.rng.bit_generator.state)},
+        }
+        return AgentState(tensors, data)
+
+    def restore(self, state: AgentState) -> None:
+        """Load what :meth:`state` returned (from this agent or a saved one of the same build).
+        Raises ``ValueError`` naming the network, optimizer or tensor that does not fit."""
+        self.load_networks(state.tensors)
+        tensors, groups = state.tensors, state.data.get("optimizers", {})
+        for name, opt in self.optimizers.items():
+            if name not in groups:
+                raise ValueError(f"no optimizer state for {name!r}")
+            prefix = f"optim/{name}/"
+            moments: dict[int, dict[str, torch.Tensor]] = {}
+            for k, v in tensors.items():
+                if k.startswith(prefix):
+                    idx, key = k[len(prefix) :].split("/", 1)
+                    moments.setdefault(int(idx), {})[key] = v
+            param_groups = []
+            for g in groups[name]:
+                g = dict(g)
+                if "betas" in g:
+                    g["betas"] = tuple(g["betas"])
+                param_groups.append(g)
+            opt.load_state_dict({"state": moments, "param_groups": param_groups})
+        if "rng/torch" in tensors:
+            self.generator.set_state(tensors["rng/torch"])
+        counters = state.data.get("counters", {})
+        self.num_timesteps = int(counters.get("num_timesteps", 0))
+        self.num_updates = int(counters.get("num_updates", 0))
+        self.total_timesteps = counters.get("total_timesteps")
+        rng_state = state.data.get("rng", {}).get("numpy")
+        if rng_state:
+            self.rng.bit_generator.state = rng_state
+
+    def network_weights(self) -> dict[str, dict[str, np.ndarray]]:
+        """The declared networks' weights as numpy arrays (what acting needs, for Ray workers).
+
+        Tensors that are not module state (gSDE's noise weights, one per env) are per-process
+        acting state, which each worker draws for its own envs."""
+        return {
+            name: {k: v.detach().cpu().numpy().copy() for k, v in net.state_dict().items()}
+            for name, net in self.networks.items()
+        }
+
+    def load_networks(self, tensors: dict[str, Any]) -> None:
+        """Load network weights given as ``net/<name>/<key>`` tensors (or ``{name: {key: array}}``
+        as :meth:`network_weights` returns). Raises ``ValueError`` naming what does not fit."""
+        for name, net in self.networks.items():
+            if name in tensors and isinstance(tensors[name], dict):
+                sd = {k: torch.as_tensor(np.asarray(v)) for k, v in tensors[name].items()}
+            else:
+                prefix = f"net/{name}/"
+                sd = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
+            expected = net.state_dict()
+            missing = sorted(set(expected) - set(sd))
+            if missing:
+                raise ValueError(f"network {name!r} lacks {', '.join(missing)}")
+            for key, t in sd.items():
+                if key in expected and tuple(expected[key].shape) != tuple(t.shape):
+                    raise ValueError(
+                        f"{name}.{key} has shape {tuple(t.shape)}, the agent expects {tuple(expected[key].shape)}"
+                    )
+            net.load_state_dict(sd)
+        self._weights_loaded = True
 
     def hyperparameters(self) -> dict[str, Any]:
         """The config as JSON-ready data (schedules and exploration objects as dicts)."""
@@ -335,12 +447,34 @@ class Agent:
             out[f.name] = v.to_dict() if hasattr(v, "to_dict") else (list(v) if isinstance(v, tuple) else v)
         return out
 
-    def save(self, path: str, *, memory: bool = False) -> str:
+    def describe(self) -> dict[str, Any]:
+        """What rebuilds this agent, JSON-ready: algorithm, hyperparameters, spaces and seed."""
+        return {
+            "algorithm": self.algorithm,
+            "hyperparameters": self.hyperparameters(),
+            "observation_space": checkpoint.space_to_json(self.observation_space),
+            "action_space": checkpoint.space_to_json(self.action_space),
+            "seed": self.seed,
+        }
+
+    def memory_arrays(self) -> dict[str, np.ndarray]:
+        """The replay memory as arrays (for ``save(..., memory=True)``); raises ``ValueError``
+        for an agent that has none."""
+        memory = getattr(self, "memory", None)
+        if memory is None:
+            raise ValueError(f"{self.algorithm} has no replay memory to save; call save(path) without memory=True")
+        return memory.state_arrays()
+
+    def save(self, path: str | os.PathLike[str], *, memory: bool = False) -> str:
         """Save this agent alone (weights, optimizer, counters; replay memory with ``memory=True``)
         in the format ``wb.load`` reads. ``session.save`` also keeps the run's signals."""
-        from ..checkpoint import save_agent
-
-        return save_agent(self, path, memory=memory)
+        state = self.state()
+        return checkpoint.write_run(
+            path,
+            meta={**self.describe(), **state.data},
+            tensors=state.tensors,
+            memory=self.memory_arrays() if memory else None,
+        )
 
     # -- play ---------------------------------------------------------------------------------
 
@@ -380,6 +514,7 @@ class Agent:
         if render not in (None, "rgb_array"):
             raise ValueError(f"render must be None or 'rgb_array', got {render!r}")
         if viewer:
+            # The one place an agent shows itself in a notebook: the UI is imported when asked for.
             from ..ui import PlayViewer
 
             return PlayViewer(self, env, episodes=episodes, seed=seed)
@@ -402,21 +537,22 @@ class Agent:
         frames: list[list[np.ndarray]] | None = [] if render else None
         try:
             for episode in range(episodes):
-                obs, _ = instance.reset(seed=None if seed is None else seed + episode)
-                total, length, done = 0.0, 0, False
+                total, moment = 0.0, None
                 episode_frames: list[np.ndarray] = []
-                if frames is not None:
-                    episode_frames.append(np.asarray(instance.render()))
-                while not done:
-                    action = self._env_action(self.act(obs, deterministic=deterministic))
-                    obs, reward, terminated, truncated, _ = instance.step(action)
-                    total += float(reward)
-                    length += 1
-                    done = terminated or truncated or (max_steps is not None and length >= max_steps)
+                for moment in play_episode(
+                    self,
+                    instance,
+                    seed=None if seed is None else seed + episode,
+                    deterministic=deterministic,
+                    max_steps=max_steps,
+                    render=frames is not None,
+                ):
+                    total += moment.reward
                     if frames is not None:
-                        episode_frames.append(np.asarray(instance.render()))
+                        episode_frames.append(np.asarray(moment.frame))
+                assert moment is not None
                 returns.append(total)
-                lengths.append(length)
+                lengths.append(moment.t)
                 if frames is not None:
                     frames.append(episode_frames)
         finally:
@@ -446,11 +582,6 @@ class Agent:
     def _unscale_action(self, action: np.ndarray) -> np.ndarray:
         """An env action mapped back into [-1, 1] (what replay agents store)."""
         return np.clip((action - self._action_center) / self._action_half_range, -1.0, 1.0).astype(np.float32)
-
-    def _env_action(self, action: Any) -> Any:
-        if self.discrete:
-            return int(action)
-        return np.clip(np.asarray(action, dtype=np.float32), self.action_low, self.action_high)
 
     def __repr__(self) -> str:
         mode = "training" if self.training else "play"

@@ -21,7 +21,7 @@ from ..memory.nstep import NStepAccumulator
 from ..memory.prioritized import PrioritizedReplayMemory
 from ..memory.replay import ReplayBatch, ReplayMemory
 from ..schedules import Schedule, as_schedule, linear
-from .base import AgentConfig, Transitions, register
+from .base import AgentConfig, AgentState, Transitions, register
 from .networks import DuelingQNetwork, make_adam, mlp, polyak_update
 from .replay_agent import ReplayAgent
 
@@ -86,6 +86,7 @@ class DQN(ReplayAgent):
 
     Config = DQNConfig
     action_spaces = (spaces.Discrete,)
+    network_names = ("q_net", "q_target")
     config: DQNConfig
 
     # -- networks -----------------------------------------------------------------------------
@@ -153,16 +154,16 @@ class DQN(ReplayAgent):
     # -- storing ------------------------------------------------------------------------------
 
     def observe(self, transitions: Transitions) -> None:
-        obs, actions, rewards, next_obs, terminated, truncated = transitions
+        t = transitions
         # Only a real termination stops bootstrapping; a time-limit truncation does not.
         if self._n_step is None:
-            self.memory.add(obs, actions, rewards, next_obs, terminated.astype(np.float32), self.config.gamma)
+            self.memory.add(t.obs, t.actions, t.rewards, t.next_obs, t.terminated.astype(np.float32), self.config.gamma)
         else:
-            ready = self._n_step.add(obs, actions, rewards, next_obs, terminated, truncated)
+            ready = self._n_step.add(t.obs, t.actions, t.rewards, t.next_obs, t.terminated, t.truncated)
             if ready is not None:
                 self.memory.add(*ready)
-        n = len(rewards)
-        self._count_steps(n)
+        n = len(t.rewards)
+        self._steps_since_update += n
         self._steps_since_target += n
         if self._steps_since_target >= self.config.target_update_interval:
             self._steps_since_target = 0
@@ -240,9 +241,11 @@ class DQN(ReplayAgent):
         self.optimizer.step()
         return loss.detach(), q.detach().mean()
 
-    def extra_state(self) -> dict[str, object]:
-        return {**super().extra_state(), "steps_since_target": self._steps_since_target}
+    def state(self) -> AgentState:
+        state = super().state()
+        state.data["agent_state"]["steps_since_target"] = self._steps_since_target
+        return state
 
-    def load_extra_state(self, state: dict[str, object]) -> None:
-        super().load_extra_state(state)
-        self._steps_since_target = int(state.get("steps_since_target", 0))  # type: ignore[arg-type]
+    def restore(self, state: AgentState) -> None:
+        super().restore(state)
+        self._steps_since_target = int(state.data.get("agent_state", {}).get("steps_since_target", 0))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Agent, Transitions
+from .base import Agent, AgentState, Transitions
 
 __all__ = ["ReplayAgent"]
 
@@ -24,14 +24,10 @@ class ReplayAgent(Agent):
     _steps_since_update: int
 
     def observe(self, transitions: Transitions) -> None:
-        obs, actions, rewards, next_obs, terminated, _truncated = transitions
-        stored = actions if self.discrete else self._unscale_action(np.asarray(actions, dtype=np.float32))
-        self.memory.add(obs, stored, rewards, next_obs, terminated.astype(np.float32), self.config.gamma)
-        self._count_steps(len(rewards))
-
-    def _count_steps(self, n: int) -> None:
-        self.num_timesteps += n
-        self._steps_since_update += n
+        t = transitions
+        stored = t.actions if self.discrete else self._unscale_action(np.asarray(t.actions, dtype=np.float32))
+        self.memory.add(t.obs, stored, t.rewards, t.next_obs, t.terminated.astype(np.float32), self.config.gamma)
+        self._steps_since_update += len(t.rewards)
 
     def ready(self) -> bool:
         c = self.config
@@ -48,8 +44,11 @@ class ReplayAgent(Agent):
         self._steps_since_update = 0
         return steps
 
-    def extra_state(self) -> dict[str, object]:
-        return {"steps_since_update": self._steps_since_update}
+    def state(self) -> AgentState:
+        state = super().state()
+        state.data["agent_state"]["steps_since_update"] = self._steps_since_update
+        return state
 
-    def load_extra_state(self, state: dict[str, object]) -> None:
-        self._steps_since_update = int(state.get("steps_since_update", 0))  # type: ignore[arg-type]
+    def restore(self, state: AgentState) -> None:
+        super().restore(state)
+        self._steps_since_update = int(state.data.get("agent_state", {}).get("steps_since_update", 0))

@@ -99,6 +99,8 @@ class SAC(ReplayAgent):
 
     Config = SACConfig
     action_spaces = (spaces.Box,)
+    network_names = ("actor", "critic", "critic_target", "log_alpha")
+    optimizer_names = ("actor_optimizer", "critic_optimizer", "alpha_optimizer")
     config: SACConfig
 
     # -- networks -----------------------------------------------------------------------------

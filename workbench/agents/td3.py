@@ -18,7 +18,7 @@ from torch import nn
 from ..exploration import Exploration, GaussianNoise
 from ..memory.replay import ReplayMemory
 from ..schedules import Schedule, as_schedule
-from .base import AgentConfig, register
+from .base import AgentConfig, AgentState, register
 from .networks import EnsembleMLP, make_adam, mlp, polyak_update
 from .replay_agent import ReplayAgent
 
@@ -77,6 +77,8 @@ class TD3(ReplayAgent):
 
     Config = TD3Config
     action_spaces = (spaces.Box,)
+    network_names = ("actor", "actor_target", "critic", "critic_target")
+    optimizer_names = ("actor_optimizer", "critic_optimizer")
     config: TD3Config
 
     # -- networks -----------------------------------------------------------------------------
@@ -196,11 +198,13 @@ class TD3(ReplayAgent):
             metrics["actor_loss"] = float(actor_sum) / actor_updates
         return metrics
 
-    def extra_state(self) -> dict[str, object]:
+    def state(self) -> AgentState:
+        state = super().state()
         e = self.config.exploration
-        return {**super().extra_state(), "exploration": {} if e is None else e.state()}
+        state.data["agent_state"]["exploration"] = {} if e is None else e.state()
+        return state
 
-    def load_extra_state(self, state: dict[str, object]) -> None:
-        super().load_extra_state(state)
+    def restore(self, state: AgentState) -> None:
+        super().restore(state)
         if self.config.exploration is not None:
-            self.config.exploration.load_state(state.get("exploration", {}))  # type: ignore[arg-type]
+            self.config.exploration.load_state(state.data.get("agent_state", {}).get("exploration", {}))

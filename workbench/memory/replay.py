@@ -8,6 +8,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from ..checkpoint import read_npz, write_npz
+
 __all__ = ["ReplayBatch", "ReplayMemory"]
 
 
@@ -138,13 +140,9 @@ class ReplayMemory:
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the memory to ``path`` (``.npz``, no pickle); atomic: a crash keeps the old file."""
-        from ..checkpoint import write_npz
-
         write_npz(path, self.state_arrays())
 
     def load(self, path: str | os.PathLike[str]) -> ReplayMemory:
         """Replace the contents with those saved at ``path``; returns self."""
-        from ..checkpoint import read_npz
-
         self.load_arrays(read_npz(path), os.fspath(path))
         return self

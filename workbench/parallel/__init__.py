@@ -1,15 +1,20 @@
 """Where env steps happen. Every backend gives the session's loop the same small interface:
 
-``reset() -> obs``, ``step(actions) -> (obs, rewards, terminated, truncated, final_obs)``,
-``close()``, plus ``num_envs`` and ``persistent`` (True when the runner may be kept between two
-``start`` calls so episodes continue). Agents never know where their env steps ran.
+``reset() -> obs``, ``transitions(agent, obs) -> (Transitions, next_obs)`` (one step of every env,
+taken by ``workbench.loop.env_step``), ``close()``, plus ``num_envs`` and ``persistent`` (True when
+the runner may be kept between two ``start`` calls so episodes continue). Agents never know where
+their env steps ran.
 
-Two optional methods let a backend add to the loop without the loop knowing which backend it is:
+In-process and local workers step envs for the learner's own decisions (``env_step`` over a vector
+env whose ``step`` runs here or in worker processes). Ray workers hold a replica of the agent and
+run ``workbench.loop.collect`` themselves, the same step function; the runner hands their
+transitions, extras included, to the learner one step at a time.
 
-* ``drain_signals() -> [(name, value), ...]``: per-worker signals (``worker_3/episode_reward``,
-  ``worker_3/steps_per_second``, ``weight_staleness``...) that the session records at the current step;
-* ``act(obs) -> actions``: a backend whose workers choose actions themselves (Ray rollout workers)
-  replaces ``agent.act``; it hands back the actions its workers took with the agent's weights.
+Two optional members let a backend add to the loop without the loop knowing which backend it is:
+
+* ``envs_per_worker``: the session names the worker an episode ran in (``worker_3/episode_reward``);
+* ``drain_signals() -> [(name, value), ...]``: per-worker signals (``worker_3/steps_per_second``,
+  ``weight_staleness``...) that the session records at the current step.
 
 Backends (``Session(..., num_workers=N, backend=...)``):
 
@@ -29,6 +34,7 @@ import time
 from typing import Any, NamedTuple
 
 from ..envs import EnvSource, VecEnv, as_env_source
+from ..loop import Transitions, env_step
 from .errors import WorkerError
 from .local import LocalRunner, split_envs
 
@@ -65,6 +71,10 @@ class InProcessRunner(VecEnv):
             envs = [source.make() for _ in range(num_envs)]
             self._owned = True
         super().__init__(envs, seed=seed)
+
+    def transitions(self, agent: Any, obs: Any) -> tuple[Transitions, Any]:
+        """One step of every env for the agent's decision on ``obs``."""
+        return env_step(agent, self, obs)
 
     def close(self) -> None:
         # A user-built instance belongs to the application: only close envs built here.

@@ -27,6 +27,7 @@ import numpy as np
 from gymnasium import spaces
 
 from ..envs import EnvSource, flat_observation_space
+from ..loop import Transitions, env_step
 from ._worker import STEP, STEP_REPLY
 from .errors import WorkerError
 
@@ -156,7 +157,6 @@ class LocalRunner:
         self._obs_shape, self._obs_size = shape, int(np.prod(shape))
         self._action_dtype = np.int64 if isinstance(action_space, spaces.Discrete) else np.float32
         self._obs = np.zeros((self.num_envs, *shape), dtype=np.float32)
-        self._returns = np.zeros(self.num_envs, dtype=np.float64)
         self._pending: list[tuple[str, float]] = []
         self._window_start = time.perf_counter()
         self._workers = [_Worker(w, w * envs_per_worker, envs_per_worker) for w in range(num_workers)]
@@ -222,9 +222,12 @@ class LocalRunner:
             w.conn.send(("reset",))
         for w in self._workers:
             self._obs[w.envs] = self._receive(w, timeout=_START_TIMEOUT_S)
-        self._returns[:] = 0.0
         self._window_start = time.perf_counter()
         return self._obs.copy()
+
+    def transitions(self, agent: Any, obs: np.ndarray) -> tuple[Transitions, np.ndarray]:
+        """One step of every env for the agent's decision on ``obs`` (the workers step the envs)."""
+        return env_step(agent, self, obs)
 
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Step every env once, all workers at the same time (same-step autoreset, as ``VecEnv``)."""
@@ -267,7 +270,7 @@ class LocalRunner:
             final_obs = obs.copy()
             for s, f in finals:
                 final_obs[s] = f
-        self._track(rewards, terminated | truncated)
+        self._track()
         return obs.copy(), rewards, terminated, truncated, final_obs
 
     def _unpack(self, buf: np.ndarray, k: int) -> tuple[Any, ...]:
@@ -283,8 +286,7 @@ class LocalRunner:
         final = buf[at + k * d : at + 2 * k * d].reshape(k, *self._obs_shape) if ended else None
         return obs, rewards, terminated, truncated, final, busy
 
-    def _track(self, rewards: np.ndarray, done: np.ndarray) -> None:
-        track_episodes(self._returns, rewards, done, self.envs_per_worker, self._pending)
+    def _track(self) -> None:
         now = time.perf_counter()
         if now - self._window_start >= _SIGNAL_INTERVAL_S:
             self._window_start = now
@@ -305,17 +307,6 @@ class LocalRunner:
     def close(self) -> None:
         """Stop every worker process; kills any that do not exit within a couple of seconds."""
         self._finalizer()
-
-
-def track_episodes(
-    returns: np.ndarray, rewards: np.ndarray, done: np.ndarray, envs_per_worker: int, pending: list[tuple[str, float]]
-) -> None:
-    """Add ``rewards`` to each env's running return; queue ``worker_W/episode_reward`` for ended episodes."""
-    returns += rewards
-    if done.any():
-        for i in np.flatnonzero(done):
-            pending.append((f"worker_{i // envs_per_worker}/episode_reward", float(returns[i])))
-        returns[done] = 0.0
 
 
 def split_envs(num_envs: int, num_workers: int, envs_per_worker: int | None) -> int:

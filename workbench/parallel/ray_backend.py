@@ -14,9 +14,11 @@ speaks the same four verbs as always; only where actions are chosen changes:
   updates between the weights that chose the actions and the learner that learns from them) is
   bounded by the updates in one chunk, and recorded as the ``weight_staleness`` signal.
 
-Agents do not know any of this. What an agent's ``act()`` computes for its ``observe()`` (PPO's
-values and log-probabilities) is found in the replica's ``_last_*`` arrays (one row per env) and set
-on the learner before it observes the step, so any agent that follows that convention works unchanged.
+Agents do not know any of this. A worker collects with ``workbench.loop.collect``, the same step
+function the session uses in-process, and sends back the stacked transitions with each step's
+``extras`` (PPO's values and log-probabilities): the learner observes exactly what it would have
+observed had it stepped the envs itself. The replica gets the learner's declared network weights
+(``Agent.network_weights``), nothing else.
 
 Ray starts on first use: ``ray.init()`` starts a local Ray (no dashboard, nothing listening beyond
 this machine) when none is running, and shuts it down again when the run ends; ``ray_address="auto"``
@@ -34,11 +36,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
 from ..envs import EnvSource, VecEnv
+from ..loop import Step, Transitions, collect, concat_envs, row
 from .errors import WorkerError
-from .local import track_episodes
 
 __all__ = ["RayRunner", "is_on_policy"]
 
@@ -47,41 +48,26 @@ _START_TIMEOUT_S = 120.0  # actor start: a cluster may have to pull the environm
 
 
 def is_on_policy(agent: Any) -> bool:
-    """True for agents that learn only from data of their current weights (PPO, A2C).
-
-    An agent may say so with an ``on_policy`` attribute; otherwise one whose config has a replay
-    memory (``buffer_size``) is off-policy and one that collects ``n_steps`` rollouts is on-policy.
-    """
-    explicit = getattr(agent, "on_policy", None)
-    if explicit is not None:
-        return bool(explicit)
-    config = agent.config
-    return hasattr(config, "n_steps") and not hasattr(config, "buffer_size")
+    """True for agents that learn only from data of their current weights (PPO, A2C): each agent
+    class says so with its ``on_policy`` attribute."""
+    return bool(agent.on_policy)
 
 
-def agent_weights(agent: Any) -> dict[str, Any]:
-    """Everything the agent acts with, as numpy: every ``nn.Module``'s state and bare parameters.
+class _ClockedReplica:
+    """An acting replica whose step clock follows the learner's: every decision advances it by
+    the envs of all workers, as one learner step would, so schedules (epsilon, warm-up) match."""
 
-    Plain tensors are left out: they are per-process acting state (gSDE's noise weights, one per
-    env), which each replica draws for its own envs."""
-    weights: dict[str, Any] = {}
-    for name, value in vars(agent).items():
-        if isinstance(value, nn.Module):
-            weights[name] = {k: v.detach().cpu().numpy().copy() for k, v in value.state_dict().items()}
-        elif isinstance(value, nn.Parameter):
-            weights[name] = value.detach().cpu().numpy().copy()
-    return weights
+    def __init__(self, agent: Any, stride: int) -> None:
+        self.agent = agent
+        self.stride = stride
 
+    def decide(self, obs: Any, deterministic: bool = False) -> Step:
+        step = self.agent.decide(obs, deterministic)
+        self.agent.num_timesteps += self.stride
+        return step
 
-def load_agent_weights(agent: Any, weights: dict[str, Any]) -> None:
-    """Copy what :func:`agent_weights` returned into ``agent`` in place."""
-    with torch.no_grad():
-        for name, value in weights.items():
-            target = getattr(agent, name)
-            if isinstance(target, nn.Module):
-                target.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in value.items()})
-            else:
-                target.copy_(torch.from_numpy(np.array(value)))
+    def begin_episode(self, done: np.ndarray) -> None:
+        self.agent.begin_episode(done)
 
 
 class _RolloutWorker:
@@ -116,51 +102,20 @@ class _RolloutWorker:
         self.obs = self.vec.reset()
         return self.obs
 
-    def rollout(self, weights: dict[str, Any] | None, timesteps: int, total: int | None, stride: int, steps: int):  # type: ignore[no-untyped-def]
-        """Act and step ``steps`` times with ``weights``; return the stacked transitions."""
-        agent, vec = self.agent, self.vec
+    def collect(
+        self, weights: dict[str, Any] | None, timesteps: int, total: int | None, stride: int, steps: int
+    ) -> tuple[Transitions, np.ndarray, float]:
+        """Collect ``steps`` steps with ``weights`` (``workbench.loop.collect``); return the stacked
+        transitions, the observations to continue from, and the seconds it took."""
+        agent = self.agent
         if weights is not None:
-            load_agent_weights(agent, weights)
-        # The replica's clock follows the learner's, so schedules (epsilon, warm-up) match.
+            agent.load_networks(weights)
+        # The replica's clock starts at the learner's, so schedules (epsilon, warm-up) match.
         agent.num_timesteps, agent.total_timesteps = timesteps, total
-        obs = self.obs
-        assert obs is not None, "reset() first"
-        n = vec.num_envs
-        out_obs = np.empty((steps, *obs.shape), dtype=np.float32)
-        out_final = np.empty_like(out_obs)
-        rewards = np.empty((steps, n), dtype=np.float32)
-        terminated = np.empty((steps, n), dtype=bool)
-        truncated = np.empty((steps, n), dtype=bool)
-        actions: np.ndarray | None = None
-        caches: dict[str, np.ndarray] = {}
+        assert self.obs is not None, "reset() first"
         start = time.perf_counter()
-        for t in range(steps):
-            a = np.asarray(agent.act(obs))
-            if actions is None:
-                actions = np.empty((steps, *a.shape), dtype=a.dtype)
-            actions[t] = a
-            for name, value in vars(agent).items():
-                if name.startswith("_last_") and isinstance(value, np.ndarray) and value.shape[:1] == (n,):
-                    if name not in caches:
-                        caches[name] = np.empty((steps, *value.shape), dtype=value.dtype)
-                    caches[name][t] = value
-            obs, rewards[t], terminated[t], truncated[t], out_final[t] = vec.step(a)
-            out_obs[t] = obs
-            done = terminated[t] | truncated[t]
-            if done.any():
-                agent.begin_episode(done)
-            agent.num_timesteps += stride
-        self.obs = obs
-        return {
-            "actions": actions,
-            "next_obs": out_obs,
-            "final_obs": out_final,
-            "rewards": rewards,
-            "terminated": terminated,
-            "truncated": truncated,
-            "caches": caches,
-            "seconds": time.perf_counter() - start,
-        }
+        transitions, self.obs = collect(_ClockedReplica(agent, stride), self.vec, self.obs, steps)
+        return transitions, self.obs, time.perf_counter() - start
 
 
 def _kill_actors(actors: list[Any], owns_ray: bool) -> None:
@@ -265,11 +220,11 @@ class RayRunner:
         self._weights_version = -1
         self._inflight: list[Any] | None = None
         self._inflight_version = -1
-        self._data: dict[str, Any] | None = None
+        self._data: Transitions | None = None
+        self._data_last_obs: np.ndarray | None = None
         self._t = 0
         self._chunk_len = 0
         self._obs: np.ndarray | None = None
-        self._returns = np.zeros(self.num_envs, dtype=np.float64)
         self._pending: list[tuple[str, float]] = []
         try:
             for w in range(num_workers):
@@ -338,7 +293,7 @@ class RayRunner:
         """Put the learner's weights in the object store once per new version (one ray.put)."""
         version = self.agent.num_updates
         if self._weights_ref is None or version != self._weights_version:
-            self._weights_ref = self._ray.put(agent_weights(self.agent))
+            self._weights_ref = self._ray.put(self.agent.network_weights())
             self._weights_version = version
         return self._weights_ref
 
@@ -346,7 +301,7 @@ class RayRunner:
         weights = self._publish()
         total = self.agent.total_timesteps
         self._inflight = [
-            a.rollout.remote(weights, timesteps, total, self.num_envs, self.chunk) for a in self._actors
+            a.collect.remote(weights, timesteps, total, self.num_envs, self.chunk) for a in self._actors
         ]
         self._inflight_version = self._weights_version
 
@@ -357,7 +312,7 @@ class RayRunner:
         refs, version = self._inflight, self._inflight_version
         assert refs is not None
         self._inflight = None
-        parts: list[dict[str, Any]] = []
+        parts: list[tuple[Transitions, np.ndarray, float]] = []
         restarted: list[int] = []
         for w, ref in enumerate(refs):
             try:
@@ -367,33 +322,30 @@ class RayRunner:
                     raise
                 self._restart(w)
                 weights = self._publish()
-                ref = self._actors[w].rollout.remote(
+                ref = self._actors[w].collect.remote(
                     weights, self.agent.num_timesteps, self.agent.total_timesteps, self.num_envs, self.chunk
                 )
                 part = self._get(w, ref)
                 restarted.append(w)
             parts.append(part)
-            seconds = part["seconds"]
+            seconds = part[2]
             if seconds > 0:
                 self._pending.append((f"worker_{w}/steps_per_second", self.chunk * self.envs_per_worker / seconds))
-        data: dict[str, Any] = {}
-        for key in ("actions", "next_obs", "final_obs", "rewards", "terminated", "truncated"):
-            data[key] = np.concatenate([p[key] for p in parts], axis=1)
-        data["caches"] = {
-            name: np.concatenate([p["caches"][name] for p in parts], axis=1) for name in parts[0]["caches"]
-        }
+        data = concat_envs([p[0] for p in parts])
         assert self._obs is not None
         for w in restarted:
             # The worker's running episodes ended with it: the first step of its new envs stands in
             # as a truncation of the old episode (no reward), and the next step starts the new ones.
             s = self._envs(w)
-            data["rewards"][0, s] = 0.0
-            data["terminated"][0, s] = False
-            data["truncated"][0, s] = True
-            data["final_obs"][0, s] = self._obs[s]
+            data.obs[0, s] = self._obs[s]
+            data.rewards[0, s] = 0.0
+            data.terminated[0, s] = False
+            data.truncated[0, s] = True
+            data.next_obs[0, s] = self._obs[s]
         self._data = data
+        self._data_last_obs = np.concatenate([p[1] for p in parts])
         self._t = 0
-        self._chunk_len = data["rewards"].shape[0]
+        self._chunk_len = data.rewards.shape[0]
         self._pending.append(("weight_staleness", float(self.agent.num_updates - version)))
         if not self.on_policy:
             # Ape-X: the next chunk is collected while the learner learns from this one.
@@ -405,35 +357,22 @@ class RayRunner:
         """Reset every worker's envs; returns all first observations."""
         refs = [a.reset.remote() for a in self._actors]
         self._obs = np.concatenate([self._get(w, r, timeout=_START_TIMEOUT_S) for w, r in enumerate(refs)])
-        self._returns[:] = 0.0
         self._data = None
         self._inflight = None
         return self._obs.copy()
 
-    def act(self, obs: np.ndarray) -> np.ndarray:
-        """The actions the workers took at the current step; sets the agent's ``_last_*`` arrays."""
+    def transitions(self, agent: Any, obs: np.ndarray) -> tuple[Transitions, np.ndarray]:
+        """The next step of every env, as the workers took it with the agent's weights (the
+        learner's ``obs`` is where the workers are: they step on from there themselves)."""
         if self._data is None or self._t >= self._chunk_len:
             self._collect()
         data = self._data
-        assert data is not None
-        t = self._t
-        for name, values in data["caches"].items():
-            setattr(self.agent, name, values[t])
-        return data["actions"][t]
-
-    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """The results of the current step (the workers already took it)."""
-        data = self._data
-        assert data is not None, "act() comes before step()"
+        assert data is not None and self._data_last_obs is not None
         t = self._t
         self._t += 1
-        obs = data["next_obs"][t]
-        rewards = data["rewards"][t]
-        terminated = data["terminated"][t]
-        truncated = data["truncated"][t]
-        self._obs = obs
-        track_episodes(self._returns, rewards, terminated | truncated, self.envs_per_worker, self._pending)
-        return obs, rewards, terminated, truncated, data["final_obs"][t]
+        next_obs = data.obs[t + 1] if t + 1 < self._chunk_len else self._data_last_obs
+        self._obs = next_obs
+        return row(data, t), next_obs
 
     def drain_signals(self) -> list[tuple[str, float]]:
         """Per-worker signals and ``weight_staleness`` since the last call, as ``(name, value)`` pairs."""

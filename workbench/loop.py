@@ -1,0 +1,200 @@
+"""The step contract and the loop, written once.
+
+Every agent speaks four verbs (``decide``/``act``, ``observe``, ``ready``, ``update``), and every
+place that steps envs goes through the functions here:
+
+* :func:`env_step` is *the* step: the agent decides, the envs step, and one :class:`Transitions`
+  row per env comes back with the :class:`Step`'s ``extras`` inside. The session's loop, local
+  workers (through the session) and Ray workers (through :func:`collect`) all call it.
+* :class:`EpisodeTracker` is the one place that adds rewards up into episodes.
+* :func:`play_episode` is the one play loop, used by ``Agent.play``, ``Session.evaluate`` (through
+  ``play``) and the notebook play viewer.
+
+``extras`` is how an agent hands itself what a step needs later (Acme's ``Adder.add(action,
+next_timestep, extras)`` is the model): PPO's values and log-probabilities today; recurrent state
+and action masks travel the same way. No agent attribute is written by ``act`` and read by
+``observe``, so a step can be taken in one process and learned from in another.
+
+This module sits at the bottom of the layers: it knows agents only by these verbs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from types import MappingProxyType
+from typing import Any, NamedTuple, Protocol
+
+import numpy as np
+
+from .envs import env_action_converter
+
+__all__ = [
+    "NO_EXTRAS",
+    "Episode",
+    "EpisodeTracker",
+    "PlayStep",
+    "Step",
+    "Transitions",
+    "collect",
+    "env_step",
+    "play_episode",
+]
+
+NO_EXTRAS: Mapping[str, np.ndarray] = MappingProxyType({})
+"""The extras of a step that needs nothing later (read-only, shared)."""
+
+
+class Step(NamedTuple):
+    """What an agent decided for a batch of observations.
+
+    ``actions`` has one row per env; ``extras`` maps a name to an array with one row per env,
+    holding what the agent will need when it observes this step (for example PPO's ``values``
+    and ``log_probs``). The loop passes ``extras`` back unchanged inside :class:`Transitions`.
+    """
+
+    actions: np.ndarray
+    extras: Mapping[str, np.ndarray] = NO_EXTRAS
+
+
+class Transitions(NamedTuple):
+    """One env step of every env, as arrays with a leading ``num_envs`` axis.
+
+    ``next_obs`` holds the true last observation for envs whose episode just ended (the env has
+    already been reset; the loop passes the new episode's first observation to the next decision).
+    ``extras`` are the :class:`Step` extras of the decision that chose ``actions``.
+    """
+
+    obs: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    next_obs: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    extras: Mapping[str, np.ndarray] = NO_EXTRAS
+
+
+class _Decider(Protocol):
+    def decide(self, obs: Any, deterministic: bool = False) -> Step: ...
+
+    def begin_episode(self, done: np.ndarray) -> None: ...
+
+
+class _VectorEnv(Protocol):
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]: ...
+
+
+def env_step(agent: _Decider, envs: _VectorEnv, obs: np.ndarray) -> tuple[Transitions, np.ndarray]:
+    """Take one step of every env: the agent decides, the envs step.
+
+    Returns the step's transitions and the observations to decide on next (the first observation
+    of a new episode where one ended). The agent hears of ended episodes (``begin_episode``)
+    before its next decision, wherever the step ran.
+    """
+    step = agent.decide(obs)
+    next_obs, rewards, terminated, truncated, final_obs = envs.step(step.actions)
+    done = terminated | truncated
+    if done.any():
+        agent.begin_episode(done)
+    return Transitions(obs, step.actions, rewards, final_obs, terminated, truncated, step.extras), next_obs
+
+
+def collect(agent: _Decider, envs: _VectorEnv, obs: np.ndarray, steps: int) -> tuple[Transitions, np.ndarray]:
+    """Take ``steps`` steps with :func:`env_step`; return them stacked (a leading time axis on every
+    field, extras included) and the observations to continue from. Remote workers run this and
+    send the result back for the learner to observe row by row."""
+    rows: list[Transitions] = []
+    for _ in range(steps):
+        row, obs = env_step(agent, envs, obs)
+        rows.append(row)
+    return stack_transitions(rows), obs
+
+
+def stack_transitions(rows: list[Transitions]) -> Transitions:
+    """Rows of one step each, stacked along a new leading time axis."""
+    first = rows[0]
+    fields = [np.stack([np.asarray(getattr(r, name)) for r in rows]) for name in Transitions._fields[:-1]]
+    extras = {key: np.stack([r.extras[key] for r in rows]) for key in first.extras}
+    return Transitions(*fields, extras=extras)
+
+
+def concat_envs(parts: list[Transitions]) -> Transitions:
+    """Stacked transitions of several groups of envs (one per worker) joined along the env axis."""
+    fields = [np.concatenate([getattr(p, name) for p in parts], axis=1) for name in Transitions._fields[:-1]]
+    extras = {key: np.concatenate([p.extras[key] for p in parts], axis=1) for key in parts[0].extras}
+    return Transitions(*fields, extras=extras)
+
+
+def row(stacked: Transitions, t: int) -> Transitions:
+    """Step ``t`` of stacked transitions."""
+    return Transitions(
+        *(getattr(stacked, name)[t] for name in Transitions._fields[:-1]),
+        extras={key: value[t] for key, value in stacked.extras.items()},
+    )
+
+
+class Episode(NamedTuple):
+    """An episode that just ended in env ``env``."""
+
+    env: int
+    reward: float
+    length: int
+
+
+class EpisodeTracker:
+    """Running return and length of every env's episode; reports the ones that end."""
+
+    def __init__(self, num_envs: int) -> None:
+        self.returns = np.zeros(num_envs, dtype=np.float64)
+        self.lengths = np.zeros(num_envs, dtype=np.int64)
+
+    def add(self, rewards: np.ndarray, done: np.ndarray) -> list[Episode]:
+        """Count one step of every env; return the episodes that ended with it."""
+        self.returns += rewards
+        self.lengths += 1
+        if not done.any():
+            return []
+        ended = [Episode(int(i), float(self.returns[i]), int(self.lengths[i])) for i in np.flatnonzero(done)]
+        self.returns[done] = 0.0
+        self.lengths[done] = 0
+        return ended
+
+
+class PlayStep(NamedTuple):
+    """One moment of :func:`play_episode`. ``t == 0`` is the reset (``action`` None, reward 0);
+    ``t >= 1`` follows the ``t``-th env step. ``frame`` is ``env.render()`` there, when asked for."""
+
+    t: int
+    obs: Any
+    action: Any
+    reward: float
+    done: bool
+    frame: Any = None
+
+
+def play_episode(
+    agent: Any,
+    env: Any,
+    *,
+    seed: int | None = None,
+    deterministic: bool = True,
+    max_steps: int | None = None,
+    render: bool = False,
+) -> Iterator[PlayStep]:
+    """Play one episode of ``env`` (one gymnasium env instance) with ``agent``, moment by moment.
+
+    Yields the reset, then one :class:`PlayStep` per env step; the episode ends when the env
+    terminates or truncates, or after ``max_steps`` steps. With ``render=True`` each moment carries
+    ``env.render()``. Nothing is learned: the caller puts the agent in play mode.
+    """
+    obs, _ = env.reset(seed=seed)
+    convert = env_action_converter(env.action_space)
+    yield PlayStep(0, obs, None, 0.0, False, env.render() if render else None)
+    t = 0
+    while True:
+        action = convert(agent.act(obs, deterministic=deterministic))
+        obs, reward, terminated, truncated, _ = env.step(action)
+        t += 1
+        done = bool(terminated or truncated) or (max_steps is not None and t >= max_steps)
+        yield PlayStep(t, obs, action, float(reward), done, env.render() if render else None)
+        if done:
+            return
