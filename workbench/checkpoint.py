@@ -36,6 +36,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
+from ._version import __version__
 from .signals import SignalSet
 
 __all__ = ["FORMAT_VERSION", "CheckpointError", "SavedRun", "read_run", "write_run"]
@@ -174,8 +175,6 @@ def json_ready(value: Any) -> Any:
 
 
 def _versions() -> dict[str, str]:
-    from . import __version__
-
     return {
         "workbench": __version__,
         "torch": torch.__version__,

@@ -17,6 +17,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -257,9 +258,7 @@ class Session:
         self.start(steps)
         try:
             if progress:
-                from .progress import follow
-
-                follow(self)
+                _views().follow(self)
             self.wait()
         except KeyboardInterrupt:
             self.stop()
@@ -406,9 +405,7 @@ class Session:
 
     def dashboard(self) -> Any:
         """The live notebook dashboard for this session (an ipywidgets widget)."""
-        from .ui import Dashboard
-
-        return Dashboard(self)
+        return _views().Dashboard(self)
 
     def _ipython_display_(self) -> None:
         from IPython.display import display
@@ -560,6 +557,16 @@ class Session:
     def _periodic_checkpoint(self) -> None:
         assert self.checkpoint_dir is not None
         self._write(os.path.join(self.checkpoint_dir, "latest"))
+
+
+def _views() -> ModuleType:
+    """The views of a session (``workbench.ui``: dashboard, console progress bar).
+
+    The one place where the session layer reaches up to the views, so that a session can show
+    itself when a notebook displays it; imported on first use, so ``import workbench`` stays light."""
+    from . import ui
+
+    return ui
 
 
 def _check_same_spaces(agent: Agent, obs_space: Any, act_space: Any) -> None:
