@@ -1,7 +1,7 @@
 """A2C: synchronous advantage actor-critic (Mnih et al. 2016), on several envs at once.
 
 Reads top to bottom: hyperparameters, then the update. Networks, acting, rollout storage and GAE
-are shared with PPO in ``actor_critic.py``.
+are shared with PPO in ``on_policy.py``.
 Defaults are Stable-Baselines3's (RMSprop, 5 steps per env, no advantage normalization) with
 rl-baselines3-zoo's CartPole-v1 choice of 8 envs.
 """
@@ -15,56 +15,27 @@ import torch.nn.functional as F
 from gymnasium import spaces
 from torch import nn
 
-from ..schedules import Schedule, as_schedule
-from .actor_critic import ActorCritic
-from .base import AgentConfig, register
+from ..schedules import as_schedule
+from .base import register
 from .networks import make_adam
+from .on_policy import OnPolicyAgent, OnPolicyConfig
 
 __all__ = ["A2C", "A2CConfig"]
 
 
 @dataclass
-class A2CConfig(AgentConfig):
-    """A2C hyperparameters (defaults: Stable-Baselines3, 8 envs)."""
+class A2CConfig(OnPolicyConfig):
+    """A2C hyperparameters (defaults: Stable-Baselines3, 8 envs); the shared ones are
+    :class:`OnPolicyConfig`'s."""
 
-    n_envs: int = 8
-    """Envs stepped together (copies are made when the env is an id or a factory)."""
-    n_steps: int = 5
-    """Steps per env in each rollout (one update per rollout)."""
-    gamma: float = 0.99
-    """Discount factor."""
-    gae_lambda: float = 1.0
-    """GAE lambda (1: plain n-step advantages)."""
-    learning_rate: float | Schedule = 7e-4
-    """Optimizer learning rate, a number or a schedule of training progress."""
-    ent_coef: float = 0.0
-    """Entropy bonus weight."""
-    vf_coef: float = 0.5
-    """Value loss weight."""
-    max_grad_norm: float = 0.5
-    """Gradient norm clip."""
     use_rms_prop: bool = True
     """RMSprop (alpha 0.99) as in the A3C paper; False uses Adam."""
     rms_prop_eps: float = 1e-5
     """RMSprop epsilon."""
-    normalize_advantage: bool = False
-    """Normalize advantages within each rollout."""
-    net_arch: tuple[int, ...] = (64, 64)
-    """Hidden layer widths of the policy and of the (separate) value network."""
-    activation: str = "tanh"
-    """Hidden activation."""
-    ortho_init: bool = True
-    """Orthogonal weights (gain √2 hidden, 0.01 policy head, 1 value head); False: PyTorch's default."""
-    log_std_init: float = 0.0
-    """Initial log standard deviation of the Gaussian policy (Box actions)."""
-    use_sde: bool = False
-    """Box actions: state-dependent exploration (gSDE), noise smooth in time instead of per step."""
-    sde_sample_freq: int = -1
-    """With use_sde, env steps between new noise weights; -1: once per rollout."""
 
 
 @register
-class A2C(ActorCritic):
+class A2C(OnPolicyAgent):
     """Advantage actor-critic for Discrete and Box action spaces, on several envs.
 
     Example::

@@ -21,41 +21,33 @@ from ..memory.nstep import NStepAccumulator
 from ..memory.prioritized import PrioritizedReplayMemory
 from ..memory.replay import ReplayBatch, ReplayMemory
 from ..schedules import Schedule, as_schedule, linear
-from .base import AgentConfig, AgentState, Transitions, register
+from .base import AgentState, Transitions, register
 from .networks import DuelingQNetwork, make_adam, mlp, polyak_update
-from .replay_agent import ReplayAgent
+from .off_policy import OffPolicyAgent, OffPolicyConfig
 
 __all__ = ["DQN", "DQNConfig"]
 
 
 @dataclass
-class DQNConfig(AgentConfig):
-    """DQN hyperparameters (defaults: rl-baselines3-zoo, CartPole-v1)."""
+class DQNConfig(OffPolicyConfig):
+    """DQN hyperparameters (defaults: rl-baselines3-zoo, CartPole-v1); the shared ones are
+    :class:`OffPolicyConfig`'s."""
 
+    # The zoo's CartPole values for shared fields:
     learning_rate: float | Schedule = 2.3e-3
-    """Adam learning rate, a number or a schedule of training progress."""
     buffer_size: int = 100_000
-    """Replay memory capacity, in transitions."""
     learning_starts: int = 1000
-    """Env steps of random actions before learning begins."""
     batch_size: int = 64
-    """Minibatch size."""
-    gamma: float = 0.99
-    """Discount factor."""
+    tau: float = 1.0
     train_freq: int = 256
-    """Env steps between updates."""
     gradient_steps: int = 128
-    """Gradient steps per update; -1 means as many as env steps since the last update."""
+
     target_update_interval: int = 10
     """Env steps between target network updates."""
-    tau: float = 1.0
-    """Target update rate: 1 copies the online network, less blends it in (Polyak)."""
     exploration: EpsilonGreedy = field(
         default_factory=lambda: EpsilonGreedy(start=1.0, end=0.04, fraction=0.16)
     )
     """Epsilon-greedy schedule over the training budget."""
-    net_arch: tuple[int, ...] = (256, 256)
-    """Hidden layer widths of the Q-network."""
     max_grad_norm: float = 10.0
     """Gradient norm clip."""
     double_q: bool = True
@@ -70,12 +62,10 @@ class DQNConfig(AgentConfig):
     """How strongly priorities shape sampling (0: uniform)."""
     prioritized_beta: float | Schedule = field(default_factory=lambda: linear(0.4, 1.0))
     """Importance-weight exponent, annealed to 1 over training."""
-    n_envs: int = 1
-    """Envs stepped together."""
 
 
 @register
-class DQN(ReplayAgent):
+class DQN(OffPolicyAgent):
     """Deep Q-network for Discrete action spaces.
 
     Example::

@@ -1,7 +1,7 @@
 """PPO: proximal policy optimization with the clipped objective (Schulman et al. 2017).
 
 Reads top to bottom: hyperparameters, then the update. Networks, acting, rollout storage and GAE
-are shared with A2C in ``actor_critic.py``. Defaults are rl-baselines3-zoo's tuned values for
+are shared with A2C in ``on_policy.py``. Defaults are rl-baselines3-zoo's tuned values for
 CartPole-v1.
 """
 
@@ -15,59 +15,37 @@ from gymnasium import spaces
 from torch import nn
 
 from ..schedules import Schedule, as_schedule, linear
-from .actor_critic import ActorCritic
 from .base import register
 from .networks import make_adam
+from .on_policy import OnPolicyAgent, OnPolicyConfig
 
 __all__ = ["PPO", "PPOConfig"]
 
 
 @dataclass
-class PPOConfig:
-    """PPO hyperparameters (defaults: rl-baselines3-zoo, CartPole-v1)."""
+class PPOConfig(OnPolicyConfig):
+    """PPO hyperparameters (defaults: rl-baselines3-zoo, CartPole-v1); the shared ones are
+    :class:`OnPolicyConfig`'s."""
 
-    n_envs: int = 8
-    """Envs stepped together (copies are made when the env is an id or a factory)."""
+    # The zoo's CartPole values for shared fields:
     n_steps: int = 32
-    """Steps per env in each rollout."""
+    gamma: float = 0.98
+    gae_lambda: float = 0.8
+    learning_rate: float | Schedule = field(default_factory=lambda: linear(1e-3, 0.0))
+    normalize_advantage: bool = True
+
     batch_size: int = 256
     """Minibatch size for the update."""
     n_epochs: int = 20
     """Passes over each rollout."""
-    gamma: float = 0.98
-    """Discount factor."""
-    gae_lambda: float = 0.8
-    """GAE lambda: bias/variance trade-off of the advantage estimate."""
-    learning_rate: float | Schedule = field(default_factory=lambda: linear(1e-3, 0.0))
-    """Adam learning rate, a number or a schedule of training progress."""
     clip_range: float | Schedule = field(default_factory=lambda: linear(0.2, 0.0))
     """PPO clip epsilon for the probability ratio."""
-    ent_coef: float = 0.0
-    """Entropy bonus weight."""
-    vf_coef: float = 0.5
-    """Value loss weight."""
-    max_grad_norm: float = 0.5
-    """Gradient norm clip."""
-    normalize_advantage: bool = True
-    """Normalize advantages within each minibatch."""
     target_kl: float | None = None
     """Stop the epochs early when the approximate KL exceeds this."""
-    net_arch: tuple[int, ...] = (64, 64)
-    """Hidden layer widths of the policy and of the (separate) value network."""
-    activation: str = "tanh"
-    """Hidden activation."""
-    ortho_init: bool = True
-    """Orthogonal weights (gain √2 hidden, 0.01 policy head, 1 value head); False: PyTorch's default."""
-    log_std_init: float = 0.0
-    """Initial log standard deviation of the Gaussian policy (Box actions)."""
-    use_sde: bool = False
-    """Box actions: state-dependent exploration (gSDE), noise smooth in time instead of per step."""
-    sde_sample_freq: int = -1
-    """With use_sde, env steps between new noise weights; -1: once per rollout."""
 
 
 @register
-class PPO(ActorCritic):
+class PPO(OnPolicyAgent):
     """Proximal policy optimization for Discrete and Box action spaces, on several envs.
 
     Example::

@@ -18,10 +18,10 @@ from gymnasium import spaces
 from torch import nn
 
 from ..memory.replay import ReplayMemory
-from ..schedules import Schedule, as_schedule
-from .base import AgentConfig, register
+from ..schedules import as_schedule
+from .base import register
 from .networks import EnsembleMLP, ScalarParameter, make_adam, mlp, polyak_update
-from .replay_agent import ReplayAgent
+from .off_policy import OffPolicyAgent, OffPolicyConfig
 
 __all__ = ["SAC", "SACConfig"]
 
@@ -29,33 +29,15 @@ LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # keeps the Gaussian from collapsing or e
 
 
 @dataclass
-class SACConfig(AgentConfig):
-    """SAC hyperparameters (defaults: Stable-Baselines3)."""
+class SACConfig(OffPolicyConfig):
+    """SAC hyperparameters (defaults: Stable-Baselines3); the shared ones are :class:`OffPolicyConfig`'s."""
 
-    learning_rate: float | Schedule = 3e-4
-    """Adam learning rate of actor, critics and entropy coefficient; a number or a schedule."""
-    buffer_size: int = 1_000_000
-    """Replay memory capacity, in transitions."""
-    learning_starts: int = 100
-    """Env steps of uniform random actions before learning begins."""
-    batch_size: int = 256
-    """Minibatch size."""
-    tau: float = 0.005
-    """Polyak rate of the target critics."""
-    gamma: float = 0.99
-    """Discount factor."""
-    train_freq: int = 1
-    """Env steps between updates."""
-    gradient_steps: int = 1
-    """Gradient steps per update; -1 means as many as env steps since the last update."""
     ent_coef: float | str = "auto"
     """Entropy coefficient alpha: a number, "auto" (learned, starts at 1) or "auto_0.1" (learned, starts at 0.1)."""
     target_entropy: float | None = None
     """Entropy the automatic tuning aims for; None means -dim(action)."""
     target_update_interval: int = 1
     """Gradient steps between target critic updates."""
-    net_arch: tuple[int, ...] = (256, 256)
-    """Hidden layer widths of the actor and of each critic."""
     n_critics: int = 2
     """Critics whose minimum is the target (clipped double Q)."""
     use_sde: bool = False
@@ -64,8 +46,6 @@ class SACConfig(AgentConfig):
     """With use_sde, env steps between new noise weights; -1: once per update."""
     log_std_init: float = -3.0
     """With use_sde, initial log std of the noise weights."""
-    n_envs: int = 1
-    """Envs stepped together."""
 
 
 class SDEActor(nn.Module):
@@ -88,7 +68,7 @@ class SDEActor(nn.Module):
 
 
 @register
-class SAC(ReplayAgent):
+class SAC(OffPolicyAgent):
     """Soft actor-critic for Box action spaces (bounded).
 
     Example::

@@ -18,37 +18,25 @@ from torch import nn
 from ..exploration import Exploration, GaussianNoise
 from ..memory.replay import ReplayMemory
 from ..schedules import Schedule, as_schedule
-from .base import AgentConfig, AgentState, register
+from .base import AgentState, register
 from .networks import EnsembleMLP, make_adam, mlp, polyak_update
-from .replay_agent import ReplayAgent
+from .off_policy import OffPolicyAgent, OffPolicyConfig
 
 __all__ = ["TD3", "TD3Config"]
 
 
 @dataclass
-class TD3Config(AgentConfig):
-    """TD3 hyperparameters (defaults: Stable-Baselines3)."""
+class TD3Config(OffPolicyConfig):
+    """TD3 hyperparameters (defaults: Stable-Baselines3); the shared ones are :class:`OffPolicyConfig`'s."""
 
+    # Stable-Baselines3's TD3 values for shared fields:
     learning_rate: float | Schedule = 1e-3
-    """Adam learning rate of actor and critics; a number or a schedule."""
+    net_arch: tuple[int, ...] = (400, 300)
+
     actor_lr: float | Schedule | None = None
     """The actor's learning rate when it differs from ``learning_rate``."""
     critic_lr: float | Schedule | None = None
     """The critics' learning rate when it differs from ``learning_rate``."""
-    buffer_size: int = 1_000_000
-    """Replay memory capacity, in transitions."""
-    learning_starts: int = 100
-    """Env steps of uniform random actions before learning begins."""
-    batch_size: int = 256
-    """Minibatch size."""
-    tau: float = 0.005
-    """Polyak rate of the target networks."""
-    gamma: float = 0.99
-    """Discount factor."""
-    train_freq: int = 1
-    """Env steps between updates."""
-    gradient_steps: int = 1
-    """Gradient steps per update; -1 means as many as env steps since the last update."""
     exploration: Exploration | None = field(default_factory=lambda: GaussianNoise(0.1))
     """Noise added to actions while training (wb.GaussianNoise, OrnsteinUhlenbeckNoise, TruncatedNormalNoise)."""
     policy_delay: int = 2
@@ -57,16 +45,12 @@ class TD3Config(AgentConfig):
     """Std of the smoothing noise on target actions (in units of half the action range)."""
     target_noise_clip: float = 0.5
     """Clip of the target smoothing noise."""
-    net_arch: tuple[int, ...] = (400, 300)
-    """Hidden layer widths of the actor and of each critic."""
     n_critics: int = 2
     """Critics whose minimum is the target."""
-    n_envs: int = 1
-    """Envs stepped together."""
 
 
 @register
-class TD3(ReplayAgent):
+class TD3(OffPolicyAgent):
     """Twin delayed DDPG for Box action spaces (bounded).
 
     Example::

@@ -3,10 +3,10 @@
 Separate policy and value networks; sampling that returns each step's values and log-probabilities
 as the step's ``extras`` (they come back to ``observe`` inside the transitions); rollout storage with
 time-limit bootstrapping; and GAE over a full rollout. An
-algorithm built on :class:`ActorCritic` adds its config, its optimizer and its loss (``update``).
+algorithm built on :class:`OnPolicyAgent` adds its config, its optimizer and its loss (``update``).
 
-The config of such an agent has the fields ``n_steps``, ``gamma``, ``gae_lambda``, ``net_arch``,
-``activation``, ``ortho_init``, ``log_std_init``, ``use_sde`` and ``sde_sample_freq``.
+Their hyperparameters in common are :class:`OnPolicyConfig`'s, written once; PPO and A2C add their
+own and set their own defaults.
 
 Box actions explore either with a state-independent Gaussian (a learned log std per action) or,
 with ``use_sde=True``, with generalized state-dependent exploration (gSDE, Raffin et al. 2022): the
@@ -19,6 +19,7 @@ exploration is smooth in time. Each action is then Gaussian around the mean with
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -27,10 +28,47 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..memory.rollout import RolloutBuffer, compute_gae
-from .base import Agent, Step, Transitions
+from ..schedules import Schedule
+from .base import Agent, AgentConfig, Step, Transitions
 from .networks import gaussian_policy_terms, mlp
 
-__all__ = ["ActorCritic", "RolloutBatch"]
+__all__ = ["OnPolicyAgent", "OnPolicyConfig", "RolloutBatch"]
+
+
+@dataclass
+class OnPolicyConfig(AgentConfig):
+    """Hyperparameters every on-policy agent has (PPO and A2C set their own defaults)."""
+
+    n_envs: int = 8
+    """Envs stepped together (copies are made when the env is an id or a factory)."""
+    n_steps: int = 5
+    """Steps per env in each rollout (one update per rollout)."""
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 1.0
+    """GAE lambda: bias/variance trade-off of the advantage estimate (1: plain n-step advantages)."""
+    learning_rate: float | Schedule = 7e-4
+    """Optimizer learning rate, a number or a schedule of training progress."""
+    ent_coef: float = 0.0
+    """Entropy bonus weight."""
+    vf_coef: float = 0.5
+    """Value loss weight."""
+    max_grad_norm: float = 0.5
+    """Gradient norm clip."""
+    normalize_advantage: bool = False
+    """Normalize advantages (within each minibatch for PPO, each rollout for A2C)."""
+    net_arch: tuple[int, ...] = (64, 64)
+    """Hidden layer widths of the policy and of the (separate) value network."""
+    activation: str = "tanh"
+    """Hidden activation."""
+    ortho_init: bool = True
+    """Orthogonal weights (gain √2 hidden, 0.01 policy head, 1 value head); False: PyTorch's default."""
+    log_std_init: float = 0.0
+    """Initial log standard deviation of the Gaussian policy (Box actions)."""
+    use_sde: bool = False
+    """Box actions: state-dependent exploration (gSDE), noise smooth in time instead of per step."""
+    sde_sample_freq: int = -1
+    """With use_sde, env steps between new noise weights; -1: once per rollout."""
 
 
 class RolloutBatch(NamedTuple):
@@ -45,7 +83,7 @@ class RolloutBatch(NamedTuple):
     returns_np: np.ndarray
 
 
-class ActorCritic(Agent):
+class OnPolicyAgent(Agent):
     """Base of the on-policy agents: networks, acting, storing a rollout, advantages."""
 
     network_names = ("actor", "critic")

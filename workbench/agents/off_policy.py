@@ -5,20 +5,50 @@ runs every ``train_freq`` env steps and takes ``gradient_steps`` gradient steps 
 steps since the last update). And storing: transitions go to ``self.memory``, continuous actions
 squashed to [-1, 1], with only a real termination stopping the bootstrap (a time limit does not).
 
-Such an agent's config has ``learning_starts``, ``train_freq``, ``gradient_steps`` and ``gamma``;
-its ``_build`` creates ``self.memory`` and sets ``self._steps_since_update = 0``.
+Their hyperparameters in common are :class:`OffPolicyConfig`'s, written once (defaults:
+Stable-Baselines3's SAC); each algorithm adds its own and sets its own defaults. Its ``_build``
+creates ``self.memory`` and sets ``self._steps_since_update = 0``.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from .base import Agent, AgentState, Transitions
+from ..schedules import Schedule
+from .base import Agent, AgentConfig, AgentState, Transitions
 
-__all__ = ["ReplayAgent"]
+__all__ = ["OffPolicyAgent", "OffPolicyConfig"]
 
 
-class ReplayAgent(Agent):
+@dataclass
+class OffPolicyConfig(AgentConfig):
+    """Hyperparameters every replay-memory agent has (each algorithm sets its own defaults)."""
+
+    learning_rate: float | Schedule = 3e-4
+    """Adam learning rate of every network; a number or a schedule of training progress."""
+    buffer_size: int = 1_000_000
+    """Replay memory capacity, in transitions."""
+    learning_starts: int = 100
+    """Env steps of random actions before learning begins."""
+    batch_size: int = 256
+    """Minibatch size."""
+    tau: float = 0.005
+    """Target network update rate: 1 copies the online networks, less blends them in (Polyak)."""
+    gamma: float = 0.99
+    """Discount factor."""
+    train_freq: int = 1
+    """Env steps between updates."""
+    gradient_steps: int = 1
+    """Gradient steps per update; -1 means as many as env steps since the last update."""
+    net_arch: tuple[int, ...] = (256, 256)
+    """Hidden layer widths of each network (the Q-network; the actor and each critic)."""
+    n_envs: int = 1
+    """Envs stepped together."""
+
+
+class OffPolicyAgent(Agent):
     """Base of the replay-memory agents: storing transitions and the update schedule."""
 
     _steps_since_update: int
