@@ -20,7 +20,7 @@ import importlib
 from typing import Any
 
 from ._version import __version__
-from .agents import A2C, AGENTS, DDPG, DQN, PPO, SAC, TD3, Agent, EpisodeReturns, Step, Transitions, load
+from .agents import A2C, AGENTS, DDPG, DQN, PPO, SAC, TD3, Agent, AgentState, EpisodeReturns, Step, Transitions, load
 from .checkpoint import CheckpointError
 from .envs import check_env
 from .exploration import EpsilonGreedy, GaussianNoise, OrnsteinUhlenbeckNoise, TruncatedNormalNoise
@@ -42,6 +42,7 @@ __all__ = [
     "A2C",
     "AGENTS",
     "Agent",
+    "AgentState",
     "CheckpointError",
     "DDPG",
     "DQN",
