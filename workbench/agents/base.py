@@ -476,6 +476,18 @@ class Agent:
             memory=self.memory_arrays() if memory else None,
         )
 
+    def export(self, path: str | os.PathLike[str], *, format: str | None = None) -> str:
+        """Write the deterministic policy (what ``act(obs, deterministic=True)`` does, with the
+        observation normalization and the action scaling baked in) to run without this library,
+        plus a JSON sidecar ``<path>.json`` of spaces, input/output, observation layout and versions.
+
+        The format follows the suffix: ``.onnx`` (needs ``pip install 'rl-workbench[export]'``;
+        run it with onnxruntime) or ``.pt2`` (``torch.export``); ``format=`` overrides it. Returns
+        the model's path. See ``workbench.agents.export``."""
+        from .export import export_policy
+
+        return export_policy(self, path, format=format)
+
     # -- play ---------------------------------------------------------------------------------
 
     def check_spaces(self, env: gym.Env) -> None:

@@ -1,0 +1,433 @@
+"""Export a trained agent's deterministic policy, to run where neither Python pickles nor this
+library are available: ``agent.export("policy.onnx")``.
+
+The exported graph maps a batch of observations to the env's actions, exactly as
+``agent.act(obs, deterministic=True)`` does:
+
+1. the observations cast to float32 (a ``uint8`` image Box is fed as ``uint8``, cast inside);
+2. observation normalization with the running statistics frozen as they are now, computed in
+   float64 and clipped as :class:`~workbench.normalization.ObservationNormalizer` does;
+3. the deterministic head of the algorithm's family: the argmax of the logits / Q-values for a
+   Discrete action space (PPO, A2C, DQN), the Gaussian mean clipped to the Box bounds (PPO, A2C,
+   with or without gSDE), the tanh-squashed mean (SAC, gSDE too) or the deterministic actor (TD3,
+   DDPG) scaled into the Box bounds.
+
+Beside the model, ``<path>.json`` (the *sidecar*) describes the spaces, the input and output
+(names, dtypes, shapes), where each part of a Dict/Tuple observation goes in the flat input vector
+and how it is encoded, what was baked in, and the versions that wrote it. The same JSON is stored
+in the ONNX model's metadata under the key ``workbench``.
+
+Formats: ``.onnx`` (the legacy TorchScript-based exporter of ``torch.onnx``, opset 17, dynamic
+batch axis; needs the ``onnx`` package: ``pip install 'rl-workbench[export]'``) and ``.pt2``
+(``torch.export``: runs with torch alone, ``torch.export.load(path).module()``).
+
+This module knows the algorithm families by class name, not by import: ``base.py`` imports it
+(lazily, in ``Agent.export``), so it must not import the agents back. A new algorithm adds its
+family to :data:`_HEADS`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import platform
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium import spaces
+from torch import nn
+
+from .. import checkpoint
+from .._version import __version__
+from ..envs import describe_space
+
+__all__ = ["EXPORT_FORMATS", "SIDECAR_SUFFIX", "export_policy", "observation_layout", "policy_module"]
+
+EXPORT_FORMATS: dict[str, str] = {".onnx": "onnx", ".pt2": "torch.export"}
+"""File suffix -> format of :func:`export_policy`."""
+SIDECAR_SUFFIX = ".json"
+"""The sidecar is the model's path with this appended: ``policy.onnx`` -> ``policy.onnx.json``."""
+SIDECAR_FORMAT = "rl-workbench-policy"
+SIDECAR_VERSION = 1
+ONNX_OPSET = 17
+INPUT_NAME, OUTPUT_NAME = "obs", "action"
+
+
+# -- the policy as one module ------------------------------------------------------------------
+
+
+class _FrozenNormalizer(nn.Module):
+    """``clip((obs - mean) / std, -clip, clip)`` in float64, then float32: the arithmetic of
+    ``ObservationNormalizer.__call__`` with its statistics frozen."""
+
+    def __init__(self, normalizer: Any) -> None:
+        super().__init__()
+        rms = normalizer.rms
+        self.register_buffer("mean", torch.from_numpy(np.array(rms._mean, dtype=np.float64)))
+        self.register_buffer("std", torch.from_numpy(np.array(rms.std(normalizer.epsilon), dtype=np.float64)))
+        self.clip = float(normalizer.clip)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """Normalized float32 observations."""
+        return ((obs.double() - self.mean) / self.std).clamp(-self.clip, self.clip).float()
+
+
+class _Argmax(nn.Module):
+    """The greedy action of a Discrete policy: argmax of the logits or Q-values."""
+
+    def __init__(self, net: nn.Module) -> None:
+        super().__init__()
+        self.net = net
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """int64 actions, shape ``(batch,)``."""
+        return self.net(x).argmax(-1)
+
+
+class _ClippedMean(nn.Module):
+    """The mean of a Gaussian policy clipped to the Box bounds (``np.clip`` = min(max(a, low), high))."""
+
+    def __init__(self, net: nn.Module, low: np.ndarray, high: np.ndarray) -> None:
+        super().__init__()
+        self.net = net
+        self.register_buffer("low", torch.from_numpy(low.astype(np.float32).reshape(-1)))
+        self.register_buffer("high", torch.from_numpy(high.astype(np.float32).reshape(-1)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """float32 actions, shape ``(batch, action_dim)``."""
+        return torch.minimum(torch.maximum(self.net(x), self.low), self.high)
+
+
+class _SquashedMean(nn.Module):
+    """SAC's deterministic action in [-1, 1]: tanh of the Gaussian mean (gSDE's mean is the first
+    output of its actor, already clipped to [-2, 2]; otherwise the first half of the head)."""
+
+    def __init__(self, actor: nn.Module, act_dim: int, sde: bool) -> None:
+        super().__init__()
+        self.actor = actor
+        self.act_dim = act_dim
+        self.sde = sde
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Squashed actions in [-1, 1], shape ``(batch, action_dim)``."""
+        out = self.actor(x)
+        mean = out[0] if self.sde else out[:, : self.act_dim]
+        return torch.tanh(mean)
+
+
+class _ScaledIntoBounds(nn.Module):
+    """An action in [-1, 1] mapped onto the Box bounds: ``center + squashed * half_range``
+    (``Agent._scale_action``)."""
+
+    def __init__(self, squashed: nn.Module, center: np.ndarray, half_range: np.ndarray) -> None:
+        super().__init__()
+        self.squashed = squashed
+        self.register_buffer("center", torch.from_numpy(center.astype(np.float32).reshape(-1)))
+        self.register_buffer("half_range", torch.from_numpy(half_range.astype(np.float32).reshape(-1)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """float32 actions within the bounds, shape ``(batch, action_dim)``."""
+        return self.center + self.squashed(x) * self.half_range
+
+
+def _frozen(net: nn.Module) -> nn.Module:
+    """A copy of ``net`` in eval mode without gradients, so exporting never touches the agent."""
+    net = copy.deepcopy(net).eval()
+    net.requires_grad_(False)
+    return net
+
+
+def _on_policy_head(agent: Any) -> tuple[nn.Module, str]:
+    # gSDE only changes exploration: the deterministic action is the actor's mean either way.
+    if agent.discrete:
+        return _Argmax(_frozen(agent.actor)), "argmax of the policy logits"
+    return _ClippedMean(_frozen(agent.actor), agent.action_low, agent.action_high), (
+        "Gaussian mean clipped to the action bounds"
+    )
+
+
+def _dqn_head(agent: Any) -> tuple[nn.Module, str]:
+    return _Argmax(_frozen(agent.q_net)), "argmax of the Q-values"
+
+
+def _sac_head(agent: Any) -> tuple[nn.Module, str]:
+    squashed = _SquashedMean(_frozen(agent.actor), agent.act_dim, bool(agent.config.use_sde))
+    return _ScaledIntoBounds(squashed, agent._action_center, agent._action_half_range), (
+        "tanh of the Gaussian mean, scaled into the action bounds"
+    )
+
+
+def _td3_head(agent: Any) -> tuple[nn.Module, str]:
+    return _ScaledIntoBounds(_frozen(agent.actor), agent._action_center, agent._action_half_range), (
+        "deterministic actor (tanh), scaled into the action bounds"
+    )
+
+
+# Algorithm family (a class name in the agent's MRO) -> its deterministic head and a description.
+# Checked in order: DDPG is a TD3, so TD3's entry serves it.
+_HEADS: dict[str, Callable[[Any], tuple[nn.Module, str]]] = {
+    "OnPolicyAgent": _on_policy_head,
+    "DQN": _dqn_head,
+    "SAC": _sac_head,
+    "TD3": _td3_head,
+}
+
+
+class ExportedPolicy(nn.Module):
+    """Raw observation batch -> env actions, deterministic: cast, frozen normalization, head,
+    reshape to the action space's shape."""
+
+    def __init__(
+        self, head: nn.Module, normalizer: nn.Module | None, action_shape: tuple[int, ...], description: str = ""
+    ) -> None:
+        super().__init__()
+        self.normalizer = normalizer
+        self.head = head
+        self.action_shape = tuple(action_shape)
+        self.description = description
+        """How the head turns the network's output into actions (written to the sidecar)."""
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """Actions for a batch of observations (``(batch, *obs_shape)``, the input's dtype)."""
+        x = obs.float()
+        if self.normalizer is not None:
+            x = self.normalizer(x)
+        actions = self.head(x)
+        if self.action_shape and tuple(actions.shape[1:]) != self.action_shape:
+            actions = actions.reshape(-1, *self.action_shape)
+        return actions
+
+
+def _family(agent: Any) -> str:
+    names = [cls.__name__ for cls in type(agent).__mro__]
+    for family in _HEADS:
+        if family in names:
+            return family
+    raise TypeError(
+        f"{type(agent).__name__} has no policy export: agent.export() knows the built-in families "
+        f"({', '.join(_HEADS)}); a new algorithm adds its deterministic head to workbench.agents.export._HEADS"
+    )
+
+
+def _input_dtype(agent: Any) -> np.dtype:
+    """The dtype the exported model takes: a Box's own dtype (e.g. uint8 images, cast inside),
+    float32 for everything flattened (Discrete one-hot, Dict, Tuple...)."""
+    space = agent.observation_space
+    if isinstance(space, spaces.Box) and space.dtype is not None and np.dtype(space.dtype) != np.dtype(np.bool_):
+        return np.dtype(space.dtype)
+    return np.dtype(np.float32)
+
+
+def _check_exportable(agent: Any) -> None:
+    if len(agent.obs_shape) > 1:
+        # Today's networks are MLPs over a vector: they cannot act on (H, W, C) observations, so
+        # neither could the export. When the CNN encoder lands, its family exports it here.
+        raise ValueError(
+            f"{agent.algorithm} cannot export a policy over the observation space "
+            f"{describe_space(agent.observation_space)}: its networks take a vector, and image observations "
+            "have no encoder yet. Flatten them (gymnasium.wrappers.FlattenObservation) and train on that"
+        )
+
+
+def policy_module(agent: Any) -> ExportedPolicy:
+    """The deterministic policy of ``agent`` as a standalone torch module: observation batch of the
+    input dtype (see the sidecar) -> env actions, normalization and action scaling baked in.
+
+    The module holds copies of the networks and of the normalization statistics as they are now;
+    later training of the agent does not change it."""
+    _check_exportable(agent)
+    head, description = _HEADS[_family(agent)](agent)
+    normalizer = None
+    if agent.config.normalize_observations:
+        normalizer = _FrozenNormalizer(agent.obs_normalizer)
+    action_shape = () if agent.discrete else tuple(agent.action_space.shape)
+    return ExportedPolicy(head, normalizer, action_shape, description).eval()
+
+
+# -- the sidecar -------------------------------------------------------------------------------
+
+
+def observation_layout(space: spaces.Space) -> list[dict[str, Any]]:
+    """Where each part of an observation of ``space`` goes in the flat input vector, and how it is
+    encoded: the order of ``gymnasium.spaces.flatten`` (a Dict's keys in its own order, which
+    gymnasium sorts; a Tuple's items in order), as ``{"path", "space", "offset", "size", "encoding"}``."""
+    out: list[dict[str, Any]] = []
+
+    def visit(s: spaces.Space, path: list[str | int]) -> None:
+        if isinstance(s, spaces.Dict):
+            for key, sub in s.spaces.items():
+                visit(sub, [*path, key])
+            return
+        if isinstance(s, spaces.Tuple):
+            for i, sub in enumerate(s.spaces):
+                visit(sub, [*path, i])
+            return
+        if isinstance(s, spaces.Box):
+            size, encoding = int(np.prod(s.shape)), "values, flattened in C (row-major) order, as float32"
+        elif isinstance(s, spaces.Discrete):
+            size, encoding = int(s.n), f"one-hot of (value - {int(s.start)})"
+        elif isinstance(s, spaces.MultiBinary):
+            size, encoding = int(np.prod(s.n)), "values, flattened in C order, as float32"
+        elif isinstance(s, spaces.MultiDiscrete):
+            size = int(np.sum(s.nvec))
+            encoding = "one one-hot of (value_i - start_i) per component, concatenated in C order"
+        else:
+            raise ValueError(f"cannot describe the layout of an observation space {describe_space(s)}")
+        offset = out[-1]["offset"] + out[-1]["size"] if out else 0
+        out.append({"path": path, "space": describe_space(s), "offset": offset, "size": size, "encoding": encoding})
+
+    visit(space, [])
+    return out
+
+
+def _versions(fmt: str) -> dict[str, str]:
+    versions = {
+        "workbench": __version__,
+        "torch": torch.__version__,
+        "gymnasium": gym.__version__,
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+    }
+    if fmt == "onnx":
+        import onnx
+
+        versions["onnx"] = onnx.__version__
+        versions["onnx_opset"] = str(ONNX_OPSET)
+    return versions
+
+
+def _sidecar(agent: Any, path: str, fmt: str, action_head: str) -> dict[str, Any]:
+    obs_space = agent.observation_space
+    in_dtype = _input_dtype(agent)
+    flat = not isinstance(obs_space, spaces.Box)
+    if flat:
+        preparation = (
+            "gymnasium.spaces.flatten(observation_space, obs) as float32, one row per observation; "
+            "observation_layout says where each part goes and how it is encoded"
+        )
+    else:
+        preparation = f"the raw observations as {in_dtype.name}, stacked along a first (batch) axis"
+    norm = None
+    if agent.config.normalize_observations:
+        n = agent.obs_normalizer
+        norm = {"clip": float(n.clip), "epsilon": float(n.epsilon), "statistics_at_step": int(agent.num_timesteps)}
+    if agent.discrete:
+        out_dtype, out_shape = "int64", ["batch"]
+    else:
+        out_dtype, out_shape = "float32", ["batch", *map(int, agent.action_space.shape)]
+    return {
+        "format": SIDECAR_FORMAT,
+        "format_version": SIDECAR_VERSION,
+        "model": os.path.basename(path),
+        "model_format": fmt,
+        "algorithm": agent.algorithm,
+        "deterministic": True,
+        "num_timesteps": int(agent.num_timesteps),
+        "input": {"name": INPUT_NAME, "dtype": in_dtype.name, "shape": ["batch", *map(int, agent.obs_shape)]},
+        "output": {"name": OUTPUT_NAME, "dtype": out_dtype, "shape": out_shape},
+        "observation_space": checkpoint.space_to_json(obs_space),
+        "action_space": checkpoint.space_to_json(agent.action_space),
+        "observation_preparation": preparation,
+        "observation_layout": observation_layout(obs_space),
+        "baked_in": {"observation_normalization": norm, "action": action_head},
+        "versions": _versions(fmt),
+    }
+
+
+# -- writing -----------------------------------------------------------------------------------
+
+
+def _format_of(path: str, format: str | None) -> str:
+    suffix = os.path.splitext(path)[1].lower()
+    if format is None:
+        if suffix not in EXPORT_FORMATS:
+            raise ValueError(
+                f"cannot tell the export format from {path!r}: name the file with one of "
+                f"{', '.join(EXPORT_FORMATS)} (ONNX, torch.export), e.g. agent.export('policy.onnx')"
+            )
+        return EXPORT_FORMATS[suffix]
+    known = {**{f: f for f in EXPORT_FORMATS.values()}, "pt2": "torch.export", "torch_export": "torch.export"}
+    fmt = known.get(format.lower().lstrip("."))
+    if fmt is None:
+        raise ValueError(
+            f"unknown export format {format!r}: choose 'onnx' or 'torch.export' (or leave format=None and "
+            f"name the file {' or '.join(EXPORT_FORMATS)})"
+        )
+    return fmt
+
+
+def _require_onnx() -> None:
+    try:
+        import onnx  # noqa: F401
+    except ImportError:
+        raise ImportError(
+            "exporting to ONNX needs the onnx package: pip install 'rl-workbench[export]' "
+            "(installs onnx and onnxruntime; or pip install onnx)"
+        ) from None
+
+
+def _write_onnx(module: ExportedPolicy, example: torch.Tensor, path: str, sidecar: dict[str, Any]) -> None:
+    import onnx
+
+    batch_axis = {0: "batch"}
+    with warnings.catch_warnings():
+        # torch >= 2.9 warns that the TorchScript-based exporter is the legacy one; it is the one that
+        # needs neither onnxscript nor a network, and it handles this small graph exactly.
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            module,
+            (example,),
+            path,
+            dynamo=False,
+            opset_version=ONNX_OPSET,
+            input_names=[INPUT_NAME],
+            output_names=[OUTPUT_NAME],
+            dynamic_axes={INPUT_NAME: batch_axis, OUTPUT_NAME: batch_axis},
+        )
+    model = onnx.load(path)
+    onnx.checker.check_model(model)
+    model.doc_string = f"rl-workbench {sidecar['algorithm']} deterministic policy"
+    entry = model.metadata_props.add()
+    entry.key, entry.value = "workbench", json.dumps(sidecar)
+    onnx.save(model, path)
+
+
+def _write_torch_export(module: ExportedPolicy, example: torch.Tensor, path: str) -> None:
+    batch = torch.export.Dim("batch", min=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = torch.export.export(module, (example,), dynamic_shapes=({0: batch},))
+        torch.export.save(program, path)
+
+
+def export_policy(agent: Any, path: str | os.PathLike[str], *, format: str | None = None) -> str:
+    """Write ``agent``'s deterministic policy to ``path`` and its sidecar to ``path + ".json"``;
+    returns the model's path. See the module docstring for what the files hold.
+
+    ``format`` is taken from the suffix (``.onnx``, ``.pt2``) unless given (``"onnx"``,
+    ``"torch.export"``). Raises ``ValueError`` for an unknown suffix or format, ``TypeError`` for an
+    agent of no known family, ``ImportError`` naming the extra to install when onnx is missing.
+    """
+    path = os.fspath(path)
+    fmt = _format_of(path, format)
+    if fmt == "onnx":
+        _require_onnx()
+    module = policy_module(agent)
+    in_dtype = _input_dtype(agent)
+    example = torch.from_numpy(np.zeros((2, *agent.obs_shape), dtype=in_dtype))
+    sidecar = _sidecar(agent, path, fmt, module.description)
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    if fmt == "onnx":
+        _write_onnx(module, example, path, sidecar)
+    else:
+        _write_torch_export(module, example, path)
+    with open(path + SIDECAR_SUFFIX, "w", encoding="utf-8") as f:
+        json.dump(sidecar, f, indent=2)
+        f.write("\n")
+    return path
