@@ -1,4 +1,4 @@
-"""The command line: ``workbench train`` and ``workbench play``, over the same public API."""
+"""The command line: ``workbench train``, ``workbench play`` and ``workbench export``, over the same public API."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="workbench",
         description="Train and play reinforcement-learning agents; every run is a live session.",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,play}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,play,export}")
 
     train = sub.add_parser(
         "train",
@@ -81,6 +81,15 @@ def build_parser() -> argparse.ArgumentParser:
     play.add_argument("--env", default=None, help="env id (default: the one the run was trained on)")
     play.add_argument("--episodes", type=int, default=1, help="episodes to play (default 1)")
     play.add_argument("--seed", type=int, default=None, help="seed of the first episode")
+
+    export = sub.add_parser(
+        "export",
+        help="export a saved agent's deterministic policy (ONNX)",
+        description="Write a saved agent's deterministic policy, observation normalization and action scaling "
+        "baked in, to run without this library; a JSON sidecar OUT.json describes its input and output.",
+    )
+    export.add_argument("run", help="a saved run (directory or .zip)")
+    export.add_argument("out", help="the model file: .onnx (onnxruntime) or .pt2 (torch.export)")
     return parser
 
 
@@ -147,6 +156,19 @@ def _play(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export(args: argparse.Namespace) -> int:
+    from .agents.saving import agent_from_run
+    from .checkpoint import read_run
+
+    agent = agent_from_run(read_run(args.run)).eval()
+    try:
+        path = agent.export(args.out)
+    except ImportError as exc:
+        raise SystemExit(f"workbench: {exc}") from None
+    print(f"exported the deterministic {agent.algorithm} policy to {path} (sidecar {path}.json)")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` (default: ``sys.argv[1:]``); returns the exit code."""
     parser = build_parser()
@@ -154,6 +176,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "train":
             return _train(args)
+        if args.command == "export":
+            return _export(args)
         return _play(args)
     except (ValueError, TypeError) as exc:
         print(f"workbench: error: {exc}", file=sys.stderr)
