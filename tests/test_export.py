@@ -1,0 +1,220 @@
+"""Policy export: the exported model, run by onnxruntime (no workbench code involved), gives the
+actions of ``agent.act(obs, deterministic=True)`` on 1,000 observations, for every agent, with and
+without observation normalization, for vector, Dict and uint8 image observations; the sidecar says
+how to feed it; the CLI writes the same; errors say what to do."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+import workbench as wb
+from workbench.checkpoint import space_to_json
+from workbench.cli import main
+
+ort = pytest.importorskip("onnxruntime", reason="pip install -e '.[export]'")
+
+N_OBS = 1000
+BOX_ATOL = 1e-5  # float32 matmuls summed in another order; the maths is the same
+
+
+class SpacesEnv(gym.Env):
+    """Observations sampled from any space, episodes of 10 steps, a reward that depends on the action."""
+
+    metadata: dict = {"render_modes": []}
+
+    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space) -> None:
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self._t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self.observation_space.seed(seed)
+        self._t = 0
+        return self.observation_space.sample(), {}
+
+    def step(self, action):
+        self._t += 1
+        reward = float(np.tanh(np.sum(np.asarray(action, dtype=np.float64))))
+        return self.observation_space.sample(), reward, self._t >= 10, False, {}
+
+
+DICT_OBS = spaces.Dict(
+    {
+        "position": spaces.Box(-1.0, 1.0, (2,), np.float32),
+        "mode": spaces.Discrete(3),
+        "flags": spaces.MultiBinary(2),
+    }
+)
+IMAGE_OBS = spaces.Box(0, 255, (8 * 8,), np.uint8)  # an 8x8x1 image as FlattenObservation gives it
+PENDULUM_LIKE = spaces.Box(-2.0, 2.0, (1,), np.float32)
+
+ON_POLICY = {"n_steps": 16, "n_epochs": 2, "net_arch": (32, 32)}
+OFF_POLICY = {"net_arch": (32, 32), "learning_starts": 100, "batch_size": 32}
+DQN_FAST = {**OFF_POLICY, "train_freq": 16, "gradient_steps": 4}
+
+# (id, agent class, env, hyperparameters): a few hundred steps of training each, so the weights
+# (and the normalization statistics) are not the initial ones.
+CASES = [
+    ("ppo-discrete-norm", wb.PPO, "CartPole-v1", {**ON_POLICY, "normalize_observations": True}),
+    ("ppo-box", wb.PPO, "Pendulum-v1", ON_POLICY),
+    ("ppo-box-gsde-norm", wb.PPO, "Pendulum-v1", {**ON_POLICY, "use_sde": True, "normalize_observations": True}),
+    ("a2c-discrete", wb.A2C, "CartPole-v1", {"net_arch": (32, 32)}),
+    ("a2c-box-norm", wb.A2C, "Pendulum-v1", {"net_arch": (32, 32), "normalize_observations": True}),
+    ("a2c-box-gsde", wb.A2C, "Pendulum-v1", {"net_arch": (32, 32), "use_sde": True}),
+    ("dqn", wb.DQN, "CartPole-v1", DQN_FAST),
+    ("dqn-dueling-norm", wb.DQN, "CartPole-v1", {**DQN_FAST, "dueling": True, "normalize_observations": True}),
+    ("sac", wb.SAC, "Pendulum-v1", OFF_POLICY),
+    ("sac-gsde-norm", wb.SAC, "Pendulum-v1", {**OFF_POLICY, "use_sde": True, "normalize_observations": True}),
+    ("td3-norm", wb.TD3, "Pendulum-v1", {**OFF_POLICY, "normalize_observations": True}),
+    ("ddpg", wb.DDPG, "Pendulum-v1", OFF_POLICY),
+    ("ppo-dict-norm", wb.PPO, lambda: SpacesEnv(DICT_OBS, spaces.Discrete(3)), {**ON_POLICY, "normalize_observations": True}),
+    ("sac-dict", wb.SAC, lambda: SpacesEnv(DICT_OBS, PENDULUM_LIKE), OFF_POLICY),
+    ("dqn-image-norm", wb.DQN, lambda: SpacesEnv(IMAGE_OBS, spaces.Discrete(4)), {**DQN_FAST, "normalize_observations": True}),
+    ("td3-image", wb.TD3, lambda: SpacesEnv(IMAGE_OBS, PENDULUM_LIKE), OFF_POLICY),
+]
+
+
+def trained(cls, env, hyper, steps=300):
+    agent = cls(env, seed=0, **hyper)
+    wb.Session(agent, env, seed=0).run(steps)
+    assert agent.num_updates > 0, "the agent should have learned something before it is exported"
+    return agent
+
+
+def observations(space: spaces.Space, n: int = N_OBS) -> np.ndarray:
+    """``n`` observations as the exported model takes them: a Box's own dtype, others flattened."""
+    space.seed(123)
+    samples = [space.sample() for _ in range(n)]
+    if isinstance(space, spaces.Box):
+        return np.stack(samples).astype(space.dtype)
+    return np.stack([spaces.flatten(space, s) for s in samples]).astype(np.float32)
+
+
+def run_onnx(path, obs: np.ndarray) -> np.ndarray:
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return session.run(["action"], {"obs": obs})[0]
+
+
+def assert_same_actions(agent, got: np.ndarray, obs: np.ndarray) -> float:
+    """Exported actions equal the agent's deterministic ones: exactly for Discrete (argmax), within
+    float tolerance for Box. Returns the largest difference."""
+    expected = agent.act(obs, deterministic=True)
+    if agent.discrete:
+        assert got.dtype == np.int64 and got.shape == (len(obs),)
+        np.testing.assert_array_equal(got, expected)
+        return 0.0
+    assert got.dtype == np.float32 and got.shape == (len(obs), *agent.action_space.shape)
+    expected = np.asarray(expected).reshape(got.shape)
+    np.testing.assert_allclose(got, expected, rtol=0, atol=BOX_ATOL)
+    assert np.all(got >= agent.action_space.low) and np.all(got <= agent.action_space.high)
+    return float(np.max(np.abs(got - expected)))
+
+
+@pytest.mark.parametrize(("cls", "env", "hyper"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_onnx_policy_acts_like_the_agent(tmp_path, cls, env, hyper):
+    agent = trained(cls, env, hyper)
+    path = agent.export(tmp_path / "policy.onnx")
+    assert path == str(tmp_path / "policy.onnx")
+    obs = observations(agent.observation_space)
+    diff = assert_same_actions(agent, run_onnx(path, obs), obs)
+    assert diff <= BOX_ATOL
+
+    # The sidecar describes what the model takes and gives.
+    side = json.loads((tmp_path / "policy.onnx.json").read_text())
+    assert side["algorithm"] == agent.algorithm and side["model"] == "policy.onnx"
+    assert side["input"] == {"name": "obs", "dtype": obs.dtype.name, "shape": ["batch", *obs.shape[1:]]}
+    assert side["output"]["name"] == "action"
+    assert side["output"]["dtype"] == ("int64" if agent.discrete else "float32")
+    assert side["observation_space"] == space_to_json(agent.observation_space)
+    assert side["action_space"] == space_to_json(agent.action_space)
+    assert (side["baked_in"]["observation_normalization"] is not None) == agent.config.normalize_observations
+    assert side["versions"]["workbench"] == wb.__version__ and "onnx" in side["versions"]
+
+
+def test_exported_policy_is_frozen_and_the_agent_untouched(tmp_path):
+    agent = trained(wb.PPO, "Pendulum-v1", {**ON_POLICY, "normalize_observations": True}, steps=200)
+    before = {k: v.clone() for k, v in agent.state().tensors.items() if k.startswith("net/")}
+    agent.export(tmp_path / "p.onnx")
+    after = agent.state().tensors
+    assert all(np.array_equal(v.numpy(), after[k].numpy()) for k, v in before.items())
+    assert agent.training and all(p.requires_grad for p in agent.actor.parameters())
+
+
+def test_dict_observations_follow_the_sidecar_layout(tmp_path):
+    agent = wb.PPO(lambda: SpacesEnv(DICT_OBS, spaces.Discrete(3)), seed=1, **ON_POLICY)
+    agent.export(tmp_path / "p.onnx")
+    side = json.loads((tmp_path / "p.onnx.json").read_text())
+    layout = side["observation_layout"]
+    assert [entry["path"] for entry in layout] == [["flags"], ["mode"], ["position"]]  # gymnasium sorts the keys
+    assert sum(entry["size"] for entry in layout) == side["input"]["shape"][1]
+    DICT_OBS.seed(5)
+    for _ in range(20):
+        obs = DICT_OBS.sample()
+        # Built from the sidecar alone, as an application without the library would.
+        vector = np.zeros(side["input"]["shape"][1], dtype=np.float32)
+        for entry in layout:
+            value, at = obs[entry["path"][0]], entry["offset"]
+            if entry["encoding"].startswith("one-hot"):
+                vector[at + int(value)] = 1.0
+            else:
+                vector[at : at + entry["size"]] = np.asarray(value, dtype=np.float32).reshape(-1)
+        np.testing.assert_array_equal(vector, spaces.flatten(DICT_OBS, obs))
+        assert run_onnx(tmp_path / "p.onnx", vector[None])[0] == agent.act(obs, deterministic=True)
+
+
+def test_torch_export_format(tmp_path):
+    torch = pytest.importorskip("torch")
+    agent = trained(wb.SAC, "Pendulum-v1", {**OFF_POLICY, "normalize_observations": True}, steps=150)
+    path = agent.export(tmp_path / "policy.pt2")
+    obs = observations(agent.observation_space)
+    policy = torch.export.load(path).module()
+    got = policy(torch.from_numpy(obs)).numpy()
+    assert_same_actions(agent, got, obs)
+    assert json.loads((tmp_path / "policy.pt2.json").read_text())["model_format"] == "torch.export"
+
+
+def test_cli_exports_a_saved_run(tmp_path, capsys):
+    agent = trained(wb.DQN, "CartPole-v1", {**DQN_FAST, "normalize_observations": True})
+    agent.save(tmp_path / "run")
+    out = tmp_path / "out" / "policy.onnx"
+    assert main(["export", str(tmp_path / "run"), str(out)]) == 0
+    assert "exported the deterministic DQN policy" in capsys.readouterr().out
+    loaded = wb.load(tmp_path / "run")
+    obs = observations(loaded.observation_space)
+    assert_same_actions(loaded, run_onnx(out, obs), obs)
+    assert json.loads(out.with_name("policy.onnx.json").read_text())["num_timesteps"] == agent.num_timesteps
+
+    assert main(["export", str(tmp_path / "run"), str(tmp_path / "policy.h5")]) == 2
+    assert ".onnx" in capsys.readouterr().err
+    assert main(["export", str(tmp_path / "nothing"), str(out)]) == 2
+
+
+def test_errors_say_what_to_do(tmp_path, monkeypatch):
+    agent = wb.DQN("CartPole-v1", seed=0)
+    with pytest.raises(ValueError, match=r"\.onnx"):
+        agent.export(tmp_path / "policy.h5")
+    with pytest.raises(ValueError, match="unknown export format 'tflite'"):
+        agent.export(tmp_path / "policy.onnx", format="tflite")
+    # Images keep their shape and today's networks take vectors: the error says to flatten them.
+    image = wb.PPO(lambda: SpacesEnv(spaces.Box(0, 255, (8, 8, 1), np.uint8), spaces.Discrete(2)))
+    with pytest.raises(ValueError, match="FlattenObservation"):
+        image.export(tmp_path / "image.onnx")
+    monkeypatch.setitem(sys.modules, "onnx", None)  # as if onnx were not installed
+    with pytest.raises(ImportError, match=r"rl-workbench\[export\]"):
+        agent.export(tmp_path / "policy.onnx")
+    assert not (tmp_path / "policy.onnx").exists()
+
+
+def test_import_workbench_loads_no_onnx():
+    code = "import sys, workbench\nprint([m for m in ('onnx', 'onnxruntime') if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
