@@ -46,7 +46,7 @@ from .. import checkpoint
 from .._version import __version__
 from ..envs import describe_space
 
-__all__ = ["EXPORT_FORMATS", "SIDECAR_SUFFIX", "export_policy", "observation_layout", "policy_module"]
+__all__ = ["EXPORT_FORMATS", "SIDECAR_SUFFIX", "ExportedPolicy", "export_policy", "observation_layout", "policy_module"]
 
 EXPORT_FORMATS: dict[str, str] = {".onnx": "onnx", ".pt2": "torch.export"}
 """File suffix -> format of :func:`export_policy`."""
@@ -189,8 +189,7 @@ class ExportedPolicy(nn.Module):
         self.normalizer = normalizer
         self.head = head
         self.action_shape = tuple(action_shape)
-        self.description = description
-        """How the head turns the network's output into actions (written to the sidecar)."""
+        self.description = description  # how the head makes actions, for the sidecar
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Actions for a batch of observations (``(batch, *obs_shape)``, the input's dtype)."""
