@@ -171,17 +171,6 @@ def test_dict_observations_follow_the_sidecar_layout(tmp_path):
         assert run_onnx(tmp_path / "p.onnx", vector[None])[0] == agent.act(obs, deterministic=True)
 
 
-def test_torch_export_format(tmp_path):
-    torch = pytest.importorskip("torch")
-    agent = trained(wb.SAC, "Pendulum-v1", {**OFF_POLICY, "normalize_observations": True}, steps=150)
-    path = agent.export(tmp_path / "policy.pt2")
-    obs = observations(agent.observation_space)
-    policy = torch.export.load(path).module()
-    got = policy(torch.from_numpy(obs)).numpy()
-    assert_same_actions(agent, got, obs)
-    assert json.loads((tmp_path / "policy.pt2.json").read_text())["model_format"] == "torch.export"
-
-
 def test_cli_exports_a_saved_run(tmp_path, capsys):
     agent = trained(wb.DQN, "CartPole-v1", {**DQN_FAST, "normalize_observations": True})
     agent.save(tmp_path / "run")

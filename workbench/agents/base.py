@@ -482,7 +482,7 @@ class Agent:
         plus a JSON sidecar ``<path>.json`` of spaces, input/output, observation layout and versions.
 
         The format follows the suffix: ``.onnx`` (needs ``pip install 'rl-workbench[export]'``;
-        run it with onnxruntime) or ``.pt2`` (``torch.export``); ``format=`` overrides it. Returns
+        run it with onnxruntime); ``format=`` overrides it. Returns
         the model's path. See ``workbench.agents.export``."""
         from .export import export_policy
 

@@ -17,9 +17,10 @@ Beside the model, ``<path>.json`` (the *sidecar*) describes the spaces, the inpu
 and how it is encoded, what was baked in, and the versions that wrote it. The same JSON is stored
 in the ONNX model's metadata under the key ``workbench``.
 
-Formats: ``.onnx`` (the legacy TorchScript-based exporter of ``torch.onnx``, opset 17, dynamic
-batch axis; needs the ``onnx`` package: ``pip install 'rl-workbench[export]'``) and ``.pt2``
-(``torch.export``: runs with torch alone, ``torch.export.load(path).module()``).
+Format: ``.onnx`` (the legacy TorchScript-based exporter of ``torch.onnx``, opset 17, dynamic
+batch axis; needs the ``onnx`` package: ``pip install 'rl-workbench[export]'``). ``torch.export``'s
+``.pt2`` archives are not offered: they carry their example inputs as a ``torch.save`` pickle, and
+nothing this library writes for others to load may need unpickling.
 
 This module knows the algorithm families by class name, not by import: ``base.py`` imports it
 (lazily, in ``Agent.export``), so it must not import the agents back. A new algorithm adds its
@@ -48,7 +49,7 @@ from ..envs import describe_space
 
 __all__ = ["EXPORT_FORMATS", "SIDECAR_SUFFIX", "ExportedPolicy", "export_policy", "observation_layout", "policy_module"]
 
-EXPORT_FORMATS: dict[str, str] = {".onnx": "onnx", ".pt2": "torch.export"}
+EXPORT_FORMATS: dict[str, str] = {".onnx": "onnx"}
 """File suffix -> format of :func:`export_policy`."""
 SIDECAR_SUFFIX = ".json"
 """The sidecar is the model's path with this appended: ``policy.onnx`` -> ``policy.onnx.json``."""
@@ -347,14 +348,14 @@ def _format_of(path: str, format: str | None) -> str:
         if suffix not in EXPORT_FORMATS:
             raise ValueError(
                 f"cannot tell the export format from {path!r}: name the file with one of "
-                f"{', '.join(EXPORT_FORMATS)} (ONNX, torch.export), e.g. agent.export('policy.onnx')"
+                f"{', '.join(EXPORT_FORMATS)} (ONNX), e.g. agent.export('policy.onnx')"
             )
         return EXPORT_FORMATS[suffix]
-    known = {**{f: f for f in EXPORT_FORMATS.values()}, "pt2": "torch.export", "torch_export": "torch.export"}
+    known = {f: f for f in EXPORT_FORMATS.values()}
     fmt = known.get(format.lower().lstrip("."))
     if fmt is None:
         raise ValueError(
-            f"unknown export format {format!r}: choose 'onnx' or 'torch.export' (or leave format=None and "
+            f"unknown export format {format!r}: choose 'onnx' (or leave format=None and "
             f"name the file {' or '.join(EXPORT_FORMATS)})"
         )
     return fmt
@@ -396,36 +397,24 @@ def _write_onnx(module: ExportedPolicy, example: torch.Tensor, path: str, sideca
     onnx.save(model, path)
 
 
-def _write_torch_export(module: ExportedPolicy, example: torch.Tensor, path: str) -> None:
-    batch = torch.export.Dim("batch", min=1)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        program = torch.export.export(module, (example,), dynamic_shapes=({0: batch},))
-        torch.export.save(program, path)
-
-
 def export_policy(agent: Any, path: str | os.PathLike[str], *, format: str | None = None) -> str:
     """Write ``agent``'s deterministic policy to ``path`` and its sidecar to ``path + ".json"``;
     returns the model's path. See the module docstring for what the files hold.
 
-    ``format`` is taken from the suffix (``.onnx``, ``.pt2``) unless given (``"onnx"``,
-    ``"torch.export"``). Raises ``ValueError`` for an unknown suffix or format, ``TypeError`` for an
+    ``format`` is taken from the suffix (``.onnx``) unless given (``"onnx"``). Raises
+    ``ValueError`` for an unknown suffix or format, ``TypeError`` for an
     agent of no known family, ``ImportError`` naming the extra to install when onnx is missing.
     """
     path = os.fspath(path)
     fmt = _format_of(path, format)
-    if fmt == "onnx":
-        _require_onnx()
+    _require_onnx()
     module = policy_module(agent)
     in_dtype = _input_dtype(agent)
     example = torch.from_numpy(np.zeros((2, *agent.obs_shape), dtype=in_dtype))
     sidecar = _sidecar(agent, path, fmt, module.description)
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    if fmt == "onnx":
-        _write_onnx(module, example, path, sidecar)
-    else:
-        _write_torch_export(module, example, path)
+    _write_onnx(module, example, path, sidecar)
     with open(path + SIDECAR_SUFFIX, "w", encoding="utf-8") as f:
         json.dump(sidecar, f, indent=2)
         f.write("\n")
