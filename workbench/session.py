@@ -327,9 +327,11 @@ class Session:
         self.signals.record("eval_reward", self.steps, mean, self.elapsed)
         return mean
 
-    def save(self, path: str | os.PathLike[str], *, memory: bool = False) -> str:
+    def save(self, path: str | os.PathLike[str], *, memory: bool = False, overwrite: bool = False) -> str:
         """Save the run (weights, optimizer, counters, schedules, signals; replay memory with
-        ``memory=True``) to a directory, or a ``.zip`` when ``path`` ends so. Returns the path."""
+        ``memory=True``) to a directory, or a ``.zip`` when ``path`` ends so. Returns the path.
+        An existing ``path`` is replaced only when it is a checkpoint (or an empty directory), unless
+        ``overwrite=True``; saves to one path from several threads take turns."""
         from .checkpoint import save_session
 
         with self._cond:
@@ -338,7 +340,7 @@ class Session:
             if was_running:
                 self.pause()
         try:
-            return save_session(self, path, memory=memory)
+            return save_session(self, path, memory=memory, overwrite=overwrite)
         finally:
             if was_running:
                 self._resume_paused()

@@ -335,12 +335,13 @@ class Agent:
             out[f.name] = v.to_dict() if hasattr(v, "to_dict") else (list(v) if isinstance(v, tuple) else v)
         return out
 
-    def save(self, path: str, *, memory: bool = False) -> str:
+    def save(self, path: str, *, memory: bool = False, overwrite: bool = False) -> str:
         """Save this agent alone (weights, optimizer, counters; replay memory with ``memory=True``)
-        in the format ``wb.load`` reads. ``session.save`` also keeps the run's signals."""
+        in the format ``wb.load`` reads. ``session.save`` also keeps the run's signals. An existing
+        ``path`` is replaced only when it is a checkpoint, unless ``overwrite=True``."""
         from ..checkpoint import save_agent
 
-        return save_agent(self, path, memory=memory)
+        return save_agent(self, path, memory=memory, overwrite=overwrite)
 
     # -- play ---------------------------------------------------------------------------------
 
