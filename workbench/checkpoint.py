@@ -46,7 +46,17 @@ from .signals import SignalSet
 if TYPE_CHECKING:
     from .session import Session
 
-__all__ = ["FORMAT_VERSION", "CheckpointError", "load", "load_session", "save_agent", "save_session"]
+__all__ = [
+    "FORMAT_VERSION",
+    "CheckpointError",
+    "check_save_path",
+    "load",
+    "load_session",
+    "read_meta",
+    "save_agent",
+    "save_session",
+    "validate_meta",
+]
 
 FORMAT_VERSION = 1
 FORMAT_NAME = "rl-workbench"
@@ -895,6 +905,32 @@ def _read_signals(opened: _Opened) -> SignalSet:
         return SignalSet.from_csv(path)
     except (ValueError, UnicodeDecodeError) as exc:
         raise CheckpointError(f"{opened.label(SIGNALS)}: {str(exc).split(': ', 1)[-1]}") from None
+
+
+def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The validated ``meta.json`` of a saved run (directory or ``.zip``), e.g. for the env id the
+    run was trained on: ``read_meta(path).get("session", {}).get("env_id")``."""
+    opened = _Opened(path)
+    try:
+        return opened.meta()
+    finally:
+        opened.close()
+
+
+def check_save_path(path: str | os.PathLike[str], *, overwrite: bool = False) -> str:
+    """Raise now what saving to ``path`` would raise later: it exists and is not a checkpoint
+    (unless ``overwrite``), or its folder cannot be created or written. Returns the normalised path.
+    The command line calls this before training, so a bad ``--out`` never costs a run."""
+    path = os.path.normpath(os.fspath(path))
+    _check_replaceable(path, overwrite)
+    probe = os.path.dirname(os.path.abspath(path))
+    while not os.path.lexists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        raise NotADirectoryError(f"{path}: cannot be created, {probe} is a file, not a directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise PermissionError(f"{path}: cannot be created, {probe} is not writable")
+    return path
 
 
 def load(path: str | os.PathLike[str]) -> Agent:

@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--seed", type=int, default=None, help="random seed")
     train.add_argument("--out", default=None, help="save the run to this directory (or .zip) when done")
     train.add_argument("--memory", action="store_true", help="also save the replay memory")
+    train.add_argument(
+        "--overwrite", action="store_true", help="let --out replace an existing file or directory that is not a run"
+    )
     train.add_argument("--resume", default=None, metavar="RUN", help="continue a saved run")
     train.add_argument("--eval-every", type=int, default=None, help="evaluate every N env steps")
     train.add_argument("--eval-episodes", type=int, default=5, help="episodes per evaluation (default 5)")
@@ -94,6 +97,13 @@ def _train(args: argparse.Namespace) -> int:
         args.steps = spec.steps if spec is not None else 100_000
     if args.steps <= 0:
         raise SystemExit(f"workbench: --steps must be positive, got {args.steps}")
+    if args.out:
+        from .checkpoint import check_save_path
+
+        try:  # before training: a bad --out must not cost the run
+            check_save_path(args.out, overwrite=args.overwrite)
+        except OSError as exc:
+            raise SystemExit(f"workbench: --out {exc}") from None
     kwargs: dict[str, Any] = {
         "eval_every": args.eval_every,
         "eval_episodes": args.eval_episodes,
@@ -126,24 +136,18 @@ def _train(args: argparse.Namespace) -> int:
         rewards = "no episode finished yet"
     print(f"{session.status}: {session.steps} steps, {session.episodes} episodes, {rewards}")
     if args.out:
-        path = session.save(args.out, memory=args.memory)
+        path = session.save(args.out, memory=args.memory, overwrite=args.overwrite)
         print(f"saved to {path}")
     return 0
 
 
 def _play(args: argparse.Namespace) -> int:
-    import json as _json
-    import os
-
-    from .checkpoint import load
+    from .checkpoint import load, read_meta
 
     agent = load(args.run)
     env = args.env
     if env is None:
-        meta_path = os.path.join(args.run, "meta.json")
-        if os.path.isdir(args.run) and os.path.exists(meta_path):
-            with open(meta_path) as f:
-                env = _json.load(f).get("session", {}).get("env_id")
+        env = read_meta(args.run).get("session", {}).get("env_id")  # a directory or a .zip
         if env is None:
             raise SystemExit("workbench: the run does not name its env; pass --env ID")
     returns = agent.play(env, episodes=args.episodes, seed=args.seed)
