@@ -113,9 +113,10 @@ def space_from_json(data: dict[str, Any]) -> spaces.Space:
     kind = data["type"]
     if kind == "Box":
         dtype = np.dtype(data["dtype"])
+        low, high = np.asarray(data["low"], dtype=dtype), np.asarray(data["high"], dtype=dtype)
         return spaces.Box(
-            low=np.asarray(data["low"], dtype=dtype),
-            high=np.asarray(data["high"], dtype=dtype),
+            low=low.item() if low.ndim == 0 else low,  # a scalar bound applies to every element
+            high=high.item() if high.ndim == 0 else high,
             shape=tuple(data["shape"]),
             dtype=dtype,
         )
@@ -244,6 +245,8 @@ def read_npz(
         _npz_headers(path, label, limit)
         with np.load(path, allow_pickle=False) as data:
             return {k: data[k] for k in data.files}
+    except CheckpointError:
+        raise
     except ValueError as exc:
         if "pickle" in str(exc).lower():
             raise CheckpointError(
@@ -522,8 +525,8 @@ class _Fields:
                     arr = np.asarray(b, dtype=np.float64)
                 except (TypeError, ValueError, RecursionError):
                     raise self.fail(f"{where}.{bound}", b, f"numbers in the shape {shape}") from None
-                if arr.shape != tuple(shape) or np.isnan(arr).any():
-                    raise self.fail(f"{where}.{bound}", b, f"numbers in the shape {shape}")
+                if arr.shape not in ((), tuple(shape)) or np.isnan(arr).any():
+                    raise self.fail(f"{where}.{bound}", b, f"a number or numbers in the shape {shape}")
         elif kind == "Discrete":
             self.int(value.get("n"), f"{where}.n", 1, 2**31)
             self.int(value.get("start", 0), f"{where}.start", -(2**31), 2**31)
@@ -587,8 +590,11 @@ def _check_hyperparameters(f: _Fields, hyper: dict[str, Any], config: type, meta
             f.str(value, where)
         else:
             f.plain(value, where)
-    obs = space_from_json(meta["observation_space"])
-    act = space_from_json(meta["action_space"])
+    try:
+        obs = space_from_json(meta["observation_space"])
+        act = space_from_json(meta["action_space"])
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"{f.label}: the saved spaces cannot be rebuilt ({type(exc).__name__})") from None
     obs_dim, act_dim = gym.spaces.flatdim(obs), gym.spaces.flatdim(act)
     ram = _physical_memory()
     if "buffer_size" in hyper:

@@ -55,8 +55,9 @@ def check_transitions(
             bad |= actions != np.round(actions)
         if bad.any():
             row = _first_bad(bad)
+            action = actions.reshape(len(actions), -1)[row][0].item()
             raise ValueError(
-                f"{source}: array 'actions' row {row} holds action {actions.reshape(len(actions), -1)[row][0]!r}, "
+                f"{source}: array 'actions' row {row} holds action {action!r}, "
                 f"outside the action space {action_space}"
             )
     elif isinstance(action_space, gym.spaces.Box) and actions.shape[1:] == action_space.shape:
