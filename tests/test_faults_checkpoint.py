@@ -145,10 +145,10 @@ def test_leftovers_of_crashed_saves_are_removed_by_the_next_save(tmp_path):
 def test_the_most_recent_fallback_wins_not_the_largest_pid_string(tmp_path):
     old_agent, new_agent = small_agent(), small_agent()
     old_agent.num_timesteps, new_agent.num_timesteps = 100, 200
-    old_agent.save(tmp_path / "run.old-100000")  # an older crash, by a larger PID
-    new_agent.save(tmp_path / "run.old-99999")  # the latest crash ("99999" > "100000" as strings)
+    old_agent.save(tmp_path / "run.old-99999")  # an older crash
+    new_agent.save(tmp_path / "run.old-100000")  # the latest, by a larger PID ("99999" > "100000" as strings)
     past = time.time() - 3600
-    for p in (tmp_path / "run.old-100000").iterdir():
+    for p in (tmp_path / "run.old-99999").iterdir():
         os.utime(p, (past, past))
     assert wb.load(tmp_path / "run").num_timesteps == 200
 
