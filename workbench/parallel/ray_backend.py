@@ -19,9 +19,9 @@ values and log-probabilities) is found in the replica's ``_last_*`` arrays (one 
 on the learner before it observes the step, so any agent that follows that convention works unchanged.
 
 Ray starts on first use: ``ray.init()`` starts a local Ray (no dashboard, every socket bound to
-127.0.0.1, so nothing is reachable from other machines) when none is running, and shuts it down again when the run ends; ``ray_address="auto"``
-or ``"ray://host:10001"`` joins a running cluster instead. Start Ray yourself (``ray.init()``) to keep
-it between runs.
+127.0.0.1, so nothing is reachable from other machines) when none is running, and shuts it down
+again when the run ends; ``ray_address="auto"``, ``"HOST:6379"`` or ``"ray://host:10001"`` joins a
+running cluster instead. Start Ray yourself (``ray.init()``) to keep it between runs.
 """
 
 from __future__ import annotations
