@@ -8,6 +8,9 @@ import json
 import os
 import shutil
 import stat
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 import zipfile
@@ -20,6 +23,8 @@ from safetensors.torch import load_file, save_file
 import workbench as wb
 from workbench import checkpoint
 from workbench.checkpoint import CheckpointError, read_npz
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 FAST = {
     "dqn": dict(learning_starts=50, train_freq=50, gradient_steps=4, buffer_size=2000, target_update_interval=50),
@@ -427,3 +432,57 @@ def test_a_good_checkpoint_still_loads_and_resumes(dqn_run, tmp_path):
     assert len(session.agent.memory) > 0
     zipped = session.save(tmp_path / "again.zip", memory=True)
     assert len(wb.Session.resume(zipped).agent.memory) == len(session.agent.memory)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 3 MiB tmpfs (root only); skips where it cannot be mounted."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a small tmpfs needs root and mount(8)")
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)], capture_output=True, text=True)
+    if result.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip()}")
+    yield mount
+    subprocess.run(["umount", str(mount)], check=False)
+
+
+def test_a_really_full_disk_leaves_no_partial_file(small_disk):
+    # The run's files (about 2 MiB of incompressible replay memory and weights) fit; the zip of them does not.
+    agent = wb.DQN("CartPole-v1", buffer_size=40_000, learning_starts=10**9, net_arch=(64, 64))
+    rng = np.random.default_rng(0)
+    n = 40_000
+    agent.memory.add(rng.normal(size=(n, 4)), rng.integers(0, 2, n), rng.normal(size=n), rng.normal(size=(n, 4)),
+                     np.zeros(n), 0.99)
+    with pytest.raises(OSError) as info:
+        agent.save(small_disk / "run.zip", memory=True)
+    assert info.value.errno == errno.ENOSPC
+    assert os.listdir(small_disk) == []
+
+
+@pytest.mark.slow
+def test_real_kills_mid_save_leave_leftovers_that_the_next_save_removes(tmp_path):
+    script = textwrap.dedent(
+        f"""
+        import numpy as np, workbench as wb
+        agent = wb.DQN("CartPole-v1", buffer_size=200_000, learning_starts=10**9)
+        n = 200_000
+        agent.memory.add(np.ones((n, 4)), np.zeros(n, int), np.ones(n), np.ones((n, 4)), np.zeros(n), 0.99)
+        print("ready", flush=True)
+        while True:
+            agent.save({str(tmp_path / 'run')!r}, memory=True)
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
+    for delay in (0.3, 0.7, 1.1):
+        proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
+        try:
+            assert proc.stdout.readline().strip() == "ready"
+            time.sleep(delay)
+        finally:
+            proc.kill()
+            proc.wait(timeout=30)
+    small_agent().save(tmp_path / "run")
+    assert leftovers(tmp_path) == []
+    assert wb.load(tmp_path / "run").algorithm == "PPO"
