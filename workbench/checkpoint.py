@@ -904,7 +904,8 @@ def _load_memory(agent: Agent, opened: _Opened) -> None:
 
 def _read_signals(opened: _Opened) -> SignalSet:
     """The run's signals, or none when the checkpoint has no signals.csv."""
-    path = opened.file(SIGNALS)
+    # Parsing holds each row as Python objects (~4x the file): keep that well inside this machine's RAM.
+    path = opened.file(SIGNALS, limit=min(MAX_SIGNALS_BYTES, _physical_memory() // 8))
     if not os.path.exists(path):
         return SignalSet()
     try:
