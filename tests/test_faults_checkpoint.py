@@ -189,6 +189,15 @@ def test_every_file_follows_the_umask(tmp_path, mask, suffix):
             assert mode(os.path.join(path, name)) == 0o666 & ~mask, name
 
 
+def test_a_replay_memory_saved_on_its_own_follows_the_umask(tmp_path):
+    old = os.umask(0o022)
+    try:
+        wb.DQN("CartPole-v1", buffer_size=100).memory.save(tmp_path / "memory.npz")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(tmp_path / "memory.npz").st_mode) == 0o644
+
+
 # -- part 6: loading checks everything before it allocates, extracts or reads ----------------------
 
 

@@ -148,6 +148,7 @@ def write_npz(path: str | os.PathLike[str], arrays: dict[str, np.ndarray]) -> No
     try:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **arrays)
+        _follow_umask(tmp)  # mkstemp made it 0600
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
