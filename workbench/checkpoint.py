@@ -470,7 +470,7 @@ class _Fields:
             raise self.fail(where, value, "a JSON object")
         return value
 
-    def int(self, value: Any, where: str, lo: int = 0, hi: int = MAX_COUNTER, *, optional: bool = False) -> None:
+    def integer(self, value: Any, where: str, lo: int = 0, hi: int = MAX_COUNTER, *, optional: bool = False) -> None:
         if value is None and optional:
             return
         if type(value) is not int or not lo <= value <= hi:
@@ -484,7 +484,7 @@ class _Fields:
         if type(value) not in (int, float) or not math.isfinite(value) or not lo <= value <= hi:
             raise self.fail(where, value, "a finite number" + (f" from {lo:g} to {hi:g}" if lo > -math.inf else ""))
 
-    def str(self, value: Any, where: str, *, optional: bool = False) -> None:
+    def text(self, value: Any, where: str, *, optional: bool = False) -> None:
         if value is None and optional:
             return
         if not isinstance(value, str):
@@ -529,13 +529,13 @@ class _Fields:
                 if arr.shape not in ((), tuple(shape)) or np.isnan(arr).any():
                     raise self.fail(f"{where}.{bound}", b, f"a number or numbers in the shape {shape}")
         elif kind == "Discrete":
-            self.int(value.get("n"), f"{where}.n", 1, 2**31)
-            self.int(value.get("start", 0), f"{where}.start", -(2**31), 2**31)
+            self.integer(value.get("n"), f"{where}.n", 1, 2**31)
+            self.integer(value.get("start", 0), f"{where}.start", -(2**31), 2**31)
         elif kind == "MultiBinary":
             n = value.get("n")
             ns = n if isinstance(n, list) else [n]
             for i, d in enumerate(ns):
-                self.int(d, f"{where}.n" + (f"[{i}]" if isinstance(n, list) else ""), 1, MAX_SPACE_ELEMENTS)
+                self.integer(d, f"{where}.n" + (f"[{i}]" if isinstance(n, list) else ""), 1, MAX_SPACE_ELEMENTS)
             if math.prod(ns) > MAX_SPACE_ELEMENTS:
                 raise self.fail(f"{where}.n", n, f"at most {MAX_SPACE_ELEMENTS} elements")
         elif kind == "MultiDiscrete":
@@ -581,14 +581,14 @@ def _check_hyperparameters(f: _Fields, hyper: dict[str, Any], config: type, meta
             if not isinstance(value, bool):
                 raise f.fail(where, value, "true or false")
         elif kind == "int":
-            f.int(value, where, -1, MAX_COUNTER)
+            f.integer(value, where, -1, MAX_COUNTER)
         elif kind.startswith("tuple"):
             if not isinstance(value, list) or not all(type(v) is int and v >= 1 for v in value):
                 raise f.fail(where, value, "a list of positive integers")
         elif "float" in kind and not (isinstance(value, str) and "str" in kind):
             f.num(value, where)
         elif "str" in kind:
-            f.str(value, where)
+            f.text(value, where)
         else:
             f.plain(value, where)
     try:
@@ -599,7 +599,7 @@ def _check_hyperparameters(f: _Fields, hyper: dict[str, Any], config: type, meta
     obs_dim, act_dim = gym.spaces.flatdim(obs), gym.spaces.flatdim(act)
     ram = _physical_memory()
     if "buffer_size" in hyper:
-        f.int(hyper["buffer_size"], "hyperparameters.buffer_size", 1, MAX_BUFFER_SIZE)
+        f.integer(hyper["buffer_size"], "hyperparameters.buffer_size", 1, MAX_BUFFER_SIZE)
         row = 2 * 4 * obs_dim + 8 * max(act_dim, 1) + 4 * 4  # obs, next_obs, actions, 4 float32 columns
         need = hyper["buffer_size"] * row
         if need > ram:
@@ -615,9 +615,9 @@ def _check_hyperparameters(f: _Fields, hyper: dict[str, Any], config: type, meta
                 f"than the {MAX_NETWORK_PARAMETERS} a checkpoint may ask for"
             )
     if "n_envs" in hyper:
-        f.int(hyper["n_envs"], "hyperparameters.n_envs", 1, MAX_ENVS)
+        f.integer(hyper["n_envs"], "hyperparameters.n_envs", 1, MAX_ENVS)
     if "n_critics" in hyper:
-        f.int(hyper["n_critics"], "hyperparameters.n_critics", 1, MAX_CRITICS)
+        f.integer(hyper["n_critics"], "hyperparameters.n_critics", 1, MAX_CRITICS)
     if "n_steps" in hyper:
         rollout = hyper["n_steps"] * hyper.get("n_envs", 1) * (obs_dim + act_dim + 8) * 4
         if rollout > ram:
@@ -653,14 +653,14 @@ def validate_meta(meta: dict[str, Any], label: str, config: type | None = None) 
             f"{label}: format version {version!r} is newer than this library reads "
             f"(up to {FORMAT_VERSION}); upgrade rl-workbench to load it"
         )
-    f.str(meta.get("algorithm"), "algorithm")
+    f.text(meta.get("algorithm"), "algorithm")
     f.space(meta.get("observation_space"), "observation_space")
     f.space(meta.get("action_space"), "action_space")
     counters = f.obj(meta.get("counters"), "counters", optional=True)
-    f.int(counters.get("num_timesteps", 0), "counters.num_timesteps")
-    f.int(counters.get("num_updates", 0), "counters.num_updates")
-    f.int(counters.get("total_timesteps"), "counters.total_timesteps", optional=True)
-    f.int(meta.get("seed"), "seed", 0, 2**64 - 1, optional=True)
+    f.integer(counters.get("num_timesteps", 0), "counters.num_timesteps")
+    f.integer(counters.get("num_updates", 0), "counters.num_updates")
+    f.integer(counters.get("total_timesteps"), "counters.total_timesteps", optional=True)
+    f.integer(meta.get("seed"), "seed", 0, 2**64 - 1, optional=True)
     rng = f.obj(meta.get("rng"), "rng", optional=True)
     if rng.get("numpy"):
         _check_numpy_rng(f, rng["numpy"], "rng.numpy")
@@ -668,17 +668,17 @@ def validate_meta(meta: dict[str, Any], label: str, config: type | None = None) 
     f.plain(agent_state, "agent_state")
     for key, value in agent_state.items():
         if key.startswith("steps_"):
-            f.int(value, f"agent_state.{key}")
+            f.integer(value, f"agent_state.{key}")
         elif key == "exploration":
             f.obj(value, "agent_state.exploration")
     if "session" in meta:
         session = f.obj(meta["session"], "session")
         for key in ("steps", "episodes", "last_eval_step"):
-            f.int(session.get(key, 0), f"session.{key}")
+            f.integer(session.get(key, 0), f"session.{key}")
         f.num(session.get("elapsed", 0.0), "session.elapsed", 0.0)
-        f.int(session.get("seed"), "session.seed", 0, 2**64 - 1, optional=True)
-        f.str(session.get("env_id"), "session.env_id", optional=True)
-        f.str(session.get("env_name"), "session.env_name", optional=True)
+        f.integer(session.get("seed"), "session.seed", 0, 2**64 - 1, optional=True)
+        f.text(session.get("env_id"), "session.env_id", optional=True)
+        f.text(session.get("env_name"), "session.env_name", optional=True)
         f.num(session.get("best_eval_reward"), "session.best_eval_reward", optional=True)
     optimizers = f.obj(meta.get("optimizers"), "optimizers", optional=True)
     for name, groups in optimizers.items():
