@@ -81,10 +81,10 @@ DRIVER = textwrap.dedent(
     }
     out = {}
     for name, make in agents.items():
-        session = wb.Session(make(), "CartPole-v1", num_workers=4, backend="ray", ray_address=address, seed=0)
-        session.start(steps=1024)
+        session = wb.Session(make(), "CartPole-v1", num_workers=2, backend="ray", ray_address=address, seed=0)
+        session.start(steps=512)
         deadline = time.monotonic() + 90
-        while session._runner is None or len(session._runner.pids()) < 4:
+        while session._runner is None or len(session._runner.pids()) < 2:
             if session.status == "failed" or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
@@ -128,22 +128,36 @@ class _Namespaces:
             if cmd[:3] == ["ip", "netns", "add"]:
                 self.made.append(cmd[3])
 
+    def ray_start(self, ns: str, cmd: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+        """``ray start`` inside ``ns``; tried up to three times, because Ray gives a raylet a fixed
+        30 s to register, which a loaded machine (shared CI cores) sometimes misses."""
+        for _attempt in range(3):
+            result = _run(["ip", "netns", "exec", ns, *cmd], env)
+            if result.returncode == 0:
+                break
+            self.kill(ns)
+        return result
+
+    def kill(self, ns: str) -> None:
+        """Kill every process in ``ns`` (all of them were started by this test)."""
+        for _ in range(3):  # processes started while the first kills landed
+            pids = self.pids(ns)
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    os.kill(pid, 9)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.5)
+
     def pids(self, ns: str) -> list[int]:
         result = _run(["ip", "netns", "pids", ns], timeout=20)
         return [int(p) for p in result.stdout.split()] if result.returncode == 0 else []
 
     def close(self) -> None:
         for ns in reversed(self.made):
-            for _ in range(3):  # processes started while the first kills landed
-                pids = self.pids(ns)
-                if not pids:
-                    break
-                for pid in pids:
-                    try:
-                        os.kill(pid, 9)
-                    except ProcessLookupError:
-                        pass
-                time.sleep(0.5)
+            self.kill(ns)
             _run(["ip", "netns", "del", ns], timeout=20)  # deleting a namespace deletes its veth end
         self.made.clear()
 
@@ -183,15 +197,16 @@ def _cluster_run(namespaces: _Namespaces, temp_dir: str) -> None:
         "RAY_USAGE_STATS_ENABLED": "0",
     }
     env.pop("RAY_ADDRESS", None)
-    head = _run(
-        ["ip", "netns", "exec", namespaces.head, ray_bin, "start", "--head", "--node-ip-address=10.213.0.1",
-         "--port=6379", "--num-cpus=2", "--include-dashboard=false", f"--temp-dir={temp_dir}"],
+    head = namespaces.ray_start(
+        namespaces.head,
+        [ray_bin, "start", "--head", "--node-ip-address=10.213.0.1", "--port=6379", "--num-cpus=1",
+         "--include-dashboard=false", f"--temp-dir={temp_dir}"],
         env,
     )
     assert head.returncode == 0, head.stderr[-2000:]
-    node = _run(
-        ["ip", "netns", "exec", namespaces.node, ray_bin, "start", "--address=10.213.0.1:6379",
-         "--node-ip-address=10.213.0.2", "--num-cpus=2"],
+    node = namespaces.ray_start(
+        namespaces.node,
+        [ray_bin, "start", "--address=10.213.0.1:6379", "--node-ip-address=10.213.0.2", "--num-cpus=1"],
         env,
     )
     assert node.returncode == 0, node.stderr[-2000:]
@@ -206,5 +221,5 @@ def _cluster_run(namespaces: _Namespaces, temp_dir: str) -> None:
     for name in ("ppo", "dqn"):
         r = results[name]
         assert r["status"] == "finished", r
-        assert r["steps"] >= 1024, r
-        assert sorted(r["where"]) == ["head", "head", "node", "node"], r  # 4 actors, 2 CPUs per node
+        assert r["steps"] >= 512, r
+        assert sorted(r["where"]) == ["head", "node"], r  # 2 actors, 1 CPU per node: one on each
