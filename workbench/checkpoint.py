@@ -751,9 +751,12 @@ def _zip_members(path: str) -> dict[str, zipfile.ZipInfo]:
     for info in infos:
         name = info.filename
         if name not in (META, WEIGHTS, SIGNALS, MEMORY):
-            raise CheckpointError(f"{path}: unexpected member {name!r} in the archive")
+            raise CheckpointError(
+                f"{path}: unexpected member {_shown(name)} in the archive; a checkpoint holds only "
+                f"{META}, {WEIGHTS}, {SIGNALS} and {MEMORY}"
+            )
         if name in members:
-            raise CheckpointError(f"{path}: member {name!r} appears twice in the archive")
+            raise CheckpointError(f"{path}: member {name} appears twice in the archive")
         limit = _MEMBER_LIMITS.get(name, _physical_memory())
         if info.file_size > limit:
             raise CheckpointError(
