@@ -13,6 +13,16 @@ so opening a file from someone else is safe. Writes go to a temporary name and a
 place, so a crash mid-save leaves the previous checkpoint intact. A missing, corrupt, truncated,
 newer-version or other-algorithm file raises :class:`CheckpointError` naming the file and the
 problem, and nothing is half-loaded: a new agent is built and only returned when all of it loaded.
+
+Saving replaces only an earlier checkpoint (any other existing file or non-empty folder is refused,
+named, unless ``overwrite=True``), takes turns with other saves to the same folder, removes what
+earlier killed saves left, and gives every file the modes the umask asks for.
+
+Loading trusts nothing in the file: only regular files inside the checkpoint are read, ``.zip``
+members and ``.npy`` headers are checked by size before anything is extracted or allocated, every
+field of ``meta.json`` is checked for type and range (:func:`validate_meta`), sizes the file asks for
+are held to the ``MAX_*`` limits below and this machine's memory, optimizer moments to their
+parameters' shapes and a replay memory to the agent's spaces. Messages never quote file contents.
 """
 
 from __future__ import annotations
