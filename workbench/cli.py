@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--seed", type=int, default=None, help="random seed")
     train.add_argument("--out", default=None, help="save the run to this directory (or .zip) when done")
     train.add_argument("--memory", action="store_true", help="also save the replay memory")
+    train.add_argument(
+        "--overwrite", action="store_true", help="let --out replace an existing file or directory that is not a run"
+    )
     train.add_argument("--resume", default=None, metavar="RUN", help="continue a saved run")
     train.add_argument("--eval-every", type=int, default=None, help="evaluate every N env steps")
     train.add_argument("--eval-episodes", type=int, default=5, help="episodes per evaluation (default 5)")
@@ -103,6 +106,13 @@ def _train(args: argparse.Namespace) -> int:
         args.steps = spec.steps if spec is not None else 100_000
     if args.steps <= 0:
         raise SystemExit(f"workbench: --steps must be positive, got {args.steps}")
+    if args.out:
+        from .checkpoint import check_save_path
+
+        try:  # before training: a bad --out must not cost the run
+            check_save_path(args.out, overwrite=args.overwrite)
+        except OSError as exc:
+            raise SystemExit(f"workbench: --out {exc}") from None
     kwargs: dict[str, Any] = {
         "eval_every": args.eval_every,
         "eval_episodes": args.eval_episodes,
@@ -135,16 +145,15 @@ def _train(args: argparse.Namespace) -> int:
         rewards = "no episode finished yet"
     print(f"{session.status}: {session.steps} steps, {session.episodes} episodes, {rewards}")
     if args.out:
-        path = session.save(args.out, memory=args.memory)
+        path = session.save(args.out, memory=args.memory, overwrite=args.overwrite)
         print(f"saved to {path}")
     return 0
 
 
 def _play(args: argparse.Namespace) -> int:
-    from .agents.saving import agent_from_run
-    from .checkpoint import read_run
+    from .agents.saving import agent_from_run, read_saved
 
-    run = read_run(args.run)  # a directory or a .zip: the env id is in its meta.json either way
+    run = read_saved(args.run)  # a directory or a .zip: the env id is in its meta.json either way
     agent = agent_from_run(run).eval()
     env = args.env or run.meta.get("session", {}).get("env_id")
     if env is None:
@@ -157,10 +166,9 @@ def _play(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from .agents.saving import agent_from_run
-    from .checkpoint import read_run
+    from .agents.saving import agent_from_run, read_saved
 
-    agent = agent_from_run(read_run(args.run)).eval()
+    agent = agent_from_run(read_saved(args.run)).eval()
     try:
         path = agent.export(args.out)
     except ImportError as exc:

@@ -25,7 +25,7 @@ import torch
 
 from . import checkpoint
 from .agents.base import Agent
-from .agents.saving import agent_from_run
+from .agents.saving import agent_from_run, open_saved
 from .envs import EnvSource, as_env_source, describe_space
 from .loop import EpisodeTracker
 from .parallel import make_runner
@@ -336,21 +336,23 @@ class Session:
         self.signals.record("eval_reward", self.steps, mean, self.elapsed)
         return mean
 
-    def save(self, path: str | os.PathLike[str], *, memory: bool = False) -> str:
+    def save(self, path: str | os.PathLike[str], *, memory: bool = False, overwrite: bool = False) -> str:
         """Save the run (weights, optimizer, counters, schedules, signals; replay memory with
-        ``memory=True``) to a directory, or a ``.zip`` when ``path`` ends so. Returns the path."""
+        ``memory=True``) to a directory, or a ``.zip`` when ``path`` ends so. Returns the path.
+        An existing ``path`` is replaced only when it is a checkpoint (or an empty directory), unless
+        ``overwrite=True``; saves to one path from several threads take turns."""
         with self._cond:
             # Save a consistent state: a running session is paused for the write, then continues.
             was_running = self._status == "running" and not self._in_loop_thread()
             if was_running:
                 self.pause()
         try:
-            return self._write(path, memory=memory)
+            return self._write(path, memory=memory, overwrite=overwrite)
         finally:
             if was_running:
                 self._resume_paused()
 
-    def _write(self, path: str | os.PathLike[str], *, memory: bool = False) -> str:
+    def _write(self, path: str | os.PathLike[str], *, memory: bool = False, overwrite: bool = False) -> str:
         """Write the agent's state and this session's counters and signals to ``path``."""
         agent = self.agent
         state = agent.state()
@@ -374,14 +376,16 @@ class Session:
             tensors=state.tensors,
             signals=self.signals,
             memory=agent.memory_arrays() if memory else None,
+            overwrite=overwrite,
         )
 
     @classmethod
     def _resume_saved(cls, path: str | os.PathLike[str], env: Any = None, **kwargs: Any) -> Session:
         """Rebuild a saved session (``Session.resume(path, env)``) to continue training exactly
         where it stopped: counters, optimizer moments, schedules, signals and saved memory."""
-        run = checkpoint.read_run(path, memory=True, signals=True)
-        agent = agent_from_run(run).train()
+        with open_saved(path) as run:
+            agent = agent_from_run(run, memory=True).train()
+            signals = run.signals()
         saved = run.meta.get("session", {})
         if env is None:
             env = saved.get("env_id")
@@ -392,8 +396,7 @@ class Session:
                 )
         kwargs.setdefault("seed", saved.get("seed"))
         session = cls(agent, env, **kwargs)
-        assert run.signals is not None
-        for name, sig in run.signals.items():
+        for name, sig in signals.items():
             session.signals.signal(name).extend(*sig.snapshot())
         session.episodes = int(saved.get("episodes", 0))
         session._time_offset = float(saved.get("elapsed", 0.0))

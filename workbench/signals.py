@@ -4,12 +4,15 @@ A :class:`Signal` is one series (``episode_reward``, ``loss``, a user's own ``co
 Each point has the env step it was recorded at, its value and the wall time since the run began.
 The training thread appends; the dashboard, the app and the CSV exporter read snapshots.
 
-Memory stays bounded on long runs. A point costs 20 bytes (int64 step, float32 value, float64
+Memory stays bounded on long runs. A point costs 24 bytes (int64 step, float64 value, float64
 time), storage grows by doubling, and a signal holds at most ``max_points`` points (4 million by
-default, 80 MB). When it is full it keeps every second point and from then on records every second
+default, 96 MB). When it is full it keeps every second point and from then on records every second
 value (then every fourth, ...), so its span always reaches back to the first point at a coarser
-resolution. 10 million values recorded into one signal therefore cost at most 80 MB; the same
-values recorded into ten signals cost 10 x 20 bytes x 1 million = 200 MB.
+resolution. 10 million values recorded into one signal therefore cost at most 96 MB; the same
+values recorded into ten signals cost 10 x 24 bytes x 1 million = 240 MB.
+
+Values are stored as float64, Python's own float, so a value reads back exactly as it was recorded
+(``session.log("compression_ratio", 0.41)`` reads back 0.41, not float32's 0.4099999964).
 """
 
 from __future__ import annotations
@@ -75,7 +78,7 @@ class Signal:
         self.max_points = int(max_points)
         self._lock = threading.Lock()
         self._steps = np.empty(_INITIAL_CAPACITY, dtype=np.int64)
-        self._values = np.empty(_INITIAL_CAPACITY, dtype=np.float32)
+        self._values = np.empty(_INITIAL_CAPACITY, dtype=np.float64)
         self._times = np.empty(_INITIAL_CAPACITY, dtype=np.float64)
         self._size = 0
         self._stride = 1  # record every stride-th value once decimation has started
@@ -114,7 +117,7 @@ class Signal:
         Subscribers are not called for bulk appends (used when loading a saved run).
         """
         steps = np.asarray(steps, dtype=np.int64)
-        values = np.asarray(values, dtype=np.float32)
+        values = np.asarray(values, dtype=np.float64)
         times = np.asarray(times, dtype=np.float64)
         if not len(steps) == len(values) == len(times):
             raise ValueError(
@@ -203,7 +206,7 @@ class Signal:
 
     @property
     def values(self) -> np.ndarray:
-        """Value of each point (float32)."""
+        """Value of each point (float64: exactly what was recorded)."""
         return self.snapshot()[1]
 
     @property
@@ -358,7 +361,8 @@ class SignalSet:
 
     @classmethod
     def from_csv(cls, path: str | os.PathLike[str]) -> SignalSet:
-        """Read a file written by :meth:`to_csv`; raises ``ValueError`` naming the file and line."""
+        """Read a file written by :meth:`to_csv`; raises ``ValueError`` naming the file and line
+        (never quoting the file's contents, which may not be a signals file at all)."""
         path = os.fspath(path)
         out = cls()
         columns: dict[str, tuple[list[int], list[float], list[float]]] = {}
@@ -366,16 +370,20 @@ class SignalSet:
             reader = csv.reader(f)
             header = next(reader, None)
             if header != ["signal", "step", "value", "time"]:
-                raise ValueError(f"{path}: not a signals file (header is {header!r})")
+                raise ValueError(f"{path}: not a signals file (its first line is not signal,step,value,time)")
             for lineno, row in enumerate(reader, start=2):
                 try:
                     name, step, value, t = row
+                    if len(step) > 19 or not -(2**63) <= int(step) < 2**63:
+                        raise ValueError("step out of range")
                     col = columns.setdefault(name, ([], [], []))
                     col[0].append(int(step))
                     col[1].append(float(value))
                     col[2].append(float(t))
                 except ValueError as exc:
-                    raise ValueError(f"{path}, line {lineno}: malformed row {row!r}") from exc
+                    raise ValueError(
+                        f"{path}, line {lineno}: malformed row (expected name, integer step, value, time)"
+                    ) from exc
         for name, (steps, values, times) in columns.items():
             sig = out.signal(name)
             for s, v, t in zip(steps, values, times):

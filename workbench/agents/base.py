@@ -85,6 +85,21 @@ class EpisodeReturns(list):
         self.frames = frames
 
 
+def _check_moments(opt: torch.optim.Optimizer, moments: dict[int, dict[str, torch.Tensor]], name: str) -> None:
+    """Every per-parameter tensor of a saved optimizer state (Adam's moments) has its parameter's
+    shape: torch would accept a wrong one and silently never use it."""
+    params = [p for group in opt.param_groups for p in group["params"]]
+    for idx, entry in moments.items():
+        if not 0 <= idx < len(params):
+            raise ValueError(f"optimizer {name!r} has state for parameter {idx}, but it has {len(params)} parameters")
+        want = tuple(params[idx].shape)
+        for key, t in entry.items():
+            if t.dim() > 0 and tuple(t.shape) != want:
+                raise ValueError(
+                    f"optimizer {name!r} state {idx}/{key} has shape {tuple(t.shape)}, its parameter has {want}"
+                )
+
+
 def _agents_for(action_space: spaces.Space) -> list[str]:
     return sorted(
         cls.__name__ for cls in AGENTS.values() if isinstance(action_space, cls.action_spaces)
@@ -391,6 +406,7 @@ class Agent:
                 if k.startswith(prefix):
                     idx, key = k[len(prefix) :].split("/", 1)
                     moments.setdefault(int(idx), {})[key] = v
+            _check_moments(opt, moments, name)
             param_groups = []
             for g in groups[name]:
                 g = dict(g)
@@ -465,15 +481,17 @@ class Agent:
             raise ValueError(f"{self.algorithm} has no replay memory to save; call save(path) without memory=True")
         return memory.state_arrays()
 
-    def save(self, path: str | os.PathLike[str], *, memory: bool = False) -> str:
+    def save(self, path: str | os.PathLike[str], *, memory: bool = False, overwrite: bool = False) -> str:
         """Save this agent alone (weights, optimizer, counters; replay memory with ``memory=True``)
-        in the format ``wb.load`` reads. ``session.save`` also keeps the run's signals."""
+        in the format ``wb.load`` reads. ``session.save`` also keeps the run's signals. An existing
+        ``path`` is replaced only when it is a checkpoint, unless ``overwrite=True``."""
         state = self.state()
         return checkpoint.write_run(
             path,
             meta={**self.describe(), **state.data},
             tensors=state.tensors,
             memory=self.memory_arrays() if memory else None,
+            overwrite=overwrite,
         )
 
     def export(self, path: str | os.PathLike[str], *, format: str | None = None) -> str:

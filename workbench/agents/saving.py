@@ -12,12 +12,35 @@ import dataclasses
 import os
 from typing import Any
 
-from ..checkpoint import META, WEIGHTS, CheckpointError, SavedRun, read_run, space_from_json
+from ..checkpoint import MEMORY, META, WEIGHTS, CheckpointError, OpenRun, SavedRun, open_run, read_run, space_from_json
 from ..exploration import exploration_from_dict
 from ..schedules import schedule_from_dict
 from .base import AGENTS, Agent, AgentState
 
-__all__ = ["agent_from_run", "load"]
+__all__ = ["agent_from_run", "config_of", "known_algorithms", "load", "open_saved", "read_saved"]
+
+
+def config_of(algorithm: str) -> type | None:
+    """The config dataclass of a saved algorithm name (None when no registered agent has it)."""
+    cls = AGENTS.get(algorithm.lower())
+    return None if cls is None else cls.Config
+
+
+def known_algorithms() -> str:
+    """The registered agents' names, for messages."""
+    return ", ".join(sorted(c.__name__ for c in AGENTS.values()))
+
+
+def open_saved(path: str | os.PathLike[str]) -> Any:
+    """:func:`~workbench.checkpoint.open_run` for a saved agent: its algorithm must be a registered
+    agent and its hyperparameters fit that agent's config."""
+    return open_run(path, config_of, known_algorithms())
+
+
+def read_saved(path: str | os.PathLike[str]) -> SavedRun:
+    """:func:`~workbench.checkpoint.read_run` for a saved agent (meta and weights, validated
+    against the registered agent's config)."""
+    return read_run(path, config_of, known_algorithms())
 
 
 def _decode_hyperparameters(cls: type[Agent], hyper: dict[str, Any]) -> dict[str, Any]:
@@ -36,17 +59,13 @@ def _decode_hyperparameters(cls: type[Agent], hyper: dict[str, Any]) -> dict[str
     return out
 
 
-def agent_from_run(run: SavedRun, expected: type[Agent] | None = None) -> Agent:
-    """Rebuild the agent of a saved run (in training mode) with its state restored; its replay
-    memory too when the run was read with ``memory=True``."""
+def agent_from_run(run: OpenRun | SavedRun, expected: type[Agent] | None = None, *, memory: bool = False) -> Agent:
+    """Rebuild the agent of a saved run (in training mode) with its state restored, and with
+    ``memory=True`` its replay memory (from a run opened with :func:`open_saved`)."""
     meta = run.meta
-    algorithm = str(meta.get("algorithm", "")).lower()
-    if algorithm not in AGENTS:
-        raise CheckpointError(
-            f"{run.label(META)}: unknown algorithm {meta.get('algorithm')!r}; known: "
-            f"{', '.join(sorted(c.__name__ for c in AGENTS.values()))}"
-        )
-    cls = AGENTS[algorithm]
+    cls = AGENTS.get(str(meta.get("algorithm", "")).lower())
+    if cls is None:
+        raise CheckpointError(f"{run.label(META)}: unknown algorithm; known: {known_algorithms()}")
     if expected is not None and cls is not expected:
         raise CheckpointError(f"{run.label(META)}: holds a {cls.__name__} agent, not {expected.__name__}")
     try:
@@ -58,13 +77,25 @@ def agent_from_run(run: SavedRun, expected: type[Agent] | None = None) -> Agent:
         raise
     except (KeyError, TypeError, ValueError) as exc:
         raise CheckpointError(f"{run.label(META)}: cannot rebuild the agent ({exc})") from None
+    tensors = run.tensors()
     try:
-        agent.restore(AgentState(run.tensors, meta))
+        agent.restore(AgentState(tensors, meta))
+    except CheckpointError:
+        raise
     except (KeyError, RuntimeError, ValueError) as exc:
-        raise CheckpointError(f"{run.label(WEIGHTS)}: does not fit the agent ({exc})") from None
-    memory = getattr(agent, "memory", None)
-    if run.memory is not None and memory is not None:
-        memory.load_arrays(run.memory, run.label("memory.npz"))
+        raise CheckpointError(f"{run.label(WEIGHTS)}: {exc}; it does not fit the {cls.__name__} agent") from None
+    replay = getattr(agent, "memory", None)
+    if memory and replay is not None:
+        # A saved memory of this agent is never larger than the one it just allocated for its spaces.
+        budget = sum(getattr(replay, name).nbytes for name in replay.FIELDS) + 2**16 * len(replay.FIELDS)
+        arrays = run.memory(budget)
+        if arrays is not None:
+            try:
+                replay.load_arrays(arrays, run.label(MEMORY), action_space=agent.action_space)
+            except CheckpointError:
+                raise
+            except ValueError as exc:
+                raise CheckpointError(str(exc)) from None
     return agent
 
 
@@ -74,4 +105,4 @@ def load(path: str | os.PathLike[str]) -> Agent:
     ``path`` is a directory written by ``session.save`` or a ``.zip`` of one. Raises
     :class:`~workbench.checkpoint.CheckpointError` naming the file and the problem when it cannot be read.
     """
-    return agent_from_run(read_run(path)).eval()
+    return agent_from_run(read_saved(path)).eval()

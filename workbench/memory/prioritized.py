@@ -8,6 +8,8 @@ importance weights ``(N * P(i)) ** -beta``, divided by the largest weight in the
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .replay import ReplayBatch, ReplayMemory
@@ -137,10 +139,14 @@ class PrioritizedReplayMemory(ReplayMemory):
         self.max_priority = max(self.max_priority, float(priorities.max()))
         self.tree.update(indices, priorities**self.alpha)
 
-    def load_arrays(self, arrays: dict[str, np.ndarray], source: str = "memory") -> None:
+    def load_arrays(
+        self, arrays: dict[str, np.ndarray], source: str = "memory", *, action_space: Any = None
+    ) -> None:
         """Replace the contents (priorities included) and rebuild the sum-tree."""
+        if "priorities" in arrays and len(arrays["priorities"]) and (np.asarray(arrays["priorities"]) < 0).any():
+            raise ValueError(f"{source}: array 'priorities' holds negative priorities")
         self.tree.leaves[:] = 0.0
-        super().load_arrays(arrays, source)
+        super().load_arrays(arrays, source, action_space=action_space)
         self.tree.rebuild()
         if self.size:
             self.max_priority = max(1.0, float(self.priorities[: self.size].max()) ** (1.0 / max(self.alpha, 1e-8)))

@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
+import gymnasium as gym
 import numpy as np
 import torch
 
 from ..checkpoint import read_npz, write_npz
 
-__all__ = ["ReplayBatch", "ReplayMemory"]
+__all__ = ["ReplayBatch", "ReplayMemory", "check_transitions"]
 
 
 class ReplayBatch(NamedTuple):
@@ -25,6 +26,45 @@ class ReplayBatch(NamedTuple):
     discounts: torch.Tensor
     weights: torch.Tensor
     indices: np.ndarray
+
+
+def _first_bad(mask: np.ndarray) -> int:
+    return int(np.flatnonzero(mask.reshape(len(mask), -1).any(axis=1))[0])
+
+
+def check_transitions(
+    arrays: dict[str, np.ndarray], fields: tuple[str, ...], source: str, action_space: gym.Space | None = None
+) -> None:
+    """Raise ``ValueError`` naming ``source``, the array and its first bad row when saved
+    transitions hold what no run records: NaN or infinite numbers, ``dones`` other than 0 or 1,
+    ``discounts`` outside [0, 1], or actions outside a discrete ``action_space``."""
+    for name in fields:
+        arr = arrays[name]
+        if arr.dtype.kind == "f" and len(arr) and not np.isfinite(arr).all():
+            raise ValueError(f"{source}: array {name!r} row {_first_bad(~np.isfinite(arr))} is NaN or infinite")
+    dones, discounts = arrays["dones"], arrays["discounts"]
+    if len(dones) and not np.isin(dones, (0, 1)).all():
+        raise ValueError(f"{source}: array 'dones' row {_first_bad(~np.isin(dones, (0, 1)))} is not 0 or 1")
+    outside = (discounts < 0) | (discounts > 1)
+    if len(discounts) and outside.any():
+        raise ValueError(f"{source}: array 'discounts' row {_first_bad(outside)} is outside [0, 1]")
+    actions = arrays["actions"]
+    if action_space is None or not len(actions):
+        return
+    if isinstance(action_space, gym.spaces.Discrete):
+        # Stored as the index of the action (0 .. n-1), which the update uses to pick a Q-value.
+        bad = (actions < 0) | (actions >= action_space.n)
+        if actions.dtype.kind == "f":
+            bad |= actions != np.round(actions)
+        if bad.any():
+            row = _first_bad(bad)
+            action = actions.reshape(len(actions), -1)[row][0].item()
+            raise ValueError(
+                f"{source}: array 'actions' row {row} holds action {action!r}, "
+                f"outside the action space {action_space}"
+            )
+    # Continuous actions are stored rescaled to [-1, 1] by the agent, so only their finiteness
+    # (checked above) says anything about the space.
 
 
 class ReplayMemory:
@@ -117,20 +157,31 @@ class ReplayMemory:
             order = (self.pos + np.arange(self.capacity)) % self.capacity
         return {name: getattr(self, name)[order] for name in self.FIELDS}
 
-    def load_arrays(self, arrays: dict[str, np.ndarray], source: str = "memory") -> None:
-        """Replace the contents with ``arrays`` (as written by :meth:`state_arrays`)."""
+    def load_arrays(
+        self, arrays: dict[str, np.ndarray], source: str = "memory", *, action_space: gym.Space | None = None
+    ) -> None:
+        """Replace the contents with ``arrays`` (as written by :meth:`state_arrays`).
+
+        Every array is checked before anything is replaced: shapes against this memory's, values
+        for what a transition can hold (finite numbers, ``dones`` 0 or 1, ``discounts`` in [0, 1]) and,
+        given ``action_space``, every action against it. A ``ValueError`` names ``source``, the array
+        and the first bad row.
+        """
         missing = [f for f in self.FIELDS if f not in arrays]
         if missing:
             raise ValueError(f"{source}: missing arrays {', '.join(missing)}")
-        n = len(arrays["rewards"])
+        n = len(arrays["rewards"]) if np.ndim(arrays["rewards"]) else -1
         for name in self.FIELDS:
             arr = arrays[name]
             want = getattr(self, name)
-            if len(arr) != n or arr.shape[1:] != want.shape[1:]:
+            if arr.ndim == 0 or len(arr) != n or arr.shape[1:] != want.shape[1:]:
                 raise ValueError(
                     f"{source}: array {name!r} has shape {arr.shape}, expected "
-                    f"({n}, {', '.join(map(str, want.shape[1:]))}) for this agent's spaces"
+                    f"({max(n, 0)}, {', '.join(map(str, want.shape[1:]))}) for this agent's spaces"
                 )
+            if arr.dtype.kind not in "biuf":
+                raise ValueError(f"{source}: array {name!r} has dtype {arr.dtype}, expected numbers")
+        check_transitions(arrays, self.FIELDS, source, action_space)
         keep = min(n, self.capacity)  # a larger saved memory keeps its newest transitions
         for name in self.FIELDS:
             arr = getattr(self, name)

@@ -20,10 +20,10 @@ function the session uses in-process, and sends back the stacked transitions wit
 observed had it stepped the envs itself. The replica gets the learner's declared network weights
 (``Agent.network_weights``), nothing else.
 
-Ray starts on first use: ``ray.init()`` starts a local Ray (no dashboard, nothing listening beyond
-this machine) when none is running, and shuts it down again when the run ends; ``ray_address="auto"``
-or ``"ray://host:10001"`` joins a running cluster instead. Start Ray yourself (``ray.init()``) to keep
-it between runs.
+Ray starts on first use: ``ray.init()`` starts a local Ray (no dashboard, every socket bound to
+127.0.0.1, so nothing is reachable from other machines) when none is running, and shuts it down
+again when the run ends; ``ray_address="auto"``, ``"HOST:6379"`` or ``"ray://host:10001"`` joins a
+running cluster instead. Start Ray yourself (``ray.init()``) to keep it between runs.
 """
 
 from __future__ import annotations
@@ -118,6 +118,32 @@ class _RolloutWorker:
         return transitions, self.obs, time.perf_counter() - start
 
 
+def _init_private_ray(ray: Any, options: dict[str, Any]) -> None:
+    """``ray.init(**options)`` for a Ray that listens on the loopback interface only.
+
+    Ray turns ``_node_ip_address="127.0.0.1"`` into the machine's external address unless its
+    cluster support is off (as on macOS and Windows), and with an external node address its servers
+    listen on every interface. So the flag is turned off while this Ray starts, in this process
+    (``ray_constants.ENABLE_RAY_CLUSTER``) and in the processes it starts (their environment).
+    """
+    from ray._private import ray_constants
+
+    name = ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR
+    saved_flag, saved_env = ray_constants.ENABLE_RAY_CLUSTER, os.environ.get(name)
+    loopback = options.get("_node_ip_address") in ("127.0.0.1", "localhost", "::1")
+    if loopback:
+        ray_constants.ENABLE_RAY_CLUSTER = False
+        os.environ[name] = "0"
+    try:
+        ray.init(**options)
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved_flag
+        if saved_env is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = saved_env
+
+
 def _kill_actors(actors: list[Any], owns_ray: bool) -> None:
     try:
         import ray
@@ -195,10 +221,12 @@ class RayRunner:
                 cores = os.cpu_count() or 1
                 options["num_cpus"] = max(cores, int(np.ceil(num_workers * cpus_per_worker)))
                 options["_node_ip_address"] = "127.0.0.1"  # a private Ray: reachable from this machine only
+                options.update(ray_init or {})
+                _init_private_ray(ray, options)
             else:
                 options["address"] = ray_address
-            options.update(ray_init or {})
-            ray.init(**options)
+                options.update(ray_init or {})
+                ray.init(**options)
             self.owns_ray = True
         total = ray.cluster_resources().get("CPU", 0.0)
         if total < num_workers * cpus_per_worker:
