@@ -75,6 +75,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--set", action="append", default=[], metavar="NAME=VALUE", help="override a hyperparameter (repeatable)"
     )
     train.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    train.add_argument("--tensorboard", default=None, metavar="DIR", help="also log to TensorBoard event files in DIR")
+    train.add_argument(
+        "--mlflow", default=None, metavar="URI",
+        help="also log to MLflow: a directory (local file store, e.g. mlruns) or a tracking server's URI",
+    )
+    train.add_argument("--wandb", action="store_true", help="also log to Weights & Biases, offline (runs/wandb)")
 
     play = sub.add_parser("play", help="play a saved agent", description="Play a saved agent deterministically.")
     play.add_argument("run", help="a saved run (directory or .zip)")
@@ -104,6 +110,9 @@ def _train(args: argparse.Namespace) -> int:
         if args.backend != "ray":
             raise SystemExit("workbench: --ray-address needs --backend ray")
         kwargs["ray_address"] = args.ray_address
+    sinks = _sinks(args)
+    if sinks:
+        kwargs["sinks"] = sinks
     if args.resume:
         session = Session.resume(args.resume, args.env, **kwargs)
         if args.seed is not None:
@@ -129,6 +138,27 @@ def _train(args: argparse.Namespace) -> int:
         path = session.save(args.out, memory=args.memory)
         print(f"saved to {path}")
     return 0
+
+
+def _sinks(args: argparse.Namespace) -> list[Any]:
+    """The experiment trackers asked for with --tensorboard, --mlflow and --wandb."""
+    sinks: list[Any] = []
+    try:
+        if args.tensorboard:
+            from .tracking import TensorBoard
+
+            sinks.append(TensorBoard(args.tensorboard))
+        if args.mlflow:
+            from .tracking import MLflow
+
+            sinks.append(MLflow(args.mlflow))
+        if args.wandb:
+            from .tracking import WandB
+
+            sinks.append(WandB(offline=True))
+    except ImportError as exc:
+        raise SystemExit(f"workbench: {exc}") from None
+    return sinks
 
 
 def _play(args: argparse.Namespace) -> int:
