@@ -39,11 +39,11 @@ _LAZY: dict[str, tuple[str, str, str]] = {
     "MLflow": (".tracking", "MLflow", "mlflow"),
     "PlayViewer": (".ui", "PlayViewer", "notebook"),
     "Sink": (".tracking", "Sink", "tracking"),
-    "Sweep": (".sweep", "Sweep", "optuna"),
+    "Sweep": (".sweeps", "Sweep", "optuna"),
     "TensorBoard": (".tracking", "TensorBoard", "tensorboard"),
     "WandB": (".tracking", "WandB", "wandb"),
     "compare": (".ui", "compare", "notebook"),
-    "sweep": (".sweep", "sweep", "optuna"),
+    "sweep": (".sweeps", "sweep", "optuna"),
 }
 
 __all__ = [

@@ -1,0 +1,130 @@
+"""Sweeps on Optuna: real CartPole trials that prune, stop, resume from their SQLite file, and run in parallel."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+import pytest
+
+optuna = pytest.importorskip("optuna")
+
+import workbench as wb  # noqa: E402
+from workbench.sweeps import parse_space  # noqa: E402
+
+
+def make_dqn(eps: float = 1.0, lr: float = 1e-3, stuck: bool = False):
+    """A DQN that never learns within the budget, so its reward depends on the sampled values alone:
+    eps=1.0 plays at random (~22 per CartPole episode); ``stuck`` always pushes left (~9), a poor trial by design."""
+    import torch
+
+    agent = wb.DQN("CartPole-v1", learning_rate=lr, learning_starts=0, train_freq=10**6,
+                   exploration=wb.EpsilonGreedy(0.0 if stuck else eps, 0.0 if stuck else eps, 0.1))
+    if stuck:
+        with torch.no_grad():
+            params = list(agent.q_net.parameters())
+            for p in params:
+                p.zero_()
+            params[-1][0] = 1.0  # Q(left) = 1, Q(right) = 0 whatever the observation
+    return agent
+
+
+FAST = dict(steps=1_200, metric="episode_reward", window=5, report_every=300)
+
+
+def test_space_rules():
+    dists, choices = parse_space({"lr": (1e-5, 1e-2), "clip": (-1.0, 1.0), "n": (1, 8), "epochs": [5, 10],
+                                  "arch": [(64, 64), (256,)], "gamma": optuna.distributions.FloatDistribution(0.9, 0.99)})
+    assert dists["lr"].log and not dists["clip"].log
+    assert isinstance(dists["n"], optuna.distributions.IntDistribution)
+    assert dists["epochs"].choices == (5, 10)
+    assert choices["arch"]["(64, 64)"] == (64, 64)
+    assert dists["gamma"].high == 0.99
+    for bad, match in [({"lr": (1e-2,)}, "exactly two numbers"), ({"lr": (1.0, 0.1)}, "low < high"),
+                       ({"lr": 0.1}, r"space\['lr'\] = 0.1 is not a search range"), ({}, "non-empty"),
+                       ({"n": []}, "empty list")]:
+        with pytest.raises(ValueError, match=match):
+            parse_space(bad)
+
+
+def test_bad_arguments_are_named(tmp_path):
+    with pytest.raises(ValueError, match="trials must be a positive integer, got 0"):
+        wb.sweep(make_dqn, "CartPole-v1", {"eps": [1.0]}, trials=0, storage=tmp_path / "s.db")
+    with pytest.raises(ValueError, match="prune='always'"):
+        wb.sweep(make_dqn, "CartPole-v1", {"eps": [1.0]}, prune="always", storage=tmp_path / "s.db")
+    with pytest.raises(ValueError, match="env instance"):
+        import gymnasium as gym
+
+        wb.sweep(make_dqn, gym.make("CartPole-v1"), {"eps": [1.0]}, parallel=2, storage=tmp_path / "s.db")
+
+
+def test_a_sweep_prunes_a_poor_trial_and_finds_the_best(tmp_path):
+    s = wb.sweep(make_dqn, "CartPole-v1", {"stuck": [False, True]}, trials=2, prune="median",
+                 storage=tmp_path / "s.db", start=False, **{**FAST, "steps": 8_000})
+    s.study.enqueue_trial({"stuck": False})   # a random policy first...
+    s.study.enqueue_trial({"stuck": True})    # ...then one that always pushes left, far below its median
+    s.pruner = optuna.pruners.MedianPruner(n_startup_trials=1)  # prune from the second trial on
+    s.start().wait()
+    assert s.status == "finished"
+    results = s.results()
+    assert [r.state for r in results] == ["complete", "pruned"]
+    assert results[0].steps == 8_000 and results[1].steps < 8_000  # the poor one stopped early
+    assert results[1].curve and results[1].curve[0][0] % 300 == 0
+    assert s.best.params == {"stuck": False} and s.best.value > 15
+    table = s.table()
+    assert list(table["state"]) == ["complete", "pruned"]
+    assert "stuck" in table.columns and "episode_reward" in table.columns
+    assert "1 complete, 1 pruned of 2" in repr(s) and "best episode_reward" in repr(s)
+
+
+def test_stop_then_resume_from_the_sqlite_file(tmp_path):
+    db = tmp_path / "study.db"
+    s = wb.sweep(make_dqn, "CartPole-v1", {"eps": [1.0, 0.5], "lr": (1e-4, 1e-2)}, trials=3, prune=False,
+                 storage=db, steps=20_000, metric="episode_reward", report_every=500)
+    deadline = time.monotonic() + 60
+    while not any(r.state == "running" and r.steps > 0 for r in s.results()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    s.pause()
+    assert s.status == "paused"
+    s.resume()
+    s.stop()
+    assert s.status == "stopped"
+    first = s.results()
+    assert [r.state for r in first] == ["interrupted"]
+    interrupted_params = first[0].params
+
+    # A new process would do the same: open the file, find the one study, go on until 3 trials ended.
+    with sqlite3.connect(db) as con:  # a plain SQLite file
+        assert con.execute("select count(*) from trials").fetchone()[0] == 1
+    resumed = wb.Sweep(make_dqn, "CartPole-v1", {"eps": [1.0, 0.5], "lr": (1e-4, 1e-2)}, trials=3, prune=False,
+                       storage=db, steps=600, metric="episode_reward", report_every=300)
+    assert resumed.name == s.name
+    resumed.run()
+    states = [r.state for r in resumed.results()]
+    assert states == ["interrupted", "complete", "complete", "complete"]
+    assert resumed.results()[1].params == interrupted_params  # the interrupted trial ran again first
+    assert resumed.best is not None
+
+    with pytest.raises(ValueError, match="another space"):
+        wb.Sweep(make_dqn, "CartPole-v1", {"eps": [1.0]}, storage=db, metric="episode_reward")
+
+
+def test_every_trial_failing_fails_the_sweep(tmp_path):
+    def broken(eps):
+        raise ValueError(f"no agent for eps={eps}")
+
+    s = wb.sweep(broken, "CartPole-v1", {"eps": [1.0]}, trials=2, storage=tmp_path / "s.db", **FAST)
+    with pytest.raises(RuntimeError, match="every trial .* failed.*no agent for eps=1.0"):
+        s.wait()
+    assert s.status == "failed"
+
+
+@pytest.mark.slow
+def test_parallel_trials_run_in_worker_processes(tmp_path):
+    s = wb.sweep(make_dqn, "CartPole-v1", {"eps": [1.0, 0.0]}, trials=4, parallel=2, prune=False,
+                 storage=tmp_path / "p.db", **FAST)
+    s.wait(timeout=240)
+    assert s.status == "finished"
+    results = s.results()
+    assert len(results) >= 4 and sum(r.state == "complete" for r in results) >= 4
+    assert all(r.steps >= FAST["steps"] for r in results if r.state == "complete")
