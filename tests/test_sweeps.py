@@ -128,3 +128,47 @@ def test_parallel_trials_run_in_worker_processes(tmp_path):
     results = s.results()
     assert len(results) >= 4 and sum(r.state == "complete" for r in results) >= 4
     assert all(r.steps >= FAST["steps"] for r in results if r.state == "complete")
+
+
+def test_cli_sweep_over_an_agent_name(tmp_path, capsys):
+    from workbench.cli import main
+
+    db = tmp_path / "cli.db"
+    code = main(["sweep", "dqn", "CartPole-v1", "--space", "learning_rate=1e-4..1e-2", "--space", "gamma=[0.9, 0.99]",
+                 "--trials", "2", "--steps", "400", "--metric", "episode_reward", "--prune", "none",
+                 "--storage", str(db), "--name", "cli"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert out.count(" complete: episode_reward=") == 2 and "best episode_reward=" in out
+    # The same command again resumes the finished study: nothing more to run.
+    assert main(["sweep", "dqn", "CartPole-v1", "--space", "learning_rate=1e-4..1e-2", "--space", "gamma=[0.9, 0.99]",
+                 "--trials", "2", "--steps", "400", "--metric", "episode_reward", "--storage", str(db)]) == 0
+    assert "trial 2" not in capsys.readouterr().out
+
+
+def test_cli_space_syntax_errors():
+    from workbench.sweep_cli import parse_space_args
+
+    assert parse_space_args(["lr=1e-5..1e-2", "arch=[[64, 64], [128]]", "n=1..8"]) == {
+        "lr": (1e-5, 1e-2), "arch": [(64, 64), (128,)], "n": (1, 8)}
+    for bad in ["lr", "lr=0.1", "lr=a..b", "lr=[1, 2"]:
+        with pytest.raises(SystemExit):
+            parse_space_args([bad])
+
+
+@pytest.mark.slow
+def test_cli_sweep_over_a_function_in_a_file_in_worker_processes(tmp_path, capsys, monkeypatch):
+    from workbench.cli import main
+
+    (tmp_path / "tune.py").write_text(
+        "import workbench as wb\n"
+        "space = {'learning_rate': (1e-4, 1e-2)}\n"
+        "def make_agent(learning_rate):\n"
+        "    return wb.DQN('CartPole-v1', learning_rate=learning_rate)\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    assert main(["sweep", "tune.py:make_agent", "CartPole-v1", "--trials", "2", "--parallel", "2", "--steps", "400",
+                 "--metric", "episode_reward", "--prune", "none"]) == 0
+    out = capsys.readouterr().out
+    assert out.count(" complete: ") == 2 and "finished: best" in out
+    assert list((tmp_path / "runs" / "sweeps").glob("*.db"))

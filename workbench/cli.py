@@ -1,4 +1,4 @@
-"""The command line: ``workbench train`` and ``workbench play``, over the same public API."""
+"""The command line: ``workbench train``, ``workbench play`` and ``workbench sweep``, over the same public API."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="workbench",
         description="Train and play reinforcement-learning agents; every run is a live session.",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,play}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,play,sweep}")
 
     train = sub.add_parser(
         "train",
@@ -87,6 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
     play.add_argument("--env", default=None, help="env id (default: the one the run was trained on)")
     play.add_argument("--episodes", type=int, default=1, help="episodes to play (default 1)")
     play.add_argument("--seed", type=int, default=None, help="seed of the first episode")
+
+    from .sweep_cli import add_parser as add_sweep_parser
+
+    add_sweep_parser(sub)
     return parser
 
 
@@ -190,6 +194,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "train":
             return _train(args)
+        if args.command == "sweep":
+            from .sweep_cli import run as run_sweep
+
+            return run_sweep(args)
         return _play(args)
     except (ValueError, TypeError) as exc:
         print(f"workbench: error: {exc}", file=sys.stderr)

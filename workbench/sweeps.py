@@ -389,7 +389,9 @@ class Sweep:
         session_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
         if not callable(make_agent):
-            raise TypeError(f"make_agent must be a function that builds an agent from the sampled values, got {make_agent!r}")
+            raise TypeError(
+                f"make_agent must be a function that builds an agent from the sampled values, got {make_agent!r}"
+            )
         for label, value in (("trials", trials), ("steps", steps), ("parallel", parallel)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{label} must be a positive integer, got {value!r}")
