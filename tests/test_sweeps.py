@@ -172,3 +172,23 @@ def test_cli_sweep_over_a_function_in_a_file_in_worker_processes(tmp_path, capsy
     out = capsys.readouterr().out
     assert out.count(" complete: ") == 2 and "finished: best" in out
     assert list((tmp_path / "runs" / "sweeps").glob("*.db"))
+
+
+def test_the_notebook_view_fills_in_the_table_curves_and_importances(tmp_path):
+    pytest.importorskip("ipywidgets")
+    s = wb.sweep(make_dqn, "CartPole-v1", {"eps": (0.05, 1.0), "lr": (1e-4, 1e-2)}, trials=4, prune=False,
+                 storage=tmp_path / "v.db", **{**FAST, "steps": 600})
+    view = s.dashboard()
+    try:
+        assert view.buttons["Pause"].disabled is False and view.buttons["Start"].disabled is True
+        s.wait()
+        view.refresh()
+        assert view.table.value.count("<tr") == 5  # header and four trials
+        assert "complete" in view.table.value and "finished" in view.status.value
+        assert len(view.curves.data) == 4
+        assert max(t.line.width for t in view.curves.data) == 3  # the best trial, bold
+        assert set(view.importance.data[0].y) == {"eps", "lr"}
+        assert view.buttons["Start"].disabled is False and view.buttons["Stop"].disabled is True
+    finally:
+        view.close()
+    assert not view.timer_alive
