@@ -192,3 +192,50 @@ def test_the_notebook_view_fills_in_the_table_curves_and_importances(tmp_path):
     finally:
         view.close()
     assert not view.timer_alive
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_ray_tune_backend_runs_trials_into_the_same_study(tmp_path, monkeypatch):
+    pytest.importorskip("ray.tune")
+    monkeypatch.chdir(tmp_path)  # Tune writes its own files under runs/sweeps/ray
+
+    def make_agent(eps, stuck):  # defined here and self-contained: sent to Ray's workers by value
+        import workbench
+
+        return workbench.DQN("CartPole-v1", learning_starts=0, train_freq=10**6,
+                             exploration=workbench.EpsilonGreedy(eps, eps, 0.1))
+
+    s = wb.sweep(make_agent, "CartPole-v1", {"eps": (0.1, 1.0), "stuck": [False, True]}, trials=3, parallel=2,
+                 backend="ray", prune=False, storage=tmp_path / "ray.db", **{**FAST, "steps": 900})
+    with pytest.raises(RuntimeError, match="cannot pause"):
+        s.pause()
+    s.wait(timeout=300)
+    assert s.status == "finished", s.error
+    results = s.results()
+    assert [r.state for r in results] == ["complete"] * 3
+    for r in results:  # reported at env steps on the grid, as the local backend does
+        assert r.steps == 900 and r.curve and all(st % 300 == 0 for st, _ in r.curve), r
+    assert s.best is not None
+    # The same study resumes on the local backend: nothing left to run.
+    again = wb.Sweep(make_agent, "CartPole-v1", {"eps": (0.1, 1.0), "stuck": [False, True]}, trials=3,
+                     storage=tmp_path / "ray.db", **{**FAST, "steps": 900})
+    again.run()
+    assert len(again.results()) == 3
+
+
+def test_ray_prune_settings_map_to_tune_schedulers(tmp_path):
+    pytest.importorskip("ray.tune")
+    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
+
+    from workbench.sweeps_ray import _scheduler
+
+    def build(prune):
+        return wb.Sweep(make_dqn, "CartPole-v1", {"eps": [1.0]}, backend="ray", prune=prune,
+                        storage=tmp_path / "r.db", name=f"r{prune}", **FAST)
+
+    assert isinstance(_scheduler(build(True)), MedianStoppingRule)
+    assert isinstance(_scheduler(build("asha")), ASHAScheduler)
+    assert isinstance(_scheduler(build(False)), FIFOScheduler)
+    with pytest.raises(ValueError, match="does not work with backend='ray'"):
+        build(optuna.pruners.MedianPruner())

@@ -243,13 +243,33 @@ def _counted(study: optuna.Study) -> int:
     return n
 
 
-def _run_trial(spec: _Spec, trial: optuna.Trial, params: dict[str, Any], stop: Any, pause: Any) -> float:
+class _Never:
+    """A control event that is never set (Ray Tune trials have no pause)."""
+
+    def is_set(self) -> bool:
+        return False
+
+
+def _run_trial(
+    spec: _Spec,
+    params: dict[str, Any],
+    seed: int,
+    report: Callable[[float, int], bool],
+    progress: Callable[[int], None],
+    stop: Any,
+    pause: Any,
+) -> float:
+    """Train one trial's session; ``report(score, grid_step)`` returns True to prune it.
+
+    Shared by the Optuna workers and the Ray Tune trainable. Returns the final score; raises
+    ``_Pruned`` or ``_Interrupted`` when the trial ended early for those reasons.
+    """
     agent = spec.make_agent(**params)
     kwargs = dict(spec.session_kwargs)
     if spec.eval_every is not None:
         kwargs.setdefault("eval_every", spec.eval_every)
         kwargs.setdefault("eval_episodes", spec.eval_episodes)
-    session = Session(agent, spec.env, seed=spec.seed + trial.number, **kwargs)
+    session = Session(agent, spec.env, seed=seed, **kwargs)
     arrived: list[tuple[int, float]] = []  # the metric's points, appended by the training thread
 
     def on_point(name: str, step: int, value: float) -> None:  # training thread: one append
@@ -282,14 +302,13 @@ def _run_trial(spec: _Spec, trial: optuna.Trial, params: dict[str, Any], stop: A
             grid = (step // spec.report_every) * spec.report_every
             if grid > reported:
                 reported = grid
-                trial.report(sum(recent) / len(recent), grid)
-                if trial.should_prune():
+                if report(sum(recent) / len(recent), grid):
                     pruned = True
                     session.stop()
                     break
         now = time.monotonic()
         if ended or now - last_progress >= _PROGRESS_S:
-            trial.set_user_attr("steps", int(session.steps))
+            progress(int(session.steps))
             last_progress = now
         if ended or pruned:
             session.wait()
@@ -322,8 +341,16 @@ def _run_trials(spec: _Spec, stop: Any, pause: Any, worker: int) -> None:
             return
         trial = study.ask(spec.dists)
         params = _decode(trial.params, spec.choices)
+
+        def report(score: float, step: int, trial: optuna.Trial = trial) -> bool:
+            trial.report(score, step)
+            return trial.should_prune()
+
+        def progress(steps: int, trial: optuna.Trial = trial) -> None:
+            trial.set_user_attr("steps", steps)
+
         try:
-            value = _run_trial(spec, trial, params, stop, pause)
+            value = _run_trial(spec, params, spec.seed + trial.number, report, progress, stop, pause)
         except _Pruned:
             study.tell(trial, state=TrialState.PRUNED)
         except _Interrupted:
@@ -386,6 +413,7 @@ class Sweep:
         eval_every: int | None = None,
         eval_episodes: int = 5,
         backend: str = "optuna",
+        ray_address: str | None = None,
         session_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
         if not callable(make_agent):
@@ -402,10 +430,9 @@ class Sweep:
         if backend not in ("optuna", "ray"):
             raise ValueError(f"backend must be 'optuna' (local worker processes) or 'ray' (Ray Tune), got {backend!r}")
         if backend == "ray":
-            raise NotImplementedError(
-                "backend='ray' (Ray Tune) is not available yet: use backend='optuna' with parallel=N worker "
-                "processes; several machines can share one study through a database storage URL (storage=...)"
-            )
+            from .sweeps_ray import check_ray_prune
+
+            check_ray_prune(prune)
         self.dists, self.choices = parse_space(space)
         self.space = dict(space)
         self.make_agent = make_agent
@@ -426,12 +453,16 @@ class Sweep:
         self.report_every = report_every or eval_every or max(steps // 20, 1)
         if self.report_every < 1:
             raise ValueError(f"report_every must be a positive number of env steps, got {report_every!r}")
-        self.pruner = _make_pruner(prune, self.report_every, steps)
+        self.backend = backend
+        self.ray_address = ray_address
+        self.prune = prune
+        # With Ray Tune, Tune's scheduler prunes; the study only records.
+        self.pruner = optuna.pruners.NopPruner() if backend == "ray" else _make_pruner(prune, self.report_every, steps)
         self.session_kwargs = dict(session_kwargs or {})
         for key in ("seed", "sinks"):
             if key in self.session_kwargs:
                 raise ValueError(f"session_kwargs cannot set {key!r}: the sweep sets it for each trial")
-        if parallel > 1 and hasattr(env, "step") and hasattr(env, "reset"):
+        if (parallel > 1 or backend == "ray") and hasattr(env, "step") and hasattr(env, "reset"):
             raise ValueError(
                 f"parallel={parallel} runs trials in other processes, which cannot share an env instance: "
                 "pass a registered id ('CartPole-v1') or a zero-argument factory (lambda: MyEnv(...))"
@@ -608,6 +639,8 @@ class Sweep:
 
     def pause(self) -> None:
         """Pause every running trial (their sessions pause) and start no new one until :meth:`resume`."""
+        if self.backend == "ray":
+            raise RuntimeError("a Ray Tune sweep cannot pause: stop() it, and start() it again to resume")
         if self._status == "running":
             self._pause.set()
             self._status = "paused"
@@ -664,7 +697,11 @@ class Sweep:
 
     def _supervise(self) -> None:
         try:
-            if self.parallel == 1:
+            if self.backend == "ray":
+                from .sweeps_ray import run_tune
+
+                run_tune(self, self._stop)
+            elif self.parallel == 1:
                 _run_trials(self._spec(), self._stop, self._pause, 0)
             else:
                 self._run_processes()
@@ -743,6 +780,7 @@ def sweep(
     eval_every: int | None = None,
     eval_episodes: int = 5,
     backend: str = "optuna",
+    ray_address: str | None = None,
     session_kwargs: Mapping[str, Any] | None = None,
     start: bool = True,
 ) -> Sweep:
@@ -771,12 +809,15 @@ def sweep(
         seed: seeds the sampler and each trial's session (``seed + trial number``).
         window: the trial's score is the mean of the metric's last ``window`` points (default 1 for
             ``eval_reward``, else 10), reported to the pruner every ``report_every`` env steps.
-        backend: ``optuna`` (local processes); ``ray`` (Ray Tune) is not available yet.
+        backend: ``optuna`` (local worker processes) or ``ray``: Ray Tune runs the trials (``parallel`` at
+            a time, one CPU each) on the local Ray or the cluster at ``ray_address``, its scheduler prunes
+            (median stopping rule; ASHA for ``"asha"``), and the study is the same SQLite file.
         session_kwargs: more ``Session`` arguments for every trial (``eval_episodes``, ``num_workers``...).
     """
     s = Sweep(
         make_agent, env, space, trials=trials, steps=steps, parallel=parallel, metric=metric, direction=direction,
         prune=prune, name=name, storage=storage, seed=seed, window=window, report_every=report_every,
-        eval_every=eval_every, eval_episodes=eval_episodes, backend=backend, session_kwargs=session_kwargs,
+        eval_every=eval_every, eval_episodes=eval_episodes, backend=backend, ray_address=ray_address,
+        session_kwargs=session_kwargs,
     )
     return s.start() if start else s
