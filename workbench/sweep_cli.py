@@ -54,6 +54,13 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--storage", default=None, help="SQLite file or database URL (default runs/sweeps/NAME.db)")
     p.add_argument("--seed", type=int, default=0, help="seed of the sampler and the trials (default 0)")
     p.add_argument("--eval-every", type=int, default=None, help="evaluate every N env steps (default steps/10)")
+    p.add_argument(
+        "--backend", default="optuna", choices=["optuna", "ray"],
+        help="optuna: local worker processes (default); ray: Ray Tune, on a local Ray or --ray-address",
+    )
+    p.add_argument(
+        "--ray-address", default=None, help="with --backend ray: join this Ray cluster ('auto': the running one)"
+    )
     return p
 
 
@@ -144,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
         make_agent, args.env, space, trials=args.trials, steps=args.steps, parallel=args.parallel,
         metric=args.metric, direction="minimize" if args.minimize else "maximize",
         prune=False if args.prune == "none" else args.prune, name=args.name, storage=args.storage,
-        seed=args.seed, eval_every=args.eval_every,
+        seed=args.seed, eval_every=args.eval_every, backend=args.backend, ray_address=args.ray_address,
     )
     print(f"sweep {s.name!r} in {s.url} ({args.trials} trials of {args.steps} steps, {args.parallel} at a time)")
     shown: set[int] = set()

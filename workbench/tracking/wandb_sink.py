@@ -60,6 +60,7 @@ class WandB(Sink):
         self.run_dir: str | None = None
         """W&B's directory of the run (``.../offline-run-*`` in offline mode), set when it starts."""
         self._run: Any = None
+        self._exit_code = 0
         self._wandb_id: str | None = None
         self._session_id: str | None = None
 
@@ -121,5 +122,5 @@ class WandB(Sink):
     def close(self) -> None:
         """Finish the W&B run (writes and closes its files)."""
         if self._run is not None:
-            self._run.finish(exit_code=getattr(self, "_exit_code", 0))
+            self._run.finish(exit_code=self._exit_code)
             self._run = None
