@@ -76,7 +76,7 @@ def test_a_stopped_or_failed_run_logs_its_end():
     session.wait()
     assert rec.ends == [(session.steps, "stopped", "stop")]
 
-    from tests.conftest import ExplodingEnv
+    from conftest import ExplodingEnv
 
     rec2 = Recorder()
     bad = wb.Session(wb.DQN(ExplodingEnv(fail_after=30)), ExplodingEnv(fail_after=30), sinks=[rec2])
@@ -184,8 +184,38 @@ def test_mlflow_file_store_reads_back(tmp_path):
     assert client.get_experiment_by_name("cartpole").experiment_id == run.info.experiment_id
 
 
+def _wandb_records(path):
+    """The records of a W&B run file: a 7-byte header, then a LevelDB-style log in 32 KiB blocks
+    (each chunk: crc32, little-endian length, type FULL/FIRST/MIDDLE/LAST), each record a protobuf."""
+    import struct
+
+    from wandb.proto import wandb_internal_pb2
+
+    data = open(path, "rb").read()
+    assert data[:4] == b":W&B"
+    block, pos, raw, parts = 32768, 7, [], []
+    while pos + 7 <= len(data):
+        if block - pos % block < 7:  # the rest of a block too short for a header is padding
+            pos += block - pos % block
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        chunk = data[pos + 7 : pos + 7 + length]
+        pos += 7 + length
+        if kind == 1:
+            raw.append(chunk)
+        elif kind == 2:
+            parts = [chunk]
+        elif kind == 3:
+            parts.append(chunk)
+        elif kind == 4:
+            raw.append(b"".join([*parts, chunk]))
+    return [wandb_internal_pb2.Record.FromString(r) for r in raw]
+
+
 def test_wandb_offline_writes_its_run_files(tmp_path, monkeypatch):
     pytest.importorskip("wandb")
+    import json
+
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("WANDB_MODE", "offline")
     sink = wb.WandB(offline=True, dir=tmp_path / "wandb")
@@ -194,9 +224,22 @@ def test_wandb_offline_writes_its_run_files(tmp_path, monkeypatch):
     assert sink.run_dir is not None and os.path.basename(sink.run_dir).startswith("offline-run-")
     files = glob.glob(os.path.join(sink.run_dir, "run-*.wandb"))
     assert len(files) == 1
-    data = open(files[0], "rb").read()
-    for key in (b"episode_reward", b"env_step", b"stop_reason", b"n_steps"):
-        assert key in data  # the history, summary and config records are in the run file
+    history, summary, config = [], {}, set()
+    for record in _wandb_records(files[0]):
+        kind = record.WhichOneof("record_type")
+        if kind == "history":
+            history.append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.history.item})
+        elif kind == "summary":
+            summary.update({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.summary.update})
+        elif kind in ("config", "run"):  # the config travels in the run record, and in config records
+            update = record.config.update if kind == "config" else record.run.config.update
+            config.update(i.key or "/".join(i.nested_key) for i in update)
+    rewards = session.signals["episode_reward"]
+    logged = [(row["env_step"], row["episode_reward"]) for row in history if "episode_reward" in row]
+    assert [s for s, _ in logged] == rewards.steps.tolist()  # two episodes ending at one step: two rows
+    assert [v for _, v in logged] == pytest.approx(rewards.values.tolist())
+    assert summary["stop_reason"] == "budget" and summary["status"] == "finished"
+    assert {"n_steps", "algorithm"} <= config
 
 
 def test_cli_train_writes_tensorboard_and_mlflow(tmp_path):
