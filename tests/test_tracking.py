@@ -184,34 +184,6 @@ def test_mlflow_file_store_reads_back(tmp_path):
     assert client.get_experiment_by_name("cartpole").experiment_id == run.info.experiment_id
 
 
-def _wandb_records(path):
-    """The records of a W&B run file: a 7-byte header, then a LevelDB-style log in 32 KiB blocks
-    (each chunk: crc32, little-endian length, type FULL/FIRST/MIDDLE/LAST), each record a protobuf."""
-    import struct
-
-    from wandb.proto import wandb_internal_pb2
-
-    data = open(path, "rb").read()
-    assert data[:4] == b":W&B"
-    block, pos, raw, parts = 32768, 7, [], []
-    while pos + 7 <= len(data):
-        if block - pos % block < 7:  # the rest of a block too short for a header is padding
-            pos += block - pos % block
-            continue
-        _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
-        chunk = data[pos + 7 : pos + 7 + length]
-        pos += 7 + length
-        if kind == 1:
-            raw.append(chunk)
-        elif kind == 2:
-            parts = [chunk]
-        elif kind == 3:
-            parts.append(chunk)
-        elif kind == 4:
-            raw.append(b"".join([*parts, chunk]))
-    return [wandb_internal_pb2.Record.FromString(r) for r in raw]
-
-
 def test_wandb_offline_writes_its_run_files(tmp_path, monkeypatch):
     pytest.importorskip("wandb")
     import json
@@ -225,7 +197,9 @@ def test_wandb_offline_writes_its_run_files(tmp_path, monkeypatch):
     files = glob.glob(os.path.join(sink.run_dir, "run-*.wandb"))
     assert len(files) == 1
     history, summary, config = [], {}, set()
-    for record in _wandb_records(files[0]):
+    from workbench.tracking.wandb_sink import read_run_file
+
+    for record in read_run_file(files[0]):
         kind = record.WhichOneof("record_type")
         if kind == "history":
             history.append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.history.item})

@@ -8,15 +8,76 @@ recorded at several places in the loop, do not promise).
 
 from __future__ import annotations
 
+import glob
 import os
+import struct
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from .base import Point, RunInfo, Sink
 
-__all__ = ["WandB"]
+__all__ = ["WandB", "read_run_file"]
 
 _EXIT = {"finished": 0, "stopped": 0, "failed": 1}
+_BLOCK = 32768  # the run file is a LevelDB-style log in blocks of this size
+_WRITE_TIMEOUT_S = 30.0
+
+
+def read_run_file(path: str | os.PathLike[str]) -> list[Any]:
+    """The records of a W&B run file (``run-*.wandb``) as ``wandb_internal_pb2.Record`` protobufs.
+
+    The file is a 7-byte header (``:W&B``, magic, version), then a LevelDB-style log: 32 KiB blocks of
+    chunks, each with a crc32, a little-endian length and a type (full, first, middle, last).
+    """
+    from wandb.proto import wandb_internal_pb2
+
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:4] != b":W&B":
+        raise ValueError(f"{os.fspath(path)} is not a W&B run file (it does not start with ':W&B')")
+    pos, raw, parts = 7, [], []
+    while pos + 7 <= len(data):
+        left = _BLOCK - pos % _BLOCK
+        if left < 7:  # a block's tail too short for a chunk header is padding
+            pos += left
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        chunk = data[pos + 7 : pos + 7 + length]
+        if len(chunk) < length:
+            break  # a chunk still being written
+        pos += 7 + length
+        if kind == 1:
+            raw.append(chunk)
+        elif kind == 2:
+            parts = [chunk]
+        elif kind == 3:
+            parts.append(chunk)
+        elif kind == 4:
+            raw.append(b"".join([*parts, chunk]))
+    return [wandb_internal_pb2.Record.FromString(r) for r in raw]
+
+
+def _wait_until_written(run_dir: str, timeout: float = _WRITE_TIMEOUT_S) -> None:
+    """Wait until the run file ends with its exit record.
+
+    In offline mode ``run.finish()`` can return while W&B's writer process still appends the last
+    rows; the session promises complete files once ``wait()`` returns, so wait for the writer here.
+    """
+    try:
+        from wandb.proto import wandb_internal_pb2  # noqa: F401
+    except ImportError:  # another W&B layout: nothing to check with
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for path in glob.glob(os.path.join(run_dir, "run-*.wandb")):
+            try:
+                records = read_run_file(path)
+            except Exception:  # a record still being written
+                records = []
+            if records and records[-1].WhichOneof("record_type") == "exit":
+                return
+        time.sleep(0.05)
 
 
 class WandB(Sink):
@@ -124,3 +185,5 @@ class WandB(Sink):
         if self._run is not None:
             self._run.finish(exit_code=self._exit_code)
             self._run = None
+            if self.offline and self.run_dir is not None:
+                _wait_until_written(self.run_dir)
