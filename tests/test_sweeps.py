@@ -239,3 +239,20 @@ def test_ray_prune_settings_map_to_tune_schedulers(tmp_path):
     assert isinstance(_scheduler(build(False)), FIFOScheduler)
     with pytest.raises(ValueError, match="does not work with backend='ray'"):
         build(optuna.pruners.MedianPruner())
+
+
+def test_each_trial_gets_its_own_sinks(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    s = wb.sweep(make_dqn, "CartPole-v1", {"eps": [1.0, 0.5]}, trials=2, prune=False, storage=tmp_path / "t.db",
+                 sinks=lambda n, p: [wb.TensorBoard(tmp_path / "tb", run_name=f"trial-{n}-eps{p['eps']}")],
+                 **{**FAST, "steps": 400})
+    s.wait()
+    runs = sorted(d.name for d in (tmp_path / "tb").iterdir())
+    assert [r.split("-eps")[0] for r in runs] == ["trial-0", "trial-1"]
+    acc = EventAccumulator(str(tmp_path / "tb" / runs[0]))
+    acc.Reload()
+    assert acc.Scalars("episode_reward")
+    with pytest.raises(TypeError, match="each trial gets its own"):
+        wb.Sweep(make_dqn, "CartPole-v1", {"eps": [1.0]}, storage=tmp_path / "u.db", sinks=[wb.TensorBoard()])

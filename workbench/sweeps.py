@@ -221,6 +221,7 @@ class _Spec:
     url: str
     pruner: Any
     session_kwargs: dict[str, Any]
+    sinks: Callable[[int, dict[str, Any]], Any] | None = None
 
 
 class _Pruned(Exception):
@@ -253,7 +254,7 @@ class _Never:
 def _run_trial(
     spec: _Spec,
     params: dict[str, Any],
-    seed: int,
+    number: int,
     report: Callable[[float, int], bool],
     progress: Callable[[int], None],
     stop: Any,
@@ -269,7 +270,9 @@ def _run_trial(
     if spec.eval_every is not None:
         kwargs.setdefault("eval_every", spec.eval_every)
         kwargs.setdefault("eval_episodes", spec.eval_episodes)
-    session = Session(agent, spec.env, seed=seed, **kwargs)
+    if spec.sinks is not None:
+        kwargs["sinks"] = spec.sinks(number, params)
+    session = Session(agent, spec.env, seed=spec.seed + number, **kwargs)
     arrived: list[tuple[int, float]] = []  # the metric's points, appended by the training thread
 
     def on_point(name: str, step: int, value: float) -> None:  # training thread: one append
@@ -350,7 +353,7 @@ def _run_trials(spec: _Spec, stop: Any, pause: Any, worker: int) -> None:
             trial.set_user_attr("steps", steps)
 
         try:
-            value = _run_trial(spec, params, spec.seed + trial.number, report, progress, stop, pause)
+            value = _run_trial(spec, params, trial.number, report, progress, stop, pause)
         except _Pruned:
             study.tell(trial, state=TrialState.PRUNED)
         except _Interrupted:
@@ -415,6 +418,7 @@ class Sweep:
         backend: str = "optuna",
         ray_address: str | None = None,
         session_kwargs: Mapping[str, Any] | None = None,
+        sinks: Callable[[int, dict[str, Any]], Any] | None = None,
     ) -> None:
         if not callable(make_agent):
             raise TypeError(
@@ -461,7 +465,16 @@ class Sweep:
         self.session_kwargs = dict(session_kwargs or {})
         for key in ("seed", "sinks"):
             if key in self.session_kwargs:
-                raise ValueError(f"session_kwargs cannot set {key!r}: the sweep sets it for each trial")
+                raise ValueError(
+                    f"session_kwargs cannot set {key!r}: the sweep sets it for each trial "
+                    "(sinks=lambda number, params: [...] makes each trial's own sinks)"
+                )
+        if sinks is not None and not callable(sinks):
+            raise TypeError(
+                f"sinks must be a function (trial number, params) -> list of sinks, so that each trial gets its own, "
+                f"got {sinks!r}; e.g. sinks=lambda n, p: [wb.TensorBoard('runs/tb', run_name=f'trial-{{n}}')]"
+            )
+        self.sinks = sinks
         if (parallel > 1 or backend == "ray") and hasattr(env, "step") and hasattr(env, "reset"):
             raise ValueError(
                 f"parallel={parallel} runs trials in other processes, which cannot share an env instance: "
@@ -692,7 +705,7 @@ class Sweep:
             make_agent=self.make_agent, env=self.env, dists=self.dists, choices=self.choices, trials=self.trials,
             steps=self.steps, metric=self.metric, window=self.window, report_every=self.report_every,
             eval_every=self.eval_every, eval_episodes=self.eval_episodes, seed=self.seed, study_name=self.name,
-            url=self.url, pruner=self.pruner, session_kwargs=self.session_kwargs,
+            url=self.url, pruner=self.pruner, session_kwargs=self.session_kwargs, sinks=self.sinks,
         )
 
     def _supervise(self) -> None:
@@ -782,6 +795,7 @@ def sweep(
     backend: str = "optuna",
     ray_address: str | None = None,
     session_kwargs: Mapping[str, Any] | None = None,
+    sinks: Callable[[int, dict[str, Any]], Any] | None = None,
     start: bool = True,
 ) -> Sweep:
     """Search hyperparameters with Optuna; each trial trains ``make_agent(**sampled)`` in a Session.
@@ -813,11 +827,13 @@ def sweep(
             a time, one CPU each) on the local Ray or the cluster at ``ray_address``, its scheduler prunes
             (median stopping rule; ASHA for ``"asha"``), and the study is the same SQLite file.
         session_kwargs: more ``Session`` arguments for every trial (``eval_episodes``, ``num_workers``...).
+        sinks: ``fn(trial number, params) -> [sinks]``, each trial's own experiment trackers, e.g.
+            ``lambda n, p: [wb.TensorBoard("runs/tb", run_name=f"trial-{n}")]`` (runs in the worker).
     """
     s = Sweep(
         make_agent, env, space, trials=trials, steps=steps, parallel=parallel, metric=metric, direction=direction,
         prune=prune, name=name, storage=storage, seed=seed, window=window, report_every=report_every,
         eval_every=eval_every, eval_episodes=eval_episodes, backend=backend, ray_address=ray_address,
-        session_kwargs=session_kwargs,
+        session_kwargs=session_kwargs, sinks=sinks,
     )
     return s.start() if start else s

@@ -82,7 +82,7 @@ def _trainable(config: dict[str, Any], spec: _Spec) -> None:
         steps_done[0] = steps
 
     try:
-        value = _run_trial(spec, _decode(config, spec.choices), spec.seed + index, report, progress, _Never(), _Never())
+        value = _run_trial(spec, _decode(config, spec.choices), index, report, progress, _Never(), _Never())
     except (_Pruned, _Interrupted):  # not raised here: Tune stops trials from outside
         return
     tune.report({_SCORE: value, _STEPS: spec.steps, "steps": steps_done[0], "final": True})
