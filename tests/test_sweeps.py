@@ -256,3 +256,13 @@ def test_each_trial_gets_its_own_sinks(tmp_path):
     assert acc.Scalars("episode_reward")
     with pytest.raises(TypeError, match="each trial gets its own"):
         wb.Sweep(make_dqn, "CartPole-v1", {"eps": [1.0]}, storage=tmp_path / "u.db", sinks=[wb.TensorBoard()])
+
+
+def test_cli_sweep_that_fails_says_why(tmp_path, capsys):
+    from workbench.cli import main
+
+    code = main(["sweep", "dqn", "CartPole-v1", "--space", "no_such_setting=[1, 2]", "--trials", "1", "--steps", "100",
+                 "--metric", "episode_reward", "--storage", str(tmp_path / "f.db")])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "every trial" in err and "no_such_setting" in err

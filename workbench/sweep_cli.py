@@ -156,9 +156,13 @@ def run(args: argparse.Namespace) -> int:
     print(f"sweep {s.name!r} in {s.url} ({args.trials} trials of {args.steps} steps, {args.parallel} at a time)")
     shown: set[int] = set()
     s.start()
+    error: BaseException | None = None
     try:
         while True:
-            ended = s.wait(timeout=1.0)
+            try:
+                ended = s.wait(timeout=1.0)
+            except Exception as exc:  # the sweep failed: show the trials, then the error
+                error, ended = exc, True
             for r in s.results():
                 if r.number in shown or r.state in ("running", "waiting"):
                     continue
@@ -172,6 +176,9 @@ def run(args: argparse.Namespace) -> int:
         print("stopping; run the same command again to resume")
         s.stop()
     print(s.table().to_string())
+    if error is not None:
+        print(f"workbench: error: {error}", file=sys.stderr)
+        return 1
     best = s.best
     if best is None:
         print(f"{s.status}: no trial has completed yet")
