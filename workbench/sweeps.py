@@ -696,7 +696,11 @@ class Sweep:
     def _ipython_display_(self) -> None:
         from IPython.display import display
 
-        display(self.dashboard())
+        # As a session does: one live view (one refresh timer) however often a cell shows the sweep.
+        shown = getattr(self, "_shown_dashboard", None)
+        if shown is None or shown.closed or not shown.timer_alive:
+            shown = self._shown_dashboard = self.dashboard()
+        display(shown)
 
     # -- the supervisor thread ------------------------------------------------------------------
 
