@@ -34,11 +34,19 @@ def test_all_lists_exactly_the_public_module_attributes():
 def test_import_loads_no_ipywidgets_plotly_or_ray():
     code = (
         "import sys, workbench\n"
-        "heavy = [m for m in ('ipywidgets', 'plotly', 'ray', 'IPython') if m in sys.modules]\n"
+        "heavy = [m for m in ('ipywidgets', 'plotly', 'ray', 'IPython', 'optuna', 'tensorboard', 'mlflow', 'wandb',\n"
+        "                     'workbench.tracking', 'workbench.sweeps') if m in sys.modules]\n"
         "print(','.join(heavy))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_tracking_and_sweep_names_load_on_first_use():
+    for name in ["TensorBoard", "MLflow", "WandB", "Sink", "sweep", "Sweep"]:
+        assert name in wb.__all__
+    assert callable(wb.sweep) and wb.sweep.__module__ == "workbench.sweeps"
+    assert issubclass(wb.TensorBoard, wb.Sink) and issubclass(wb.MLflow, wb.Sink) and issubclass(wb.WandB, wb.Sink)
 
 
 def test_unknown_attribute_error():

@@ -10,8 +10,9 @@ Everything public is importable from here::
     session.save("runs/cartpole")
     wb.load("runs/cartpole").play("CartPole-v1", episodes=3)
 
-The notebook parts (``Dashboard``, ``PlayViewer``, ``compare``) and Ray load only when first used,
-so ``import workbench`` stays light.
+The notebook parts (``Dashboard``, ``PlayViewer``, ``compare``), the experiment trackers
+(``TensorBoard``, ``MLflow``, ``WandB``, ``Sink``), the sweeps (``sweep``, ``Sweep``, on Optuna) and
+Ray load only when first used, so ``import workbench`` stays light.
 """
 
 from __future__ import annotations
@@ -32,10 +33,17 @@ from .session import Session
 from .signals import Signal, SignalSet
 
 # Names served on first use from modules that import heavy optional packages.
-_LAZY: dict[str, tuple[str, str]] = {
-    "Dashboard": (".ui", "Dashboard"),
-    "PlayViewer": (".ui", "PlayViewer"),
-    "compare": (".ui", "compare"),
+# Each: (module, attribute, the extra that installs what it needs).
+_LAZY: dict[str, tuple[str, str, str]] = {
+    "Dashboard": (".ui", "Dashboard", "notebook"),
+    "MLflow": (".tracking", "MLflow", "mlflow"),
+    "PlayViewer": (".ui", "PlayViewer", "notebook"),
+    "Sink": (".tracking", "Sink", "tracking"),
+    "Sweep": (".sweeps", "Sweep", "optuna"),
+    "TensorBoard": (".tracking", "TensorBoard", "tensorboard"),
+    "WandB": (".tracking", "WandB", "wandb"),
+    "compare": (".ui", "compare", "notebook"),
+    "sweep": (".sweeps", "sweep", "optuna"),
 }
 
 __all__ = [
@@ -50,6 +58,7 @@ __all__ = [
     "EpisodeReturns",
     "EpsilonGreedy",
     "GaussianNoise",
+    "MLflow",
     "OrnsteinUhlenbeckNoise",
     "PPO",
     "PRESETS",
@@ -63,10 +72,14 @@ __all__ = [
     "Session",
     "Signal",
     "SignalSet",
+    "Sink",
     "Step",
+    "Sweep",
     "TD3",
+    "TensorBoard",
     "Transitions",
     "TruncatedNormalNoise",
+    "WandB",
     "WorkerError",
     "__version__",
     "check_env",
@@ -74,17 +87,18 @@ __all__ = [
     "linear",
     "load",
     "preset",
+    "sweep",
 ]
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        module_name, attr = _LAZY[name]
+        module_name, attr, extra = _LAZY[name]
         try:
             module = importlib.import_module(module_name, __name__)
         except ImportError as exc:
             raise ImportError(
-                f"workbench.{name} needs the notebook packages: pip install 'rl-workbench[notebook]' ({exc})"
+                f"workbench.{name} needs optional packages: pip install 'rl-workbench[{extra}]' ({exc})"
             ) from exc
         value = getattr(module, attr)
         globals()[name] = value

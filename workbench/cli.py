@@ -1,4 +1,4 @@
-"""The command line: ``workbench train``, ``workbench play`` and ``workbench export``, over the same public API."""
+"""The command line: ``workbench train``, ``play``, ``export`` and ``sweep``, over the same public API."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="workbench",
         description="Train and play reinforcement-learning agents; every run is a live session.",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,play,export}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,play,export,sweep}")
 
     train = sub.add_parser(
         "train",
@@ -78,6 +78,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--set", action="append", default=[], metavar="NAME=VALUE", help="override a hyperparameter (repeatable)"
     )
     train.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    train.add_argument("--tensorboard", default=None, metavar="DIR", help="also log to TensorBoard event files in DIR")
+    train.add_argument(
+        "--mlflow", default=None, metavar="URI",
+        help="also log to MLflow: a directory (local file store, e.g. mlruns) or a tracking server's URI",
+    )
+    train.add_argument("--wandb", action="store_true", help="also log to Weights & Biases, offline (runs/wandb)")
 
     play = sub.add_parser("play", help="play a saved agent", description="Play a saved agent deterministically.")
     play.add_argument("run", help="a saved run (directory or .zip)")
@@ -92,7 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
         "baked in, to run without this library; a JSON sidecar OUT.json describes its input and output.",
     )
     export.add_argument("run", help="a saved run (directory or .zip)")
-    export.add_argument("out", help="the model file: .onnx (onnxruntime) or .pt2 (torch.export)")
+    export.add_argument("out", help="the model file: .onnx (run it with onnxruntime)")
+    from .sweep_cli import add_parser as add_sweep_parser
+
+    add_sweep_parser(sub)
     return parser
 
 
@@ -123,6 +132,9 @@ def _train(args: argparse.Namespace) -> int:
         if args.backend != "ray":
             raise SystemExit("workbench: --ray-address needs --backend ray")
         kwargs["ray_address"] = args.ray_address
+    sinks = _sinks(args)
+    if sinks:
+        kwargs["sinks"] = sinks
     if args.resume:
         session = Session.resume(args.resume, args.env, **kwargs)
         if args.seed is not None:
@@ -148,6 +160,27 @@ def _train(args: argparse.Namespace) -> int:
         path = session.save(args.out, memory=args.memory, overwrite=args.overwrite)
         print(f"saved to {path}")
     return 0
+
+
+def _sinks(args: argparse.Namespace) -> list[Any]:
+    """The experiment trackers asked for with --tensorboard, --mlflow and --wandb."""
+    sinks: list[Any] = []
+    try:
+        if args.tensorboard:
+            from .tracking import TensorBoard
+
+            sinks.append(TensorBoard(args.tensorboard))
+        if args.mlflow:
+            from .tracking import MLflow
+
+            sinks.append(MLflow(args.mlflow))
+        if args.wandb:
+            from .tracking import WandB
+
+            sinks.append(WandB(offline=True))
+    except ImportError as exc:
+        raise SystemExit(f"workbench: {exc}") from None
+    return sinks
 
 
 def _play(args: argparse.Namespace) -> int:
@@ -186,6 +219,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _train(args)
         if args.command == "export":
             return _export(args)
+        if args.command == "sweep":
+            from .sweep_cli import run as run_sweep
+
+            return run_sweep(args)
         return _play(args)
     except (ValueError, TypeError) as exc:
         print(f"workbench: error: {exc}", file=sys.stderr)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -83,6 +83,8 @@ class Session:
         backend_options: ``envs_per_worker``, ``restart_workers`` (start a dead worker again instead
             of failing), and for Ray ``ray_address``, ``sync_every``, ``cpus_per_worker``, ``ray_init``.
         torch_threads: torch intra-op threads while training (1 is fastest for small networks).
+        sinks: experiment trackers fed from the signals, off the training loop, e.g.
+            ``[wb.TensorBoard("runs/tb"), wb.MLflow(), wb.WandB(offline=True)]`` (docs/tracking.md).
     """
 
     resume = _ResumeMethod()
@@ -104,6 +106,7 @@ class Session:
         backend: str = "auto",
         torch_threads: int | None = 1,
         max_signal_points: int = DEFAULT_MAX_POINTS,
+        sinks: Sequence[Any] | None = None,
         **backend_options: Any,
     ) -> None:
         if not isinstance(agent, Agent):
@@ -183,6 +186,14 @@ class Session:
         self._last_eval_step = self.steps
         self._last_checkpoint_step = self.steps
 
+        # Experiment tracking (workbench/tracking): validated here, fed from the signals off the loop.
+        self._tracking: Any = None
+        if sinks is not None:
+            from .tracking.feed import SinkFeed
+
+            self._tracking = SinkFeed(self, sinks)
+        self.sinks = [] if self._tracking is None else self._tracking.sinks
+
     # -- state ----------------------------------------------------------------------------------
 
     @property
@@ -232,6 +243,8 @@ class Session:
         """
         if not isinstance(steps, int | np.integer) or steps <= 0:
             raise ValueError(f"steps must be a positive number of env steps, got {steps!r}")
+        if self._tracking is not None and self._status not in ("running", "paused"):
+            self._tracking.run_started()  # opens the sinks here, so their errors reach the caller
         with self._cond:
             if self._status in ("running", "paused"):
                 raise RuntimeError(
@@ -440,6 +453,8 @@ class Session:
             self._pause_requested = False
             self._status = final
             self._cond.notify_all()
+        if self._tracking is not None:
+            self._tracking.run_ended(final, self.stop_reason, self.error)
 
     def _prepare(self) -> None:
         agent = self.agent

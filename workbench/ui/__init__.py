@@ -4,7 +4,8 @@ comparison, and the console progress bar.
 This is the only package that imports ipywidgets and plotly; ``workbench`` loads it on first use
 (``wb.Dashboard``, ``wb.PlayViewer``, ``wb.compare``, ``session.dashboard()``). Importing
 ``workbench.ui`` itself is light: each view's module loads when the view is first asked for, so the
-console progress bar works without the notebook extra.
+console progress bar works without the notebook extra. The sweep view
+(``sweep_view.SweepDashboard``) loads with ``sweep.dashboard()``.
 """
 
 from __future__ import annotations
