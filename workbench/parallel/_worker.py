@@ -13,6 +13,8 @@ Protocol over the connection on file descriptor FD (messages are tuples, pickled
 * a step: ``b"S"`` + the actions' raw bytes (int64 for Discrete, float32 for Box) -> ``b"K"`` + one float32
   buffer ``[busy_s, ended, rewards, terminated, truncated, obs, final_obs if ended]``; the hot path
   skips pickle entirely.
+* ``("rng",)`` -> ``("ok", states)``: every env's random stream (``VecEnv.rng_states``).
+* ``("set_rng", states)`` -> ``("ok", None)``: continue those streams at the next reset.
 * ``("close",)``: close the envs and exit.
 
 Any error is answered with ``("error", where, traceback_text)``; the parent raises it, naming this worker.
@@ -110,6 +112,13 @@ def main(fd: int) -> None:
                         action_dtype, action_shape = np.int64, ()
                     else:
                         action_dtype, action_shape = np.float32, vec.action_space.shape
+                    conn.send(("ok", None))
+                elif command == "rng":
+                    where = "reading the envs' random streams"
+                    conn.send(("ok", vec.rng_states()))
+                elif command == "set_rng":
+                    where = "setting the envs' random streams"
+                    vec.set_rng_states(message[1])
                     conn.send(("ok", None))
                 elif command == "close":
                     break
