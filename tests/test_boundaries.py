@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("memory", ("workbench.memory",)),
     ("agents", ("workbench.agents", "workbench.presets")),
     ("parallel", ("workbench.parallel",)),
-    ("session", ("workbench.session",)),
+    ("session", ("workbench.session", "workbench.control")),
     ("front ends", ("workbench.ui", "workbench.cli", "workbench.__main__", "workbench.progress")),
     ("package", ("workbench",)),
 ]

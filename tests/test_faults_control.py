@@ -196,6 +196,8 @@ def test_step_timeout_is_checked(backend, value, message):
 @pytest.mark.ray
 @pytest.mark.slow
 def test_ray_worker_hung_env_ends_within_step_timeout():
+    ray = pytest.importorskip("ray")
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the actors get HangEnv by value
     agent = wb.DQN(HangEnv(), learning_starts=10_000)
     session = wb.Session(
         agent,
