@@ -96,6 +96,8 @@ def test_in_process_hung_env_control_returns_in_time_and_says_where(call):
         assert session.status == "failed"  # not "running" forever
         assert isinstance(session.error, StuckError) and session.error.where == "env.step of env 0"
         assert session.stop_reason == "stuck" and session.is_alive
+        with pytest.raises(StuckError):  # wait() does not block on a thread that may never return
+            session.wait()
         with pytest.raises(RuntimeError, match="still stuck in env.step of env 0"):
             session.start(steps=10)
     finally:
@@ -256,6 +258,30 @@ def test_script_ending_while_training_stops_the_session_cleanly(algo, env, end, 
     assert lines[0].split(" at step ")[1].isdigit()
     if code == 1:
         assert "RuntimeError: the app failed" in result.stderr
+
+
+@pytest.mark.slow
+def test_script_ending_while_an_env_hangs_keeps_its_exit_code_and_says_so():
+    code = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+        import time
+        import workbench as wb
+        from test_faults_control import HangEnv
+        env = HangEnv(hang_after=40)
+        session = wb.Session(wb.PPO(env, n_envs=1, n_steps=16, batch_size=16), env)
+        session.start(steps=1_000_000)
+        while env.steps <= 40:
+            time.sleep(0.01)
+        sys.exit(5)
+    """)
+    t0 = time.monotonic()
+    result = run_script(code)
+    assert result.returncode == 5, result.stderr
+    assert "terminate called" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("workbench:")]
+    assert len(lines) == 1 and "could not stop" in lines[0] and "(env.step of env 0 for" in lines[0], result.stderr
+    assert time.monotonic() - t0 < 60
 
 
 @pytest.mark.slow

@@ -27,7 +27,7 @@ from typing import Any
 
 __all__ = ["EXIT_TIMEOUT_S", "ControlError", "StuckError", "live_sessions", "start_thread", "stop_all_at_exit"]
 
-EXIT_TIMEOUT_S = 10.0
+EXIT_TIMEOUT_S = 5.0
 """Longest the exit hook waits for one session's training thread to end."""
 
 _live: weakref.WeakSet[Any] = weakref.WeakSet()

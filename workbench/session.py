@@ -82,7 +82,8 @@ class Session:
         num_workers, backend: where env steps run (see ``workbench.parallel`` and docs/parallel.md):
             ``"auto"``, ``"inprocess"``, ``"local"`` (worker processes) or ``"ray"``.
         backend_options: ``envs_per_worker``, ``restart_workers`` (start a dead worker again instead
-            of failing), and for Ray ``ray_address``, ``sync_every``, ``cpus_per_worker``, ``ray_init``.
+            of failing), ``step_timeout`` (seconds: kill a worker whose env's step hangs), and for
+            Ray ``ray_address``, ``sync_every``, ``cpus_per_worker``, ``ray_init``.
         torch_threads: torch intra-op threads while training (1 is fastest for small networks).
     """
 
@@ -412,7 +413,8 @@ class Session:
         """Block until the run ends; re-raise its error with the original traceback.
 
         Returns True when the run has ended, False when ``timeout`` seconds passed first.
-        From the training thread itself (``stop_when``, a signal subscriber) it raises
+        A run given up by ``stop``/``pause`` (stuck in ``env.step``) raises its ``StuckError`` at
+        once. From the training thread itself (``stop_when``, a signal subscriber) it raises
         :class:`~workbench.control.ControlError` instead of waiting for itself; the run goes on.
         """
         if self._in_loop_thread():
@@ -425,7 +427,8 @@ class Session:
         if thread is not None:
             # Join in slices so Ctrl-C reaches the caller promptly.
             deadline = None if timeout is None else time.monotonic() + timeout
-            while thread.is_alive():
+            # A given-up run (stuck in env.step) has ended for the session, whatever its thread does.
+            while thread.is_alive() and not self._abandoned:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return False
