@@ -449,3 +449,25 @@ def test_no_warnings_left_behind_by_a_plain_run():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         wb.Session(small_ppo(env), env, seed=0).run(steps=64)
+
+
+def test_local_workers_carry_env_random_streams_like_the_in_process_envs():
+    from workbench.parallel import InProcessRunner, LocalRunner
+
+    source = as_env_source(StreamEnv)
+    here = InProcessRunner(source, 2, seed=0)
+    here.reset()
+    workers = LocalRunner(source, 2, 1, seed=0)
+    try:
+        workers.reset()
+        states = workers.rng_states()
+        assert states == here.rng_states() and all(s is not None for s in states)
+        later = LocalRunner(source, 2, 1, seed=99)
+        try:
+            later.set_rng_states(states)
+            here.set_rng_states(here.rng_states())
+            np.testing.assert_array_equal(later.reset(), here.reset())  # the same next episodes
+        finally:
+            later.close()
+    finally:
+        workers.close()
