@@ -90,7 +90,7 @@ class Session:
     resume = _ResumeMethod()
 
     # Control state kept beside __init__'s (class defaults; set on the instance when they change).
-    _abandoned = False  # a control call gave the run up: its thread is stuck (see _give_up)
+    _abandoned = False  # a control call gave the run up: its thread is stuck (see _timed_out)
     _where: tuple[str, float] | None = None  # what the loop thread is inside, and since when
     _env_rng: list[Any] | None = None  # saved env random streams, for the next runner's first reset
     _resumed_from_disk = False
@@ -251,7 +251,7 @@ class Session:
                 raise RuntimeError(
                     f"this session is already {self._status}: call stop() (or wait()) before starting it again"
                 )
-            previous = (self._status, self._thread, self.target_steps)
+            previous = (self._status, self._thread, self.target_steps, self.error, self.stop_reason)
             self.error = None
             self.stop_reason = None
             self._pause_requested = False
@@ -266,7 +266,7 @@ class Session:
                 # Refuses (and starts nothing) when another live session trains this agent.
                 control.start_thread(self, self._thread)
             except BaseException:
-                self._status, self._thread, self.target_steps = previous
+                self._status, self._thread, self.target_steps, self.error, self.stop_reason = previous
                 raise
         return self
 
@@ -388,8 +388,8 @@ class Session:
             seconds=seconds,
         )
         with self._cond:
-            if not self.is_alive:
-                return
+            if not self.is_alive or self._where is not where:
+                return  # the step returned meanwhile: the call lands as usual
             self._abandoned = True
             self._stop_requested = True
             self._pause_requested = False
