@@ -98,12 +98,14 @@ def test_in_process_hung_env_control_returns_in_time_and_says_where(call):
         assert session.stop_reason == "stuck" and session.is_alive
         with pytest.raises(StuckError):  # wait() does not block on a thread that may never return
             session.wait()
+        steps = session.steps
         with pytest.raises(RuntimeError, match="still stuck in env.step of env 0"):
             session.start(steps=10)
     finally:
         release.set()
     session._thread.join(5)
     assert not session.is_alive and session.status == "failed"  # the step returned; the run stays given up
+    assert session.steps == steps  # and nothing after the give-up was learned or counted
     env.hang_after = 10**9
     session.run(steps=20)  # and the session can train again
     assert session.status == "finished" and session.error is None

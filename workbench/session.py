@@ -654,6 +654,8 @@ class Session:
             self._where = ("env.step", time.monotonic())
             transitions, obs = runner.transitions(agent, obs)
             self._where = None
+            if self._abandoned:
+                break  # given up while this step hung: nothing more is learned or counted
             agent.observe(transitions)
             self._obs = obs
 
