@@ -147,9 +147,24 @@ def test_local_worker_hung_env_is_killed_after_step_timeout_naming_worker_and_en
     assert session.status == "failed"
     err = session.error
     assert isinstance(err, WorkerError) and err.timed_out and err.worker == 1 and list(err.envs) == [1]
-    assert str(err).startswith("worker 1 (envs 1-1) was killed: env.step did not return within step_timeout=1 s")
+    assert str(err).startswith("worker 1 (envs 1-1) was killed: env.step of env 1 did not return within step_timeout=1 s")
     assert time.monotonic() - t0 < 20  # 1 s step_timeout; generous for a loaded machine
     wait_until(lambda: not any(pid_alive(p) for p in pids), timeout=5)
+
+
+def test_a_worker_with_several_envs_names_the_one_that_hangs():
+    agent = wb.PPO(HangEnv(), n_envs=4, n_steps=16, batch_size=16, n_epochs=1)
+    session = wb.Session(
+        agent,
+        lambda: HangEnv(hang_after=20, hang_seed=3),
+        num_workers=2,
+        envs_per_worker=2,
+        backend="local",
+        seed=0,
+        step_timeout=1.0,
+    )
+    with pytest.raises(WorkerError, match=r"^worker 1 \(envs 2-3\) was killed: env.step of env 3 did not return"):
+        session.run(steps=10_000)
 
 
 @pytest.mark.slow

@@ -48,6 +48,7 @@ class _Worker:
         self.num_envs = num_envs
         self.process: subprocess.Popen | None = None
         self.conn: Any = None
+        self.status: Any = None  # a second connection: which env is stepping (see _worker.py)
         self.steps = 0  # env steps in the current signal window
         self.busy = 0.0  # seconds its envs spent stepping in that window
 
@@ -58,6 +59,7 @@ class _Worker:
     def start(self) -> None:
 
         parent_sock, child_sock = socket.socketpair()
+        parent_status, child_status = socket.socketpair()
         env = dict(os.environ)
         # A worker steps envs; it should not spread a torch/numpy thread pool over every core.
         for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
@@ -67,14 +69,27 @@ class _Worker:
         env["PYTHONPATH"] = os.pathsep.join(p or os.getcwd() for p in sys.path)
         try:
             self.process = subprocess.Popen(
-                [sys.executable, _WORKER_SCRIPT, str(child_sock.fileno())],
-                pass_fds=(child_sock.fileno(),),
+                [sys.executable, _WORKER_SCRIPT, str(child_sock.fileno()), str(child_status.fileno())],
+                pass_fds=(child_sock.fileno(), child_status.fileno()),
                 env=env,
                 close_fds=True,
             )
         finally:
             child_sock.close()
+            child_status.close()
         self.conn = Connection(parent_sock.detach())
+        self.status = Connection(parent_status.detach())
+
+    def stepping(self) -> int | None:
+        """The index (over all workers) of the env whose step is running in this worker, if it says."""
+        try:
+            self.status.send_bytes(b"?")
+            if not self.status.poll(0.5):
+                return None
+            index = int(self.status.recv_bytes())
+        except (AttributeError, EOFError, OSError, ValueError):
+            return None
+        return None if index < 0 else self.first_env + index
 
     def kill(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -102,6 +117,9 @@ def _shutdown(workers: list[_Worker]) -> None:
         if w.conn is not None:
             w.conn.close()
             w.conn = None
+        if w.status is not None:
+            w.status.close()
+            w.status = None
     workers.clear()
 
 
@@ -211,10 +229,12 @@ class LocalRunner:
     def _receive_step(self, w: _Worker) -> Any:
         """A step answer; with ``step_timeout``, a worker that does not answer in time is killed."""
         if self.step_timeout is not None and not w.conn.poll(self.step_timeout):
+            env = w.stepping()
             w.kill()
+            which = "" if env is None else f" of env {env}"
             raise WorkerError(
                 w.id,
-                f"was killed: env.step did not return within step_timeout={self.step_timeout:g} s",
+                f"was killed: env.step{which} did not return within step_timeout={self.step_timeout:g} s",
                 envs=w.envs,
                 timed_out=True,
             )
@@ -225,6 +245,8 @@ class LocalRunner:
         w.kill()
         if w.conn is not None:
             w.conn.close()
+        if w.status is not None:
+            w.status.close()
         self.restarts += 1
         w.start()
         # Fresh seeds for the rebuilt envs: still reproducible, but not a replay of the first episodes.
