@@ -35,7 +35,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("agents", ("workbench.agents", "workbench.presets")),
     ("parallel", ("workbench.parallel",)),
     ("tracking", ("workbench.tracking",)),
-    ("session", ("workbench.session",)),
+    ("session", ("workbench.session", "workbench.control")),
     (
         "front ends",
         (

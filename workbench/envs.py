@@ -198,7 +198,13 @@ class VecEnv:
     whose episode just ended, ``obs[i]`` is already the first observation of the next episode and
     ``final_obs[i]`` is the last observation of the one that ended (elsewhere it equals ``obs``).
     Observations are float32 arrays of shape ``(num_envs, *obs_shape)``.
+
+    ``stepping`` is the index of the env whose ``step`` is running now (None between steps), so a
+    session can say which env hangs. :meth:`rng_states` / :meth:`set_rng_states` carry every env's
+    random stream (``env.np_random``) across a save and resume.
     """
+
+    stepping: int | None = None
 
     def __init__(self, envs: Sequence[gym.Env], *, seed: int | None = None) -> None:
         if not envs:
@@ -215,15 +221,41 @@ class VecEnv:
         self._rewards = np.zeros(self.num_envs, dtype=np.float32)
         self._terminated = np.zeros(self.num_envs, dtype=bool)
         self._truncated = np.zeros(self.num_envs, dtype=bool)
+        # Each env's random stream as it was before its last reset, and whether it has stepped
+        # since: a save right after an autoreset restores the stream that drew that episode.
+        self._pre_reset: list[dict[str, Any] | None] = [None] * self.num_envs
+        self._fresh = [False] * self.num_envs
+        self._restore: list[dict[str, Any] | None] | None = None
 
     def reset(self) -> np.ndarray:
-        """Reset every env (seeded ``seed + i`` the first time) and return the observations."""
+        """Reset every env (seeded ``seed + i`` the first time, or continuing the streams given
+        to :meth:`set_rng_states`) and return the observations."""
+        restore, self._restore = self._restore, None
         for i, env in enumerate(self.envs):
             seed = None if self._seed is None else self._seed + i
+            state = restore[i] if restore is not None and i < len(restore) else None
+            if state is not None and _set_rng_state(env, state):
+                seed = None
+            self._pre_reset[i] = _rng_state(env)
             obs, _ = env.reset(seed=seed)
+            self._fresh[i] = seed is None
             self._obs[i] = self._flatten(obs)
         self._seed = None  # later resets continue each env's own random stream
         return self._obs.copy()
+
+    def rng_states(self) -> list[dict[str, Any] | None]:
+        """Every env's random stream (its ``np_random`` generator state; None for an env without
+        one), at the point an uninterrupted run would continue from: for an env that has not
+        stepped since it was reset, the state that drew that reset, so a resumed run redraws it."""
+        return [
+            self._pre_reset[i] if self._fresh[i] and self._pre_reset[i] is not None else _rng_state(env)
+            for i, env in enumerate(self.envs)
+        ]
+
+    def set_rng_states(self, states: Sequence[dict[str, Any] | None]) -> None:
+        """Continue these streams (from :meth:`rng_states`) at the next :meth:`reset` instead of
+        seeding; envs without a state (None, or beyond the list) are seeded as usual."""
+        self._restore = list(states)
 
     def step(
         self, actions: np.ndarray
@@ -232,15 +264,22 @@ class VecEnv:
         obs, rewards = self._obs, self._rewards
         terminated, truncated = self._terminated, self._truncated
         finals: list[tuple[int, np.ndarray]] = []
+        fresh = self._fresh
         for i, env in enumerate(self.envs):
+            self.stepping = i
             o, r, term, trunc, _ = env.step(self.env_action(actions[i]))
             rewards[i] = r
             terminated[i] = term
             truncated[i] = trunc
             if term or trunc:
                 finals.append((i, self._flatten(o)))
+                self._pre_reset[i] = _rng_state(env)
                 o, _ = env.reset()
+                fresh[i] = True
+            else:
+                fresh[i] = False
             obs[i] = self._flatten(o)
+        self.stepping = None
         next_obs = obs.copy()
         final_obs = next_obs
         if finals:
@@ -253,3 +292,23 @@ class VecEnv:
         """Close every env."""
         for env in self.envs:
             env.close()
+
+
+def _rng_state(env: gym.Env) -> dict[str, Any] | None:
+    """The state of ``env``'s random generator, or None when it has none yet (reading
+    ``env.np_random`` would create one, changing the env, so the attribute behind it is read)."""
+    generator = getattr(env.unwrapped, "_np_random", None)
+    if not isinstance(generator, np.random.Generator):
+        return None
+    return generator.bit_generator.state
+
+
+def _set_rng_state(env: gym.Env, state: dict[str, Any]) -> bool:
+    """Give ``env`` a generator in ``state``; False when the state is not one numpy can rebuild."""
+    try:
+        bit_generator = getattr(np.random, state["bit_generator"])()
+        bit_generator.state = state
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return False
+    env.unwrapped.np_random = np.random.Generator(bit_generator)
+    return True

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
@@ -23,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import checkpoint
+from . import checkpoint, control
 from .agents.base import Agent
 from .agents.saving import agent_from_run, open_saved
 from .envs import EnvSource, as_env_source, describe_space
@@ -81,13 +82,20 @@ class Session:
         num_workers, backend: where env steps run (see ``workbench.parallel`` and docs/parallel.md):
             ``"auto"``, ``"inprocess"``, ``"local"`` (worker processes) or ``"ray"``.
         backend_options: ``envs_per_worker``, ``restart_workers`` (start a dead worker again instead
-            of failing), and for Ray ``ray_address``, ``sync_every``, ``cpus_per_worker``, ``ray_init``.
+            of failing), ``step_timeout`` (seconds: kill a worker whose env's step hangs), and for
+            Ray ``ray_address``, ``sync_every``, ``cpus_per_worker``, ``ray_init``.
         torch_threads: torch intra-op threads while training (1 is fastest for small networks).
         sinks: experiment trackers fed from the signals, off the training loop, e.g.
             ``[wb.TensorBoard("runs/tb"), wb.MLflow(), wb.WandB(offline=True)]`` (docs/tracking.md).
     """
 
     resume = _ResumeMethod()
+
+    # Control state kept beside __init__'s (class defaults; set on the instance when they change).
+    _abandoned = False  # a control call gave the run up: its thread is stuck (see _timed_out)
+    _where: tuple[str, float] | None = None  # what the loop thread is inside, and since when
+    _env_rng: list[Any] | None = None  # saved env random streams, for the next runner's first reset
+    _resumed_from_disk = False
 
     def __init__(
         self,
@@ -250,17 +258,45 @@ class Session:
                 raise RuntimeError(
                     f"this session is already {self._status}: call stop() (or wait()) before starting it again"
                 )
+        self._join_previous_thread()
+        with self._cond:
+            if self._status in ("running", "paused"):
+                raise RuntimeError(
+                    f"this session is already {self._status}: call stop() (or wait()) before starting it again"
+                )
+            previous = (self._status, self._thread, self.target_steps, self.error, self.stop_reason)
             self.error = None
             self.stop_reason = None
             self._pause_requested = False
             self._stop_requested = False
+            self._abandoned = False
             self.target_steps = self.steps + int(steps)
             self._status = "running"
             self._thread = threading.Thread(
                 target=self._train, args=(self.target_steps,), name="workbench-session", daemon=True
             )
-            self._thread.start()
+            try:
+                # Refuses (and starts nothing) when another live session trains this agent.
+                control.start_thread(self, self._thread)
+            except BaseException:
+                self._status, self._thread, self.target_steps, self.error, self.stop_reason = previous
+                raise
         return self
+
+    def _join_previous_thread(self) -> None:
+        """Before a new start: a run that has just ended finishes its last lines; a run whose
+        thread a control call gave up on (stuck in ``env.step``) cannot be started again."""
+        thread = self._thread
+        if thread is None or not thread.is_alive() or self._in_loop_thread():
+            return
+        if self._abandoned:
+            raise RuntimeError(
+                f"this session's previous run is still stuck in {self._activity()}: Python cannot "
+                "interrupt it, and a new run would share its envs. Start again once that step has "
+                "returned (session.is_alive turns False), or build a new Session with a fresh env; "
+                "run the env in worker processes with step_timeout= to have a hung env killed"
+            )
+        thread.join(timeout=_CONTROL_TIMEOUT_S)
 
     def run(self, steps: int, *, progress: bool = False) -> Session:
         """Train for ``steps`` env steps and return when done (blocking variant of ``start``).
@@ -277,15 +313,24 @@ class Session:
             self.stop()
         return self
 
-    def pause(self) -> None:
-        """Pause after the current env step (or update); returns once the loop has paused."""
+    def pause(self, timeout: float = _CONTROL_TIMEOUT_S) -> None:
+        """Pause after the current env step (or update); returns once the loop has paused.
+
+        When the loop has not paused within ``timeout`` seconds because it is stuck inside
+        ``env.step``, the run is given up: status ``failed``, ``error`` a
+        :class:`~workbench.control.StuckError` naming the env and for how long, and a
+        ``RuntimeWarning`` with the same words (see :meth:`stop`).
+        """
         with self._cond:
             if self._status != "running":
                 return
             self._pause_requested = True
             self._cond.notify_all()
-            if not self._in_loop_thread():
-                self._cond.wait_for(lambda: self._status != "running", timeout=_CONTROL_TIMEOUT_S)
+            if self._in_loop_thread():
+                return
+            if self._cond.wait_for(lambda: self._status != "running", timeout=timeout):
+                return
+        self._timed_out("pause", timeout)
 
     def _resume_paused(self) -> None:
         """Continue a paused run (``session.resume()``); does nothing unless paused."""
@@ -295,29 +340,108 @@ class Session:
             if self._status == "paused" and not self._in_loop_thread():
                 self._cond.wait_for(lambda: self._status != "paused", timeout=_CONTROL_TIMEOUT_S)
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = _CONTROL_TIMEOUT_S) -> None:
         """Stop after the current env step (or update); returns once the loop has ended.
 
-        Safe from any thread, including from ``stop_when`` or a signal subscriber.
+        Safe from any thread, including from ``stop_when`` or a signal subscriber. Returns after
+        at most ``timeout`` seconds: when the loop is stuck inside ``env.step`` by then (an env
+        whose ``step`` never returns), Python cannot interrupt it, so the run is given up: status
+        ``failed``, ``error`` a :class:`~workbench.control.StuckError` saying "stuck in env.step of
+        env i for N s", a ``RuntimeWarning`` with the same words, and local or Ray workers are
+        killed. The thread ends if the step ever returns; until then ``start`` refuses.
         """
         with self._cond:
             if self._status not in ("running", "paused"):
                 return
             self._stop_requested = True
             self._cond.notify_all()
-        if self._thread is not None and not self._in_loop_thread():
-            self._thread.join(timeout=_CONTROL_TIMEOUT_S)
+        thread = self._thread
+        if thread is not None and not self._in_loop_thread():
+            thread.join(timeout=timeout)
+            if thread.is_alive():
+                self._timed_out("stop", timeout)
+
+    def _activity(self) -> str:
+        """What the training thread is inside now, for messages: "env.step of env 2 for 61.0 s"."""
+        where = self._where
+        if where is None or not self.is_alive:
+            return "no step (between steps)"
+        name, since = where
+        seconds = time.monotonic() - since
+        if name == "env.step":
+            name = _stepping(self._runner)
+        return f"{name} for {seconds:.1f} s"
+
+    def _timed_out(self, call: str, timeout: float) -> None:
+        """A control call waited ``timeout`` s for the loop: give the run up when the loop is stuck
+        in an env step (it cannot be interrupted), otherwise say where it is and let the call land later."""
+        where = self._where
+        if where is None or where[0] != "env.step":
+            warnings.warn(
+                f"{call}() waited {timeout:g} s for the training thread, which is still in {self._activity()}; "
+                f"the {call} takes effect when that returns",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            return
+        seconds = time.monotonic() - where[1]
+        stuck = _stepping(self._runner)
+        runner = self._runner
+        interrupt = getattr(runner, "interrupt", None)
+        then = (
+            f"its {runner.backend} workers were killed"
+            if interrupt is not None
+            else "Python cannot interrupt a thread inside env.step, so its thread ends only if the step returns"
+        )
+        error = control.StuckError(
+            f"{call}() waited {timeout:g} s, but the training thread is stuck in {stuck} (for {seconds:.1f} s): "
+            f"the run is given up (status 'failed') and {then}. Run the env in worker processes with "
+            "step_timeout= (backend='local' or 'ray') to have a hung env killed and named",
+            where=stuck,
+            seconds=seconds,
+        )
+        with self._cond:
+            if not self.is_alive or self._where is not where:
+                return  # the step returned meanwhile: the call lands as usual
+            self._abandoned = True
+            self._stop_requested = True
+            self._pause_requested = False
+            self.error = error
+            self.stop_reason = "stuck"
+            self._status = "failed"
+            self._cond.notify_all()
+        if interrupt is not None:
+            interrupt()  # a blocked receive from a killed worker returns at once, with an error
+            if self._thread is not None:
+                self._thread.join(timeout=5.0)
+        warnings.warn(str(error), RuntimeWarning, stacklevel=3)
+
+    def _stop_at_exit(self, timeout: float) -> None:
+        """The exit hook's stop (``workbench.control``): stop quietly within ``timeout`` seconds."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self.stop(timeout=timeout)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the run ends; re-raise its error with the original traceback.
 
         Returns True when the run has ended, False when ``timeout`` seconds passed first.
+        A run given up by ``stop``/``pause`` (stuck in ``env.step``) raises its ``StuckError`` at
+        once. From the training thread itself (``stop_when``, a signal subscriber) it raises
+        :class:`~workbench.control.ControlError` instead of waiting for itself; the run goes on.
         """
+        if self._in_loop_thread():
+            raise control.ControlError(
+                "wait() was called from the session's own training thread (from stop_when or a signal "
+                "subscriber), where it would wait for itself forever; the run goes on. To end the run "
+                "there, return True from stop_when or call session.stop()"
+            )
         thread = self._thread
         if thread is not None:
             # Join in slices so Ctrl-C reaches the caller promptly.
             deadline = None if timeout is None else time.monotonic() + timeout
-            while thread.is_alive():
+            # A given-up run (stuck in env.step) has ended for the session, whatever its thread does.
+            while thread.is_alive() and not self._abandoned:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return False
@@ -381,6 +505,10 @@ class Session:
                 "env_name": self.env_source.name,
                 "best_eval_reward": self.best_eval_reward,
                 "last_eval_step": self._last_eval_step,
+                "target_steps": self.target_steps,
+                # Each env's random stream (None where the env has no np_random), so a resumed run
+                # continues the streams instead of replaying its first episodes.
+                "env_rng": _rng_states(self._runner) if self._runner is not None else self._env_rng,
             },
         }
         return checkpoint.write_run(
@@ -417,6 +545,9 @@ class Session:
         session.best_eval_reward = saved.get("best_eval_reward")
         session._last_eval_step = int(saved.get("last_eval_step", session.steps))
         session._last_checkpoint_step = session.steps
+        session.target_steps = saved.get("target_steps")
+        session._env_rng = saved.get("env_rng")
+        session._resumed_from_disk = True
         return session
 
     def dashboard(self) -> Any:
@@ -443,13 +574,20 @@ class Session:
         try:
             final = self._loop(target_steps)
         except BaseException as exc:
-            self.error = exc
+            if not self._abandoned:  # a given-up run keeps the StuckError that explains it
+                self.error = exc
             final = "failed"
             self._close_runner(force=True)
         finally:
+            self._where = None
             if self.torch_threads:
                 torch.set_num_threads(previous_threads)
         with self._cond:
+            if self._abandoned:
+                # The stuck step returned after the run was given up: it stays failed, and the envs
+                # it was stuck in are not reused.
+                final = "failed"
+                self._close_runner(force=True)
             self._pause_requested = False
             self._status = final
             self._cond.notify_all()
@@ -462,21 +600,32 @@ class Session:
             agent.reseed(self.seed)
         self._seeded = True
         if self._runner is None:
+            seed = self.seed
+            if self._resumed_from_disk and seed is not None:
+                # A resumed run must not replay its first episodes: envs whose random streams were
+                # saved continue them (below); the others get seeds derived from the step count.
+                seed = int(np.random.SeedSequence([seed, self.steps]).generate_state(1)[0])
             self._runner = make_runner(
                 self.env_source,
                 agent.num_envs,
-                seed=self.seed,
+                seed=seed,
                 num_workers=self.num_workers,
                 backend=self.backend,
                 agent=agent,
                 **self.backend_options,
             )
+            if self._env_rng and hasattr(self._runner, "set_rng_states"):
+                self._runner.set_rng_states(self._env_rng)
+            self._env_rng = None
             self._obs = self._runner.reset()
             self._episodes = EpisodeTracker(self._runner.num_envs)
 
     def _close_runner(self, force: bool = False) -> None:
         runner = self._runner
         if runner is not None and (force or not runner.persistent):
+            if not force:
+                # The envs' random streams outlive the runner: a save after the run continues them.
+                self._env_rng = _rng_states(runner)
             self._runner = None
             runner.close()
 
@@ -496,7 +645,9 @@ class Session:
             self._clock_start = time.perf_counter()
         self._prepare()
         agent.train()
-        agent.total_timesteps = target_steps
+        # Schedules count against the furthest target planned so far: a run stopped (or saved)
+        # and continued to its planned end follows an uninterrupted run's schedule exactly.
+        agent.total_timesteps = max(target_steps, agent.total_timesteps or 0)
         runner = self._runner
         record = self.signals.record
         obs = self._obs
@@ -517,7 +668,12 @@ class Session:
                 break
 
             # The one step function (workbench.loop.env_step), here or in the runner's workers.
+            # _where lets a control call that times out say what the loop is stuck in.
+            self._where = ("env.step", time.monotonic())
             transitions, obs = runner.transitions(agent, obs)
+            self._where = None
+            if self._abandoned:
+                break  # given up while this step hung: nothing more is learned or counted
             agent.observe(transitions)
             self._obs = obs
 
@@ -531,7 +687,7 @@ class Session:
                     record("episode_length", self.steps, float(episode.length), now)
                     if per_worker:
                         record(f"worker_{episode.env // per_worker}/episode_reward", self.steps, episode.reward, now)
-                if self.stop_when is not None and self.stop_when(self):
+                if self.stop_when is not None and self._ask_stop_when():
                     self.stop_reason = "stop_when"
                     break
 
@@ -540,7 +696,9 @@ class Session:
                     record(name, self.steps, value, self.elapsed)
 
             if agent.ready():
+                self._where = ("agent.update", time.monotonic())
                 metrics = agent.update()
+                self._where = None
                 now = self.elapsed
                 for name, value in metrics.items():
                     record(name, self.steps, value, now)
@@ -565,6 +723,14 @@ class Session:
         self._close_runner()
         return ended
 
+    def _ask_stop_when(self) -> bool:
+        try:
+            return bool(self.stop_when(self))  # type: ignore[misc]
+        except control.ControlError as exc:
+            # A control call that cannot work from here (wait()) is the caller's mistake, not the run's.
+            warnings.warn(f"stop_when: {exc}", RuntimeWarning, stacklevel=2)
+            return False
+
     def _periodic_eval(self) -> None:
         mean = self.evaluate()
         if self.best_eval_reward is None or mean > self.best_eval_reward:
@@ -585,6 +751,28 @@ def _views() -> ModuleType:
     from . import ui
 
     return ui
+
+
+def _stepping(runner: Any) -> str:
+    """Which env step the loop is inside, as precisely as the runner knows it."""
+    stepping = getattr(runner, "stepping", None)
+    if stepping is not None:
+        return f"env.step of env {stepping}"
+    backend = getattr(runner, "backend", None)
+    if backend in ("local", "ray"):
+        return f"env.step ({backend} workers)"
+    return "the agent's decision or env.step"
+
+
+def _rng_states(runner: Any) -> list[Any] | None:
+    """The runner's envs' random streams, JSON-ready (None when the runner cannot tell)."""
+    get = getattr(runner, "rng_states", None)
+    if get is None:
+        return None
+    try:
+        return checkpoint.json_ready(get())
+    except Exception:  # a broken runner (a worker gone) has no streams to continue
+        return None
 
 
 def _check_same_spaces(agent: Agent, obs_space: Any, act_space: Any) -> None:

@@ -36,7 +36,7 @@ from typing import Any, NamedTuple
 from ..envs import EnvSource, VecEnv, as_env_source
 from ..loop import Transitions, env_step
 from .errors import WorkerError
-from .local import LocalRunner, split_envs
+from .local import LocalRunner, check_step_timeout, split_envs
 
 __all__ = [
     "BACKENDS",
@@ -154,13 +154,18 @@ def make_runner(
     agent: Any = None,
     envs_per_worker: int | None = None,
     restart_workers: bool = False,
+    step_timeout: float | None = None,
     **options: Any,
 ) -> Any:
     """Build the runner that steps envs from ``source`` for a session.
 
     With one worker, ``num_envs`` envs (the agent's preference); with ``num_workers > 1``,
     ``envs_per_worker`` envs in each worker (default: enough to cover ``num_envs``).
-    ``restart_workers=True`` starts a dead worker again instead of failing the run. The Ray backend
+    ``restart_workers=True`` starts a dead worker again instead of failing the run.
+    ``step_timeout`` (seconds, worker backends only) kills a worker whose env's ``step`` does not
+    return in time; the run fails naming the worker and its envs, or restarts it with
+    ``restart_workers=True``. An in-process ``env.step`` cannot be interrupted, so with
+    ``step_timeout`` ``"auto"`` picks local workers and ``"inprocess"`` is a ``ValueError``. The Ray backend
     takes its own options (``ray_address``, ``sync_every``...; see ``workbench.parallel.ray_backend``).
     """
     if backend not in BACKENDS:
@@ -170,14 +175,23 @@ def make_runner(
     if options and backend != "ray":
         raise TypeError(
             f"unknown option(s) {', '.join(sorted(options))} for backend={backend!r}; known: "
-            "envs_per_worker, restart_workers (and ray_address, sync_every, ... for backend='ray')"
+            "envs_per_worker, restart_workers, step_timeout (and ray_address, sync_every, ... for backend='ray')"
         )
+    check_step_timeout(step_timeout)
     if num_workers > 1 and source.instance is not None:
         raise ValueError(
             f"num_workers={num_workers} needs a way to build the env in each worker, but an env "
             "instance cannot be copied to another process. Pass a zero-argument factory instead: "
             "Session(agent, lambda: MyEnv(...), num_workers=...)"
         )
+    if step_timeout is not None:
+        if backend == "inprocess":
+            raise ValueError(
+                "step_timeout needs worker processes: an env.step running in the training thread cannot "
+                "be interrupted. Use backend='local' (one worker is enough) or backend='ray'"
+            )
+        if backend == "auto":
+            backend = "local"  # only workers can enforce step_timeout
     if num_workers == 1 and backend in ("auto", "inprocess"):
         # The single-worker path: exactly the plain vector env, nothing measured, nothing started.
         return InProcessRunner(source, num_envs, seed)
@@ -187,11 +201,20 @@ def make_runner(
     if backend == "inprocess":
         return InProcessRunner(source, per * num_workers, seed)
     if backend == "local":
-        return LocalRunner(source, num_workers, per, seed=seed, restart_workers=restart_workers)
+        return LocalRunner(
+            source, num_workers, per, seed=seed, restart_workers=restart_workers, step_timeout=step_timeout
+        )
     from .ray_backend import RayRunner
 
     if agent is None:
         raise ValueError("backend='ray' needs the agent (its workers act with the agent's weights)")
     return RayRunner(
-        source, agent, num_workers, per, seed=seed, restart_workers=restart_workers, **options
+        source,
+        agent,
+        num_workers,
+        per,
+        seed=seed,
+        restart_workers=restart_workers,
+        step_timeout=step_timeout,
+        **options,
     )

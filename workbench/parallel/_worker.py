@@ -13,9 +13,15 @@ Protocol over the connection on file descriptor FD (messages are tuples, pickled
 * a step: ``b"S"`` + the actions' raw bytes (int64 for Discrete, float32 for Box) -> ``b"K"`` + one float32
   buffer ``[busy_s, ended, rewards, terminated, truncated, obs, final_obs if ended]``; the hot path
   skips pickle entirely.
+* ``("rng",)`` -> ``("ok", states)``: every env's random stream (``VecEnv.rng_states``).
+* ``("set_rng", states)`` -> ``("ok", None)``: continue those streams at the next reset.
 * ``("close",)``: close the envs and exit.
 
 Any error is answered with ``("error", where, traceback_text)``; the parent raises it, naming this worker.
+
+A second connection (file descriptor STATUS_FD, ``python _worker.py FD STATUS_FD``) is served by a
+small thread: any message is answered with the index of the env whose ``step`` is running (``-1``
+between steps), so the parent can name the env that hangs before it kills the worker.
 The worker exits when the parent goes away (the connection reaches EOF).
 """
 
@@ -62,14 +68,33 @@ def _build(message: tuple, envs_module):  # type: ignore[no-untyped-def]
     return envs_module.VecEnv(envs, seed=seed)
 
 
-def main(fd: int) -> None:
+def _serve_status(fd: int, holder: dict) -> None:
+    """Answer every message on ``fd`` with the index of the env stepping now (-1: none)."""
+    from multiprocessing.connection import Connection
+
+    conn = Connection(fd)
+    while True:
+        try:
+            conn.recv_bytes()
+            vec = holder.get("vec")
+            stepping = None if vec is None else vec.stepping
+            conn.send_bytes(str(-1 if stepping is None else stepping).encode())
+        except (EOFError, OSError):
+            return
+
+
+def main(fd: int, status_fd: int | None = None) -> None:
     """Serve the parent until it says close or goes away."""
+    import threading
     from multiprocessing.connection import Connection
 
     # Ctrl-C in a terminal reaches the whole process group; the parent decides when workers stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     conn = Connection(fd)
     vec = None
+    holder: dict = {}
+    if status_fd is not None:
+        threading.Thread(target=_serve_status, args=(status_fd, holder), daemon=True).start()
     where = "starting"
     try:
         from multiprocessing.reduction import ForkingPickler
@@ -105,11 +130,18 @@ def main(fd: int) -> None:
                     conn.send(("ok", vec.reset()))
                 elif command == "init":
                     where = "building the env (the factory)"
-                    vec = _build(message, envs_module)
+                    vec = holder["vec"] = _build(message, envs_module)
                     if hasattr(vec.action_space, "n"):  # Discrete: the parent sends int64 actions
                         action_dtype, action_shape = np.int64, ()
                     else:
                         action_dtype, action_shape = np.float32, vec.action_space.shape
+                    conn.send(("ok", None))
+                elif command == "rng":
+                    where = "reading the envs' random streams"
+                    conn.send(("ok", vec.rng_states()))
+                elif command == "set_rng":
+                    where = "setting the envs' random streams"
+                    vec.set_rng_states(message[1])
                     conn.send(("ok", None))
                 elif command == "close":
                     break
@@ -136,4 +168,4 @@ if __name__ == "__main__":
     # shadow top-level modules the user's env imports (``errors``, ``local``): take it off.
     if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
         del sys.path[0]
-    main(int(sys.argv[1]))
+    main(int(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else None)

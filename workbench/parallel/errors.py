@@ -9,7 +9,8 @@ class WorkerError(RuntimeError):
     """A rollout worker's env raised, or the worker process (or Ray actor) died.
 
     ``worker`` is the worker's id (0-based), ``envs`` the range of env indices it stepped,
-    ``died`` tells a lost process from an env that raised, and ``remote_traceback`` holds the
+    ``died`` tells a lost process from an env that raised, ``timed_out`` a worker killed because
+    its env's ``step`` did not return within ``step_timeout``, and ``remote_traceback`` holds the
     env's own traceback text from inside the worker (also part of the message).
     """
 
@@ -21,10 +22,12 @@ class WorkerError(RuntimeError):
         envs: slice | range | None = None,
         died: bool = False,
         remote_traceback: str | None = None,
+        timed_out: bool = False,
     ) -> None:
         self.worker = worker
         self.envs = range(envs.start, envs.stop) if isinstance(envs, slice) else envs
         self.died = died
+        self.timed_out = timed_out
         self.remote_traceback = remote_traceback
         where = "" if self.envs is None else f" (envs {self.envs.start}-{self.envs.stop - 1})"
         message = f"worker {worker}{where} {what}"
@@ -36,12 +39,15 @@ class WorkerError(RuntimeError):
         # Keeps the keyword fields when the error crosses a process boundary.
         return (
             _rebuild,
-            (self.worker, str(self), self.envs, self.died, self.remote_traceback),
+            (self.worker, str(self), self.envs, self.died, self.remote_traceback, self.timed_out),
         )
 
 
-def _rebuild(worker: int, message: str, envs: range | None, died: bool, tb: str | None) -> WorkerError:
+def _rebuild(
+    worker: int, message: str, envs: range | None, died: bool, tb: str | None, timed_out: bool = False
+) -> WorkerError:
     err = WorkerError.__new__(WorkerError)
     RuntimeError.__init__(err, message)
     err.worker, err.envs, err.died, err.remote_traceback = worker, envs, died, tb
+    err.timed_out = timed_out
     return err

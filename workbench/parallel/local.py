@@ -48,6 +48,7 @@ class _Worker:
         self.num_envs = num_envs
         self.process: subprocess.Popen | None = None
         self.conn: Any = None
+        self.status: Any = None  # a second connection: which env is stepping (see _worker.py)
         self.steps = 0  # env steps in the current signal window
         self.busy = 0.0  # seconds its envs spent stepping in that window
 
@@ -58,6 +59,7 @@ class _Worker:
     def start(self) -> None:
 
         parent_sock, child_sock = socket.socketpair()
+        parent_status, child_status = socket.socketpair()
         env = dict(os.environ)
         # A worker steps envs; it should not spread a torch/numpy thread pool over every core.
         for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
@@ -67,14 +69,27 @@ class _Worker:
         env["PYTHONPATH"] = os.pathsep.join(p or os.getcwd() for p in sys.path)
         try:
             self.process = subprocess.Popen(
-                [sys.executable, _WORKER_SCRIPT, str(child_sock.fileno())],
-                pass_fds=(child_sock.fileno(),),
+                [sys.executable, _WORKER_SCRIPT, str(child_sock.fileno()), str(child_status.fileno())],
+                pass_fds=(child_sock.fileno(), child_status.fileno()),
                 env=env,
                 close_fds=True,
             )
         finally:
             child_sock.close()
+            child_status.close()
         self.conn = Connection(parent_sock.detach())
+        self.status = Connection(parent_status.detach())
+
+    def stepping(self) -> int | None:
+        """The index (over all workers) of the env whose step is running in this worker, if it says."""
+        try:
+            self.status.send_bytes(b"?")
+            if not self.status.poll(0.5):
+                return None
+            index = int(self.status.recv_bytes())
+        except (AttributeError, EOFError, OSError, ValueError):
+            return None
+        return None if index < 0 else self.first_env + index
 
     def kill(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -102,6 +117,9 @@ def _shutdown(workers: list[_Worker]) -> None:
         if w.conn is not None:
             w.conn.close()
             w.conn = None
+        if w.status is not None:
+            w.status.close()
+            w.status = None
     workers.clear()
 
 
@@ -114,6 +132,11 @@ class LocalRunner:
     ``restart_workers=True``: a worker that dies is started again with fresh envs; its envs'
     running episodes end as truncated and the run continues. Otherwise the run fails with a
     :class:`WorkerError` naming the worker.
+
+    ``step_timeout``: seconds a worker may take to step its envs once; a worker that takes longer
+    (an env whose ``step`` hangs) is killed, and the run fails with a :class:`WorkerError`
+    (``timed_out=True``) naming the worker and its envs, or, with ``restart_workers=True``, the
+    worker is started again like a dead one. None (the default) waits as long as it takes.
     """
 
     persistent = False  # processes never outlive a run: stop() leaves nothing behind
@@ -127,7 +150,9 @@ class LocalRunner:
         *,
         seed: int | None = None,
         restart_workers: bool = False,
+        step_timeout: float | None = None,
     ) -> None:
+        check_step_timeout(step_timeout)
         if source.factory is None:
             raise ValueError(
                 "local workers need a way to build the env in each process: pass a zero-argument "
@@ -139,6 +164,7 @@ class LocalRunner:
         self.num_envs = num_workers * envs_per_worker
         self.seed = seed
         self.restart_workers = restart_workers
+        self.step_timeout = None if step_timeout is None else float(step_timeout)
         self.restarts = 0
         self._blob = None
         if source.env_id is None:
@@ -200,11 +226,27 @@ class LocalRunner:
             raise WorkerError(w.id, f"raised in {where}", envs=w.envs, remote_traceback=tb)
         return message[1]
 
+    def _receive_step(self, w: _Worker) -> Any:
+        """A step answer; with ``step_timeout``, a worker that does not answer in time is killed."""
+        if self.step_timeout is not None and not w.conn.poll(self.step_timeout):
+            env = w.stepping()
+            w.kill()
+            which = "" if env is None else f" of env {env}"
+            raise WorkerError(
+                w.id,
+                f"was killed: env.step{which} did not return within step_timeout={self.step_timeout:g} s",
+                envs=w.envs,
+                timed_out=True,
+            )
+        return self._receive(w)
+
     def _restart(self, w: _Worker) -> np.ndarray:
         """Start a dead worker again with fresh envs; return their first observations."""
         w.kill()
         if w.conn is not None:
             w.conn.close()
+        if w.status is not None:
+            w.status.close()
         self.restarts += 1
         w.start()
         # Fresh seeds for the rebuilt envs: still reproducible, but not a replay of the first episodes.
@@ -248,9 +290,9 @@ class LocalRunner:
         for w in workers:
             s = w.envs
             try:
-                o, r, term, trunc, final, busy = self._unpack(self._receive(w), w.num_envs)
+                o, r, term, trunc, final, busy = self._unpack(self._receive_step(w), w.num_envs)
             except WorkerError as err:
-                if not (err.died and self.restart_workers):
+                if not ((err.died or err.timed_out) and self.restart_workers):
                     raise
                 # The running episodes of that worker's envs end here, as time-limit truncations.
                 finals.append((s, self._obs[s].copy()))
@@ -300,6 +342,26 @@ class LocalRunner:
         pending, self._pending = self._pending, []
         return pending
 
+    def rng_states(self) -> list[Any]:
+        """Every env's random stream, over all workers (see ``VecEnv.rng_states``)."""
+        states: list[Any] = []
+        for w in self._workers:
+            w.conn.send(("rng",))
+            states.extend(self._receive(w, timeout=_START_TIMEOUT_S))
+        return states
+
+    def set_rng_states(self, states: list[Any]) -> None:
+        """Continue these streams (env ``i`` over all workers) at the next :meth:`reset`."""
+        for w in self._workers:
+            w.conn.send(("set_rng", list(states[w.envs])))
+            self._receive(w, timeout=_START_TIMEOUT_S)
+
+    def interrupt(self) -> None:
+        """Kill every worker process now, from any thread: a step waiting on one of them returns
+        at once with a :class:`WorkerError` (how a session gives up a run stuck in a step)."""
+        for w in list(self._workers):
+            w.kill()
+
     def pids(self) -> list[int]:
         """Process ids of the live workers (for tests and monitoring)."""
         return [w.process.pid for w in self._workers if w.process is not None]
@@ -307,6 +369,14 @@ class LocalRunner:
     def close(self) -> None:
         """Stop every worker process; kills any that do not exit within a couple of seconds."""
         self._finalizer()
+
+
+def check_step_timeout(step_timeout: float | None) -> None:
+    """Raise ``ValueError`` unless ``step_timeout`` is None or a positive number of seconds."""
+    if step_timeout is None:
+        return
+    if isinstance(step_timeout, bool) or not isinstance(step_timeout, int | float) or not step_timeout > 0:
+        raise ValueError(f"step_timeout must be a positive number of seconds or None, got {step_timeout!r}")
 
 
 def split_envs(num_envs: int, num_workers: int, envs_per_worker: int | None) -> int:

@@ -40,6 +40,7 @@ import torch
 from ..envs import EnvSource, VecEnv
 from ..loop import Step, Transitions, collect, concat_envs, row
 from .errors import WorkerError
+from .local import check_step_timeout
 
 __all__ = ["RayRunner", "is_on_policy"]
 
@@ -70,6 +71,21 @@ class _ClockedReplica:
         self.agent.begin_episode(done)
 
 
+class _TimedEnvs:
+    """The worker's vector env, noting when its current ``step`` began (for ``step_timeout``)."""
+
+    def __init__(self, vec: VecEnv) -> None:
+        self.vec = vec
+        self.started: float | None = None
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        self.started = time.monotonic()
+        try:
+            return self.vec.step(actions)
+        finally:
+            self.started = None
+
+
 class _RolloutWorker:
     """The actor: envs plus an acting replica of the agent. Runs inside a Ray worker process."""
 
@@ -89,6 +105,7 @@ class _RolloutWorker:
         source = EnvSource(name=str(env_id or factory), factory=factory, env_id=env_id)
         self.id = worker_id
         self.vec = VecEnv([source.make() for _ in range(num_envs)], seed=env_seed)
+        self.timed = _TimedEnvs(self.vec)
         self.agent = agent_cls(observation_space=spaces[0], action_space=spaces[1], seed=agent_seed, **config)
         self.agent.train()
         self.obs: np.ndarray | None = None
@@ -114,8 +131,14 @@ class _RolloutWorker:
         agent.num_timesteps, agent.total_timesteps = timesteps, total
         assert self.obs is not None, "reset() first"
         start = time.perf_counter()
-        transitions, self.obs = collect(_ClockedReplica(agent, stride), self.vec, self.obs, steps)
+        transitions, self.obs = collect(_ClockedReplica(agent, stride), self.timed, self.obs, steps)
         return transitions, self.obs, time.perf_counter() - start
+
+    def stepping(self) -> tuple[float | None, int | None]:
+        """Seconds the current ``env.step`` has run (None between steps) and the index of the env
+        stepping, among this worker's. Answered from a second thread while ``collect`` runs."""
+        started = self.timed.started
+        return (None if started is None else time.monotonic() - started), self.vec.stepping
 
 
 def _init_private_ray(ray: Any, options: dict[str, Any]) -> None:
@@ -171,6 +194,11 @@ class RayRunner:
             agents always collect ``n_steps`` per iteration.
         cpus_per_worker: Ray CPUs each actor reserves (default 1; lower it to pack more workers on a node).
         ray_init: extra keyword arguments for ``ray.init`` when this runner starts Ray.
+
+    ``step_timeout`` (seconds): a worker whose env's ``step`` runs longer is killed and the run fails
+    with a :class:`WorkerError` (``timed_out=True``) naming the worker and the env, or the worker is
+    started again with ``restart_workers=True``. The runner asks a stepping worker how long its
+    current step has run (actors then answer from a second thread).
     """
 
     persistent = False  # actors never outlive a run: stop() leaves nothing behind
@@ -185,6 +213,7 @@ class RayRunner:
         *,
         seed: int | None = None,
         restart_workers: bool = False,
+        step_timeout: float | None = None,
         ray_address: str | None = None,
         sync_every: int | None = None,
         cpus_per_worker: float = 1.0,
@@ -208,6 +237,8 @@ class RayRunner:
         self.num_envs = num_workers * envs_per_worker
         self.seed = seed
         self.restart_workers = restart_workers
+        check_step_timeout(step_timeout)
+        self.step_timeout = None if step_timeout is None else float(step_timeout)
         self.restarts = 0
         self.on_policy = is_on_policy(agent)
         if self.on_policy:
@@ -237,7 +268,10 @@ class RayRunner:
                 f"{num_workers * cpus_per_worker:g} Ray CPUs, but the cluster has {total:g}: lower "
                 "cpus_per_worker (e.g. 0.25 for workers that mostly wait) or start Ray with more num_cpus"
             )
-        self._actor_cls = ray.remote(_RolloutWorker).options(num_cpus=cpus_per_worker, max_restarts=0)
+        actor_options: dict[str, Any] = {"num_cpus": cpus_per_worker, "max_restarts": 0}
+        if self.step_timeout is not None:
+            actor_options["max_concurrency"] = 2  # stepping() answers while collect() runs
+        self._actor_cls = ray.remote(_RolloutWorker).options(**actor_options)
         self._source = source
         self._config = {f.name: getattr(agent.config, f.name) for f in dataclasses.fields(agent.config)}
         self._actors: list[Any] = [None] * num_workers
@@ -300,6 +334,48 @@ class RayRunner:
         except GetTimeoutError as exc:
             raise WorkerError(w, f"did not answer within {timeout:.0f} s", envs=self._envs(w)) from exc
 
+    def _get_chunk(self, w: int, ref: Any) -> Any:
+        """A worker's collected chunk; with ``step_timeout``, a worker whose current env step has
+        run longer is killed (a WorkerError with ``timed_out=True`` naming it and the env)."""
+        if self.step_timeout is None:
+            return self._get(w, ref)
+        ray = self._ray
+        from ray.exceptions import GetTimeoutError
+
+        poll = min(1.0, self.step_timeout / 4)
+        while True:
+            ready, _ = ray.wait([ref], timeout=poll)
+            if ready:
+                return self._get(w, ref)
+            try:
+                seconds, env = ray.get(self._actors[w].stepping.remote(), timeout=self.step_timeout)
+            except GetTimeoutError:
+                seconds, env = float("inf"), None  # the env holds the worker so hard it cannot answer
+            except Exception:
+                return self._get(w, ref)  # the actor is gone: _get says how
+            if seconds is not None and seconds > self.step_timeout:
+                self._kill(w)
+                which = "" if env is None else f" of env {w * self.envs_per_worker + env}"
+                raise WorkerError(
+                    w,
+                    f"was killed: env.step{which} did not return within step_timeout={self.step_timeout:g} s",
+                    envs=self._envs(w),
+                    timed_out=True,
+                )
+
+    def _kill(self, w: int) -> None:
+        try:
+            self._ray.kill(self._actors[w], no_restart=True)
+        except Exception:
+            pass
+
+    def interrupt(self) -> None:
+        """Kill every worker actor now, from any thread: a step waiting on one returns at once
+        with a :class:`WorkerError` (how a session gives up a run stuck in a step)."""
+        for w in range(len(self._actors)):
+            if self._actors[w] is not None:
+                self._kill(w)
+
     def _restart(self, w: int) -> None:
         old = self._actors[w]
         try:
@@ -344,16 +420,16 @@ class RayRunner:
         restarted: list[int] = []
         for w, ref in enumerate(refs):
             try:
-                part = self._get(w, ref)
+                part = self._get_chunk(w, ref)
             except WorkerError as err:
-                if not (err.died and self.restart_workers):
+                if not ((err.died or err.timed_out) and self.restart_workers):
                     raise
                 self._restart(w)
                 weights = self._publish()
                 ref = self._actors[w].collect.remote(
                     weights, self.agent.num_timesteps, self.agent.total_timesteps, self.num_envs, self.chunk
                 )
-                part = self._get(w, ref)
+                part = self._get_chunk(w, ref)
                 restarted.append(w)
             parts.append(part)
             seconds = part[2]
