@@ -24,6 +24,7 @@ from .agents import A2C, AGENTS, DDPG, DQN, PPO, SAC, TD3, Agent, EpisodeReturns
 from .checkpoint import CheckpointError, load
 from .envs import check_env
 from .exploration import EpsilonGreedy, GaussianNoise, OrnsteinUhlenbeckNoise, TruncatedNormalNoise
+from .live_sessions import sessions
 from .memory import PrioritizedReplayMemory, ReplayMemory, RolloutBuffer
 from .parallel import WorkerError
 from .presets import PRESETS, Preset, preset
@@ -72,6 +73,7 @@ __all__ = [
     "linear",
     "load",
     "preset",
+    "sessions",
 ]
 
 

@@ -236,6 +236,10 @@ class Session:
                 target=self._train, args=(self.target_steps,), name="workbench-session", daemon=True
             )
             self._thread.start()
+        # wb.sessions(): the live sessions of this process (warns when another one still trains).
+        from .live_sessions import register
+
+        register(self)
         return self
 
     def run(self, steps: int, *, progress: bool = False) -> Session:

@@ -1,13 +1,24 @@
-"""Notebook parts of the workbench: the live dashboard, the play viewer and run comparison.
+"""Notebook parts of the workbench: the live dashboard, the play viewer, run comparison, the console bar.
 
-This is the only package that imports ipywidgets and plotly; ``workbench`` loads it on first use
-(``wb.Dashboard``, ``wb.PlayViewer``, ``wb.compare``, ``session.dashboard()``).
+This is the only package that imports ipywidgets and plotly, and only in the modules that draw with
+them; ``workbench`` loads it on first use (``wb.Dashboard``, ``wb.PlayViewer``, ``wb.compare``,
+``session.dashboard()``). The names below load lazily too, so ``workbench.ui.view_model`` and
+``workbench.ui.console`` (plain Python) import without ipywidgets or plotly.
 """
 
 from __future__ import annotations
 
-from .compare import compare
-from .dashboard import Dashboard
-from .play_viewer import PlayViewer
+import importlib
+from typing import Any
 
 __all__ = ["Dashboard", "PlayViewer", "compare"]
+
+_LAZY = {"Dashboard": ".dashboard", "PlayViewer": ".play_viewer", "compare": ".compare"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'workbench.ui' has no attribute {name!r}")

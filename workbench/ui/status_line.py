@@ -1,0 +1,72 @@
+"""The dashboard's status line: its text from the kernel, its heartbeat kept by the page.
+
+The kernel sets :attr:`StatusLine.value` (HTML) and bumps :attr:`StatusLine.beat` on every refresh;
+the page counts the seconds since the last beat itself, so it can say "live · updated 1 s ago", and
+say so honestly when the kernel side stopped answering (busy, restarted or gone) and how to get a
+live dashboard back.
+"""
+
+from __future__ import annotations
+
+import anywidget
+import traitlets
+
+__all__ = ["STALE_S", "StatusLine"]
+
+STALE_S = 10
+"""Seconds without a beat, while the run is live, after which the page says the kernel is not answering."""
+
+_ESM = (
+    r"""
+function render({ model, el }) {
+  const root = document.createElement("div");
+  root.style.fontFamily = "monospace";
+  const main = document.createElement("span");
+  main.className = "wb-status-main";
+  const beat = document.createElement("span");
+  beat.className = "wb-heartbeat";
+  beat.style.color = "#57606a";
+  root.append(main, beat);
+  el.appendChild(root);
+  let last = Date.now();
+  const paint = () => { main.innerHTML = model.get("value"); };
+  const tick = () => {
+    if (!model.get("active")) { beat.textContent = ""; beat.title = ""; return; }
+    const secs = Math.floor((Date.now() - last) / 1000);
+    if (secs > STALE) {
+      beat.textContent = " · no update from the kernel for " + secs + " s";
+      beat.title = "The kernel may be busy running another cell, or gone (restarted or shut down). " +
+        "If it restarted, re-run this cell to get a live dashboard.";
+      beat.style.color = "#b35900";
+    } else {
+      beat.textContent = " · live · updated " + secs + " s ago";
+      beat.title = "";
+      beat.style.color = "#57606a";
+    }
+  };
+  const onBeat = () => { last = Date.now(); tick(); };
+  paint();
+  tick();
+  model.on("change:value", paint);
+  model.on("change:beat", onBeat);
+  model.on("change:active", tick);
+  const timer = setInterval(tick, 1000);
+  return () => {
+    clearInterval(timer);
+    model.off("change:value", paint);
+    model.off("change:beat", onBeat);
+    model.off("change:active", tick);
+  };
+}
+export default { render };
+"""
+).replace("STALE", str(STALE_S))
+
+
+class StatusLine(anywidget.AnyWidget):
+    """Status text set by the kernel, with a heartbeat the page keeps (see the module docstring)."""
+
+    _esm = traitlets.Unicode(_ESM).tag(sync=True)
+    value = traitlets.Unicode("").tag(sync=True)
+    beat = traitlets.Int(0).tag(sync=True)
+    active = traitlets.Bool(False).tag(sync=True)
