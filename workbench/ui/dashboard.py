@@ -282,9 +282,10 @@ class Dashboard(widgets.VBox):
         )
         super().__init__([self.status_line, self.progress, controls, self.message, self.error_box, view, self.plots])
         self.add_class("wb-dashboard")
-        # First paint: status, progress and buttons only; the plots come on the timer's first tick.
+        # The first paint needs no plotly on the kernel side; the plots' points come on the first tick.
         with self._lock:
             self._draw_status(self._status_view())
+            self._set_panels()
         _subscribe_waker(self)
         self._ensure_timer(watch=True)
 

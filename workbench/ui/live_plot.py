@@ -335,8 +335,8 @@ class LivePlot(anywidget.AnyWidget):
             base = self._seq
             self._seq += 1
             content = {"kind": kind, "seq": self._seq, "base": base, "traces": specs, **extra}
+            self._sent_at = time.monotonic()  # before sending: the answer may come at once
             self.send(content, buffers)
-            self._sent_at = time.monotonic()
             size = len(json.dumps(content)) + sum(len(b) for b in buffers)
             self.sent_bytes.append(size)
         return size
