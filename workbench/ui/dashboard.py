@@ -184,6 +184,7 @@ class Dashboard(widgets.VBox):
         self._rate: float | None = None
         self._display_id = f"workbench-dashboard-{uuid.uuid4().hex}"
         self._displayed = False
+        self._shown = threading.Event()  # set once the dashboard was displayed (or closed)
         self._picture_for: tuple[Any, ...] | None = None  # the run state the picture in the output shows
         self._known_signals: frozenset[str] = frozenset(session.signals.names())
         self.refresh_count = 0
@@ -476,6 +477,7 @@ class Dashboard(widgets.VBox):
         # outputs gets the picture beside the widget (what a saved notebook or GitHub shows).
         display(self._bundle(), raw=True, display_id=self._display_id)
         self._displayed = True
+        self._shown.set()
 
     def _bundle(self) -> dict[str, Any]:
         bundle: dict[str, Any] = {
@@ -563,6 +565,8 @@ class Dashboard(widgets.VBox):
     def _tick(self) -> None:
         ended_at = None
         first = True
+        # Let the display message go out before the plots' data and plotly.js (a first paint in well under 1.5 s).
+        self._shown.wait(0.3)
         while first or not self._closed.wait(self.wait_s):
             first = False
             # Read the status before drawing: once it says the run ended, the loop thread has
@@ -599,6 +603,7 @@ class Dashboard(widgets.VBox):
         closed = getattr(self, "_closed", None)  # ipywidgets also calls close() on half-built widgets
         if closed is not None:
             closed.set()
+            self._shown.set()
         timer = getattr(self, "_timer", None)
         if timer is not None and timer is not threading.current_thread():
             timer.join(timeout=5)

@@ -34,7 +34,6 @@ from typing import Any
 import anywidget
 import numpy as np
 import traitlets
-from ipywidgets import widget_serialization
 
 __all__ = ["LivePlot", "PlotlyLibrary", "plotly_library", "plotly_js_path"]
 
@@ -60,7 +59,7 @@ class PlotlyLibrary(anywidget.AnyWidget):
     """plotly.js as one widget model per kernel: the page evaluates its ``source`` once."""
 
     _esm = traitlets.Unicode(_LIBRARY_ESM).tag(sync=True)
-    source = traitlets.Unicode("").tag(sync=True)
+    source = traitlets.Bytes(b"").tag(sync=True)  # binary: no JSON escaping of 4.8 MB either way
     version = traitlets.Unicode("").tag(sync=True)
 
 
@@ -75,7 +74,7 @@ def plotly_library() -> PlotlyLibrary:
         lib = _library() if _library is not None else None
         if lib is None or lib.comm is None:
             path = plotly_js_path()
-            with open(path, encoding="utf-8") as f:
+            with open(path, "rb") as f:
                 source = f.read()
             lib = PlotlyLibrary(source=source, version=f"{os.path.getsize(path)}")
             _library_keep.append(lib)
@@ -89,14 +88,25 @@ _library_keep: list[PlotlyLibrary] = []
 _ESM = r"""
 const STORES = (globalThis.__workbenchStores = globalThis.__workbenchStores || new Map());
 
+function libraryId(model) {
+  // The kernel names the library once the dashboard is on the page, so the first paint never waits on it.
+  return new Promise((resolve) => {
+    const now = model.get("library");
+    if (now) return resolve(now);
+    const on = () => { if (model.get("library")) { model.off("change:library", on); resolve(model.get("library")); } };
+    model.on("change:library", on);
+  });
+}
+
 function loadPlotly(model) {
   if (globalThis.__workbenchPlotly) return globalThis.__workbenchPlotly;
-  const ref = model.get("library") || "";
-  const id = ref.startsWith("IPY_MODEL_") ? ref.slice(10) : ref;
   const p = (async () => {
     if (globalThis.Plotly && globalThis.Plotly.extendTraces) return globalThis.Plotly;
-    const lib = await model.widget_manager.get_model(id);
-    const src = lib.get("source");
+    const ref = await libraryId(model);
+    const lib = await model.widget_manager.get_model(ref.startsWith("IPY_MODEL_") ? ref.slice(10) : ref);
+    const raw = lib.get("source");
+    const src = typeof raw === "string" ? raw : new TextDecoder().decode(raw.buffer ? raw : new Uint8Array(raw));
+    globalThis.__workbenchPlotlyLoads = (globalThis.__workbenchPlotlyLoads || 0) + 1;
     const module = { exports: {} };
     // plotly.min.js is UMD: with a CommonJS-like module it fills module.exports and touches no globals.
     new Function("module", "exports", "define", src)(module, module.exports, undefined);
@@ -237,7 +247,7 @@ class LivePlot(anywidget.AnyWidget):
 
     _esm = traitlets.Unicode(_ESM).tag(sync=True)
     _css = traitlets.Unicode(".wb-plot { flex: 1 1 420px; min-width: 300px; max-width: 100%; }").tag(sync=True)
-    library = traitlets.Instance(PlotlyLibrary, allow_none=True).tag(sync=True, **widget_serialization)
+    library = traitlets.Unicode("").tag(sync=True)  # "IPY_MODEL_<id>" of the PlotlyLibrary, set on first use
     key = traitlets.Unicode("").tag(sync=True)
     traces = traitlets.List().tag(sync=True)
     plot_layout = traitlets.Dict().tag(sync=True)
@@ -252,7 +262,6 @@ class LivePlot(anywidget.AnyWidget):
         classes: tuple[str, ...] = (),
     ) -> None:
         super().__init__(
-            library=plotly_library(),
             key=uuid.uuid4().hex,
             traces=list(traces),
             plot_layout=dict(layout or {}),
@@ -341,8 +350,14 @@ class LivePlot(anywidget.AnyWidget):
             self.sent_bytes.append(size)
         return size
 
+    def use_library(self) -> None:
+        """Name the kernel's :class:`PlotlyLibrary` to the page (first data sent; after the first paint)."""
+        if not self.library:
+            self.library = f"IPY_MODEL_{plotly_library().model_id}"
+
     def reset(self, data: list[tuple[np.ndarray, np.ndarray]]) -> int:
         """Replace every trace's points (one ``(x, y)`` per trace); returns the bytes sent."""
+        self.use_library()
         with self._lock:
             self._wants_reset = False
             self.points = [int(np.size(x)) for x, _ in data]
