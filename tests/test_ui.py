@@ -587,6 +587,9 @@ def test_compare_groups_runs_sharing_a_label_into_mean_and_band():
     mean = next(t for t in fig.data if t.name == "a (mean of 2)")
     band = [t for t in fig.data if t.legendgroup == "a" and t.fill == "tonexty"]
     assert len(band) == 1
+    assert band[0].showlegend and "min–max" in band[0].name  # the band has a legend entry
+    assert "a (mean of 2)" in mean.hovertemplate and "min–max" in mean.hovertemplate
+    assert "steps" in mean.hovertemplate and fig.layout.hoverlabel.namelength == -1
     np.testing.assert_allclose(mean.y[0], 5.0)  # mean of 0 and 10
     np.testing.assert_allclose(band[0].y[0], 0.0)  # the band's lower edge is the min
 
@@ -642,7 +645,7 @@ def test_play_viewer_shows_frames_of_a_loaded_agent(app_env, tmp_path):
         assert viewer.image.value == viewer.frames[0]
         viewer.step_button.click()
         assert viewer.frame == 1 and viewer.image.value == viewer.frames[1]
-        assert viewer.figure.data[1].x == (1.0,)
+        assert viewer.marker[0] == 1.0 and viewer.image.index == 1
         viewer.back_button.click()
         assert viewer.frame == 0
         viewer.slider.value = len(viewer.frames) - 1

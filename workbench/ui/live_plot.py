@@ -159,13 +159,14 @@ function initialize({ model }) {
   const store = storeOf(model);
   const onMsg = async (msg, buffers) => {
     if (!msg || msg.kind === undefined) return;
-    if (msg.kind === "reset") {
-      store.data = msg.traces.map((t) => ({ x: floats(buffers[t.x]), y: floats(buffers[t.y]) }));
+    if (msg.kind === "reset" || (msg.kind === "replace" && store.data !== null && msg.base === store.seq)) {
+      if (msg.kind === "reset") store.data = [];
+      msg.traces.forEach((t) => { store.data[t.i] = { x: floats(buffers[t.x]), y: floats(buffers[t.y]) }; });
       store.seq = msg.seq;
       for (const view of store.views) {
         try { await draw(model, store, view); } catch (e) { console.warn("workbench plot:", e); }
       }
-    } else if (msg.kind === "extend") {
+    } else if (msg.kind === "extend" || msg.kind === "replace") {
       if (store.data === null || msg.base !== store.seq) {
         model.send({ kind: "need_reset", have: store.seq });
         return;
@@ -362,6 +363,13 @@ class LivePlot(anywidget.AnyWidget):
             self._wants_reset = False
             self.points = [int(np.size(x)) for x, _ in data]
             return self._send_points("reset", [(i, x, y) for i, (x, y) in enumerate(data)])
+
+    def replace(self, data: dict[int, tuple[np.ndarray, np.ndarray]]) -> int:
+        """Replace some traces' points (trace index to ``(x, y)``), keeping the others; returns the bytes sent."""
+        with self._lock:
+            for i, (x, _) in data.items():
+                self.points[i] = int(np.size(x))
+            return self._send_points("replace", [(i, x, y) for i, (x, y) in sorted(data.items())])
 
     def extend(self, data: dict[int, tuple[np.ndarray, np.ndarray]]) -> int:
         """Append points to some traces (trace index to ``(x, y)``); returns the bytes sent (0: nothing new)."""
