@@ -160,6 +160,19 @@ def _run_code_cell(page, index: int) -> None:
     page.keyboard.press("Shift+Enter")
 
 
+FPS_JS = """async () => {
+    const img = document.querySelector('.wb-play-viewer img.wb-frame');
+    let last = img.src, changes = [];
+    const t0 = performance.now();
+    while (performance.now() - t0 < 3000) {
+        await new Promise((r) => setTimeout(r, 4));
+        if (img.src !== last) { changes.push(performance.now()); last = img.src; }
+    }
+    const seconds = changes.length > 1 ? (changes[changes.length - 1] - changes[0]) / 1000 : 0;
+    return { frames: changes.length, seconds, fps: seconds ? (changes.length - 1) / seconds : 0 };
+}"""
+
+
 def test_dashboard_trains_pauses_and_stops_in_a_real_browser(jupyter):
     from playwright.sync_api import sync_playwright
 
@@ -235,6 +248,17 @@ def test_dashboard_trains_pauses_and_stops_in_a_real_browser(jupyter):
                 step_forward.click()
             _wait_for(page, lambda: "step 10 " in info.inner_text(), 15, "ten step clicks to reach frame 10")
             _wait_for(page, lambda: image.get_attribute("src") != src, 15, "a new frame after the step clicks")
+            # Playback runs in the page at its nominal rate (30 fps), not one kernel round trip per frame.
+            step_back = viewer.locator("button", has=page.locator(".fa-step-backward")).first
+            for _ in range(10):
+                step_back.click()
+            _wait_for(page, lambda: "step 0 " in info.inner_text(), 15, "the first frame again")
+            viewer.locator(".wb-play-controls button").first.click()
+            fps = page.evaluate(FPS_JS)
+            print(f"\nplay viewer: {fps['frames']} frames in {fps['seconds']:.2f} s = {fps['fps']:.1f} fps (nominal 30)")
+            assert fps["frames"] >= 10 and fps["fps"] >= 20, f"the play viewer played at {fps}"
+            stderr = page.locator(".jp-Notebook .jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
+            assert "XDG_RUNTIME_DIR" not in " ".join(stderr.all_inner_texts())
             compared = page.locator(".jp-Notebook .jp-CodeCell").last.locator(".js-plotly-plot svg.main-svg")
             compared.first.wait_for(state="visible", timeout=60_000)  # wb.compare's figure
             viewer.screenshot(path=str(ARTIFACTS / "play_viewer.png"))
