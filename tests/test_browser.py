@@ -395,7 +395,8 @@ def test_dashboard_stays_out_of_the_users_way_under_load(jupyter):
     base, token, _served = jupyter
     ARTIFACTS.mkdir(exist_ok=True)
     metrics: dict = {}
-    url = f"{base}/lab/tree/{LOAD_NOTEBOOK}?token={token}"
+    # A workspace of its own, reset on each load: only this notebook's tab is open (not the quickstart's).
+    url = f"{base}/lab/workspaces/wbload/tree/{LOAD_NOTEBOOK}?token={token}&reset"
     with sync_playwright() as pw:
         profile = ROOT / "test-artifacts" / ".chromium-profile-load"
         shutil.rmtree(profile, ignore_errors=True)

@@ -397,6 +397,37 @@ def test_a_new_page_or_one_that_missed_an_update_gets_everything(app_env, no_tim
         dash.close()
 
 
+def test_widgets_a_busy_page_never_started_are_rebuilt(app_env, no_timer, monkeypatch):
+    # anywidget drops every message to a model whose JavaScript took over 2 s to start: the page
+    # said hello but never answers. The dashboard swaps in fresh widgets carrying the current data.
+    import workbench.ui.dashboard as dashboard_module
+
+    monkeypatch.setattr(dashboard_module, "_DEAF_S", 0.05)
+    session = wb.Session(small_ppo(app_env), app_env)
+    for i in range(5):
+        session.log("loss", float(i), step=i)
+    dash = wb.Dashboard(session, signals=("loss",))
+    try:
+        old_plot, old_line = dash._panels["loss"].plot, dash.status_line
+        Page(old_plot, ack=False)
+        old_line._on_page_msg(old_line, {"kind": "hello"}, [])
+        dash.refresh()
+        time.sleep(0.1)
+        dash.refresh()
+        new_plot = dash._panels["loss"].plot
+        assert new_plot is not old_plot and new_plot in dash.plots.children and old_plot.comm is None
+        assert dash.status_line is not old_line and dash.children[0] is dash.status_line
+        assert dash.status_line.value == old_line.value and dash.replaced_count == 1
+        page = Page(new_plot)  # the fresh plot's page answers: it gets everything
+        dash.refresh()
+        assert page.y() == [0.0, 1.0, 2.0, 3.0, 4.0]
+        time.sleep(0.1)
+        dash.refresh()
+        assert dash._panels["loss"].plot is new_plot  # it answers: left alone
+    finally:
+        dash.close()
+
+
 def test_a_page_appearing_after_the_run_ended_restarts_the_timer_for_it(app_env):
     session = wb.Session(small_ppo(app_env), app_env, seed=0)
     dash = wb.Dashboard(session, interval=0.25)

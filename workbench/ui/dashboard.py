@@ -51,6 +51,8 @@ _BAR_STYLES = {"running": "info", "paused": "warning", "finished": "success", "f
 _PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd")
 _WATCH_S = 120.0  # after a run ends, how long the timer waits for the page to acknowledge the last draw
 _MAX_WAIT_S = 4.0  # the slowest refresh rate a slow page backs the dashboard off to
+_DEAF_S = 6.0  # a page that opened a widget but answered nothing for this long gets a fresh widget
+_MAX_REPLACEMENTS = 5  # rebuilds in a row without any answer; then stop trying
 _WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 
 
@@ -189,7 +191,8 @@ class Dashboard(widgets.VBox):
         self._known_signals: frozenset[str] = frozenset(session.signals.names())
         self.refresh_count = 0
         self.skipped_count = 0  # plot updates held back because the page had not acknowledged the last
-        self.replaced_count = 0  # kept for older code: plots are no longer rebuilt (they resend instead)
+        self.replaced_count = 0  # rebuilds of widgets a busy page never started (anywidget's 2 s limit)
+        self._deaf_streak = 0
         self.view: DashboardView | None = None  # the view-model drawn last
         self.picture: str | None = None  # the SVG picture left in the output when the run ended
 
@@ -449,7 +452,39 @@ class Dashboard(widgets.VBox):
             panel.cursors[label] = v.cursor
         plot.extend(new)
 
+    def _replace_deaf(self) -> None:
+        """Rebuild the widgets a page opened but never answered (anywidget's 2 s start-up limit).
+
+        The wait doubles after each rebuild that got no answer either, and at most
+        ``_MAX_REPLACEMENTS`` are tried in a row; a fresh model starts with the current data.
+        """
+        now = time.monotonic()
+        after = _DEAF_S * 2 ** min(self._deaf_streak, 4)
+        if self._deaf_streak >= _MAX_REPLACEMENTS:
+            return
+        replaced = False
+        if self.status_line.deaf(after, now):
+            old_line = self.status_line
+            self.status_line = StatusLine(value=old_line.value, beat=old_line.beat, active=old_line.active)
+            self.status_line.add_class("wb-status")
+            self.children = tuple(self.status_line if c is old_line else c for c in self.children)
+            old_line.close()
+            replaced = True
+        for name, panel in list(self._panels.items()):
+            if panel.plot.deaf(after, now):
+                fresh = self._new_panel(name)
+                self._panels[name] = fresh
+                self.plots.children = tuple(fresh.plot if c is panel.plot else c for c in self.plots.children)
+                panel.plot.close()
+                replaced = True
+        if replaced:
+            self.replaced_count += 1
+            self._deaf_streak += 1
+        elif any(p.plot.acks for p in self._panels.values()):
+            self._deaf_streak = 0
+
     def _refresh_plots(self, force: bool = False) -> None:
+        self._replace_deaf()
         self._set_panels()
         rewards = self.session.signals.get("episode_reward")
         episode_steps = rewards.snapshot()[0] if rewards is not None else np.zeros(0, dtype=np.int64)

@@ -277,6 +277,8 @@ class LivePlot(anywidget.AnyWidget):
         self._rtt: float | None = None  # smoothed seconds from send to acknowledgement
         self._wants_reset = True
         self._page_seen = False  # no page has said hello: nobody to wait for
+        self._acks_since_hello = 0
+        self._unanswered_since: float | None = None  # first update the page has not answered yet
         self.points = [0] * len(traces)  # points the page holds per trace
         self.sent_bytes: list[int] = []  # bytes of every data message sent, in order
         self.acks = 0
@@ -290,6 +292,8 @@ class LivePlot(anywidget.AnyWidget):
         with self._lock:
             if kind == "ack":
                 seq = int(content.get("seq", 0))
+                self._unanswered_since = None
+                self._acks_since_hello += 1
                 if seq >= self._acked:
                     self._acked = seq
                     self.acks += 1
@@ -298,6 +302,9 @@ class LivePlot(anywidget.AnyWidget):
                         self._rtt = rtt if self._rtt is None else 0.7 * self._rtt + 0.3 * rtt
                         self._sent_at = None
             elif kind in ("hello", "need_reset"):
+                if kind == "hello":
+                    self._acks_since_hello = 0
+                    self._unanswered_since = None
                 self._page_seen = True
                 self._wants_reset = True
                 self._sent_at = None  # the page is listening now: do not wait on older messages
@@ -315,6 +322,18 @@ class LivePlot(anywidget.AnyWidget):
     def page_seen(self) -> bool:
         """True once a page has opened this plot (its model said hello)."""
         return self._page_seen
+
+    def deaf(self, after_s: float, now: float | None = None) -> bool:
+        """True when a page opened the plot but has answered none of the updates sent for ``after_s`` seconds.
+
+        anywidget drops every message to a model whose JavaScript took over 2 s to start (a busy
+        page), for the model's whole life; such a plot never draws. Its owner replaces it.
+        """
+        with self._lock:
+            if not self._page_seen or self._acks_since_hello or self._unanswered_since is None:
+                return False
+            now = time.monotonic() if now is None else now
+            return now - self._unanswered_since > after_s
 
     @property
     def round_trip(self) -> float | None:
@@ -346,6 +365,8 @@ class LivePlot(anywidget.AnyWidget):
             self._seq += 1
             content = {"kind": kind, "seq": self._seq, "base": base, "traces": specs, **extra}
             self._sent_at = time.monotonic()  # before sending: the answer may come at once
+            if self._unanswered_since is None:
+                self._unanswered_since = self._sent_at
             self.send(content, buffers)
             size = len(json.dumps(content)) + sum(len(b) for b in buffers)
             self.sent_bytes.append(size)

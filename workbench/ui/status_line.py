@@ -8,6 +8,10 @@ live dashboard back.
 
 from __future__ import annotations
 
+import threading
+import time
+from typing import Any
+
 import anywidget
 import traitlets
 
@@ -44,7 +48,7 @@ function render({ model, el }) {
       beat.style.color = "#57606a";
     }
   };
-  const onBeat = () => { last = Date.now(); tick(); };
+  const onBeat = () => { last = Date.now(); tick(); model.send({ kind: "ack", beat: model.get("beat") }); };
   paint();
   tick();
   model.on("change:value", paint);
@@ -58,7 +62,10 @@ function render({ model, el }) {
     model.off("change:active", tick);
   };
 }
-export default { render };
+function initialize({ model }) {
+  model.send({ kind: "hello" });  // the kernel learns that a page listens (see StatusLine.deaf)
+}
+export default { initialize, render };
 """
 ).replace("STALE", str(STALE_S))
 
@@ -70,3 +77,37 @@ class StatusLine(anywidget.AnyWidget):
     value = traitlets.Unicode("").tag(sync=True)
     beat = traitlets.Int(0).tag(sync=True)
     active = traitlets.Bool(False).tag(sync=True)
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._lock = threading.Lock()
+        self._page_seen = False
+        self._answered = False
+        self._unanswered_since: float | None = None
+        self.on_msg(self._on_page_msg)
+        self.observe(self._on_beat, names="beat")
+
+    def _on_beat(self, _change: dict[str, Any]) -> None:
+        with self._lock:
+            if self._page_seen and self._unanswered_since is None and not self._answered:
+                self._unanswered_since = time.monotonic()
+
+    def _on_page_msg(self, _widget: Any, content: dict[str, Any], _buffers: Any) -> None:
+        kind = content.get("kind") if isinstance(content, dict) else None
+        with self._lock:
+            if kind == "hello":
+                self._page_seen, self._answered, self._unanswered_since = True, False, None
+            elif kind == "ack":
+                self._answered, self._unanswered_since = True, None
+
+    def deaf(self, after_s: float, now: float | None = None) -> bool:
+        """True when a page opened the line but answered none of the beats of the last ``after_s`` seconds.
+
+        anywidget drops every update to a model whose JavaScript took over 2 s to start (a busy page);
+        the dashboard then puts a fresh status line in its place.
+        """
+        with self._lock:
+            if not self._page_seen or self._answered or self._unanswered_since is None:
+                return False
+            now = time.monotonic() if now is None else now
+            return now - self._unanswered_since > after_s
