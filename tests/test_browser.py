@@ -160,6 +160,16 @@ def _run_code_cell(page, index: int) -> None:
     page.keyboard.press("Shift+Enter")
 
 
+DIAGNOSE_JS = """() => ({
+    plots: document.querySelectorAll('.wb-plot').length,
+    areas: document.querySelectorAll('.wb-plot-area').length,
+    drawn: document.querySelectorAll('.js-plotly-plot').length,
+    plotly: typeof globalThis.__workbenchPlotly,
+    loads: globalThis.__workbenchPlotlyLoads || 0,
+    stores: globalThis.__workbenchStores ? [...globalThis.__workbenchStores.values()].map(
+        (s) => ({ seq: s.seq, views: s.views.size, data: s.data ? s.data.map((d) => d.x.length) : null })) : null,
+})"""
+
 FPS_JS = """async () => {
     const img = document.querySelector('.wb-play-viewer img.wb-frame');
     let last = img.src, changes = [];
@@ -264,6 +274,7 @@ def test_dashboard_trains_pauses_and_stops_in_a_real_browser(jupyter):
             viewer.screenshot(path=str(ARTIFACTS / "play_viewer.png"))
             page.screenshot(path=str(ARTIFACTS / "jupyterlab.png"), full_page=True)
         except BaseException:
+            console.append("page state: " + json.dumps(page.evaluate(DIAGNOSE_JS)))
             page.screenshot(path=str(ARTIFACTS / "failure.png"), full_page=True)  # what the browser showed
             (ARTIFACTS / "failure.html").write_text(page.content())
             (ARTIFACTS / "failure-console.txt").write_text("\n".join(console))

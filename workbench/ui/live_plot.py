@@ -88,22 +88,14 @@ _library_keep: list[PlotlyLibrary] = []
 _ESM = r"""
 const STORES = (globalThis.__workbenchStores = globalThis.__workbenchStores || new Map());
 
-function libraryId(model) {
-  // The kernel names the library once the dashboard is on the page, so the first paint never waits on it.
-  return new Promise((resolve) => {
-    const now = model.get("library");
-    if (now) return resolve(now);
-    const on = () => { if (model.get("library")) { model.off("change:library", on); resolve(model.get("library")); } };
-    model.on("change:library", on);
-  });
-}
-
-function loadPlotly(model) {
+function loadPlotly(ref) {
+  // One evaluation of plotly.js per page, whichever plot names the library first.
   if (globalThis.__workbenchPlotly) return globalThis.__workbenchPlotly;
+  if (!ref || !globalThis.__workbenchManager) return null;
+  const manager = globalThis.__workbenchManager;
   const p = (async () => {
     if (globalThis.Plotly && globalThis.Plotly.extendTraces) return globalThis.Plotly;
-    const ref = await libraryId(model);
-    const lib = await model.widget_manager.get_model(ref.startsWith("IPY_MODEL_") ? ref.slice(10) : ref);
+    const lib = await manager.get_model(ref.startsWith("IPY_MODEL_") ? ref.slice(10) : ref);
     const raw = lib.get("source");
     const src = typeof raw === "string" ? raw : new TextDecoder().decode(raw.buffer ? raw : new Uint8Array(raw));
     globalThis.__workbenchPlotlyLoads = (globalThis.__workbenchPlotlyLoads || 0) + 1;
@@ -113,7 +105,7 @@ function loadPlotly(model) {
     return module.exports;
   })();
   globalThis.__workbenchPlotly = p;
-  p.catch(() => { globalThis.__workbenchPlotly = null; });
+  p.catch((e) => { console.warn("workbench: plotly.js did not load", e); globalThis.__workbenchPlotly = null; });
   return p;
 }
 
@@ -149,23 +141,28 @@ function layoutOf(model) {
 const CONFIG = { responsive: true, displaylogo: false, modeBarButtonsToRemove: ["select2d", "lasso2d"] };
 
 async function draw(model, store, view) {
-  const Plotly = await loadPlotly(model);
+  const loading = loadPlotly(store.library || model.get("library"));
+  if (!loading) return;  // drawn once the kernel names the library (with the first data)
+  const Plotly = await loading;
   if (!view.el.isConnected && view.drawn) return;
+  globalThis.__workbenchPlotlyReady = Plotly;
   await Plotly.react(view.div, traces(model, store), layoutOf(model), CONFIG);
   view.drawn = true;
 }
 
 function initialize({ model }) {
+  globalThis.__workbenchManager = globalThis.__workbenchManager || model.widget_manager;
   const store = storeOf(model);
-  const onMsg = async (msg, buffers) => {
+  const onMsg = (msg, buffers) => {
     if (!msg || msg.kind === undefined) return;
     if (msg.kind === "reset" || (msg.kind === "replace" && store.data !== null && msg.base === store.seq)) {
       if (msg.kind === "reset") store.data = [];
       msg.traces.forEach((t) => { store.data[t.i] = { x: floats(buffers[t.x]), y: floats(buffers[t.y]) }; });
       store.seq = msg.seq;
-      for (const view of store.views) {
-        try { await draw(model, store, view); } catch (e) { console.warn("workbench plot:", e); }
-      }
+      if (msg.library) store.library = msg.library;
+      model.send({ kind: "ack", seq: msg.seq });  // stored: drawing follows on its own
+      for (const view of store.views) draw(model, store, view).catch((e) => console.warn("workbench plot:", e));
+      return;
     } else if (msg.kind === "extend" || msg.kind === "replace") {
       if (store.data === null || msg.base !== store.seq) {
         model.send({ kind: "need_reset", have: store.seq });
@@ -179,13 +176,17 @@ function initialize({ model }) {
         idx.push(t.i); xs.push(x); ys.push(y);
       });
       store.seq = msg.seq;
-      const Plotly = globalThis.__workbenchPlotly ? await globalThis.__workbenchPlotly : null;
+      const Plotly = globalThis.__workbenchPlotlyReady;
       for (const view of store.views) {
         if (!view.drawn || !Plotly) continue;  // it draws the whole store once it is ready
-        try { Plotly.extendTraces(view.div, { x: xs, y: ys }, idx); } catch (e) { await draw(model, store, view); }
+        try {
+          Plotly.extendTraces(view.div, { x: xs, y: ys }, idx);
+        } catch (e) {
+          draw(model, store, view).catch(() => {});
+        }
       }
+      model.send({ kind: "ack", seq: msg.seq });
     }
-    model.send({ kind: "ack", seq: msg.seq });
   };
   model.on("msg:custom", onMsg);
   const onSpec = async () => {
@@ -383,7 +384,7 @@ class LivePlot(anywidget.AnyWidget):
         with self._lock:
             self._wants_reset = False
             self.points = [int(np.size(x)) for x, _ in data]
-            return self._send_points("reset", [(i, x, y) for i, (x, y) in enumerate(data)])
+            return self._send_points("reset", [(i, x, y) for i, (x, y) in enumerate(data)], library=self.library)
 
     def replace(self, data: dict[int, tuple[np.ndarray, np.ndarray]]) -> int:
         """Replace some traces' points (trace index to ``(x, y)``), keeping the others; returns the bytes sent."""
