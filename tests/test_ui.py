@@ -239,7 +239,7 @@ def test_timer_stops_after_drawing_the_final_state(app_env):
         assert "ended: steps reached" in dash.status_line.value
         assert trace_len(page) == len(session.signals["episode_reward"])
         assert dash.progress.value == 1.0
-        assert not dash.status_line.active  # no heartbeat once the run ended
+        assert not dash.heartbeat.active  # no heartbeat once the run ended
     finally:
         dash.close()
 
@@ -408,16 +408,16 @@ def test_widgets_a_busy_page_never_started_are_rebuilt(app_env, no_timer, monkey
         session.log("loss", float(i), step=i)
     dash = wb.Dashboard(session, signals=("loss",))
     try:
-        old_plot, old_line = dash._panels["loss"].plot, dash.status_line
+        old_plot, old_beat = dash._panels["loss"].plot, dash.heartbeat
         Page(old_plot, ack=False)
-        old_line._on_page_msg(old_line, {"kind": "hello"}, [])
+        old_beat._on_page_msg(old_beat, {"kind": "hello"}, [])
         dash.refresh()
         time.sleep(0.1)
         dash.refresh()
         new_plot = dash._panels["loss"].plot
         assert new_plot is not old_plot and new_plot in dash.plots.children and old_plot.comm is None
-        assert dash.status_line is not old_line and dash.children[0] is dash.status_line
-        assert dash.status_line.value == old_line.value and dash.replaced_count == 1
+        assert dash.heartbeat is not old_beat and dash.status_row.children[-1] is dash.heartbeat
+        assert dash.heartbeat.beat >= old_beat.beat and dash.replaced_count == 1
         page = Page(new_plot)  # the fresh plot's page answers: it gets everything
         dash.refresh()
         assert page.y() == [0.0, 1.0, 2.0, 3.0, 4.0]
@@ -483,10 +483,10 @@ def test_status_line_has_a_heartbeat_while_live(slow_session):
     dash = wb.Dashboard(slow_session, interval=0.25)
     try:
         slow_session.start(steps=1_000_000)
-        beat = dash.status_line.beat
-        wait_until(lambda: dash.status_line.beat > beat + 2)  # every refresh beats; the page counts seconds
-        assert dash.status_line.active
-        assert "live · updated" in type(dash.status_line)._esm.default_value
+        beat = dash.heartbeat.beat
+        wait_until(lambda: dash.heartbeat.beat > beat + 2)  # every refresh beats; the page counts seconds
+        assert dash.heartbeat.active and dash.heartbeat in dash.status_row.children
+        assert "live · updated" in type(dash.heartbeat)._esm.default_value
     finally:
         dash.close()
 

@@ -25,10 +25,10 @@ import ipywidgets as widgets
 import numpy as np
 
 from ..live_sessions import sessions as live_sessions
+from .heartbeat import Heartbeat
 from .live_plot import LivePlot
 from .picture import svg_picture
 from .plots import MAX_POINTS, X_AXES
-from .status_line import StatusLine
 from .view_model import COMPANIONS, ENDED, DashboardView, default_signals, series_view, snapshot
 
 if TYPE_CHECKING:
@@ -199,8 +199,13 @@ class Dashboard(widgets.VBox):
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         budget = steps or (session.target_steps if session.target_steps else 10_000)
 
-        self.status_line = StatusLine()
+        # The status text is a plain HTML widget (it paints before anywidget's code has loaded on the
+        # page); the heartbeat and the plots, anywidgets, join on the timer's first tick.
+        self.status_line = widgets.HTML()
         self.status_line.add_class("wb-status")
+        self.heartbeat = Heartbeat()
+        self.heartbeat.add_class("wb-heartbeat-box")
+        self.status_row = widgets.HBox([self.status_line], layout={"align_items": "baseline", "flex_flow": "row wrap"})
         self.progress = widgets.FloatProgress(value=0.0, min=0.0, max=1.0, layout={"width": "auto"})
         self.progress.add_class("wb-progress")
         self.buttons: dict[str, widgets.Button] = {}
@@ -284,9 +289,10 @@ class Dashboard(widgets.VBox):
             [self.signal_select, widgets.VBox([self.smoothing, widgets.HBox([self.x_axis, self.log_scale])])],
             layout={"align_items": "flex-start", "flex_flow": "row wrap"},
         )
-        super().__init__([self.status_line, self.progress, controls, self.message, self.error_box, view, self.plots])
+        super().__init__([self.status_row, self.progress, controls, self.message, self.error_box, view, self.plots])
         self.add_class("wb-dashboard")
-        # The first paint needs no plotly on the kernel side; the plots' points come on the first tick.
+        # The first paint needs no plotly and no anywidget; the plots join on the timer's first tick.
+        self._painted = False
         with self._lock:
             self._draw_status(self._status_view())
             self._set_panels()
@@ -342,7 +348,7 @@ class Dashboard(widgets.VBox):
         ]
         if view.end_reason:
             parts[-1] = f"<span class='wb-end-reason'>{html.escape(view.end_reason)}</span>"
-        line = " &nbsp;·&nbsp; ".join(parts)
+        line = "<span style='font-family:monospace'>" + " &nbsp;·&nbsp; ".join(parts) + "</span>"
         if view.error is not None:
             line += f"<div style='color:{color}' class='wb-error'><b>{html.escape(view.error)}</b></div>"
         others = [s for s in live_sessions() if s is not self.session]
@@ -353,10 +359,11 @@ class Dashboard(widgets.VBox):
                 f"{'s' if len(others) > 1 else ''} training in this kernel, sharing its CPU "
                 f"(<code>wb.sessions()</code> lists them; <code>.stop()</code> ends one):<br>{listing}</div>"
             )
-        with self.status_line.hold_sync():
+        if self.status_line.value != line:
             self.status_line.value = line
-            self.status_line.active = view.active and self.timer_alive
-            self.status_line.beat += 1
+        with self.heartbeat.hold_sync():
+            self.heartbeat.active = view.active and self.timer_alive
+            self.heartbeat.beat += 1
         with self.progress.hold_sync():
             self.progress.value = view.fraction
             self.progress.bar_style = _BAR_STYLES.get(view.status, "")
@@ -399,7 +406,8 @@ class Dashboard(widgets.VBox):
             if panel is None:
                 panel = self._panels[name] = self._new_panel(name)
             shown.append(panel.plot)
-        if tuple(shown) != tuple(self.plots.children):
+        # The plots join the page after its first paint (see _tick).
+        if self._painted and tuple(shown) != tuple(self.plots.children):
             self.plots.children = shown
 
     def _series(self, panel: _Panel, full: bool, episode_steps: np.ndarray) -> dict[str, Any]:
@@ -463,12 +471,12 @@ class Dashboard(widgets.VBox):
         if self._deaf_streak >= _MAX_REPLACEMENTS:
             return
         replaced = False
-        if self.status_line.deaf(after, now):
-            old_line = self.status_line
-            self.status_line = StatusLine(value=old_line.value, beat=old_line.beat, active=old_line.active)
-            self.status_line.add_class("wb-status")
-            self.children = tuple(self.status_line if c is old_line else c for c in self.children)
-            old_line.close()
+        if self.heartbeat.deaf(after, now):
+            old_beat = self.heartbeat
+            self.heartbeat = Heartbeat(beat=old_beat.beat, active=old_beat.active)
+            self.heartbeat.add_class("wb-heartbeat-box")
+            self.status_row.children = tuple(self.heartbeat if c is old_beat else c for c in self.status_row.children)
+            old_beat.close()
             replaced = True
         for name, panel in list(self._panels.items()):
             if panel.plot.deaf(after, now):
@@ -495,6 +503,7 @@ class Dashboard(widgets.VBox):
         """Redraw the status, buttons and plots from a fresh view-model of the session (any thread)."""
         if self._closed.is_set():
             return
+        self._join_anywidgets()
         with self._lock:
             view = self._status_view()
             self._draw_status(view)
@@ -600,8 +609,14 @@ class Dashboard(widgets.VBox):
     def _tick(self) -> None:
         ended_at = None
         first = True
-        # Let the display message go out before the plots' data and plotly.js (a first paint in well under 1.5 s).
-        self._shown.wait(0.3)
+        # The first paint (status line, progress, buttons: plain ipywidgets) goes first; the heartbeat
+        # and plots (anywidgets, whose code a page loads once) join after it, then plotly.js (4.8 MB)
+        # and the points follow once a page has opened the heartbeat, or after a second without one.
+        if self._shown.wait(0.3):
+            self._closed.wait(0.3)
+        self._join_anywidgets()
+        if self._displayed:
+            self.heartbeat.page_opened.wait(1.0)
         while first or not self._closed.wait(self.wait_s):
             first = False
             # Read the status before drawing: once it says the run ended, the loop thread has
@@ -623,10 +638,19 @@ class Dashboard(widgets.VBox):
                             except Exception as exc:  # the picture is a bonus: never lose the timer's end
                                 self.message.value = _error_html(f"could not draw the picture: {exc!r}")
                             self._timer = None
-                            self.status_line.active = False
+                            self.heartbeat.active = False
                             return
                     else:
                         ended_at = None
+
+    def _join_anywidgets(self) -> None:
+        """Put the heartbeat and the plots into the dashboard (after its first paint)."""
+        with self._lock:
+            if self._painted or self._closed.is_set():
+                return
+            self._painted = True
+            self.status_row.children = (self.status_line, self.heartbeat)
+            self._set_panels()
 
     @property
     def closed(self) -> bool:
@@ -654,6 +678,7 @@ class Dashboard(widgets.VBox):
     # -- user actions ---------------------------------------------------------------------------
 
     def _on_view_change(self, change: dict[str, Any]) -> None:
+        self._join_anywidgets()  # the user is at the page: it has painted
         with self._lock:
             if change["owner"] is self.signal_select:
                 self._refresh_plots()

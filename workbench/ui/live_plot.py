@@ -95,6 +95,8 @@ function loadPlotly(ref) {
   const manager = globalThis.__workbenchManager;
   const p = (async () => {
     if (globalThis.Plotly && globalThis.Plotly.extendTraces) return globalThis.Plotly;
+    // Let the page paint what it has (the status line, the buttons) before compiling 4.8 MB of script.
+    await new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 50)));
     const lib = await manager.get_model(ref.startsWith("IPY_MODEL_") ? ref.slice(10) : ref);
     const raw = lib.get("source");
     const src = typeof raw === "string" ? raw : new TextDecoder().decode(raw.buffer ? raw : new Uint8Array(raw));
