@@ -307,11 +307,14 @@ LOAD_CELLS = [
     "session.start(steps=50_000_000)\nsession",
     # 3: a cell to type into
     "x = 1",
-    # 4: what the kernel side measured
+    # 4, 5: one more dashboard of the session, on a page that has shown widgets already (first paint, warm)
+    "second = session.dashboard()\nsecond",
+    "second.close()",
+    # 6: what the kernel side measured
     "dash = session._shown_dashboard\n"
     "print('WB-METRICS ' + json.dumps({'samples': samples, 'sent': {n: p.plot.sent_bytes for n, p in "
     "dash._panels.items()}, 'skipped': dash.skipped_count, 'refreshes': dash.refresh_count}))",
-    # 5: the end
+    # 7: the end
     "session.stop()",
 ]
 
@@ -477,10 +480,16 @@ def test_dashboard_stays_out_of_the_users_way_under_load(jupyter):
             grown = _points(page)
             _wait_for(page, lambda: _points(page) > grown, 30, "the plots to keep growing after the reload")
 
-            _run_and_wait(page, 4)
-            out = page.locator(".jp-Notebook .jp-CodeCell").nth(4).locator(".jp-OutputArea-output").inner_text()
-            kernel = json.loads(out[out.index("WB-METRICS ") + len("WB-METRICS ") :].strip())
+            started = time.monotonic()
+            _run_code_cell(page, 4)
+            cell = page.locator(".jp-Notebook .jp-CodeCell").nth(4)
+            cell.locator(".wb-status-word").first.wait_for(state="visible", timeout=60_000)
+            metrics["first_paint_warm_page_s"] = round(time.monotonic() - started, 2)
             _run_and_wait(page, 5)
+            _run_and_wait(page, 6)
+            out = page.locator(".jp-Notebook .jp-CodeCell").nth(6).locator(".jp-OutputArea-output").inner_text()
+            kernel = json.loads(out[out.index("WB-METRICS ") + len("WB-METRICS ") :].strip())
+            _run_and_wait(page, 7)
             rates = {True: [], False: []}
             for shown, begin, end in phases:
                 rates[shown].append(_rate(kernel["samples"], begin + 1, end))
@@ -510,7 +519,10 @@ def test_dashboard_stays_out_of_the_users_way_under_load(jupyter):
     assert metrics["typed"] == [200, 200, 200], f"keystrokes lost under load: {metrics['typed']}"
     assert not metrics["console_errors"], f"errors in the page's console: {metrics['console_errors']}"
     assert metrics["bytes_per_refresh_per_plot"]["p90"] < 20_000
-    assert metrics["first_paint_s"] < 3.0  # target 1.5 s on a quiet machine; CI machines are slower
+    # The status line within 1.5 s of running the cell in a warm kernel, on a page that has shown a widget
+    # before; a page's very first widget also waits for JupyterLab to load the ipywidgets code.
+    assert metrics["first_paint_warm_page_s"] < 1.5
+    assert metrics["first_paint_s"] < 8.0
     assert metrics["plotly_loads"] == 1
     assert metrics["lag_ms"]["longest_task"] < 1000 and metrics["lag_ms"]["p90"] < 100
     # Training speed on a shared machine moves by more than the 10% target between phases (other

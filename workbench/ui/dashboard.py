@@ -29,7 +29,7 @@ from .heartbeat import Heartbeat
 from .live_plot import LivePlot
 from .picture import svg_picture
 from .plots import MAX_POINTS, X_AXES
-from .view_model import COMPANIONS, ENDED, DashboardView, default_signals, series_view, snapshot
+from .view_model import ACTIVE, COMPANIONS, ENDED, DashboardView, default_signals, series_view, snapshot
 
 if TYPE_CHECKING:
     from ..session import Session
@@ -51,6 +51,7 @@ _BAR_STYLES = {"running": "info", "paused": "warning", "finished": "success", "f
 _PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd")
 _WATCH_S = 120.0  # after a run ends, how long the timer waits for the page to acknowledge the last draw
 _MAX_WAIT_S = 4.0  # the slowest refresh rate a slow page backs the dashboard off to
+_PLOT_EVERY_S = 1.0  # plots redraw at most this often while training (the status line every interval)
 _DEAF_S = 6.0  # a page that opened a widget but answered nothing for this long gets a fresh widget
 _MAX_REPLACEMENTS = 5  # rebuilds in a row without any answer; then stop trying
 _WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
@@ -193,6 +194,8 @@ class Dashboard(widgets.VBox):
         self.skipped_count = 0  # plot updates held back because the page had not acknowledged the last
         self.replaced_count = 0  # rebuilds of widgets a busy page never started (anywidget's 2 s limit)
         self._deaf_streak = 0
+        self._ticking = False
+        self._plotted_at = 0.0
         self.view: DashboardView | None = None  # the view-model drawn last
         self.picture: str | None = None  # the SVG picture left in the output when the run ended
 
@@ -508,7 +511,10 @@ class Dashboard(widgets.VBox):
             view = self._status_view()
             self._draw_status(view)
             self._refresh_options(view)
-            self._refresh_plots()
+            now = time.monotonic()
+            if not self._ticking or view.status not in ACTIVE or now - self._plotted_at >= _PLOT_EVERY_S:
+                self._plotted_at = now
+                self._refresh_plots()
             self.view = view
             self.refresh_count += 1
 
@@ -623,9 +629,12 @@ class Dashboard(widgets.VBox):
             # recorded its last point, so this draw is the final state and the timer may stop.
             status = self.session.status
             try:
+                self._ticking = True  # timer refreshes draw the plots at most once a second
                 self.refresh()
             except Exception as exc:  # a broken refresh must not kill the timer silently
                 self.message.value = _error_html(f"dashboard refresh failed: {exc!r}")
+            finally:
+                self._ticking = False
             if status in ENDED:
                 with self._lock:
                     # Decide under the lock _ensure_timer takes: a Start clicked meanwhile either
