@@ -186,7 +186,7 @@ FPS_JS = """async () => {
 def test_dashboard_trains_pauses_and_stops_in_a_real_browser(jupyter):
     from playwright.sync_api import sync_playwright
 
-    base, token, _served = jupyter
+    base, token, served = jupyter
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as pw:
         profile = ROOT / "test-artifacts" / ".chromium-profile"
@@ -242,6 +242,17 @@ def test_dashboard_trains_pauses_and_stops_in_a_real_browser(jupyter):
             assert page.locator(".jp-OutputArea-output button.wb-start").is_enabled()
             page.wait_for_timeout(500)  # the last refresh lands before the picture is taken
             page.locator(".jp-OutputArea-output .wb-dashboard").first.screenshot(path=str(ARTIFACTS / "dashboard.png"))
+
+            # The ended run left a picture of its plots in the output: the saved notebook holds it.
+            def saved_picture() -> bool:
+                page.keyboard.press("Control+s")
+                page.wait_for_timeout(1000)
+                cells = json.loads((served / NOTEBOOK).read_text())["cells"]
+                return any("image/svg+xml" in out.get("data", {}) for c in cells for out in c.get("outputs", []))
+
+            page.locator(".jp-Notebook .jp-CodeCell").nth(1).locator(".jp-InputArea-editor").click()
+            page.keyboard.press("Escape")
+            _wait_for(page, saved_picture, 30, "the picture of the plots in the saved notebook")
 
             # The rest of the quickstart: save, load, the play viewer's frames, the comparison plot.
             page.locator(".jp-Notebook .jp-CodeCell").nth(2).locator(".jp-InputArea-editor").click()
