@@ -174,7 +174,7 @@ class DashboardView:
             self.status,
             f"steps {self.steps:,}{target}",
             f"episodes {self.episodes:,}",
-            format_rate(self.steps_per_second),
+            *(() if self.ended else (format_rate(self.steps_per_second),)),
             f"elapsed {format_duration(self.elapsed)}",
         ]
         if self.active:
