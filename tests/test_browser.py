@@ -225,6 +225,9 @@ def test_dashboard_trains_pauses_and_stops_in_a_real_browser(jupyter):
             page.locator(".jp-OutputArea-output .wb-dashboard").first.wait_for(state="visible", timeout=60_000)
 
             _wait_for(page, lambda: _points(page) > 0, 60, "the first episode_reward points")
+            # The "re-run this cell if it reads model not found" line shows only where no dashboard rendered.
+            hint = page.locator(".jp-OutputArea-output .wb-reconnect-hint").first
+            assert hint.count() == 1 and not hint.is_visible()
             first = _points(page)
             _wait_for(page, lambda: _points(page) > first, 30, "more points while training")
             assert _status(page) == "running"

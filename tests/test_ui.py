@@ -521,7 +521,8 @@ def test_a_finished_run_leaves_a_picture_in_its_output(app_env, monkeypatch):
     dash = wb.Dashboard(session, interval=0.25)
     try:
         dash._ipython_display_()
-        (bundle, kw), = shown
+        (hint, _), (bundle, kw) = shown
+        assert "re-run this cell" in hint["text/html"] and "model not found" in hint["text/plain"]
         assert "application/vnd.jupyter.widget-view+json" in bundle and "image/svg+xml" not in bundle
         assert "re-run" in bundle["text/plain"]  # what a view that lost its kernel side should do
         session.run(steps=400)

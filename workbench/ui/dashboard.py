@@ -57,6 +57,18 @@ _MAX_REPLACEMENTS = 5  # rebuilds in a row without any answer; then stop trying
 _WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 
 
+_RECONNECT_TEXT = (
+    "This dashboard lives in its kernel: if it reads 'model not found' (the notebook was reopened or the "
+    "kernel restarted), re-run this cell for a live one."
+)
+_RECONNECT_HTML = (
+    f"<div class='wb-reconnect-hint' style='color:#b35900;font-family:monospace;font-size:12px'>"
+    f"{html.escape(_RECONNECT_TEXT)}</div>"
+)
+# In the status line of every live dashboard: hides the hint above a dashboard that rendered.
+_HIDE_HINT = "<style>.jp-OutputArea:has(.wb-dashboard) .wb-reconnect-hint { display: none; }</style>"
+
+
 def _error_html(text: str) -> str:
     return f"<span style='color:{_STATUS_COLORS['failed']}' class='wb-error'>{html.escape(text)}</span>"
 
@@ -351,7 +363,7 @@ class Dashboard(widgets.VBox):
         ]
         if view.end_reason:
             parts[-1] = f"<span class='wb-end-reason'>{html.escape(view.end_reason)}</span>"
-        line = "<span style='font-family:monospace'>" + " &nbsp;·&nbsp; ".join(parts) + "</span>"
+        line = _HIDE_HINT + "<span style='font-family:monospace'>" + " &nbsp;·&nbsp; ".join(parts) + "</span>"
         if view.error is not None:
             line += f"<div style='color:{color}' class='wb-error'><b>{html.escape(view.error)}</b></div>"
         others = [s for s in live_sessions() if s is not self.session]
@@ -525,6 +537,9 @@ class Dashboard(widgets.VBox):
 
         # One display id for every place this dashboard is shown: when the run ends, each of those
         # outputs gets the picture beside the widget (what a saved notebook or GitHub shows).
+        # A line above the widget says what to do when a reopened notebook cannot reach the widget's
+        # kernel side ("model not found"); a live dashboard's status line hides it (CSS below).
+        display({"text/html": _RECONNECT_HTML, "text/plain": _RECONNECT_TEXT}, raw=True)
         display(self._bundle(), raw=True, display_id=self._display_id)
         self._displayed = True
         self._shown.set()
