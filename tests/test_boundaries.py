@@ -42,7 +42,6 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "workbench.ui",
             "workbench.cli",
             "workbench.__main__",
-            "workbench.progress",
             "workbench.sweeps",
             "workbench.sweep_trials",
             "workbench.sweeps_ray",

@@ -86,6 +86,7 @@ def jupyter(browser_ready, tmp_path_factory):
     longer = re.sub(r"(STEPS = .* else )[0-9_]+", r"\g<1>5_000_000", source, count=1)
     assert longer != source, f"{NOTEBOOK} no longer sets STEPS = ... else N: update this test"
     (served / NOTEBOOK).write_text(longer)
+    (served / LOAD_NOTEBOOK).write_text(json.dumps(_load_notebook()))
     env = {k: v for k, v in os.environ.items() if k != "WB_QUICK"}  # a full-length run to watch
     env.update(
         JUPYTER_CONFIG_DIR=str(tmp / "config"),
@@ -114,7 +115,7 @@ def jupyter(browser_ready, tmp_path_factory):
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("JupyterLab did not start:\n" + (tmp / "jupyter.log").read_text()[-3000:])
             time.sleep(0.25)
-        yield base, token
+        yield base, token, served
     finally:
         # SIGTERM to its own process group: the server shuts its kernels down cleanly.
         try:
@@ -159,10 +160,33 @@ def _run_code_cell(page, index: int) -> None:
     page.keyboard.press("Shift+Enter")
 
 
+DIAGNOSE_JS = """() => ({
+    plots: document.querySelectorAll('.wb-plot').length,
+    areas: document.querySelectorAll('.wb-plot-area').length,
+    drawn: document.querySelectorAll('.js-plotly-plot').length,
+    plotly: typeof globalThis.__workbenchPlotly,
+    loads: globalThis.__workbenchPlotlyLoads || 0,
+    stores: globalThis.__workbenchStores ? [...globalThis.__workbenchStores.values()].map(
+        (s) => ({ seq: s.seq, views: s.views.size, data: s.data ? s.data.map((d) => d.x.length) : null })) : null,
+})"""
+
+FPS_JS = """async () => {
+    const img = document.querySelector('.wb-play-viewer img.wb-frame');
+    let last = img.src, changes = [];
+    const t0 = performance.now();
+    while (performance.now() - t0 < 3000) {
+        await new Promise((r) => setTimeout(r, 4));
+        if (img.src !== last) { changes.push(performance.now()); last = img.src; }
+    }
+    const seconds = changes.length > 1 ? (changes[changes.length - 1] - changes[0]) / 1000 : 0;
+    return { frames: changes.length, seconds, fps: seconds ? (changes.length - 1) / seconds : 0 };
+}"""
+
+
 def test_dashboard_trains_pauses_and_stops_in_a_real_browser(jupyter):
     from playwright.sync_api import sync_playwright
 
-    base, token = jupyter
+    base, token, served = jupyter
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as pw:
         profile = ROOT / "test-artifacts" / ".chromium-profile"
@@ -201,6 +225,9 @@ def test_dashboard_trains_pauses_and_stops_in_a_real_browser(jupyter):
             page.locator(".jp-OutputArea-output .wb-dashboard").first.wait_for(state="visible", timeout=60_000)
 
             _wait_for(page, lambda: _points(page) > 0, 60, "the first episode_reward points")
+            # The "re-run this cell if it reads model not found" line shows only where no dashboard rendered.
+            hint = page.locator(".jp-OutputArea-output .wb-reconnect-hint").first
+            assert hint.count() == 1 and not hint.is_visible()
             first = _points(page)
             _wait_for(page, lambda: _points(page) > first, 30, "more points while training")
             assert _status(page) == "running"
@@ -219,6 +246,17 @@ def test_dashboard_trains_pauses_and_stops_in_a_real_browser(jupyter):
             page.wait_for_timeout(500)  # the last refresh lands before the picture is taken
             page.locator(".jp-OutputArea-output .wb-dashboard").first.screenshot(path=str(ARTIFACTS / "dashboard.png"))
 
+            # The ended run left a picture of its plots in the output: the saved notebook holds it.
+            def saved_picture() -> bool:
+                page.keyboard.press("Control+s")
+                page.wait_for_timeout(1000)
+                cells = json.loads((served / NOTEBOOK).read_text())["cells"]
+                return any("image/svg+xml" in out.get("data", {}) for c in cells for out in c.get("outputs", []))
+
+            page.locator(".jp-Notebook .jp-CodeCell").nth(1).locator(".jp-InputArea-editor").click()
+            page.keyboard.press("Escape")
+            _wait_for(page, saved_picture, 30, "the picture of the plots in the saved notebook")
+
             # The rest of the quickstart: save, load, the play viewer's frames, the comparison plot.
             page.locator(".jp-Notebook .jp-CodeCell").nth(2).locator(".jp-InputArea-editor").click()
             page.get_by_role("menuitem", name="Run", exact=True).click()
@@ -234,11 +272,23 @@ def test_dashboard_trains_pauses_and_stops_in_a_real_browser(jupyter):
                 step_forward.click()
             _wait_for(page, lambda: "step 10 " in info.inner_text(), 15, "ten step clicks to reach frame 10")
             _wait_for(page, lambda: image.get_attribute("src") != src, 15, "a new frame after the step clicks")
+            # Playback runs in the page at its nominal rate (30 fps), not one kernel round trip per frame.
+            step_back = viewer.locator("button", has=page.locator(".fa-step-backward")).first
+            for _ in range(10):
+                step_back.click()
+            _wait_for(page, lambda: "step 0 " in info.inner_text(), 15, "the first frame again")
+            viewer.locator(".wb-play-controls button").first.click()
+            fps = page.evaluate(FPS_JS)
+            print(f"\nplay viewer: {fps['frames']} frames in {fps['seconds']:.2f} s = {fps['fps']:.1f} fps (nominal 30)")
+            assert fps["frames"] >= 10 and fps["fps"] >= 20, f"the play viewer played at {fps}"
+            stderr = page.locator(".jp-Notebook .jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
+            assert "XDG_RUNTIME_DIR" not in " ".join(stderr.all_inner_texts())
             compared = page.locator(".jp-Notebook .jp-CodeCell").last.locator(".js-plotly-plot svg.main-svg")
             compared.first.wait_for(state="visible", timeout=60_000)  # wb.compare's figure
             viewer.screenshot(path=str(ARTIFACTS / "play_viewer.png"))
             page.screenshot(path=str(ARTIFACTS / "jupyterlab.png"), full_page=True)
         except BaseException:
+            console.append("page state: " + json.dumps(page.evaluate(DIAGNOSE_JS)))
             page.screenshot(path=str(ARTIFACTS / "failure.png"), full_page=True)  # what the browser showed
             (ARTIFACTS / "failure.html").write_text(page.content())
             (ARTIFACTS / "failure-console.txt").write_text("\n".join(console))
@@ -247,3 +297,248 @@ def test_dashboard_trains_pauses_and_stops_in_a_real_browser(jupyter):
             context.close()
             shutil.rmtree(profile, ignore_errors=True)
     assert (ARTIFACTS / "dashboard.png").stat().st_size > 10_000
+
+
+# -- the dashboard's cost to the page, under load (issue 14) -----------------------------------------
+
+LOAD_NOTEBOOK = "notebooks/dashboard_load.ipynb"
+ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+TYPED = "abcdefghij" * 20  # 200 characters, none that an editor completes or closes
+LOAD_CELLS = [
+    # 0: the warm kernel: workbench imported, plus a sampler of the session's step counter
+    "import json, threading, time\nimport workbench as wb\nsamples = []",
+    # 1: the session, built but not started
+    "session = wb.Session(wb.PPO('CartPole-v1'), 'CartPole-v1', seed=0)\n"
+    "def _sample():\n"
+    "    while True:\n"
+    "        samples.append((time.time(), session.steps))\n"
+    "        time.sleep(0.25)\n"
+    "threading.Thread(target=_sample, daemon=True).start()",
+    # 2: training with its dashboard (the first paint is timed from running this cell)
+    "session.start(steps=50_000_000)\nsession",
+    # 3: a cell to type into
+    "x = 1",
+    # 4, 5: one more dashboard of the session, on a page that has shown widgets already (first paint, warm)
+    "second = session.dashboard()\nsecond",
+    "second.close()",
+    # 6: what the kernel side measured
+    "dash = session._shown_dashboard\n"
+    "print('WB-METRICS ' + json.dumps({'samples': samples, 'sent': {n: p.plot.sent_bytes for n, p in "
+    "dash._panels.items()}, 'skipped': dash.skipped_count, 'refreshes': dash.refresh_count}))",
+    # 7: the end
+    "session.stop()",
+]
+
+
+def _load_notebook() -> dict:
+    cells = [
+        {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": src}
+        for src in LOAD_CELLS
+    ]
+    return {
+        "cells": cells,
+        "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+
+
+def _wait_for_kernel(page) -> None:
+    kernel = page.locator("span.jp-StatusBar-TextItem[title^='Change kernel']")
+    deadline = time.monotonic() + 90
+    while "Idle" not in (kernel.first.inner_text() if kernel.count() else ""):
+        select = page.get_by_role("button", name=re.compile(r"^Select$"))
+        if select.count():
+            select.first.click()
+        if time.monotonic() > deadline:
+            raise AssertionError("the notebook's kernel never became idle")
+        page.wait_for_timeout(250)
+
+
+def _run_and_wait(page, index: int, timeout_s: float = 60) -> None:
+    _run_code_cell(page, index)
+    prompt = page.locator(".jp-Notebook .jp-CodeCell").nth(index).locator(".jp-InputPrompt")
+    _wait_for(page, lambda: re.search(r"\[\d+\]", prompt.inner_text()) is not None, timeout_s, f"cell {index}")
+
+
+def _typed_chars(page, index: int) -> int:
+    """Type TYPED into cell ``index`` (emptied first) and count how many characters arrived."""
+    editor = page.locator(".jp-Notebook .jp-CodeCell").nth(index).locator(".cm-content")
+    editor.click()
+    page.keyboard.press("Control+a")
+    page.keyboard.press("Delete")
+    page.keyboard.type(TYPED, delay=20)
+    page.wait_for_timeout(1500)  # keystrokes still queued in a busy page land now or never
+    text = editor.inner_text().replace("\n", "")
+    return sum(1 for a, b in zip(text, TYPED) if a == b) if text.startswith(TYPED[:1]) else 0
+
+
+LAG_JS = """async (seconds) => {
+    const lags = [];
+    const longs = [];
+    const obs = new PerformanceObserver((list) => { for (const e of list.getEntries()) longs.push(e.duration); });
+    obs.observe({ type: "longtask", buffered: false });
+    const end = performance.now() + seconds * 1000;
+    await new Promise((resolve) => {
+        let due = performance.now() + 50;
+        const tick = () => {
+            const now = performance.now();
+            lags.push(Math.max(0, now - due));
+            if (now > end) return resolve();
+            due = now + 50;
+            setTimeout(tick, 50);
+        };
+        setTimeout(tick, 50);
+    });
+    obs.disconnect();
+    return { lags, longs };
+}"""
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
+
+
+def _rate(samples: list[list[float]], start: float, end: float) -> float:
+    inside = [(t, s) for t, s in samples if start <= t <= end]
+    if len(inside) < 2:
+        return float("nan")
+    (t0, s0), (t1, s1) = inside[0], inside[-1]
+    return (s1 - s0) / (t1 - t0)
+
+
+def _cpu_hog() -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+
+
+def test_dashboard_stays_out_of_the_users_way_under_load(jupyter):
+    """Issue 14's measurements: keystrokes, event-loop lag, bytes per refresh, training speed with the
+    page showing the dashboard against none, a reload, a clean console, and the first paint."""
+    from playwright.sync_api import sync_playwright
+
+    base, token, _served = jupyter
+    ARTIFACTS.mkdir(exist_ok=True)
+    metrics: dict = {}
+    # A workspace of its own, reset on each load: only this notebook's tab is open (not the quickstart's).
+    url = f"{base}/lab/workspaces/wbload/tree/{LOAD_NOTEBOOK}?token={token}&reset"
+    with sync_playwright() as pw:
+        profile = ROOT / "test-artifacts" / ".chromium-profile-load"
+        shutil.rmtree(profile, ignore_errors=True)
+        context = pw.chromium.launch_persistent_context(
+            str(profile), executable_path=CHROMIUM, headless=True, viewport={"width": 1300, "height": 1100}, args=ARGS
+        )
+        page = context.pages[0] if context.pages else context.new_page()
+        errors: list[str] = []
+        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+        page.on("pageerror", lambda exc: errors.append(f"pageerror: {exc}"))
+        page.set_default_timeout(60_000)
+        hog = None
+        try:
+            page.goto(url)
+            _wait_for_kernel(page)
+            _run_and_wait(page, 0)
+            _run_and_wait(page, 1)
+            page.keyboard.press("Control+s")  # saved with its outputs: a reload shows the dashboard again
+            # First paint: the status line of a dashboard, in a kernel that has imported workbench.
+            started = time.monotonic()
+            _run_code_cell(page, 2)
+            status = page.locator(".jp-OutputArea-output .wb-status-word").first
+            status.wait_for(state="visible", timeout=60_000)
+            metrics["first_paint_s"] = round(time.monotonic() - started, 2)
+            _wait_for(page, lambda: _points(page) > 0, 60, "the first episode_reward points")
+            metrics["plots_filled_s"] = round(time.monotonic() - started, 2)
+            # plotly.js evaluated once per page, however many plots (the page counts its loads).
+            metrics["plotly_loads"] = page.evaluate("() => globalThis.__workbenchPlotlyLoads || 0")
+            page.wait_for_timeout(3000)
+
+            # Under load: a CPU-bound process beside training, the page competing for the cores.
+            hog = _cpu_hog()
+            page.wait_for_timeout(1000)
+            metrics["typed"] = [_typed_chars(page, 3) for _ in range(3)]
+            lag = page.evaluate(LAG_JS, 10)
+            metrics["lag_ms"] = {
+                "p50": round(_quantile(lag["lags"], 0.5), 1),
+                "p90": round(_quantile(lag["lags"], 0.9), 1),
+                "max": round(max(lag["lags"], default=0.0), 1),
+                "long_tasks": len(lag["longs"]),
+                "longest_task": round(max(lag["longs"], default=0.0), 1),
+            }
+            hog.kill()
+            hog.wait()
+            hog = None
+            page.keyboard.press("Control+s")  # saved with its outputs: a reload shows the dashboard again
+            page.wait_for_timeout(1000)
+
+            # Training speed with the page showing the dashboard against the page showing none.
+            phases = []
+            for shown in (True, False) * 3:
+                if shown and page.url != url:
+                    page.goto(url)  # back to the notebook: also the reload check below
+                    _wait_for_kernel(page)
+                    _wait_for(page, lambda: _points(page) > 0, 60, "the plots after going back to the notebook")
+                    page.wait_for_timeout(5000)  # the page settles after loading JupyterLab
+                elif not shown:
+                    page.goto("about:blank")
+                begin = time.time()
+                page.wait_for_timeout(8000)
+                phases.append((shown, begin, time.time()))
+
+            # Reload: the plots keep growing.
+            page.goto(url)
+            _wait_for_kernel(page)
+            _wait_for(page, lambda: _points(page) > 0, 60, "the plots after a reload")
+            grown = _points(page)
+            _wait_for(page, lambda: _points(page) > grown, 30, "the plots to keep growing after the reload")
+
+            started = time.monotonic()
+            _run_code_cell(page, 4)
+            cell = page.locator(".jp-Notebook .jp-CodeCell").nth(4)
+            cell.locator(".wb-status-word").first.wait_for(state="visible", timeout=60_000)
+            metrics["first_paint_warm_page_s"] = round(time.monotonic() - started, 2)
+            _run_and_wait(page, 5)
+            _run_and_wait(page, 6)
+            out = page.locator(".jp-Notebook .jp-CodeCell").nth(6).locator(".jp-OutputArea-output").inner_text()
+            kernel = json.loads(out[out.index("WB-METRICS ") + len("WB-METRICS ") :].strip())
+            _run_and_wait(page, 7)
+            rates = {True: [], False: []}
+            for shown, begin, end in phases:
+                rates[shown].append(_rate(kernel["samples"], begin + 1, end))
+            with_page, without = _quantile(rates[True], 0.5), _quantile(rates[False], 0.5)
+            metrics["steps_per_s"] = {"page_showing_dashboard": [round(r) for r in rates[True]],
+                                      "no_page": [round(r) for r in rates[False]],
+                                      "ratio": round(with_page / without, 3)}
+            sizes = [size for sent in kernel["sent"].values() for size in sent[1:]]
+            metrics["bytes_per_refresh_per_plot"] = {"median": int(_quantile(sizes, 0.5)),
+                                                     "p90": int(_quantile(sizes, 0.9)), "max": max(sizes, default=0)}
+            metrics["held_back_updates"] = kernel["skipped"]
+            metrics["js_heap_mb"] = page.evaluate("() => Math.round(performance.memory.usedJSHeapSize / 1e6)")
+            metrics["console_errors"] = errors[:20]
+        except BaseException:
+            page.screenshot(path=str(ARTIFACTS / "load-failure.png"), full_page=True)
+            (ARTIFACTS / "load-failure-console.txt").write_text("\n".join(errors))
+            raise
+        finally:
+            if hog is not None:
+                hog.kill()
+                hog.wait()
+            (ARTIFACTS / "browser-metrics.json").write_text(json.dumps(metrics, indent=2))
+            print("\nbrowser metrics:", json.dumps(metrics, indent=2))
+            context.close()
+            shutil.rmtree(profile, ignore_errors=True)
+
+    assert metrics["typed"] == [200, 200, 200], f"keystrokes lost under load: {metrics['typed']}"
+    assert not metrics["console_errors"], f"errors in the page's console: {metrics['console_errors']}"
+    assert metrics["bytes_per_refresh_per_plot"]["p90"] < 20_000
+    # The status line within 1.5 s of running the cell in a warm kernel, on a page that has shown a widget
+    # before; a page's very first widget also waits for JupyterLab to load the ipywidgets code.
+    assert metrics["first_paint_warm_page_s"] < 1.5
+    assert metrics["first_paint_s"] < 8.0
+    assert metrics["plotly_loads"] == 1
+    assert metrics["lag_ms"]["longest_task"] < 1000 and metrics["lag_ms"]["p90"] < 100
+    # Training speed on a shared machine moves by more than the 10% target between phases (other
+    # processes); the test catches a page that eats training's CPU, the numbers go in the report.
+    assert metrics["steps_per_s"]["ratio"] > 0.6

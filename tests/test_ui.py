@@ -1,6 +1,9 @@
 """The notebook parts without a browser: dashboard, buttons, plots, downsampling, compare, play viewer."""
 
+import os
 import struct
+import subprocess
+import sys
 import time
 import zlib
 
@@ -34,8 +37,48 @@ def enabled(dash):
     return {name for name, button in dash.buttons.items() if not button.disabled}
 
 
-def trace_len(dash, panel="episode_reward", trace=0):
-    return len(dash._panels[panel].fig.data[trace].x)
+class Page:
+    """What a browser page holds for one LivePlot, kept by the same rules as the plot's JavaScript.
+
+    A reset replaces every trace's points; an extend appends them when its ``base`` is the last
+    message applied, else the page asks for a full resend. ``ack=False`` models a page too busy to answer.
+    """
+
+    def __init__(self, plot, ack=True):
+        self.plot, self.ack = plot, ack
+        self.seq, self.data, self.received = -1, None, []
+        plot.send = self._receive  # what the kernel sends to the page comes here
+        self.say({"kind": "hello", "have": -1})
+
+    def say(self, content):
+        self.plot._on_page_msg(self.plot, content, [])
+
+    def _receive(self, content, buffers=None):
+        self.received.append((content, sum(len(b) for b in buffers or ())))
+        xy = lambda t: (np.frombuffer(buffers[t["x"]]), np.frombuffer(buffers[t["y"]]))  # noqa: E731
+        if content["kind"] == "reset":
+            self.data = [list(map(list, xy(t))) for t in content["traces"]]
+        elif self.data is None or content["base"] != self.seq:
+            self.say({"kind": "need_reset", "have": self.seq})
+            return
+        else:
+            for t in content["traces"]:
+                x, y = xy(t)
+                self.data[t["i"]][0].extend(x)
+                self.data[t["i"]][1].extend(y)
+        self.seq = content["seq"]
+        if self.ack:
+            self.say({"kind": "ack", "seq": content["seq"]})
+
+    def x(self, trace=0):
+        return [] if self.data is None else self.data[trace][0]
+
+    def y(self, trace=0):
+        return [] if self.data is None else self.data[trace][1]
+
+
+def trace_len(page, trace=0):
+    return len(page.x(trace))
 
 
 @pytest.fixture
@@ -62,7 +105,7 @@ def test_session_dashboard_is_a_widget_with_the_default_plots(dashboard, slow_se
     assert isinstance(dashboard, ipywidgets.VBox) and isinstance(dashboard, wb.Dashboard)
     assert dashboard.session is slow_session
     assert [p.name for p in dashboard._panels.values()] == ["episode_reward", "loss"]
-    names = [t.name for t in dashboard._panels["episode_reward"].fig.data]
+    names = [t["name"] for t in dashboard._panels["episode_reward"].plot.traces]
     assert "episode_reward" in names and "eval_reward" in names
     assert "idle" in dashboard.status_line.value
     assert enabled(dashboard) == {"start"}  # nothing to pause, resume, stop or save yet
@@ -102,8 +145,10 @@ def test_eval_reward_is_drawn_beside_episode_reward(slow_session):
         slow_session.log("eval_reward", 10.0 * i, step=100 * i)
     dash = slow_session.dashboard()
     try:
-        traces = {t.name: t for t in dash._panels["episode_reward"].fig.data}
-        assert list(traces["eval_reward"].y) == [0.0, 10.0, 20.0, 30.0, 40.0]
+        page = Page(dash._panels["episode_reward"].plot)
+        dash.refresh()
+        names = [t["name"] for t in dash._panels["episode_reward"].plot.traces]
+        assert page.y(names.index("eval_reward")) == [0.0, 10.0, 20.0, 30.0, 40.0]
         assert "eval_reward" not in dash._panels  # not a separate plot
     finally:
         dash.close()
@@ -164,26 +209,37 @@ def test_a_failing_button_shows_the_error_instead_of_raising(dashboard):
 
 
 def test_plot_traces_grow_while_training(dashboard, slow_session):
+    page = Page(dashboard._panels["episode_reward"].plot)
+    loss = Page(dashboard._panels["loss"].plot)
     slow_session.start(steps=100_000)
-    wait_until(lambda: trace_len(dashboard) >= 2)
-    first = trace_len(dashboard)
-    wait_until(lambda: trace_len(dashboard) > first + 2)
-    wait_until(lambda: trace_len(dashboard, "loss") > 0)
+    wait_until(lambda: trace_len(page) >= 2)
+    first = trace_len(page)
+    wait_until(lambda: trace_len(page) > first + 2)
+    wait_until(lambda: trace_len(loss) > 0)
     assert dashboard.timer_alive
-    assert dashboard.refresh_count > 2
+    assert dashboard.refresh_count >= 2
+    kinds = [content["kind"] for content, _ in page.received]
+    assert kinds[0] == "reset" and kinds.count("reset") == 1 and "extend" in kinds  # only new points after
+    slow_session.stop()
+    dashboard.refresh()
+    np.testing.assert_array_equal(page.y(), slow_session.signals["episode_reward"].values)
+    np.testing.assert_array_equal(page.x(), slow_session.signals["episode_reward"].steps)
 
 
 def test_timer_stops_after_drawing_the_final_state(app_env):
     session = wb.Session(small_ppo(app_env), app_env, seed=0)
     dash = wb.Dashboard(session, interval=0.25)
+    page = Page(dash._panels["episode_reward"].plot)
     try:
         assert dash.timer_alive  # an idle session may be started from code: the dashboard watches
         session.run(steps=400)
         wait_until(lambda: not dash.timer_alive, timeout=5)
         assert "finished" in dash.status_line.value
         assert f"{session.steps:,}" in dash.status_line.value
-        assert trace_len(dash) == len(session.signals["episode_reward"])
+        assert "ended: steps reached" in dash.status_line.value
+        assert trace_len(page) == len(session.signals["episode_reward"])
         assert dash.progress.value == 1.0
+        assert not dash.heartbeat.active  # no heartbeat once the run ended
     finally:
         dash.close()
 
@@ -207,6 +263,7 @@ def test_training_error_shows_red_status_and_traceback():
         assert "failed" in dash.status_line.value
         assert "#cf222e" in dash.status_line.value  # red
         assert "simulator crashed at step 30" in dash.status_line.value
+        assert "ended by an error" in dash.status_line.value
         assert dash.error_box.layout.display != "none"
         assert "Traceback" in dash.traceback.value and "in step" in dash.traceback.value
     finally:
@@ -222,21 +279,23 @@ def test_user_signals_can_be_added_and_smoothed_and_x_axis_changed(app_env):
     try:
         assert "compression_ratio" in dash.signal_select.options
         dash.signal_select.value = (*dash.signal_select.value, "compression_ratio")
-        fig = dash._panels["compression_ratio"].fig
-        assert fig in dash.plots.children
-        assert len(fig.data[0].y) == 30
+        plot = dash._panels["compression_ratio"].plot
+        assert plot in dash.plots.children
+        page = Page(plot)
+        dash.refresh()
+        assert len(page.y()) == 30
 
         dash.smoothing.value = 5
-        raw, smooth = fig.data[0], fig.data[1]
-        assert smooth.visible and raw.opacity < 1
-        np.testing.assert_allclose(smooth.y, moving_average(np.float32(0.5 + 0.01 * np.arange(30)), 5), rtol=1e-6)
+        raw, smooth = plot.traces[0], plot.traces[1]
+        assert smooth["visible"] and raw["opacity"] < 1
+        np.testing.assert_allclose(page.y(1), moving_average(np.float32(0.5 + 0.01 * np.arange(30)), 5), rtol=1e-6)
 
+        rewards = Page(dash._panels["episode_reward"].plot)
         dash.x_axis.value = "episodes"
-        rewards = dash._panels["episode_reward"].fig.data[0]
-        assert rewards.x[-1] == len(session.signals["episode_reward"])
-        assert fig.layout.xaxis.title.text == "episodes"
+        assert rewards.x()[-1] == len(session.signals["episode_reward"])
+        assert plot.plot_layout["xaxis"]["title"]["text"] == "episodes"
         dash.x_axis.value = "time"
-        assert rewards.x[-1] == pytest.approx(session.signals["episode_reward"].times[-1])
+        assert rewards.x()[-1] == pytest.approx(session.signals["episode_reward"].times[-1])
     finally:
         dash.close()
 
@@ -247,132 +306,263 @@ def test_dashboard_bounds_the_points_it_sends(app_env):
         session.log("loss", float(np.sin(i / 100)), step=i)
     dash = wb.Dashboard(session, max_points=200, smoothing=3)
     try:
-        loss = dash._panels["loss"].fig.data
-        assert 0 < len(loss[0].x) <= 200 and 0 < len(loss[1].x) <= 200
-        assert loss[0].x[0] == 0 and loss[0].x[-1] == 49_999
+        page = Page(dash._panels["loss"].plot)
+        dash.refresh()
+        assert 0 < len(page.x(0)) <= 200 and 0 < len(page.x(1)) <= 200
+        assert page.x(0)[0] == 0 and page.x(0)[-1] == 49_999
+        for i in range(50_000, 50_500):  # appends grow a plot to twice max_points, then it is redrawn
+            session.log("loss", 0.0, step=i)
+            dash.refresh()
+        assert 0 < len(page.x(0)) <= 400 and page.x(0)[-1] == 50_499
     finally:
         dash.close()
 
 
-# -- browser views that come late or stop listening (workbench.ui.live) ----------------------------
+# -- what goes to the page: only new points, acknowledged, resent whole only when asked --------------
 
 
-def record_sends(fig):
-    """The messages the kernel sends to the figure's browser model from now on."""
-    sent = []
-    fig.comm.send = lambda data=None, metadata=None, buffers=None: sent.append(data)
-    return sent
+@pytest.fixture
+def no_timer(monkeypatch):
+    """Dashboards built in the test refresh only when it calls refresh(): exact message counts."""
+    monkeypatch.setattr(wb.Dashboard, "_ensure_timer", lambda self, watch=False: None)
 
 
-def updates_sent(sent):
-    return [d["state"]["_py2js_update"] for d in sent if d["state"].get("_py2js_update")]
+def test_each_refresh_sends_only_the_new_points(app_env, no_timer):
+    session = wb.Session(small_ppo(app_env), app_env)
+    for i in range(3000):
+        session.log("loss", float(i), step=i)
+    dash = wb.Dashboard(session, signals=("loss",))
+    try:
+        page = Page(dash._panels["loss"].plot)
+        dash.refresh()
+        (first, first_bytes), = page.received
+        assert first["kind"] == "reset" and 1000 < len(page.x()) <= 2000  # the whole series, downsampled
+        for i in range(3000, 3010):
+            session.log("loss", float(i), step=i)
+        dash.refresh()
+        content, size = page.received[-1]
+        assert content["kind"] == "extend" and content["traces"] == [{"i": 0, "x": 0, "y": 1}]
+        assert size < 1000 and size < first_bytes / 10  # ten points, not the whole series
+        assert page.x()[-10:] == list(range(3000, 3010))
+        dash.refresh()  # nothing new: nothing sent
+        assert len(page.received) == 2
+    finally:
+        dash.close()
 
 
-def npoints(values):
-    return values["shape"][0] if isinstance(values, dict) else len(values)  # numpy arrays go as binary buffers
+def test_a_slow_page_gets_fewer_larger_updates(app_env, no_timer):
+    session = wb.Session(small_ppo(app_env), app_env)
+    session.log("loss", 0.0, step=0)
+    dash = wb.Dashboard(session, signals=("loss",))
+    try:
+        plot = dash._panels["loss"].plot
+        page = Page(plot, ack=False)  # a page too busy to answer
+        dash.refresh()
+        for i in range(1, 6):
+            session.log("loss", float(i), step=i)
+            dash.refresh()
+        assert len(page.received) == 1 and dash.skipped_count == 5  # held back, no queue
+        page.say({"kind": "ack", "seq": page.seq})
+        dash.refresh()
+        content, _ = page.received[-1]
+        assert content["kind"] == "extend" and page.x() == [0, 1, 2, 3, 4, 5]  # all five in one update
+        assert plot.round_trip is not None and plot.round_trip > 0
+        assert dash.wait_s >= dash.interval
+    finally:
+        dash.close()
 
 
-def view_appears(fig, count=1):
-    fig.set_state({"_view_count": count})  # what the browser sends when a view is displayed
+def test_a_new_page_or_one_that_missed_an_update_gets_everything(app_env, no_timer):
+    session = wb.Session(small_ppo(app_env), app_env)
+    for i in range(5):
+        session.log("loss", float(i), step=i)
+    dash = wb.Dashboard(session, signals=("loss",))
+    try:
+        plot = dash._panels["loss"].plot
+        page = Page(plot)
+        dash.refresh()
+        session.log("loss", 5.0, step=5)
+        dash.refresh()
+        reloaded = Page(plot)  # after F5 the page builds the model afresh and says hello
+        dash.refresh()
+        assert reloaded.received[0][0]["kind"] == "reset" and reloaded.x() == [0, 1, 2, 3, 4, 5]
+        reloaded.seq = -5  # it missed a message: the next append does not fit, it asks for a resend
+        session.log("loss", 6.0, step=6)
+        dash.refresh()
+        assert plot.wants_reset
+        dash.refresh()
+        assert reloaded.x() == [0, 1, 2, 3, 4, 5, 6]
+        assert page is not reloaded
+    finally:
+        dash.close()
 
 
-def view_applies(fig, edit_id):
-    fig.set_state({"_js2py_traceDeltas": {"trace_deltas": [], "trace_edit_id": edit_id}})
+def test_widgets_a_busy_page_never_started_are_rebuilt(app_env, no_timer, monkeypatch):
+    # anywidget drops every message to a model whose JavaScript took over 2 s to start: the page
+    # said hello but never answers. The dashboard swaps in fresh widgets carrying the current data.
+    import workbench.ui.dashboard as dashboard_module
+
+    monkeypatch.setattr(dashboard_module, "_DEAF_S", 0.05)
+    session = wb.Session(small_ppo(app_env), app_env)
+    for i in range(5):
+        session.log("loss", float(i), step=i)
+    dash = wb.Dashboard(session, signals=("loss",))
+    try:
+        old_plot, old_beat = dash._panels["loss"].plot, dash.heartbeat
+        Page(old_plot, ack=False)
+        old_beat._on_page_msg(old_beat, {"kind": "hello"}, [])
+        dash.refresh()
+        time.sleep(0.1)
+        dash.refresh()
+        new_plot = dash._panels["loss"].plot
+        assert new_plot is not old_plot and new_plot in dash.plots.children and old_plot.comm is None
+        assert dash.heartbeat is not old_beat and dash.status_row.children[-1] is dash.heartbeat
+        assert dash.heartbeat.beat >= old_beat.beat and dash.replaced_count == 1
+        page = Page(new_plot)  # the fresh plot's page answers: it gets everything
+        dash.refresh()
+        assert page.y() == [0.0, 1.0, 2.0, 3.0, 4.0]
+        time.sleep(0.1)
+        dash.refresh()
+        assert dash._panels["loss"].plot is new_plot  # it answers: left alone
+    finally:
+        dash.close()
 
 
-def test_live_figure_opens_its_comm_with_data_layout_and_view_counting(monkeypatch):
-    import ipywidgets.widgets.widget as widget_module
+def test_a_page_appearing_after_the_run_ended_restarts_the_timer_for_it(app_env):
+    session = wb.Session(small_ppo(app_env), app_env, seed=0)
+    dash = wb.Dashboard(session, interval=0.25)
+    try:
+        session.run(steps=400)
+        wait_until(lambda: not dash.timer_alive, timeout=10)
+        page = Page(dash._panels["episode_reward"].plot)  # says hello: the timer wakes to answer
+        wait_until(lambda: trace_len(page) == len(session.signals["episode_reward"]), timeout=10)
+        wait_until(lambda: not dash.timer_alive, timeout=10)
+    finally:
+        dash.close()
 
-    from workbench.ui.live import LiveFigure
 
-    opened = []
-    create = widget_module.comm.create_comm
-    monkeypatch.setattr(widget_module.comm, "create_comm", lambda **kw: opened.append(kw) or create(**kw))
-    fig = LiveFigure(
-        data=[go_scatter([0.0, 1.0, 2.0], [3.0, 4.0, 5.0])], layout={"title": {"text": "t"}}, classes=("wb-x",)
+def test_signals_logged_after_the_run_ended_reach_the_list_and_plots(app_env):
+    session = wb.Session(small_ppo(app_env), app_env, seed=0)
+    dash = wb.Dashboard(session, interval=0.25)
+    try:
+        session.run(steps=200)
+        wait_until(lambda: not dash.timer_alive, timeout=10)
+        session.log("my_metric", 0.5)
+        wait_until(lambda: "my_metric" in dash.signal_select.options, timeout=10)
+    finally:
+        dash.close()
+
+
+def test_default_plots_follow_the_algorithm():
+    agent = wb.DDPG("Pendulum-v1", learning_starts=100, batch_size=32)
+    session = wb.Session(agent, "Pendulum-v1", seed=0)
+    dash = session.dashboard()
+    try:
+        assert list(dash.signal_select.value) == ["episode_reward", "critic_loss", "actor_loss"]
+        session.run(steps=400)
+        assert {"critic_loss", "actor_loss"} <= set(session.signals.names())  # what DDPG records
+    finally:
+        dash.close()
+
+
+def test_log_scale_toggle_and_readable_hover(slow_session):
+    dash = wb.Dashboard(slow_session, log_y=False)
+    try:
+        plot = dash._panels["loss"].plot
+        assert plot.plot_layout["yaxis"]["type"] == "linear"
+        dash.log_scale.value = True
+        assert plot.plot_layout["yaxis"]["type"] == "log"
+        hover = plot.traces[0]["hovertemplate"]
+        assert "loss" in hover and "env steps" in hover and "%{y" in hover
+        assert plot.plot_layout["hoverlabel"]["namelength"] == -1  # names are never cut
+    finally:
+        dash.close()
+
+
+def test_status_line_has_a_heartbeat_while_live(slow_session):
+    dash = wb.Dashboard(slow_session, interval=0.25)
+    try:
+        slow_session.start(steps=1_000_000)
+        beat = dash.heartbeat.beat
+        wait_until(lambda: dash.heartbeat.beat > beat + 2)  # every refresh beats; the page counts seconds
+        assert dash.heartbeat.active and dash.heartbeat in dash.status_row.children
+        assert "live · updated" in type(dash.heartbeat)._esm.default_value
+    finally:
+        dash.close()
+
+
+def test_a_second_session_warns_and_is_listed(app_env):
+    first = wb.Session(small_ppo(SlowEnv(0.001)), SlowEnv(0.001))
+    second = wb.Session(small_ppo(SlowEnv(0.001)), SlowEnv(0.001))
+    try:
+        first.start(steps=1_000_000)
+        assert first in wb.sessions()
+        with pytest.warns(RuntimeWarning, match="other session"):
+            second.start(steps=1_000_000)
+        assert wb.sessions()[-2:] == [first, second]
+        dash = second.dashboard()
+        try:
+            assert "1 other session" in dash.status_line.value and "wb.sessions()" in dash.status_line.value
+        finally:
+            dash.close()
+    finally:
+        first.stop()
+        second.stop()
+    assert first not in wb.sessions() and second not in wb.sessions()
+
+
+def test_a_finished_run_leaves_a_picture_in_its_output(app_env, monkeypatch):
+    import IPython.display
+
+    shown, updated = [], []
+    monkeypatch.setattr(IPython.display, "display", lambda obj, **kw: shown.append((obj, kw)))
+    monkeypatch.setattr(IPython.display, "update_display", lambda obj, **kw: updated.append((obj, kw)))
+    session = wb.Session(small_ppo(app_env), app_env, seed=0)
+    dash = wb.Dashboard(session, interval=0.25)
+    try:
+        dash._ipython_display_()
+        (hint, _), (bundle, kw) = shown
+        assert "re-run this cell" in hint["text/html"] and "model not found" in hint["text/plain"]
+        assert "application/vnd.jupyter.widget-view+json" in bundle and "image/svg+xml" not in bundle
+        assert "re-run" in bundle["text/plain"]  # what a view that lost its kernel side should do
+        session.run(steps=400)
+        wait_until(lambda: not dash.timer_alive, timeout=10)
+        (bundle, kw2), = updated
+        assert kw2["display_id"] == kw["display_id"]
+        svg = bundle["image/svg+xml"]
+        assert svg.startswith("<svg") and svg.count("<polyline") >= 2 and "episode_reward" in svg
+        assert "ended: steps reached" in svg
+    finally:
+        dash.close()
+
+
+def test_first_paint_imports_neither_plotly_nor_nbformat():
+    code = (
+        "import sys, workbench as wb\n"
+        "s = wb.Session(wb.PPO('CartPole-v1'), 'CartPole-v1')\n"
+        "d = s.dashboard(); d.refresh()\n"
+        "print(','.join(m for m in ('plotly', 'nbformat', 'jsonschema') if m in sys.modules))\n"
+        "d.close()\n"
     )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_plotly_js_comes_from_the_installed_package_once_per_kernel(slow_session):
+    from workbench.ui.live_plot import plotly_js_path, plotly_library
+
+    assert plotly_js_path().endswith("plotly.min.js") and os.path.isfile(plotly_js_path())
+    library = plotly_library()
+    assert library is plotly_library() and b"Plotly" in library.source[:5000]
+    a, b = wb.Dashboard(slow_session), wb.Dashboard(slow_session)
     try:
-        # A browser that drops every later update (anywidget's 2 s load limit) still draws this.
-        assert len(opened) == 1
-        state = opened[0]["data"]["state"]
-        assert state["_view_count"] == 0  # the browser counts views, so the kernel hears of new ones
-        assert list(state["_dom_classes"]) == ["wb-x"]
-        assert len(state["_widget_data"]) == 1 and state["_widget_layout"]["title"] == {"text": "t"}
-        assert ["_widget_data", 0, "x", "buffer"] in opened[0]["data"]["buffer_paths"]  # the points travel along
+        a.refresh()
+        b.refresh()  # the first data names the library to the page
+        plots = [p.plot for d in (a, b) for p in d._panels.values()]
+        assert {p.library for p in plots} == {f"IPY_MODEL_{library.model_id}"}
     finally:
-        fig.close()
-
-
-def test_a_new_view_gets_the_full_data_even_when_nothing_changed():
-    from workbench.ui.live import LiveFigure
-
-    fig = LiveFigure(data=[go_scatter([0.0, 1.0], [1.0, 2.0]), go_scatter([0.0], [5.0])])
-    try:
-        fig.data[0].x, fig.data[0].y = [0.0, 1.0, 2.0], [1.0, 2.0, 3.0]  # an edit no view saw
-        sent = record_sends(fig)
-        assert not fig.awaiting()  # no view yet: nothing to wait for
-        view_appears(fig)
-        (update,) = updates_sent(sent)
-        assert update["style_traces"] == [0, 1]
-        assert [npoints(x) for x in update["style_data"]["x"]] == [3, 1]
-        assert fig.awaiting() and not fig.stalled(60.0)
-        assert fig.stalled(0.0, now=time.monotonic() + 1)
-        view_applies(fig, 0)  # a deaf view answers its first draw with the id it was built with
-        assert fig.awaiting() and fig.acks == 0
-        view_applies(fig, update["trace_edit_id"])
-        assert not fig.awaiting() and fig.acks == 1
-        view_appears(fig, 0)  # the view closed: a smaller count sends nothing
-        assert len(updates_sent(sent)) == 1
-    finally:
-        fig.close()
-
-
-def test_dashboard_rebuilds_a_plot_whose_view_stopped_applying_edits(app_env):
-    session = wb.Session(small_ppo(app_env), app_env, seed=0)
-    dash = wb.Dashboard(session, interval=0.25)
-    try:
-        session.run(steps=400)
-        episodes = len(session.signals["episode_reward"])
-        old = dash._panels["episode_reward"]
-        old.stall_s = 0.3
-        view_appears(old.fig)  # a view that never answers: the browser dropped the figure's updates
-        assert dash.timer_alive  # the run ended, but the timer watches the view
-        wait_until(lambda: dash.replaced_count == 1, timeout=10)  # counted once the swap is complete
-        new = dash._panels["episode_reward"]
-        assert new is not old and new.fig in dash.plots.children and old.fig not in dash.plots.children
-        assert old.fig.comm is None  # closed
-        assert len(new.fig._widget_data[0]["x"]) == episodes  # the final data, in the state it opens with
-        view_appears(new.fig)
-        view_applies(new.fig, new.fig._last_trace_edit_id)
-        wait_until(lambda: not dash.timer_alive, timeout=10)  # the views have the final draw
-        assert dash.replaced_count == 1
-    finally:
-        dash.close()
-
-
-def test_a_view_shown_after_the_run_ended_gets_the_final_data(app_env):
-    session = wb.Session(small_ppo(app_env), app_env, seed=0)
-    dash = wb.Dashboard(session, interval=0.25)
-    try:
-        session.run(steps=400)
-        wait_until(lambda: not dash.timer_alive, timeout=10)
-        fig = dash._panels["episode_reward"].fig
-        sent = record_sends(fig)
-        view_appears(fig)
-        (update,) = updates_sent(sent)
-        assert npoints(update["style_data"]["x"][0]) == len(session.signals["episode_reward"])
-        assert dash.timer_alive  # restarted to watch that the view applies it
-        view_applies(fig, update["trace_edit_id"])
-        wait_until(lambda: not dash.timer_alive, timeout=10)
-        assert dash.replaced_count == 0
-    finally:
-        dash.close()
-
-
-def go_scatter(x, y):
-    import plotly.graph_objects as go
-
-    return go.Scatter(x=np.asarray(x), y=np.asarray(y))
+        a.close()
+        b.close()
 
 
 def test_dashboard_rejects_bad_settings(slow_session):
@@ -429,6 +619,9 @@ def test_compare_groups_runs_sharing_a_label_into_mean_and_band():
     mean = next(t for t in fig.data if t.name == "a (mean of 2)")
     band = [t for t in fig.data if t.legendgroup == "a" and t.fill == "tonexty"]
     assert len(band) == 1
+    assert band[0].showlegend and "min–max" in band[0].name  # the band has a legend entry
+    assert "a (mean of 2)" in mean.hovertemplate and "min–max" in mean.hovertemplate
+    assert "steps" in mean.hovertemplate and fig.layout.hoverlabel.namelength == -1
     np.testing.assert_allclose(mean.y[0], 5.0)  # mean of 0 and 10
     np.testing.assert_allclose(band[0].y[0], 0.0)  # the band's lower edge is the min
 
@@ -484,7 +677,7 @@ def test_play_viewer_shows_frames_of_a_loaded_agent(app_env, tmp_path):
         assert viewer.image.value == viewer.frames[0]
         viewer.step_button.click()
         assert viewer.frame == 1 and viewer.image.value == viewer.frames[1]
-        assert viewer.figure.data[1].x == (1.0,)
+        assert viewer.marker[0] == 1.0 and viewer.image.index == 1
         viewer.back_button.click()
         assert viewer.frame == 0
         viewer.slider.value = len(viewer.frames) - 1

@@ -23,6 +23,7 @@ from typing import Any
 from ._version import __version__
 from .agents import A2C, AGENTS, DDPG, DQN, PPO, SAC, TD3, Agent, AgentState, EpisodeReturns, Step, Transitions, load
 from .checkpoint import CheckpointError
+from .control import sessions
 from .envs import check_env
 from .exploration import EpsilonGreedy, GaussianNoise, OrnsteinUhlenbeckNoise, TruncatedNormalNoise
 from .memory import PrioritizedReplayMemory, ReplayMemory, RolloutBuffer
@@ -87,6 +88,7 @@ __all__ = [
     "linear",
     "load",
     "preset",
+    "sessions",
     "sweep",
 ]
 

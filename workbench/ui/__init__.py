@@ -1,11 +1,9 @@
-"""Notebook and console views of the workbench: the live dashboard, the play viewer, run
-comparison, and the console progress bar.
+"""Notebook parts of the workbench: the live dashboard, the play viewer, run comparison, the console bar.
 
-This is the only package that imports ipywidgets and plotly; ``workbench`` loads it on first use
-(``wb.Dashboard``, ``wb.PlayViewer``, ``wb.compare``, ``session.dashboard()``). Importing
-``workbench.ui`` itself is light: each view's module loads when the view is first asked for, so the
-console progress bar works without the notebook extra. The sweep view
-(``sweep_view.SweepDashboard``) loads with ``sweep.dashboard()``.
+This is the only package that imports ipywidgets and plotly, and only in the modules that draw with
+them; ``workbench`` loads it on first use (``wb.Dashboard``, ``wb.PlayViewer``, ``wb.compare``,
+``session.dashboard()``). The names below load lazily too, so ``workbench.ui.view_model`` and
+``workbench.ui.console`` (plain Python) import without ipywidgets or plotly.
 """
 
 from __future__ import annotations
@@ -19,7 +17,7 @@ _WHERE = {
     "Dashboard": ".dashboard",
     "PlayViewer": ".play_viewer",
     "compare": ".compare",
-    "follow": "..progress",
+    "follow": ".console",
 }
 
 

@@ -137,12 +137,21 @@ def compare(
             label = f"{label} ({i + 1})"
         groups.setdefault(label, []).extend(_series(m, signal, x, smoothing, label) for m in members)
 
+    def hover(name: str, band: bool = False) -> str:
+        # Readable hover text: the run's name in full, the axes by name, numbers rounded.
+        text = f"<b>{name}</b><br>{X_AXES[x]}: %{{x:,.6~g}}<br>{signal}: %{{y:,.5~g}}"
+        if band:
+            text += "<br>min–max: %{customdata[0]:,.5~g} to %{customdata[1]:,.5~g}"
+        return text + "<extra></extra>"
+
     fig = go.Figure()
     for k, (label, series) in enumerate(groups.items()):
         color = _PALETTE[k % len(_PALETTE)]
         if len(series) == 1:
             xs, ys = downsample(*series[0], max_points)
-            fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=label, line={"color": color}))
+            fig.add_trace(
+                go.Scatter(x=xs, y=ys, mode="lines", name=label, line={"color": color}, hovertemplate=hover(label))
+            )
             continue
         lo = min(float(s[0][0]) for s in series)
         hi = max(float(s[0][-1]) for s in series)
@@ -168,8 +177,8 @@ def compare(
                 line={"width": 0},
                 fill="tonexty",
                 fillcolor=_rgba(color, 0.2),
-                name=f"{label} min–max",
-                showlegend=False,
+                name=f"{label} min–max of {len(series)}",
+                showlegend=True,  # the band has its own legend entry (clicking it hides the band)
                 hoverinfo="skip",
                 legendgroup=label,
             )
@@ -182,6 +191,8 @@ def compare(
                 name=f"{label} (mean of {len(series)})",
                 line={"color": color},
                 legendgroup=label,
+                customdata=np.stack([low, high], axis=1),
+                hovertemplate=hover(f"{label} (mean of {len(series)})", band=True),
             )
         )
     fig.update_layout(
@@ -191,5 +202,6 @@ def compare(
         template="plotly_white",
         height=380,
         margin={"l": 60, "r": 20, "t": 50, "b": 45},
+        hoverlabel={"namelength": -1},  # never cut a run's name
     )
     return fig

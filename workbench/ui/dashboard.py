@@ -1,10 +1,13 @@
-"""The live notebook dashboard of a :class:`~workbench.Session`.
+"""The live notebook dashboard of a :class:`~workbench.Session`: it draws the view-model, nothing more.
 
-The dashboard only observes the session (``status``, ``steps``, ``episodes``, ``elapsed``,
-``error`` and signal snapshots) and its buttons call exactly the session's public commands.
-It redraws itself on a timer in a thread it owns, never in the training thread, so training
-never waits on the browser. Each refresh sends one update per widget (``hold_sync`` for the
-controls, ``batch_update`` for each figure) and each trace carries at most ``max_points`` points.
+Every refresh takes a :func:`~workbench.ui.view_model.snapshot` of the session (status, counters,
+series already downsampled, or only their new points) and draws it: the status line with its
+heartbeat, the progress bar, the buttons (which call exactly the session's public commands) and one
+:class:`~workbench.ui.live_plot.LivePlot` per chosen signal. Refreshes run on a timer thread the
+dashboard owns, never in the training thread, and they slow down when the page acknowledges slowly.
+The first paint (status, progress, buttons) imports neither plotly nor nbformat; the plots fill in
+on the first tick. When the run ends, the dashboard's output keeps an SVG picture of its plots for
+saved notebooks, nbviewer and GitHub.
 """
 
 from __future__ import annotations
@@ -14,14 +17,19 @@ import html
 import threading
 import time
 import traceback
+import uuid
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 import numpy as np
-import plotly.graph_objects as go
 
-from .live import LiveFigure
-from .plots import MAX_POINTS, X_AXES, downsample, moving_average, x_values
+from ..control import sessions as live_sessions
+from .heartbeat import Heartbeat
+from .live_plot import LivePlot
+from .picture import svg_picture
+from .plots import MAX_POINTS, X_AXES
+from .view_model import ACTIVE, COMPANIONS, ENDED, DashboardView, default_signals, series_view, snapshot
 
 if TYPE_CHECKING:
     from ..session import Session
@@ -29,11 +37,8 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_SIGNALS", "Dashboard"]
 
 DEFAULT_SIGNALS = ("episode_reward", "loss")
-"""The plots a dashboard shows before the user picks others."""
+"""The plots of an algorithm the dashboard knows nothing about (see ``view_model.DEFAULT_PLOTS``)."""
 
-_COMPANIONS = {"episode_reward": ("eval_reward",)}  # drawn in the same plot when present
-_ACTIVE = ("running", "paused")
-_ENDED = ("stopped", "finished", "failed")
 _STATUS_COLORS = {
     "idle": "#555",
     "running": "#1a7f37",
@@ -44,79 +49,90 @@ _STATUS_COLORS = {
 }
 _BAR_STYLES = {"running": "info", "paused": "warning", "finished": "success", "failed": "danger"}
 _PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd")
-_STALL_S = 6.0  # seconds a shown plot may leave an edit unapplied before it is rebuilt
-_MAX_REPLACEMENTS = 5  # rebuilds in a row without any answer from the browser; then stop trying
-_WATCH_S = 120.0  # after a run ends, how long the timer keeps checking the last draw reached the views
+_WATCH_S = 120.0  # after a run ends, how long the timer waits for the page to acknowledge the last draw
+_MAX_WAIT_S = 4.0  # the slowest refresh rate a slow page backs the dashboard off to
+_PLOT_EVERY_S = 1.0  # plots redraw at most this often while training (the status line every interval)
+_DEAF_S = 6.0  # a page that opened a widget but answered nothing for this long gets a fresh widget
+_MAX_REPLACEMENTS = 5  # rebuilds in a row without any answer; then stop trying
+_WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 
 
-def _fmt_duration(seconds: float | None) -> str:
-    if seconds is None or not np.isfinite(seconds):
-        return "–"
-    seconds = round(seconds)
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+_RECONNECT_TEXT = (
+    "This dashboard lives in its kernel: if it reads 'model not found' (the notebook was reopened or the "
+    "kernel restarted), re-run this cell for a live one."
+)
+_RECONNECT_HTML = (
+    f"<div class='wb-reconnect-hint' style='color:#b35900;font-family:monospace;font-size:12px'>"
+    f"{html.escape(_RECONNECT_TEXT)}</div>"
+)
+# In the status line of every live dashboard: hides the hint above a dashboard that rendered.
+_HIDE_HINT = "<style>.jp-OutputArea:has(.wb-dashboard) .wb-reconnect-hint { display: none; }</style>"
 
 
 def _error_html(text: str) -> str:
     return f"<span style='color:{_STATUS_COLORS['failed']}' class='wb-error'>{html.escape(text)}</span>"
 
 
+def _trace_specs(series: tuple[str, ...], smoothing: int, x_title: str) -> list[dict[str, Any]]:
+    specs = []
+    for i, label in enumerate(series):
+        color = _PALETTE[i % len(_PALETTE)]
+        hover = f"<b>{label}</b><br>{x_title}: %{{x:,.6~g}}<br>value: %{{y:,.5~g}}<extra></extra>"
+        specs.append(
+            {
+                "type": "scatter",
+                "mode": "lines+markers" if label == "eval_reward" else "lines",
+                "name": label,
+                "line": {"color": color, "width": 1},
+                "opacity": 0.3 if smoothing > 1 else 1.0,
+                "hovertemplate": hover,
+            }
+        )
+        specs.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "name": f"{label} (smoothed over {smoothing})",
+                "line": {"color": color, "width": 2},
+                "showlegend": False,
+                "visible": smoothing > 1,
+                "hovertemplate": hover.replace("<b>" + label + "</b>", f"<b>{label}</b> (smoothed over {smoothing})"),
+            }
+        )
+    return specs
+
+
+def _layout(name: str, series: tuple[str, ...], x_axis: str, log_y: bool) -> dict[str, Any]:
+    grid = "#ebf0f8"
+    return {
+        "title": {"text": name, "x": 0.02, "font": {"size": 14}},
+        "height": 260,
+        "margin": {"l": 60, "r": 15, "t": 35, "b": 40},
+        "paper_bgcolor": "white",
+        "plot_bgcolor": "white",
+        "showlegend": len(series) > 1,
+        "legend": {"orientation": "h", "y": 1.12, "x": 1, "xanchor": "right"},
+        "xaxis": {"title": {"text": X_AXES[x_axis]}, "gridcolor": grid, "zeroline": False},
+        "yaxis": {"type": "log" if log_y else "linear", "gridcolor": grid, "zeroline": False},
+        "hovermode": "closest",
+        "hoverlabel": {"namelength": -1},
+        "uirevision": name,  # keep the user's zoom across redraws
+    }
+
+
 class _Panel:
-    """One plot: a live figure with a faint raw trace and a smoothed trace per series.
+    """One plot: a :class:`LivePlot` with a raw and a smoothed trace per series, and what it was sent."""
 
-    ``traces`` gives each trace's starting properties (x, y, opacity, visible), so a figure built
-    to replace a stalled one carries the current data in the state its views start from.
-    """
-
-    def __init__(
-        self,
-        name: str,
-        series: tuple[str, ...],
-        x_axis: str,
-        *,
-        traces: list[dict[str, Any]] | None = None,
-        on_view: Any = None,
-        stall_s: float = _STALL_S,
-        replacements: int = 0,
-    ) -> None:
+    def __init__(self, name: str, series: tuple[str, ...], plot: LivePlot) -> None:
         self.name = name
         self.series = series
-        self.drawn: dict[str, tuple[Any, ...]] = {}  # what each series shows now, to skip unchanged ones
-        self.stall_s = stall_s  # doubles with each replacement that got no answer either
-        self.replacements = replacements
-        data = []
-        for i, label in enumerate(series):
-            color = _PALETTE[i % len(_PALETTE)]
-            mode = "lines+markers" if label == "eval_reward" else "lines"
-            raw = {"x": [], "y": [], **(traces[2 * i] if traces else {})}
-            smooth = {"x": [], "y": [], "visible": False, **(traces[2 * i + 1] if traces else {})}
-            data.append(go.Scatter(mode=mode, name=label, line={"color": color, "width": 1}, **raw))
-            data.append(
-                go.Scatter(
-                    mode="lines",
-                    name=f"{label} (smoothed)",
-                    line={"color": color, "width": 2},
-                    showlegend=False,
-                    **smooth,
-                )
-            )
-        self.fig = LiveFigure(
-            data=data,
-            layout=go.Layout(
-                title={"text": name, "x": 0.02, "font": {"size": 14}},
-                height=260,
-                width=420,
-                margin={"l": 55, "r": 15, "t": 35, "b": 40},
-                template="plotly_white",
-                showlegend=len(series) > 1,
-                legend={"orientation": "h", "y": 1.12, "x": 1, "xanchor": "right"},
-                xaxis={"title": {"text": X_AXES[x_axis]}},
-                uirevision=name,  # keep the user's zoom across redraws
-            ),
-            on_view=on_view,
-            classes=("wb-plot", f"wb-plot-{name}"),
-        )
+        self.plot = plot
+        self.cursors: dict[str, tuple[int, int]] = {}  # per series: the view-model cursor sent up to
+
+    @property
+    def fig(self) -> LivePlot:
+        """The plot widget (the name the dashboard's tests and older code use)."""
+        return self.plot
 
 
 class Dashboard(widgets.VBox):
@@ -131,13 +147,16 @@ class Dashboard(widgets.VBox):
 
     Parameters:
         session: the session to show.
-        interval: seconds between refreshes, 0.25 to 1 (1 to 4 times a second).
-        signals: the signals plotted at first (the user can add any other from the list).
+        interval: seconds between refreshes, 0.25 to 1 (1 to 4 times a second); a page that
+            acknowledges slowly backs this off, up to 4 s.
+        signals: the signals plotted at first (default: those the algorithm records, e.g.
+            ``episode_reward`` and ``loss`` for PPO, ``critic_loss`` and ``actor_loss`` for DDPG).
         smoothing: moving-average window in points (1: no smoothing).
         x_axis: ``"steps"`` (env steps), ``"episodes"`` or ``"time"`` (wall time).
-        max_points: most points per trace sent to the browser.
+        max_points: most points per trace drawn afresh (appends add to it until twice that).
         save_path: where the Save button writes; default ``runs/<algorithm>-<timestamp>``.
         steps: how many steps the Start button trains for; default the session's last budget or 10,000.
+        log_y: start with logarithmic y axes.
     """
 
     def __init__(
@@ -145,12 +164,13 @@ class Dashboard(widgets.VBox):
         session: Session,
         *,
         interval: float = 0.5,
-        signals: tuple[str, ...] | list[str] = DEFAULT_SIGNALS,
+        signals: tuple[str, ...] | list[str] | None = None,
         smoothing: int = 1,
         x_axis: str = "steps",
         max_points: int = MAX_POINTS,
         save_path: str | None = None,
         steps: int | None = None,
+        log_y: bool = False,
     ) -> None:
         from ..session import Session
 
@@ -162,6 +182,8 @@ class Dashboard(widgets.VBox):
             raise ValueError(f"unknown x_axis {x_axis!r}; choose one of {', '.join(X_AXES)}")
         if isinstance(signals, str):
             signals = (signals,)
+        if signals is None:
+            signals = default_signals(session.agent.algorithm, session.signals.names())
         if max_points < 4:
             raise ValueError(f"max_points must be at least 4, got {max_points}")
         if not isinstance(smoothing, int) or smoothing < 1:
@@ -175,14 +197,30 @@ class Dashboard(widgets.VBox):
         self._panels: dict[str, _Panel] = {}
         self._sps: tuple[float, int] | None = None  # (clock, steps) at the last refresh, for steps/s
         self._rate: float | None = None
+        self._display_id = f"workbench-dashboard-{uuid.uuid4().hex}"
+        self._displayed = False
+        self._shown = threading.Event()  # set once the dashboard was displayed (or closed)
+        self._picture_for: tuple[Any, ...] | None = None  # the run state the picture in the output shows
+        self._known_signals: frozenset[str] = frozenset(session.signals.names())
         self.refresh_count = 0
-        self.replaced_count = 0  # plots rebuilt because their browser view stopped applying edits
+        self.skipped_count = 0  # plot updates held back because the page had not acknowledged the last
+        self.replaced_count = 0  # rebuilds of widgets a busy page never started (anywidget's 2 s limit)
+        self._deaf_streak = 0
+        self._ticking = False
+        self._plotted_at = 0.0
+        self.view: DashboardView | None = None  # the view-model drawn last
+        self.picture: str | None = None  # the SVG picture left in the output when the run ended
 
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         budget = steps or (session.target_steps if session.target_steps else 10_000)
 
+        # The status text is a plain HTML widget (it paints before anywidget's code has loaded on the
+        # page); the heartbeat and the plots, anywidgets, join on the timer's first tick.
         self.status_line = widgets.HTML()
         self.status_line.add_class("wb-status")
+        self.heartbeat = Heartbeat()
+        self.heartbeat.add_class("wb-heartbeat-box")
+        self.status_row = widgets.HBox([self.status_line], layout={"align_items": "baseline", "flex_flow": "row wrap"})
         self.progress = widgets.FloatProgress(value=0.0, min=0.0, max=1.0, layout={"width": "auto"})
         self.progress.add_class("wb-progress")
         self.buttons: dict[str, widgets.Button] = {}
@@ -219,15 +257,16 @@ class Dashboard(widgets.VBox):
         self.error_box.layout.display = "none"
         self.error_box.add_class("wb-traceback")
 
-        defaults = [s for s in signals if isinstance(s, str)]
+        chosen = [s for s in signals if isinstance(s, str)]
         self.signal_select = widgets.SelectMultiple(
-            options=self._signal_options(defaults),
-            value=tuple(defaults),
-            rows=4,
+            options=self._signal_options(chosen),
+            value=tuple(chosen),
+            rows=5,
             description="signals",
             layout={"width": "260px"},
             style={"description_width": "50px"},
         )
+        self.signal_select.add_class("wb-signals")
         self.smoothing = widgets.IntSlider(
             value=smoothing,
             min=1,
@@ -242,30 +281,43 @@ class Dashboard(widgets.VBox):
             value=x_axis,
             style={"button_width": "90px"},
         )
+        self.log_scale = widgets.ToggleButton(
+            value=bool(log_y),
+            description="log y",
+            tooltip="logarithmic y axes",
+            icon="signal",
+            layout={"width": "90px"},
+        )
+        self.log_scale.add_class("wb-log-scale")
         self.plots = widgets.Box(layout={"display": "flex", "flex_flow": "row wrap", "width": "100%"})
         self.plots.add_class("wb-plots")
         self.signal_select.observe(self._on_view_change, names="value")
         self.smoothing.observe(self._on_view_change, names="value")
         self.x_axis.observe(self._on_view_change, names="value")
+        self.log_scale.observe(self._on_log_scale, names="value")
 
         controls = widgets.HBox(
             [*self.buttons.values(), self.steps_box, self.save_path],
             layout={"flex_flow": "row wrap", "align_items": "center"},
         )
         view = widgets.HBox(
-            [self.signal_select, widgets.VBox([self.smoothing, self.x_axis])], layout={"align_items": "flex-start"}
+            [self.signal_select, widgets.VBox([self.smoothing, widgets.HBox([self.x_axis, self.log_scale])])],
+            layout={"align_items": "flex-start", "flex_flow": "row wrap"},
         )
-        super().__init__([self.status_line, self.progress, controls, self.message, self.error_box, view, self.plots])
+        super().__init__([self.status_row, self.progress, controls, self.message, self.error_box, view, self.plots])
         self.add_class("wb-dashboard")
-        self._set_panels()
-        self.refresh()
-        self._ensure_timer()
+        # The first paint needs no plotly and no anywidget; the plots join on the timer's first tick.
+        self._painted = False
+        with self._lock:
+            self._draw_status(self._status_view())
+            self._set_panels()
+        _subscribe_waker(self)
+        self._ensure_timer(watch=True)
 
     # -- reading the session --------------------------------------------------------------------
 
     def _signal_options(self, extra: list[str] | tuple[str, ...] = ()) -> tuple[str, ...]:
-        names = set(self.session.signals.names()) | set(DEFAULT_SIGNALS) | set(extra)
-        return tuple(sorted(names))
+        return tuple(sorted(set(self.session.signals.names()) | set(extra)))
 
     def _steps_per_second(self, status: str, steps: int) -> float | None:
         """Steps per second over the last refreshes (the session's own signal when this is the first)."""
@@ -283,49 +335,57 @@ class Dashboard(widgets.VBox):
         elif self._sps is None:
             self._sps = (now, steps)
             sig = self.session.signals.get("steps_per_second")
-            self._rate = sig.last if sig is not None else None
+            self._rate = sig.last if sig is not None and len(sig) else None
         return self._rate
 
-    def _refresh_status(self) -> None:
+    def _status_view(self) -> DashboardView:
         session = self.session
-        status = session.status
-        steps, episodes, target = session.steps, session.episodes, session.target_steps
-        rate = self._steps_per_second(status, steps)
-        eta = None
-        if status == "running" and target is not None and rate:
-            eta = max(target - steps, 0) / rate
-        color = _STATUS_COLORS.get(status, "#555")
+        rate = self._steps_per_second(session.status, session.steps)
+        return snapshot(
+            session,
+            plotted=tuple(self.signal_select.value),
+            x_axis=self.x_axis.value,
+            smoothing=self.smoothing.value,
+            max_points=self.max_points,
+            since={},  # the series come per plot, below
+            steps_per_second=rate,
+        )
+
+    # -- drawing --------------------------------------------------------------------------------
+
+    def _draw_status(self, view: DashboardView) -> None:
+        color = _STATUS_COLORS.get(view.status, "#555")
+        texts = view.parts()
         parts = [
-            f"<b style='color:{color}' class='wb-status-word'>{status}</b>",
-            f"steps <span class='wb-steps'>{steps:,}</span>" + (f" / {target:,}" if target else ""),
-            f"episodes {episodes:,}",
-            f"{rate:,.0f} steps/s" if rate else "– steps/s",
-            f"elapsed {_fmt_duration(session.elapsed)}",
-            f"ETA {_fmt_duration(eta)}",
+            f"<b style='color:{color}' class='wb-status-word'>{view.status}</b>",
+            texts[1].replace(f"{view.steps:,}", f"<span class='wb-steps'>{view.steps:,}</span>", 1),
+            *(html.escape(t) for t in texts[2:]),
         ]
-        line = " &nbsp;·&nbsp; ".join(parts)
-        error = session.error if status == "failed" else None
-        if error is not None:
+        if view.end_reason:
+            parts[-1] = f"<span class='wb-end-reason'>{html.escape(view.end_reason)}</span>"
+        line = _HIDE_HINT + "<span style='font-family:monospace'>" + " &nbsp;·&nbsp; ".join(parts) + "</span>"
+        if view.error is not None:
+            line += f"<div style='color:{color}' class='wb-error'><b>{html.escape(view.error)}</b></div>"
+        others = [s for s in live_sessions() if s is not self.session]
+        if others:
+            listing = "<br>".join(html.escape(repr(s)) for s in others)
             line += (
-                f"<div style='color:{color}' class='wb-error'><b>{html.escape(type(error).__name__)}:</b> "
-                f"{html.escape(str(error))}</div>"
+                f"<div class='wb-other-sessions' style='color:#b35900'>{len(others)} other session"
+                f"{'s' if len(others) > 1 else ''} training in this kernel, sharing its CPU "
+                f"(<code>wb.sessions()</code> lists them; <code>.stop()</code> ends one):<br>{listing}</div>"
             )
-        with self.status_line.hold_sync():
-            self.status_line.value = f"<div style='font-family:monospace'>{line}</div>"
-        fraction = min(steps / target, 1.0) if target else 0.0
+        if self.status_line.value != line:
+            self.status_line.value = line
+        with self.heartbeat.hold_sync():
+            self.heartbeat.active = view.active and self.timer_alive
+            self.heartbeat.beat += 1
         with self.progress.hold_sync():
-            self.progress.value = fraction
-            self.progress.bar_style = _BAR_STYLES.get(status, "")
-        enabled = {
-            "start": status not in _ACTIVE,
-            "pause": status == "running",
-            "resume": status == "paused",
-            "stop": status in _ACTIVE,
-            "save": steps > 0,
-        }
+            self.progress.value = view.fraction
+            self.progress.bar_style = _BAR_STYLES.get(view.status, "")
         for name, button in self.buttons.items():
-            if button.disabled == enabled[name]:
-                button.disabled = not enabled[name]
+            if button.disabled == view.enabled[name]:
+                button.disabled = not view.enabled[name]
+        error = self.session.error if view.status == "failed" else None
         if error is not None:
             text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
             with self.error_box.hold_sync():
@@ -334,129 +394,205 @@ class Dashboard(widgets.VBox):
         elif self.error_box.layout.display != "none":
             self.error_box.layout.display = "none"
 
-    def _refresh_options(self) -> None:
-        options = self._signal_options(self.signal_select.value)
+    def _refresh_options(self, view: DashboardView) -> None:
+        options = tuple(sorted(set(view.signal_names) | set(self.signal_select.value)))
+        self._known_signals = frozenset(view.signal_names)
         if options != tuple(self.signal_select.options):
             value = self.signal_select.value
             with self.signal_select.hold_sync():
                 self.signal_select.options = options
                 self.signal_select.value = value
 
-    def _series_data(self, name: str, episode_steps: np.ndarray | None) -> tuple[np.ndarray, np.ndarray] | None:
-        sig = self.session.signals.get(name)
-        if sig is None or len(sig) == 0:
-            return None
-        steps, values, times = sig.snapshot()
-        assert episode_steps is not None or self.x_axis.value != "episodes"
-        x = x_values(self.x_axis.value, steps, times, episode_steps if episode_steps is not None else steps)
-        return x, values.astype(np.float64)
+    def _new_panel(self, name: str) -> _Panel:
+        series = (name, *COMPANIONS.get(name, ()))
+        x_axis, smoothing = self.x_axis.value, self.smoothing.value
+        plot = LivePlot(
+            _trace_specs(series, smoothing, X_AXES[x_axis]),
+            _layout(name, series, x_axis, self.log_scale.value),
+            classes=(f"wb-plot-{name}",),
+        )
+        plot.on_page = self._on_page  # a new page model (a reload) asks for the data: wake the timer
+        return _Panel(name, series, plot)
 
-    def _trace_props(self, name: str, episode_steps: np.ndarray | None) -> list[dict[str, Any]]:
-        """The raw and smoothed traces' properties for one series, downsampled to ``max_points``."""
-        window = self.smoothing.value
-        data = self._series_data(name, episode_steps)
-        raw: dict[str, Any] = {"x": [], "y": []}
-        smooth: dict[str, Any] = {"x": [], "y": []}
-        if data is not None:
-            x, y = data
-            raw["x"], raw["y"] = downsample(x, y, self.max_points)
-            if window > 1:
-                smooth["x"], smooth["y"] = downsample(x, moving_average(y, window), self.max_points)
-            else:
-                del smooth["x"], smooth["y"]  # hidden: leave the old curve, saving the bytes
-        raw["opacity"] = 0.3 if window > 1 else 1.0
-        smooth["visible"] = window > 1 and data is not None
-        return [raw, smooth]
+    def _set_panels(self) -> None:
+        shown = []
+        for name in self.signal_select.value:
+            panel = self._panels.get(name)
+            if panel is None:
+                panel = self._panels[name] = self._new_panel(name)
+            shown.append(panel.plot)
+        # The plots join the page after its first paint (see _tick).
+        if self._painted and tuple(shown) != tuple(self.plots.children):
+            self.plots.children = shown
 
-    def _episode_axis(self) -> tuple[np.ndarray | None, Any]:
-        if self.x_axis.value != "episodes":
-            return None, None
-        rewards = self.session.signals.get("episode_reward")
-        episode_steps = rewards.snapshot()[0] if rewards is not None else np.zeros(0, dtype=np.int64)
-        return episode_steps, len(episode_steps)
+    def _series(self, panel: _Panel, full: bool, episode_steps: np.ndarray) -> dict[str, Any]:
+        return {
+            label: series_view(
+                self.session.signals,
+                label,
+                x_axis=self.x_axis.value,
+                smoothing=self.smoothing.value,
+                max_points=self.max_points,
+                episode_steps=episode_steps,
+                since=None if full else panel.cursors.get(label, (0, 0)),
+            )
+            for label in panel.series
+        }
 
-    def _series_key(self, name: str, episodes_key: Any) -> tuple[Any, ...]:
-        sig = self.session.signals.get(name)
-        count = (sig.count, len(sig)) if sig is not None else (0, 0)
-        return (*count, self.x_axis.value, self.smoothing.value, episodes_key)
+    def _draw_panel(self, panel: _Panel, force: bool, episode_steps: np.ndarray) -> None:
+        plot = panel.plot
+        full = force or plot.wants_reset or max(plot.points, default=0) > 2 * self.max_points
+        if not full and not plot.ready():
+            self.skipped_count += 1  # the page is behind: send these points with the next ones
+            return
+        views = self._series(panel, full, episode_steps)
+        if not full and any(v is not None and v.full for v in views.values()):
+            full = True  # a signal thinned its oldest points: appending would be wrong, redraw
+            views = self._series(panel, True, episode_steps)
+        smoothing = self.smoothing.value
+        empty = np.zeros(0)
+        if full:
+            data: list[tuple[np.ndarray, np.ndarray]] = []
+            for label in panel.series:
+                v = views[label]
+                if v is None:
+                    data += [(empty, empty), (empty, empty)]
+                    panel.cursors[label] = (0, 0)
+                    continue
+                data.append((v.x, v.y))
+                data.append((v.x, v.smooth_y) if smoothing > 1 and v.smooth_y is not None else (empty, empty))
+                panel.cursors[label] = v.cursor
+            plot.reset(data)
+            return
+        new: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for i, label in enumerate(panel.series):
+            v = views[label]
+            if v is None or v.points == 0:
+                continue
+            new[2 * i] = (v.x, v.y)
+            if smoothing > 1 and v.smooth_y is not None:
+                new[2 * i + 1] = (v.x, v.smooth_y)
+            panel.cursors[label] = v.cursor
+        plot.extend(new)
+
+    def _replace_deaf(self) -> None:
+        """Rebuild the widgets a page opened but never answered (anywidget's 2 s start-up limit).
+
+        The wait doubles after each rebuild that got no answer either, and at most
+        ``_MAX_REPLACEMENTS`` are tried in a row; a fresh model starts with the current data.
+        """
+        now = time.monotonic()
+        after = _DEAF_S * 2 ** min(self._deaf_streak, 4)
+        if self._deaf_streak >= _MAX_REPLACEMENTS:
+            return
+        replaced = False
+        if self.heartbeat.deaf(after, now):
+            old_beat = self.heartbeat
+            self.heartbeat = Heartbeat(beat=old_beat.beat, active=old_beat.active)
+            self.heartbeat.add_class("wb-heartbeat-box")
+            self.status_row.children = tuple(self.heartbeat if c is old_beat else c for c in self.status_row.children)
+            old_beat.close()
+            replaced = True
+        for name, panel in list(self._panels.items()):
+            if panel.plot.deaf(after, now):
+                fresh = self._new_panel(name)
+                self._panels[name] = fresh
+                self.plots.children = tuple(fresh.plot if c is panel.plot else c for c in self.plots.children)
+                panel.plot.close()
+                replaced = True
+        if replaced:
+            self.replaced_count += 1
+            self._deaf_streak += 1
+        elif any(p.plot.acks for p in self._panels.values()):
+            self._deaf_streak = 0
 
     def _refresh_plots(self, force: bool = False) -> None:
-        episode_steps, episodes_key = self._episode_axis()
-        now = time.monotonic()
-        for panel in list(self._panels.values()):
-            if panel.name not in self.signal_select.value:
-                continue
-            fig = panel.fig
-            if fig.stalled(panel.stall_s, now) and panel.replacements < _MAX_REPLACEMENTS:
-                self._replace_panel(panel)
-                continue
-            updates = []
-            for i, name in enumerate(panel.series):
-                key = self._series_key(name, episodes_key)
-                if not force and panel.drawn.get(name) == key:
-                    continue
-                updates.append((i, name, key, self._trace_props(name, episode_steps)))
-            if not updates:
-                continue
-            with fig.lock, fig.batch_update():
-                for i, name, key, props in updates:
-                    for trace, values in zip(fig.data[2 * i : 2 * i + 2], props):
-                        for prop, value in values.items():
-                            setattr(trace, prop, value)  # cheaper than trace.update(), which walks paths
-                    panel.drawn[name] = key
-                if force:
-                    fig.layout.xaxis.title.text = X_AXES[self.x_axis.value]
-            fig.sent()
-
-    def _replace_panel(self, old: _Panel) -> None:
-        """Rebuild a plot whose browser view stopped applying edits, with the current data in its state.
-
-        A figure whose widget code loaded too slowly never hears from the kernel again (see
-        :mod:`workbench.ui.live`); a new figure starts from the data it is built with.
-        """
-        answered = old.fig.acks > 0  # it worked once: the browser is there, try again soon
-        new = self._new_panel(
-            old.name,
-            old.series,
-            stall_s=_STALL_S if answered else min(old.stall_s * 2, 60.0),
-            replacements=1 if answered else old.replacements + 1,
-        )
-        self._panels[old.name] = new
-        self.plots.children = tuple(new.fig if child is old.fig else child for child in self.plots.children)
-        old.fig.close()
-        self.replaced_count += 1
-
-    def _new_panel(self, name: str, series: tuple[str, ...], **kwargs: Any) -> _Panel:
-        """A plot built with the session's current data in the state its first views start from."""
-        episode_steps, episodes_key = self._episode_axis()
-        traces: list[dict[str, Any]] = []
-        for label in series:
-            traces.extend(self._trace_props(label, episode_steps))
-        panel = _Panel(name, series, self.x_axis.value, traces=traces, on_view=self._on_new_view, **kwargs)
-        panel.drawn.update({label: self._series_key(label, episodes_key) for label in series})
-        return panel
-
-    def _on_new_view(self, _fig: LiveFigure) -> None:
-        # The figure already sent the view its full data; keep the timer up to see the view apply it.
-        self._ensure_timer(watch=True)
-
-    def _awaiting_views(self) -> bool:
-        """True while a shown plot's view has not applied the last draw (and may still be rebuilt)."""
-        return any(
-            panel.fig.awaiting() and panel.replacements < _MAX_REPLACEMENTS
-            for panel in self._panels.values()
-            if panel.name in self.signal_select.value
-        )
+        self._replace_deaf()
+        self._set_panels()
+        rewards = self.session.signals.get("episode_reward")
+        episode_steps = rewards.snapshot()[0] if rewards is not None else np.zeros(0, dtype=np.int64)
+        for name in self.signal_select.value:
+            self._draw_panel(self._panels[name], force, episode_steps)
 
     def refresh(self) -> None:
-        """Redraw the status, buttons and plots from the session's current state (any thread)."""
+        """Redraw the status, buttons and plots from a fresh view-model of the session (any thread)."""
         if self._closed.is_set():
             return
+        self._join_anywidgets()
         with self._lock:
-            self._refresh_status()
-            self._refresh_options()
-            self._refresh_plots()
+            view = self._status_view()
+            self._draw_status(view)
+            self._refresh_options(view)
+            now = time.monotonic()
+            if not self._ticking or view.status not in ACTIVE or now - self._plotted_at >= _PLOT_EVERY_S:
+                self._plotted_at = now
+                self._refresh_plots()
+            self.view = view
             self.refresh_count += 1
+
+    # -- the picture left behind ----------------------------------------------------------------
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        # One display id for every place this dashboard is shown: when the run ends, each of those
+        # outputs gets the picture beside the widget (what a saved notebook or GitHub shows).
+        # A line above the widget says what to do when a reopened notebook cannot reach the widget's
+        # kernel side ("model not found"); a live dashboard's status line hides it (CSS below).
+        display({"text/html": _RECONNECT_HTML, "text/plain": _RECONNECT_TEXT}, raw=True)
+        display(self._bundle(), raw=True, display_id=self._display_id)
+        self._displayed = True
+        self._shown.set()
+
+    def _bundle(self) -> dict[str, Any]:
+        bundle: dict[str, Any] = {
+            _WIDGET_MIME: {"version_major": 2, "version_minor": 0, "model_id": self.model_id},
+            "text/plain": (
+                f"Dashboard of {self.session!r}. It is live only while its kernel runs: if it shows "
+                "'model not found' (a reopened notebook, a restarted kernel), re-run its cell."
+            ),
+        }
+        if self.picture is not None:
+            bundle["image/svg+xml"] = self.picture
+        return bundle
+
+    def make_picture(self) -> str:
+        """An SVG picture of the plots as they are now (what the output keeps once the run ended)."""
+        x_axis = self.x_axis.value
+        rewards = self.session.signals.get("episode_reward")
+        episode_steps = rewards.snapshot()[0] if rewards is not None else np.zeros(0, dtype=np.int64)
+        charts = []
+        for name in self.signal_select.value:
+            series = []
+            for i, label in enumerate((name, *COMPANIONS.get(name, ()))):
+                v = series_view(
+                    self.session.signals,
+                    label,
+                    x_axis=x_axis,
+                    smoothing=self.smoothing.value,
+                    max_points=600,
+                    episode_steps=episode_steps,
+                    since=None,
+                )
+                if v is not None:
+                    y = v.smooth_y if v.smooth_y is not None else v.y
+                    series.append((label, v.x, y, _PALETTE[i % len(_PALETTE)]))
+            charts.append((name, series))
+        view = self.view or self._status_view()
+        return svg_picture(charts, x_title=X_AXES[x_axis], caption=view.line())
+
+    def _leave_picture(self) -> None:
+        """Put the picture of the final plots into the dashboard's outputs (once per ended run)."""
+        session = self.session
+        key = (session.status, session.steps, sum(len(s) for _, s in session.signals.items()))
+        if key == self._picture_for:
+            return
+        self._picture_for = key
+        self.picture = self.make_picture()
+        if self._displayed:
+            from IPython.display import update_display
+
+            update_display(self._bundle(), raw=True, display_id=self._display_id)
 
     # -- the timer ------------------------------------------------------------------------------
 
@@ -465,39 +601,80 @@ class Dashboard(widgets.VBox):
         """True while the refresh thread runs (it ends once a finished run's last state is drawn)."""
         return self._timer is not None and self._timer.is_alive()
 
+    @property
+    def wait_s(self) -> float:
+        """Seconds to the next refresh: ``interval``, longer while the page acknowledges slowly."""
+        trips = [p.plot.round_trip for p in self._panels.values() if p.plot.round_trip is not None]
+        slowest = max(trips, default=0.0)
+        return min(max(self.interval, 2.0 * slowest), _MAX_WAIT_S)
+
     def _ensure_timer(self, watch: bool = False) -> None:
         """Start the refresh thread if it is not running; ``watch``: also after the run ended."""
         with self._lock:
             if self._closed.is_set() or self.timer_alive:
                 return
-            if self.session.status in _ENDED and not watch:
+            if self.session.status in ENDED and not watch:
                 return  # nothing will change until a button starts it again
             self._timer = threading.Thread(target=self._tick, name="workbench-dashboard", daemon=True)
             self._timer.start()
 
+    def _on_page(self, _plot: LivePlot) -> None:
+        self._ensure_timer(watch=True)
+
+    def _settled(self) -> bool:
+        """True when every shown plot's page has the final draw (or no page is there to get it)."""
+        return all(
+            not p.plot.wants_reset and p.plot.ready() for n, p in self._panels.items() if n in self.signal_select.value
+        )
+
     def _tick(self) -> None:
         ended_at = None
-        while not self._closed.wait(self.interval):
+        first = True
+        # The first paint (status line, progress, buttons: plain ipywidgets) goes first; the heartbeat
+        # and plots (anywidgets, whose code a page loads once) join after it, then plotly.js (4.8 MB)
+        # and the points follow once a page has opened the heartbeat, or after a second without one.
+        if self._shown.wait(0.3):
+            self._closed.wait(0.3)
+        self._join_anywidgets()
+        if self._displayed:
+            self.heartbeat.page_opened.wait(1.0)
+        while first or not self._closed.wait(self.wait_s):
+            first = False
             # Read the status before drawing: once it says the run ended, the loop thread has
             # recorded its last point, so this draw is the final state and the timer may stop.
             status = self.session.status
             try:
+                self._ticking = True  # timer refreshes draw the plots at most once a second
                 self.refresh()
             except Exception as exc:  # a broken refresh must not kill the timer silently
                 self.message.value = _error_html(f"dashboard refresh failed: {exc!r}")
-            if status in _ENDED:
+            finally:
+                self._ticking = False
+            if status in ENDED:
                 with self._lock:
                     # Decide under the lock _ensure_timer takes: a Start clicked meanwhile either
                     # sees this timer gone and starts another, or this timer sees the run going on.
-                    if self.session.status in _ENDED:
-                        # Keep going until the views applied the final draw (or a rebuilt plot
-                        # carries it), so a slow browser still ends on the final data.
+                    if self.session.status in ENDED:
                         ended_at = ended_at or time.monotonic()
-                        if not self._awaiting_views() or time.monotonic() - ended_at > _WATCH_S:
+                        if self._settled() or time.monotonic() - ended_at > _WATCH_S:
+                            try:
+                                self._leave_picture()
+                            except Exception as exc:  # the picture is a bonus: never lose the timer's end
+                                self.message.value = _error_html(f"could not draw the picture: {exc!r}")
                             self._timer = None
+                            self.heartbeat.active = False
                             return
                     else:
                         ended_at = None
+
+    def _join_anywidgets(self) -> None:
+        """Put the heartbeat and the plots into the dashboard (after its first paint)."""
+        with self._lock:
+            if self._painted or self._closed.is_set():
+                return
+            self._painted = True
+            self.status_row.children = (self.status_line, self.heartbeat)
+            self._set_panels()
 
     @property
     def closed(self) -> bool:
@@ -509,11 +686,12 @@ class Dashboard(widgets.VBox):
         closed = getattr(self, "_closed", None)  # ipywidgets also calls close() on half-built widgets
         if closed is not None:
             closed.set()
+            self._shown.set()
         timer = getattr(self, "_timer", None)
         if timer is not None and timer is not threading.current_thread():
             timer.join(timeout=5)
         for panel in getattr(self, "_panels", {}).values():
-            panel.fig.close()
+            panel.plot.close()
         for button in getattr(self, "buttons", {}).values():
             button.close()
         for value in list(vars(self).values()):
@@ -523,23 +701,23 @@ class Dashboard(widgets.VBox):
 
     # -- user actions ---------------------------------------------------------------------------
 
-    def _set_panels(self) -> None:
-        chosen = self.signal_select.value
-        shown = []
-        for name in chosen:
-            panel = self._panels.get(name)
-            if panel is None:
-                panel = self._panels[name] = self._new_panel(name, (name, *_COMPANIONS.get(name, ())))
-            shown.append(panel.fig)
-        self.plots.children = shown
-
     def _on_view_change(self, change: dict[str, Any]) -> None:
+        self._join_anywidgets()  # the user is at the page: it has painted
         with self._lock:
             if change["owner"] is self.signal_select:
-                self._set_panels()
                 self._refresh_plots()
-            else:
-                self._refresh_plots(force=True)
+                return
+            x_axis, smoothing = self.x_axis.value, self.smoothing.value
+            for panel in self._panels.values():
+                with panel.plot.hold_sync():
+                    panel.plot.traces = _trace_specs(panel.series, smoothing, X_AXES[x_axis])
+                    panel.plot.plot_layout = _layout(panel.name, panel.series, x_axis, self.log_scale.value)
+            self._refresh_plots(force=True)
+
+    def _on_log_scale(self, change: dict[str, Any]) -> None:
+        with self._lock:
+            for panel in self._panels.values():
+                panel.plot.plot_layout = _layout(panel.name, panel.series, self.x_axis.value, bool(change["new"]))
 
     def _command(self, action: Any, done: str = "") -> None:
         try:
@@ -572,3 +750,21 @@ class Dashboard(widgets.VBox):
         self._command(lambda: saved.append(self.session.save(path)))
         if saved:
             self.message.value = f"saved to <code class='wb-saved'>{html.escape(saved[0])}</code>"
+
+
+def _subscribe_waker(dash: Dashboard) -> None:
+    """Wake a dashboard whose timer stopped when its session records something new.
+
+    A user signal logged after the run ended (or a run started from code) then reaches the signal
+    list and the plots. The subscriber holds the dashboard weakly and costs the recording thread one
+    attribute check per point while the timer runs.
+    """
+    ref = weakref.ref(dash)
+
+    def wake(name: str, _step: int, _value: float) -> None:
+        d = ref()
+        if d is None or d._closed.is_set() or d.timer_alive:
+            return
+        d._ensure_timer(watch=True)
+
+    dash.session.signals.subscribe(wake)

@@ -1,12 +1,15 @@
-"""Watch an agent play: its episodes' frames in an ``ipywidgets.Image`` with play/pause/step controls.
+"""Watch an agent play: its episodes' frames, played in the page, with play/pause/step controls.
 
 The episodes are played when the viewer is built (deterministic policy, nothing learned) and each
 frame is kept PNG-encoded, a few kilobytes instead of the raw array. Playback runs in the browser
-(an ``ipywidgets.Play`` ticking a slider), so no thread is needed in the kernel.
+(an ``ipywidgets.Play`` ticking a slider, linked in the page to a :class:`FrameView` holding every
+frame), so it keeps its nominal rate and no thread is needed in the kernel. The return-so-far plot
+is a :class:`~workbench.ui.live_plot.LivePlot` (the dashboard's: plotly.js once per page).
 """
 
 from __future__ import annotations
 
+import os
 import struct
 import zlib
 from typing import TYPE_CHECKING, Any
@@ -14,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import ipywidgets as widgets
 import numpy as np
-import plotly.graph_objects as go
 from gymnasium import spaces
 
 from ..envs import as_env_source
-from .live import LiveFigure
+from .frame_view import FrameView
+from .live_plot import LivePlot
 
 if TYPE_CHECKING:
     from ..agents.base import Agent
@@ -56,8 +59,19 @@ def encode_png(frame: np.ndarray, compression: int = 3) -> bytes:
     )
 
 
+def _quiet_sdl() -> None:
+    """Keep pygame/SDL from printing "XDG_RUNTIME_DIR is invalid or not set" into the notebook.
+
+    ``rgb_array`` rendering draws off screen, so SDL's dummy video and audio drivers serve; a driver
+    the user chose stays.
+    """
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+
+
 def _render_env(env: Any) -> tuple[gym.Env, bool]:
     """An env that renders ``rgb_array`` frames, and whether the viewer owns (and closes) it."""
+    _quiet_sdl()
     source = as_env_source(env)
     if source.instance is not None:
         instance = source.instance
@@ -125,7 +139,7 @@ class PlayViewer(widgets.VBox):
         self._play(env, episodes, seed, max_steps)
 
         n = len(self.frames)
-        self.image = widgets.Image(value=self.frames[0], format="png", layout={"max_width": "600px"})
+        self.image = FrameView(frames=self.frames, index=0)
         self.image.add_class("wb-play-image")
         self.player = widgets.Play(
             value=0, min=0, max=n - 1, step=1, interval=max(1, round(1000 / fps)), description="play", show_repeat=False
@@ -135,6 +149,7 @@ class PlayViewer(widgets.VBox):
             value=0, min=0, max=n - 1, description="frame", continuous_update=True, layout={"width": "420px"}
         )
         widgets.jslink((self.player, "value"), (self.slider, "value"))
+        widgets.jslink((self.player, "value"), (self.image, "index"))  # frames change in the page alone
         self.back_button = widgets.Button(
             description="", icon="step-backward", tooltip="previous frame", layout={"width": "40px"}
         )
@@ -152,26 +167,29 @@ class PlayViewer(widgets.VBox):
             total = r if i == 0 or ep != self.episode_of[i - 1] else total + r
             cumulative[i] = total
         self._cumulative = cumulative
-        frame_index = np.arange(n, dtype=np.float64)
-        # A LiveFigure opens with the whole curve in its state and redraws views that appear later.
-        self.figure = LiveFigure(
-            data=[
-                go.Scatter(x=frame_index, y=cumulative, mode="lines", name="return so far", line={"color": "#1f77b4"}),
-                go.Scatter(
-                    x=[0.0], y=[cumulative[0]], mode="markers", name="now", marker={"size": 10, "color": "#d62728"}
-                ),
+        self.figure = LivePlot(
+            [
+                {"type": "scatter", "mode": "lines", "name": "return so far", "line": {"color": "#1f77b4"},
+                 "hovertemplate": "frame %{x}<br>return so far %{y:.4g}<extra></extra>"},
+                {"type": "scatter", "mode": "markers", "name": "now", "marker": {"size": 10, "color": "#d62728"},
+                 "hoverinfo": "skip"},
             ],
-            layout=go.Layout(
-                height=220,
-                width=600,
-                margin={"l": 55, "r": 15, "t": 30, "b": 40},
-                template="plotly_white",
-                showlegend=False,
-                title={"text": "return so far", "x": 0.02},
-                xaxis={"title": {"text": "frame"}},
-            ),
+            {
+                "height": 220,
+                "margin": {"l": 55, "r": 15, "t": 30, "b": 40},
+                "paper_bgcolor": "white",
+                "plot_bgcolor": "white",
+                "showlegend": False,
+                "title": {"text": "return so far", "x": 0.02},
+                "xaxis": {"title": {"text": "frame"}, "gridcolor": "#ebf0f8"},
+                "yaxis": {"gridcolor": "#ebf0f8"},
+            },
+            height=220,
             classes=("wb-play-rewards",),
         )
+        self.figure.on_page = lambda _plot: self._draw_figure()
+        self.marker: tuple[float, float] = (0.0, float(cumulative[0]))  # the "now" point drawn on the plot
+        self._draw_figure()
         self.slider.observe(self._on_frame, names="value")
         super().__init__(
             [
@@ -233,21 +251,33 @@ class PlayViewer(widgets.VBox):
         self.slider.value = int(np.clip(self.slider.value + delta, 0, len(self.frames) - 1))
 
     def _on_frame(self, change: dict[str, Any]) -> None:
-        self._show(int(change["new"]))
+        i = int(change["new"])
+        # While the page plays, the image changes there on its own; the kernel redraws the text and
+        # the plot's marker every 5th frame only, so its round trips never slow the playback.
+        if self.player.playing and i % 5 and i < len(self.frames) - 1:
+            return
+        self._show(i)
 
     def _show(self, i: int) -> None:
         episode = self.episode_of[i]
         first = self.episode_of.index(episode)
-        with self.image.hold_sync():
-            self.image.value = self.frames[i]
+        if self.image.index != i:
+            self.image.index = i  # already so when the page's Play ticked it
         self.info.value = (
             f"<span style='font-family:monospace'>episode {episode + 1}/{len(self.returns)} · "
             f"step {i - first} · return so far {self._cumulative[i]:.1f} · "
             f"episode return {self.returns[episode]:.1f}</span>"
         )
-        with self.figure.batch_update():
-            self.figure.data[1].x = [float(i)]
-            self.figure.data[1].y = [float(self._cumulative[i])]
+        self.marker = (float(i), float(self._cumulative[i]))
+        self._draw_figure(marker_only=True)
+
+    def _draw_figure(self, marker_only: bool = False) -> None:
+        x, y = np.array([self.marker[0]]), np.array([self.marker[1]])
+        if marker_only and not self.figure.wants_reset:
+            self.figure.replace({1: (x, y)})
+        else:
+            frames = np.arange(len(self._cumulative), dtype=np.float64)
+            self.figure.reset([(frames, self._cumulative), (x, y)])
 
     def close(self) -> None:
         """Close the viewer and its widgets."""
