@@ -10,7 +10,7 @@ both alike (one tree checks what the env returns, the other is the code before t
     python benchmarks/env_checks.py --before /tmp/before     # a tree holding the old workbench/
     python benchmarks/env_checks.py --repeats 7 --steps 20000
 
-Prints the median steps/s of each tree and workload, and the relative cost. Not part of the test
+Prints the median steps per CPU second of each tree and workload, and the relative cost. Not part of the test
 suite: speed is measured here, not asserted in tests.
 """
 
@@ -28,7 +28,10 @@ HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def measure(workload: str, steps: int) -> float:
-    """Steps per second of one seeded run of ``workload`` (in this process's workbench)."""
+    """Steps per CPU second of one seeded run of ``workload`` (in this process's workbench).
+
+    CPU time, not wall time: on a shared machine the wall clock also counts the time other
+    processes held the cores, which swamps a difference of a few percent."""
     import workbench as wb
 
     if workload == "acting":
@@ -36,9 +39,9 @@ def measure(workload: str, steps: int) -> float:
     else:
         agent = wb.PPO("CartPole-v1")
     session = wb.Session(agent, "CartPole-v1", seed=0)
-    start = time.perf_counter()
+    start = time.process_time()
     session.run(steps=steps)
-    return session.steps / (time.perf_counter() - start)
+    return session.steps / (time.process_time() - start)
 
 
 def main() -> None:
@@ -56,9 +59,10 @@ def main() -> None:
     if args.before:
         trees["before"] = os.path.abspath(args.before)
     results: dict[tuple[str, str], list[float]] = {}
-    for _ in range(args.repeats):
+    for repeat in range(args.repeats):
         for workload in ("acting", "ppo"):
-            for label, tree in trees.items():
+            order = list(trees.items())
+            for label, tree in order if repeat % 2 == 0 else order[::-1]:  # alternate who goes first
                 env = {**os.environ, "PYTHONPATH": tree}
                 out = subprocess.run(
                     [sys.executable, __file__, "--one", workload, "--steps", str(args.steps)],
@@ -67,7 +71,7 @@ def main() -> None:
                 results.setdefault((workload, label), []).append(json.loads(out.stdout.strip().splitlines()[-1]))
     for workload in ("acting", "ppo"):
         medians = {label: statistics.median(results[(workload, label)]) for label in trees}
-        line = ", ".join(f"{label} {m:,.0f} steps/s" for label, m in medians.items())
+        line = ", ".join(f"{label} {m:,.0f} steps/CPU-s" for label, m in medians.items())
         if "before" in medians:
             line += f"; cost {100 * (1 - medians['checked'] / medians['before']):+.1f}%"
         print(f"{workload}: {line} (median of {args.repeats})")

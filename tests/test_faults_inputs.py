@@ -379,3 +379,16 @@ def test_rewards_too_large_for_the_loss_fail_naming_the_loss():
     error = failed_run(session, steps=200)
     assert isinstance(error, NonFiniteLossError)
     assert "TD3 update 1 (at step 50) returned critic_loss inf" in str(error), str(error)
+
+
+@pytest.mark.parametrize(("fault", "match"), [
+    ("nan_reward", "env.step at step 3 of the episode returned reward nan"),
+    ("str_reward", "env.step at step 3 of the episode returned reward '1.5' \\(a str\\)"),
+    ("str_terminated", "env.step at step 3 of the episode returned terminated 'False'"),
+    ("old_gym_step", "env.step at step 3 of the episode returned 4 values"),
+    ("bare_reset", "env.reset returned array.*instead of \\(obs, info\\)"),
+])
+def test_play_and_evaluation_refuse_a_broken_env(fault, match):
+    agent = wb.DQN(BrokenEnv())
+    with pytest.raises(wb.EnvOutputError, match=match):
+        agent.play(BrokenEnv(fault, at=3), episodes=1)

@@ -22,7 +22,7 @@ from typing import Any
 from ._version import __version__
 from .agents import A2C, AGENTS, DDPG, DQN, PPO, SAC, TD3, Agent, EpisodeReturns, Step, Transitions, load
 from .checkpoint import CheckpointError
-from .envs import check_env
+from .envs import EnvOutputError, check_env
 from .exploration import EpsilonGreedy, GaussianNoise, OrnsteinUhlenbeckNoise, TruncatedNormalNoise
 from .memory import PrioritizedReplayMemory, ReplayMemory, RolloutBuffer
 from .parallel import WorkerError
@@ -30,6 +30,7 @@ from .presets import PRESETS, Preset, preset
 from .schedules import Schedule, linear
 from .session import Session
 from .signals import Signal, SignalSet
+from .validation import ArgumentError, NonFiniteLossError
 
 # Names served on first use from modules that import heavy optional packages.
 _LAZY: dict[str, tuple[str, str]] = {
@@ -42,13 +43,16 @@ __all__ = [
     "A2C",
     "AGENTS",
     "Agent",
+    "ArgumentError",
     "CheckpointError",
     "DDPG",
     "DQN",
     "Dashboard",
+    "EnvOutputError",
     "EpisodeReturns",
     "EpsilonGreedy",
     "GaussianNoise",
+    "NonFiniteLossError",
     "OrnsteinUhlenbeckNoise",
     "PPO",
     "PRESETS",

@@ -20,6 +20,7 @@ next-step autoreset rules.
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +29,16 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-__all__ = ["EnvOutputError", "EnvSource", "VecEnv", "as_env_source", "check_env", "describe_space"]
+__all__ = [
+    "EnvOutputError",
+    "EnvSource",
+    "VecEnv",
+    "as_env_source",
+    "check_env",
+    "checked_reset",
+    "checked_step",
+    "describe_space",
+]
 
 EnvLike = gym.Env | str | Callable[[], gym.Env]
 
@@ -257,6 +267,22 @@ def _unpack_reset(result: Any, where: str) -> Any:
         f"{where} returned {_show(result)} instead of (obs, info): an old-gym reset returns the bare "
         f"observation; {_GYMNASIUM_API}. Return (obs, {{}}) from reset()."
     )
+
+
+def checked_reset(result: Any, where: str) -> Any:
+    """The observation from what one env's ``reset`` returned (``(obs, info)``); raises
+    :class:`EnvOutputError` naming ``where`` (``"env.reset at step 0"``) for anything else."""
+    return _unpack_reset(result, where)
+
+
+def checked_step(result: Any, where: str) -> tuple[Any, float, bool, bool, Any]:
+    """What one env's ``step`` returned, with the reward a finite float and the flags bools;
+    raises :class:`EnvOutputError` naming ``where`` (``"env.step at step 12"``) and the bad field."""
+    obs, reward, terminated, truncated, info = _unpack_step(result, where)
+    reward = _as_reward(reward, where)
+    if not math.isfinite(reward):
+        raise EnvOutputError(f"{where} returned reward {reward}: fix the env so it returns finite numbers.")
+    return obs, reward, _as_flag(terminated, "terminated", where), _as_flag(truncated, "truncated", where), info
 
 
 # -- vector env ------------------------------------------------------------------------------
