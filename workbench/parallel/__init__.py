@@ -175,7 +175,7 @@ def check_runner_options(backend: Any, num_workers: Any, options: dict[str, Any]
     known = {**_OPTIONS, **_RAY_OPTIONS}
     for name, value in options.items():
         if name not in known:
-            close = difflib.get_close_matches(name, list(known), n=2)
+            close = difflib.get_close_matches(name, list(known), n=1)
             hint = f" Did you mean {' or '.join(close)}?" if close else ""
             raise ArgumentError(
                 f"{owner} got an unknown option {name}={value!r}.{hint} Known options: {', '.join(_OPTIONS)} "
