@@ -1,10 +1,11 @@
 """What checking the env's returns costs: steps per second on CartPole-v1, with and without the checks.
 
-Two workloads, each run several times, alternating between two source trees so machine noise hits
+Three workloads, each run several times, alternating between two source trees so machine noise hits
 both alike (one tree checks what the env returns, the other is the code before the checks):
 
 * ``acting``: DQN before its first update (``learning_starts`` beyond the budget): the loop,
   acting and the env alone, where the checks weigh the most;
+* ``dqn``: DQN with its zoo defaults (1 env, 128 gradient steps every 256 env steps), for half the steps;
 * ``ppo``: PPO with its zoo defaults (8 envs), training as usual.
 
     python benchmarks/env_checks.py --before /tmp/before     # a tree holding the old workbench/
@@ -24,6 +25,7 @@ import subprocess
 import sys
 import time
 
+WORKLOADS = ("acting", "dqn", "ppo")
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -36,6 +38,9 @@ def measure(workload: str, steps: int) -> float:
 
     if workload == "acting":
         agent = wb.DQN("CartPole-v1", learning_starts=10 * steps, buffer_size=steps + 10)
+    elif workload == "dqn":
+        agent = wb.DQN("CartPole-v1")
+        steps //= 2  # its updates take most of the time
     else:
         agent = wb.PPO("CartPole-v1")
     session = wb.Session(agent, "CartPole-v1", seed=0)
@@ -60,7 +65,7 @@ def main() -> None:
         trees["before"] = os.path.abspath(args.before)
     results: dict[tuple[str, str], list[float]] = {}
     for repeat in range(args.repeats):
-        for workload in ("acting", "ppo"):
+        for workload in WORKLOADS:
             order = list(trees.items())
             for label, tree in order if repeat % 2 == 0 else order[::-1]:  # alternate who goes first
                 env = {**os.environ, "PYTHONPATH": tree}
@@ -69,7 +74,7 @@ def main() -> None:
                     env=env, capture_output=True, text=True, check=True, cwd="/",
                 )
                 results.setdefault((workload, label), []).append(json.loads(out.stdout.strip().splitlines()[-1]))
-    for workload in ("acting", "ppo"):
+    for workload in WORKLOADS:
         medians = {label: statistics.median(results[(workload, label)]) for label in trees}
         line = ", ".join(f"{label} {m:,.0f} steps/CPU-s" for label, m in medians.items())
         if "before" in medians:

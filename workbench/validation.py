@@ -143,7 +143,7 @@ def flag() -> Constraint:
 
 
 def choice(*options: Any) -> Constraint:
-    """One of ``options`` (compared with ``==``)."""
+    """One of the strings ``options``."""
     return Constraint("one of " + ", ".join(repr(o) for o in options), lambda v: isinstance(v, str) and v in options)
 
 
@@ -277,12 +277,12 @@ def check_env_batch(
     costs two sums: only a non-finite sum looks further (a sum that overflowed is let through).
     """
     if rewards is None:
-        if math.isfinite(next_obs.sum()):
+        if math.isfinite(_total(next_obs)):
             return
     elif (
-        math.isfinite(rewards.sum())
-        and math.isfinite(next_obs.sum())
-        and (final_obs is None or final_obs is next_obs or math.isfinite(final_obs.sum()))
+        math.isfinite(_total(rewards))
+        and math.isfinite(_total(next_obs))
+        and (final_obs is None or final_obs is next_obs or math.isfinite(_total(final_obs)))
     ):
         return
     n = len(next_obs)
@@ -314,6 +314,21 @@ def check_env_batch(
         ):
             method = "env.step"
         raise EnvOutputError(f"{where(method, i)} returned observation {_row(next_obs[i])}. {fix}")
+
+
+_ONES: dict[tuple[int, np.dtype], np.ndarray] = {}
+
+
+def _total(x: np.ndarray) -> Any:
+    """The sum of every entry of ``x``: NaN or infinite when one is (or when the sum overflows).
+    A dot product with ones: for the few numbers of a step, numpy's fastest reduction (about
+    twice as fast as ``x.sum()``, which goes through the ufunc machinery)."""
+    flat = x.ravel()  # a view of a contiguous batch (reshape(-1) costs ten times more)
+    key = (flat.size, flat.dtype)
+    ones = _ONES.get(key)
+    if ones is None:
+        ones = _ONES[key] = np.ones(flat.size, dtype=flat.dtype)
+    return flat.dot(ones)
 
 
 def _row(obs: np.ndarray) -> str:
