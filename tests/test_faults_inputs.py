@@ -134,6 +134,8 @@ def failed_run(session: wb.Session, steps: int = 400) -> BaseException:
         ({"torch_threads": -1}, "torch_threads=-1"),
         ({"sync_every": 10}, "sync_every=10"),  # a Ray option without backend='ray'
         ({"step_timeout": -1.0}, "step_timeout=-1.0"),
+        ({"eval_env": 5}, "eval_env=5"),
+        ({"eval_env": "CartPol-v1", "eval_every": 100}, "eval_env='CartPol-v1'"),
     ],
     ids=lambda v: next(iter(v)) if isinstance(v, dict) else None,
 )

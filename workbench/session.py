@@ -31,6 +31,7 @@ from .loop import EpisodeTracker
 from .parallel import check_runner_options, make_runner
 from .signals import DEFAULT_MAX_POINTS, SignalSet
 from .validation import (
+    ArgumentError,
     LossWatch,
     check_arguments,
     check_env_batch,
@@ -157,10 +158,16 @@ class Session:
                 "instance cannot be copied to another process. Pass a zero-argument factory instead: "
                 "Session(agent, lambda: MyEnv(...), num_workers=...)"
             )
+        eval_source = None
+        if eval_env is not None:
+            try:
+                eval_source = as_env_source(eval_env)
+            except (TypeError, ValueError) as exc:
+                raise ArgumentError(f"Session got eval_env={eval_env!r}: {exc}") from None
         self._eval_source: EnvSource | None = None
         if eval_every is not None:
-            if eval_env is not None:
-                self._eval_source = as_env_source(eval_env)
+            if eval_source is not None:
+                self._eval_source = eval_source
             elif source.can_copy:
                 self._eval_source = source
             else:
