@@ -10,6 +10,12 @@ both alike (one tree checks what the env returns, the other is the code before t
 
     python benchmarks/env_checks.py --before /tmp/before     # a tree holding the old workbench/
     python benchmarks/env_checks.py --repeats 7 --steps 20000
+    python benchmarks/env_checks.py --before /tmp/before --micro   # the checks alone, timed in one process
+
+``--micro`` times what the checks add to one loop step, A/B interleaved in one process, which a
+busy machine disturbs far less than whole runs: ``VecEnv.step`` of the old and the new
+``envs.py`` (loaded by path, as a worker loads it) on CartPole with 1 and 8 envs, and the loop's
+batch check (``check_env_batch``); it prints them as a share of a loop step of the ``acting`` run.
 
 Prints the median steps per CPU second of each tree and workload, and the relative cost. Not part of the test
 suite: speed is measured here, not asserted in tests.
@@ -49,6 +55,60 @@ def measure(workload: str, steps: int) -> float:
     return session.steps / (time.process_time() - start)
 
 
+def micro(before: str, repeats: int) -> None:
+    """Time the checks alone (see the module docstring) and print their share of a loop step."""
+    import importlib.util
+
+    import gymnasium as gym
+    import numpy as np
+
+    from workbench.validation import check_env_batch
+
+    def load(path: str, name: str):  # type: ignore[no-untyped-def]
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        return module
+
+    old = load(os.path.join(before, "workbench", "envs.py"), "_envs_before")
+    new = load(os.path.join(HERE, "workbench", "envs.py"), "_envs_checked")
+
+    def per_call_us(fn, number: int = 2000) -> float:  # type: ignore[no-untyped-def]
+        start = time.process_time()
+        for _ in range(number):
+            fn()
+        return (time.process_time() - start) / number * 1e6
+
+    loop_step_us = 1e6 / measure("acting", 10_000)
+    print(f"acting loop step (1 env, no learning): {loop_step_us:.1f} us of CPU")
+    for n in (1, 8):
+        vecs = {}
+        for label, module in (("before", old), ("checked", new)):
+            vec = module.VecEnv([gym.make("CartPole-v1") for _ in range(n)], seed=0)
+            vec.reset()
+            vecs[label] = vec
+        actions = np.zeros(n, dtype=np.int64)
+        times: dict[str, list[float]] = {"before": [], "checked": []}
+        for _ in range(repeats):
+            for label, vec in vecs.items():
+                times[label].append(per_call_us(lambda vec=vec, actions=actions: vec.step(actions)))
+        obs, rewards, flags = np.zeros((n, 4), np.float32), np.ones(n, np.float32), np.zeros(n, bool)
+
+        def check(obs=obs, rewards=rewards, flags=flags) -> None:  # type: ignore[no-untyped-def]
+            check_env_batch(100, obs, rewards, obs, flags, flags)
+
+        batch = statistics.median(per_call_us(check, 20_000) for _ in range(repeats))
+        b, c = statistics.median(times["before"]), statistics.median(times["checked"])
+        added = c - b + batch
+        share = f" = {100 * added / loop_step_us:.1f}% of an acting loop step" if n == 1 else f" for {n} env steps"
+        print(
+            f"{n} env(s): VecEnv.step before {b:.2f} us, checked {c:.2f} us; check_env_batch {batch:.2f} us; "
+            f"added per loop step {added:.2f} us{share}"
+        )
+
+
 def main() -> None:
     """Alternate runs of both trees in fresh processes; print medians."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -56,7 +116,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--steps", type=int, default=20_000)
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: measure one workload here
+    parser.add_argument("--micro", action="store_true", help="time the checks alone, in one process")
     args = parser.parse_args()
+    if args.micro:
+        if not args.before:
+            parser.error("--micro needs --before")
+        micro(os.path.abspath(args.before), args.repeats)
+        return
     if args.one:
         print(json.dumps(measure(args.one, args.steps)))
         return
