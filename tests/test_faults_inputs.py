@@ -394,3 +394,19 @@ def test_play_and_evaluation_refuse_a_broken_env(fault, match):
     agent = wb.DQN(BrokenEnv())
     with pytest.raises(wb.EnvOutputError, match=match):
         agent.play(BrokenEnv(fault, at=3), episodes=1)
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.parametrize(("fault", "match"), [
+    ("nan_reward", f"env.step at step {FAULT_STEP} \\(env 1 of 2\\) returned reward nan"),
+    ("str_reward", f"env.step at step {FAULT_STEP} returned reward '1.5'"),
+])
+def test_env_checks_hold_in_ray_workers(fault, match):
+    ray = pytest.importorskip("ray")
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray's own cloudpickle sends the envs
+    session = wb.Session(small("DQN", BrokenEnv(), n_envs=2), lambda: _SeededBroken(fault), seed=0,
+                         num_workers=2, backend="ray", sync_every=10)
+    error = failed_run(session)
+    assert isinstance(error, EnvOutputError | WorkerError)
+    assert re.search(match, str(error)), str(error)
