@@ -109,7 +109,7 @@ def test_unknown_backend_and_option_are_clear_errors():
         make_runner(source, 4, num_workers=2, backend="threads")
     with pytest.raises(TypeError, match="unknown option.*ray_adress"):
         make_runner(source, 4, num_workers=2, backend="local", ray_adress="auto")
-    with pytest.raises(ValueError, match="envs_per_worker must be a positive integer"):
+    with pytest.raises(ValueError, match=r"envs_per_worker=0: envs_per_worker must be None or an integer >= 1"):
         make_runner(source, 4, num_workers=2, backend="local", envs_per_worker=0)
 
 

@@ -24,7 +24,7 @@ from ._version import __version__
 from .agents import A2C, AGENTS, DDPG, DQN, PPO, SAC, TD3, Agent, AgentState, EpisodeReturns, Step, Transitions, load
 from .checkpoint import CheckpointError
 from .control import sessions
-from .envs import check_env
+from .envs import EnvOutputError, check_env
 from .exploration import EpsilonGreedy, GaussianNoise, OrnsteinUhlenbeckNoise, TruncatedNormalNoise
 from .memory import PrioritizedReplayMemory, ReplayMemory, RolloutBuffer
 from .parallel import WorkerError
@@ -32,6 +32,7 @@ from .presets import PRESETS, Preset, preset
 from .schedules import Schedule, linear
 from .session import Session
 from .signals import Signal, SignalSet
+from .validation import ArgumentError, NonFiniteLossError
 
 # Names served on first use from modules that import heavy optional packages.
 # Each: (module, attribute, the extra that installs what it needs).
@@ -52,14 +53,17 @@ __all__ = [
     "AGENTS",
     "Agent",
     "AgentState",
+    "ArgumentError",
     "CheckpointError",
     "DDPG",
     "DQN",
     "Dashboard",
+    "EnvOutputError",
     "EpisodeReturns",
     "EpsilonGreedy",
     "GaussianNoise",
     "MLflow",
+    "NonFiniteLossError",
     "OrnsteinUhlenbeckNoise",
     "PPO",
     "PRESETS",

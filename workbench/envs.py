@@ -20,6 +20,7 @@ next-step autoreset rules.
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +29,16 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-__all__ = ["EnvSource", "VecEnv", "as_env_source", "check_env", "describe_space"]
+__all__ = [
+    "EnvOutputError",
+    "EnvSource",
+    "VecEnv",
+    "as_env_source",
+    "check_env",
+    "checked_reset",
+    "checked_step",
+    "describe_space",
+]
 
 EnvLike = gym.Env | str | Callable[[], gym.Env]
 
@@ -188,6 +198,93 @@ def env_action_converter(action_space: spaces.Space) -> Callable[[Any], Any]:
     return lambda action: action
 
 
+# -- what an env returns ---------------------------------------------------------------------
+
+
+class EnvOutputError(ValueError):
+    """An env returned something training cannot use. The message names the env method
+    (``env.step`` / ``env.reset``), the step, the field and the bad value."""
+
+
+# The types a well-behaved env returns, tested by identity on the hot path; anything else goes
+# through the slower checks below, which accept every number and bool-like value and refuse the rest.
+_FAST_REWARDS = frozenset({float, int, np.float64, np.float32})
+_FAST_FLAGS = frozenset({bool, np.bool_})
+_GYMNASIUM_API = (
+    "gymnasium's API is reset() -> (obs, info) and step(action) -> (obs, reward: float, "
+    "terminated: bool, truncated: bool, info)"
+)
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    text = text if len(text) <= 60 else text[:57] + "..."
+    plain = isinstance(value, bool | int | float | np.number | np.bool_)
+    return text if plain else f"{text} (a {type(value).__name__})"
+
+
+def _as_reward(value: Any, where: str) -> float:
+    if isinstance(value, np.ndarray) and value.size == 1:
+        value = value.reshape(()).item()
+    if isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool | np.bool_):
+        return float(value)
+    raise EnvOutputError(
+        f"{where} returned reward {_show(value)}: a reward must be a number (int or float). "
+        f"Fix the env's step(); {_GYMNASIUM_API}."
+    )
+
+
+def _as_flag(value: Any, name: str, where: str) -> bool:
+    if isinstance(value, np.ndarray) and value.size == 1:
+        value = value.reshape(()).item()
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    if isinstance(value, int | np.integer) and value in (0, 1):
+        return bool(value)
+    raise EnvOutputError(
+        f"{where} returned {name} {_show(value)}: {name} must be True or False "
+        f"(a string such as 'False' would count as True). Fix the env's step(); {_GYMNASIUM_API}."
+    )
+
+
+def _unpack_step(result: Any, where: str) -> tuple[Any, Any, Any, Any, Any]:
+    """The five values of ``env.step``, or an :class:`EnvOutputError` saying what came instead."""
+    if isinstance(result, tuple | list) and len(result) == 5:
+        return tuple(result)  # type: ignore[return-value]
+    if isinstance(result, tuple | list) and len(result) == 4:
+        raise EnvOutputError(
+            f"{where} returned 4 values (obs, reward, done, info): that is the old gym API; "
+            f"{_GYMNASIUM_API}. Port the env to gymnasium (split done into terminated and truncated)."
+        )
+    raise EnvOutputError(f"{where} returned {_show(result)}; {_GYMNASIUM_API}.")
+
+
+def _unpack_reset(result: Any, where: str) -> Any:
+    """The observation of ``env.reset``'s ``(obs, info)``; an old-gym bare observation is refused."""
+    if isinstance(result, tuple | list) and len(result) == 2 and isinstance(result[1], dict):
+        return result[0]
+    raise EnvOutputError(
+        f"{where} returned {_show(result)} instead of (obs, info): an old-gym reset returns the bare "
+        f"observation; {_GYMNASIUM_API}. Return (obs, {{}}) from reset()."
+    )
+
+
+def checked_reset(result: Any, where: str) -> Any:
+    """The observation from what one env's ``reset`` returned (``(obs, info)``); raises
+    :class:`EnvOutputError` naming ``where`` (``"env.reset at step 0"``) for anything else."""
+    return _unpack_reset(result, where)
+
+
+def checked_step(result: Any, where: str) -> tuple[Any, float, bool, bool, Any]:
+    """What one env's ``step`` returned, with the reward a finite float and the flags bools;
+    raises :class:`EnvOutputError` naming ``where`` (``"env.step at step 12"``) and the bad field."""
+    obs, reward, terminated, truncated, info = _unpack_step(result, where)
+    reward = _as_reward(reward, where)
+    if not math.isfinite(reward):
+        raise EnvOutputError(f"{where} returned reward {reward}: fix the env so it returns finite numbers.")
+    return obs, reward, _as_flag(terminated, "terminated", where), _as_flag(truncated, "truncated", where), info
+
+
 # -- vector env ------------------------------------------------------------------------------
 
 
@@ -217,7 +314,9 @@ class VecEnv:
         self._seed = seed
         self.env_action = env_action_converter(self.action_space)
         shape = flat_observation_space(self.observation_space).shape
+        self._obs_shape = shape
         self._obs = np.zeros((self.num_envs, *shape), dtype=np.float32)
+        self.step_count = 0  # steps of each env since it was built, for error messages
         self._rewards = np.zeros(self.num_envs, dtype=np.float32)
         self._terminated = np.zeros(self.num_envs, dtype=bool)
         self._truncated = np.zeros(self.num_envs, dtype=bool)
@@ -237,9 +336,9 @@ class VecEnv:
             if state is not None and _set_rng_state(env, state):
                 seed = None
             self._pre_reset[i] = _rng_state(env)
-            obs, _ = env.reset(seed=seed)
+            obs = _unpack_reset(env.reset(seed=seed), self._where("env.reset", i))
             self._fresh[i] = seed is None
-            self._obs[i] = self._flatten(obs)
+            self._obs[i] = self._flat(obs, "env.reset", i)
         self._seed = None  # later resets continue each env's own random stream
         return self._obs.copy()
 
@@ -265,20 +364,29 @@ class VecEnv:
         terminated, truncated = self._terminated, self._truncated
         finals: list[tuple[int, np.ndarray]] = []
         fresh = self._fresh
+        self.step_count += 1
         for i, env in enumerate(self.envs):
             self.stepping = i
-            o, r, term, trunc, _ = env.step(self.env_action(actions[i]))
+            result = env.step(self.env_action(actions[i]))
+            if type(result) is not tuple or len(result) != 5:
+                result = _unpack_step(result, self._where("env.step", i))
+            o, r, term, trunc, _ = result
+            if type(r) not in _FAST_REWARDS or type(term) not in _FAST_FLAGS or type(trunc) not in _FAST_FLAGS:
+                where = self._where("env.step", i)
+                r = _as_reward(r, where)
+                term, trunc = _as_flag(term, "terminated", where), _as_flag(trunc, "truncated", where)
             rewards[i] = r
             terminated[i] = term
             truncated[i] = trunc
             if term or trunc:
-                finals.append((i, self._flatten(o)))
+                finals.append((i, self._flat(o, "env.step", i)))
                 self._pre_reset[i] = _rng_state(env)
-                o, _ = env.reset()
+                o = _unpack_reset(env.reset(), self._where("env.reset", i))
                 fresh[i] = True
+                obs[i] = self._flat(o, "env.reset", i)
             else:
                 fresh[i] = False
-            obs[i] = self._flatten(o)
+                obs[i] = self._flat(o, "env.step", i)
         self.stepping = None
         next_obs = obs.copy()
         final_obs = next_obs
@@ -287,6 +395,29 @@ class VecEnv:
             for i, o in finals:
                 final_obs[i] = o
         return next_obs, rewards.copy(), terminated.copy(), truncated.copy(), final_obs
+
+    def _where(self, method: str, i: int) -> str:
+        which = f" (env {i} of {self.num_envs})" if self.num_envs > 1 else ""
+        return f"{method} at step {self.step_count}{which}"
+
+    def _flat(self, obs: Any, method: str, i: int) -> np.ndarray:
+        """One observation as the float32 array the agents read; an :class:`EnvOutputError` names
+        the method and step when it is missing or does not fit the observation space."""
+        try:
+            flat = self._flatten(obs)
+        except Exception as exc:
+            raise self._bad_observation(obs, method, i, f" ({type(exc).__name__}: {exc})") from exc
+        if flat.shape != self._obs_shape or obs is None:
+            raise self._bad_observation(obs, method, i, "")
+        return flat
+
+    def _bad_observation(self, obs: Any, method: str, i: int, why: str) -> EnvOutputError:
+        shape = getattr(obs, "shape", None)
+        got = f"an observation of shape {shape}" if shape is not None else f"observation {_show(obs)}"
+        return EnvOutputError(
+            f"{self._where(method, i)} returned {got}{why}, which does not fit the observation space "
+            f"{describe_space(self.observation_space)}: return observations of that space from reset() and step()."
+        )
 
     def close(self) -> None:
         """Close every env."""

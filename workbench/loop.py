@@ -26,7 +26,7 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from .envs import env_action_converter
+from .envs import checked_reset, checked_step, env_action_converter
 
 __all__ = [
     "NO_EXTRAS",
@@ -186,15 +186,15 @@ def play_episode(
     terminates or truncates, or after ``max_steps`` steps. With ``render=True`` each moment carries
     ``env.render()``. Nothing is learned: the caller puts the agent in play mode.
     """
-    obs, _ = env.reset(seed=seed)
+    obs = checked_reset(env.reset(seed=seed), "env.reset")
     convert = env_action_converter(env.action_space)
     yield PlayStep(0, obs, None, 0.0, False, env.render() if render else None)
     t = 0
     while True:
         action = convert(agent.act(obs, deterministic=deterministic))
-        obs, reward, terminated, truncated, _ = env.step(action)
         t += 1
-        done = bool(terminated or truncated) or (max_steps is not None and t >= max_steps)
-        yield PlayStep(t, obs, action, float(reward), done, env.render() if render else None)
+        obs, reward, terminated, truncated, _ = checked_step(env.step(action), f"env.step at step {t} of the episode")
+        done = terminated or truncated or (max_steps is not None and t >= max_steps)
+        yield PlayStep(t, obs, action, reward, done, env.render() if render else None)
         if done:
             return

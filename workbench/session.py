@@ -29,8 +29,20 @@ from .agents.base import Agent
 from .agents.saving import agent_from_run, open_saved
 from .envs import EnvSource, as_env_source, describe_space
 from .loop import EpisodeTracker
-from .parallel import make_runner
+from .parallel import check_runner_options, make_runner
 from .signals import DEFAULT_MAX_POINTS, SignalSet
+from .validation import (
+    ArgumentError,
+    LossWatch,
+    check_arguments,
+    check_env_batch,
+    check_value,
+    flag,
+    function_of,
+    integer,
+    optional,
+    path_like,
+)
 
 __all__ = ["STATUSES", "Session"]
 
@@ -39,6 +51,21 @@ STATUSES = ("idle", "running", "paused", "stopped", "finished", "failed")
 
 _SPS_INTERVAL_S = 1.0  # how often steps_per_second is recorded
 _CONTROL_TIMEOUT_S = 60.0  # longest a control call waits for the loop to acknowledge
+
+# What each argument of Session may be (workbench.validation); num_workers, backend and the backend
+# options are checked by the parallel package, as make_runner takes them.
+_ARGUMENT_CHECKS = {
+    "seed": optional(integer(min=0)),
+    "stop_when": optional(function_of(1, "the session")),
+    "eval_every": optional(integer(min=1)),
+    "eval_episodes": integer(min=1),
+    "checkpoint_every": optional(integer(min=1)),
+    "checkpoint_dir": optional(path_like()),
+    "keep_best": flag(),
+    "torch_threads": optional(integer(min=1)),
+    "max_signal_points": integer(min=2),
+}
+_STEPS = integer(min=1)
 
 
 class _ResumeMethod:
@@ -129,25 +156,29 @@ class Session:
             source = as_env_source(env)
             obs_space, act_space = source.spaces()
             _check_same_spaces(agent, obs_space, act_space)
-        if stop_when is not None and not callable(stop_when):
-            raise TypeError(f"stop_when must be a function of the session, got {stop_when!r}")
-        for name, value in (("eval_every", eval_every), ("checkpoint_every", checkpoint_every)):
-            if value is not None and (not isinstance(value, int) or value <= 0):
-                raise ValueError(f"{name} must be a positive number of env steps or None, got {value!r}")
-        if eval_episodes < 1:
-            raise ValueError(f"eval_episodes must be at least 1, got {eval_episodes}")
-        if num_workers < 1:
-            raise ValueError(f"num_workers must be at least 1, got {num_workers}")
+        arguments = {
+            "seed": seed, "stop_when": stop_when, "eval_every": eval_every, "eval_episodes": eval_episodes,
+            "checkpoint_every": checkpoint_every, "checkpoint_dir": checkpoint_dir, "keep_best": keep_best,
+            "torch_threads": torch_threads, "max_signal_points": max_signal_points,
+        }
+        check_arguments("Session", arguments, _ARGUMENT_CHECKS, _session_defaults())
+        check_runner_options(backend, num_workers, backend_options, owner="Session")
         if num_workers > 1 and source.instance is not None:
             raise ValueError(
                 f"num_workers={num_workers} needs a way to build the env in each worker, but an env "
                 "instance cannot be copied to another process. Pass a zero-argument factory instead: "
                 "Session(agent, lambda: MyEnv(...), num_workers=...)"
             )
+        eval_source = None
+        if eval_env is not None:
+            try:
+                eval_source = as_env_source(eval_env)
+            except (TypeError, ValueError) as exc:
+                raise ArgumentError(f"Session got eval_env={eval_env!r}: {exc}") from None
         self._eval_source: EnvSource | None = None
         if eval_every is not None:
-            if eval_env is not None:
-                self._eval_source = as_env_source(eval_env)
+            if eval_source is not None:
+                self._eval_source = eval_source
             elif source.can_copy:
                 self._eval_source = source
             else:
@@ -249,8 +280,7 @@ class Session:
 
         Raises ``RuntimeError`` when the session is already running or paused.
         """
-        if not isinstance(steps, int | np.integer) or steps <= 0:
-            raise ValueError(f"steps must be a positive number of env steps, got {steps!r}")
+        check_value("Session.start", "steps", steps, _STEPS)
         if self._tracking is not None and self._status not in ("running", "paused"):
             self._tracking.run_started()  # opens the sinks here, so their errors reach the caller
         with self._cond:
@@ -569,9 +599,9 @@ class Session:
 
     def _train(self, target_steps: int) -> None:
         previous_threads = torch.get_num_threads()
-        if self.torch_threads:
-            torch.set_num_threads(self.torch_threads)
-        try:
+        try:  # whatever fails here, before the loop too, ends the run as failed
+            if self.torch_threads:
+                torch.set_num_threads(self.torch_threads)
             final = self._loop(target_steps)
         except BaseException as exc:
             if not self._abandoned:  # a given-up run keeps the StuckError that explains it
@@ -658,6 +688,10 @@ class Session:
         # Worker backends name the worker an episode ran in; they may report signals of their own.
         per_worker = getattr(runner, "envs_per_worker", None)
         drain_signals = getattr(runner, "drain_signals", None)
+        # What the envs return and what the updates return are checked on every batch (cheaply):
+        # a NaN fails the run naming its source instead of silently breaking the weights.
+        check_env_batch(self.steps, obs)
+        losses = LossWatch(agent.algorithm)
 
         while self.steps < target_steps:
             if self._pause_requested:
@@ -674,6 +708,8 @@ class Session:
             self._where = None
             if self._abandoned:
                 break  # given up while this step hung: nothing more is learned or counted
+            t = transitions
+            check_env_batch(self.steps, obs, t.rewards, t.next_obs, t.terminated, t.truncated)
             agent.observe(transitions)
             self._obs = obs
 
@@ -699,6 +735,7 @@ class Session:
                 self._where = ("agent.update", time.monotonic())
                 metrics = agent.update()
                 self._where = None
+                losses.check(metrics, agent.num_updates, self.steps)
                 now = self.elapsed
                 for name, value in metrics.items():
                     record(name, self.steps, value, now)
@@ -773,6 +810,14 @@ def _rng_states(runner: Any) -> list[Any] | None:
         return checkpoint.json_ready(get())
     except Exception:  # a broken runner (a worker gone) has no streams to continue
         return None
+
+
+def _session_defaults() -> dict[str, Any]:
+    """The defaults of ``Session``'s arguments, for error messages."""
+    import inspect
+
+    parameters = inspect.signature(Session.__init__).parameters.values()
+    return {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty}
 
 
 def _check_same_spaces(agent: Agent, obs_space: Any, act_space: Any) -> None:

@@ -16,6 +16,7 @@ from gymnasium import spaces
 from torch import nn
 
 from ..schedules import as_schedule
+from ..validation import checked, flag, number
 from .base import register
 from .networks import make_adam
 from .on_policy import OnPolicyAgent, OnPolicyConfig
@@ -28,9 +29,9 @@ class A2CConfig(OnPolicyConfig):
     """A2C hyperparameters (defaults: Stable-Baselines3, 8 envs); the shared ones are
     :class:`OnPolicyConfig`'s."""
 
-    use_rms_prop: bool = True
+    use_rms_prop: bool = checked(True, flag())
     """RMSprop (alpha 0.99) as in the A3C paper; False uses Adam."""
-    rms_prop_eps: float = 1e-5
+    rms_prop_eps: float = checked(1e-5, number(0, min_open=True))
     """RMSprop epsilon."""
 
 

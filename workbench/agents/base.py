@@ -33,20 +33,31 @@ from .. import checkpoint
 from ..envs import as_env_source, describe_space, flat_observation_space, observation_flattener
 from ..loop import NO_EXTRAS, Step, Transitions, play_episode
 from ..normalization import ObservationNormalizer, RewardNormalizer
+from ..validation import check_arguments, check_value, checked, choice, flag, integer, optional, validate_config
 
 __all__ = ["AGENTS", "Agent", "AgentConfig", "AgentState", "EpisodeReturns", "Step", "Transitions", "register"]
 
 AGENTS: dict[str, type[Agent]] = {}
 """Every agent class by its lower-case name (``"dqn"``, ``"ppo"``...), filled by :func:`register`."""
 
+_SEED = optional(integer(min=0))
+_PLAY_CHECKS = {
+    "episodes": integer(min=1),
+    "render": optional(choice("rgb_array")),
+    "deterministic": flag(),
+    "seed": _SEED,
+    "max_steps": optional(integer(min=1)),
+    "viewer": flag(),
+}
+
 
 @dataclasses.dataclass
 class AgentConfig:
     """Hyperparameters every agent has; each agent's ``Config`` dataclass extends this one."""
 
-    normalize_observations: bool = False
+    normalize_observations: bool = checked(False, flag())
     """Feed the networks observations standardized by running mean/std (saved, frozen in play)."""
-    normalize_rewards: bool = False
+    normalize_rewards: bool = checked(False, flag())
     """Scale rewards by the running std of the discounted return (SB3 VecNormalize)."""
 
 
@@ -170,6 +181,7 @@ class Agent:
                 f"{type(self).__name__} needs an env (instance, registered id or factory) or both "
                 "observation_space= and action_space="
             )
+        check_value(type(self).__name__, "seed", seed, _SEED, None)
         self._check_action_space(action_space)
         self.observation_space = observation_space
         self.action_space = action_space
@@ -238,7 +250,11 @@ class Agent:
                 f"{type(self).__name__} got an unknown hyperparameter {key!r}.{hint} "
                 f"Known: {', '.join(names)}."
             )
-        return self.Config(**hyperparameters)
+        config = self.Config(**hyperparameters)
+        # Every field's declared constraint (workbench.validation), so a bad value fails here,
+        # named, and not later inside the training thread.
+        validate_config(config, type(self).__name__)
+        return config
 
     def _build(self) -> None:
         """Create networks, optimizers and storage (called under the agent's private seed)."""
@@ -539,10 +555,13 @@ class Agent:
         ``viewer=True`` shows the frames in a notebook widget and returns the viewer. Nothing
         is learned and no exploration is added.
         """
-        if episodes < 1:
-            raise ValueError(f"episodes must be at least 1, got {episodes}")
-        if render not in (None, "rgb_array"):
-            raise ValueError(f"render must be None or 'rgb_array', got {render!r}")
+        check_arguments(
+            f"{self.algorithm}.play",
+            {"episodes": episodes, "render": render, "deterministic": deterministic, "seed": seed,
+             "max_steps": max_steps, "viewer": viewer},
+            _PLAY_CHECKS,
+            {"episodes": 1, "render": None, "deterministic": True, "seed": None, "max_steps": None, "viewer": False},
+        )
         if viewer:
             # The one place an agent shows itself in a notebook: the UI is imported when asked for.
             from ..ui import PlayViewer

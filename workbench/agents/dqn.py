@@ -8,7 +8,7 @@ Defaults are rl-baselines3-zoo's tuned values for CartPole-v1.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -21,6 +21,7 @@ from ..memory.nstep import NStepAccumulator
 from ..memory.prioritized import PrioritizedReplayMemory
 from ..memory.replay import ReplayBatch, ReplayMemory
 from ..schedules import Schedule, as_schedule, linear
+from ..validation import Constraint, checked, flag, integer, number
 from .base import AgentState, Transitions, register
 from .networks import DuelingQNetwork, make_adam, mlp, polyak_update
 from .off_policy import OffPolicyAgent, OffPolicyConfig
@@ -42,25 +43,28 @@ class DQNConfig(OffPolicyConfig):
     train_freq: int = 256
     gradient_steps: int = 128
 
-    target_update_interval: int = 10
+    target_update_interval: int = checked(10, integer(min=1))
     """Env steps between target network updates."""
-    exploration: EpsilonGreedy = field(
-        default_factory=lambda: EpsilonGreedy(start=1.0, end=0.04, fraction=0.16)
+    exploration: EpsilonGreedy = checked(
+        constraint=Constraint("a wb.EpsilonGreedy(start, end, fraction)", lambda v: isinstance(v, EpsilonGreedy)),
+        default_factory=lambda: EpsilonGreedy(start=1.0, end=0.04, fraction=0.16),
     )
     """Epsilon-greedy schedule over the training budget."""
-    max_grad_norm: float = 10.0
+    max_grad_norm: float = checked(10.0, number(0, min_open=True))
     """Gradient norm clip."""
-    double_q: bool = True
+    double_q: bool = checked(True, flag())
     """Pick the next action with the online network, value it with the target network."""
-    dueling: bool = False
+    dueling: bool = checked(False, flag())
     """Dueling network: separate state-value and advantage heads."""
-    n_step: int = 1
+    n_step: int = checked(1, integer(min=1))
     """Bootstrap from the n-th next state (n-step returns)."""
-    prioritized: bool = False
+    prioritized: bool = checked(False, flag())
     """Proportional prioritized replay with importance weights."""
-    prioritized_alpha: float = 0.6
+    prioritized_alpha: float = checked(0.6, number(0))
     """How strongly priorities shape sampling (0: uniform)."""
-    prioritized_beta: float | Schedule = field(default_factory=lambda: linear(0.4, 1.0))
+    prioritized_beta: float | Schedule = checked(
+        constraint=number(0, schedule=True), default_factory=lambda: linear(0.4, 1.0)
+    )
     """Importance-weight exponent, annealed to 1 over training."""
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..schedules import Schedule
+from ..validation import checked, integer, layer_widths, number
 from .base import Agent, AgentConfig, AgentState, Transitions
 
 __all__ = ["OffPolicyAgent", "OffPolicyConfig"]
@@ -26,25 +27,25 @@ __all__ = ["OffPolicyAgent", "OffPolicyConfig"]
 class OffPolicyConfig(AgentConfig):
     """Hyperparameters every replay-memory agent has (each algorithm sets its own defaults)."""
 
-    learning_rate: float | Schedule = 3e-4
+    learning_rate: float | Schedule = checked(3e-4, number(0, min_open=True, schedule=True))
     """Adam learning rate of every network; a number or a schedule of training progress."""
-    buffer_size: int = 1_000_000
+    buffer_size: int = checked(1_000_000, integer(min=1))
     """Replay memory capacity, in transitions."""
-    learning_starts: int = 100
+    learning_starts: int = checked(100, integer(min=0))
     """Env steps of random actions before learning begins."""
-    batch_size: int = 256
+    batch_size: int = checked(256, integer(min=1))
     """Minibatch size."""
-    tau: float = 0.005
+    tau: float = checked(0.005, number(0, 1, min_open=True))
     """Target network update rate: 1 copies the online networks, less blends them in (Polyak)."""
-    gamma: float = 0.99
+    gamma: float = checked(0.99, number(0, 1))
     """Discount factor."""
-    train_freq: int = 1
+    train_freq: int = checked(1, integer(min=1))
     """Env steps between updates."""
-    gradient_steps: int = 1
+    gradient_steps: int = checked(1, integer(min=1, also=(-1,)))
     """Gradient steps per update; -1 means as many as env steps since the last update."""
-    net_arch: tuple[int, ...] = (256, 256)
+    net_arch: tuple[int, ...] = checked((256, 256), layer_widths())
     """Hidden layer widths of each network (the Q-network; the actor and each critic)."""
-    n_envs: int = 1
+    n_envs: int = checked(1, integer(min=1))
     """Envs stepped together."""
 
 

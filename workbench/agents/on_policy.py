@@ -29,8 +29,9 @@ from torch import nn
 
 from ..memory.rollout import RolloutBuffer, compute_gae
 from ..schedules import Schedule
+from ..validation import checked, choice, flag, integer, layer_widths, number
 from .base import Agent, AgentConfig, Step, Transitions
-from .networks import gaussian_policy_terms, mlp
+from .networks import ACTIVATIONS, gaussian_policy_terms, mlp
 
 __all__ = ["OnPolicyAgent", "OnPolicyConfig", "RolloutBatch"]
 
@@ -39,35 +40,35 @@ __all__ = ["OnPolicyAgent", "OnPolicyConfig", "RolloutBatch"]
 class OnPolicyConfig(AgentConfig):
     """Hyperparameters every on-policy agent has (PPO and A2C set their own defaults)."""
 
-    n_envs: int = 8
+    n_envs: int = checked(8, integer(min=1))
     """Envs stepped together (copies are made when the env is an id or a factory)."""
-    n_steps: int = 5
+    n_steps: int = checked(5, integer(min=1))
     """Steps per env in each rollout (one update per rollout)."""
-    gamma: float = 0.99
+    gamma: float = checked(0.99, number(0, 1))
     """Discount factor."""
-    gae_lambda: float = 1.0
+    gae_lambda: float = checked(1.0, number(0, 1))
     """GAE lambda: bias/variance trade-off of the advantage estimate (1: plain n-step advantages)."""
-    learning_rate: float | Schedule = 7e-4
+    learning_rate: float | Schedule = checked(7e-4, number(0, min_open=True, schedule=True))
     """Optimizer learning rate, a number or a schedule of training progress."""
-    ent_coef: float = 0.0
+    ent_coef: float = checked(0.0, number(0))
     """Entropy bonus weight."""
-    vf_coef: float = 0.5
+    vf_coef: float = checked(0.5, number(0))
     """Value loss weight."""
-    max_grad_norm: float = 0.5
+    max_grad_norm: float = checked(0.5, number(0, min_open=True))
     """Gradient norm clip."""
-    normalize_advantage: bool = False
+    normalize_advantage: bool = checked(False, flag())
     """Normalize advantages (within each minibatch for PPO, each rollout for A2C)."""
-    net_arch: tuple[int, ...] = (64, 64)
+    net_arch: tuple[int, ...] = checked((64, 64), layer_widths())
     """Hidden layer widths of the policy and of the (separate) value network."""
-    activation: str = "tanh"
+    activation: str = checked("tanh", choice(*ACTIVATIONS))
     """Hidden activation."""
-    ortho_init: bool = True
+    ortho_init: bool = checked(True, flag())
     """Orthogonal weights (gain √2 hidden, 0.01 policy head, 1 value head); False: PyTorch's default."""
-    log_std_init: float = 0.0
+    log_std_init: float = checked(0.0, number())
     """Initial log standard deviation of the Gaussian policy (Box actions)."""
-    use_sde: bool = False
+    use_sde: bool = checked(False, flag())
     """Box actions: state-dependent exploration (gSDE), noise smooth in time instead of per step."""
-    sde_sample_freq: int = -1
+    sde_sample_freq: int = checked(-1, integer(min=1, also=(-1,)))
     """With use_sde, env steps between new noise weights; -1: once per rollout."""
 
 

@@ -15,6 +15,7 @@ from gymnasium import spaces
 from torch import nn
 
 from ..schedules import Schedule, as_schedule, linear
+from ..validation import checked, integer, number, optional
 from .base import register
 from .networks import make_adam
 from .on_policy import OnPolicyAgent, OnPolicyConfig
@@ -34,13 +35,15 @@ class PPOConfig(OnPolicyConfig):
     learning_rate: float | Schedule = field(default_factory=lambda: linear(1e-3, 0.0))
     normalize_advantage: bool = True
 
-    batch_size: int = 256
+    batch_size: int = checked(256, integer(min=1))
     """Minibatch size for the update."""
-    n_epochs: int = 20
+    n_epochs: int = checked(20, integer(min=1))
     """Passes over each rollout."""
-    clip_range: float | Schedule = field(default_factory=lambda: linear(0.2, 0.0))
+    clip_range: float | Schedule = checked(
+        constraint=number(0, min_open=True, schedule=True), default_factory=lambda: linear(0.2, 0.0)
+    )
     """PPO clip epsilon for the probability ratio."""
-    target_kl: float | None = None
+    target_kl: float | None = checked(None, optional(number(0, min_open=True)))
     """Stop the epochs early when the approximate KL exceeds this."""
 
 

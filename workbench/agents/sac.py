@@ -19,6 +19,7 @@ from torch import nn
 
 from ..memory.replay import ReplayMemory
 from ..schedules import as_schedule
+from ..validation import Constraint, any_of, checked, flag, integer, number, optional
 from .base import register
 from .networks import EnsembleMLP, ScalarParameter, make_adam, mlp, polyak_update
 from .off_policy import OffPolicyAgent, OffPolicyConfig
@@ -28,23 +29,35 @@ __all__ = ["SAC", "SACConfig"]
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # keeps the Gaussian from collapsing or exploding (SB3, spinning-up)
 
 
+def _is_auto(value: object) -> bool:
+    if not isinstance(value, str) or not value.startswith("auto"):
+        return False
+    if value == "auto":
+        return True
+    start = value.removeprefix("auto_")
+    return start != value and number(0, min_open=True)(float(start))
+
+
+_AUTO_ENT_COEF = Constraint('"auto" (learned, starting at 1) or "auto_<start>" such as "auto_0.1"', _is_auto)
+
+
 @dataclass
 class SACConfig(OffPolicyConfig):
     """SAC hyperparameters (defaults: Stable-Baselines3); the shared ones are :class:`OffPolicyConfig`'s."""
 
-    ent_coef: float | str = "auto"
+    ent_coef: float | str = checked("auto", any_of(number(0, min_open=True), _AUTO_ENT_COEF))
     """Entropy coefficient alpha: a number, "auto" (learned, starts at 1) or "auto_0.1" (learned, starts at 0.1)."""
-    target_entropy: float | None = None
+    target_entropy: float | None = checked(None, optional(number()))
     """Entropy the automatic tuning aims for; None means -dim(action)."""
-    target_update_interval: int = 1
+    target_update_interval: int = checked(1, integer(min=1))
     """Gradient steps between target critic updates."""
-    n_critics: int = 2
+    n_critics: int = checked(2, integer(min=1))
     """Critics whose minimum is the target (clipped double Q)."""
-    use_sde: bool = False
+    use_sde: bool = checked(False, flag())
     """Generalized state-dependent exploration: noise linear in the actor's features, smooth in time."""
-    sde_sample_freq: int = -1
+    sde_sample_freq: int = checked(-1, integer(min=1, also=(-1,)))
     """With use_sde, env steps between new noise weights; -1: once per update."""
-    log_std_init: float = -3.0
+    log_std_init: float = checked(-3.0, number())
     """With use_sde, initial log std of the noise weights."""
 
 

@@ -18,6 +18,7 @@ from torch import nn
 from ..exploration import Exploration, GaussianNoise
 from ..memory.replay import ReplayMemory
 from ..schedules import Schedule, as_schedule
+from ..validation import checked, integer, number, optional
 from .base import AgentState, register
 from .networks import EnsembleMLP, make_adam, mlp, polyak_update
 from .off_policy import OffPolicyAgent, OffPolicyConfig
@@ -33,19 +34,19 @@ class TD3Config(OffPolicyConfig):
     learning_rate: float | Schedule = 1e-3
     net_arch: tuple[int, ...] = (400, 300)
 
-    actor_lr: float | Schedule | None = None
+    actor_lr: float | Schedule | None = checked(None, optional(number(0, min_open=True, schedule=True)))
     """The actor's learning rate when it differs from ``learning_rate``."""
-    critic_lr: float | Schedule | None = None
+    critic_lr: float | Schedule | None = checked(None, optional(number(0, min_open=True, schedule=True)))
     """The critics' learning rate when it differs from ``learning_rate``."""
     exploration: Exploration | None = field(default_factory=lambda: GaussianNoise(0.1))
     """Noise added to actions while training (wb.GaussianNoise, OrnsteinUhlenbeckNoise, TruncatedNormalNoise)."""
-    policy_delay: int = 2
+    policy_delay: int = checked(2, integer(min=1))
     """Critic updates per actor and target update."""
-    target_policy_noise: float = 0.2
+    target_policy_noise: float = checked(0.2, number(0))
     """Std of the smoothing noise on target actions (in units of half the action range)."""
-    target_noise_clip: float = 0.5
+    target_noise_clip: float = checked(0.5, number(0))
     """Clip of the target smoothing noise."""
-    n_critics: int = 2
+    n_critics: int = checked(2, integer(min=1))
     """Critics whose minimum is the target."""
 
 

@@ -29,12 +29,14 @@ See ``docs/parallel.md`` for the whole story.
 
 from __future__ import annotations
 
+import difflib
 import os
 import time
 from typing import Any, NamedTuple
 
 from ..envs import EnvSource, VecEnv, as_env_source
 from ..loop import Transitions, env_step
+from ..validation import ArgumentError, Constraint, check_value, flag, integer, number, optional
 from .errors import WorkerError
 from .local import LocalRunner, check_step_timeout, split_envs
 
@@ -44,6 +46,7 @@ __all__ = [
     "InProcessRunner",
     "LocalRunner",
     "WorkerError",
+    "check_runner_options",
     "choose_backend",
     "make_runner",
 ]
@@ -55,6 +58,19 @@ BACKENDS = ("auto", "inprocess", "local", "ray")
 _IPC_COST_S = 1.2e-4
 _PROBE_STEPS = 50
 _PROBE_SECONDS = 0.2
+
+# The options every backend takes, and those only Ray takes: what check_runner_options accepts.
+_OPTIONS: dict[str, Constraint] = {
+    "envs_per_worker": optional(integer(min=1)),
+    "restart_workers": flag(),
+    "step_timeout": optional(number(0, min_open=True)),
+}
+_RAY_OPTIONS: dict[str, Constraint] = {
+    "ray_address": optional(Constraint("a string such as \"ray://host:10001\"", lambda v: isinstance(v, str))),
+    "sync_every": optional(integer(min=1)),
+    "cpus_per_worker": number(0, min_open=True),
+    "ray_init": optional(Constraint("a dict of ray.init() keyword arguments", lambda v: isinstance(v, dict))),
+}
 
 
 class InProcessRunner(VecEnv):
@@ -144,6 +160,35 @@ def choose_backend(env: Any, num_workers: int, envs_per_worker: int = 1, *, seed
     return BackendChoice(backend, reason, wall, cpu_fraction)
 
 
+def check_runner_options(backend: Any, num_workers: Any, options: dict[str, Any], owner: str = "make_runner") -> None:
+    """Check a backend, a worker count and backend options as :func:`make_runner` takes them,
+    without building or starting anything (``Session`` calls it when it is created).
+
+    Raises :class:`workbench.validation.ArgumentError` (a ``ValueError`` and a ``TypeError``)
+    naming the argument, its value and what is allowed; an unknown option name gets the close ones."""
+    if not (isinstance(backend, str) and backend in BACKENDS):
+        raise ArgumentError(
+            f"{owner} got backend={backend!r}: unknown backend {backend!r}; choose one of {', '.join(BACKENDS)} "
+            "(see docs/parallel.md)"
+        )
+    check_value(owner, "num_workers", num_workers, integer(min=1), 1)
+    known = {**_OPTIONS, **_RAY_OPTIONS}
+    for name, value in options.items():
+        if name not in known:
+            close = difflib.get_close_matches(name, list(known), n=1)
+            hint = f" Did you mean {' or '.join(close)}?" if close else ""
+            raise ArgumentError(
+                f"{owner} got an unknown option {name}={value!r}.{hint} Known options: {', '.join(_OPTIONS)} "
+                f"(and for backend='ray': {', '.join(_RAY_OPTIONS)})."
+            )
+        if name in _RAY_OPTIONS and backend != "ray":
+            raise ArgumentError(
+                f"{owner} got the option {name}={value!r}, which only backend='ray' takes (unknown option for "
+                f"backend={backend!r}): pass backend='ray' or leave {name} out"
+            )
+        check_value(owner, name, value, known[name])
+
+
 def make_runner(
     source: EnvSource,
     num_envs: int,
@@ -168,15 +213,9 @@ def make_runner(
     ``step_timeout`` ``"auto"`` picks local workers and ``"inprocess"`` is a ``ValueError``. The Ray backend
     takes its own options (``ray_address``, ``sync_every``...; see ``workbench.parallel.ray_backend``).
     """
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
-    if not isinstance(num_workers, int) or num_workers < 1:
-        raise ValueError(f"num_workers must be a positive integer, got {num_workers!r}")
-    if options and backend != "ray":
-        raise TypeError(
-            f"unknown option(s) {', '.join(sorted(options))} for backend={backend!r}; known: "
-            "envs_per_worker, restart_workers, step_timeout (and ray_address, sync_every, ... for backend='ray')"
-        )
+    check_runner_options(
+        backend, num_workers, {"envs_per_worker": envs_per_worker, "restart_workers": restart_workers, **options}
+    )
     check_step_timeout(step_timeout)
     if num_workers > 1 and source.instance is not None:
         raise ValueError(
