@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import ipywidgets as widgets
 import numpy as np
-from gymnasium import spaces
 
 from ..envs import as_env_source
+from ..loop import play_episode
 from .frame_view import FrameView
 from .live_plot import LivePlot
 
@@ -210,16 +210,17 @@ class PlayViewer(widgets.VBox):
         try:
             agent.check_spaces(instance)
             for episode in range(episodes):
-                obs, _ = instance.reset(seed=None if seed is None else seed + episode)
-                self._keep(instance.render(), 0.0, episode)
-                total, length, done = 0.0, 0, False
-                while not done:
-                    action = self._env_action(agent.act(obs, deterministic=True))
-                    obs, reward, terminated, truncated, _ = instance.step(action)
-                    total += float(reward)
-                    length += 1
-                    done = terminated or truncated or (max_steps is not None and length >= max_steps)
-                    self._keep(instance.render(), float(reward), episode)
+                total = 0.0
+                # The one play loop (workbench.loop.play_episode), as agent.play and evaluation use it.
+                for moment in play_episode(
+                    agent,
+                    instance,
+                    seed=None if seed is None else seed + episode,
+                    max_steps=max_steps,
+                    render=True,
+                ):
+                    total += moment.reward
+                    self._keep(moment.frame, moment.reward, episode)
                 self.returns.append(total)
         finally:
             agent.training = was_training
@@ -232,14 +233,6 @@ class PlayViewer(widgets.VBox):
         self.frames.append(encode_png(np.asarray(frame)))
         self.rewards.append(reward)
         self.episode_of.append(episode)
-
-    def _env_action(self, action: Any) -> Any:
-        space = self.agent.action_space
-        if isinstance(space, spaces.Discrete):
-            return int(np.asarray(action).item())
-        if isinstance(space, spaces.Box):
-            return np.clip(np.asarray(action, dtype=space.dtype), space.low, space.high)
-        return action
 
     @property
     def frame(self) -> int:
