@@ -20,7 +20,25 @@ import importlib
 from typing import Any
 
 from ._version import __version__
-from .agents import A2C, AGENTS, DDPG, DQN, PPO, SAC, TD3, Agent, AgentState, EpisodeReturns, Step, Transitions, load
+from .agents import (
+    A2C,
+    AGENTS,
+    C51,
+    DDPG,
+    DQN,
+    PPO,
+    QRDQN,
+    SAC,
+    TD3,
+    Agent,
+    AgentState,
+    EpisodeReturns,
+    Rainbow,
+    RecurrentPPO,
+    Step,
+    Transitions,
+    load,
+)
 from .checkpoint import CheckpointError
 from .envs import check_env
 from .exploration import EpsilonGreedy, GaussianNoise, OrnsteinUhlenbeckNoise, TruncatedNormalNoise
@@ -43,6 +61,7 @@ __all__ = [
     "AGENTS",
     "Agent",
     "AgentState",
+    "C51",
     "CheckpointError",
     "DDPG",
     "DQN",
@@ -56,6 +75,9 @@ __all__ = [
     "PlayViewer",
     "Preset",
     "PrioritizedReplayMemory",
+    "QRDQN",
+    "Rainbow",
+    "RecurrentPPO",
     "ReplayMemory",
     "RolloutBuffer",
     "SAC",

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import testing_envs  # noqa: F401 - registers CartPoleNoVel-v1 and PendulumNoVel-v1
 from .agents.base import AGENTS, Agent
 from .exploration import EpsilonGreedy, Exploration, GaussianNoise, exploration_from_dict
 from .schedules import linear
@@ -81,7 +82,50 @@ def _specs() -> list[PresetSpec]:
         "learning_rate": 1e-3,
         "net_arch": (400, 300),
     }
+    acrobot_dqn = {
+        "learning_rate": 6.3e-4,
+        "batch_size": 128,
+        "buffer_size": 50_000,
+        "learning_starts": 0,
+        "gamma": 0.99,
+        "target_update_interval": 250,
+        "train_freq": 4,
+        "gradient_steps": -1,
+        "exploration": EpsilonGreedy(start=1.0, end=0.1, fraction=0.12),
+        "net_arch": (256, 256),
+    }
     return [
+        # The DQN family (issue 19). qrdqn.yml is dqn.yml plus n_quantiles; QRDQN's defaults are the
+        # CartPole row. Rainbow's and C51's CartPole rows are this project's (the zoo has none):
+        # the zoo's DQN schedule with the parts on, the support fitting CartPole's returns.
+        PresetSpec("CartPole-v1", "qrdqn", 50_000, {}, zoo_score=500.0, solved=475.0),
+        PresetSpec(
+            "Acrobot-v1", "qrdqn", 100_000, {**acrobot_dqn, "n_quantiles": 25}, zoo_score=-69.135, solved=-100.0
+        ),
+        PresetSpec("CartPole-v1", "c51", 50_000, {}, solved=475.0),
+        PresetSpec("CartPole-v1", "rainbow", 50_000, {}, solved=475.0),
+        # zoo ppo_lstm.yml, CartPoleNoVel-v1 and PendulumNoVel-v1 (the masked tasks of testing_envs).
+        PresetSpec(
+            "CartPoleNoVel-v1", "recurrentppo", 100_000, {"normalize_observations": True},
+            zoo_score=500.0, solved=475.0,
+        ),
+        PresetSpec(
+            "PendulumNoVel-v1",
+            "recurrentppo",
+            200_000,
+            {
+                "n_envs": 4,
+                "n_steps": 1024,
+                "gae_lambda": 0.95,
+                "gamma": 0.9,
+                "n_epochs": 10,
+                "batch_size": 4096,
+                "learning_rate": 1e-3,
+                "clip_range": 0.2,
+                "normalize_observations": True,
+            },
+            solved=-250.0,
+        ),
         PresetSpec("CartPole-v1", "ppo", 100_000, {}, zoo_score=500.0, solved=475.0),  # PPO defaults = zoo
         PresetSpec("CartPole-v1", "dqn", 50_000, {}, zoo_score=500.0, solved=475.0),  # DQN defaults = zoo
         PresetSpec("CartPole-v1", "a2c", 500_000, {"n_envs": 8, "ent_coef": 0.0}, zoo_score=500.0, solved=475.0),
