@@ -100,14 +100,20 @@ def _specs() -> list[PresetSpec]:
         # the zoo's DQN schedule with the parts on, the support fitting CartPole's returns.
         PresetSpec("CartPole-v1", "qrdqn", 50_000, {}, zoo_score=500.0, solved=475.0),
         PresetSpec(
-            "Acrobot-v1", "qrdqn", 100_000, {**acrobot_dqn, "n_quantiles": 25}, zoo_score=-69.135, solved=-100.0
+            "Acrobot-v1", "qrdqn", 100_000, {**acrobot_dqn, "n_quantiles": 25}, solved=-100.0
         ),
         PresetSpec("CartPole-v1", "c51", 50_000, {}, solved=475.0),
         PresetSpec("CartPole-v1", "rainbow", 50_000, {}, solved=475.0),
-        # zoo ppo_lstm.yml, CartPoleNoVel-v1 and PendulumNoVel-v1 (the masked tasks of testing_envs).
+        # zoo ppo_lstm.yml on CartPoleNoVel-v1 (the masked task of testing_envs). PendulumNoVel-v1 is this
+        # project's row: the zoo's PPO Pendulum settings without gSDE (RecurrentPPO has none), 200k steps.
         PresetSpec(
-            "CartPoleNoVel-v1", "recurrentppo", 100_000, {"normalize_observations": True},
+            "CartPoleNoVel-v1", "recurrentppo", 100_000, {"normalize_observations": True, "normalize_rewards": True},
             zoo_score=500.0, solved=475.0,
+        ),
+        # The same settings without memory: the baseline that should fail on the masked task.
+        PresetSpec(
+            "CartPoleNoVel-v1", "ppo", 100_000, {"normalize_observations": True, "normalize_rewards": True},
+            solved=475.0,
         ),
         PresetSpec(
             "PendulumNoVel-v1",
@@ -123,6 +129,7 @@ def _specs() -> list[PresetSpec]:
                 "learning_rate": 1e-3,
                 "clip_range": 0.2,
                 "normalize_observations": True,
+                "normalize_rewards": True,
             },
             solved=-250.0,
         ),
