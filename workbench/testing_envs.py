@@ -6,6 +6,8 @@ agent the same way the test suite checks the built-in ones:
 * :class:`OneStepBandit`: one step, one right answer (return 1 when found).
 * :class:`TwoStateChain`: a tempting 0.5 now, or 0 now and 1 one step later; the best return is 1
   and needs a value carried back across a step.
+* :class:`RememberTheCue`: a cue shown at the first step names the action that pays at the second,
+  where the observation is blank; the best return is 1 with memory, 0.5 in expectation without.
 
 ``continuous=True`` gives each a ``Box(-1, 1, (1,))`` action space instead of ``Discrete(2)``.
 
@@ -24,7 +26,14 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-__all__ = ["MaskVelocity", "OneStepBandit", "TwoStateChain", "cartpole_no_velocity", "pendulum_no_velocity"]
+__all__ = [
+    "MaskVelocity",
+    "OneStepBandit",
+    "RememberTheCue",
+    "TwoStateChain",
+    "cartpole_no_velocity",
+    "pendulum_no_velocity",
+]
 
 
 class OneStepBandit(gym.Env):
@@ -92,6 +101,30 @@ class TwoStateChain(gym.Env):
             return self._obs(), 0.0, False, False, {}
         reward = 1.0 - (a - 0.5) ** 2 / 2 if self.continuous else (1.0 if go else 0.0)
         return self._obs(), reward, True, False, {}
+
+
+class RememberTheCue(gym.Env):
+    """Two steps. The first observation is ``[cue, 1]`` with ``cue`` 0 or 1 at random; whatever the
+    first action, it pays 0 and the second observation is ``[0, 0]``. The second action pays 1 when
+    it equals the cue and ends the episode. Only an agent that remembers scores 1 every time."""
+
+    metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012 - gymnasium's convention
+
+    def __init__(self) -> None:
+        self.observation_space = spaces.Box(0.0, 1.0, shape=(2,), dtype=np.float32)
+        self.action_space = spaces.Discrete(2)
+        self._cue, self._t = 0, 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self._cue, self._t = int(self.np_random.integers(2)), 0
+        return np.array([self._cue, 1.0], dtype=np.float32), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        if self._t == 0:
+            self._t = 1
+            return np.zeros(2, dtype=np.float32), 0.0, False, False, {}
+        return np.zeros(2, dtype=np.float32), float(int(action) == self._cue), True, False, {}
 
 
 class MaskVelocity(gym.ObservationWrapper):
