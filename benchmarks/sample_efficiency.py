@@ -11,6 +11,8 @@ mean wall time per run, and the score of the zoo's published agent (rl-baselines
     python benchmarks/sample_efficiency.py --all --list             # every preset, without running
     python benchmarks/sample_efficiency.py --only CartPole-v1:dqn --seeds 10 --set double_q=false dueling=true
     python benchmarks/sample_efficiency.py --all --only CartPole-v1:qrdqn CartPoleNoVel --seeds 10 --sb3
+    python benchmarks/sample_efficiency.py --only CartPole-v1:dqn --seeds 20 --sb3             # zoo DQN vs SB3
+    python benchmarks/sample_efficiency.py --only CartPole-v1:dqn --seeds 20 --reliable        # the reliable one
 
 ``--sb3`` also trains, seed by seed in the same run, Stable-Baselines3 / sb3-contrib at the same settings
 (DQN, QR-DQN, PPO, RecurrentPPO presets; ``pip install --no-deps stable-baselines3 sb3-contrib``) and adds
@@ -37,6 +39,7 @@ import torch
 
 import workbench as wb
 from workbench.cli import parse_hyperparameters
+from workbench.presets import RELIABLE_PRESETS
 
 # The targets of issue 4: the zoo's budget, and the final evaluation counted as solved.
 DEFAULT = [
@@ -64,10 +67,10 @@ ISSUE_19 = [
 
 
 def run_one(
-    env_id: str, agent_name: str, seed: int, eval_episodes: int, overrides: dict | None = None
+    env_id: str, agent_name: str, seed: int, eval_episodes: int, overrides: dict | None = None, reliable: bool = False
 ) -> tuple[float, float, float]:
     """Train one preset run; return (final evaluation mean, wall seconds, CPU seconds of training)."""
-    tuned = wb.preset(env_id, agent_name, seed=seed, **(overrides or {}))
+    tuned = wb.preset(env_id, agent_name, seed=seed, reliable=reliable, **(overrides or {}))
     agent, env = tuned
     session = wb.Session(agent, env, seed=seed)
     start, cpu = time.perf_counter(), time.process_time()
@@ -202,10 +205,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", nargs="+", metavar="NAME=VALUE", help="override hyperparameters of the presets")
     parser.add_argument("--issue19", action="store_true", help="the DQN family and RecurrentPPO targets (issue 19)")
     parser.add_argument("--sb3", action="store_true", help="also train SB3 / sb3-contrib at the same settings")
+    parser.add_argument("--reliable", action="store_true", help="the reliable=True variants")
     args = parser.parse_args(argv)
     overrides = parse_hyperparameters(args.set or [])
 
     pairs = select(sorted(wb.PRESETS) if args.all else ISSUE_19 if args.issue19 else DEFAULT, args.only)
+    if args.reliable:
+        pairs = [p for p in pairs if p in RELIABLE_PRESETS]
     if not pairs:
         parser.error(f"--only {' '.join(args.only)} matches no preset; see --all --list")
     if args.list:
@@ -220,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         spec = wb.PRESETS[(env_id, agent)]
         evals, walls, cpus, sb3 = [], [], [], []
         for seed in seeds:
-            score, wall, cpu = run_one(env_id, agent, seed, args.eval_episodes, overrides)
+            score, wall, cpu = run_one(env_id, agent, seed, args.eval_episodes, overrides, args.reliable)
             evals.append(score)
             walls.append(wall)
             cpus.append(cpu)

@@ -26,7 +26,7 @@ from .agents.base import AGENTS, Agent
 from .exploration import EpsilonGreedy, Exploration, GaussianNoise, exploration_from_dict
 from .schedules import linear
 
-__all__ = ["PRESETS", "Preset", "PresetSpec", "preset"]
+__all__ = ["PRESETS", "RELIABLE_PRESETS", "Preset", "PresetSpec", "preset"]
 
 
 @dataclass(frozen=True)
@@ -315,14 +315,37 @@ PRESETS: dict[tuple[str, str], PresetSpec] = {(s.env_id, s.agent): s for s in _s
 """Every preset by ``(env_id, agent)``."""
 
 
-def preset(env_id: str, agent: str, *, seed: int | None = None, **overrides: Any) -> Preset:
+RELIABLE_PRESETS: dict[tuple[str, str], PresetSpec] = {
+    # The zoo's CartPole DQN solves about 13 of 30 seeds (SB3: 10 of 15): a fine average, a poor
+    # bet for one run. Its learning rate decayed linearly to 0 was measured at 22 of 30 seeds (issue
+    # 19); the Q-values then stop chasing late, noisy targets. Not yet measured over 20 seeds here.
+    ("CartPole-v1", "dqn"): PresetSpec(
+        "CartPole-v1", "dqn", 50_000, {"learning_rate": linear(2.3e-3, 0.0)}, zoo_score=500.0, solved=475.0
+    ),
+}
+"""Presets traded for a higher solve rate over seeds than the zoo's, by ``(env_id, agent)``:
+``wb.preset(env_id, agent, reliable=True)`` builds them."""
+
+
+def preset(env_id: str, agent: str, *, seed: int | None = None, reliable: bool = False, **overrides: Any) -> Preset:
     """An agent tuned by rl-baselines3-zoo for ``env_id``, the env id and the zoo's step budget.
 
     ``agent`` is a name such as ``"sac"`` (any case) or an agent class; ``overrides`` replace single
-    hyperparameters. Raises ``ValueError`` listing the available presets when there is none.
+    hyperparameters. ``reliable=True`` takes the variant of :data:`RELIABLE_PRESETS` (for example
+    CartPole DQN with a decaying learning rate), which aims at solving on more seeds than the
+    zoo's. Raises ``ValueError`` listing the available presets when there is none.
     """
     name = agent.__name__.lower() if isinstance(agent, type) else str(agent).lower()
-    spec = PRESETS.get((env_id, name))
+    if reliable:
+        spec = RELIABLE_PRESETS.get((env_id, name))
+        if spec is None:
+            available = ", ".join(f"{e} {a}" for e, a in sorted(RELIABLE_PRESETS))
+            raise ValueError(
+                f"no reliable preset for agent {name!r} on {env_id!r}; there are: {available}. "
+                f"Drop reliable=True for the zoo's settings"
+            )
+    else:
+        spec = PRESETS.get((env_id, name))
     if spec is None:
         available = ", ".join(f"{e} {a}" for e, a in sorted(PRESETS))
         for_env = sorted(a for e, a in PRESETS if e == env_id)
