@@ -162,3 +162,10 @@ def test_save_load_and_local_workers(name, tmp_path):
     obs = np.random.default_rng(1).normal(size=(8, 4)).astype(np.float32)
     np.testing.assert_array_equal(loaded.act(obs, deterministic=True), agent.act(obs, deterministic=True))
     assert loaded.state().data["agent_state"] == agent.state().data["agent_state"]
+
+
+@pytest.mark.parametrize("make", [lambda: wb.QRDQN("CartPole-v1"), lambda: wb.C51("CartPole-v1"),
+                                  lambda: wb.Rainbow("CartPole-v1"), lambda: wb.RecurrentPPO("CartPoleNoVel-v1")])
+def test_export_refuses_rather_than_writing_a_wrong_policy(make, tmp_path):
+    with pytest.raises(TypeError, match="no policy export yet"):
+        make().export(tmp_path / "policy.onnx")
