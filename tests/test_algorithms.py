@@ -202,11 +202,11 @@ def test_continuous_agents_refuse_discrete_actions_naming_those_that_fit(name):
     with pytest.raises(ValueError) as info:
         AGENTS[name]("CartPole-v1")
     message = str(info.value)
-    assert "Discrete(2)" in message and "A2C, DQN, PPO" in message
+    assert "Discrete(2)" in message and "A2C, C51, DQN, PPO, QRDQN, Rainbow, RecurrentPPO" in message
 
 
 def test_dqn_refuses_box_actions_naming_those_that_fit():
-    with pytest.raises(ValueError, match="A2C, DDPG, PPO, SAC, TD3"):
+    with pytest.raises(ValueError, match="A2C, DDPG, PPO, RecurrentPPO, SAC, TD3"):
         wb.DQN("Pendulum-v1")
 
 
