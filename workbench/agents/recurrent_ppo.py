@@ -63,6 +63,10 @@ class RecurrentNetwork(nn.Module):
         """Unroll from the state ``(h, c)`` (each ``(B, H)``); ``starts[t]`` is 1 where an episode
         begins at step ``t`` (its state is zeroed first). Returns the outputs and the last state."""
         steps = obs.shape[0]
+        if steps == 1:  # acting: one step, the state already reset by begin_episode
+            keep = (1.0 - starts[0]).unsqueeze(-1)
+            out, (h1, c1) = self.lstm(obs, ((h * keep).unsqueeze(0), (c * keep).unsqueeze(0)))
+            return self.head(out), h1[0], c1[0]
         # Between two episode starts of any env the LSTM runs the whole stretch in one call.
         cuts = [0, *(torch.nonzero(starts[1:].any(dim=1)).flatten() + 1).tolist(), steps]
         h, c = h.unsqueeze(0), c.unsqueeze(0)
