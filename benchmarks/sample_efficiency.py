@@ -10,6 +10,14 @@ mean wall time per run, and the score of the zoo's published agent (rl-baselines
     python benchmarks/sample_efficiency.py --only Pendulum-v1:sac Pendulum-v1:td3 --seeds 1
     python benchmarks/sample_efficiency.py --all --list             # every preset, without running
     python benchmarks/sample_efficiency.py --only CartPole-v1:dqn --seeds 10 --set double_q=false dueling=true
+    python benchmarks/sample_efficiency.py --all --only CartPole-v1:qrdqn CartPoleNoVel --seeds 10 --sb3
+    python benchmarks/sample_efficiency.py --only CartPole-v1:dqn --seeds 20 --sb3             # zoo DQN vs SB3
+    python benchmarks/sample_efficiency.py --only CartPole-v1:dqn --seeds 20 --reliable        # the reliable one
+
+``--sb3`` also trains, seed by seed in the same run, Stable-Baselines3 / sb3-contrib at the same settings
+(DQN, QR-DQN, PPO, RecurrentPPO presets; ``pip install --no-deps stable-baselines3 sb3-contrib``) and adds
+its solve rate, wall time and CPU time per run (CPU time, ``time.process_time``, is the fairer figure on a
+loaded machine).
 
 ``--only`` takes task or agent names, or ``task:agent`` pairs (any substring matches); ``--set``
 overrides single hyperparameters of every selected preset (JSON values: numbers, true/false, lists).
@@ -25,11 +33,13 @@ import statistics
 import sys
 import time
 
+import gymnasium as gym
 import numpy as np
 import torch
 
 import workbench as wb
 from workbench.cli import parse_hyperparameters
+from workbench.presets import RELIABLE_PRESETS
 
 # The targets of issue 4: the zoo's budget, and the final evaluation counted as solved.
 DEFAULT = [
@@ -43,21 +53,122 @@ DEFAULT = [
     ("MountainCarContinuous-v0", "sac"),
 ]
 
+# The targets of issue 19 (run with --issue19): the DQN family and RecurrentPPO, with PPO on the
+# partially observed CartPole as the memoryless baseline expected to fail.
+ISSUE_19 = [
+    ("CartPole-v1", "dqn"),
+    ("CartPole-v1", "qrdqn"),
+    ("Acrobot-v1", "qrdqn"),
+    ("CartPole-v1", "rainbow"),
+    ("CartPoleNoVel-v1", "recurrentppo"),
+    ("CartPoleNoVel-v1", "ppo"),
+    ("PendulumNoVel-v1", "recurrentppo"),
+]
+
 
 def run_one(
-    env_id: str, agent_name: str, seed: int, eval_episodes: int, overrides: dict | None = None
-) -> tuple[float, float]:
-    """Train one preset run; return (final evaluation mean, wall seconds of training)."""
-    tuned = wb.preset(env_id, agent_name, seed=seed, **(overrides or {}))
+    env_id: str, agent_name: str, seed: int, eval_episodes: int, overrides: dict | None = None, reliable: bool = False
+) -> tuple[float, float, float]:
+    """Train one preset run; return (final evaluation mean, wall seconds, CPU seconds of training)."""
+    tuned = wb.preset(env_id, agent_name, seed=seed, reliable=reliable, **(overrides or {}))
     agent, env = tuned
     session = wb.Session(agent, env, seed=seed)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     session.run(steps=tuned.steps)
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     if session.status != "finished":
         raise RuntimeError(f"{env_id} {agent_name} seed {seed} ended {session.status}: {session.error}")
     returns = agent.play(env, episodes=eval_episodes, seed=10_000 + seed)
-    return float(np.mean(returns)), wall
+    return float(np.mean(returns)), wall, cpu
+
+
+# -- the same settings in Stable-Baselines3 / sb3-contrib ---------------------------------------------
+
+SB3_AGENTS = {"dqn", "qrdqn", "ppo", "recurrentppo"}
+
+
+def _sb3_schedule(value: object) -> object:
+    """Our schedule of training progress as SB3's function of the progress *remaining*."""
+    if isinstance(value, wb.Schedule):
+        return lambda remaining: float(value(1.0 - remaining))
+    return value
+
+
+def sb3_kwargs(agent: wb.Agent) -> tuple[dict, int, bool]:
+    """The SB3 constructor arguments equal to ``agent``'s settings, its n_envs, and whether it
+    normalizes (VecNormalize)."""
+    c = agent.config
+    name = type(agent).__name__.lower()
+    if name in ("dqn", "qrdqn"):
+        kw = dict(
+            learning_rate=_sb3_schedule(c.learning_rate), buffer_size=c.buffer_size, learning_starts=c.learning_starts,
+            batch_size=c.batch_size, tau=c.tau, gamma=c.gamma, train_freq=c.train_freq,
+            gradient_steps=c.gradient_steps, target_update_interval=c.target_update_interval,
+            exploration_fraction=c.exploration.fraction, exploration_initial_eps=c.exploration.start,
+            exploration_final_eps=c.exploration.end, max_grad_norm=c.max_grad_norm,
+            policy_kwargs=dict(net_arch=list(c.net_arch)),
+        )
+        if name == "qrdqn":
+            kw["policy_kwargs"]["n_quantiles"] = c.n_quantiles
+        return kw, 1, False
+    activation = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU, "elu": torch.nn.ELU}[c.activation]
+    policy_kwargs = dict(net_arch=dict(pi=list(c.net_arch), vf=list(c.net_arch)), activation_fn=activation,
+                         ortho_init=c.ortho_init, log_std_init=c.log_std_init)
+    if name == "recurrentppo":
+        policy_kwargs.update(lstm_hidden_size=c.lstm_hidden_size, enable_critic_lstm=True, shared_lstm=False)
+    kw = dict(
+        learning_rate=_sb3_schedule(c.learning_rate), n_steps=c.n_steps, batch_size=c.batch_size,
+        n_epochs=c.n_epochs, gamma=c.gamma, gae_lambda=c.gae_lambda, clip_range=_sb3_schedule(c.clip_range),
+        ent_coef=c.ent_coef, vf_coef=c.vf_coef, max_grad_norm=c.max_grad_norm,
+        normalize_advantage=c.normalize_advantage, policy_kwargs=policy_kwargs,
+    )
+    return kw, c.n_envs, bool(c.normalize_observations or c.normalize_rewards)
+
+
+def run_one_sb3(env_id: str, agent_name: str, seed: int, eval_episodes: int) -> tuple[float, float, float]:
+    """Train SB3's (or sb3-contrib's) version of the preset; return (eval mean, wall s, CPU s)."""
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    tuned = wb.preset(env_id, agent_name, seed=seed)
+    kw, n_envs, normalize = sb3_kwargs(tuned.agent)
+    c = tuned.agent.config
+    venv = make_vec_env(env_id, n_envs=n_envs, seed=seed)
+    if normalize:
+        venv = VecNormalize(venv, norm_obs=c.normalize_observations, norm_reward=c.normalize_rewards, gamma=c.gamma)
+    if agent_name == "dqn":
+        from stable_baselines3 import DQN as Algo
+        policy = "MlpPolicy"
+    elif agent_name == "ppo":
+        from stable_baselines3 import PPO as Algo
+        policy = "MlpPolicy"
+    elif agent_name == "qrdqn":
+        from sb3_contrib import QRDQN as Algo
+        policy = "MlpPolicy"
+    else:
+        from sb3_contrib import RecurrentPPO as Algo
+        policy = "MlpLstmPolicy"
+    model = Algo(policy, venv, seed=seed, device="cpu", **kw)
+    start, cpu = time.perf_counter(), time.process_time()
+    model.learn(total_timesteps=tuned.steps)
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    if normalize:
+        venv.training = False
+    returns = []
+    env = gym.make(env_id)
+    for episode in range(eval_episodes):
+        obs, _ = env.reset(seed=10_000 + seed + episode)
+        state, start_flag, total, done = None, np.ones((1,), dtype=bool), 0.0, False
+        while not done:
+            x = venv.normalize_obs(obs[None]) if normalize else obs[None]
+            action, state = model.predict(x, state=state, episode_start=start_flag, deterministic=True)
+            obs, reward, terminated, truncated, _ = env.step(action[0])
+            total += float(reward)
+            start_flag = np.zeros((1,), dtype=bool)
+            done = terminated or truncated
+        returns.append(total)
+    env.close()
+    return float(np.mean(returns)), wall, cpu
 
 
 def select(pairs: list[tuple[str, str]], only: list[str] | None) -> list[tuple[str, str]]:
@@ -92,10 +203,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="list the selected presets and exit")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     parser.add_argument("--set", nargs="+", metavar="NAME=VALUE", help="override hyperparameters of the presets")
+    parser.add_argument("--issue19", action="store_true", help="the DQN family and RecurrentPPO targets (issue 19)")
+    parser.add_argument("--sb3", action="store_true", help="also train SB3 / sb3-contrib at the same settings")
+    parser.add_argument("--reliable", action="store_true", help="the reliable=True variants")
     args = parser.parse_args(argv)
     overrides = parse_hyperparameters(args.set or [])
 
-    pairs = select(sorted(wb.PRESETS) if args.all else DEFAULT, args.only)
+    pairs = select(sorted(wb.PRESETS) if args.all else ISSUE_19 if args.issue19 else DEFAULT, args.only)
+    if args.reliable:
+        pairs = [p for p in pairs if p in RELIABLE_PRESETS]
     if not pairs:
         parser.error(f"--only {' '.join(args.only)} matches no preset; see --all --list")
     if args.list:
@@ -108,13 +224,21 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for env_id, agent in pairs:
         spec = wb.PRESETS[(env_id, agent)]
-        evals, walls = [], []
+        evals, walls, cpus, sb3 = [], [], [], []
         for seed in seeds:
-            score, wall = run_one(env_id, agent, seed, args.eval_episodes, overrides)
+            score, wall, cpu = run_one(env_id, agent, seed, args.eval_episodes, overrides, args.reliable)
             evals.append(score)
             walls.append(wall)
-            print(f"  {env_id} {agent} seed {seed}: eval {score:.1f} in {wall:.1f} s", file=sys.stderr, flush=True)
+            cpus.append(cpu)
+            print(f"  {env_id} {agent} seed {seed}: eval {score:.1f} in {wall:.1f} s ({cpu:.1f} s CPU)",
+                  file=sys.stderr, flush=True)
+            if args.sb3 and agent in SB3_AGENTS:
+                theirs = run_one_sb3(env_id, agent, seed, args.eval_episodes)
+                sb3.append(theirs)
+                print(f"  {env_id} {agent} seed {seed} SB3: eval {theirs[0]:.1f} in {theirs[1]:.1f} s "
+                      f"({theirs[2]:.1f} s CPU)", file=sys.stderr, flush=True)
         solved = sum(e >= spec.solved for e in evals) if spec.solved is not None else 0
+        sb3_solved = sum(e >= spec.solved for e, _, _ in sb3) if sb3 and spec.solved is not None else None
         rows.append(
             {
                 "task": env_id,
@@ -127,17 +251,28 @@ def main(argv: list[str] | None = None) -> int:
                 "solved": solved,
                 "target": spec.solved,
                 "wall_mean": statistics.fmean(walls),
+                "cpu_mean": statistics.fmean(cpus),
                 "zoo": spec.zoo_score,
+                "sb3_evals": [e for e, _, _ in sb3],
+                "sb3_solved": sb3_solved,
+                "sb3_wall_mean": statistics.fmean(w for _, w, _ in sb3) if sb3 else None,
+                "sb3_cpu_mean": statistics.fmean(c for _, _, c in sb3) if sb3 else None,
             }
         )
 
-    header = "| task | agent | budget | final eval (mean ± std) | seeds solved | target | wall / run | zoo published |"
+    header = ("| task | agent | budget | final eval (mean ± std) | seeds solved | target | wall / run | CPU / run "
+              "| SB3 solved | SB3 wall / CPU | zoo published |")
     print(header)
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
+        theirs = "—", "—"
+        if r["sb3_solved"] is not None:
+            theirs = (f"{r['sb3_solved']}/{len(r['sb3_evals'])}",
+                      f"{r['sb3_wall_mean']:.0f} s / {r['sb3_cpu_mean']:.0f} s")
         print(
             f"| {r['task']} | {r['agent'].upper()} | {r['budget'] // 1000}k | {r['mean']:.1f} ± {r['std']:.1f} "
-            f"| {r['solved']}/{len(r['seeds'])} | ≥ {fmt(r['target'])} | {r['wall_mean']:.0f} s | {fmt(r['zoo'])} |"
+            f"| {r['solved']}/{len(r['seeds'])} | ≥ {fmt(r['target'])} | {r['wall_mean']:.0f} s "
+            f"| {r['cpu_mean']:.0f} s | {theirs[0]} | {theirs[1]} | {fmt(r['zoo'])} |"
         )
     if overrides:
         print(f"\noverrides on top of the presets: {overrides}")

@@ -24,7 +24,15 @@ FAST: dict[str, dict] = {
     "td3": dict(learning_starts=64, batch_size=64, net_arch=(32, 32), learning_rate=3e-3),
     "ddpg": dict(learning_starts=64, batch_size=64, net_arch=(32, 32), learning_rate=3e-3),
 }
-STEPS = {"dqn": 800, "ppo": 1600, "a2c": 1600, "sac": 600, "td3": 600, "ddpg": 600}
+# The rest of the DQN family, on DQN's fast settings (v_min/v_max fit the tiny tasks' returns).
+FAST["qrdqn"] = dict(FAST["dqn"], n_quantiles=8)
+FAST["c51"] = dict(FAST["dqn"], n_atoms=11, v_min=-1.0, v_max=2.0)
+FAST["rainbow"] = dict(FAST["c51"], exploration=wb.EpsilonGreedy(0.0, 0.0, 0.1))
+FAST["recurrentppo"] = dict(n_envs=4, n_steps=16, batch_size=64, n_epochs=4, net_arch=(32,), lstm_hidden_size=16,
+                            learning_rate=3e-3, log_std_init=-1.0)
+STEPS = {"dqn": 800, "ppo": 1600, "a2c": 1600, "sac": 600, "td3": 600, "ddpg": 600,
+         "qrdqn": 800, "c51": 800, "rainbow": 800, "recurrentppo": 1600}
+DQN_FAMILY = {"dqn", "qrdqn", "c51", "rainbow"}
 
 
 def train(name: str, env_factory, steps: int | None = None, seed: int = 0, **extra) -> wb.Agent:
@@ -79,12 +87,16 @@ SIGNALS = {
     "sac": {"actor_loss", "critic_loss", "q_mean", "alpha", "entropy"},
     "td3": {"actor_loss", "critic_loss", "q_mean", "noise_stddev"},
     "ddpg": {"actor_loss", "critic_loss", "q_mean", "noise_stddev"},
+    "qrdqn": {"loss", "q_mean", "epsilon"},
+    "c51": {"loss", "q_mean", "epsilon"},
+    "rainbow": {"loss", "q_mean", "prioritized_beta"},
+    "recurrentppo": {"policy_loss", "value_loss", "entropy", "approx_kl"},
 }
 
 
 @pytest.mark.parametrize("name", sorted(AGENTS))
 def test_smoke_on_its_classic_control_task(name):
-    env = "CartPole-v1" if name in DISCRETE else "Pendulum-v1"
+    env = "CartPole-v1" if name in DISCRETE or name in DQN_FAMILY else "Pendulum-v1"
     session = wb.Session(AGENTS[name](env, seed=0, **FAST[name]), env, seed=0)
     session.run(steps=400)
     assert session.status == "finished"
@@ -146,9 +158,9 @@ def test_sac_fixed_entropy_coefficient_is_reported():
 def test_normalization_statistics_are_saved_and_frozen_in_play(name, tmp_path):
     env = "Pendulum-v1"
     agent = AGENTS[name](env, seed=0, normalize_observations=True, normalize_rewards=True, **FAST[name]) \
-        if name != "dqn" else AGENTS[name]("CartPole-v1", seed=0, normalize_observations=True,
-                                             normalize_rewards=True, **FAST[name])
-    env = "CartPole-v1" if name == "dqn" else env
+        if name not in DQN_FAMILY else AGENTS[name]("CartPole-v1", seed=0, normalize_observations=True,
+                                                      normalize_rewards=True, **FAST[name])
+    env = "CartPole-v1" if name in DQN_FAMILY else env
     session = wb.Session(agent, env, seed=0)
     session.run(steps=200)
     mean = agent.obs_normalizer.rms.mean.clone()
@@ -190,11 +202,11 @@ def test_continuous_agents_refuse_discrete_actions_naming_those_that_fit(name):
     with pytest.raises(ValueError) as info:
         AGENTS[name]("CartPole-v1")
     message = str(info.value)
-    assert "Discrete(2)" in message and "A2C, DQN, PPO" in message
+    assert "Discrete(2)" in message and "A2C, C51, DQN, PPO, QRDQN, Rainbow, RecurrentPPO" in message
 
 
 def test_dqn_refuses_box_actions_naming_those_that_fit():
-    with pytest.raises(ValueError, match="A2C, DDPG, PPO, SAC, TD3"):
+    with pytest.raises(ValueError, match="A2C, DDPG, PPO, RecurrentPPO, SAC, TD3"):
         wb.DQN("Pendulum-v1")
 
 

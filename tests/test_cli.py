@@ -45,7 +45,7 @@ def test_train_summary_says_when_no_episode_finished(capsys):
 
 def test_unknown_agent_and_bad_hyperparameter(capsys):
     with pytest.raises(SystemExit, match="unknown agent"):
-        main(["train", "CartPole-v1", "--agent", "rainbow", "--steps", "10"])
+        main(["train", "CartPole-v1", "--agent", "nosuchagent", "--steps", "10"])
     assert main(["train", "CartPole-v1", "--agent", "ppo", "--set", "n_stepz=3", "--steps", "10"]) == 2
     assert "n_steps" in capsys.readouterr().err
 

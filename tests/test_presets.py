@@ -97,3 +97,28 @@ def test_cli_train_uses_the_preset_and_its_budget(monkeypatch, capsys):
     assert ran["agent"].config.learning_rate == 1e-3 and ran["agent"].config.batch_size == 32
     cli.main(["train", "Pendulum-v1", "--agent", "sac", "--no-progress", "--no-preset", "--steps", "10"])
     assert ran["steps"] == 10 and ran["agent"].config.learning_rate == 3e-4
+
+
+@pytest.mark.parametrize(
+    ("env_id", "agent", "cls", "values"),
+    [
+        ("CartPole-v1", "qrdqn", wb.QRDQN, {"n_quantiles": 10, "train_freq": 256, "gradient_steps": 128}),
+        ("Acrobot-v1", "qrdqn", wb.QRDQN, {"n_quantiles": 25, "target_update_interval": 250, "learning_starts": 0}),
+        ("CartPole-v1", "rainbow", wb.Rainbow, {"noisy": True, "n_step": 3, "v_max": 100.0}),
+        ("CartPoleNoVel-v1", "recurrentppo", wb.RecurrentPPO, {"n_envs": 8, "n_steps": 32, "normalize_observations": True}),
+    ],
+)
+def test_issue_19_presets(env_id, agent, cls, values):
+    built = wb.preset(env_id, agent)
+    assert isinstance(built.agent, cls) and built.env == env_id
+    for key, value in values.items():
+        assert getattr(built.agent.config, key) == value, key
+    assert wb.PRESETS[(env_id, agent)].solved is not None
+
+
+def test_reliable_cartpole_dqn_decays_its_learning_rate():
+    zoo, reliable = wb.preset("CartPole-v1", "dqn"), wb.preset("CartPole-v1", "dqn", reliable=True)
+    assert zoo.agent.config.learning_rate == 2.3e-3
+    assert reliable.agent.config.learning_rate == wb.linear(2.3e-3, 0.0) and reliable.steps == zoo.steps
+    with pytest.raises(ValueError, match="no reliable preset"):
+        wb.preset("Pendulum-v1", "sac", reliable=True)

@@ -6,6 +6,7 @@ import os
 import signal
 import time
 
+import numpy as np
 import pytest
 
 import workbench as wb
@@ -89,6 +90,19 @@ def test_ray_workers_build_a_registered_env_id_and_act_with_gsde():
     assert session.status == "finished" and session.steps >= 256 + 40
     assert agent.num_updates >= 3
     assert session.signals["policy_std"].last > 0
+
+
+def test_recurrent_ppo_state_travels_from_ray_workers_to_the_learner():
+    # Each actor's replica keeps its own envs' LSTM states between rollouts; the learner gets
+    # them in the extras and replays its update from them.
+    agent = wb.RecurrentPPO("CartPoleNoVel-v1", seed=0, n_envs=4, n_steps=16, batch_size=32, n_epochs=1,
+                            lstm_hidden_size=8)
+    session = wb.Session(agent, "CartPoleNoVel-v1", num_workers=2, backend="ray", seed=0)
+    session.run(steps=192)
+    assert session.status == "finished", session.error
+    assert agent.num_updates >= 2
+    # After the first rollout, sequences start mid-episode from a carried, non-zero state.
+    assert np.abs(agent.rollout_states[0]).sum() > 0
 
 
 @pytest.mark.slow

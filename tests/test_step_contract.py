@@ -25,6 +25,12 @@ AGENTS = {
     "sac": (lambda seed: wb.SAC("Pendulum-v1", learning_starts=4, batch_size=4, seed=seed), "Pendulum-v1"),
     "td3": (lambda seed: wb.TD3("Pendulum-v1", learning_starts=4, batch_size=4, seed=seed), "Pendulum-v1"),
     "ddpg": (lambda seed: wb.DDPG("Pendulum-v1", learning_starts=4, batch_size=4, seed=seed), "Pendulum-v1"),
+    "qrdqn": (lambda seed: wb.QRDQN("CartPole-v1", learning_starts=4, train_freq=4, batch_size=4, seed=seed),
+              "CartPole-v1"),
+    "rainbow": (lambda seed: wb.Rainbow("CartPole-v1", learning_starts=4, train_freq=4, batch_size=4, seed=seed),
+                "CartPole-v1"),
+    "recurrentppo": (lambda seed: wb.RecurrentPPO("CartPoleNoVel-v1", n_envs=2, n_steps=8, batch_size=8, n_epochs=1,
+                                                  seed=seed), "CartPoleNoVel-v1"),
 }
 
 

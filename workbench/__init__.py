@@ -21,7 +21,25 @@ import importlib
 from typing import Any
 
 from ._version import __version__
-from .agents import A2C, AGENTS, DDPG, DQN, PPO, SAC, TD3, Agent, AgentState, EpisodeReturns, Step, Transitions, load
+from .agents import (
+    A2C,
+    AGENTS,
+    C51,
+    DDPG,
+    DQN,
+    PPO,
+    QRDQN,
+    SAC,
+    TD3,
+    Agent,
+    AgentState,
+    EpisodeReturns,
+    Rainbow,
+    RecurrentPPO,
+    Step,
+    Transitions,
+    load,
+)
 from .checkpoint import CheckpointError
 from .control import sessions
 from .envs import EnvOutputError, check_env
@@ -54,6 +72,7 @@ __all__ = [
     "Agent",
     "AgentState",
     "ArgumentError",
+    "C51",
     "CheckpointError",
     "DDPG",
     "DQN",
@@ -70,6 +89,9 @@ __all__ = [
     "PlayViewer",
     "Preset",
     "PrioritizedReplayMemory",
+    "QRDQN",
+    "Rainbow",
+    "RecurrentPPO",
     "ReplayMemory",
     "RolloutBuffer",
     "SAC",

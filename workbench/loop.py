@@ -187,6 +187,8 @@ def play_episode(
     ``env.render()``. Nothing is learned: the caller puts the agent in play mode.
     """
     obs = checked_reset(env.reset(seed=seed), "env.reset")
+    # A new episode: an agent with memory (RecurrentPPO's LSTM state) starts it afresh.
+    agent.begin_episode(np.ones(1, dtype=bool))
     convert = env_action_converter(env.action_space)
     yield PlayStep(0, obs, None, 0.0, False, env.render() if render else None)
     t = 0

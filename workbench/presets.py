@@ -21,11 +21,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import testing_envs  # noqa: F401 - registers CartPoleNoVel-v1 and PendulumNoVel-v1
 from .agents.base import AGENTS, Agent
 from .exploration import EpsilonGreedy, Exploration, GaussianNoise, exploration_from_dict
 from .schedules import linear
 
-__all__ = ["PRESETS", "Preset", "PresetSpec", "preset"]
+__all__ = ["PRESETS", "RELIABLE_PRESETS", "Preset", "PresetSpec", "preset"]
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,57 @@ def _specs() -> list[PresetSpec]:
         "learning_rate": 1e-3,
         "net_arch": (400, 300),
     }
+    acrobot_dqn = {
+        "learning_rate": 6.3e-4,
+        "batch_size": 128,
+        "buffer_size": 50_000,
+        "learning_starts": 0,
+        "gamma": 0.99,
+        "target_update_interval": 250,
+        "train_freq": 4,
+        "gradient_steps": -1,
+        "exploration": EpsilonGreedy(start=1.0, end=0.1, fraction=0.12),
+        "net_arch": (256, 256),
+    }
     return [
+        # The DQN family (issue 19). qrdqn.yml is dqn.yml plus n_quantiles; QRDQN's defaults are the
+        # CartPole row. Rainbow's and C51's CartPole rows are this project's (the zoo has none):
+        # the zoo's DQN schedule with the parts on, the support fitting CartPole's returns.
+        PresetSpec("CartPole-v1", "qrdqn", 50_000, {}, zoo_score=500.0, solved=475.0),
+        PresetSpec(
+            "Acrobot-v1", "qrdqn", 100_000, {**acrobot_dqn, "n_quantiles": 25}, solved=-100.0
+        ),
+        PresetSpec("CartPole-v1", "c51", 50_000, {}, solved=475.0),
+        PresetSpec("CartPole-v1", "rainbow", 50_000, {}, solved=475.0),
+        # zoo ppo_lstm.yml on CartPoleNoVel-v1 (the masked task of testing_envs). PendulumNoVel-v1 is this
+        # project's row: the zoo's PPO Pendulum settings without gSDE (RecurrentPPO has none), 200k steps.
+        PresetSpec(
+            "CartPoleNoVel-v1", "recurrentppo", 100_000, {"normalize_observations": True, "normalize_rewards": True},
+            zoo_score=500.0, solved=475.0,
+        ),
+        # The same settings without memory: the baseline that should fail on the masked task.
+        PresetSpec(
+            "CartPoleNoVel-v1", "ppo", 100_000, {"normalize_observations": True, "normalize_rewards": True},
+            solved=475.0,
+        ),
+        PresetSpec(
+            "PendulumNoVel-v1",
+            "recurrentppo",
+            200_000,
+            {
+                "n_envs": 4,
+                "n_steps": 1024,
+                "gae_lambda": 0.95,
+                "gamma": 0.9,
+                "n_epochs": 10,
+                "batch_size": 4096,
+                "learning_rate": 1e-3,
+                "clip_range": 0.2,
+                "normalize_observations": True,
+                "normalize_rewards": True,
+            },
+            solved=-250.0,
+        ),
         PresetSpec("CartPole-v1", "ppo", 100_000, {}, zoo_score=500.0, solved=475.0),  # PPO defaults = zoo
         PresetSpec("CartPole-v1", "dqn", 50_000, {}, zoo_score=500.0, solved=475.0),  # DQN defaults = zoo
         PresetSpec("CartPole-v1", "a2c", 500_000, {"n_envs": 8, "ent_coef": 0.0}, zoo_score=500.0, solved=475.0),
@@ -264,14 +315,37 @@ PRESETS: dict[tuple[str, str], PresetSpec] = {(s.env_id, s.agent): s for s in _s
 """Every preset by ``(env_id, agent)``."""
 
 
-def preset(env_id: str, agent: str, *, seed: int | None = None, **overrides: Any) -> Preset:
+RELIABLE_PRESETS: dict[tuple[str, str], PresetSpec] = {
+    # The zoo's CartPole DQN solves about 13 of 30 seeds (SB3: 10 of 15): a fine average, a poor
+    # bet for one run. Its learning rate decayed linearly to 0 was measured at 22 of 30 seeds (issue
+    # 19); the Q-values then stop chasing late, noisy targets. Not yet measured over 20 seeds here.
+    ("CartPole-v1", "dqn"): PresetSpec(
+        "CartPole-v1", "dqn", 50_000, {"learning_rate": linear(2.3e-3, 0.0)}, zoo_score=500.0, solved=475.0
+    ),
+}
+"""Presets traded for a higher solve rate over seeds than the zoo's, by ``(env_id, agent)``:
+``wb.preset(env_id, agent, reliable=True)`` builds them."""
+
+
+def preset(env_id: str, agent: str, *, seed: int | None = None, reliable: bool = False, **overrides: Any) -> Preset:
     """An agent tuned by rl-baselines3-zoo for ``env_id``, the env id and the zoo's step budget.
 
     ``agent`` is a name such as ``"sac"`` (any case) or an agent class; ``overrides`` replace single
-    hyperparameters. Raises ``ValueError`` listing the available presets when there is none.
+    hyperparameters. ``reliable=True`` takes the variant of :data:`RELIABLE_PRESETS` (for example
+    CartPole DQN with a decaying learning rate), which aims at solving on more seeds than the
+    zoo's. Raises ``ValueError`` listing the available presets when there is none.
     """
     name = agent.__name__.lower() if isinstance(agent, type) else str(agent).lower()
-    spec = PRESETS.get((env_id, name))
+    if reliable:
+        spec = RELIABLE_PRESETS.get((env_id, name))
+        if spec is None:
+            available = ", ".join(f"{e} {a}" for e, a in sorted(RELIABLE_PRESETS))
+            raise ValueError(
+                f"no reliable preset for agent {name!r} on {env_id!r}; there are: {available}. "
+                f"Drop reliable=True for the zoo's settings"
+            )
+    else:
+        spec = PRESETS.get((env_id, name))
     if spec is None:
         available = ", ".join(f"{e} {a}" for e, a in sorted(PRESETS))
         for_env = sorted(a for e, a in PRESETS if e == env_id)

@@ -6,8 +6,16 @@ agent the same way the test suite checks the built-in ones:
 * :class:`OneStepBandit`: one step, one right answer (return 1 when found).
 * :class:`TwoStateChain`: a tempting 0.5 now, or 0 now and 1 one step later; the best return is 1
   and needs a value carried back across a step.
+* :class:`RememberTheCue`: a cue shown at the first step names the action that pays at the second,
+  where the observation is blank; the best return is 1 with memory, 0.5 in expectation without.
 
 ``continuous=True`` gives each a ``Box(-1, 1, (1,))`` action space instead of ``Discrete(2)``.
+
+And partially observed classic-control tasks, for agents with memory (``RecurrentPPO``):
+
+* :class:`MaskVelocity` hides the velocities of CartPole, Pendulum, MountainCar or Acrobot;
+* the ids ``CartPoleNoVel-v1`` and ``PendulumNoVel-v1`` (registered with gymnasium when this
+  module is imported, which ``import workbench`` does) make the masked tasks by name.
 """
 
 from __future__ import annotations
@@ -18,7 +26,14 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-__all__ = ["OneStepBandit", "TwoStateChain"]
+__all__ = [
+    "MaskVelocity",
+    "OneStepBandit",
+    "RememberTheCue",
+    "TwoStateChain",
+    "cartpole_no_velocity",
+    "pendulum_no_velocity",
+]
 
 
 class OneStepBandit(gym.Env):
@@ -86,3 +101,80 @@ class TwoStateChain(gym.Env):
             return self._obs(), 0.0, False, False, {}
         reward = 1.0 - (a - 0.5) ** 2 / 2 if self.continuous else (1.0 if go else 0.0)
         return self._obs(), reward, True, False, {}
+
+
+class RememberTheCue(gym.Env):
+    """Two steps. The first observation is ``[cue, 1]`` with ``cue`` 0 or 1 at random; whatever the
+    first action, it pays 0 and the second observation is ``[0, 0]``. The second action pays 1 when
+    it equals the cue and ends the episode. Only an agent that remembers scores 1 every time."""
+
+    metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012 - gymnasium's convention
+
+    def __init__(self) -> None:
+        self.observation_space = spaces.Box(0.0, 1.0, shape=(2,), dtype=np.float32)
+        self.action_space = spaces.Discrete(2)
+        self._cue, self._t = 0, 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self._cue, self._t = int(self.np_random.integers(2)), 0
+        return np.array([self._cue, 1.0], dtype=np.float32), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        if self._t == 0:
+            self._t = 1
+            return np.zeros(2, dtype=np.float32), 0.0, False, False, {}
+        return np.zeros(2, dtype=np.float32), float(int(action) == self._cue), True, False, {}
+
+
+class MaskVelocity(gym.ObservationWrapper):
+    """Keeps only the positions of a classic-control observation, so the task needs memory.
+
+    CartPole keeps cart position and pole angle (drops both velocities); Pendulum keeps cos and
+    sin of the angle (drops the angular velocity); MountainCar keeps the position; Acrobot keeps
+    the cos and sin of both angles. ``keep`` gives the indices for any other Box observation.
+    """
+
+    KEEP: dict[str, tuple[int, ...]] = {  # noqa: RUF012 - read-only table
+        "CartPole": (0, 2),
+        "Pendulum": (0, 1),
+        "MountainCar": (0,),
+        "MountainCarContinuous": (0,),
+        "Acrobot": (0, 1, 2, 3),
+    }
+
+    def __init__(self, env: gym.Env, keep: tuple[int, ...] | None = None) -> None:
+        super().__init__(env)
+        if keep is None:
+            name = env.spec.id.split("-")[0] if env.spec is not None else ""
+            if name not in self.KEEP:
+                raise ValueError(
+                    f"MaskVelocity knows {', '.join(self.KEEP)}; for {name or type(env.unwrapped).__name__} "
+                    "pass keep=(indices of the observation to keep)"
+                )
+            keep = self.KEEP[name]
+        self.keep = np.asarray(keep, dtype=np.int64)
+        box = env.observation_space
+        assert isinstance(box, spaces.Box)
+        self.observation_space = spaces.Box(box.low[self.keep], box.high[self.keep], dtype=np.float32)
+
+    def observation(self, observation: np.ndarray) -> np.ndarray:
+        """The kept entries."""
+        return np.asarray(observation, dtype=np.float32)[self.keep]
+
+
+def cartpole_no_velocity(**kwargs: Any) -> gym.Env:
+    """CartPole-v1 without the velocities (``CartPoleNoVel-v1``)."""
+    return MaskVelocity(gym.make("CartPole-v1", **kwargs))
+
+
+def pendulum_no_velocity(**kwargs: Any) -> gym.Env:
+    """Pendulum-v1 without the angular velocity (``PendulumNoVel-v1``)."""
+    return MaskVelocity(gym.make("Pendulum-v1", **kwargs))
+
+
+for _id, _entry in (("CartPoleNoVel-v1", cartpole_no_velocity), ("PendulumNoVel-v1", pendulum_no_velocity)):
+    if _id not in gym.registry:
+        # The inner env already has its time limit; no checker on top of the inner env's one.
+        gym.register(_id, entry_point=_entry, disable_env_checker=True)
+del _id, _entry

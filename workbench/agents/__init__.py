@@ -2,9 +2,13 @@
 
 from .a2c import A2C, A2CConfig
 from .base import AGENTS, Agent, AgentConfig, AgentState, EpisodeReturns, Step, Transitions, register
+from .c51 import C51, C51Config
 from .ddpg import DDPG, DDPGConfig
 from .dqn import DQN, DQNConfig
 from .ppo import PPO, PPOConfig
+from .qrdqn import QRDQN, QRDQNConfig
+from .rainbow import Rainbow, RainbowConfig
+from .recurrent_ppo import RecurrentPPO, RecurrentPPOConfig
 from .sac import SAC, SACConfig
 from .saving import load
 from .td3 import TD3, TD3Config
@@ -16,6 +20,8 @@ __all__ = [
     "Agent",
     "AgentConfig",
     "AgentState",
+    "C51",
+    "C51Config",
     "DDPG",
     "DDPGConfig",
     "DQN",
@@ -23,6 +29,12 @@ __all__ = [
     "EpisodeReturns",
     "PPO",
     "PPOConfig",
+    "QRDQN",
+    "QRDQNConfig",
+    "Rainbow",
+    "RainbowConfig",
+    "RecurrentPPO",
+    "RecurrentPPOConfig",
     "SAC",
     "SACConfig",
     "Step",

@@ -1,9 +1,14 @@
 """DQN: deep Q-learning (Mnih et al. 2015) with double Q-learning (van Hasselt et al. 2016),
 a target network, the Huber loss and epsilon-greedy exploration. Options: a dueling network
-(Wang et al. 2016), n-step returns, proportional prioritized replay (Schaul et al. 2016).
+(Wang et al. 2016), n-step returns, proportional prioritized replay (Schaul et al. 2016), noisy
+networks for exploration (Fortunato et al. 2018).
 
 Reads top to bottom: hyperparameters, networks, acting, storing, the update.
 Defaults are rl-baselines3-zoo's tuned values for CartPole-v1.
+
+The distributional members of the family (``qrdqn.py``, ``c51.py``, ``rainbow.py``) share all of
+this and override three hooks: ``_atoms`` (outputs per action), ``_q_values`` (the expected value
+of each action from the network's output) and ``_td_loss`` (the per-sample loss).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from ..memory.replay import ReplayBatch, ReplayMemory
 from ..schedules import Schedule, as_schedule, linear
 from ..validation import Constraint, checked, flag, integer, number
 from .base import AgentState, Transitions, register
-from .networks import DuelingQNetwork, make_adam, mlp, polyak_update
+from .networks import DuelingQNetwork, make_adam, mlp, noise_off, polyak_update, reset_noise
 from .off_policy import OffPolicyAgent, OffPolicyConfig
 
 __all__ = ["DQN", "DQNConfig"]
@@ -66,6 +71,9 @@ class DQNConfig(OffPolicyConfig):
         constraint=number(0, schedule=True), default_factory=lambda: linear(0.4, 1.0)
     )
     """Importance-weight exponent, annealed to 1 over training."""
+    noisy: bool = False
+    """Noisy networks: learned weight noise explores (new noise every step and gradient step); set
+    ``exploration=wb.EpsilonGreedy(0.0, 0.0)`` to explore by the noise alone."""
 
 
 @register
@@ -96,10 +104,14 @@ class DQN(OffPolicyAgent):
         if c.n_step < 1:
             raise ValueError(f"DQN n_step must be at least 1, got {c.n_step}")
 
+        atoms = self._atoms()
+        if c.noisy and not c.net_arch:
+            raise ValueError("noisy=True needs at least one hidden layer (net_arch): the first layer is not noisy")
+
         def q_network() -> nn.Module:
             if c.dueling:
-                return DuelingQNetwork(obs_dim, c.net_arch, self.n_actions)
-            return mlp(obs_dim, c.net_arch, self.n_actions, activation="relu")
+                return DuelingQNetwork(obs_dim, c.net_arch, self.n_actions, atoms=atoms, noisy=c.noisy)
+            return mlp(obs_dim, c.net_arch, self.n_actions * atoms, activation="relu", noisy=c.noisy)
 
         self.q_net = q_network()
         self.q_target = q_network()
@@ -118,6 +130,29 @@ class DQN(OffPolicyAgent):
         self._n_step = NStepAccumulator(c.n_step, c.gamma) if c.n_step > 1 else None
         self._steps_since_update = 0
         self._steps_since_target = 0
+        self._reset_noise()
+
+    # Hooks of the distributional agents (QR-DQN, C51): DQN has one output per action, its Q-value.
+
+    def _atoms(self) -> int:
+        """Network outputs per action (quantiles, support atoms; 1 for DQN)."""
+        return 1
+
+    def _outputs(self, net: nn.Module, obs: torch.Tensor) -> torch.Tensor:
+        """The network's output, ``(batch, n_actions)`` or ``(batch, n_actions, atoms)``."""
+        out = net(obs)
+        atoms = self._atoms()
+        return out if atoms == 1 else out.view(-1, self.n_actions, atoms)
+
+    def _q_values(self, out: torch.Tensor) -> torch.Tensor:
+        """Expected value of each action, ``(batch, n_actions)``, from :meth:`_outputs`."""
+        return out
+
+    def _reset_noise(self) -> None:
+        """New weight noise in both networks (noisy networks only)."""
+        if self.config.noisy:
+            reset_noise(self.q_net, self.generator)
+            reset_noise(self.q_target, self.generator)
 
     @property
     def epsilon(self) -> float:
@@ -128,11 +163,14 @@ class DQN(OffPolicyAgent):
 
     @torch.no_grad()
     def _greedy(self, obs: np.ndarray) -> np.ndarray:
-        return self.q_net(torch.from_numpy(obs)).argmax(-1).numpy()
+        return self._q_values(self._outputs(self.q_net, torch.from_numpy(obs))).argmax(-1).numpy()
 
     def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
         if deterministic:
-            return self._greedy(obs)
+            with noise_off(self.q_net):  # play and evaluation act on the mean weights
+                return self._greedy(obs)
+        if self.config.noisy:
+            reset_noise(self.q_net, self.generator)
         n = obs.shape[0]
         if self.num_timesteps < self.config.learning_starts:
             return self.rng.integers(0, self.n_actions, size=n)
@@ -178,12 +216,13 @@ class DQN(OffPolicyAgent):
         q_sum = torch.zeros(())
         prioritized = isinstance(self.memory, PrioritizedReplayMemory)
         beta = self._beta(self.progress)
+        self._reset_noise()
         if prioritized:
             # Priorities change after every step, so each minibatch is drawn when it is used.
             for _ in range(steps):
                 batch = self.memory.sample(c.batch_size, self.rng, beta)
                 with torch.no_grad():
-                    next_q = self.q_target(batch.next_obs)
+                    next_q = self._outputs(self.q_target, batch.next_obs)
                 loss, q = self._gradient_step(batch, next_q)
                 loss_sum += loss
                 q_sum += q
@@ -193,7 +232,7 @@ class DQN(OffPolicyAgent):
             # runs once over every minibatch instead of once per gradient step: same maths, fewer ops.
             everything = self.memory.sample(c.batch_size * steps, self.rng)
             with torch.no_grad():
-                next_q_all = self.q_target(everything.next_obs)
+                next_q_all = self._outputs(self.q_target, everything.next_obs)
             for i in range(steps):
                 part = slice(i * c.batch_size, (i + 1) * c.batch_size)
                 batch = ReplayBatch(*(field[part] for field in everything))
@@ -211,24 +250,37 @@ class DQN(OffPolicyAgent):
             metrics["prioritized_beta"] = beta
         return metrics
 
-    def _gradient_step(self, batch: ReplayBatch, next_q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """One step on the Huber loss; ``next_q`` is the target network's values of ``next_obs``.
-        Returns the loss and the mean Q-value (detached)."""
-        c = self.config
+    def _next_actions(self, batch: ReplayBatch, next_out: torch.Tensor) -> torch.Tensor:
+        """The action bootstrapped from in each next state, ``(batch, 1)``: chosen by the online
+        network with ``double_q``, else by the target network's own values."""
+        if self.config.double_q:
+            chooser = self._q_values(self._outputs(self.q_net, batch.next_obs))
+        else:
+            chooser = self._q_values(next_out)
+        return chooser.argmax(-1, keepdim=True)
+
+    def _td_loss(self, batch: ReplayBatch, next_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per-sample loss, the taken actions' Q-values (for ``q_mean``) and the priorities' errors.
+        DQN: the Huber loss between Q(s, a) and r + discount * Q_target(s', a')."""
         with torch.no_grad():
-            if c.double_q:
-                next_actions = self.q_net(batch.next_obs).argmax(-1, keepdim=True)
-                next_value = next_q.gather(1, next_actions).squeeze(1)
-            else:
-                next_value = next_q.max(-1).values
+            next_value = next_out.gather(1, self._next_actions(batch, next_out)).squeeze(1)
             target = batch.rewards + batch.discounts * (1.0 - batch.dones) * next_value
         q = self.q_net(batch.obs).gather(1, batch.actions.unsqueeze(1)).squeeze(1)
+        return F.smooth_l1_loss(q, target, reduction="none"), q.detach(), (q - target).detach()
+
+    def _gradient_step(self, batch: ReplayBatch, next_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step on :meth:`_td_loss`; ``next_out`` is the target network's output for
+        ``next_obs``. Returns the loss and the mean Q-value (detached)."""
+        c = self.config
+        if c.noisy:
+            reset_noise(self.q_net, self.generator)  # new noise for every gradient step
+        per_sample, q, errors = self._td_loss(batch, next_out)
         if isinstance(self.memory, PrioritizedReplayMemory):
             # Importance weights undo the bias of prioritized sampling (Schaul et al. 2016).
-            loss = (batch.weights * F.smooth_l1_loss(q, target, reduction="none")).mean()
-            self.memory.update_priorities(batch.indices, (q - target).detach().numpy())
+            loss = (batch.weights * per_sample).mean()
+            self.memory.update_priorities(batch.indices, errors.numpy())
         else:
-            loss = F.smooth_l1_loss(q, target)
+            loss = per_sample.mean()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.clip_grad_norm_(self._params, c.max_grad_norm, foreach=True)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 from torch import nn
@@ -12,11 +13,14 @@ __all__ = [
     "ACTIVATIONS",
     "DuelingQNetwork",
     "EnsembleMLP",
+    "NoisyLinear",
     "ScalarParameter",
     "gaussian_policy_terms",
     "make_adam",
     "mlp",
+    "noise_off",
     "polyak_update",
+    "reset_noise",
 ]
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
@@ -30,26 +34,29 @@ def mlp(
     activation: str = "relu",
     ortho_init: bool = False,
     output_gain: float = 1.0,
+    noisy: bool = False,
 ) -> nn.Sequential:
     """A multilayer perceptron ``in_dim -> hidden... -> out_dim``.
 
     With ``ortho_init`` the hidden layers get orthogonal weights with gain sqrt(2) and the output
     layer ``output_gain`` (0.01 for a policy head, 1 for a value head), as in the PPO paper's code.
+    With ``noisy`` every layer but the first is a :class:`NoisyLinear` (the first embeds the input,
+    as the convolutions do in the Rainbow paper, where only the fully connected layers are noisy).
     """
     if activation not in ACTIVATIONS:
         raise ValueError(f"unknown activation {activation!r}; choose from {', '.join(ACTIVATIONS)}")
     act = ACTIVATIONS[activation]
     layers: list[nn.Module] = []
     last = in_dim
-    for width in hidden:
-        linear = nn.Linear(last, width)
+    for i, width in enumerate(hidden):
+        linear = NoisyLinear(last, width) if noisy and i > 0 else nn.Linear(last, width)
         if ortho_init:
             nn.init.orthogonal_(linear.weight, math.sqrt(2))
             nn.init.zeros_(linear.bias)
         layers += [linear, act()]
         last = width
-    head = nn.Linear(last, out_dim)
-    if ortho_init:
+    head = NoisyLinear(last, out_dim) if noisy and hidden else nn.Linear(last, out_dim)
+    if ortho_init and not isinstance(head, NoisyLinear):
         nn.init.orthogonal_(head.weight, output_gain)
         nn.init.zeros_(head.bias)
     layers.append(head)
@@ -79,22 +86,105 @@ def polyak_update(target: nn.Module, online: nn.Module, tau: float) -> None:
 
 class DuelingQNetwork(nn.Module):
     """Dueling architecture (Wang et al. 2016): a shared trunk, a state-value head and an advantage
-    head, combined as ``Q = V + A - mean(A)`` so V and A are identifiable."""
+    head, combined as ``Q = V + A - mean(A)`` so V and A are identifiable.
 
-    def __init__(self, in_dim: int, hidden: Sequence[int], n_actions: int, activation: str = "relu") -> None:
+    With ``atoms > 1`` (distributional agents) each action has ``atoms`` outputs (quantiles or
+    logits) and the combination is made per atom, as in Rainbow; the output is then flat,
+    ``(batch, n_actions * atoms)``. ``noisy`` makes the heads (and trunk layers after the first)
+    :class:`NoisyLinear`."""
+
+    def __init__(
+        self,
+        in_dim: int,
+        hidden: Sequence[int],
+        n_actions: int,
+        activation: str = "relu",
+        *,
+        atoms: int = 1,
+        noisy: bool = False,
+    ) -> None:
         super().__init__()
         if not hidden:
             raise ValueError("a dueling network needs at least one hidden layer (net_arch)")
-        self.trunk = mlp(in_dim, hidden[:-1], hidden[-1], activation=activation)
+        self.n_actions, self.atoms = n_actions, atoms
+        self.trunk = mlp(in_dim, hidden[:-1], hidden[-1], activation=activation, noisy=noisy)
         self.trunk.append(ACTIVATIONS[activation]())
-        self.value = nn.Linear(hidden[-1], 1)
-        self.advantage = nn.Linear(hidden[-1], n_actions)
+        head = NoisyLinear if noisy else nn.Linear
+        self.value = head(hidden[-1], atoms)
+        self.advantage = head(hidden[-1], n_actions * atoms)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        """Q-values of every action, shape ``(batch, n_actions)``."""
+        """Q-values of every action, shape ``(batch, n_actions)`` (``(batch, n_actions * atoms)``)."""
         h = self.trunk(obs)
-        adv = self.advantage(h)
-        return self.value(h) + adv - adv.mean(-1, keepdim=True)
+        if self.atoms == 1:
+            adv = self.advantage(h)
+            return self.value(h) + adv - adv.mean(-1, keepdim=True)
+        adv = self.advantage(h).view(-1, self.n_actions, self.atoms)
+        out = self.value(h).unsqueeze(1) + adv - adv.mean(1, keepdim=True)
+        return out.flatten(1)
+
+
+class NoisyLinear(nn.Module):
+    """A linear layer with learned, factorised Gaussian noise on its weights (Fortunato et al. 2018,
+    "Noisy Networks for Exploration"): ``y = (mu_w + sigma_w * eps_w) x + mu_b + sigma_b * eps_b``
+    with ``eps_w = f(eps_out) f(eps_in)^T`` and ``f(x) = sign(x) sqrt(|x|)``.
+
+    The noise is drawn by :meth:`reset_noise` (the agent calls it with its own generator) and held
+    until the next call; it is not module state, so checkpoints and Ray weights carry only the
+    learned ``mu`` and ``sigma``. In eval mode the layer is deterministic: ``y = mu_w x + mu_b``.
+    """
+
+    def __init__(self, in_features: int, out_features: int, sigma_init: float = 0.5) -> None:
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        bound = 1.0 / math.sqrt(in_features)
+        self.weight_mu = nn.Parameter(torch.empty(out_features, in_features).uniform_(-bound, bound))
+        self.weight_sigma = nn.Parameter(torch.full((out_features, in_features), sigma_init * bound))
+        self.bias_mu = nn.Parameter(torch.empty(out_features).uniform_(-bound, bound))
+        self.bias_sigma = nn.Parameter(torch.full((out_features,), sigma_init * bound))
+        self.register_buffer("eps_in", torch.zeros(in_features), persistent=False)
+        self.register_buffer("eps_out", torch.zeros(out_features), persistent=False)
+
+    @staticmethod
+    def _scaled(noise: torch.Tensor) -> torch.Tensor:
+        return noise.sign() * noise.abs().sqrt()
+
+    def reset_noise(self, generator: torch.Generator | None = None) -> None:
+        """Draw new factorised noise (held until the next call)."""
+        self.eps_in.copy_(self._scaled(torch.randn(self.in_features, generator=generator)))
+        self.eps_out.copy_(self._scaled(torch.randn(self.out_features, generator=generator)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Noisy in training mode, the mean weights in eval mode."""
+        if not self.training:
+            return nn.functional.linear(x, self.weight_mu, self.bias_mu)
+        weight = self.weight_mu + self.weight_sigma * torch.outer(self.eps_out, self.eps_in)
+        return nn.functional.linear(x, weight, self.bias_mu + self.bias_sigma * self.eps_out)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}"
+
+
+def reset_noise(module: nn.Module, generator: torch.Generator | None = None) -> None:
+    """New noise in every :class:`NoisyLinear` of ``module``."""
+    with torch.no_grad():
+        for m in module.modules():
+            if isinstance(m, NoisyLinear):
+                m.reset_noise(generator)
+
+
+@contextlib.contextmanager
+def noise_off(module: nn.Module) -> Iterator[None]:
+    """Within the block, every :class:`NoisyLinear` of ``module`` uses its mean weights (greedy,
+    deterministic acting), whatever the module's mode."""
+    noisy = [m for m in module.modules() if isinstance(m, NoisyLinear) and m.training]
+    for m in noisy:
+        m.training = False
+    try:
+        yield
+    finally:
+        for m in noisy:
+            m.training = True
 
 
 class EnsembleMLP(nn.Module):

@@ -1,0 +1,119 @@
+"""C51: distributional Q-learning on a fixed support of atoms (Bellemare et al. 2017).
+
+Each action's return distribution is a categorical distribution over ``n_atoms`` evenly spaced
+values from ``v_min`` to ``v_max``; the target distribution ``r + discount * Z(s', a')`` is projected
+back onto the support (:func:`categorical_projection`) and learned with the cross-entropy.
+
+Shared with DQN (``dqn.py``): replay (uniform or prioritized), n-step returns, epsilon-greedy or
+noisy-network exploration, the dueling option, double Q-learning, the target network and the
+update schedule. This file adds the config, the head size, the value of an action and the loss.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from gymnasium import spaces
+
+from ..memory.replay import ReplayBatch
+from .base import register
+from .dqn import DQN, DQNConfig
+
+__all__ = ["C51", "C51Config", "categorical_projection"]
+
+
+@dataclass
+class C51Config(DQNConfig):
+    """C51 hyperparameters (the rest: :class:`~workbench.agents.dqn.DQNConfig`'s, zoo CartPole-v1)."""
+
+    n_atoms: int = 51
+    """Atoms of the support (51 in the paper, hence the name)."""
+    v_min: float = 0.0
+    """Lowest value of the support (CartPole-v1's discounted returns lie in [0, 100]; Atari: -10)."""
+    v_max: float = 100.0
+    """Highest value of the support (returns beyond it are clipped onto it; Atari: 10)."""
+
+
+# -- the projection ---------------------------------------------------------------------------------
+
+
+def categorical_projection(
+    next_probs: torch.Tensor, rewards: torch.Tensor, discounts: torch.Tensor, support: torch.Tensor
+) -> torch.Tensor:
+    """The distribution of ``rewards + discounts * Z`` projected onto ``support`` (Bellemare et al.
+    2017, Algorithm 1), shape ``(batch, n_atoms)``.
+
+    ``next_probs`` ``(batch, n_atoms)`` is Z's probability on each atom; ``discounts`` ``(batch,)``
+    is zero where the episode terminated. Each shifted atom is clipped into ``[v_min, v_max]`` and its
+    mass split between the two atoms around it, in proportion to closeness.
+    """
+    n = support.shape[0]
+    v_min, v_max = float(support[0]), float(support[-1])
+    delta = (v_max - v_min) / (n - 1)
+    shifted = (rewards.unsqueeze(1) + discounts.unsqueeze(1) * support.unsqueeze(0)).clamp(v_min, v_max)
+    b = ((shifted - v_min) / delta).clamp(0, n - 1)
+    lower, upper = b.floor().long(), b.ceil().long()
+    # Where b falls on an atom, lower == upper and both shares below are 0: give it the whole mass.
+    lower_share = upper.to(b.dtype) - b + (lower == upper).to(b.dtype)
+    projected = torch.zeros_like(next_probs)
+    projected.scatter_add_(1, lower, next_probs * lower_share)
+    projected.scatter_add_(1, upper, next_probs * (b - lower.to(b.dtype)))
+    return projected
+
+
+@register
+class C51(DQN):
+    """Categorical (distributional) DQN for Discrete action spaces.
+
+    Example::
+
+        agent = wb.C51("CartPole-v1", n_atoms=51, v_min=0.0, v_max=100.0)
+        wb.Session(agent, "CartPole-v1").run(steps=50_000)
+    """
+
+    Config = C51Config
+    action_spaces = (spaces.Discrete,)
+    config: C51Config
+
+    # -- networks: one logit per atom and action -------------------------------------------------
+
+    def _atoms(self) -> int:
+        c = self.config
+        if c.n_atoms < 2:
+            raise ValueError(f"{self.algorithm} n_atoms must be at least 2, got {c.n_atoms}")
+        if not c.v_min < c.v_max:
+            raise ValueError(f"{self.algorithm} needs v_min < v_max, got v_min={c.v_min}, v_max={c.v_max}")
+        return int(c.n_atoms)
+
+    @property
+    def support(self) -> torch.Tensor:
+        """The atoms' values, ``linspace(v_min, v_max, n_atoms)``."""
+        c = self.config
+        return torch.linspace(c.v_min, c.v_max, c.n_atoms)
+
+    def _q_values(self, out: torch.Tensor) -> torch.Tensor:
+        return (F.softmax(out, dim=-1) * self.support).sum(-1)
+
+    def export(self, path: str | os.PathLike[str], *, format: str | None = None) -> str:
+        """Not supported yet (its greedy action is over each action's mean return, which the exporter's heads do not
+        compute): raises ``TypeError`` rather than write a wrong policy."""
+        raise TypeError(f"{self.algorithm} has no policy export yet: the greedy action is over mean returns")
+
+    # -- the update ----------------------------------------------------------------------------
+
+    def _td_loss(self, batch: ReplayBatch, next_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        n = self._atoms()
+        support = self.support
+        with torch.no_grad():
+            next_actions = self._next_actions(batch, next_out)
+            next_logits = next_out.gather(1, next_actions.unsqueeze(-1).expand(-1, 1, n)).squeeze(1)
+            target = categorical_projection(
+                F.softmax(next_logits, dim=-1), batch.rewards, batch.discounts * (1.0 - batch.dones), support
+            )
+        out = self._outputs(self.q_net, batch.obs)
+        log_p = F.log_softmax(out.gather(1, batch.actions.view(-1, 1, 1).expand(-1, 1, n)).squeeze(1), dim=-1)
+        loss = -(target * log_p).sum(-1)  # cross-entropy; prioritized replay uses it as the error
+        return loss, (log_p.detach().exp() * support).sum(-1), loss.detach()

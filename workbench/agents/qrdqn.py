@@ -1,0 +1,106 @@
+"""QR-DQN: distributional Q-learning with quantile regression (Dabney et al. 2018).
+
+Each action's return distribution is ``n_quantiles`` quantiles at the midpoints
+``tau_i = (2i + 1) / (2N)``; the network learns them with the quantile Huber loss against the
+Bellman target of every quantile of the next state, and acts on their mean.
+
+Shared with DQN (``dqn.py``): replay (uniform or prioritized), n-step returns, epsilon-greedy or
+noisy-network exploration, the dueling option, the target network and the update schedule. This
+file adds the config, the head size, the value of an action and the loss. Defaults are
+rl-baselines3-zoo's ``qrdqn.yml`` for CartPole-v1 (DQN's settings with 10 quantiles).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+from gymnasium import spaces
+
+from ..memory.replay import ReplayBatch
+from .base import register
+from .dqn import DQN, DQNConfig
+
+__all__ = ["QRDQN", "QRDQNConfig", "quantile_huber_loss"]
+
+
+@dataclass
+class QRDQNConfig(DQNConfig):
+    """QR-DQN hyperparameters (defaults: rl-baselines3-zoo qrdqn.yml, CartPole-v1); the others are
+    :class:`~workbench.agents.dqn.DQNConfig`'s."""
+
+    # sb3-contrib's QR-DQN bootstraps from the target network's own greedy action:
+    double_q: bool = False
+
+    n_quantiles: int = 10
+    """Quantiles per action (the zoo: 10 on CartPole, 25 on Acrobot and MountainCar)."""
+    kappa: float = 1.0
+    """Huber threshold of the quantile loss (0: the plain quantile, "pinball", loss)."""
+
+
+# -- the loss ---------------------------------------------------------------------------------------
+
+
+def quantile_huber_loss(quantiles: torch.Tensor, targets: torch.Tensor, kappa: float = 1.0) -> torch.Tensor:
+    """The quantile Huber loss of each sample (Dabney et al. 2018, eq. 10), shape ``(batch,)``.
+
+    ``quantiles`` ``(batch, N)`` are the current estimates at ``tau_i = (2i + 1) / (2N)``,
+    ``targets`` ``(batch, M)`` samples of the target distribution. For every pair,
+    ``u = target_j - quantile_i`` costs ``|tau_i - 1{u < 0}| * huber_kappa(u) / kappa`` (with kappa 0:
+    ``|u|``); the sum over ``i`` is averaged over ``j``, as sb3-contrib does.
+    """
+    n = quantiles.shape[-1]
+    tau = (torch.arange(n, dtype=quantiles.dtype) + 0.5) / n
+    u = targets.unsqueeze(-2) - quantiles.unsqueeze(-1)  # (batch, N, M)
+    if kappa > 0:
+        abs_u = u.abs()
+        huber = torch.where(abs_u <= kappa, 0.5 * u.pow(2), kappa * (abs_u - 0.5 * kappa)) / kappa
+    else:
+        huber = u.abs()
+    weight = (tau.unsqueeze(-1) - (u.detach() < 0).to(u.dtype)).abs()
+    return (weight * huber).sum(-2).mean(-1)
+
+
+@register
+class QRDQN(DQN):
+    """Quantile-regression DQN for Discrete action spaces.
+
+    Example::
+
+        agent = wb.QRDQN("CartPole-v1", n_quantiles=10)
+        wb.Session(agent, "CartPole-v1").run(steps=50_000)
+    """
+
+    Config = QRDQNConfig
+    action_spaces = (spaces.Discrete,)
+    config: QRDQNConfig
+
+    # -- networks: N quantiles per action ------------------------------------------------------
+
+    def _atoms(self) -> int:
+        if self.config.n_quantiles < 1:
+            raise ValueError(f"QRDQN n_quantiles must be at least 1, got {self.config.n_quantiles}")
+        return int(self.config.n_quantiles)
+
+    def _q_values(self, out: torch.Tensor) -> torch.Tensor:
+        return out.mean(-1)  # the mean of the quantiles estimates the expected return
+
+    def export(self, path: str | os.PathLike[str], *, format: str | None = None) -> str:
+        """Not supported yet (its greedy action is over each action's mean quantile, which the exporter's heads do not
+        compute): raises ``TypeError`` rather than write a wrong policy."""
+        raise TypeError(f"{self.algorithm} has no policy export yet: the greedy action is over mean quantiles")
+
+    # -- the update ----------------------------------------------------------------------------
+
+    def _td_loss(self, batch: ReplayBatch, next_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        n = self._atoms()
+        with torch.no_grad():
+            next_actions = self._next_actions(batch, next_out)
+            next_quantiles = next_out.gather(1, next_actions.unsqueeze(-1).expand(-1, 1, n)).squeeze(1)
+            not_done = batch.discounts * (1.0 - batch.dones)
+            targets = batch.rewards.unsqueeze(1) + not_done.unsqueeze(1) * next_quantiles
+        out = self._outputs(self.q_net, batch.obs)
+        quantiles = out.gather(1, batch.actions.view(-1, 1, 1).expand(-1, 1, n)).squeeze(1)
+        loss = quantile_huber_loss(quantiles, targets, self.config.kappa)
+        return loss, quantiles.detach().mean(-1), loss.detach()

@@ -1,0 +1,301 @@
+"""RecurrentPPO: PPO with an LSTM policy and an LSTM value network, for partially observed tasks.
+
+Shared parts: PPO's hyperparameters and clipped loss (``ppo.py``), the on-policy networks' policy
+terms, log std and GAE (``on_policy.py``, ``memory/rollout.py``).
+
+The LSTM state travels as the step contract asks (``workbench.loop``): ``decide`` returns, as the
+step's extras, the state it *used* (``lstm_states``, ``(n_envs, 4, lstm_hidden_size)``: actor h, c,
+critic h, c) next to PPO's ``values`` and ``log_probs``; the running state of each env is acting
+state, advanced by every decision and zeroed by ``begin_episode`` when that env's episode ends
+(play keeps its own, so an evaluation in the middle of training does not disturb it). ``observe``
+stores the extras in the rollout; the update unrolls each env's sequence from the state stored at
+its first step, zeroing the state where an episode begins, so no sequence runs across an episode
+boundary, and backpropagates through the whole rollout.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from itertools import pairwise
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from gymnasium import spaces
+from torch import nn
+
+from ..memory.rollout import RolloutBuffer, compute_gae
+from ..schedules import as_schedule
+from .base import AgentState, Step, Transitions, register
+from .networks import gaussian_policy_terms, make_adam, mlp
+from .on_policy import OnPolicyAgent
+from .ppo import PPOConfig
+
+__all__ = ["RecurrentNetwork", "RecurrentPPO", "RecurrentPPOConfig"]
+
+
+@dataclass
+class RecurrentPPOConfig(PPOConfig):
+    """RecurrentPPO hyperparameters; the rest are :class:`~workbench.agents.ppo.PPOConfig`'s
+    (defaults: rl-baselines3-zoo's ppo_lstm on CartPoleNoVel-v1, which are PPO's CartPole ones)."""
+
+    net_arch: tuple[int, ...] = (64,)
+    """Hidden layer widths of the policy and value heads, after their LSTMs."""
+    lstm_hidden_size: int = 64
+    """Units of each LSTM (one for the policy, one for the value)."""
+
+
+# -- networks -----------------------------------------------------------------------------------
+
+
+class RecurrentNetwork(nn.Module):
+    """An LSTM then an MLP head: ``(T, B, in_dim)`` sequences to ``(T, B, out_dim)`` outputs."""
+
+    def __init__(self, in_dim: int, lstm_hidden: int, net_arch: tuple[int, ...], out_dim: int, **mlp_options: object):
+        super().__init__()
+        self.lstm = nn.LSTM(in_dim, lstm_hidden)
+        self.head = mlp(lstm_hidden, net_arch, out_dim, **mlp_options)  # type: ignore[arg-type]
+
+    def forward(
+        self, obs: torch.Tensor, h: torch.Tensor, c: torch.Tensor, starts: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Unroll from the state ``(h, c)`` (each ``(B, H)``); ``starts[t]`` is 1 where an episode
+        begins at step ``t`` (its state is zeroed first). Returns the outputs and the last state."""
+        steps = obs.shape[0]
+        if steps == 1:  # acting: one step, the state already reset by begin_episode
+            keep = (1.0 - starts[0]).unsqueeze(-1)
+            out, (h1, c1) = self.lstm(obs, ((h * keep).unsqueeze(0), (c * keep).unsqueeze(0)))
+            return self.head(out), h1[0], c1[0]
+        # Between two episode starts of any env the LSTM runs the whole stretch in one call.
+        cuts = [0, *(torch.nonzero(starts[1:].any(dim=1)).flatten() + 1).tolist(), steps]
+        h, c = h.unsqueeze(0), c.unsqueeze(0)
+        outs = []
+        for a, b in pairwise(cuts):
+            if b <= a:
+                continue
+            keep = (1.0 - starts[a]).view(1, -1, 1)
+            h, c = h * keep, c * keep
+            out, (h, c) = self.lstm(obs[a:b], (h, c))
+            outs.append(out)
+        return self.head(torch.cat(outs)), h[0], c[0]
+
+
+@register
+class RecurrentPPO(OnPolicyAgent):
+    """PPO with LSTM policy and value networks, for Discrete and Box actions on several envs.
+
+    Example::
+
+        from workbench.wrappers import MaskVelocity
+        agent = wb.RecurrentPPO(lambda: MaskVelocity(gym.make("CartPole-v1")), normalize_observations=True)
+        wb.Session(agent, lambda: MaskVelocity(gym.make("CartPole-v1"))).run(steps=100_000)
+    """
+
+    Config = RecurrentPPOConfig
+    action_spaces = (spaces.Discrete, spaces.Box)
+    config: RecurrentPPOConfig
+
+    def _build(self) -> None:
+        c = self.config
+        if c.use_sde:
+            raise ValueError("RecurrentPPO explores with a Gaussian policy: use_sde=True is not supported")
+        if c.lstm_hidden_size < 1:
+            raise ValueError(f"lstm_hidden_size must be at least 1, got {c.lstm_hidden_size}")
+        self.use_sde = False
+        obs_dim = int(np.prod(self.obs_shape))
+        n_out = int(self.action_space.n) if self.discrete else int(np.prod(self.action_space.shape))
+        options = dict(activation=c.activation, ortho_init=bool(c.ortho_init))
+        self.actor = RecurrentNetwork(obs_dim, c.lstm_hidden_size, c.net_arch, n_out, output_gain=0.01, **options)
+        self.critic = RecurrentNetwork(obs_dim, c.lstm_hidden_size, c.net_arch, 1, output_gain=1.0, **options)
+        params = list(self.actor.parameters()) + list(self.critic.parameters())
+        self.log_std: nn.Parameter | None = None
+        if not self.discrete:
+            self.log_std = nn.Parameter(torch.full((n_out,), float(c.log_std_init)))
+            params.append(self.log_std)
+        self._params = params
+        self._sde_weights = None
+        self.rollout: RolloutBuffer | None = None
+        self.rollout_states: np.ndarray | None = None  # (n_steps, n_envs, 4, H): the state each step used
+        # Acting state: the running LSTM state of each env, one for training and one for play.
+        self._acting_states: dict[bool, torch.Tensor] = {}
+        self._lr = as_schedule(c.learning_rate)
+        self._clip = as_schedule(c.clip_range)
+        self.optimizer = make_adam(params, lr=self._lr(0.0), eps=1e-5)
+
+    def export(self, path: str | os.PathLike[str], *, format: str | None = None) -> str:
+        """Not supported yet (its policy takes and returns the LSTM state, which the exporter's heads do not
+        compute): raises ``TypeError`` rather than write a wrong policy."""
+        raise TypeError(f"{self.algorithm} has no policy export yet: its policy takes and returns the LSTM state")
+
+    # -- acting -------------------------------------------------------------------------------
+
+    def _state_for(self, n: int) -> torch.Tensor:
+        """The running state of ``n`` envs in the current mode (zeros for a new batch size)."""
+        state = self._acting_states.get(self.training)
+        if state is None or state.shape[0] != n:
+            state = torch.zeros(n, 4, self.config.lstm_hidden_size)
+            self._acting_states[self.training] = state
+        return state
+
+    def begin_episode(self, done: np.ndarray) -> None:
+        """Zero the LSTM state of the envs whose episode just ended (in the current mode)."""
+        state = self._acting_states.get(self.training)
+        if state is not None and state.shape[0] == len(done):
+            state[torch.as_tensor(np.asarray(done, dtype=bool))] = 0.0
+
+    @torch.no_grad()
+    def _decide(self, obs: np.ndarray, deterministic: bool) -> Step:
+        state = self._state_for(obs.shape[0])
+        used = state.clone()
+        x = torch.from_numpy(obs).unsqueeze(0)
+        no_starts = torch.zeros(1, obs.shape[0])
+        out, state[:, 0], state[:, 1] = self.actor(x, used[:, 0], used[:, 1], no_starts)
+        out = out[0]
+        if deterministic:
+            actions = out.argmax(-1) if self.discrete else out.clamp(
+                torch.as_tensor(self.action_low), torch.as_tensor(self.action_high))
+        elif self.discrete:
+            log_p = F.log_softmax(out, dim=-1)
+            actions = torch.multinomial(log_p.exp(), 1, generator=self.generator).squeeze(1)
+        else:
+            assert self.log_std is not None
+            actions = out + self.log_std.exp() * torch.randn(out.shape, generator=self.generator)
+        if not self.training:  # play: the policy alone, nothing to store
+            return Step(actions.numpy())
+        values, state[:, 2], state[:, 3] = self.critic(x, used[:, 2], used[:, 3], no_starts)
+        chosen, _ = gaussian_policy_terms(out, self.log_std, actions, self.discrete)
+        extras = {"values": values[0, :, 0].numpy(), "log_probs": chosen.numpy(), "lstm_states": used.numpy()}
+        return Step(actions.numpy(), extras)
+
+    # -- storing ------------------------------------------------------------------------------
+
+    def observe(self, transitions: Transitions) -> None:
+        obs, actions, rewards, next_obs = transitions[:4]
+        terminated, truncated, extras = transitions[4:]
+        missing = {"values", "log_probs", "lstm_states"} - set(extras)
+        if missing:
+            raise ValueError(
+                f"RecurrentPPO.observe() needs the extras 'values', 'log_probs' and 'lstm_states' of the step "
+                f"that chose these actions (missing {sorted(missing)}): pass Transitions(..., extras=step.extras) "
+                "with the Step that RecurrentPPO.decide(obs) returned"
+            )
+        n_envs = len(rewards)
+        c = self.config
+        if self.rollout is None or self.rollout.n_envs != n_envs:
+            action_shape = () if self.discrete else self.action_space.shape
+            dtype = np.int64 if self.discrete else np.float32
+            self.rollout = RolloutBuffer(c.n_steps, n_envs, self.obs_shape, action_shape, dtype)
+            self.rollout_states = np.zeros((c.n_steps, n_envs, 4, c.lstm_hidden_size), dtype=np.float32)
+        assert self.rollout_states is not None
+        states = np.asarray(extras["lstm_states"], dtype=np.float32)
+        rewards = rewards.astype(np.float32, copy=True)
+        cut = truncated & ~terminated
+        if cut.any():
+            # A time limit is not a real end: bootstrap from the value of the last observation,
+            # seen with the critic's state after this step.
+            with torch.no_grad():
+                s = torch.from_numpy(states[cut])
+                zero = torch.zeros(1, int(cut.sum()))
+                _, h, cc = self.critic(torch.from_numpy(np.asarray(obs[cut], np.float32))[None], s[:, 2], s[:, 3], zero)
+                final, _, _ = self.critic(torch.from_numpy(np.asarray(next_obs[cut], np.float32))[None], h, cc, zero)
+            rewards[cut] += c.gamma * final[0, :, 0].numpy()
+        self.rollout_states[self.rollout.pos] = states
+        dones = (terminated | truncated).astype(np.float32)
+        self.rollout.add(obs, actions, rewards, dones, extras["values"], extras["log_probs"])
+        self._next_obs = next_obs
+
+    # -- learning -----------------------------------------------------------------------------
+
+    def update(self) -> dict[str, float]:
+        c = self.config
+        rollout, states = self.rollout, self.rollout_states
+        assert rollout is not None and rollout.full and states is not None, "update() called before a rollout was full"
+        steps, n_envs = rollout.rewards.shape
+        obs = torch.from_numpy(rollout.obs)
+        actions = torch.from_numpy(rollout.actions)
+        starts = torch.zeros(steps, n_envs)
+        starts[1:] = torch.from_numpy(rollout.dones[:-1])  # an episode begins after each end
+        first = torch.from_numpy(states[0])  # (n_envs, 4, H): where each sequence starts
+        with torch.no_grad():
+            _, h, cc = self.critic(obs, first[:, 2], first[:, 3], starts)
+            last_starts = torch.from_numpy(rollout.dones[-1:])
+            last, _, _ = self.critic(torch.from_numpy(np.asarray(self._next_obs, np.float32))[None], h, cc, last_starts)
+        advantages, returns = compute_gae(
+            rollout.rewards, rollout.values, rollout.dones, last[0, :, 0].numpy(), c.gamma, c.gae_lambda
+        )
+        adv_all, ret_all = torch.from_numpy(advantages), torch.from_numpy(returns)
+        old_log_probs = torch.from_numpy(rollout.log_probs)
+
+        progress = self.progress
+        lr, clip = self._lr(progress), self._clip(progress)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        # Minibatches are whole env sequences: batch_size // n_steps envs each (at least one).
+        envs_per_batch = max(1, min(n_envs, c.batch_size // steps))
+        stats = torch.zeros(6)  # policy, value, entropy, kl, clip fraction, total loss
+        n_minibatches = 0
+        for _ in range(c.n_epochs):
+            perm = torch.randperm(n_envs, generator=self.generator)
+            epoch_kl = 0.0
+            for start in range(0, n_envs, envs_per_batch):
+                e = perm[start : start + envs_per_batch]
+                out, _, _ = self.actor(obs[:, e], first[e, 0], first[e, 1], starts[:, e])
+                values, _, _ = self.critic(obs[:, e], first[e, 2], first[e, 3], starts[:, e])
+                mb_actions = actions[:, e].reshape(-1, *actions.shape[2:])
+                log_prob, entropy = gaussian_policy_terms(out.flatten(0, 1), self.log_std, mb_actions, self.discrete)
+                adv = adv_all[:, e].reshape(-1)
+                if c.normalize_advantage and adv.numel() > 1:
+                    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+                log_ratio = log_prob - old_log_probs[:, e].reshape(-1)
+                ratio = log_ratio.exp()
+                policy_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - clip, 1 + clip)).mean()
+                value_loss = F.mse_loss(values.reshape(-1), ret_all[:, e].reshape(-1))
+                entropy_mean = entropy.mean()
+                loss = policy_loss - c.ent_coef * entropy_mean + c.vf_coef * value_loss
+
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                nn.utils.clip_grad_norm_(self._params, c.max_grad_norm, foreach=True)
+                self.optimizer.step()
+
+                with torch.no_grad():
+                    approx_kl = ((ratio - 1) - log_ratio).mean()
+                    clipped = ((ratio - 1).abs() > clip).float().mean()
+                    stats += torch.stack([policy_loss, value_loss, entropy_mean, approx_kl, clipped, loss]).detach()
+                n_minibatches += 1
+                epoch_kl = float(approx_kl)
+            if c.target_kl is not None and epoch_kl > 1.5 * c.target_kl:
+                break
+
+        policy_loss, value_loss, entropy, kl, clip_fraction, loss = (stats / n_minibatches).tolist()
+        rollout.reset()
+        self.num_updates += 1
+        metrics = {
+            "loss": loss,
+            "policy_loss": policy_loss,
+            "value_loss": value_loss,
+            "entropy": entropy,
+            "approx_kl": kl,
+            "clip_fraction": clip_fraction,
+            "clip_range": clip,
+            "learning_rate": lr,
+            "explained_variance": self.explained_variance(rollout.values, returns),
+        }
+        if self.log_std is not None:
+            metrics["policy_std"] = float(self.log_std.detach().exp().mean())
+        return metrics
+
+    # -- declared state -----------------------------------------------------------------------
+
+    def state(self) -> AgentState:
+        state = super().state()
+        training_state = self._acting_states.get(True)
+        if training_state is not None:
+            state.tensors["acting/lstm_states"] = training_state.clone()
+        return state
+
+    def restore(self, state: AgentState) -> None:
+        super().restore(state)
+        saved = state.tensors.get("acting/lstm_states")
+        self._acting_states = {} if saved is None else {True: saved.clone().float()}
