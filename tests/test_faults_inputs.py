@@ -410,3 +410,16 @@ def test_env_checks_hold_in_ray_workers(fault, match):
     error = failed_run(session)
     assert isinstance(error, EnvOutputError | WorkerError)
     assert re.search(match, str(error)), str(error)
+
+
+@pytest.mark.parametrize("name", sorted(wb.AGENTS))
+def test_every_hyperparameter_of_every_agent_declares_its_constraint(name):
+    # A field without a constraint would take any value silently: every agent, old or new, declares them all.
+    import dataclasses
+
+    from workbench.validation import _constraint_of
+
+    config = wb.AGENTS[name].Config
+    unchecked = [f.name for f in dataclasses.fields(config) if _constraint_of(config, f.name) is None]
+    allowed = {"exploration"}  # checked by type where the agent is built (it names the exploration classes)
+    assert set(unchecked) <= allowed, f"{name}: fields without a constraint: {sorted(set(unchecked) - allowed)}"

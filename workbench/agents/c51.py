@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from gymnasium import spaces
 
 from ..memory.replay import ReplayBatch
+from ..validation import checked, integer, number
 from .base import register
 from .dqn import DQN, DQNConfig
 
@@ -29,11 +30,11 @@ __all__ = ["C51", "C51Config", "categorical_projection"]
 class C51Config(DQNConfig):
     """C51 hyperparameters (the rest: :class:`~workbench.agents.dqn.DQNConfig`'s, zoo CartPole-v1)."""
 
-    n_atoms: int = 51
+    n_atoms: int = checked(51, integer(min=2))
     """Atoms of the support (51 in the paper, hence the name)."""
-    v_min: float = 0.0
+    v_min: float = checked(0.0, number())
     """Lowest value of the support (CartPole-v1's discounted returns lie in [0, 100]; Atari: -10)."""
-    v_max: float = 100.0
+    v_max: float = checked(100.0, number())
     """Highest value of the support (returns beyond it are clipped onto it; Atari: 10)."""
 
 

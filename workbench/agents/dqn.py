@@ -71,7 +71,7 @@ class DQNConfig(OffPolicyConfig):
         constraint=number(0, schedule=True), default_factory=lambda: linear(0.4, 1.0)
     )
     """Importance-weight exponent, annealed to 1 over training."""
-    noisy: bool = False
+    noisy: bool = checked(False, flag())
     """Noisy networks: learned weight noise explores (new noise every step and gradient step); set
     ``exploration=wb.EpsilonGreedy(0.0, 0.0)`` to explore by the noise alone."""
 

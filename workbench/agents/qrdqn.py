@@ -19,6 +19,7 @@ import torch
 from gymnasium import spaces
 
 from ..memory.replay import ReplayBatch
+from ..validation import checked, integer, number
 from .base import register
 from .dqn import DQN, DQNConfig
 
@@ -33,9 +34,9 @@ class QRDQNConfig(DQNConfig):
     # sb3-contrib's QR-DQN bootstraps from the target network's own greedy action:
     double_q: bool = False
 
-    n_quantiles: int = 10
+    n_quantiles: int = checked(10, integer(min=1))
     """Quantiles per action (the zoo: 10 on CartPole, 25 on Acrobot and MountainCar)."""
-    kappa: float = 1.0
+    kappa: float = checked(1.0, number(min=0.0, min_open=True))
     """Huber threshold of the quantile loss (0: the plain quantile, "pinball", loss)."""
 
 

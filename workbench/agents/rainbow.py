@@ -17,6 +17,7 @@ import torch
 
 from ..exploration import EpsilonGreedy
 from ..memory.replay import ReplayBatch
+from ..validation import checked, flag
 from .base import register
 from .c51 import C51, C51Config
 from .dqn import DQN
@@ -35,7 +36,7 @@ class RainbowConfig(C51Config):
     noisy: bool = True
     exploration: EpsilonGreedy = field(default_factory=lambda: EpsilonGreedy(start=0.0, end=0.0, fraction=0.1))
 
-    distributional: bool = True
+    distributional: bool = checked(True, flag())
     """Learn the categorical return distribution (C51); False: DQN's Q-values and Huber loss."""
 
 

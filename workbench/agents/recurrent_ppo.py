@@ -27,6 +27,7 @@ from torch import nn
 
 from ..memory.rollout import RolloutBuffer, compute_gae
 from ..schedules import as_schedule
+from ..validation import checked, integer
 from .base import AgentState, Step, Transitions, register
 from .networks import gaussian_policy_terms, make_adam, mlp
 from .on_policy import OnPolicyAgent
@@ -42,7 +43,7 @@ class RecurrentPPOConfig(PPOConfig):
 
     net_arch: tuple[int, ...] = (64,)
     """Hidden layer widths of the policy and value heads, after their LSTMs."""
-    lstm_hidden_size: int = 64
+    lstm_hidden_size: int = checked(64, integer(min=1))
     """Units of each LSTM (one for the policy, one for the value)."""
 
 
