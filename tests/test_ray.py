@@ -46,7 +46,7 @@ def _gone(pids, timeout=10.0) -> bool:
     return False
 
 
-def _wait_for(condition, timeout=60.0):
+def _wait_for(condition, timeout=120.0):  # Ray actors start slowly on a loaded machine
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
