@@ -649,6 +649,9 @@ class Session:
             self._env_rng = None
             self._obs = self._runner.reset()
             self._episodes = EpisodeTracker(self._runner.num_envs)
+            # Every env starts a new episode here (a resumed run too): an agent with per-episode
+            # state (RecurrentPPO's LSTM state, an OU noise process) starts it afresh.
+            agent.begin_episode(np.ones(self._runner.num_envs, dtype=bool))
 
     def _close_runner(self, force: bool = False) -> None:
         runner = self._runner
