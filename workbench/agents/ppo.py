@@ -20,7 +20,7 @@ from .base import register
 from .networks import make_adam
 from .on_policy import OnPolicyAgent, OnPolicyConfig
 
-__all__ = ["PPO", "PPOConfig"]
+__all__ = ["PPO", "PPOConfig", "clipped_step"]
 
 
 @dataclass
@@ -91,27 +91,12 @@ class PPO(OnPolicyAgent):
                 obs = batch.obs[mb]
                 log_prob, entropy = self._policy_terms(obs, batch.actions[mb])
                 values = self.critic(obs).squeeze(-1)
-                adv = batch.advantages[mb]
-                if c.normalize_advantage and len(mb) > 1:
-                    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-                log_ratio = log_prob - batch.log_probs[mb]
-                ratio = log_ratio.exp()
-                policy_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - clip, 1 + clip)).mean()
-                value_loss = F.mse_loss(values, batch.returns[mb])
-                entropy_mean = entropy.mean()
-                loss = policy_loss - c.ent_coef * entropy_mean + c.vf_coef * value_loss
-
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                nn.utils.clip_grad_norm_(self._params, c.max_grad_norm, foreach=True)
-                self.optimizer.step()
-
-                with torch.no_grad():
-                    approx_kl = ((ratio - 1) - log_ratio).mean()
-                    clipped = ((ratio - 1).abs() > clip).float().mean()
-                    stats += torch.stack([policy_loss, value_loss, entropy_mean, approx_kl, clipped, loss]).detach()
+                row = clipped_step(
+                    self, log_prob, entropy, values, batch.advantages[mb], batch.log_probs[mb], batch.returns[mb], clip
+                )
+                stats += row
                 n_minibatches += 1
-                epoch_kl = float(approx_kl)
+                epoch_kl = float(row[3])
             if c.target_kl is not None and epoch_kl > 1.5 * c.target_kl:
                 break
 
@@ -130,3 +115,37 @@ class PPO(OnPolicyAgent):
             },
             batch,
         )
+
+
+def clipped_step(
+    agent: OnPolicyAgent,
+    log_prob: torch.Tensor,
+    entropy: torch.Tensor,
+    values: torch.Tensor,
+    adv: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    returns: torch.Tensor,
+    clip: float,
+) -> torch.Tensor:
+    """One gradient step on PPO's clipped objective for a minibatch (PPO and RecurrentPPO share it).
+
+    Returns the detached row (policy loss, value loss, entropy, approximate KL, clip fraction, loss)."""
+    c = agent.config
+    if c.normalize_advantage and adv.numel() > 1:
+        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+    log_ratio = log_prob - old_log_prob
+    ratio = log_ratio.exp()
+    policy_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - clip, 1 + clip)).mean()
+    value_loss = F.mse_loss(values, returns)
+    entropy_mean = entropy.mean()
+    loss = policy_loss - c.ent_coef * entropy_mean + c.vf_coef * value_loss
+
+    agent.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    nn.utils.clip_grad_norm_(agent._params, c.max_grad_norm, foreach=True)
+    agent.optimizer.step()
+
+    with torch.no_grad():
+        approx_kl = ((ratio - 1) - log_ratio).mean()
+        clipped = ((ratio - 1).abs() > clip).float().mean()
+        return torch.stack([policy_loss, value_loss, entropy_mean, approx_kl, clipped, loss]).detach()

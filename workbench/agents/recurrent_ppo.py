@@ -31,7 +31,7 @@ from ..validation import checked, integer
 from .base import AgentState, Step, Transitions, register
 from .networks import gaussian_policy_terms, make_adam, mlp
 from .on_policy import OnPolicyAgent
-from .ppo import PPOConfig
+from .ppo import PPOConfig, clipped_step
 
 __all__ = ["RecurrentNetwork", "RecurrentPPO", "RecurrentPPOConfig"]
 
@@ -245,27 +245,19 @@ class RecurrentPPO(OnPolicyAgent):
                 values, _, _ = self.critic(obs[:, e], first[e, 2], first[e, 3], starts[:, e])
                 mb_actions = actions[:, e].reshape(-1, *actions.shape[2:])
                 log_prob, entropy = gaussian_policy_terms(out.flatten(0, 1), self.log_std, mb_actions, self.discrete)
-                adv = adv_all[:, e].reshape(-1)
-                if c.normalize_advantage and adv.numel() > 1:
-                    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-                log_ratio = log_prob - old_log_probs[:, e].reshape(-1)
-                ratio = log_ratio.exp()
-                policy_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - clip, 1 + clip)).mean()
-                value_loss = F.mse_loss(values.reshape(-1), ret_all[:, e].reshape(-1))
-                entropy_mean = entropy.mean()
-                loss = policy_loss - c.ent_coef * entropy_mean + c.vf_coef * value_loss
-
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                nn.utils.clip_grad_norm_(self._params, c.max_grad_norm, foreach=True)
-                self.optimizer.step()
-
-                with torch.no_grad():
-                    approx_kl = ((ratio - 1) - log_ratio).mean()
-                    clipped = ((ratio - 1).abs() > clip).float().mean()
-                    stats += torch.stack([policy_loss, value_loss, entropy_mean, approx_kl, clipped, loss]).detach()
+                row = clipped_step(
+                    self,
+                    log_prob,
+                    entropy,
+                    values.reshape(-1),
+                    adv_all[:, e].reshape(-1),
+                    old_log_probs[:, e].reshape(-1),
+                    ret_all[:, e].reshape(-1),
+                    clip,
+                )
+                stats += row
                 n_minibatches += 1
-                epoch_kl = float(approx_kl)
+                epoch_kl = float(row[3])
             if c.target_kl is not None and epoch_kl > 1.5 * c.target_kl:
                 break
 
