@@ -209,7 +209,7 @@ def test_dashboard_trains_pauses_and_stops_in_a_real_browser(jupyter):
             page.set_default_timeout(60_000)
             page.goto(f"{base}/lab/tree/{NOTEBOOK}?token={token}")
             kernel = page.locator("span.jp-StatusBar-TextItem[title^='Change kernel']")
-            deadline = time.monotonic() + 90
+            deadline = time.monotonic() + 240  # a fresh venv compiles its bytecode while the first kernel starts
             while "Idle" not in (kernel.first.inner_text() if kernel.count() else ""):
                 select = page.get_by_role("button", name=re.compile(r"^Select$"))
                 if select.count():
@@ -348,7 +348,7 @@ def _load_notebook() -> dict:
 
 def _wait_for_kernel(page) -> None:
     kernel = page.locator("span.jp-StatusBar-TextItem[title^='Change kernel']")
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + 240  # a fresh venv compiles its bytecode while the first kernel starts
     while "Idle" not in (kernel.first.inner_text() if kernel.count() else ""):
         select = page.get_by_role("button", name=re.compile(r"^Select$"))
         if select.count():
