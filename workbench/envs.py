@@ -29,6 +29,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from .masks import MaskReader, check_masks, strip_mask_obs, strip_mask_space
+
 __all__ = [
     "EnvOutputError",
     "EnvSource",
@@ -155,7 +157,9 @@ def check_env(env: Any, *, skip_render_check: bool = True) -> None:
 
 def flat_observation_space(space: spaces.Space) -> spaces.Box:
     """The Box that observations of ``space`` become: Box as float32, Discrete one-hot,
-    Dict/Tuple flattened with ``gymnasium.spaces.flatten``."""
+    Dict/Tuple flattened with ``gymnasium.spaces.flatten`` (a Dict's ``"action_mask"`` key left
+    out: masks are applied to the actions, never fed to the networks)."""
+    space = strip_mask_space(space)
     if isinstance(space, spaces.Box):
         return spaces.Box(
             low=space.low.astype(np.float32), high=space.high.astype(np.float32), dtype=np.float32
@@ -179,6 +183,9 @@ def observation_flattener(space: spaces.Space) -> Callable[[Any], np.ndarray]:
     if isinstance(space, spaces.Box):
         dtype = np.float32
         return lambda obs: np.asarray(obs, dtype=dtype)
+    stripped = strip_mask_space(space)
+    if stripped is not space:
+        return lambda obs: np.asarray(spaces.flatten(stripped, strip_mask_obs(obs)), dtype=np.float32)
     return lambda obs: np.asarray(spaces.flatten(space, obs), dtype=np.float32)
 
 
@@ -195,6 +202,9 @@ def env_action_converter(action_space: spaces.Space) -> Callable[[Any], Any]:
             return np.clip(np.asarray(action, dtype=dtype), low, high)
 
         return clipped
+    if isinstance(action_space, spaces.MultiDiscrete | spaces.MultiBinary):
+        multi_dtype = action_space.dtype  # the agents compute them as int64 or float32 arrays
+        return lambda action: np.asarray(action).astype(multi_dtype, copy=False)
     return lambda action: action
 
 
@@ -299,9 +309,15 @@ class VecEnv:
     ``stepping`` is the index of the env whose ``step`` is running now (None between steps), so a
     session can say which env hangs. :meth:`rng_states` / :meth:`set_rng_states` carry every env's
     random stream (``env.np_random``) across a save and resume.
+
+    Action masks (``workbench.masks``): ``masks`` holds the mask of every env's current state
+    (the next decision's), ``final_masks`` those of the states the last ``step`` reached (the
+    last state of an ended episode); both are None for envs that give no masks.
     """
 
     stepping: int | None = None
+    masks: np.ndarray | None = None
+    final_masks: np.ndarray | None = None
 
     def __init__(self, envs: Sequence[gym.Env], *, seed: int | None = None) -> None:
         if not envs:
@@ -325,6 +341,16 @@ class VecEnv:
         self._pre_reset: list[dict[str, Any] | None] = [None] * self.num_envs
         self._fresh = [False] * self.num_envs
         self._restore: list[dict[str, Any] | None] | None = None
+        self._mask_readers = [MaskReader(env, self.action_space) for env in self.envs]
+
+    def _read_mask(self, i: int, obs: Any, info: Any, *, final: bool = False) -> None:
+        """Note env ``i``'s mask (after a reset or step) in ``masks`` or ``final_masks``."""
+        mask = self._mask_readers[i].read(obs, info, final=final)
+        if mask is None:
+            return
+        if self.masks is None:
+            self.masks = np.ones((self.num_envs, len(mask)), dtype=bool)
+        (self._final_masks if final else self.masks)[i] = mask
 
     def reset(self) -> np.ndarray:
         """Reset every env (seeded ``seed + i`` the first time, or continuing the streams given
@@ -336,7 +362,10 @@ class VecEnv:
             if state is not None and _set_rng_state(env, state):
                 seed = None
             self._pre_reset[i] = _rng_state(env)
-            obs = _unpack_reset(env.reset(seed=seed), self._where("env.reset", i))
+            result = env.reset(seed=seed)
+            obs = _unpack_reset(result, self._where("env.reset", i))
+            if self._mask_readers[i].enabled:
+                self._read_mask(i, obs, result[1])
             self._fresh[i] = seed is None
             self._obs[i] = self._flat(obs, "env.reset", i)
         self._seed = None  # later resets continue each env's own random stream
@@ -362,6 +391,10 @@ class VecEnv:
         """Step every env once; see the class docstring for the returned arrays."""
         obs, rewards = self._obs, self._rewards
         terminated, truncated = self._terminated, self._truncated
+        if self.masks is not None:
+            # New arrays every step: the last ones travel on in the step's extras.
+            self.masks = self.masks.copy()
+            self._final_masks = np.ones_like(self.masks)
         finals: list[tuple[int, np.ndarray]] = []
         fresh = self._fresh
         self.step_count += 1
@@ -370,7 +403,7 @@ class VecEnv:
             result = env.step(self.env_action(actions[i]))
             if type(result) is not tuple or len(result) != 5:
                 result = _unpack_step(result, self._where("env.step", i))
-            o, r, term, trunc, _ = result
+            o, r, term, trunc, info = result
             if type(r) not in _FAST_REWARDS or type(term) not in _FAST_FLAGS or type(trunc) not in _FAST_FLAGS:
                 where = self._where("env.step", i)
                 r = _as_reward(r, where)
@@ -378,16 +411,27 @@ class VecEnv:
             rewards[i] = r
             terminated[i] = term
             truncated[i] = trunc
+            masked = self.masks is not None
+            if masked:
+                self._read_mask(i, o, info, final=True)
             if term or trunc:
                 finals.append((i, self._flat(o, "env.step", i)))
                 self._pre_reset[i] = _rng_state(env)
-                o = _unpack_reset(env.reset(), self._where("env.reset", i))
+                reset = env.reset()
+                o = _unpack_reset(reset, self._where("env.reset", i))
+                if masked:
+                    self._read_mask(i, o, reset[1])
                 fresh[i] = True
                 obs[i] = self._flat(o, "env.reset", i)
             else:
                 fresh[i] = False
                 obs[i] = self._flat(o, "env.step", i)
+                if masked:
+                    self.masks[i] = self._final_masks[i]
         self.stepping = None
+        if self.masks is not None:
+            self.final_masks = self._final_masks
+            check_masks(self.masks, self.action_space, f"the env's action mask at step {self.step_count}")
         next_obs = obs.copy()
         final_obs = next_obs
         if finals:

@@ -27,6 +27,7 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 
 from .envs import checked_reset, checked_step, env_action_converter
+from .masks import NEXT_MASK_KEY, MaskReader
 
 __all__ = [
     "NO_EXTRAS",
@@ -89,13 +90,21 @@ def env_step(agent: _Decider, envs: _VectorEnv, obs: np.ndarray) -> tuple[Transi
     Returns the step's transitions and the observations to decide on next (the first observation
     of a new episode where one ended). The agent hears of ended episodes (``begin_episode``)
     before its next decision, wherever the step ran.
+
+    Envs that give action masks (their ``masks``, see ``workbench.masks``) have them passed to
+    ``decide``; the extras then carry ``"action_mask"`` (from the agent) and ``"next_action_mask"``
+    (the masks of ``next_obs``, added here).
     """
-    step = agent.decide(obs)
+    masks = getattr(envs, "masks", None)
+    step = agent.decide(obs) if masks is None else agent.decide(obs, action_mask=masks)
     next_obs, rewards, terminated, truncated, final_obs = envs.step(step.actions)
+    extras = step.extras
+    if masks is not None:
+        extras = {**extras, NEXT_MASK_KEY: envs.final_masks}
     done = terminated | truncated
     if done.any():
         agent.begin_episode(done)
-    return Transitions(obs, step.actions, rewards, final_obs, terminated, truncated, step.extras), next_obs
+    return Transitions(obs, step.actions, rewards, final_obs, terminated, truncated, extras), next_obs
 
 
 def collect(agent: _Decider, envs: _VectorEnv, obs: np.ndarray, steps: int) -> tuple[Transitions, np.ndarray]:
@@ -186,17 +195,26 @@ def play_episode(
     terminates or truncates, or after ``max_steps`` steps. With ``render=True`` each moment carries
     ``env.render()``. Nothing is learned: the caller puts the agent in play mode.
     """
-    obs = checked_reset(env.reset(seed=seed), "env.reset")
+    reset = env.reset(seed=seed)
+    obs = checked_reset(reset, "env.reset")
+    masks = MaskReader(env, env.action_space)
+    mask = masks.read(obs, reset[1])
     # A new episode: an agent with memory (RecurrentPPO's LSTM state) starts it afresh.
     agent.begin_episode(np.ones(1, dtype=bool))
     convert = env_action_converter(env.action_space)
     yield PlayStep(0, obs, None, 0.0, False, env.render() if render else None)
     t = 0
     while True:
-        action = convert(agent.act(obs, deterministic=deterministic))
+        if mask is None:
+            action = convert(agent.act(obs, deterministic=deterministic))
+        else:
+            action = convert(agent.act(obs, deterministic=deterministic, action_mask=mask))
         t += 1
-        obs, reward, terminated, truncated, _ = checked_step(env.step(action), f"env.step at step {t} of the episode")
+        where = f"env.step at step {t} of the episode"
+        obs, reward, terminated, truncated, info = checked_step(env.step(action), where)
         done = terminated or truncated or (max_steps is not None and t >= max_steps)
+        if mask is not None and not done:
+            mask = masks.read(obs, info)
         yield PlayStep(t, obs, action, reward, done, env.render() if render else None)
         if done:
             return

@@ -11,6 +11,14 @@ agent the same way the test suite checks the built-in ones:
 
 ``continuous=True`` gives each a ``Box(-1, 1, (1,))`` action space instead of ``Discrete(2)``.
 
+For action masks and multi-dimensional actions:
+
+* :class:`MaskedTarget`: several actions are invalid in every state (a new set every step) and
+  the env raises :class:`MaskedActionError` when one is taken; the valid target shown in the
+  observation pays 1. The mask comes from ``action_masks()``, ``info["action_mask"]`` or a Dict
+  observation key (``mask_in=``); ``dims=2`` makes the actions MultiDiscrete, one target per dimension.
+* :class:`BitMatch`: MultiBinary actions that pay for copying the observed bits.
+
 And partially observed classic-control tasks, for agents with memory (``RecurrentPPO``):
 
 * :class:`MaskVelocity` hides the velocities of CartPole, Pendulum, MountainCar or Acrobot;
@@ -27,7 +35,10 @@ import numpy as np
 from gymnasium import spaces
 
 __all__ = [
+    "BitMatch",
     "MaskVelocity",
+    "MaskedActionError",
+    "MaskedTarget",
     "OneStepBandit",
     "RememberTheCue",
     "TwoStateChain",
@@ -125,6 +136,122 @@ class RememberTheCue(gym.Env):
             self._t = 1
             return np.zeros(2, dtype=np.float32), 0.0, False, False, {}
         return np.zeros(2, dtype=np.float32), float(int(action) == self._cue), True, False, {}
+
+
+class MaskedActionError(RuntimeError):
+    """Raised by :class:`MaskedTarget` when an agent takes an action its mask forbids."""
+
+
+class MaskedTarget(gym.Env):
+    """Pick the target action among ``n_actions``, ``n_invalid`` of which are forbidden in every state.
+
+    Every step draws a new target and a new set of ``n_invalid`` forbidden actions (never the
+    target); the observation shows the target one-hot (per dimension, concatenated). The right
+    action pays 1 (with ``dims > 1``, the fraction of dimensions right); another allowed action
+    pays 0; a forbidden one raises :class:`MaskedActionError`, so a test over many steps proves
+    that an agent never takes one. Episodes last ``episode_length`` steps.
+
+    ``mask_in`` says where the mask is: ``"method"`` (``env.action_masks()``, sb3-contrib's
+    convention), ``"info"`` (``info["action_mask"]``) or ``"obs"`` (a Dict observation
+    ``{"obs": ..., "action_mask": ...}``). ``dims=None`` gives a ``Discrete`` action space; an integer
+    gives ``MultiDiscrete([n_actions] * dims)`` with the per-dimension masks concatenated.
+    """
+
+    metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012 - gymnasium's convention
+
+    def __init__(
+        self, n_actions: int = 6, n_invalid: int = 3, *, dims: int | None = None, mask_in: str = "method",
+        episode_length: int = 10,
+    ) -> None:
+        if not 0 <= n_invalid < n_actions:
+            raise ValueError(f"n_invalid must be in [0, n_actions), got {n_invalid} for {n_actions} actions")
+        if mask_in not in ("method", "info", "obs"):
+            raise ValueError(f"mask_in must be 'method', 'info' or 'obs', got {mask_in!r}")
+        self.n_actions, self.n_invalid, self.dims, self.mask_in = n_actions, n_invalid, dims, mask_in
+        self.episode_length = episode_length
+        k = dims or 1
+        self.action_space = spaces.Discrete(n_actions) if dims is None else spaces.MultiDiscrete([n_actions] * k)
+        vector = spaces.Box(0.0, 1.0, shape=(n_actions * k,), dtype=np.float32)
+        if mask_in == "obs":
+            self.observation_space = spaces.Dict(
+                {"obs": vector, "action_mask": spaces.MultiBinary(n_actions * k)}
+            )
+        else:
+            self.observation_space = vector
+        self._target = np.zeros(k, dtype=np.int64)
+        self._mask = np.ones(n_actions * k, dtype=bool)
+        self._t = 0
+        if mask_in == "method":
+            # Only this variant offers action_masks() (sb3-contrib's convention), so the other
+            # variants really test their own source.
+            self.action_masks = self.current_mask
+
+    def current_mask(self) -> np.ndarray:
+        """The mask of the current state (True: allowed)."""
+        return self._mask.copy()
+
+    def _draw(self) -> None:
+        k, n = self.dims or 1, self.n_actions
+        self._target = self.np_random.integers(0, n, size=k)
+        self._mask = np.ones(n * k, dtype=bool)
+        for d in range(k):
+            others = np.delete(np.arange(n), self._target[d])
+            self._mask[d * n + self.np_random.choice(others, size=self.n_invalid, replace=False)] = False
+
+    def _observe(self) -> tuple[Any, dict]:
+        n = self.n_actions
+        vec = np.zeros(n * (self.dims or 1), dtype=np.float32)
+        vec[np.arange(len(self._target)) * n + self._target] = 1.0
+        info: dict[str, Any] = {}
+        if self.mask_in == "info":
+            info["action_mask"] = self._mask.copy()
+        if self.mask_in == "obs":
+            return {"obs": vec, "action_mask": self._mask.astype(np.int8)}, info
+        return vec, info
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
+        super().reset(seed=seed)
+        self._t = 0
+        self._draw()
+        return self._observe()
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        a = np.asarray(action, dtype=np.int64).reshape(-1)
+        n = self.n_actions
+        chosen = np.arange(len(a)) * n + a
+        if len(a) != len(self._target) or not self._mask[chosen].all():
+            raise MaskedActionError(f"action {action} is masked at step {self._t} (mask {self._mask.astype(int)})")
+        reward = float(np.mean(a == self._target))
+        self._t += 1
+        self._draw()
+        obs, info = self._observe()
+        return obs, reward, False, self._t >= self.episode_length, info
+
+
+class BitMatch(gym.Env):
+    """MultiBinary actions: copy the ``n_bits`` bits of the observation. Each step pays the fraction
+    of bits copied right (random play: 0.5); episodes last ``episode_length`` steps."""
+
+    metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012 - gymnasium's convention
+
+    def __init__(self, n_bits: int = 4, episode_length: int = 10) -> None:
+        self.n_bits, self.episode_length = n_bits, episode_length
+        self.observation_space = spaces.Box(0.0, 1.0, shape=(n_bits,), dtype=np.float32)
+        self.action_space = spaces.MultiBinary(n_bits)
+        self._bits = np.zeros(n_bits, dtype=np.int8)
+        self._t = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self._t = 0
+        self._bits = self.np_random.integers(0, 2, size=self.n_bits).astype(np.int8)
+        return self._bits.astype(np.float32), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        reward = float(np.mean(np.asarray(action).reshape(-1) == self._bits))
+        self._t += 1
+        self._bits = self.np_random.integers(0, 2, size=self.n_bits).astype(np.int8)
+        return self._bits.astype(np.float32), reward, False, self._t >= self.episode_length, {}
 
 
 class MaskVelocity(gym.ObservationWrapper):

@@ -37,7 +37,8 @@ class A2CConfig(OnPolicyConfig):
 
 @register
 class A2C(OnPolicyAgent):
-    """Advantage actor-critic for Discrete and Box action spaces, on several envs.
+    """Advantage actor-critic for Discrete, MultiDiscrete, MultiBinary and Box action spaces (action
+    masks honoured for Discrete and MultiDiscrete), on several envs.
 
     Example::
 
@@ -46,7 +47,7 @@ class A2C(OnPolicyAgent):
     """
 
     Config = A2CConfig
-    action_spaces = (spaces.Discrete, spaces.Box)
+    action_spaces = (spaces.Discrete, spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)
     config: A2CConfig
 
     def _build(self) -> None:
@@ -72,7 +73,7 @@ class A2C(OnPolicyAgent):
         lr = self._lr(self.progress)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        log_prob, entropy = self._policy_terms(batch.obs, batch.actions)
+        log_prob, entropy = self._policy_terms(batch.obs, batch.actions, batch.masks)
         values = self.critic(batch.obs).squeeze(-1)
         policy_loss = -(advantages * log_prob).mean()
         value_loss = F.mse_loss(values, batch.returns)

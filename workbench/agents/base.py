@@ -32,6 +32,7 @@ from torch import nn
 from .. import checkpoint
 from ..envs import as_env_source, describe_space, flat_observation_space, observation_flattener
 from ..loop import NO_EXTRAS, Step, Transitions, play_episode
+from ..masks import MASK_KEY, check_masks
 from ..normalization import ObservationNormalizer, RewardNormalizer
 from ..validation import check_arguments, check_value, checked, choice, flag, integer, optional, validate_config
 
@@ -137,6 +138,8 @@ class Agent:
     """The attributes holding the agent's torch modules: what it saves and sends to workers."""
     optimizer_names: ClassVar[tuple[str, ...]] = ("optimizer",)
     """The attributes holding its optimizers (saved with their moments)."""
+    supports_action_masks: ClassVar[bool] = False
+    """True when ``decide``/``act`` honour ``action_mask=`` (``_decide``/``_act`` take ``mask``)."""
     on_policy: ClassVar[bool] = False
     """True when it learns only from data of its current weights (workers then collect whole
     rollouts with the newest weights); False when it learns from a replay memory."""
@@ -189,7 +192,7 @@ class Agent:
         self.obs_shape: tuple[int, ...] = self.flat_observation_space.shape
         self._flatten = observation_flattener(observation_space)
         self.discrete = isinstance(action_space, spaces.Discrete)
-        if not self.discrete:
+        if isinstance(action_space, spaces.Box):
             self.action_low = action_space.low.astype(np.float32)
             self.action_high = action_space.high.astype(np.float32)
         self.config = self._make_config(hyperparameters)
@@ -306,26 +309,55 @@ class Agent:
             )
         return arr, False
 
-    def decide(self, obs: Any, deterministic: bool = False) -> Step:
+    def decide(self, obs: Any, deterministic: bool = False, action_mask: Any = None) -> Step:
         """The :class:`Step` for a batch of observations (one is taken as a batch of one): the
         actions, and the ``extras`` that :meth:`observe` will need with this step's transitions.
-        ``deterministic`` (always so in play mode) takes the greedy / mean action, no exploration."""
+        ``deterministic`` (always so in play mode) takes the greedy / mean action, no exploration.
+        ``action_mask`` (one bool row per observation, True where allowed; see ``workbench.masks``)
+        restricts the actions to the allowed ones and travels on in the extras as ``"action_mask"``;
+        a Dict observation's ``"action_mask"`` key is used when it is not given."""
         batch, _ = self.prepare_obs(obs)
+        mask = self._action_mask(obs, action_mask, len(batch))
         if self.config.normalize_observations:
             batch = self.obs_normalizer(batch)
-        return self._decide(batch, deterministic or not self.training)
+        if mask is None:
+            return self._decide(batch, deterministic or not self.training)
+        step = self._decide(batch, deterministic or not self.training, mask)
+        return Step(step.actions, {**step.extras, MASK_KEY: mask})
 
-    def act(self, obs: Any, deterministic: bool = False) -> Any:
-        """Actions for one observation or a batch (the actions of :meth:`decide`)."""
+    def act(self, obs: Any, deterministic: bool = False, action_mask: Any = None) -> Any:
+        """Actions for one observation or a batch (the actions of :meth:`decide`, ``action_mask``
+        included)."""
         batch, single = self.prepare_obs(obs)
+        mask = self._action_mask(obs, action_mask, len(batch))
         if self.config.normalize_observations:
             batch = self.obs_normalizer(batch)
-        actions = self._decide(batch, deterministic or not self.training).actions
+        if mask is None:
+            actions = self._decide(batch, deterministic or not self.training).actions
+        else:
+            actions = self._decide(batch, deterministic or not self.training, mask).actions
         return actions[0] if single else actions
 
-    def _decide(self, obs: np.ndarray, deterministic: bool) -> Step:
-        """The step for a prepared batch; agents whose steps carry extras override this."""
-        return Step(self._act(obs, deterministic), NO_EXTRAS)
+    def _action_mask(self, obs: Any, action_mask: Any, n: int) -> np.ndarray | None:
+        """The checked ``(n, mask_size)`` bool masks for a decision (from ``action_mask`` or a Dict
+        observation's key), or None."""
+        if action_mask is None:
+            if not (isinstance(obs, dict) and MASK_KEY in obs):
+                return None
+            action_mask = obs[MASK_KEY]
+        if not self.supports_action_masks:
+            raise TypeError(f"{self.algorithm} does not take action masks: use an agent for Discrete actions")
+        mask = check_masks(action_mask, self.action_space, f"{self.algorithm}'s action_mask")
+        if len(mask) != n:
+            raise ValueError(f"action_mask has {len(mask)} rows for {n} observations: give one mask per observation")
+        return mask
+
+    def _decide(self, obs: np.ndarray, deterministic: bool, mask: np.ndarray | None = None) -> Step:
+        """The step for a prepared batch (``mask``: checked bool masks, or None); agents whose steps
+        carry extras override this."""
+        if mask is None:
+            return Step(self._act(obs, deterministic), NO_EXTRAS)
+        return Step(self._act(obs, deterministic, mask), NO_EXTRAS)
 
     def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
         raise NotImplementedError

@@ -22,6 +22,7 @@ from gymnasium import spaces
 from torch import nn
 
 from ..exploration import EpsilonGreedy
+from ..masks import NEXT_MASK_KEY, masked_choice
 from ..memory.nstep import NStepAccumulator
 from ..memory.prioritized import PrioritizedReplayMemory
 from ..memory.replay import ReplayBatch, ReplayMemory
@@ -88,6 +89,7 @@ class DQN(OffPolicyAgent):
 
     Config = DQNConfig
     action_spaces = (spaces.Discrete,)
+    supports_action_masks = True
     network_names = ("q_net", "q_target")
     config: DQNConfig
 
@@ -162,10 +164,15 @@ class DQN(OffPolicyAgent):
     # -- acting -------------------------------------------------------------------------------
 
     @torch.no_grad()
-    def _greedy(self, obs: np.ndarray) -> np.ndarray:
-        return self._q_values(self._outputs(self.q_net, torch.from_numpy(obs))).argmax(-1).numpy()
+    def _greedy(self, obs: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+        q = self._q_values(self._outputs(self.q_net, torch.from_numpy(obs)))
+        if mask is not None:  # a masked action is never the greedy one
+            q = q.masked_fill(~torch.from_numpy(mask), -torch.inf)
+        return q.argmax(-1).numpy()
 
-    def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
+    def _act(self, obs: np.ndarray, deterministic: bool, mask: np.ndarray | None = None) -> np.ndarray:
+        if mask is not None:
+            return self._act_masked(obs, deterministic, mask)
         if deterministic:
             with noise_off(self.q_net):  # play and evaluation act on the mean weights
                 return self._greedy(obs)
@@ -183,15 +190,38 @@ class DQN(OffPolicyAgent):
             actions[explore] = self.rng.integers(0, self.n_actions, size=int(explore.sum()))
         return actions
 
+    def _act_masked(self, obs: np.ndarray, deterministic: bool, mask: np.ndarray) -> np.ndarray:
+        """:meth:`_act` among the allowed actions only: masked greedy, and random actions drawn
+        uniformly from the allowed ones."""
+        if deterministic:
+            with noise_off(self.q_net):
+                return self._greedy(obs, mask)
+        if self.config.noisy:
+            reset_noise(self.q_net, self.generator)
+        if self.num_timesteps < self.config.learning_starts:
+            return masked_choice(mask, self.rng)
+        explore = self.rng.random(obs.shape[0]) < self.epsilon
+        if explore.all():
+            return masked_choice(mask, self.rng)
+        actions = self._greedy(obs, mask)
+        if explore.any():
+            actions[explore] = masked_choice(mask[explore], self.rng)
+        return actions
+
     # -- storing ------------------------------------------------------------------------------
 
     def observe(self, transitions: Transitions) -> None:
         t = transitions
+        # The next states' masks (from the loop) keep the targets' max among allowed actions.
+        next_masks = t.extras.get(NEXT_MASK_KEY)
         # Only a real termination stops bootstrapping; a time-limit truncation does not.
         if self._n_step is None:
-            self.memory.add(t.obs, t.actions, t.rewards, t.next_obs, t.terminated.astype(np.float32), self.config.gamma)
+            self.memory.add(
+                t.obs, t.actions, t.rewards, t.next_obs, t.terminated.astype(np.float32), self.config.gamma,
+                **({} if next_masks is None else {"next_masks": next_masks}),
+            )
         else:
-            ready = self._n_step.add(t.obs, t.actions, t.rewards, t.next_obs, t.terminated, t.truncated)
+            ready = self._n_step.add(t.obs, t.actions, t.rewards, t.next_obs, t.terminated, t.truncated, next_masks)
             if ready is not None:
                 self.memory.add(*ready)
         n = len(t.rewards)
@@ -235,7 +265,7 @@ class DQN(OffPolicyAgent):
                 next_q_all = self._outputs(self.q_target, everything.next_obs)
             for i in range(steps):
                 part = slice(i * c.batch_size, (i + 1) * c.batch_size)
-                batch = ReplayBatch(*(field[part] for field in everything))
+                batch = ReplayBatch(*(None if field is None else field[part] for field in everything))
                 loss, q = self._gradient_step(batch, next_q_all[part])
                 loss_sum += loss
                 q_sum += q
@@ -257,6 +287,8 @@ class DQN(OffPolicyAgent):
             chooser = self._q_values(self._outputs(self.q_net, batch.next_obs))
         else:
             chooser = self._q_values(next_out)
+        if batch.next_masks is not None:  # the max runs over the next state's allowed actions only
+            chooser = chooser.masked_fill(~batch.next_masks, -torch.inf)
         return chooser.argmax(-1, keepdim=True)
 
     def _td_loss(self, batch: ReplayBatch, next_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

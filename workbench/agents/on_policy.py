@@ -25,15 +25,79 @@ from typing import NamedTuple
 import numpy as np
 import torch
 import torch.nn.functional as F
+from gymnasium import spaces
 from torch import nn
 
+from ..masks import MASK_KEY
 from ..memory.rollout import RolloutBuffer, compute_gae
 from ..schedules import Schedule
 from ..validation import checked, choice, flag, integer, layer_widths, number
 from .base import Agent, AgentConfig, Step, Transitions
 from .networks import ACTIVATIONS, gaussian_policy_terms, mlp
 
-__all__ = ["OnPolicyAgent", "OnPolicyConfig", "RolloutBatch"]
+__all__ = ["OnPolicyAgent", "OnPolicyConfig", "RolloutBatch", "categorical_terms", "masked_logits"]
+
+MASKED_LOGIT = -1e8
+"""The logit a masked action gets (sb3-contrib's value): its probability is exactly 0, and the
+entropy's ``p * log p`` stays finite (0), which ``-inf`` would make NaN."""
+
+
+def masked_logits(logits: torch.Tensor, masks: torch.Tensor | None) -> torch.Tensor:
+    """``logits`` with every masked action's logit set to :data:`MASKED_LOGIT`."""
+    if masks is None:
+        return logits
+    return logits.masked_fill(~masks, MASKED_LOGIT)
+
+
+def categorical_terms(
+    logits: torch.Tensor, actions: torch.Tensor, kind: str, nvec: tuple[int, ...], masks: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probabilities of ``actions`` and entropies of a discrete policy head: one categorical
+    (``kind="discrete"``), independent categoricals over the splits ``nvec`` of the logits with
+    log-probabilities and entropies summed (``"multidiscrete"``), or independent Bernoullis
+    (``"multibinary"``). ``masks`` (bool, like the logits) zeroes the masked actions' probability."""
+    logits = masked_logits(logits, masks)
+    if kind == "multibinary":
+        actions = actions.float()
+        log_prob = -F.binary_cross_entropy_with_logits(logits, actions, reduction="none").sum(-1)
+        entropy = F.binary_cross_entropy_with_logits(logits, torch.sigmoid(logits), reduction="none").sum(-1)
+        return log_prob, entropy
+    if kind == "discrete":
+        parts, acts = [logits], [actions.long().reshape(-1, 1)]
+    else:
+        parts, acts = list(torch.split(logits, list(nvec), dim=-1)), list(actions.long().unbind(-1))
+    log_prob = torch.zeros(logits.shape[0])
+    entropy = torch.zeros(logits.shape[0])
+    for part, a in zip(parts, acts, strict=True):
+        log_p = torch.log_softmax(part, dim=-1)
+        log_prob = log_prob + log_p.gather(1, a.reshape(-1, 1)).squeeze(1)
+        entropy = entropy - (log_p.exp() * log_p).sum(-1)
+    return log_prob, entropy
+
+
+def sample_categorical(
+    logits: torch.Tensor, kind: str, nvec: tuple[int, ...], deterministic: bool, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Actions of a discrete head from (already masked) ``logits`` and their log-probabilities:
+    the most likely ones when ``deterministic`` (log-probabilities None), else sampled."""
+    if kind == "multibinary":
+        if deterministic:
+            return (logits > 0).long(), None
+        draws = torch.rand(logits.shape, generator=generator) < torch.sigmoid(logits)
+        actions = draws.long()
+        return actions, -F.binary_cross_entropy_with_logits(logits, draws.float(), reduction="none").sum(-1)
+    parts = [logits] if kind == "discrete" else list(torch.split(logits, list(nvec), dim=-1))
+    chosen, log_prob = [], torch.zeros(logits.shape[0])
+    for part in parts:
+        if deterministic:
+            chosen.append(part.argmax(-1))
+            continue
+        log_p = F.log_softmax(part, dim=-1)
+        a = torch.multinomial(log_p.exp(), 1, generator=generator).squeeze(1)
+        log_prob = log_prob + log_p.gather(1, a.unsqueeze(1)).squeeze(1)
+        chosen.append(a)
+    actions = chosen[0] if kind == "discrete" else torch.stack(chosen, dim=-1)
+    return actions, None if deterministic else log_prob
 
 
 @dataclass
@@ -82,6 +146,7 @@ class RolloutBatch(NamedTuple):
     returns: torch.Tensor
     values: np.ndarray  # the critic's estimates when acting, for explained variance
     returns_np: np.ndarray
+    masks: torch.Tensor | None = None  # the action masks each step decided under, if any
 
 
 class OnPolicyAgent(Agent):
@@ -89,17 +154,41 @@ class OnPolicyAgent(Agent):
 
     network_names = ("actor", "critic")
     on_policy = True
+    supports_action_masks = True
 
     # -- networks -----------------------------------------------------------------------------
+
+    def _action_head(self) -> int:
+        """Note the kind of action head (``action_kind``: discrete, multidiscrete, multibinary or
+        box, and ``nvec``) and return the number of policy outputs it needs."""
+        space = self.action_space
+        self.nvec: tuple[int, ...] = ()
+        if isinstance(space, spaces.Discrete):
+            self.action_kind = "discrete"
+            return int(space.n)
+        if isinstance(space, spaces.MultiDiscrete):
+            if space.nvec.ndim != 1 or np.any(space.start != 0):
+                raise ValueError(
+                    f"{self.algorithm} takes MultiDiscrete action spaces with a flat nvec and start 0, got {space}: "
+                    "flatten the action space or shift the actions in a wrapper"
+                )
+            self.action_kind = "multidiscrete"
+            self.nvec = tuple(int(n) for n in space.nvec)
+            return int(np.sum(space.nvec))
+        if isinstance(space, spaces.MultiBinary):
+            self.action_kind = "multibinary"
+            return int(np.prod(space.shape))
+        self.action_kind = "box"
+        return int(np.prod(space.shape))
 
     def _build_actor_critic(self) -> list[nn.Parameter]:
         """Create the policy and value networks (and the Gaussian policy's log std); returns
         every trainable parameter, for the optimizer."""
         c = self.config
         obs_dim = int(np.prod(self.obs_shape))
-        n_out = int(self.action_space.n) if self.discrete else int(np.prod(self.action_space.shape))
+        n_out = self._action_head()
         self.use_sde = bool(c.use_sde)
-        if self.use_sde and self.discrete:
+        if self.use_sde and self.action_kind != "box":
             raise ValueError(
                 f"use_sde=True (state-dependent exploration) needs a Box action space, got {self.action_space}; "
                 "a Discrete policy explores by sampling its categorical distribution, so drop use_sde"
@@ -115,7 +204,7 @@ class OnPolicyAgent(Agent):
         self.critic = mlp(obs_dim, c.net_arch, 1, activation=c.activation, ortho_init=ortho, output_gain=1.0)
         params = list(self.actor.parameters()) + list(self.critic.parameters())
         self.log_std: nn.Parameter | None = None
-        if not self.discrete:
+        if self.action_kind == "box":
             # gSDE learns one log std per (feature, action) pair: the noise weights' spread.
             shape = (c.net_arch[-1], n_out) if self.use_sde else (n_out,)
             self.log_std = nn.Parameter(torch.full(shape, float(c.log_std_init)))
@@ -135,8 +224,13 @@ class OnPolicyAgent(Agent):
             nets["policy_log_std"] = holder
         return nets
 
-    def _policy_terms(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Log-probabilities of ``actions`` under the current policy, and its entropies."""
+    def _policy_terms(
+        self, obs: torch.Tensor, actions: torch.Tensor, masks: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probabilities of ``actions`` under the current policy (restricted to the allowed
+        actions by ``masks``), and its entropies."""
+        if masks is not None or self.action_kind in ("multidiscrete", "multibinary"):
+            return categorical_terms(self.actor(obs), actions, self.action_kind, self.nvec, masks)
         if self.use_sde:
             latent, mean = self._latent_and_mean(obs)
             return gaussian_policy_terms(mean, self._sde_action_std(latent).log(), actions, False)
@@ -174,8 +268,14 @@ class OnPolicyAgent(Agent):
     # -- acting -------------------------------------------------------------------------------
 
     @torch.no_grad()
-    def _decide(self, obs: np.ndarray, deterministic: bool) -> Step:
+    def _decide(self, obs: np.ndarray, deterministic: bool, mask: np.ndarray | None = None) -> Step:
         x = torch.from_numpy(obs)
+        if mask is not None or self.action_kind in ("multidiscrete", "multibinary"):
+            logits = masked_logits(self.actor(x), None if mask is None else torch.from_numpy(mask))
+            actions, chosen = sample_categorical(logits, self.action_kind, self.nvec, deterministic, self.generator)
+            if chosen is None:
+                return Step(actions.numpy())
+            return Step(actions.numpy(), {"values": self.critic(x).squeeze(-1).numpy(), "log_probs": chosen.numpy()})
         if self.use_sde:
             latent, out = self._latent_and_mean(x)
         else:
@@ -207,9 +307,7 @@ class OnPolicyAgent(Agent):
         terminated, truncated, extras = transitions[4:]
         n_envs = len(rewards)
         if self.rollout is None or self.rollout.n_envs != n_envs:
-            action_shape = () if self.discrete else self.action_space.shape
-            dtype = np.int64 if self.discrete else np.float32
-            self.rollout = RolloutBuffer(self.config.n_steps, n_envs, self.obs_shape, action_shape, dtype)
+            self.rollout = self._new_rollout(n_envs)
         if "values" not in extras or "log_probs" not in extras:
             raise ValueError(
                 f"{self.algorithm}.observe() needs the extras 'values' and 'log_probs' of the step that chose "
@@ -224,8 +322,14 @@ class OnPolicyAgent(Agent):
                 final_values = self.critic(torch.from_numpy(next_obs[cut])).squeeze(-1).numpy()
             rewards[cut] += self.config.gamma * final_values
         dones = (terminated | truncated).astype(np.float32)
-        self.rollout.add(obs, actions, rewards, dones, extras["values"], extras["log_probs"])
+        self.rollout.add(obs, actions, rewards, dones, extras["values"], extras["log_probs"], extras.get(MASK_KEY))
         self._next_obs = next_obs
+
+    def _new_rollout(self, n_envs: int) -> RolloutBuffer:
+        """Empty rollout storage for ``n_envs`` envs, its actions shaped and typed for the head."""
+        action_shape = () if self.discrete else self.action_space.shape
+        dtype = np.float32 if self.action_kind == "box" else np.int64
+        return RolloutBuffer(self.config.n_steps, n_envs, self.obs_shape, action_shape, dtype)
 
     def ready(self) -> bool:
         return self.rollout is not None and self.rollout.full
@@ -242,6 +346,7 @@ class OnPolicyAgent(Agent):
         advantages, returns = compute_gae(
             rollout.rewards, rollout.values, rollout.dones, last_values, c.gamma, c.gae_lambda
         )
+        n_rows = rollout.n_steps * rollout.n_envs
         return RolloutBatch(
             obs=torch.from_numpy(rollout.obs.reshape(-1, *self.obs_shape)),
             actions=torch.from_numpy(rollout.actions.reshape(-1, *rollout.actions.shape[2:])),
@@ -250,6 +355,7 @@ class OnPolicyAgent(Agent):
             returns=torch.from_numpy(returns.reshape(-1)),
             values=rollout.values.copy(),
             returns_np=returns,
+            masks=None if rollout.masks is None else torch.from_numpy(rollout.masks.reshape(n_rows, -1)),
         )
 
     def _end_update(self, metrics: dict[str, float], batch: RolloutBatch) -> dict[str, float]:

@@ -49,7 +49,8 @@ class PPOConfig(OnPolicyConfig):
 
 @register
 class PPO(OnPolicyAgent):
-    """Proximal policy optimization for Discrete and Box action spaces, on several envs.
+    """Proximal policy optimization for Discrete, MultiDiscrete, MultiBinary and Box action spaces
+    (action masks honoured for Discrete and MultiDiscrete), on several envs.
 
     Example::
 
@@ -58,7 +59,7 @@ class PPO(OnPolicyAgent):
     """
 
     Config = PPOConfig
-    action_spaces = (spaces.Discrete, spaces.Box)
+    action_spaces = (spaces.Discrete, spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)
     config: PPOConfig
 
     def _build(self) -> None:
@@ -89,7 +90,8 @@ class PPO(OnPolicyAgent):
             for start in range(0, n, batch_size):
                 mb = perm[start : start + batch_size]
                 obs = batch.obs[mb]
-                log_prob, entropy = self._policy_terms(obs, batch.actions[mb])
+                masks = None if batch.masks is None else batch.masks[mb]
+                log_prob, entropy = self._policy_terms(obs, batch.actions[mb], masks)
                 values = self.critic(obs).squeeze(-1)
                 row = clipped_step(
                     self, log_prob, entropy, values, batch.advantages[mb], batch.log_probs[mb], batch.returns[mb], clip

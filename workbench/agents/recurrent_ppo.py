@@ -25,12 +25,13 @@ import torch.nn.functional as F
 from gymnasium import spaces
 from torch import nn
 
+from ..masks import MASK_KEY
 from ..memory.rollout import RolloutBuffer, compute_gae
 from ..schedules import as_schedule
 from ..validation import checked, integer
 from .base import AgentState, Step, Transitions, register
 from .networks import gaussian_policy_terms, make_adam, mlp
-from .on_policy import OnPolicyAgent
+from .on_policy import OnPolicyAgent, categorical_terms, masked_logits, sample_categorical
 from .ppo import PPOConfig, clipped_step
 
 __all__ = ["RecurrentNetwork", "RecurrentPPO", "RecurrentPPOConfig"]
@@ -84,7 +85,8 @@ class RecurrentNetwork(nn.Module):
 
 @register
 class RecurrentPPO(OnPolicyAgent):
-    """PPO with LSTM policy and value networks, for Discrete and Box actions on several envs.
+    """PPO with LSTM policy and value networks, for Discrete, MultiDiscrete, MultiBinary and Box
+    actions (with action masks for Discrete and MultiDiscrete) on several envs.
 
     Example::
 
@@ -94,7 +96,7 @@ class RecurrentPPO(OnPolicyAgent):
     """
 
     Config = RecurrentPPOConfig
-    action_spaces = (spaces.Discrete, spaces.Box)
+    action_spaces = (spaces.Discrete, spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)
     config: RecurrentPPOConfig
 
     def _build(self) -> None:
@@ -105,13 +107,13 @@ class RecurrentPPO(OnPolicyAgent):
             raise ValueError(f"lstm_hidden_size must be at least 1, got {c.lstm_hidden_size}")
         self.use_sde = False
         obs_dim = int(np.prod(self.obs_shape))
-        n_out = int(self.action_space.n) if self.discrete else int(np.prod(self.action_space.shape))
+        n_out = self._action_head()
         options = dict(activation=c.activation, ortho_init=bool(c.ortho_init))
         self.actor = RecurrentNetwork(obs_dim, c.lstm_hidden_size, c.net_arch, n_out, output_gain=0.01, **options)
         self.critic = RecurrentNetwork(obs_dim, c.lstm_hidden_size, c.net_arch, 1, output_gain=1.0, **options)
         params = list(self.actor.parameters()) + list(self.critic.parameters())
         self.log_std: nn.Parameter | None = None
-        if not self.discrete:
+        if self.action_kind == "box":
             self.log_std = nn.Parameter(torch.full((n_out,), float(c.log_std_init)))
             params.append(self.log_std)
         self._params = params
@@ -146,14 +148,19 @@ class RecurrentPPO(OnPolicyAgent):
             state[torch.as_tensor(np.asarray(done, dtype=bool))] = 0.0
 
     @torch.no_grad()
-    def _decide(self, obs: np.ndarray, deterministic: bool) -> Step:
+    def _decide(self, obs: np.ndarray, deterministic: bool, mask: np.ndarray | None = None) -> Step:
         state = self._state_for(obs.shape[0])
         used = state.clone()
         x = torch.from_numpy(obs).unsqueeze(0)
         no_starts = torch.zeros(1, obs.shape[0])
         out, state[:, 0], state[:, 1] = self.actor(x, used[:, 0], used[:, 1], no_starts)
         out = out[0]
-        if deterministic:
+        categorical = mask is not None or self.action_kind in ("multidiscrete", "multibinary")
+        masks = None if mask is None else torch.from_numpy(mask)
+        if categorical:
+            kind, nvec = self.action_kind, self.nvec
+            actions, _ = sample_categorical(masked_logits(out, masks), kind, nvec, deterministic, self.generator)
+        elif deterministic:
             actions = out.argmax(-1) if self.discrete else out.clamp(
                 torch.as_tensor(self.action_low), torch.as_tensor(self.action_high))
         elif self.discrete:
@@ -165,7 +172,10 @@ class RecurrentPPO(OnPolicyAgent):
         if not self.training:  # play: the policy alone, nothing to store
             return Step(actions.numpy())
         values, state[:, 2], state[:, 3] = self.critic(x, used[:, 2], used[:, 3], no_starts)
-        chosen, _ = gaussian_policy_terms(out, self.log_std, actions, self.discrete)
+        if categorical:
+            chosen, _ = categorical_terms(out, actions, self.action_kind, self.nvec, masks)
+        else:
+            chosen, _ = gaussian_policy_terms(out, self.log_std, actions, self.discrete)
         extras = {"values": values[0, :, 0].numpy(), "log_probs": chosen.numpy(), "lstm_states": used.numpy()}
         return Step(actions.numpy(), extras)
 
@@ -184,9 +194,7 @@ class RecurrentPPO(OnPolicyAgent):
         n_envs = len(rewards)
         c = self.config
         if self.rollout is None or self.rollout.n_envs != n_envs:
-            action_shape = () if self.discrete else self.action_space.shape
-            dtype = np.int64 if self.discrete else np.float32
-            self.rollout = RolloutBuffer(c.n_steps, n_envs, self.obs_shape, action_shape, dtype)
+            self.rollout = self._new_rollout(n_envs)
             self.rollout_states = np.zeros((c.n_steps, n_envs, 4, c.lstm_hidden_size), dtype=np.float32)
         assert self.rollout_states is not None
         states = np.asarray(extras["lstm_states"], dtype=np.float32)
@@ -203,7 +211,7 @@ class RecurrentPPO(OnPolicyAgent):
             rewards[cut] += c.gamma * final[0, :, 0].numpy()
         self.rollout_states[self.rollout.pos] = states
         dones = (terminated | truncated).astype(np.float32)
-        self.rollout.add(obs, actions, rewards, dones, extras["values"], extras["log_probs"])
+        self.rollout.add(obs, actions, rewards, dones, extras["values"], extras["log_probs"], extras.get(MASK_KEY))
         self._next_obs = next_obs
 
     # -- learning -----------------------------------------------------------------------------
@@ -244,7 +252,15 @@ class RecurrentPPO(OnPolicyAgent):
                 out, _, _ = self.actor(obs[:, e], first[e, 0], first[e, 1], starts[:, e])
                 values, _, _ = self.critic(obs[:, e], first[e, 2], first[e, 3], starts[:, e])
                 mb_actions = actions[:, e].reshape(-1, *actions.shape[2:])
-                log_prob, entropy = gaussian_policy_terms(out.flatten(0, 1), self.log_std, mb_actions, self.discrete)
+                if rollout.masks is not None or self.action_kind in ("multidiscrete", "multibinary"):
+                    mb_masks = None if rollout.masks is None else torch.from_numpy(rollout.masks[:, e.numpy()])
+                    mb_masks = None if mb_masks is None else mb_masks.reshape(-1, mb_masks.shape[-1])
+                    log_prob, entropy = categorical_terms(
+                        out.flatten(0, 1), mb_actions, self.action_kind, self.nvec, mb_masks
+                    )
+                else:
+                    flat_out = out.flatten(0, 1)
+                    log_prob, entropy = gaussian_policy_terms(flat_out, self.log_std, mb_actions, self.discrete)
                 row = clipped_step(
                     self,
                     log_prob,

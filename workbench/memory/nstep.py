@@ -33,8 +33,11 @@ class NStepAccumulator:
         next_obs: np.ndarray,
         terminated: np.ndarray,
         truncated: np.ndarray,
+        next_masks: np.ndarray | None = None,
     ) -> tuple[np.ndarray, ...] | None:
-        """Take one step of every env; return the n-step transitions now complete (or None)."""
+        """Take one step of every env; return the n-step transitions now complete (or None).
+        Given ``next_masks`` (the next states' action masks), a seventh array holds the mask of
+        each emitted transition's next state."""
         n_envs = len(rewards)
         if len(self._pending) != n_envs:
             self._pending = [deque() for _ in range(n_envs)]
@@ -42,17 +45,18 @@ class NStepAccumulator:
         for i in range(n_envs):
             pending = self._pending[i]
             pending.append((obs[i], actions[i], float(rewards[i])))
+            mask = None if next_masks is None else next_masks[i]
             if terminated[i] or truncated[i]:
                 while pending:
-                    out.append(self._emit(pending, next_obs[i], float(terminated[i])))
+                    out.append((*self._emit(pending, next_obs[i], float(terminated[i])), mask))
                     pending.popleft()
             elif len(pending) == self.n:
-                out.append(self._emit(pending, next_obs[i], 0.0))
+                out.append((*self._emit(pending, next_obs[i], 0.0), mask))
                 pending.popleft()
         if not out:
             return None
-        o, a, r, no, d, g = zip(*out)
-        return (
+        o, a, r, no, d, g, m = zip(*out)
+        fields = (
             np.stack(o),
             np.stack(a),
             np.asarray(r, dtype=np.float32),
@@ -60,6 +64,7 @@ class NStepAccumulator:
             np.asarray(d, dtype=np.float32),
             np.asarray(g, dtype=np.float32),
         )
+        return fields if next_masks is None else (*fields, np.stack(m))
 
     def _emit(self, pending: deque, next_obs: np.ndarray, done: float) -> tuple:
         ret = 0.0

@@ -117,9 +117,9 @@ class PrioritizedReplayMemory(ReplayMemory):
         """``priority ** alpha`` of every slot (the sum-tree's leaves)."""
         return self.tree.leaves
 
-    def add(self, obs, actions, rewards, next_obs, dones, discounts) -> np.ndarray:  # type: ignore[no-untyped-def]
+    def add(self, obs, actions, rewards, next_obs, dones, discounts, next_masks=None) -> np.ndarray:  # type: ignore[no-untyped-def]
         """Append a batch with the largest priority seen so far; returns the slots written."""
-        idx = super().add(obs, actions, rewards, next_obs, dones, discounts)
+        idx = super().add(obs, actions, rewards, next_obs, dones, discounts, next_masks)
         self.tree.update(idx, np.full(len(idx), self.max_priority**self.alpha))
         return idx
 

@@ -26,6 +26,8 @@ class ReplayBatch(NamedTuple):
     discounts: torch.Tensor
     weights: torch.Tensor
     indices: np.ndarray
+    next_masks: torch.Tensor | None = None
+    """The next states' action masks (bool, ``(batch, n_actions)``) when the env gives masks."""
 
 
 def _first_bad(mask: np.ndarray) -> int:
@@ -73,7 +75,12 @@ class ReplayMemory:
     ``dones`` is 1 only when the episode *terminated* (a time-limit truncation still bootstraps).
     ``discounts`` is the factor applied to the bootstrapped value (``gamma ** n`` for n-step
     returns). ``save``/``load`` use ``.npz`` written with ``allow_pickle=False``.
+
+    With action masks (``workbench.masks``), ``next_masks`` holds each next state's mask (bool,
+    allocated at the first ``add`` that brings masks), saved as the array ``next_action_masks``.
     """
+
+    MASKS = "next_action_masks"
 
     FIELDS = ("obs", "actions", "rewards", "next_obs", "dones", "discounts")
 
@@ -95,6 +102,7 @@ class ReplayMemory:
         self.rewards = np.zeros(self.capacity, dtype=np.float32)
         self.dones = np.zeros(self.capacity, dtype=np.float32)
         self.discounts = np.zeros(self.capacity, dtype=np.float32)
+        self.next_masks: np.ndarray | None = None
         self.pos = 0
         self.size = 0
 
@@ -109,8 +117,10 @@ class ReplayMemory:
         next_obs: np.ndarray,
         dones: np.ndarray,
         discounts: np.ndarray | float,
+        next_masks: np.ndarray | None = None,
     ) -> np.ndarray:
-        """Append a batch (leading axis = number of transitions); returns the slots written."""
+        """Append a batch (leading axis = number of transitions); returns the slots written.
+        ``next_masks``: the next states' action masks, when the env gives masks."""
         n = len(rewards)
         idx = (self.pos + np.arange(n)) % self.capacity
         self.obs[idx] = obs
@@ -119,6 +129,10 @@ class ReplayMemory:
         self.next_obs[idx] = next_obs
         self.dones[idx] = dones
         self.discounts[idx] = discounts
+        if next_masks is not None:
+            if self.next_masks is None:
+                self.next_masks = np.ones((self.capacity, np.shape(next_masks)[-1]), dtype=bool)
+            self.next_masks[idx] = next_masks
         self.pos = int((self.pos + n) % self.capacity)
         self.size = min(self.size + n, self.capacity)
         return idx
@@ -145,6 +159,7 @@ class ReplayMemory:
             torch.from_numpy(self.discounts[idx]),
             torch.from_numpy(np.asarray(weights, dtype=np.float32)),
             idx,
+            None if self.next_masks is None else torch.from_numpy(self.next_masks[idx]),
         )
 
     # -- saving ---------------------------------------------------------------------------------
@@ -155,7 +170,10 @@ class ReplayMemory:
             order = np.arange(self.size)
         else:
             order = (self.pos + np.arange(self.capacity)) % self.capacity
-        return {name: getattr(self, name)[order] for name in self.FIELDS}
+        arrays = {name: getattr(self, name)[order] for name in self.FIELDS}
+        if self.next_masks is not None:
+            arrays[self.MASKS] = self.next_masks[order]
+        return arrays
 
     def load_arrays(
         self, arrays: dict[str, np.ndarray], source: str = "memory", *, action_space: gym.Space | None = None
@@ -182,10 +200,20 @@ class ReplayMemory:
             if arr.dtype.kind not in "biuf":
                 raise ValueError(f"{source}: array {name!r} has dtype {arr.dtype}, expected numbers")
         check_transitions(arrays, self.FIELDS, source, action_space)
+        masks = arrays.get(self.MASKS)
+        if masks is not None and (masks.dtype != bool or masks.ndim != 2 or len(masks) != n):
+            raise ValueError(
+                f"{source}: array {self.MASKS!r} has shape {masks.shape} and dtype {masks.dtype}, "
+                f"expected bool of shape ({max(n, 0)}, n_actions)"
+            )
         keep = min(n, self.capacity)  # a larger saved memory keeps its newest transitions
         for name in self.FIELDS:
             arr = getattr(self, name)
             arr[:keep] = arrays[name][n - keep :]
+        self.next_masks = None
+        if masks is not None:
+            self.next_masks = np.ones((self.capacity, masks.shape[1]), dtype=bool)
+            self.next_masks[:keep] = masks[n - keep :]
         self.size = keep
         self.pos = keep % self.capacity
 

@@ -53,6 +53,7 @@ class RolloutBuffer:
         self.dones = np.zeros((n_steps, n_envs), dtype=np.float32)
         self.values = np.zeros((n_steps, n_envs), dtype=np.float32)
         self.log_probs = np.zeros((n_steps, n_envs), dtype=np.float32)
+        self.masks: np.ndarray | None = None  # (n_steps, n_envs, mask size) bool, with action masks
         self.pos = 0
 
     @property
@@ -68,8 +69,9 @@ class RolloutBuffer:
         dones: np.ndarray,
         values: np.ndarray,
         log_probs: np.ndarray,
+        masks: np.ndarray | None = None,
     ) -> None:
-        """Store one step of every env."""
+        """Store one step of every env (``masks``: the action masks it decided under, if any)."""
         t = self.pos
         self.obs[t] = obs
         self.actions[t] = actions
@@ -77,6 +79,10 @@ class RolloutBuffer:
         self.dones[t] = dones
         self.values[t] = values
         self.log_probs[t] = log_probs
+        if masks is not None:
+            if self.masks is None:
+                self.masks = np.ones((self.n_steps, self.n_envs, np.shape(masks)[-1]), dtype=bool)
+            self.masks[t] = masks
         self.pos = t + 1
 
     def reset(self) -> None:
