@@ -33,6 +33,7 @@ __all__ = [
     "check_masks",
     "mask_size",
     "masked_choice",
+    "sample_action",
     "strip_mask_obs",
     "strip_mask_space",
 ]
@@ -118,6 +119,15 @@ def masked_choice(masks: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     u = rng.random(masks.shape)
     u[~masks] = -1.0
     return u.argmax(axis=1)
+
+
+def sample_action(action_space: spaces.Space, mask: np.ndarray | None) -> Any:
+    """A random action of ``action_space`` (its own generator), among the allowed ones given a mask."""
+    if mask is None:
+        return action_space.sample()
+    if isinstance(action_space, spaces.MultiDiscrete):
+        return action_space.sample(mask=tuple(mask[lo:hi].astype(np.int8) for lo, hi in _segments(action_space)))
+    return action_space.sample(mask=mask.astype(np.int8))
 
 
 class MaskReader:

@@ -36,6 +36,7 @@ from typing import Any, NamedTuple
 
 from ..envs import EnvSource, VecEnv, as_env_source
 from ..loop import Transitions, env_step
+from ..masks import MaskReader, sample_action
 from ..validation import ArgumentError, Constraint, check_value, flag, integer, number, optional
 from .errors import WorkerError
 from .local import LocalRunner, check_step_timeout, split_envs
@@ -134,14 +135,16 @@ def choose_backend(env: Any, num_workers: int, envs_per_worker: int = 1, *, seed
     probe = source.make()
     try:
         probe.action_space.seed(0 if seed is None else seed)
-        probe.reset(seed=seed)
+        obs, info = probe.reset(seed=seed)
+        masks = MaskReader(probe, probe.action_space)  # an env with action masks gets allowed actions
         steps = 0
         wall0, cpu0 = time.perf_counter(), time.process_time()
         while steps < _PROBE_STEPS and time.perf_counter() - wall0 < _PROBE_SECONDS:
-            _, _, terminated, truncated, _ = probe.step(probe.action_space.sample())
+            action = sample_action(probe.action_space, masks.read(obs, info))
+            obs, _, terminated, truncated, info = probe.step(action)
             steps += 1
             if terminated or truncated:
-                probe.reset()
+                obs, info = probe.reset()
         wall = (time.perf_counter() - wall0) / steps
         cpu = (time.process_time() - cpu0) / steps
     finally:

@@ -11,8 +11,11 @@ Protocol over the connection on file descriptor FD (messages are tuples, pickled
   the user's zero-argument factory serialised with cloudpickle (None when ``env_id`` is given).
 * ``("reset",)`` -> ``("ok", obs)``
 * a step: ``b"S"`` + the actions' raw bytes (int64 for Discrete, float32 for Box) -> ``b"K"`` + one float32
-  buffer ``[busy_s, ended, rewards, terminated, truncated, obs, final_obs if ended]``; the hot path
-  skips pickle entirely.
+  buffer ``[busy_s, ended, rewards, terminated, truncated, obs, final_obs if ended, masks and
+  final_masks if the envs give action masks]``; the hot path skips pickle entirely. Actions are
+  int64 for Discrete, float32 (cast to the space's dtype by the envs) for everything else.
+* ``("masks",)`` -> ``("ok", masks)``: the envs' current action masks (``VecEnv.masks``; None
+  for envs without masks), asked for after a reset.
 * ``("rng",)`` -> ``("ok", states)``: every env's random stream (``VecEnv.rng_states``).
 * ``("set_rng", states)`` -> ``("ok", None)``: continue those streams at the next reset.
 * ``("close",)``: close the envs and exit.
@@ -39,8 +42,15 @@ STEP_REPLY = b"K"  # first byte of a step answer: a float32 buffer follows (pick
 
 
 def _load_envs_module():  # type: ignore[no-untyped-def]
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "envs.py")
-    spec = importlib.util.spec_from_file_location("_workbench_worker_envs", path)
+    import types
+
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    # A bare package over the workbench folder, without running its __init__ (which imports torch),
+    # so envs.py's relative imports (masks.py) resolve.
+    package = types.ModuleType("_workbench_worker")
+    package.__path__ = [here]  # type: ignore[attr-defined]
+    sys.modules["_workbench_worker"] = package
+    spec = importlib.util.spec_from_file_location("_workbench_worker.envs", os.path.join(here, "envs.py"))
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up here
@@ -120,6 +130,8 @@ def main(fd: int, status_fd: int | None = None) -> None:
                     parts = [np.array([busy, ended], dtype=np.float32), rewards, terminated, truncated, obs]
                     if ended:
                         parts.append(final_obs)
+                    if vec.masks is not None:
+                        parts += [vec.masks, vec.final_masks]
                     flat = np.concatenate([p.ravel().astype(np.float32) for p in parts])
                     conn.send_bytes(STEP_REPLY + flat.tobytes())
                     continue
@@ -131,11 +143,13 @@ def main(fd: int, status_fd: int | None = None) -> None:
                 elif command == "init":
                     where = "building the env (the factory)"
                     vec = holder["vec"] = _build(message, envs_module)
-                    if hasattr(vec.action_space, "n"):  # Discrete: the parent sends int64 actions
+                    if type(vec.action_space).__name__ == "Discrete":  # the parent sends int64 actions
                         action_dtype, action_shape = np.int64, ()
                     else:
                         action_dtype, action_shape = np.float32, vec.action_space.shape
                     conn.send(("ok", None))
+                elif command == "masks":
+                    conn.send(("ok", vec.masks))
                 elif command == "rng":
                     where = "reading the envs' random streams"
                     conn.send(("ok", vec.rng_states()))

@@ -28,6 +28,7 @@ from gymnasium import spaces
 
 from ..envs import EnvSource, flat_observation_space
 from ..loop import Transitions, env_step
+from ..masks import mask_size
 from ._worker import STEP, STEP_REPLY
 from .errors import WorkerError
 
@@ -182,6 +183,11 @@ class LocalRunner:
         shape = flat_observation_space(obs_space).shape
         self._obs_shape, self._obs_size = shape, int(np.prod(shape))
         self._action_dtype = np.int64 if isinstance(action_space, spaces.Discrete) else np.float32
+        # Action masks (workbench.masks): asked for after each reset when the space can have them.
+        self._maskable = mask_size(action_space) is not None
+        self._mask_size = 0
+        self.masks: np.ndarray | None = None
+        self.final_masks: np.ndarray | None = None
         self._obs = np.zeros((self.num_envs, *shape), dtype=np.float32)
         self._pending: list[tuple[str, float]] = []
         self._window_start = time.perf_counter()
@@ -254,7 +260,22 @@ class LocalRunner:
         self._init(w, seed)
         w.conn.send(("reset",))
         self._pending.append(("worker_restarts", float(self.restarts)))
-        return self._receive(w, timeout=_START_TIMEOUT_S)
+        obs = self._receive(w, timeout=_START_TIMEOUT_S)
+        self._read_masks(w)
+        return obs
+
+    def _read_masks(self, w: _Worker) -> None:
+        """Ask a freshly reset worker for its envs' action masks (when the space can have them)."""
+        if not self._maskable:
+            return
+        w.conn.send(("masks",))
+        masks = self._receive(w, timeout=_START_TIMEOUT_S)
+        if masks is None:
+            return
+        if self.masks is None:
+            self._mask_size = masks.shape[1]
+            self.masks = np.ones((self.num_envs, self._mask_size), dtype=bool)
+        self.masks[w.envs] = masks
 
     # -- the runner interface -------------------------------------------------------------------
 
@@ -264,6 +285,8 @@ class LocalRunner:
             w.conn.send(("reset",))
         for w in self._workers:
             self._obs[w.envs] = self._receive(w, timeout=_START_TIMEOUT_S)
+        for w in self._workers:
+            self._read_masks(w)
         self._window_start = time.perf_counter()
         return self._obs.copy()
 
@@ -287,23 +310,28 @@ class LocalRunner:
         terminated = np.empty(n, dtype=bool)
         truncated = np.empty(n, dtype=bool)
         finals: list[tuple[slice, np.ndarray]] = []
+        if self.masks is not None:
+            # New arrays every step: the last ones travel on in the step's extras.
+            self.masks, self.final_masks = self.masks.copy(), np.ones_like(self.masks)
         for w in workers:
             s = w.envs
             try:
-                o, r, term, trunc, final, busy = self._unpack(self._receive_step(w), w.num_envs)
+                o, r, term, trunc, final, busy, masks = self._unpack(self._receive_step(w), w.num_envs)
             except WorkerError as err:
                 if not ((err.died or err.timed_out) and self.restart_workers):
                     raise
                 # The running episodes of that worker's envs end here, as time-limit truncations.
                 finals.append((s, self._obs[s].copy()))
                 o = self._restart(w)
-                r, term, trunc, final, busy = 0.0, False, True, None, 0.0
+                r, term, trunc, final, busy, masks = 0.0, False, True, None, 0.0, None
             obs[s] = o
             rewards[s] = r
             terminated[s] = term
             truncated[s] = trunc
             if final is not None:
                 finals.append((s, final))
+            if masks is not None:
+                self.masks[s], self.final_masks[s] = masks  # type: ignore[index]
             w.steps += w.num_envs
             w.busy += busy
         self._obs = obs
@@ -326,7 +354,12 @@ class LocalRunner:
         at += 3 * k
         obs = buf[at : at + k * d].reshape(k, *self._obs_shape)
         final = buf[at + k * d : at + 2 * k * d].reshape(k, *self._obs_shape) if ended else None
-        return obs, rewards, terminated, truncated, final, busy
+        masks = None
+        if self._mask_size:
+            at += (2 if ended else 1) * k * d
+            m = k * self._mask_size
+            masks = (buf[at : at + m].reshape(k, -1) > 0, buf[at + m : at + 2 * m].reshape(k, -1) > 0)
+        return obs, rewards, terminated, truncated, final, busy, masks
 
     def _track(self) -> None:
         now = time.perf_counter()

@@ -62,8 +62,8 @@ class _ClockedReplica:
         self.agent = agent
         self.stride = stride
 
-    def decide(self, obs: Any, deterministic: bool = False) -> Step:
-        step = self.agent.decide(obs, deterministic)
+    def decide(self, obs: Any, deterministic: bool = False, action_mask: Any = None) -> Step:
+        step = self.agent.decide(obs, deterministic, action_mask)
         self.agent.num_timesteps += self.stride
         return step
 
@@ -77,6 +77,16 @@ class _TimedEnvs:
     def __init__(self, vec: VecEnv) -> None:
         self.vec = vec
         self.started: float | None = None
+
+    @property
+    def masks(self) -> np.ndarray | None:
+        """The envs' current action masks (``VecEnv.masks``)."""
+        return self.vec.masks
+
+    @property
+    def final_masks(self) -> np.ndarray | None:
+        """The masks of the last step's next states (``VecEnv.final_masks``)."""
+        return self.vec.final_masks
 
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         self.started = time.monotonic()
