@@ -153,20 +153,22 @@ class MaskedTarget(gym.Env):
 
     ``mask_in`` says where the mask is: ``"method"`` (``env.action_masks()``, sb3-contrib's
     convention), ``"info"`` (``info["action_mask"]``) or ``"obs"`` (a Dict observation
-    ``{"obs": ..., "action_mask": ...}``). ``dims=None`` gives a ``Discrete`` action space; an integer
+    ``{"obs": ..., "action_mask": ...}``); None with ``n_invalid=0`` gives none (a plain task). ``dims=None`` gives a ``Discrete`` action space; an integer
     gives ``MultiDiscrete([n_actions] * dims)`` with the per-dimension masks concatenated.
     """
 
     metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012 - gymnasium's convention
 
     def __init__(
-        self, n_actions: int = 6, n_invalid: int = 3, *, dims: int | None = None, mask_in: str = "method",
+        self, n_actions: int = 6, n_invalid: int = 3, *, dims: int | None = None, mask_in: str | None = "method",
         episode_length: int = 10,
     ) -> None:
         if not 0 <= n_invalid < n_actions:
             raise ValueError(f"n_invalid must be in [0, n_actions), got {n_invalid} for {n_actions} actions")
-        if mask_in not in ("method", "info", "obs"):
-            raise ValueError(f"mask_in must be 'method', 'info' or 'obs', got {mask_in!r}")
+        if mask_in not in ("method", "info", "obs", None):
+            raise ValueError(f"mask_in must be 'method', 'info', 'obs' or None, got {mask_in!r}")
+        if mask_in is None and n_invalid:
+            raise ValueError("mask_in=None (no mask given) needs n_invalid=0")
         self.n_actions, self.n_invalid, self.dims, self.mask_in = n_actions, n_invalid, dims, mask_in
         self.episode_length = episode_length
         k = dims or 1

@@ -9,7 +9,8 @@ The exported graph maps a batch of observations to the env's actions, exactly as
    float64 and clipped as :class:`~workbench.normalization.ObservationNormalizer` does;
 3. the deterministic head of the algorithm's family: the argmax of the logits / Q-values for a
    Discrete action space (PPO, A2C, DQN), the Gaussian mean clipped to the Box bounds (PPO, A2C,
-   with or without gSDE), the tanh-squashed mean (SAC, gSDE too) or the deterministic actor (TD3,
+   with or without gSDE), the argmax of each dimension (MultiDiscrete) or the positive logits
+   (MultiBinary) for PPO and A2C, the tanh-squashed mean (SAC, gSDE too) or the deterministic actor (TD3,
    DDPG) scaled into the Box bounds.
 
 Beside the model, ``<path>.json`` (the *sidecar*) describes the spaces, the input and output
@@ -46,6 +47,7 @@ from torch import nn
 from .. import checkpoint
 from .._version import __version__
 from ..envs import describe_space
+from ..masks import strip_mask_space
 
 __all__ = ["EXPORT_FORMATS", "SIDECAR_SUFFIX", "ExportedPolicy", "export_policy", "observation_layout", "policy_module"]
 
@@ -88,6 +90,33 @@ class _Argmax(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """int64 actions, shape ``(batch,)``."""
         return self.net(x).argmax(-1)
+
+
+class _ArgmaxPerDimension(nn.Module):
+    """The most likely action of each dimension of a MultiDiscrete policy: argmax over each split
+    ``nvec[i]`` of the logits."""
+
+    def __init__(self, net: nn.Module, nvec: tuple[int, ...]) -> None:
+        super().__init__()
+        self.net = net
+        self.nvec = [int(n) for n in nvec]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """int64 actions, shape ``(batch, len(nvec))``."""
+        parts = torch.split(self.net(x), self.nvec, dim=-1)
+        return torch.stack([p.argmax(-1) for p in parts], dim=-1)
+
+
+class _PositiveLogits(nn.Module):
+    """The most likely value of each bit of a MultiBinary policy: 1 where the logit is positive."""
+
+    def __init__(self, net: nn.Module) -> None:
+        super().__init__()
+        self.net = net
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """int64 actions (0 or 1), shape ``(batch, n)``."""
+        return (self.net(x) > 0).long()
 
 
 class _ClippedMean(nn.Module):
@@ -147,6 +176,10 @@ def _on_policy_head(agent: Any) -> tuple[nn.Module, str]:
     # gSDE only changes exploration: the deterministic action is the actor's mean either way.
     if agent.discrete:
         return _Argmax(_frozen(agent.actor)), "argmax of the policy logits"
+    if agent.action_kind == "multidiscrete":
+        return _ArgmaxPerDimension(_frozen(agent.actor), agent.nvec), "argmax of each action dimension's logits"
+    if agent.action_kind == "multibinary":
+        return _PositiveLogits(_frozen(agent.actor)), "1 where a bit's Bernoulli logit is positive, else 0"
     return _ClippedMean(_frozen(agent.actor), agent.action_low, agent.action_high), (
         "Gaussian mean clipped to the action bounds"
     )
@@ -281,7 +314,7 @@ def observation_layout(space: spaces.Space) -> list[dict[str, Any]]:
         offset = out[-1]["offset"] + out[-1]["size"] if out else 0
         out.append({"path": path, "space": describe_space(s), "offset": offset, "size": size, "encoding": encoding})
 
-    visit(space, [])
+    visit(strip_mask_space(space), [])  # a Dict's action mask is not part of the input
     return out
 
 
@@ -318,6 +351,8 @@ def _sidecar(agent: Any, path: str, fmt: str, action_head: str) -> dict[str, Any
         norm = {"clip": float(n.clip), "epsilon": float(n.epsilon), "statistics_at_step": int(agent.num_timesteps)}
     if agent.discrete:
         out_dtype, out_shape = "int64", ["batch"]
+    elif isinstance(agent.action_space, spaces.MultiDiscrete | spaces.MultiBinary):
+        out_dtype, out_shape = "int64", ["batch", *map(int, agent.action_space.shape)]
     else:
         out_dtype, out_shape = "float32", ["batch", *map(int, agent.action_space.shape)]
     return {
