@@ -26,7 +26,6 @@ import argparse
 import statistics
 import time
 
-import numpy as np
 import torch
 
 import workbench as wb
@@ -95,7 +94,8 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)  # both libraries on one thread: a fair, quieter comparison
 
-    results: dict[str, list[tuple[float, float]]] = {"workbench PPO": [], "sb3-contrib MaskablePPO": [], "workbench DQN": []}
+    names = ("workbench PPO", "sb3-contrib MaskablePPO", "workbench DQN")
+    results: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
     for seed in range(args.seeds):
         results["workbench PPO"].append(run_workbench("ppo", seed, args.steps))
         if not args.no_sb3:

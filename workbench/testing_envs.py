@@ -153,8 +153,9 @@ class MaskedTarget(gym.Env):
 
     ``mask_in`` says where the mask is: ``"method"`` (``env.action_masks()``, sb3-contrib's
     convention), ``"info"`` (``info["action_mask"]``) or ``"obs"`` (a Dict observation
-    ``{"obs": ..., "action_mask": ...}``); None with ``n_invalid=0`` gives none (a plain task). ``dims=None`` gives a ``Discrete`` action space; an integer
-    gives ``MultiDiscrete([n_actions] * dims)`` with the per-dimension masks concatenated.
+    ``{"obs": ..., "action_mask": ...}``); None with ``n_invalid=0`` gives none (a plain task).
+    ``dims=None`` gives a ``Discrete`` action space; an integer gives ``MultiDiscrete([n_actions] * dims)``
+    with the per-dimension masks concatenated.
     """
 
     metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012 - gymnasium's convention
