@@ -28,6 +28,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "workbench.normalization",
             "workbench.checkpoint",
             "workbench.loop",
+            "workbench.masks",
             "workbench.validation",
             "workbench.testing_envs",
         ),
