@@ -144,5 +144,9 @@ def test_the_action_converter():
     assert env_action_converter(spaces.Discrete(3))(np.int64(2)) == 2
     box = spaces.Box(-1.0, 1.0, (2,), np.float32)
     np.testing.assert_array_equal(env_action_converter(box)(np.array([3.0, -0.5])), np.array([1.0, -0.5], np.float32))
-    tup = spaces.MultiBinary(2)
+    tup = spaces.Tuple((spaces.Discrete(2),))
     assert env_action_converter(tup)("x") == "x"
+    # MultiDiscrete/MultiBinary actions reach the env in the space's own dtype (workers send float32).
+    for space in (spaces.MultiBinary(2), spaces.MultiDiscrete([3, 2])):
+        action = env_action_converter(space)(np.array([1.0, 0.0], np.float32))
+        assert action.dtype == space.dtype and space.contains(action)

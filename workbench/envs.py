@@ -191,7 +191,8 @@ def observation_flattener(space: spaces.Space) -> Callable[[Any], np.ndarray]:
 
 def env_action_converter(action_space: spaces.Space) -> Callable[[Any], Any]:
     """The function that turns one agent action into what the env's ``step`` wants: a Python
-    int for Discrete, an array clipped to the bounds for Box, anything else as it is. The one
+    int for Discrete, an array clipped to the bounds for Box, an array of the space's dtype for
+    MultiDiscrete and MultiBinary, anything else as it is. The one
     action converter: training, workers and play all use it."""
     if isinstance(action_space, spaces.Discrete):
         return int
