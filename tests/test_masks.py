@@ -3,6 +3,8 @@ in every backend. ``MaskedTarget`` raises on a masked action, so a run that fini
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -227,3 +229,15 @@ def test_masks_in_ray_workers():
             assert session.status == "finished", (cls.__name__, mask_in, session.error)
     finally:
         ray.shutdown()
+
+
+def test_export_leaves_the_dict_mask_out_of_the_input(tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    agent = wb.PPO(masked("obs"), seed=0, n_envs=2, n_steps=16)
+    path = agent.export(tmp_path / "policy.onnx")
+    side = json.loads((tmp_path / "policy.onnx.json").read_text())
+    assert [part["path"] for part in side["observation_layout"]] == [["obs"]]
+    obs = np.eye(6, dtype=np.float32)
+    got = ort.InferenceSession(path).run(None, {"obs": obs})[0]
+    np.testing.assert_array_equal(got, agent.eval().act(obs))
