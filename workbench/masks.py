@@ -30,6 +30,7 @@ from gymnasium import spaces
 __all__ = [
     "MASK_KEY",
     "MaskReader",
+    "NEXT_MASK_KEY",
     "check_masks",
     "mask_size",
     "masked_choice",
