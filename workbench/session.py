@@ -51,6 +51,7 @@ STATUSES = ("idle", "running", "paused", "stopped", "finished", "failed")
 
 _SPS_INTERVAL_S = 1.0  # how often steps_per_second is recorded
 _CONTROL_TIMEOUT_S = 60.0  # longest a control call waits for the loop to acknowledge
+_FEEDBACK_WAIT_S = 0.05  # an external session's loop checks pause/stop this often while it waits
 
 # What each argument of Session may be (workbench.validation); num_workers, backend and the backend
 # options are checked by the parallel package, as make_runner takes them.
@@ -66,6 +67,9 @@ _ARGUMENT_CHECKS = {
     "max_signal_points": integer(min=2),
 }
 _STEPS = integer(min=1)
+# The options of a session's env runner (backend_options), refused by Session.external.
+_RUNNER_OPTIONS = ("envs_per_worker", "restart_workers", "step_timeout", "ray_address", "sync_every",
+                   "cpus_per_worker", "ray_init")
 
 
 class _ResumeMethod:
@@ -123,6 +127,7 @@ class Session:
     _where: tuple[str, float] | None = None  # what the loop thread is inside, and since when
     _env_rng: list[Any] | None = None  # saved env random streams, for the next runner's first reset
     _resumed_from_disk = False
+    _external: Any = None  # an env-less session's ExternalRunner (Session.external)
 
     def __init__(
         self,
@@ -302,6 +307,8 @@ class Session:
             self._abandoned = False
             self.target_steps = self.steps + int(steps)
             self._status = "running"
+            if self._external is not None:
+                self._external.accepting = True
             self._thread = threading.Thread(
                 target=self._train, args=(self.target_steps,), name="workbench-session", daemon=True
             )
@@ -539,6 +546,7 @@ class Session:
                 # Each env's random stream (None where the env has no np_random), so a resumed run
                 # continues the streams instead of replaying its first episodes.
                 "env_rng": _rng_states(self._runner) if self._runner is not None else self._env_rng,
+                "external": self._external is not None,
             },
         }
         return checkpoint.write_run(
@@ -551,22 +559,30 @@ class Session:
         )
 
     @classmethod
-    def _resume_saved(cls, path: str | os.PathLike[str], env: Any = None, **kwargs: Any) -> Session:
+    def _resume_saved(
+        cls, path: str | os.PathLike[str], env: Any = None, *, external: bool = False, **kwargs: Any
+    ) -> Session:
         """Rebuild a saved session (``Session.resume(path, env)``) to continue training exactly
-        where it stopped: counters, optimizer moments, schedules, signals and saved memory."""
+        where it stopped: counters, optimizer moments, schedules, signals and saved memory.
+        ``Session.resume(path, external=True)`` continues it as an env-less session driven by the
+        application (:meth:`external`; any saved run, whatever trained it)."""
         with open_saved(path) as run:
             agent = agent_from_run(run, memory=True).train()
             signals = run.signals()
         saved = run.meta.get("session", {})
-        if env is None:
+        if env is not None and external:
+            raise TypeError("Session.resume got an env and external=True: an external session has no env")
+        if env is None and not external:
             env = saved.get("env_id")
             if env is None:
-                raise ValueError(
-                    f"{path}: the run was trained on an env built by the application; pass it: "
-                    "Session.resume(path, env)"
+                hint = (
+                    "it was an external session: Session.resume(path, external=True)"
+                    if saved.get("external")
+                    else "pass it: Session.resume(path, env)"
                 )
+                raise ValueError(f"{path}: the run was trained on an env built by the application; {hint}")
         kwargs.setdefault("seed", saved.get("seed"))
-        session = cls(agent, env, **kwargs)
+        session = cls.external(agent, **kwargs) if external else cls(agent, env, **kwargs)
         for name, sig in signals.items():
             session.signals.signal(name).extend(*sig.snapshot())
         session.episodes = int(saved.get("episodes", 0))
@@ -579,6 +595,115 @@ class Session:
         session._env_rng = saved.get("env_rng")
         session._resumed_from_disk = True
         return session
+
+    # -- an env-less session, driven by the application ----------------------------------------
+
+    @classmethod
+    def external(cls, agent: Agent, **options: Any) -> Session:
+        """A session whose env lives in the application: it asks for actions and reports rewards.
+
+        Example::
+
+            session = wb.Session.external(wb.DQN(observation_space=obs_space, action_space=act_space),
+                                          seed=0, stop_when=...)
+            session.start(steps=50_000)        # learns in the background from the feedback below
+            action = session.act(obs)          # from any thread; episode= keys concurrent episodes
+            session.feedback(reward, next_obs, terminated, truncated)
+
+        ``options`` are those of :class:`Session` that need no env of the session's own: ``seed``,
+        ``stop_when``, ``eval_every`` with ``eval_env=`` (an env to evaluate on), ``eval_episodes``,
+        ``checkpoint_every``, ``checkpoint_dir``, ``keep_best``, ``torch_threads``,
+        ``max_signal_points``, ``sinks``. ``start(steps=N)`` means N more transitions learned from.
+        Status, pause, resume, stop, signals, the dashboard, ``stop_when``, ``save``, ``wb.load`` and
+        ``Session.resume(path, external=True)`` work as in every session (episodes still live at a
+        save are not saved: the resumed session starts with none).
+
+        Episodes and the agent's env slots: each episode holds one of the agent's ``n_envs`` slots
+        from its first ``act`` to the feedback that ends it, and the agent learns from one
+        transition of every slot at a time, as from a vector env. So at most ``n_envs`` episodes
+        run at once (one more is a ``RuntimeError`` at its first ``act``), and learning waits until
+        every slot has fed back: drive ``n_envs`` episodes at once, or build the agent with
+        ``n_envs=1`` for a single stream. See ``workbench.parallel.external`` and docs/external.md.
+        """
+        from .parallel.external import ExternalRunner, ExternalSource
+
+        if not isinstance(agent, Agent):
+            raise TypeError(
+                "Session.external needs an agent such as wb.DQN(observation_space=..., action_space=...) "
+                f"as its first argument, got {type(agent).__name__}"
+            )
+        refused = [name for name in ("env", "num_workers", "backend", *_RUNNER_OPTIONS) if name in options]
+        if refused:
+            raise TypeError(
+                f"Session.external got {refused[0]}=: an external session has no env of its own to step "
+                "(the application steps its env and calls act/feedback); leave it out, or use "
+                "Session(agent, env, ...) to train on an env the session steps"
+            )
+        if getattr(agent, "per_env_decisions", False):
+            raise ValueError(
+                f"Session.external cannot drive {agent.algorithm}: its decisions carry per-env state "
+                "between calls (a recurrent policy), which act() from concurrent episodes would mix up. "
+                "Use a feed-forward agent (PPO, DQN, SAC...)"
+            )
+        runner = ExternalRunner(agent)
+        source = ExternalSource(
+            name="the application", observation_space=agent.observation_space, action_space=agent.action_space
+        )
+        session = cls(agent, source, **options)
+        session._external = runner
+        return session
+
+    def _external_runner(self, call: str) -> Any:
+        if self._external is None:
+            raise RuntimeError(
+                f"{call}() is for sessions driven by the application: build one with "
+                "wb.Session.external(agent); this session steps its own env"
+            )
+        return self._external
+
+    def act(self, obs: Any, episode: Any = None) -> Any:
+        """The action for ``obs`` in ``episode`` (an external session; safe from any thread).
+
+        ``episode`` is any hashable id (a user, a connection); omitted, one default episode. The
+        first ``act`` of an episode starts it; every ``act`` must be followed by :meth:`feedback`
+        for the same episode before the next (a ``RuntimeError`` naming the episode otherwise).
+        The action is decided with the current weights, exploring as training does, in every
+        status: also while paused, stopped or before ``start`` (nothing waits for the loop).
+        """
+        runner = self._external_runner("act")
+        return runner.act(obs, _episode_key(episode))
+
+    def feedback(
+        self,
+        reward: float,
+        next_obs: Any,
+        terminated: bool,
+        truncated: bool,
+        episode: Any = None,
+        info: dict[str, Any] | None = None,
+    ) -> None:
+        """Report what followed the last :meth:`act` of ``episode`` (an external session).
+
+        ``terminated``/``truncated`` as gymnasium's ``step`` returns them: either ends the episode
+        (its ``episode_reward`` and ``episode_length`` are recorded when the agent learns its last
+        step), and the id may then start a new one. The transition is queued for the training
+        loop before a run starts, while it runs and while paused; once the run has stopped, finished
+        or failed, feedback still ends episodes but its transitions are dropped, not learned from.
+        ``info`` (the env's info dict) is accepted for symmetry with ``env.step`` and not used yet.
+        A feedback without an ``act`` awaiting it is a ``RuntimeError`` naming the episode.
+        """
+        runner = self._external_runner("feedback")
+        if info is not None and not isinstance(info, dict):
+            raise TypeError(f"feedback() got info={info!r}: pass the env's info dict or leave it out")
+        runner.feedback(reward, next_obs, terminated, truncated, _episode_key(episode))
+
+    @property
+    def live_episodes(self) -> list[Any]:
+        """An external session's episodes started and not yet ended (the default one as None)."""
+        from .parallel.external import DEFAULT_EPISODE
+
+        runner = self._external_runner("live_episodes")
+        return [None if e is DEFAULT_EPISODE else e for e in runner.live_episodes]
 
     def dashboard(self) -> Any:
         """The live notebook dashboard for this session (an ipywidgets widget)."""
@@ -620,6 +745,8 @@ class Session:
                 self._close_runner(force=True)
             self._pause_requested = False
             self._status = final
+            if self._external is not None:
+                self._external.accepting = False  # later feedback is not learned from (Session.feedback)
             self._cond.notify_all()
         if self._tracking is not None:
             self._tracking.run_ended(final, self.stop_reason, self.error)
@@ -629,6 +756,11 @@ class Session:
         if self.seed is not None and not self._seeded:
             agent.reseed(self.seed)
         self._seeded = True
+        if self._runner is None and self._external is not None:
+            # The application's episodes: nothing to build or reset here.
+            self._runner = self._external
+            self._obs = self._runner.reset()
+            self._episodes = EpisodeTracker(self._runner.num_envs)
         if self._runner is None:
             seed = self.seed
             if self._resumed_from_disk and seed is not None:
@@ -691,6 +823,9 @@ class Session:
         # Worker backends name the worker an episode ran in; they may report signals of their own.
         per_worker = getattr(runner, "envs_per_worker", None)
         drain_signals = getattr(runner, "drain_signals", None)
+        # An external session's runner waits for the application's feedback and counts its episodes.
+        wait_ready = getattr(runner, "wait_ready", None)
+        ended_episodes = getattr(runner, "ended_episodes", None)
         # What the envs return and what the updates return are checked on every batch (cheaply):
         # a NaN fails the run naming its source instead of silently breaking the weights.
         check_env_batch(self.steps, obs)
@@ -703,6 +838,8 @@ class Session:
             if self._stop_requested:
                 ended = "stopped"
                 break
+            if wait_ready is not None and not wait_ready(_FEEDBACK_WAIT_S):
+                continue  # no transition in every slot yet: check pause and stop again
 
             # The one step function (workbench.loop.env_step), here or in the runner's workers.
             # _where lets a control call that times out say what the loop is stuck in.
@@ -717,7 +854,7 @@ class Session:
             self._obs = obs
 
             done = transitions.terminated | transitions.truncated
-            finished = episodes.add(transitions.rewards, done)
+            finished = episodes.add(transitions.rewards, done) if ended_episodes is None else ended_episodes()
             if finished:
                 now = self.elapsed
                 for episode in finished:
@@ -781,6 +918,12 @@ class Session:
     def _periodic_checkpoint(self) -> None:
         assert self.checkpoint_dir is not None
         self._write(os.path.join(self.checkpoint_dir, "latest"))
+
+
+def _episode_key(episode: Any) -> Any:
+    from .parallel.external import DEFAULT_EPISODE
+
+    return DEFAULT_EPISODE if episode is None else episode
 
 
 def _views() -> ModuleType:

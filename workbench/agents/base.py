@@ -21,6 +21,7 @@ import dataclasses
 import difflib
 import functools
 import os
+import threading
 from typing import Any, ClassVar, NamedTuple
 
 import gymnasium as gym
@@ -156,15 +157,28 @@ class Agent:
             def normalized_observe(self: Agent, transitions: Transitions) -> None:
                 if self._in_observe:  # a subclass calling super().observe(): already normalized
                     return observe(self, transitions)
-                self._in_observe = True
-                try:
-                    observe(self, self._normalize_transitions(transitions))
-                finally:
-                    self._in_observe = False
-                self.num_timesteps += len(transitions.rewards)
+                with self._lock:
+                    self._in_observe = True
+                    try:
+                        observe(self, self._normalize_transitions(transitions))
+                    finally:
+                        self._in_observe = False
+                    self.num_timesteps += len(transitions.rewards)
 
             normalized_observe._normalizes = True  # type: ignore[attr-defined]
             cls.observe = normalized_observe  # type: ignore[method-assign]
+        # update() takes the agent's lock too, so an act() from another thread (an external
+        # session's application, a service) never sees weights halfway through an update.
+        update = cls.__dict__.get("update")
+        if update is not None and not getattr(update, "_locks", False):
+
+            @functools.wraps(update)
+            def locked_update(self: Agent) -> dict[str, float]:
+                with self._lock:
+                    return update(self)
+
+            locked_update._locks = True  # type: ignore[attr-defined]
+            cls.update = locked_update  # type: ignore[method-assign]
 
     def __init__(
         self,
@@ -197,6 +211,8 @@ class Agent:
             self.action_high = action_space.high.astype(np.float32)
         self.config = self._make_config(hyperparameters)
         self._in_observe = False
+        # decide/act/observe/update hold it: one agent serves act() from many threads (docs/external.md).
+        self._lock = threading.RLock()
         # Running statistics are nn.Modules, so they are saved and loaded with the networks.
         if self.config.normalize_observations:
             self.obs_normalizer = ObservationNormalizer(self.obs_shape)
@@ -315,27 +331,32 @@ class Agent:
         ``deterministic`` (always so in play mode) takes the greedy / mean action, no exploration.
         ``action_mask`` (one bool row per observation, True where allowed; see ``workbench.masks``)
         restricts the actions to the allowed ones and travels on in the extras as ``"action_mask"``;
-        a Dict observation's ``"action_mask"`` key is used when it is not given."""
+        a Dict observation's ``"action_mask"`` key is used when it is not given.
+        Thread-safe: concurrent calls take turns on the agent's lock (as ``act``, ``observe`` and
+        ``update`` do), so they give the actions serial calls would."""
         batch, _ = self.prepare_obs(obs)
         mask = self._action_mask(obs, action_mask, len(batch))
-        if self.config.normalize_observations:
-            batch = self.obs_normalizer(batch)
-        if mask is None:
-            return self._decide(batch, deterministic or not self.training)
-        step = self._decide(batch, deterministic or not self.training, mask)
+        with self._lock:
+            if self.config.normalize_observations:
+                batch = self.obs_normalizer(batch)
+            if mask is None:
+                return self._decide(batch, deterministic or not self.training)
+            step = self._decide(batch, deterministic or not self.training, mask)
         return Step(step.actions, {**step.extras, MASK_KEY: mask})
 
     def act(self, obs: Any, deterministic: bool = False, action_mask: Any = None) -> Any:
         """Actions for one observation or a batch (the actions of :meth:`decide`, ``action_mask``
-        included)."""
+        included); thread-safe, so a loaded agent serves concurrent requests
+        (``wb.load(path).act(obs)`` from many threads)."""
         batch, single = self.prepare_obs(obs)
         mask = self._action_mask(obs, action_mask, len(batch))
-        if self.config.normalize_observations:
-            batch = self.obs_normalizer(batch)
-        if mask is None:
-            actions = self._decide(batch, deterministic or not self.training).actions
-        else:
-            actions = self._decide(batch, deterministic or not self.training, mask).actions
+        with self._lock:
+            if self.config.normalize_observations:
+                batch = self.obs_normalizer(batch)
+            if mask is None:
+                actions = self._decide(batch, deterministic or not self.training).actions
+            else:
+                actions = self._decide(batch, deterministic or not self.training, mask).actions
         return actions[0] if single else actions
 
     def _action_mask(self, obs: Any, action_mask: Any, n: int) -> np.ndarray | None:

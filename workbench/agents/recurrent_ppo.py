@@ -98,6 +98,8 @@ class RecurrentPPO(OnPolicyAgent):
     Config = RecurrentPPOConfig
     action_spaces = (spaces.Discrete, spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)
     config: RecurrentPPOConfig
+    per_env_decisions = True
+    """Its decisions carry each env's LSTM state from call to call (Session.external refuses it)."""
 
     def _build(self) -> None:
         c = self.config

@@ -1,0 +1,279 @@
+"""The application's envs: an env-less session's episodes, fed by ``act`` and ``feedback`` calls.
+
+``Session.external(agent)`` trains on envs that live in the application (a service, a game, a
+robot): the application asks for actions (``session.act(obs, episode=...)``) and reports what
+followed (``session.feedback(reward, next_obs, terminated, truncated, episode=...)``) from any of
+its threads. :class:`ExternalRunner` turns those calls into what the session's loop reads from every
+runner, ``transitions(agent, obs) -> (Transitions, next_obs)``, so the loop, the ``ready``/``update``
+schedule, signals, ``stop_when``, pause, stop and saving are the ones of every session.
+
+How episodes map to the agent's env slots: the agent learns from ``agent.num_envs`` columns of
+transitions in lockstep, as from a vector env (PPO's rollout of ``n_steps x n_envs``, GAE along each
+column). Each episode takes a free slot at its first ``act`` and holds it until the ``feedback`` that
+ends it (``terminated`` or ``truncated``), so every column is one stream of whole episodes, as in a
+vector env, and nothing is cut or reordered. Hence:
+
+* at most ``n_envs`` episodes are live at once: ``act`` for one more raises a ``RuntimeError``
+  naming the episode and the fix (build the agent with a larger ``n_envs``, or end an episode);
+* the loop takes one transition from every slot at a time, so learning proceeds at the pace of the
+  slowest slot: drive ``n_envs`` episodes concurrently, or build the agent with ``n_envs=1`` for
+  one stream (the off-policy agents' default). A free slot waits for the next episode to start.
+
+Decisions are taken in the caller's thread, at ``act``, with the agent's current weights; the
+step's extras (PPO's values and log-probabilities) travel with the episode to its transition.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import deque
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from ..envs import EnvSource, env_action_converter
+from ..loop import Episode, Transitions
+
+__all__ = ["DEFAULT_EPISODE", "ExternalRunner", "ExternalSource", "episode_name"]
+
+
+class _DefaultEpisode:
+    """The episode of ``act``/``feedback`` calls that name none."""
+
+    def __repr__(self) -> str:
+        return "<the default episode>"
+
+
+DEFAULT_EPISODE: Hashable = _DefaultEpisode()
+"""The key of the one episode used when ``act``/``feedback`` get no ``episode=``."""
+
+
+def episode_name(episode: Hashable) -> str:
+    """How an episode is named in messages."""
+    return "the default episode" if episode is DEFAULT_EPISODE else f"episode {episode!r}"
+
+
+@dataclass
+class ExternalSource(EnvSource):
+    """The env source of an external session: spaces only; no env can be built or stepped here."""
+
+    observation_space: spaces.Space | None = None
+    action_space: spaces.Space | None = None
+
+    def spaces(self) -> tuple[spaces.Space, spaces.Space]:
+        """The agent's spaces (the application's env is never seen)."""
+        assert self.observation_space is not None and self.action_space is not None
+        return self.observation_space, self.action_space
+
+
+_DECIDING = object()
+
+
+class _Live:
+    """One live episode: its slot, its running return and length, and the decision awaiting feedback."""
+
+    __slots__ = ("length", "pending", "reward", "slot")
+
+    def __init__(self, slot: int) -> None:
+        self.slot = slot
+        self.reward = 0.0
+        self.length = 0
+        # None, _DECIDING while act() decides, then (obs, action, extras) until the feedback.
+        self.pending: Any = None
+
+
+class ExternalRunner:
+    """The runner of an external session (see the module docstring for the episode-to-slot rule).
+
+    The application's threads call :meth:`act` and :meth:`feedback`; the session's loop calls
+    :meth:`wait_ready`, :meth:`transitions` and :meth:`ended_episodes`. ``accepting`` says whether
+    feedback is queued for learning (the session turns it off when its run has ended: transitions
+    are then dropped, episodes still end).
+    """
+
+    persistent = True
+    backend = "external"
+
+    def __init__(self, agent: Any, max_queued: int = 100_000) -> None:
+        self.agent = agent
+        self.num_envs = agent.num_envs
+        self.max_queued = max_queued
+        self.accepting = True
+        self.dropped = 0  # transitions not learned from (the run had ended, or a slot's queue was full)
+        self._convert = env_action_converter(agent.action_space)
+        self._cond = threading.Condition()
+        self._live: dict[Hashable, _Live] = {}
+        self._slot_owner: list[Hashable | None] = [None] * self.num_envs
+        # Per slot: (obs, action, reward, next_obs, terminated, truncated, extras, ended episode or None)
+        self._queues: list[deque[tuple[Any, ...]]] = [deque() for _ in range(self.num_envs)]
+        self._ended: list[Episode] = []
+
+    # -- the application's side ------------------------------------------------------------------
+
+    @property
+    def live_episodes(self) -> list[Hashable]:
+        """The episodes started and not yet ended."""
+        with self._cond:
+            return list(self._live)
+
+    def act(self, obs: Any, episode: Hashable = DEFAULT_EPISODE) -> Any:
+        """The action for ``obs`` in ``episode`` (its first ``act`` starts it), in the env's format."""
+        _check_key(episode)
+        with self._cond:
+            live = self._live.get(episode)
+            if live is None:
+                live = self._start(episode)
+            elif live.pending is not None:
+                raise RuntimeError(
+                    f"act() for {episode_name(episode)} before the feedback() of its previous action: every "
+                    "act must be followed by feedback(reward, next_obs, terminated, truncated) for the same "
+                    "episode (use episode= ids to run several episodes at once)"
+                )
+            live.pending = _DECIDING  # a concurrent act (or feedback) for this episode now fails
+        try:
+            batch, _ = self.agent.prepare_obs(obs)
+            step = self.agent.decide(batch)
+        except BaseException:
+            with self._cond:
+                live.pending = None
+                if live.length == 0:  # the episode never really started: free its slot
+                    self._end(episode, live)
+            raise
+        extras = {key: np.asarray(value)[0] for key, value in step.extras.items()}
+        action = np.asarray(step.actions)[0]
+        with self._cond:
+            live.pending = (batch[0], action, extras)
+        return self._convert(action)
+
+    def _start(self, episode: Hashable) -> _Live:
+        free = [i for i, owner in enumerate(self._slot_owner) if owner is None]
+        if not free:
+            live = ", ".join(episode_name(e) for e in self._slot_owner)
+            raise RuntimeError(
+                f"{episode_name(episode)} cannot start: the agent learns from {self.num_envs} env slot(s) "
+                f"(n_envs={self.num_envs}) and every one holds a live episode ({live}). Build the agent with "
+                "n_envs= at least the number of concurrent episodes, or end an episode first with "
+                "feedback(..., terminated=True or truncated=True)"
+            )
+        # The free slot with the fewest queued transitions, so the columns fill evenly.
+        slot = min(free, key=lambda i: len(self._queues[i]))
+        self._slot_owner[slot] = episode
+        live = self._live[episode] = _Live(slot)
+        return live
+
+    def _end(self, episode: Hashable, live: _Live) -> None:
+        del self._live[episode]
+        self._slot_owner[live.slot] = None
+
+    def feedback(
+        self,
+        reward: Any,
+        next_obs: Any,
+        terminated: Any,
+        truncated: Any,
+        episode: Hashable = DEFAULT_EPISODE,
+    ) -> Episode | None:
+        """What followed the last ``act`` of ``episode``; returns the episode when this ended it."""
+        _check_key(episode)
+        reward = _number(reward, episode)
+        terminated = _flag(terminated, "terminated", episode)
+        truncated = _flag(truncated, "truncated", episode)
+        next_batch, _ = self.agent.prepare_obs(next_obs)
+        if not np.isfinite(next_batch).all():
+            raise ValueError(f"feedback() for {episode_name(episode)} got a NaN or infinite next_obs: {next_obs!r}")
+        with self._cond:
+            live = self._live.get(episode)
+            if live is None or not isinstance(live.pending, tuple):
+                raise RuntimeError(
+                    f"feedback() for {episode_name(episode)} without an act() awaiting it: call "
+                    "session.act(obs, episode=...) first, then feedback() once for that action"
+                )
+            obs, action, extras = live.pending
+            live.pending = None
+            live.reward += reward
+            live.length += 1
+            ended = None
+            if terminated or truncated:
+                ended = Episode(live.slot, live.reward, live.length)
+                self._end(episode, live)
+            queue = self._queues[live.slot]
+            if self.accepting and len(queue) < self.max_queued:
+                queue.append((obs, action, reward, next_batch[0], terminated, truncated, extras, ended))
+                self._cond.notify_all()
+            else:
+                self.dropped += 1
+            return ended
+
+    # -- the loop's side -------------------------------------------------------------------------
+
+    def reset(self) -> np.ndarray:
+        """Placeholder observations (the application's envs are reset by the application)."""
+        return np.zeros((self.num_envs, *self.agent.obs_shape), dtype=np.float32)
+
+    def ready(self) -> bool:
+        """True when every slot has a transition queued (the loop can take one step)."""
+        return all(self._queues)
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for a transition in every slot."""
+        with self._cond:
+            return self._cond.wait_for(self.ready, timeout=timeout)
+
+    def transitions(self, agent: Any, obs: Any) -> tuple[Transitions, np.ndarray]:
+        """One queued transition of every slot (call once :meth:`wait_ready` said so)."""
+        with self._cond:
+            rows = [queue.popleft() for queue in self._queues]
+        self._ended = [row[7] for row in rows if row[7] is not None]
+        first_extras = rows[0][6]
+        extras = {key: np.stack([row[6][key] for row in rows]) for key in first_extras}
+        next_obs = np.stack([row[3] for row in rows])
+        transitions = Transitions(
+            np.stack([row[0] for row in rows]),
+            np.stack([row[1] for row in rows]),
+            np.array([row[2] for row in rows], dtype=np.float32),
+            next_obs,
+            np.array([row[4] for row in rows], dtype=bool),
+            np.array([row[5] for row in rows], dtype=bool),
+            extras,
+        )
+        return transitions, next_obs
+
+    def ended_episodes(self) -> list[Episode]:
+        """The episodes whose last transition was in the batch :meth:`transitions` just returned."""
+        return self._ended
+
+    @property
+    def queued(self) -> int:
+        """Transitions fed back and not yet learned from."""
+        with self._cond:
+            return sum(len(q) for q in self._queues)
+
+    def close(self) -> None:
+        """Nothing to close: the envs belong to the application."""
+
+
+def _check_key(episode: Any) -> None:
+    try:
+        hash(episode)
+    except TypeError:
+        raise TypeError(f"episode= must be hashable (a str, an int, a tuple...), got {episode!r}") from None
+
+
+def _number(value: Any, episode: Hashable) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"feedback() for {episode_name(episode)} needs a number as reward, got {value!r}") from None
+    if not math.isfinite(number):
+        raise ValueError(f"feedback() for {episode_name(episode)} got a NaN or infinite reward: {value!r}")
+    return number
+
+
+def _flag(value: Any, name: str, episode: Hashable) -> bool:
+    if isinstance(value, bool | np.bool_) or value in (0, 1):
+        return bool(value)
+    raise TypeError(f"feedback() for {episode_name(episode)} needs True or False as {name}, got {value!r}")
