@@ -68,8 +68,15 @@ _ARGUMENT_CHECKS = {
 }
 _STEPS = integer(min=1)
 # The options of a session's env runner (backend_options), refused by Session.external.
-_RUNNER_OPTIONS = ("envs_per_worker", "restart_workers", "step_timeout", "ray_address", "sync_every",
-                   "cpus_per_worker", "ray_init")
+_RUNNER_OPTIONS = (
+    "envs_per_worker",
+    "restart_workers",
+    "step_timeout",
+    "ray_address",
+    "sync_every",
+    "cpus_per_worker",
+    "ray_init",
+)
 
 
 class _ResumeMethod:
@@ -307,8 +314,6 @@ class Session:
             self._abandoned = False
             self.target_steps = self.steps + int(steps)
             self._status = "running"
-            if self._external is not None:
-                self._external.accepting = True
             self._thread = threading.Thread(
                 target=self._train, args=(self.target_steps,), name="workbench-session", daemon=True
             )
@@ -318,6 +323,8 @@ class Session:
             except BaseException:
                 self._status, self._thread, self.target_steps, self.error, self.stop_reason = previous
                 raise
+            if self._external is not None:  # under the lock, so before the run can end
+                self._external.run_started()
         return self
 
     def _join_previous_thread(self) -> None:
@@ -599,7 +606,7 @@ class Session:
     # -- an env-less session, driven by the application ----------------------------------------
 
     @classmethod
-    def external(cls, agent: Agent, **options: Any) -> Session:
+    def external(cls, agent: Agent, *, max_lag: int | None = None, **options: Any) -> Session:
         """A session whose env lives in the application: it asks for actions and reports rewards.
 
         Example::
@@ -614,6 +621,10 @@ class Session:
         ``stop_when``, ``eval_every`` with ``eval_env=`` (an env to evaluate on), ``eval_episodes``,
         ``checkpoint_every``, ``checkpoint_dir``, ``keep_best``, ``torch_threads``,
         ``max_signal_points``, ``sinks``. ``start(steps=N)`` means N more transitions learned from.
+        ``max_lag``: when set, ``feedback`` waits during a run (paused too) while more than
+        ``max_lag`` transitions await learning, for an application that can outrun learning (a
+        fast simulator: ``max_lag=0`` keeps it in step, and ``pause()`` then pauses it too);
+        None (the default) never holds up the caller, as a service needs.
         Status, pause, resume, stop, signals, the dashboard, ``stop_when``, ``save``, ``wb.load`` and
         ``Session.resume(path, external=True)`` work as in every session (episodes still live at a
         save are not saved: the resumed session starts with none).
@@ -645,7 +656,8 @@ class Session:
                 "between calls (a recurrent policy), which act() from concurrent episodes would mix up. "
                 "Use a feed-forward agent (PPO, DQN, SAC...)"
             )
-        runner = ExternalRunner(agent)
+        check_value("Session.external", "max_lag", max_lag, optional(integer(min=0)))
+        runner = ExternalRunner(agent, max_lag=max_lag)
         source = ExternalSource(
             name="the application", observation_space=agent.observation_space, action_space=agent.action_space
         )
@@ -746,7 +758,7 @@ class Session:
             self._pause_requested = False
             self._status = final
             if self._external is not None:
-                self._external.accepting = False  # later feedback is not learned from (Session.feedback)
+                self._external.run_ended()  # later feedback is not learned from (Session.feedback)
             self._cond.notify_all()
         if self._tracking is not None:
             self._tracking.run_ended(final, self.stop_reason, self.error)

@@ -90,19 +90,26 @@ class ExternalRunner:
     """The runner of an external session (see the module docstring for the episode-to-slot rule).
 
     The application's threads call :meth:`act` and :meth:`feedback`; the session's loop calls
-    :meth:`wait_ready`, :meth:`transitions` and :meth:`ended_episodes`. ``accepting`` says whether
-    feedback is queued for learning (the session turns it off when its run has ended: transitions
-    are then dropped, episodes still end).
+    :meth:`wait_ready`, :meth:`transitions` and :meth:`ended_episodes`, and the session says when a
+    run starts and ends (:meth:`run_started`, :meth:`run_ended`): feedback is queued for learning
+    before a run and during one (paused too), dropped after it (episodes still end).
+
+    ``max_lag``: when set, ``feedback`` during a run (paused too) waits while more than ``max_lag``
+    transitions await learning, so an application that can outrun learning (a fast simulator, a
+    test) stays in step with it and a pause pauses it too. None: feedback never waits.
+    ``max_queued``: transitions kept per slot at most; more are dropped (counted in ``dropped``).
     """
 
     persistent = True
     backend = "external"
 
-    def __init__(self, agent: Any, max_queued: int = 100_000) -> None:
+    def __init__(self, agent: Any, max_lag: int | None = None, max_queued: int = 100_000) -> None:
         self.agent = agent
         self.num_envs = agent.num_envs
+        self.max_lag = max_lag
         self.max_queued = max_queued
         self.accepting = True
+        self.learning = False
         self.dropped = 0  # transitions not learned from (the run had ended, or a slot's queue was full)
         self._convert = env_action_converter(agent.action_space)
         self._cond = threading.Condition()
@@ -206,7 +213,22 @@ class ExternalRunner:
                 self._cond.notify_all()
             else:
                 self.dropped += 1
+            if self.max_lag is not None:
+                lag = self.max_lag
+                self._cond.wait_for(lambda: not self.learning or sum(map(len, self._queues)) <= lag)
             return ended
+
+    def run_started(self) -> None:
+        """A run starts: feedback is learned from (and waits for learning, with ``max_lag``)."""
+        with self._cond:
+            self.accepting = self.learning = True
+            self._cond.notify_all()
+
+    def run_ended(self) -> None:
+        """The run has ended: later feedback is dropped, and no feedback waits any more."""
+        with self._cond:
+            self.accepting = self.learning = False
+            self._cond.notify_all()
 
     # -- the loop's side -------------------------------------------------------------------------
 
@@ -227,6 +249,7 @@ class ExternalRunner:
         """One queued transition of every slot (call once :meth:`wait_ready` said so)."""
         with self._cond:
             rows = [queue.popleft() for queue in self._queues]
+            self._cond.notify_all()  # feedback waiting on max_lag
         self._ended = [row[7] for row in rows if row[7] is not None]
         first_extras = rows[0][6]
         extras = {key: np.stack([row[6][key] for row in rows]) for key in first_extras}
