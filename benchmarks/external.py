@@ -10,7 +10,8 @@ medians over rounds and their ratio:
 2. The calls alone: the median time of one ``act`` + ``feedback`` pair seen by the application
    (``env.step`` excluded) against the time of one step of the normal session's loop.
 3. The agent's lock (``decide``/``act`` are thread-safe): ``agent.act`` and a normal run with the
-   lock against the same with the lock replaced by a no-op.
+   lock against the same with the lock replaced by a no-op, in the process's CPU time (less
+   disturbed by other load than wall time).
 
     nice python benchmarks/external.py [--steps 3000] [--rounds 5] [--algorithm DQN]
 """
@@ -34,14 +35,15 @@ def make_agent(algorithm: str) -> wb.Agent:
     return getattr(wb, algorithm)(observation_space=env.observation_space, action_space=env.action_space, **extra)
 
 
-def normal_run(algorithm: str, steps: int, lock: bool = True) -> float:
+def normal_run(algorithm: str, steps: int, lock: bool = True, clock=time.perf_counter) -> float:
+    """Seconds per step of a normal session (``clock``: wall time, or the process's CPU time)."""
     agent = make_agent(algorithm)
     if not lock:
         agent._lock = contextlib.nullcontext()
     session = wb.Session(agent, "CartPole-v1", seed=0)
-    t0 = time.perf_counter()
+    t0 = clock()
     session.run(steps=steps)
-    return (time.perf_counter() - t0) / steps
+    return (clock() - t0) / steps
 
 
 def external_run(algorithm: str, steps: int, max_lag: int | None) -> tuple[float, float]:
@@ -65,15 +67,24 @@ def external_run(algorithm: str, steps: int, max_lag: int | None) -> tuple[float
     return (time.perf_counter() - t0) / steps, statistics.median(pairs)
 
 
-def act_calls(algorithm: str, lock: bool, n: int = 2000) -> float:
-    agent = make_agent(algorithm)
-    if not lock:
-        agent._lock = contextlib.nullcontext()
+def act_calls(agent: wb.Agent, n: int = 500) -> float:
+    """CPU seconds per ``agent.act`` of one observation."""
     obs = np.random.default_rng(0).uniform(-1, 1, size=(n, 4)).astype(np.float32)
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     for o in obs:
         agent.act(o)
-    return (time.perf_counter() - t0) / n
+    return (time.process_time() - t0) / n
+
+
+def act_lock_ratio(algorithm: str, reps: int = 20) -> tuple[float, float]:
+    """Median CPU seconds per act with the agent's lock and with a no-op in its place, interleaved."""
+    locked, unlocked = make_agent(algorithm), make_agent(algorithm)
+    unlocked._lock = contextlib.nullcontext()
+    with_lock, without = [], []
+    for _ in range(reps):
+        with_lock.append(act_calls(locked))
+        without.append(act_calls(unlocked))
+    return statistics.median(with_lock), statistics.median(without)
 
 
 def main() -> None:
@@ -93,10 +104,11 @@ def main() -> None:
         per, pair = external_run(args.algorithm, args.steps, max_lag=None)
         rows["external_free"].append(per)
         rows["pair_free"].append(pair)
-        rows["act_lock"].append(act_calls(args.algorithm, True))
-        rows["act_nolock"].append(act_calls(args.algorithm, False))
-        rows["normal_lock"].append(normal_run(args.algorithm, args.steps, lock=True))
-        rows["normal_nolock"].append(normal_run(args.algorithm, args.steps, lock=False))
+        locked, unlocked = act_lock_ratio(args.algorithm)
+        rows["act_lock"].append(locked)
+        rows["act_nolock"].append(unlocked)
+        rows["normal_lock"].append(normal_run(args.algorithm, args.steps, lock=True, clock=time.process_time))
+        rows["normal_nolock"].append(normal_run(args.algorithm, args.steps, lock=False, clock=time.process_time))
         print(f"round {r + 1}/{args.rounds} done", flush=True)
     med = {k: statistics.median(v) for k, v in rows.items()}
     us = 1e6
@@ -108,10 +120,10 @@ def main() -> None:
           f"(ratio {med['external_free'] / med['normal']:.2f})")
     print(f"one act+feedback pair (calls only): {med['pair_free'] * us:6.1f} us free, {med['pair_lag0'] * us:6.1f} us "
           f"with max_lag=0 (ratio to a normal step {med['pair_free'] / med['normal']:.2f})")
-    print(f"agent.act with the lock / without: {med['act_lock'] * us:.1f} / {med['act_nolock'] * us:.1f} us "
+    print(f"agent.act with the lock / without: {med['act_lock'] * us:.2f} / {med['act_nolock'] * us:.2f} us CPU "
           f"(ratio {med['act_lock'] / med['act_nolock']:.3f})")
     print(f"normal run with the lock / without: {med['normal_lock'] * us:.1f} / {med['normal_nolock'] * us:.1f} us "
-          f"per step (ratio {med['normal_lock'] / med['normal_nolock']:.3f})")
+          f"CPU per step (ratio {med['normal_lock'] / med['normal_nolock']:.3f})")
 
 
 if __name__ == "__main__":
