@@ -46,13 +46,13 @@ def normal_run(algorithm: str, steps: int, lock: bool = True, clock=time.perf_co
     return (clock() - t0) / steps
 
 
-def external_run(algorithm: str, steps: int, max_lag: int | None) -> tuple[float, float]:
-    """Seconds per transition learned, and the median seconds of one act+feedback pair."""
+def external_run(algorithm: str, steps: int, max_lag: int | None) -> tuple[float, float, float]:
+    """Wall and CPU seconds per transition learned, and the median wall seconds of one act+feedback pair."""
     session = wb.Session.external(make_agent(algorithm), seed=0, max_lag=max_lag)
     env = gym.make("CartPole-v1")
     obs, _ = env.reset(seed=0)
     pairs = []
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     session.start(steps=steps)
     while session.status == "running":
         a = time.perf_counter()
@@ -64,7 +64,7 @@ def external_run(algorithm: str, steps: int, max_lag: int | None) -> tuple[float
         pairs.append(b - a + time.perf_counter() - c)
         obs = env.reset()[0] if terminated or truncated else next_obs
     session.wait()
-    return (time.perf_counter() - t0) / steps, statistics.median(pairs)
+    return (time.perf_counter() - t0) / steps, (time.process_time() - cpu0) / steps, statistics.median(pairs)
 
 
 def act_calls(agent: wb.Agent, n: int = 500) -> float:
@@ -95,15 +95,17 @@ def main() -> None:
     args = parser.parse_args()
     rows: dict[str, list[float]] = {k: [] for k in (
         "normal", "external_lag0", "external_free", "pair_lag0", "pair_free",
+        "normal_cpu", "external_lag0_cpu", "external_free_cpu",
         "act_lock", "act_nolock", "normal_lock", "normal_nolock")}
     for r in range(args.rounds):
+        cpu0 = time.process_time()
         rows["normal"].append(normal_run(args.algorithm, args.steps))
-        per, pair = external_run(args.algorithm, args.steps, max_lag=0)
-        rows["external_lag0"].append(per)
-        rows["pair_lag0"].append(pair)
-        per, pair = external_run(args.algorithm, args.steps, max_lag=None)
-        rows["external_free"].append(per)
-        rows["pair_free"].append(pair)
+        rows["normal_cpu"].append((time.process_time() - cpu0) / args.steps)
+        for lag, name in ((0, "lag0"), (None, "free")):
+            per, cpu, pair = external_run(args.algorithm, args.steps, max_lag=lag)
+            rows[f"external_{name}"].append(per)
+            rows[f"external_{name}_cpu"].append(cpu)
+            rows[f"pair_{name}"].append(pair)
         locked, unlocked = act_lock_ratio(args.algorithm)
         rows["act_lock"].append(locked)
         rows["act_nolock"].append(unlocked)
@@ -113,11 +115,11 @@ def main() -> None:
     med = {k: statistics.median(v) for k, v in rows.items()}
     us = 1e6
     print(f"\n{args.algorithm} on CartPole-v1, {args.steps} transitions, {args.rounds} interleaved rounds, medians")
-    print(f"normal session:                 {med['normal'] * us:8.1f} us per step")
-    print(f"external, max_lag=0:            {med['external_lag0'] * us:8.1f} us per transition "
-          f"(ratio {med['external_lag0'] / med['normal']:.2f})")
-    print(f"external, feedback never waits: {med['external_free'] * us:8.1f} us per transition "
-          f"(ratio {med['external_free'] / med['normal']:.2f})")
+    print("per transition learned:          wall us (ratio)     CPU us (ratio)")
+    for key, label in (("normal", "normal session"), ("external_lag0", "external, max_lag=0"),
+                       ("external_free", "external, feedback never waits")):
+        print(f"{label:32s} {med[key] * us:8.1f} ({med[key] / med['normal']:.2f})   "
+              f"{med[key + '_cpu'] * us:8.1f} ({med[key + '_cpu'] / med['normal_cpu']:.2f})")
     print(f"one act+feedback pair (calls only): {med['pair_free'] * us:6.1f} us free, {med['pair_lag0'] * us:6.1f} us "
           f"with max_lag=0 (ratio to a normal step {med['pair_free'] / med['normal']:.2f})")
     print(f"agent.act with the lock / without: {med['act_lock'] * us:.2f} / {med['act_nolock'] * us:.2f} us CPU "

@@ -272,11 +272,14 @@ def test_stop_while_waiting_for_feedback_is_prompt():
 def test_stop_when_and_signal_subscribers():
     env = app_env()
     session = wb.Session.external(small_dqn(env), seed=0, stop_when=lambda s: s.episodes >= 3)
+    heard = []
+    session.signals.subscribe(lambda name, step, value: heard.append((name, step)) if name == "episode_length" else None)
     session.start(steps=100_000)
     drive_until_done(session, env)
     session.wait(timeout=30)
     assert session.stop_reason == "stop_when" and session.episodes == 3 and session.steps == 60
     assert list(session.signals["episode_reward"].steps) == [20, 40, 60]
+    assert heard == [("episode_length", 20), ("episode_length", 40), ("episode_length", 60)]
     session.log("users", 3)
     assert session.signals["users"].last == 3
 
