@@ -406,3 +406,17 @@ def test_external_session_learns_cartpole_like_a_normal_session():
     print(f"play return after {budget} steps: normal {normal_return:.1f}, external {external_return:.1f}")
     assert normal_return >= 100  # DQN's CartPole defaults at this budget: learning, not solved yet
     assert external_return >= 0.75 * normal_return
+
+
+def test_the_dashboard_shows_an_external_session():
+    env = app_env()
+    session = wb.Session.external(small_dqn(env), seed=0)
+    dash = wb.Dashboard(session, interval=0.25)
+    try:
+        session.start(steps=100)
+        drive_until_done(session, env)
+        session.wait(timeout=30)
+        dash.refresh()
+        assert "episode_reward" in session.signals and dash.refresh_count >= 1
+    finally:
+        dash.close()

@@ -67,16 +67,6 @@ _ARGUMENT_CHECKS = {
     "max_signal_points": integer(min=2),
 }
 _STEPS = integer(min=1)
-# The options of a session's env runner (backend_options), refused by Session.external.
-_RUNNER_OPTIONS = (
-    "envs_per_worker",
-    "restart_workers",
-    "step_timeout",
-    "ray_address",
-    "sync_every",
-    "cpus_per_worker",
-    "ray_init",
-)
 
 
 class _ResumeMethod:
@@ -636,26 +626,14 @@ class Session:
         every slot has fed back: drive ``n_envs`` episodes at once, or build the agent with
         ``n_envs=1`` for a single stream. See ``workbench.parallel.external`` and docs/external.md.
         """
-        from .parallel.external import ExternalRunner, ExternalSource
+        from .parallel.external import ExternalRunner, ExternalSource, refuse_env_options
 
         if not isinstance(agent, Agent):
             raise TypeError(
                 "Session.external needs an agent such as wb.DQN(observation_space=..., action_space=...) "
                 f"as its first argument, got {type(agent).__name__}"
             )
-        refused = [name for name in ("env", "num_workers", "backend", *_RUNNER_OPTIONS) if name in options]
-        if refused:
-            raise TypeError(
-                f"Session.external got {refused[0]}=: an external session has no env of its own to step "
-                "(the application steps its env and calls act/feedback); leave it out, or use "
-                "Session(agent, env, ...) to train on an env the session steps"
-            )
-        if getattr(agent, "per_env_decisions", False):
-            raise ValueError(
-                f"Session.external cannot drive {agent.algorithm}: its decisions carry per-env state "
-                "between calls (a recurrent policy), which act() from concurrent episodes would mix up. "
-                "Use a feed-forward agent (PPO, DQN, SAC...)"
-            )
+        refuse_env_options(agent, options)
         check_value("Session.external", "max_lag", max_lag, optional(integer(min=0)))
         runner = ExternalRunner(agent, max_lag=max_lag)
         source = ExternalSource(

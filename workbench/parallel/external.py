@@ -38,7 +38,7 @@ from gymnasium import spaces
 from ..envs import EnvSource, env_action_converter
 from ..loop import Episode, Transitions
 
-__all__ = ["DEFAULT_EPISODE", "ExternalRunner", "ExternalSource", "episode_name"]
+__all__ = ["DEFAULT_EPISODE", "ExternalRunner", "ExternalSource", "episode_name", "refuse_env_options"]
 
 
 class _DefaultEpisode:
@@ -277,6 +277,26 @@ class ExternalRunner:
 
     def close(self) -> None:
         """Nothing to close: the envs belong to the application."""
+
+
+def refuse_env_options(agent: Any, options: dict[str, Any]) -> None:
+    """Refuse what ``Session.external`` cannot honour: options about the session's own envs, and
+    agents whose decisions keep per-env state between calls (RecurrentPPO's LSTM state)."""
+    from . import _OPTIONS, _RAY_OPTIONS
+
+    refused = [name for name in ("env", "num_workers", "backend", *_OPTIONS, *_RAY_OPTIONS) if name in options]
+    if refused:
+        raise TypeError(
+            f"Session.external got {refused[0]}=: an external session has no env of its own to step "
+            "(the application steps its env and calls act/feedback); leave it out, or use "
+            "Session(agent, env, ...) to train on an env the session steps"
+        )
+    if getattr(agent, "per_env_decisions", False):
+        raise ValueError(
+            f"Session.external cannot drive {agent.algorithm}: its decisions carry per-env state "
+            "between calls (a recurrent policy), which act() from concurrent episodes would mix up. "
+            "Use a feed-forward agent (PPO, DQN, SAC...)"
+        )
 
 
 def _check_key(episode: Any) -> None:
