@@ -121,7 +121,7 @@ def main() -> None:
         print(f"{label:32s} {med[key] * us:8.1f} ({med[key] / med['normal']:.2f})   "
               f"{med[key + '_cpu'] * us:8.1f} ({med[key + '_cpu'] / med['normal_cpu']:.2f})")
     print(f"one act+feedback pair (calls only): {med['pair_free'] * us:6.1f} us free, {med['pair_lag0'] * us:6.1f} us "
-          f"with max_lag=0 (ratio to a normal step {med['pair_free'] / med['normal']:.2f})")
+          f"with max_lag=0 (free pair / a normal step's CPU time: {med['pair_free'] / med['normal_cpu']:.3f})")
     print(f"agent.act with the lock / without: {med['act_lock'] * us:.2f} / {med['act_nolock'] * us:.2f} us CPU "
           f"(ratio {med['act_lock'] / med['act_nolock']:.3f})")
     print(f"normal run with the lock / without: {med['normal_lock'] * us:.1f} / {med['normal_nolock'] * us:.1f} us "
