@@ -113,6 +113,8 @@ def test_feedback_without_act_and_bad_feedback_are_clear_errors():
         session.feedback(float("nan"), obs, False, False)
     with pytest.raises(ValueError, match="shape"):
         session.feedback(1.0, np.zeros(5), False, False)
+    with pytest.raises(ValueError, match="batch of 2"):
+        session.feedback(1.0, np.zeros((2, 3)), False, False)
     with pytest.raises(TypeError, match="terminated"):
         session.feedback(1.0, obs, "yes", False)
     session.feedback(1.0, obs, False, False)  # the pending action survived the bad calls

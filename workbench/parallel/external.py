@@ -142,7 +142,7 @@ class ExternalRunner:
                 )
             live.pending = _DECIDING  # a concurrent act (or feedback) for this episode now fails
         try:
-            batch, _ = self.agent.prepare_obs(obs)
+            batch = _one_observation(self.agent, obs, "act()", episode)
             step = self.agent.decide(batch)
         except BaseException:
             with self._cond:
@@ -189,7 +189,7 @@ class ExternalRunner:
         reward = _number(reward, episode)
         terminated = _flag(terminated, "terminated", episode)
         truncated = _flag(truncated, "truncated", episode)
-        next_batch, _ = self.agent.prepare_obs(next_obs)
+        next_batch = _one_observation(self.agent, next_obs, "feedback()", episode)
         if not np.isfinite(next_batch).all():
             raise ValueError(f"feedback() for {episode_name(episode)} got a NaN or infinite next_obs: {next_obs!r}")
         with self._cond:
@@ -297,6 +297,16 @@ def refuse_env_options(agent: Any, options: dict[str, Any]) -> None:
             "between calls (a recurrent policy), which act() from concurrent episodes would mix up. "
             "Use a feed-forward agent (PPO, DQN, SAC...)"
         )
+
+
+def _one_observation(agent: Any, obs: Any, call: str, episode: Hashable) -> np.ndarray:
+    batch, single = agent.prepare_obs(obs)
+    if not single:
+        raise ValueError(
+            f"{call} for {episode_name(episode)} got a batch of {len(batch)} observations: pass one "
+            f"observation of shape {agent.obs_shape} (one call per episode)"
+        )
+    return batch
 
 
 def _check_key(episode: Any) -> None:
