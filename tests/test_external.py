@@ -62,14 +62,14 @@ def drive_until_done(session, env, seed=0, limit=1_000_000):
 
 def test_external_session_learns_from_feedback_and_records_episodes():
     env = app_env()
-    session = wb.Session.external(small_dqn(env), seed=0)
+    session = wb.Session.external(small_dqn(env), seed=0, max_lag=0)
     assert session.status == "idle" and "the application" in repr(session)
-    session.start(steps=400)
+    session.start(steps=200)
     drive_until_done(session, env)
     assert session.wait(timeout=30)
     assert session.status == "finished" and session.stop_reason == "budget"
-    assert session.steps == 400
-    assert session.episodes == 400 // 20  # AppEnv's episodes last 20 steps
+    assert session.steps == 200
+    assert session.episodes == 200 // 20  # AppEnv's episodes last 20 steps
     assert session.signals["episode_length"].last == 20
     assert len(session.signals["loss"].values) > 0  # updates ran in the background
     assert session.agent.num_updates > 0
@@ -297,13 +297,14 @@ def test_max_lag_keeps_a_fast_application_in_step():
         session.act(obs)
         session.feedback(1.0, obs, False, False)
         fed += 1
-        assert session._external.queued == 0  # taken by the loop before feedback returned
+        # Taken by the loop before feedback returned (unless that feedback came as the run ended).
+        assert session._external.queued == 0 or session.status != "running"
     assert session.wait(timeout=30) and session.steps == 200 and fed <= 201
 
 
 def test_eval_with_an_eval_env():
     env = app_env()
-    session = wb.Session.external(small_dqn(env), seed=0, eval_every=100, eval_episodes=2, eval_env=app_env())
+    session = wb.Session.external(small_dqn(env), seed=0, max_lag=0, eval_every=100, eval_episodes=2, eval_env=app_env())
     session.start(steps=200)
     drive_until_done(session, env)
     session.wait(timeout=30)
@@ -315,7 +316,7 @@ def test_eval_with_an_eval_env():
 
 def test_save_load_and_resume_an_external_session(tmp_path):
     env = app_env()
-    session = wb.Session.external(small_dqn(env), seed=0)
+    session = wb.Session.external(small_dqn(env), seed=0, max_lag=0)
     session.start(steps=300)
     drive_until_done(session, env)
     session.wait(timeout=30)
@@ -327,7 +328,7 @@ def test_save_load_and_resume_an_external_session(tmp_path):
 
     with pytest.raises(ValueError, match="external=True"):
         wb.Session.resume(path)
-    resumed = wb.Session.resume(path, external=True)
+    resumed = wb.Session.resume(path, external=True, max_lag=0)
     assert resumed.steps == 300 and resumed.episodes == session.episodes
     assert list(resumed.signals["episode_reward"].values) == list(session.signals["episode_reward"].values)
     resumed.start(steps=100)
