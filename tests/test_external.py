@@ -423,3 +423,29 @@ def test_the_dashboard_shows_an_external_session():
         assert "episode_reward" in session.signals and dash.refresh_count >= 1
     finally:
         dash.close()
+
+
+@pytest.mark.parametrize("mask_in", ["info", "obs"])
+def test_action_masks_are_honoured_and_reach_the_agent(mask_in):
+    from workbench.testing_envs import MaskedTarget
+
+    env = MaskedTarget(mask_in=mask_in)  # a masked action raises inside env.step
+    agent = wb.DQN(env, learning_starts=20, batch_size=8, train_freq=4, buffer_size=500)
+    session = wb.Session.external(agent, seed=0, max_lag=0)
+    session.start(steps=120)
+    obs, info = env.reset(seed=0)
+    while session.status == "running":
+        action = session.act(obs, action_mask=info.get("action_mask"))  # None with mask_in="obs": the Dict key
+        obs2, reward, terminated, truncated, info = env.step(action)
+        session.feedback(reward, obs2, terminated, truncated, info=info)
+        obs, info = env.reset() if terminated or truncated else (obs2, info)
+    assert session.wait(timeout=60) and session.steps == 120 and agent.num_updates > 0
+    runner = ExternalRunner(agent)
+    obs, info = env.reset(seed=1)
+    action = runner.act(obs, "u", info.get("action_mask"))
+    obs2, reward, terminated, truncated, info = env.step(action)
+    runner.feedback(reward, obs2, False, False, "u", info)
+    batch, _ = runner.transitions(agent, None)
+    assert batch.extras["action_mask"].shape == batch.extras["next_action_mask"].shape == (1, env.n_actions)
+    expected = obs2["action_mask"] if mask_in == "obs" else info["action_mask"]
+    np.testing.assert_array_equal(batch.extras["next_action_mask"][0], np.asarray(expected, dtype=bool))

@@ -651,7 +651,7 @@ class Session:
             )
         return self._external
 
-    def act(self, obs: Any, episode: Any = None) -> Any:
+    def act(self, obs: Any, episode: Any = None, action_mask: Any = None) -> Any:
         """The action for ``obs`` in ``episode`` (an external session; safe from any thread).
 
         ``episode`` is any hashable id (a user, a connection); omitted, one default episode. The
@@ -659,9 +659,11 @@ class Session:
         for the same episode before the next (a ``RuntimeError`` naming the episode otherwise).
         The action is decided with the current weights, exploring as training does, in every
         status: also while paused, stopped or before ``start`` (nothing waits for the loop).
+        ``action_mask`` (True where allowed), or a Dict observation's ``"action_mask"`` key,
+        restricts the action as in ``agent.decide``.
         """
         runner = self._external_runner("act")
-        return runner.act(obs, _episode_key(episode))
+        return runner.act(obs, _episode_key(episode), action_mask)
 
     def feedback(
         self,
@@ -679,13 +681,14 @@ class Session:
         step), and the id may then start a new one. The transition is queued for the training
         loop before a run starts, while it runs and while paused; once the run has stopped, finished
         or failed, feedback still ends episodes but its transitions are dropped, not learned from.
-        ``info`` (the env's info dict) is accepted for symmetry with ``env.step`` and not used yet.
+        ``info`` is the env's info dict: its ``"action_mask"`` is the mask of ``next_obs`` for an
+        episode whose actions are masked (see :meth:`act`).
         A feedback without an ``act`` awaiting it is a ``RuntimeError`` naming the episode.
         """
         runner = self._external_runner("feedback")
         if info is not None and not isinstance(info, dict):
             raise TypeError(f"feedback() got info={info!r}: pass the env's info dict or leave it out")
-        runner.feedback(reward, next_obs, terminated, truncated, _episode_key(episode))
+        runner.feedback(reward, next_obs, terminated, truncated, _episode_key(episode), info)
 
     @property
     def live_episodes(self) -> list[Any]:

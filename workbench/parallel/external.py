@@ -37,6 +37,7 @@ from gymnasium import spaces
 
 from ..envs import EnvSource, env_action_converter
 from ..loop import Episode, Transitions
+from ..masks import MASK_KEY, NEXT_MASK_KEY, check_masks, mask_size
 
 __all__ = ["DEFAULT_EPISODE", "ExternalRunner", "ExternalSource", "episode_name", "refuse_env_options"]
 
@@ -127,8 +128,9 @@ class ExternalRunner:
         with self._cond:
             return list(self._live)
 
-    def act(self, obs: Any, episode: Hashable = DEFAULT_EPISODE) -> Any:
-        """The action for ``obs`` in ``episode`` (its first ``act`` starts it), in the env's format."""
+    def act(self, obs: Any, episode: Hashable = DEFAULT_EPISODE, action_mask: Any = None) -> Any:
+        """The action for ``obs`` in ``episode`` (its first ``act`` starts it), in the env's format;
+        ``action_mask`` (or a Dict observation's ``"action_mask"`` key) restricts it, as in ``decide``."""
         _check_key(episode)
         with self._cond:
             live = self._live.get(episode)
@@ -143,7 +145,7 @@ class ExternalRunner:
             live.pending = _DECIDING  # a concurrent act (or feedback) for this episode now fails
         try:
             batch = _one_observation(self.agent, obs, "act()", episode)
-            step = self.agent.decide(batch)
+            step = self.agent.decide(obs) if action_mask is None else self.agent.decide(obs, action_mask=action_mask)
         except BaseException:
             with self._cond:
                 live.pending = None
@@ -183,8 +185,12 @@ class ExternalRunner:
         terminated: Any,
         truncated: Any,
         episode: Hashable = DEFAULT_EPISODE,
+        info: dict[str, Any] | None = None,
     ) -> Episode | None:
-        """What followed the last ``act`` of ``episode``; returns the episode when this ended it."""
+        """What followed the last ``act`` of ``episode``; returns the episode when this ended it.
+        When its decisions are masked, the mask of ``next_obs`` (``info["action_mask"]`` or a Dict
+        observation's key; all actions allowed when neither is given) goes with the transition,
+        for agents whose targets look at the next state's allowed actions (DQN)."""
         _check_key(episode)
         reward = _number(reward, episode)
         terminated = _flag(terminated, "terminated", episode)
@@ -201,6 +207,8 @@ class ExternalRunner:
                 )
             obs, action, extras = live.pending
             live.pending = None
+            if MASK_KEY in extras:
+                extras = {**extras, NEXT_MASK_KEY: self._next_mask(next_obs, info, episode)}
             live.reward += reward
             live.length += 1
             ended = None
@@ -217,6 +225,16 @@ class ExternalRunner:
                 lag = self.max_lag
                 self._cond.wait_for(lambda: not self.learning or sum(map(len, self._queues)) <= lag)
             return ended
+
+    def _next_mask(self, next_obs: Any, info: dict[str, Any] | None, episode: Hashable) -> np.ndarray:
+        mask = (info or {}).get(MASK_KEY)
+        if mask is None and isinstance(next_obs, dict):
+            mask = next_obs.get(MASK_KEY)
+        space = self.agent.action_space
+        if mask is None:
+            return np.ones(mask_size(space) or 0, dtype=bool)
+        where = f"feedback() for {episode_name(episode)}: the next action mask"
+        return check_masks(mask, space, where, allow_empty=True)[0]
 
     def run_started(self) -> None:
         """A run starts: feedback is learned from (and waits for learning, with ``max_lag``)."""
@@ -251,8 +269,12 @@ class ExternalRunner:
             rows = [queue.popleft() for queue in self._queues]
             self._cond.notify_all()  # feedback waiting on max_lag
         self._ended = [row[7] for row in rows if row[7] is not None]
-        first_extras = rows[0][6]
-        extras = {key: np.stack([row[6][key] for row in rows]) for key in first_extras}
+        keys = {key for row in rows for key in row[6]}
+        if MASK_KEY in keys:  # episodes with masks and without in one batch: no mask allows all
+            allowed = np.ones(mask_size(agent.action_space) or 0, dtype=bool)
+            rows = [row if MASK_KEY in row[6] else
+                    (*row[:6], {**row[6], MASK_KEY: allowed, NEXT_MASK_KEY: allowed}, row[7]) for row in rows]
+        extras = {key: np.stack([row[6][key] for row in rows]) for key in keys}
         next_obs = np.stack([row[3] for row in rows])
         transitions = Transitions(
             np.stack([row[0] for row in rows]),
