@@ -340,7 +340,7 @@ def event_label(event: Any) -> str:
             return f"{value['schedule']}({value.get('start', value.get('value'))}→{value.get('end', '')})"
         if isinstance(value, dict) and "type" in value:
             return str(value["type"])
-        text = str(value)
+        text = repr(value) if isinstance(value, str) else str(value)
         return text if len(text) <= 24 else text[:21] + "..."
 
     if event.kind == "call_env":
