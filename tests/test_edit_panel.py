@@ -10,9 +10,9 @@ import workbench as wb
 pytest.importorskip("ipywidgets")
 pytest.importorskip("plotly")
 
-from workbench.live_edits import Event  # noqa: E402
-from workbench.ui.edit_panel import EditPanel, field_docs, format_value, parse_value  # noqa: E402
-from workbench.ui.view_model import event_label, event_markers  # noqa: E402
+from workbench.live_edits import Event
+from workbench.ui.edit_panel import EditPanel, field_docs, format_value, parse_value
+from workbench.ui.view_model import event_label, event_markers
 
 
 def test_values_are_shown_as_text_and_read_back():

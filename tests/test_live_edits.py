@@ -118,7 +118,7 @@ def test_dqn_epsilon_follows_a_new_exploration_at_the_next_update():
     assert len(_after(session, "exploration", "epsilon")) > 0
     assert np.allclose(_after(session, "exploration", "epsilon"), 0.3)
     assert agent.epsilon == pytest.approx(0.3)
-    assert session.signals["set:exploration"].last == pytest.approx(0.3)
+    assert session.signals["set/exploration"].last == pytest.approx(0.3)
 
 
 def test_sac_entropy_coefficient_fixed_then_learned_again():
@@ -182,7 +182,7 @@ def test_refused_edits_say_why_and_change_nothing(values, match):
     assert "Editable: " in str(info.value) or "editable" in str(info.value) or "must be" in str(info.value)
     assert agent.hyperparameters() == config_before
     assert agent.optimizer.param_groups[0]["lr"] == lr_before
-    assert session.events == [] and not [n for n in session.signals if n.startswith("set:")]
+    assert session.events == [] and not [n for n in session.signals if n.startswith("set/")]
 
 
 def test_gamma_is_live_on_policy_but_fixed_for_a_replay_memory():
@@ -236,7 +236,7 @@ def test_events_and_set_signals_are_saved_and_a_resumed_run_keeps_the_edits(tmp_
     session.run(steps=100)
     path = session.save(tmp_path / "run")
     with open(f"{path}/signals.csv") as f:
-        assert "set:exploration" in f.read()
+        assert "set/exploration" in f.read()
 
     resumed = wb.Session.resume(path)
     assert resumed.agent.config.exploration == wb.EpsilonGreedy(0.2, 0.1, 0.5)
@@ -245,7 +245,7 @@ def test_events_and_set_signals_are_saved_and_a_resumed_run_keeps_the_edits(tmp_
     assert resumed.events[0].old == {"type": "EpsilonGreedy", "start": 1.0, "end": 0.04, "fraction": 0.16,
                                      "schedule": "linear"}
     assert resumed.events[-1].new == {"args": ["tau"], "kwargs": {}}
-    assert resumed.signals["set:exploration"].last == pytest.approx(session.signals["set:exploration"].last)
+    assert resumed.signals["set/exploration"].last == pytest.approx(session.signals["set/exploration"].last)
     resumed.run(steps=100)
     assert resumed.signals["epsilon"].last == pytest.approx(agent.config.exploration.value(resumed.agent.progress))
     assert wb.load(path).config.exploration == wb.EpsilonGreedy(0.2, 0.1, 0.5)
@@ -346,3 +346,26 @@ def test_dqn_with_local_workers_explores_as_edited():
     explored = session.call_env("taken")
     assert all(len(set(a[len(g):])) == 2 for a, g in zip(explored, greedy, strict=True))
     session.stop()
+
+
+def test_trackers_get_the_edit_and_its_signal():
+    class Recorder(wb.Sink):
+        def __init__(self):
+            self.points, self.events = [], []
+
+        def open(self, run):
+            pass
+
+        def write(self, points):
+            self.points += [p.name for p in points]
+
+        def log_event(self, step, name, old, new):
+            self.events.append((step, name, old, new))
+
+    rec = Recorder()
+    session = wb.Session(wb.A2C("CartPole-v1", n_envs=2, seed=0), seed=0, sinks=[rec])
+    session.run(steps=100)
+    session.set(ent_coef=0.01)
+    session.run(steps=100)
+    assert rec.events == [(100, "ent_coef", 0.0, 0.01)]
+    assert "set/ent_coef" in rec.points

@@ -12,7 +12,7 @@ An edit is checked as the agent's constructor checks its hyperparameters
 (``workbench.agents.live``), applied to the learner, and sent to the backend's acting replicas
 (Ray workers; in-process and local workers act with the learner itself). A call reaches every env
 copy (``runner.call``). Each becomes an :class:`Event` in ``session.events``; an edit to a number
-is also a signal ``set:<name>`` (its value at the step it changed, a schedule's current value) so
+is also a signal ``set/<name>`` (its value at the step it changed, a schedule's current value) so
 ``signals.csv`` shows it; events are saved in ``meta.json`` (``session.events``, plain JSON) and
 come back with ``Session.resume``. See docs/live-edits.md.
 """
@@ -30,8 +30,9 @@ from .schedules import Schedule
 
 __all__ = ["SIGNAL_PREFIX", "Event", "LiveControl", "editable_hyperparameters"]
 
-SIGNAL_PREFIX = "set:"
-"""Signals named ``set:<hyperparameter>`` hold the value an edit set, at the step it was made."""
+SIGNAL_PREFIX = "set/"
+"""Signals named ``set/<hyperparameter>`` hold the value an edit set, at the step it was made (a
+slash, as in ``worker_3/...``: every tracker takes it in a metric name, where a colon is not)."""
 
 _TIMEOUT_S = 60.0  # longest a caller waits for the training thread to carry out its request
 
@@ -77,7 +78,7 @@ def _json(value: Any) -> Any:
 
 
 def _number(value: Any, progress: float) -> float | None:
-    """The number an edit puts on the ``set:`` signal: the value, a schedule's or an exploration's
+    """The number an edit puts on the ``set/`` signal: the value, a schedule's or an exploration's
     current value, True/False as 1/0; None when it is not a number (``"auto"``, None)."""
     if isinstance(value, bool | int | float):
         return float(value)
@@ -160,7 +161,10 @@ class LiveControl:
             send(values)
         step, now, progress = s.steps, s.elapsed, agent.progress
         for name, new in values.items():
-            s.events.append(Event("set", step, name, _json(old[name]), _json(new), now))
+            event = Event("set", step, name, _json(old[name]), _json(new), now)
+            s.events.append(event)
+            if s._tracking is not None:  # trackers note the edit (workbench.tracking: log_event)
+                s._tracking.log_event(step, name, event.old, event.new)
             number = _number(new, progress)
             if number is not None:
                 s.signals.record(SIGNAL_PREFIX + name, step, number, now)

@@ -495,7 +495,7 @@ class Session:
         editable ones; nothing changes then. A running session applies the edit on its training
         thread between two steps, so it takes effect at the next update (the optimizers' learning
         rates too) and reaches Ray workers' exploration. Each change is recorded in
-        :attr:`events` and as a ``set:<name>`` signal. See docs/live-edits.md."""
+        :attr:`events` and as a ``set/<name>`` signal. See docs/live-edits.md."""
         return self._live.set(values)
 
     def call_env(self, name: str, *args: Any, **kwargs: Any) -> list[Any]:
