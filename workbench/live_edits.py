@@ -178,6 +178,11 @@ class LiveControl:
 
     def _call(self, name: str, args: tuple, kwargs: dict[str, Any]) -> list[Any]:
         s = self.session
+        if getattr(s, "env_source", None) is None:
+            raise ValueError(
+                f"call_env({name!r}) calls a method on the session's env copies, but this session has none "
+                "(the application owns the env): call the method on your env directly"
+            )
         runner = s._ensure_runner()
         results = runner.call(name, args, kwargs)
         self.calls.append((name, args, kwargs))
