@@ -32,10 +32,12 @@ from gymnasium import spaces
 from .masks import MaskReader, check_masks, strip_mask_obs, strip_mask_space
 
 __all__ = [
+    "EnvMethodError",
     "EnvOutputError",
     "EnvSource",
     "VecEnv",
     "as_env_source",
+    "call_env_method",
     "check_env",
     "checked_reset",
     "checked_step",
@@ -468,6 +470,37 @@ class VecEnv:
         """Close every env."""
         for env in self.envs:
             env.close()
+
+    def call(self, name: str, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None) -> list[Any]:
+        """Call method ``name`` on every env, in order; the list of results (see :func:`call_env_method`)."""
+        return [call_env_method(env, name, args, kwargs) for env in self.envs]
+
+
+class EnvMethodError(AttributeError):
+    """``session.call_env(name)`` named a method the env does not have (the message names the env class)."""
+
+
+def call_env_method(env: Any, name: str, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None) -> Any:
+    """``env.name(*args, **kwargs)``, looking through gymnasium wrappers (``gym.make`` wraps the
+    env, and wrappers do not forward attributes): the outermost object that has ``name`` answers.
+    Raises :class:`EnvMethodError` naming the env's class when none has a callable ``name``;
+    an exception the method raises propagates unchanged."""
+    if name.startswith("_"):
+        raise EnvMethodError(f"call_env calls public env methods only, not {name!r}")
+    target, method = env, None
+    while target is not None:
+        if hasattr(type(target), name) or name in getattr(target, "__dict__", {}):
+            method = getattr(target, name)
+            break
+        target = getattr(target, "env", None) if isinstance(target, gym.Wrapper) else None
+    if method is None or not callable(method):
+        inner = getattr(env, "unwrapped", env)
+        what = "no method" if method is None else "an attribute, not a method,"
+        raise EnvMethodError(
+            f"the env {type(inner).__name__} has {what} {name!r}: define {name}(self, ...) on the env class "
+            f"(call_env calls it on every env copy, through gymnasium's wrappers)"
+        )
+    return method(*args, **(kwargs or {}))
 
 
 def _rng_state(env: gym.Env) -> dict[str, Any] | None:

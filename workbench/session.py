@@ -28,6 +28,7 @@ from . import checkpoint, control
 from .agents.base import Agent
 from .agents.saving import agent_from_run, open_saved
 from .envs import EnvSource, as_env_source, describe_space
+from .live_edits import Event, LiveControl
 from .loop import EpisodeTracker
 from .parallel import check_runner_options, make_runner
 from .signals import DEFAULT_MAX_POINTS, SignalSet
@@ -123,6 +124,7 @@ class Session:
     _where: tuple[str, float] | None = None  # what the loop thread is inside, and since when
     _env_rng: list[Any] | None = None  # saved env random streams, for the next runner's first reset
     _resumed_from_disk = False
+    _runner_fresh = False  # the runner's envs are built but not reset yet (see _ensure_runner)
 
     def __init__(
         self,
@@ -210,6 +212,9 @@ class Session:
         self.stop_reason: str | None = None
         self.best_eval_reward: float | None = None
         self.target_steps: int | None = None
+        self.events: list[Event] = []
+        """What was changed while the run lived (``set`` and ``call_env``), oldest first."""
+        self._live = LiveControl(self)
 
         self._status = "idle"
         self._cond = threading.Condition(threading.RLock())
@@ -480,6 +485,32 @@ class Session:
             raise self.error
         return True
 
+    def set(self, **values: Any) -> dict[str, Any]:
+        """Change hyperparameters while the run is idle, running or paused, from any thread:
+        ``session.set(learning_rate=1e-4, ent_coef=0.01)``. Returns the old values.
+
+        Values are checked as the agent's constructor checks them (a number may replace a
+        schedule and a schedule a number); a name that is unknown or cannot change mid-run (network
+        sizes, ``n_envs``...) is an ``ArgumentError`` (a ``ValueError``) saying why and naming the
+        editable ones; nothing changes then. A running session applies the edit on its training
+        thread between two steps, so it takes effect at the next update (the optimizers' learning
+        rates too) and reaches Ray workers' exploration. Each change is recorded in
+        :attr:`events` and as a ``set/<name>`` signal. See docs/live-edits.md."""
+        return self._live.set(values)
+
+    def call_env(self, name: str, *args: Any, **kwargs: Any) -> list[Any]:
+        """Call ``env.name(*args, **kwargs)`` on every env copy (in-process, local workers, Ray
+        actors) between two steps; returns the results, one per env copy, in env order.
+
+        ``session.call_env("set_difficulty", 3)`` is curriculum learning without hacks. Works
+        idle, running or paused; before the first run it builds the envs (without resetting them).
+        Env copies built later in this session (worker backends build new ones for each run) get
+        the calls made so far again, in order. An env without the method raises
+        :class:`~workbench.envs.EnvMethodError` naming the env class; an exception the method raises
+        reaches the caller (from a worker as a ``WorkerError`` with its traceback) and the run goes
+        on. Each call is recorded in :attr:`events`."""
+        return self._live.call_env(name, args, kwargs)
+
     def log(self, name: str, value: float, step: int | None = None) -> None:
         """Record a user signal ``name`` beside the built-in ones (at the current step by default)."""
         if not isinstance(name, str) or not name:
@@ -539,6 +570,8 @@ class Session:
                 # Each env's random stream (None where the env has no np_random), so a resumed run
                 # continues the streams instead of replaying its first episodes.
                 "env_rng": _rng_states(self._runner) if self._runner is not None else self._env_rng,
+                # Live edits and env calls (workbench.live_edits.Event), plain JSON.
+                "events": [event.to_dict() for event in self.events],
             },
         }
         return checkpoint.write_run(
@@ -577,6 +610,7 @@ class Session:
         session._last_checkpoint_step = session.steps
         session.target_steps = saved.get("target_steps")
         session._env_rng = saved.get("env_rng")
+        session.events = [Event.from_dict(e) for e in saved.get("events", [])]
         session._resumed_from_disk = True
         return session
 
@@ -620,6 +654,7 @@ class Session:
                 self._close_runner(force=True)
             self._pause_requested = False
             self._status = final
+            self._live.serve()  # edits and calls that arrived as the run ended: carried out now
             self._cond.notify_all()
         if self._tracking is not None:
             self._tracking.run_ended(final, self.stop_reason, self.error)
@@ -629,13 +664,25 @@ class Session:
         if self.seed is not None and not self._seeded:
             agent.reseed(self.seed)
         self._seeded = True
+        self._ensure_runner()
+        if self._runner_fresh:
+            self._runner_fresh = False
+            self._obs = self._runner.reset()
+            self._episodes = EpisodeTracker(self._runner.num_envs)
+            # Every env starts a new episode here (a resumed run too): an agent with per-episode
+            # state (RecurrentPPO's LSTM state, an OU noise process) starts it afresh.
+            agent.begin_episode(np.ones(self._runner.num_envs, dtype=bool))
+
+    def _ensure_runner(self) -> Any:
+        """The runner, built when there is none (its envs not reset yet: ``_prepare`` resets them)."""
         if self._runner is None:
+            agent = self.agent
             seed = self.seed
             if self._resumed_from_disk and seed is not None:
                 # A resumed run must not replay its first episodes: envs whose random streams were
                 # saved continue them (below); the others get seeds derived from the step count.
                 seed = int(np.random.SeedSequence([seed, self.steps]).generate_state(1)[0])
-            self._runner = make_runner(
+            runner = make_runner(
                 self.env_source,
                 agent.num_envs,
                 seed=seed,
@@ -644,14 +691,12 @@ class Session:
                 agent=agent,
                 **self.backend_options,
             )
-            if self._env_rng and hasattr(self._runner, "set_rng_states"):
-                self._runner.set_rng_states(self._env_rng)
+            if self._env_rng and hasattr(runner, "set_rng_states"):
+                runner.set_rng_states(self._env_rng)
             self._env_rng = None
-            self._obs = self._runner.reset()
-            self._episodes = EpisodeTracker(self._runner.num_envs)
-            # Every env starts a new episode here (a resumed run too): an agent with per-episode
-            # state (RecurrentPPO's LSTM state, an OU noise process) starts it afresh.
-            agent.begin_episode(np.ones(self._runner.num_envs, dtype=bool))
+            self._runner, self._runner_fresh = runner, True
+            self._live.replay(runner)  # new env copies get this session's call_env calls again
+        return self._runner
 
     def _close_runner(self, force: bool = False) -> None:
         runner = self._runner
@@ -668,7 +713,12 @@ class Session:
                 return
             self._status = "paused"
             self._cond.notify_all()
-            self._cond.wait_for(lambda: not self._pause_requested or self._stop_requested)
+            live = self._live
+            while True:
+                self._cond.wait_for(lambda: not self._pause_requested or self._stop_requested or bool(live.pending))
+                if not live.pending:
+                    break
+                live.serve()  # queued just before the pause landed
             self._status = "running"
             self._cond.notify_all()
 
@@ -696,7 +746,10 @@ class Session:
         check_env_batch(self.steps, obs)
         losses = LossWatch(agent.algorithm)
 
+        live = self._live
         while self.steps < target_steps:
+            if live.pending:  # live edits and env calls, between two steps (workbench.live_edits)
+                live.serve()
             if self._pause_requested:
                 self._wait_while_paused()
                 sps_steps, sps_time = self.steps, time.perf_counter()

@@ -34,7 +34,17 @@ from ..envs import as_env_source, describe_space, flat_observation_space, observ
 from ..loop import NO_EXTRAS, Step, Transitions, play_episode
 from ..masks import MASK_KEY, check_masks
 from ..normalization import ObservationNormalizer, RewardNormalizer
-from ..validation import check_arguments, check_value, checked, choice, flag, integer, optional, validate_config
+from ..validation import (
+    check_arguments,
+    check_value,
+    checked,
+    choice,
+    flag,
+    integer,
+    is_live,
+    optional,
+    validate_config,
+)
 
 __all__ = ["AGENTS", "Agent", "AgentConfig", "AgentState", "EpisodeReturns", "Step", "Transitions", "register"]
 
@@ -66,11 +76,17 @@ def register(cls: type[Agent]) -> type[Agent]:
     """Class decorator adding an agent to :data:`AGENTS` (used by the CLI, presets and tests).
 
     A ``Config`` that does not extend :class:`AgentConfig` gets its fields added here, so every
-    registered agent takes ``normalize_observations=`` and ``normalize_rewards=``.
+    registered agent takes ``normalize_observations=`` and ``normalize_rewards=``. The config's
+    docstring gets the list of its fields that may change mid-run (declared ``live=True``).
     """
     if not issubclass(cls.Config, AgentConfig):
         cls.Config = dataclasses.make_dataclass(
             cls.Config.__name__, [], bases=(cls.Config, AgentConfig), namespace={"__doc__": cls.Config.__doc__}
+        )
+    live = [f.name for f in dataclasses.fields(cls.Config) if is_live(cls.Config, f.name)]
+    if live and "Live (" not in (cls.Config.__doc__ or ""):
+        cls.Config.__doc__ = (cls.Config.__doc__ or "").rstrip() + (
+            f"\n\n    Live (``session.set`` changes them mid-run, from the next update): {', '.join(live)}.\n"
         )
     AGENTS[cls.__name__.lower()] = cls
     return cls

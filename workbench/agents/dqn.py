@@ -49,16 +49,17 @@ class DQNConfig(OffPolicyConfig):
     train_freq: int = 256
     gradient_steps: int = 128
 
-    target_update_interval: int = checked(10, integer(min=1))
+    target_update_interval: int = checked(10, integer(min=1), live=True)
     """Env steps between target network updates."""
     exploration: EpsilonGreedy = checked(
         constraint=Constraint("a wb.EpsilonGreedy(start, end, fraction)", lambda v: isinstance(v, EpsilonGreedy)),
         default_factory=lambda: EpsilonGreedy(start=1.0, end=0.04, fraction=0.16),
+        live=True,
     )
-    """Epsilon-greedy schedule over the training budget."""
-    max_grad_norm: float = checked(10.0, number(0, min_open=True))
+    """Epsilon-greedy schedule over the training budget (live: a new one takes over at the next step)."""
+    max_grad_norm: float = checked(10.0, number(0, min_open=True), live=True)
     """Gradient norm clip."""
-    double_q: bool = checked(True, flag())
+    double_q: bool = checked(True, flag(), live=True)
     """Pick the next action with the online network, value it with the target network."""
     dueling: bool = checked(False, flag())
     """Dueling network: separate state-value and advantage heads."""
@@ -69,7 +70,7 @@ class DQNConfig(OffPolicyConfig):
     prioritized_alpha: float = checked(0.6, number(0))
     """How strongly priorities shape sampling (0: uniform)."""
     prioritized_beta: float | Schedule = checked(
-        constraint=number(0, schedule=True), default_factory=lambda: linear(0.4, 1.0)
+        constraint=number(0, schedule=True), default_factory=lambda: linear(0.4, 1.0), live=True
     )
     """Importance-weight exponent, annealed to 1 over training."""
     noisy: bool = checked(False, flag())

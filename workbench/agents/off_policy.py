@@ -27,21 +27,21 @@ __all__ = ["OffPolicyAgent", "OffPolicyConfig"]
 class OffPolicyConfig(AgentConfig):
     """Hyperparameters every replay-memory agent has (each algorithm sets its own defaults)."""
 
-    learning_rate: float | Schedule = checked(3e-4, number(0, min_open=True, schedule=True))
+    learning_rate: float | Schedule = checked(3e-4, number(0, min_open=True, schedule=True), live=True)
     """Adam learning rate of every network; a number or a schedule of training progress."""
     buffer_size: int = checked(1_000_000, integer(min=1))
     """Replay memory capacity, in transitions."""
-    learning_starts: int = checked(100, integer(min=0))
+    learning_starts: int = checked(100, integer(min=0), live=True)
     """Env steps of random actions before learning begins."""
-    batch_size: int = checked(256, integer(min=1))
+    batch_size: int = checked(256, integer(min=1), live=True)
     """Minibatch size."""
-    tau: float = checked(0.005, number(0, 1, min_open=True))
+    tau: float = checked(0.005, number(0, 1, min_open=True), live=True)
     """Target network update rate: 1 copies the online networks, less blends them in (Polyak)."""
     gamma: float = checked(0.99, number(0, 1))
     """Discount factor."""
-    train_freq: int = checked(1, integer(min=1))
+    train_freq: int = checked(1, integer(min=1), live=True)
     """Env steps between updates."""
-    gradient_steps: int = checked(1, integer(min=1, also=(-1,)))
+    gradient_steps: int = checked(1, integer(min=1, also=(-1,)), live=True)
     """Gradient steps per update; -1 means as many as env steps since the last update."""
     net_arch: tuple[int, ...] = checked((256, 256), layer_widths())
     """Hidden layer widths of each network (the Q-network; the actor and each critic)."""

@@ -108,19 +108,19 @@ class OnPolicyConfig(AgentConfig):
     """Envs stepped together (copies are made when the env is an id or a factory)."""
     n_steps: int = checked(5, integer(min=1))
     """Steps per env in each rollout (one update per rollout)."""
-    gamma: float = checked(0.99, number(0, 1))
+    gamma: float = checked(0.99, number(0, 1), live=True)
     """Discount factor."""
-    gae_lambda: float = checked(1.0, number(0, 1))
+    gae_lambda: float = checked(1.0, number(0, 1), live=True)
     """GAE lambda: bias/variance trade-off of the advantage estimate (1: plain n-step advantages)."""
-    learning_rate: float | Schedule = checked(7e-4, number(0, min_open=True, schedule=True))
+    learning_rate: float | Schedule = checked(7e-4, number(0, min_open=True, schedule=True), live=True)
     """Optimizer learning rate, a number or a schedule of training progress."""
-    ent_coef: float = checked(0.0, number(0))
+    ent_coef: float = checked(0.0, number(0), live=True)
     """Entropy bonus weight."""
-    vf_coef: float = checked(0.5, number(0))
+    vf_coef: float = checked(0.5, number(0), live=True)
     """Value loss weight."""
-    max_grad_norm: float = checked(0.5, number(0, min_open=True))
+    max_grad_norm: float = checked(0.5, number(0, min_open=True), live=True)
     """Gradient norm clip."""
-    normalize_advantage: bool = checked(False, flag())
+    normalize_advantage: bool = checked(False, flag(), live=True)
     """Normalize advantages (within each minibatch for PPO, each rollout for A2C)."""
     net_arch: tuple[int, ...] = checked((64, 64), layer_widths())
     """Hidden layer widths of the policy and of the (separate) value network."""
@@ -132,7 +132,7 @@ class OnPolicyConfig(AgentConfig):
     """Initial log standard deviation of the Gaussian policy (Box actions)."""
     use_sde: bool = checked(False, flag())
     """Box actions: state-dependent exploration (gSDE), noise smooth in time instead of per step."""
-    sde_sample_freq: int = checked(-1, integer(min=1, also=(-1,)))
+    sde_sample_freq: int = checked(-1, integer(min=1, also=(-1,)), live=True)
     """With use_sde, env steps between new noise weights; -1: once per rollout."""
 
 

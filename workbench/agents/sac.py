@@ -45,17 +45,17 @@ _AUTO_ENT_COEF = Constraint('"auto" (learned, starting at 1) or "auto_<start>" s
 class SACConfig(OffPolicyConfig):
     """SAC hyperparameters (defaults: Stable-Baselines3); the shared ones are :class:`OffPolicyConfig`'s."""
 
-    ent_coef: float | str = checked("auto", any_of(number(0, min_open=True), _AUTO_ENT_COEF))
+    ent_coef: float | str = checked("auto", any_of(number(0, min_open=True), _AUTO_ENT_COEF), live=True)
     """Entropy coefficient alpha: a number, "auto" (learned, starts at 1) or "auto_0.1" (learned, starts at 0.1)."""
-    target_entropy: float | None = checked(None, optional(number()))
+    target_entropy: float | None = checked(None, optional(number()), live=True)
     """Entropy the automatic tuning aims for; None means -dim(action)."""
-    target_update_interval: int = checked(1, integer(min=1))
+    target_update_interval: int = checked(1, integer(min=1), live=True)
     """Gradient steps between target critic updates."""
     n_critics: int = checked(2, integer(min=1))
     """Critics whose minimum is the target (clipped double Q)."""
     use_sde: bool = checked(False, flag())
     """Generalized state-dependent exploration: noise linear in the actor's features, smooth in time."""
-    sde_sample_freq: int = checked(-1, integer(min=1, also=(-1,)))
+    sde_sample_freq: int = checked(-1, integer(min=1, also=(-1,)), live=True)
     """With use_sde, env steps between new noise weights; -1: once per update."""
     log_std_init: float = checked(-3.0, number())
     """With use_sde, initial log std of the noise weights."""

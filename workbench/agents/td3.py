@@ -8,7 +8,7 @@ Defaults are Stable-Baselines3's (net [400, 300]); ``wb.preset(env_id, "td3")`` 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -18,7 +18,7 @@ from torch import nn
 from ..exploration import Exploration, GaussianNoise
 from ..memory.replay import ReplayMemory
 from ..schedules import Schedule, as_schedule
-from ..validation import checked, integer, number, optional
+from ..validation import Constraint, checked, integer, number, optional
 from .base import AgentState, register
 from .networks import EnsembleMLP, make_adam, mlp, polyak_update
 from .off_policy import OffPolicyAgent, OffPolicyConfig
@@ -34,17 +34,26 @@ class TD3Config(OffPolicyConfig):
     learning_rate: float | Schedule = 1e-3
     net_arch: tuple[int, ...] = (400, 300)
 
-    actor_lr: float | Schedule | None = checked(None, optional(number(0, min_open=True, schedule=True)))
+    actor_lr: float | Schedule | None = checked(None, optional(number(0, min_open=True, schedule=True)), live=True)
     """The actor's learning rate when it differs from ``learning_rate``."""
-    critic_lr: float | Schedule | None = checked(None, optional(number(0, min_open=True, schedule=True)))
+    critic_lr: float | Schedule | None = checked(None, optional(number(0, min_open=True, schedule=True)), live=True)
     """The critics' learning rate when it differs from ``learning_rate``."""
-    exploration: Exploration | None = field(default_factory=lambda: GaussianNoise(0.1))
+    exploration: Exploration | None = checked(
+        constraint=optional(
+            Constraint(
+                "additive action noise (wb.GaussianNoise, wb.OrnsteinUhlenbeckNoise, wb.TruncatedNormalNoise)",
+                lambda v: isinstance(v, Exploration) and v.kind == "continuous",
+            )
+        ),
+        default_factory=lambda: GaussianNoise(0.1),
+        live=True,
+    )
     """Noise added to actions while training (wb.GaussianNoise, OrnsteinUhlenbeckNoise, TruncatedNormalNoise)."""
-    policy_delay: int = checked(2, integer(min=1))
+    policy_delay: int = checked(2, integer(min=1), live=True)
     """Critic updates per actor and target update."""
-    target_policy_noise: float = checked(0.2, number(0))
+    target_policy_noise: float = checked(0.2, number(0), live=True)
     """Std of the smoothing noise on target actions (in units of half the action range)."""
-    target_noise_clip: float = checked(0.5, number(0))
+    target_noise_clip: float = checked(0.5, number(0), live=True)
     """Clip of the target smoothing noise."""
     n_critics: int = checked(2, integer(min=1))
     """Critics whose minimum is the target."""
