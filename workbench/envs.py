@@ -153,13 +153,24 @@ def check_env(env: Any, *, skip_render_check: bool = True) -> None:
 # -- observations ----------------------------------------------------------------------------
 
 
-def flat_observation_space(space: spaces.Space) -> spaces.Box:
-    """The Box that observations of ``space`` become: Box as float32, Discrete one-hot,
-    Dict/Tuple flattened with ``gymnasium.spaces.flatten``."""
+def _all_uint8(space: spaces.Space) -> bool:
+    """True when every part of ``space`` is a ``uint8`` Box (images, frame stacks)."""
     if isinstance(space, spaces.Box):
-        return spaces.Box(
-            low=space.low.astype(np.float32), high=space.high.astype(np.float32), dtype=np.float32
-        )
+        return space.dtype == np.uint8
+    if isinstance(space, spaces.Dict):
+        return bool(space.spaces) and all(_all_uint8(s) for s in space.spaces.values())
+    if isinstance(space, spaces.Tuple):
+        return bool(space.spaces) and all(_all_uint8(s) for s in space.spaces)
+    return False
+
+
+def flat_observation_space(space: spaces.Space) -> spaces.Box:
+    """The Box that observations of ``space`` become: Box as it is (shape kept), Discrete one-hot,
+    Dict/Tuple flattened with ``gymnasium.spaces.flatten``. The dtype is ``uint8`` when every part
+    is ``uint8`` (images stay 1 byte a pixel in memory and on the way to the network), else float32."""
+    dtype = np.uint8 if _all_uint8(space) else np.float32
+    if isinstance(space, spaces.Box):
+        return spaces.Box(low=space.low.astype(dtype), high=space.high.astype(dtype), dtype=dtype)
     if isinstance(space, spaces.Discrete | spaces.MultiBinary | spaces.MultiDiscrete):
         flat = spaces.flatten_space(space)
         return spaces.Box(flat.low.astype(np.float32), flat.high.astype(np.float32), dtype=np.float32)
@@ -167,7 +178,7 @@ def flat_observation_space(space: spaces.Space) -> spaces.Box:
         flat = spaces.flatten_space(space)
         if not isinstance(flat, spaces.Box):
             raise ValueError(f"cannot flatten observation space {space} into a vector")
-        return spaces.Box(flat.low.astype(np.float32), flat.high.astype(np.float32), dtype=np.float32)
+        return spaces.Box(flat.low.astype(dtype), flat.high.astype(dtype), dtype=dtype)
     raise ValueError(
         f"unsupported observation space {describe_space(space)}: use Box, Discrete, "
         "MultiBinary, MultiDiscrete, or a Dict/Tuple of those"
@@ -175,11 +186,12 @@ def flat_observation_space(space: spaces.Space) -> spaces.Box:
 
 
 def observation_flattener(space: spaces.Space) -> Callable[[Any], np.ndarray]:
-    """A function turning one raw observation of ``space`` into a float32 vector/array."""
+    """A function turning one raw observation of ``space`` into the array of
+    :func:`flat_observation_space` (its dtype: uint8 for images, else float32)."""
+    dtype = flat_observation_space(space).dtype
     if isinstance(space, spaces.Box):
-        dtype = np.float32
         return lambda obs: np.asarray(obs, dtype=dtype)
-    return lambda obs: np.asarray(spaces.flatten(space, obs), dtype=np.float32)
+    return lambda obs: np.asarray(spaces.flatten(space, obs), dtype=dtype)
 
 
 def env_action_converter(action_space: spaces.Space) -> Callable[[Any], Any]:
@@ -294,7 +306,7 @@ class VecEnv:
     ``step(actions)`` returns ``(obs, rewards, terminated, truncated, final_obs)``; for an env
     whose episode just ended, ``obs[i]`` is already the first observation of the next episode and
     ``final_obs[i]`` is the last observation of the one that ended (elsewhere it equals ``obs``).
-    Observations are float32 arrays of shape ``(num_envs, *obs_shape)``.
+    Observations are arrays of shape ``(num_envs, *obs_shape)`` (uint8 for images, else float32).
 
     ``stepping`` is the index of the env whose ``step`` is running now (None between steps), so a
     session can say which env hangs. :meth:`rng_states` / :meth:`set_rng_states` carry every env's
@@ -315,7 +327,7 @@ class VecEnv:
         self.env_action = env_action_converter(self.action_space)
         shape = flat_observation_space(self.observation_space).shape
         self._obs_shape = shape
-        self._obs = np.zeros((self.num_envs, *shape), dtype=np.float32)
+        self._obs = np.zeros((self.num_envs, *shape), dtype=flat_observation_space(self.observation_space).dtype)
         self.step_count = 0  # steps of each env since it was built, for error messages
         self._rewards = np.zeros(self.num_envs, dtype=np.float32)
         self._terminated = np.zeros(self.num_envs, dtype=bool)

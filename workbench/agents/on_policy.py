@@ -96,7 +96,6 @@ class OnPolicyAgent(Agent):
         """Create the policy and value networks (and the Gaussian policy's log std); returns
         every trainable parameter, for the optimizer."""
         c = self.config
-        obs_dim = int(np.prod(self.obs_shape))
         n_out = int(self.action_space.n) if self.discrete else int(np.prod(self.action_space.shape))
         self.use_sde = bool(c.use_sde)
         if self.use_sde and self.discrete:
@@ -111,8 +110,12 @@ class OnPolicyAgent(Agent):
                 f"sde_sample_freq must be a positive number of steps or -1 (once per rollout), got {c.sde_sample_freq}"
             )
         ortho = bool(c.ortho_init)
-        self.actor = mlp(obs_dim, c.net_arch, n_out, activation=c.activation, ortho_init=ortho, output_gain=0.01)
-        self.critic = mlp(obs_dim, c.net_arch, 1, activation=c.activation, ortho_init=ortho, output_gain=1.0)
+        self.actor = self._encoded(
+            lambda d: mlp(d, c.net_arch, n_out, activation=c.activation, ortho_init=ortho, output_gain=0.01)
+        )
+        self.critic = self._encoded(
+            lambda d: mlp(d, c.net_arch, 1, activation=c.activation, ortho_init=ortho, output_gain=1.0)
+        )
         params = list(self.actor.parameters()) + list(self.critic.parameters())
         self.log_std: nn.Parameter | None = None
         if not self.discrete:
@@ -209,7 +212,9 @@ class OnPolicyAgent(Agent):
         if self.rollout is None or self.rollout.n_envs != n_envs:
             action_shape = () if self.discrete else self.action_space.shape
             dtype = np.int64 if self.discrete else np.float32
-            self.rollout = RolloutBuffer(self.config.n_steps, n_envs, self.obs_shape, action_shape, dtype)
+            self.rollout = RolloutBuffer(
+                self.config.n_steps, n_envs, self.obs_shape, action_shape, dtype, obs_dtype=self.obs_dtype
+            )
         if "values" not in extras or "log_probs" not in extras:
             raise ValueError(
                 f"{self.algorithm}.observe() needs the extras 'values' and 'log_probs' of the step that chose "

@@ -53,8 +53,17 @@ class RecurrentPPOConfig(PPOConfig):
 class RecurrentNetwork(nn.Module):
     """An LSTM then an MLP head: ``(T, B, in_dim)`` sequences to ``(T, B, out_dim)`` outputs."""
 
-    def __init__(self, in_dim: int, lstm_hidden: int, net_arch: tuple[int, ...], out_dim: int, **mlp_options: object):
+    def __init__(
+        self,
+        in_dim: int,
+        lstm_hidden: int,
+        net_arch: tuple[int, ...],
+        out_dim: int,
+        encoder: nn.Module | None = None,
+        **mlp_options: object,
+    ):
         super().__init__()
+        self.encoder = encoder  # None for vector observations (the LSTM reads them directly)
         self.lstm = nn.LSTM(in_dim, lstm_hidden)
         self.head = mlp(lstm_hidden, net_arch, out_dim, **mlp_options)  # type: ignore[arg-type]
 
@@ -63,6 +72,8 @@ class RecurrentNetwork(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Unroll from the state ``(h, c)`` (each ``(B, H)``); ``starts[t]`` is 1 where an episode
         begins at step ``t`` (its state is zeroed first). Returns the outputs and the last state."""
+        if self.encoder is not None:
+            obs = self.encoder(obs)
         steps = obs.shape[0]
         if steps == 1:  # acting: one step, the state already reset by begin_episode
             keep = (1.0 - starts[0]).unsqueeze(-1)
@@ -104,11 +115,12 @@ class RecurrentPPO(OnPolicyAgent):
         if c.lstm_hidden_size < 1:
             raise ValueError(f"lstm_hidden_size must be at least 1, got {c.lstm_hidden_size}")
         self.use_sde = False
-        obs_dim = int(np.prod(self.obs_shape))
         n_out = int(self.action_space.n) if self.discrete else int(np.prod(self.action_space.shape))
         options = dict(activation=c.activation, ortho_init=bool(c.ortho_init))
-        self.actor = RecurrentNetwork(obs_dim, c.lstm_hidden_size, c.net_arch, n_out, output_gain=0.01, **options)
-        self.critic = RecurrentNetwork(obs_dim, c.lstm_hidden_size, c.net_arch, 1, output_gain=1.0, **options)
+        enc, dim = self._encoder()
+        self.actor = RecurrentNetwork(dim, c.lstm_hidden_size, c.net_arch, n_out, enc, output_gain=0.01, **options)
+        enc, dim = self._encoder()
+        self.critic = RecurrentNetwork(dim, c.lstm_hidden_size, c.net_arch, 1, enc, output_gain=1.0, **options)
         params = list(self.actor.parameters()) + list(self.critic.parameters())
         self.log_std: nn.Parameter | None = None
         if not self.discrete:
@@ -186,7 +198,7 @@ class RecurrentPPO(OnPolicyAgent):
         if self.rollout is None or self.rollout.n_envs != n_envs:
             action_shape = () if self.discrete else self.action_space.shape
             dtype = np.int64 if self.discrete else np.float32
-            self.rollout = RolloutBuffer(c.n_steps, n_envs, self.obs_shape, action_shape, dtype)
+            self.rollout = RolloutBuffer(c.n_steps, n_envs, self.obs_shape, action_shape, dtype, obs_dtype=self.obs_dtype)
             self.rollout_states = np.zeros((c.n_steps, n_envs, 4, c.lstm_hidden_size), dtype=np.float32)
         assert self.rollout_states is not None
         states = np.asarray(extras["lstm_states"], dtype=np.float32)

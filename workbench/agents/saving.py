@@ -87,7 +87,7 @@ def agent_from_run(run: OpenRun | SavedRun, expected: type[Agent] | None = None,
     replay = getattr(agent, "memory", None)
     if memory and replay is not None:
         # A saved memory of this agent is never larger than the one it just allocated for its spaces.
-        budget = sum(getattr(replay, name).nbytes for name in replay.FIELDS) + 2**16 * len(replay.FIELDS)
+        budget = replay.file_budget()
         arrays = run.memory(budget)
         if arrays is not None:
             try:
