@@ -30,6 +30,10 @@ from gymnasium import spaces
 from torch import nn
 
 from .. import checkpoint
+from ..envs import as_env_source, describe_space, flat_observation_space, observation_flattener
+from ..loop import NO_EXTRAS, Step, Transitions, play_episode
+from ..normalization import ObservationNormalizer, RewardNormalizer
+from ..validation import check_arguments, check_value, checked, choice, flag, integer, optional, validate_config
 from .encoders import (
     describe_encoder,
     encoder_choice,
@@ -39,10 +43,6 @@ from .encoders import (
     make_encoder,
     with_encoder,
 )
-from ..envs import as_env_source, describe_space, flat_observation_space, observation_flattener
-from ..loop import NO_EXTRAS, Step, Transitions, play_episode
-from ..normalization import ObservationNormalizer, RewardNormalizer
-from ..validation import check_arguments, check_value, checked, choice, flag, integer, optional, validate_config
 
 __all__ = ["AGENTS", "Agent", "AgentConfig", "AgentState", "EpisodeReturns", "Step", "Transitions", "register"]
 
@@ -221,8 +221,9 @@ class Agent:
         self.encoder_description = describe_encoder(observation_space, self.config.encoder, self.config.encoder_kwargs)
         if self.config.normalize_observations and _has_image(observation_space):
             raise ValueError(
-                f"normalize_observations=True standardizes vector observations, but {describe_space(observation_space)} "
-                "holds images, which the CNN encoder scales by 1/255 itself: drop normalize_observations"
+                "normalize_observations=True standardizes vector observations, but "
+                f"{describe_space(observation_space)} holds images, which the CNN encoder scales by 1/255 itself: "
+                "drop normalize_observations"
             )
         # Running statistics are nn.Modules, so they are saved and loaded with the networks.
         if self.config.normalize_observations:

@@ -198,7 +198,9 @@ class RecurrentPPO(OnPolicyAgent):
         if self.rollout is None or self.rollout.n_envs != n_envs:
             action_shape = () if self.discrete else self.action_space.shape
             dtype = np.int64 if self.discrete else np.float32
-            self.rollout = RolloutBuffer(c.n_steps, n_envs, self.obs_shape, action_shape, dtype, obs_dtype=self.obs_dtype)
+            self.rollout = RolloutBuffer(
+                c.n_steps, n_envs, self.obs_shape, action_shape, dtype, obs_dtype=self.obs_dtype
+            )
             self.rollout_states = np.zeros((c.n_steps, n_envs, 4, c.lstm_hidden_size), dtype=np.float32)
         assert self.rollout_states is not None
         states = np.asarray(extras["lstm_states"], dtype=np.float32)

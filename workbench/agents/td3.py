@@ -83,7 +83,9 @@ class TD3(OffPolicyAgent):
         self.act_dim = int(np.prod(self.action_space.shape))
 
         def actor() -> nn.Module:  # deterministic policy squashed into [-1, 1], after the encoder
-            return self._encoded(lambda d: nn.Sequential(mlp(d, c.net_arch, self.act_dim, activation="relu"), nn.Tanh()))
+            return self._encoded(
+                lambda d: nn.Sequential(mlp(d, c.net_arch, self.act_dim, activation="relu"), nn.Tanh())
+            )
 
         self.actor = actor()
         self.actor_target = actor()

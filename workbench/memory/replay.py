@@ -230,7 +230,9 @@ class ReplayMemory:
             order = np.arange(self.size)
         else:
             order = (self.pos + np.arange(self.capacity)) % self.capacity
-        return {name: self._next_obs(order) if name == "next_obs" else getattr(self, name)[order] for name in self.FIELDS}
+        return {
+            name: self._next_obs(order) if name == "next_obs" else getattr(self, name)[order] for name in self.FIELDS
+        }
 
     def load_arrays(
         self, arrays: dict[str, np.ndarray], source: str = "memory", *, action_space: gym.Space | None = None
