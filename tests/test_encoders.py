@@ -171,3 +171,30 @@ def test_vector_observations_keep_the_plain_mlp():
     agent = wb.PPO("CartPole-v1")
     assert "encoder=mlp" in repr(agent)
     assert isinstance(agent.actor, nn.Sequential) and isinstance(agent.actor[0], nn.Linear)
+
+
+@pytest.mark.parametrize("agent", ["ppo", "a2c", "dqn", "qrdqn"])
+def test_atari_presets_build_the_nature_cnn_on_stacked_frames(agent):
+    pytest.importorskip("ale_py")
+    pytest.importorskip("cv2")
+    built = wb.preset("BreakoutNoFrameskip-v4", agent, buffer_size=100) if "dqn" in agent else wb.preset(
+        "BreakoutNoFrameskip-v4", agent)
+    assert built.agent.observation_space.shape == (4, 84, 84)
+    assert "nature_cnn(4x84x84 CHW uint8)" in repr(built.agent)
+    assert built.agent.config.net_arch == ()
+
+
+def test_atari_id_is_preprocessed_and_plays():
+    pytest.importorskip("ale_py")
+    pytest.importorskip("cv2")
+    agent = wb.DQN("ALE/Pong-v5", buffer_size=100, learning_starts=10, net_arch=())
+    frames = agent.play("ALE/Pong-v5", episodes=1, max_steps=5, render="rgb_array")[1]
+    assert len(frames[0]) == 6 and frames[0][0].shape == (210, 160, 3)
+
+
+def test_minatar_is_a_small_uint8_image_env():
+    pytest.importorskip("minatar")
+    agent = wb.DQN("MinAtar/Breakout-v1", buffer_size=200, learning_starts=20, train_freq=8, gradient_steps=1)
+    assert "small_cnn(4x10x10 HWC uint8)" in repr(agent)
+    wb.Session(agent, "MinAtar/Breakout-v1", seed=0).run(steps=60)
+    assert agent.memory.obs.dtype == np.uint8 and agent.memory.obs[:60].max() == 255

@@ -32,12 +32,16 @@ from gymnasium import spaces
 __all__ = [
     "EnvOutputError",
     "EnvSource",
+    "MinAtarFrames",
     "VecEnv",
     "as_env_source",
     "check_env",
     "checked_reset",
     "checked_step",
     "describe_space",
+    "is_atari_id",
+    "is_minatar_id",
+    "make_env",
 ]
 
 EnvLike = gym.Env | str | Callable[[], gym.Env]
@@ -65,6 +69,80 @@ def _unknown_id_error(env_id: str) -> ValueError:
     )
 
 
+# -- Atari and MinAtar ids ------------------------------------------------------------------------
+
+
+def is_atari_id(env_id: str) -> bool:
+    """True for an Atari id of ``ale-py`` (``"ALE/Breakout-v5"``, ``"BreakoutNoFrameskip-v4"``)."""
+    return env_id.startswith("ALE/") or env_id.endswith("NoFrameskip-v4")
+
+
+def is_minatar_id(env_id: str) -> bool:
+    """True for a MinAtar id (``"MinAtar/Breakout-v1"``): 10x10 images, the CPU-sized Atari."""
+    return env_id.startswith("MinAtar/")
+
+
+def _register_image_envs(env_id: str) -> None:
+    """Register ale-py's or MinAtar's ids with gymnasium when one is asked for (imported lazily)."""
+    if env_id in gym.registry:
+        return
+    if is_atari_id(env_id):
+        try:
+            import ale_py
+        except ImportError:
+            raise ValueError(
+                f"{env_id!r} is an Atari game: install ale-py (pip install 'rl-workbench[atari]'; its ROMs ship in it)"
+            ) from None
+        gym.register_envs(ale_py)
+    elif is_minatar_id(env_id):
+        import logging
+
+        logging.disable(logging.WARNING)  # MinAtar warns on import that it cannot render without seaborn
+        try:
+            from minatar.gym import register_envs
+        except ImportError:
+            raise ValueError(f"{env_id!r} is a MinAtar game: pip install minatar") from None
+        finally:
+            logging.disable(logging.NOTSET)
+        register_envs()
+
+
+class MinAtarFrames(gym.ObservationWrapper):
+    """MinAtar's boolean ``(10, 10, channels)`` state as a ``uint8`` image (0 or 255), so the image
+    encoders take it (channels last, a small CNN)."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        shape = env.observation_space.shape
+        self.observation_space = spaces.Box(0, 255, shape=shape, dtype=np.uint8)
+
+    def observation(self, observation: Any) -> np.ndarray:
+        """0/1 cells to 0/255 pixels."""
+        return np.asarray(observation, dtype=np.uint8) * np.uint8(255)
+
+
+def make_env(env_id: str, **kwargs: Any) -> gym.Env:
+    """``gym.make(env_id)``, with the standard image preprocessing for Atari and MinAtar ids.
+
+    Atari (``"ALE/Breakout-v5"``, ``"BreakoutNoFrameskip-v4"``): the game without frame skipping, then
+    gymnasium's ``AtariPreprocessing`` (up to 30 no-ops at reset, 4 frames skipped with the last two
+    max-pooled, 84x84 grayscale, the end of the game as the episode's end) and ``FrameStackObservation``
+    of 4: ``uint8`` observations ``(4, 84, 84)``, channels first. Rewards are the game's (not clipped).
+    For ``ALE/*-v5`` ids the sticky actions (repeat probability 0.25) stay. MinAtar ids give
+    ``uint8`` images ``(10, 10, channels)`` (:class:`MinAtarFrames`).
+    """
+    _register_image_envs(env_id)
+    if is_atari_id(env_id):
+        from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation
+
+        env = gym.make(env_id, frameskip=1, **kwargs)
+        env = AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=84, grayscale_obs=True)
+        return FrameStackObservation(env, 4)
+    if is_minatar_id(env_id):
+        return MinAtarFrames(gym.make(env_id, **kwargs))
+    return gym.make(env_id, **kwargs)
+
+
 @dataclass
 class EnvSource:
     """Where envs come from: one user-built instance, or a way to build fresh copies.
@@ -86,7 +164,7 @@ class EnvSource:
     def make(self, **kwargs: Any) -> gym.Env:
         """A fresh env from the id or factory (``kwargs`` go to ``gym.make`` for ids)."""
         if self.env_id is not None:  # first: a Ray worker receives the id alone, not the factory
-            return gym.make(self.env_id, **kwargs)
+            return make_env(self.env_id, **kwargs)
         if self.factory is None:
             raise ValueError(
                 f"cannot build another copy of the env instance {self.name}: pass a registered id "
@@ -123,9 +201,11 @@ def as_env_source(env: Any) -> EnvSource:
         name = spec.id if spec is not None and spec.id else type(env.unwrapped).__name__
         return EnvSource(name=name, instance=env)
     if isinstance(env, str):
+        if is_atari_id(env) or is_minatar_id(env):
+            _register_image_envs(env)
         if env not in gym.registry:
             raise _unknown_id_error(env)
-        return EnvSource(name=env, factory=lambda: gym.make(env), env_id=env)
+        return EnvSource(name=env, factory=lambda: make_env(env), env_id=env)
     if isinstance(env, type) and issubclass(env, gym.Env):
         return EnvSource(name=env.__name__, factory=env)
     if callable(env):
