@@ -40,6 +40,7 @@ __all__ = [
     "checked_step",
     "describe_space",
     "is_atari_id",
+    "is_image_space",
     "is_minatar_id",
     "make_env",
 ]
@@ -233,22 +234,43 @@ def check_env(env: Any, *, skip_render_check: bool = True) -> None:
 # -- observations ----------------------------------------------------------------------------
 
 
-def _all_uint8(space: spaces.Space) -> bool:
-    """True when every part of ``space`` is a ``uint8`` Box (images, frame stacks)."""
-    if isinstance(space, spaces.Box):
-        return space.dtype == np.uint8
+def is_image_space(space: spaces.Space) -> bool:
+    """Stable-Baselines3's rule for an image: a Box of ``uint8`` with three dimensions and bounds 0
+    and 255 (any number of channels, first or last, so frame stacks count)."""
+    return (
+        isinstance(space, spaces.Box)
+        and space.dtype == np.uint8
+        and len(space.shape) == 3
+        and bool(np.all(space.low == 0))
+        and bool(np.all(space.high == 255))
+    )
+
+
+def _parts(space: spaces.Space) -> list[spaces.Space]:
     if isinstance(space, spaces.Dict):
-        return bool(space.spaces) and all(_all_uint8(s) for s in space.spaces.values())
+        return list(space.spaces.values())
     if isinstance(space, spaces.Tuple):
-        return bool(space.spaces) and all(_all_uint8(s) for s in space.spaces)
-    return False
+        return list(space.spaces)
+    return [space]
+
+
+def _keeps_uint8(space: spaces.Space) -> bool:
+    """True when observations of ``space`` travel as ``uint8``: an image, or a Dict/Tuple of
+    ``uint8`` Boxes with at least one image (an encoder then casts them; vectors go to an MLP as float32)."""
+    parts = _parts(space)
+    return (
+        bool(parts)
+        and all(isinstance(p, spaces.Box) and p.dtype == np.uint8 for p in parts)
+        and any(is_image_space(p) for p in parts)
+    )
 
 
 def flat_observation_space(space: spaces.Space) -> spaces.Box:
     """The Box that observations of ``space`` become: Box as it is (shape kept), Discrete one-hot,
-    Dict/Tuple flattened with ``gymnasium.spaces.flatten``. The dtype is ``uint8`` when every part
-    is ``uint8`` (images stay 1 byte a pixel in memory and on the way to the network), else float32."""
-    dtype = np.uint8 if _all_uint8(space) else np.float32
+    Dict/Tuple flattened with ``gymnasium.spaces.flatten``. The dtype is ``uint8`` for an image (or a
+    Dict of uint8 parts with an image): frames stay 1 byte a pixel in memory and on the way to the
+    network's encoder; else float32."""
+    dtype = np.uint8 if _keeps_uint8(space) else np.float32
     if isinstance(space, spaces.Box):
         return spaces.Box(low=space.low.astype(dtype), high=space.high.astype(dtype), dtype=dtype)
     if isinstance(space, spaces.Discrete | spaces.MultiBinary | spaces.MultiDiscrete):

@@ -227,6 +227,7 @@ class Agent:
             )
         # Running statistics are nn.Modules, so they are saved and loaded with the networks.
         if self.config.normalize_observations:
+            self.obs_dtype = np.dtype(np.float32)  # memories hold the standardized observations
             self.obs_normalizer = ObservationNormalizer(self.obs_shape)
         if self.config.normalize_rewards:
             self.reward_normalizer = RewardNormalizer(float(getattr(self.config, "gamma", 0.99)))

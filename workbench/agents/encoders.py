@@ -34,12 +34,14 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+from ..envs import is_image_space
 from ..validation import Constraint
 
 __all__ = [
     "BUILTIN_ENCODERS",
     "MASK_KEY",
     "DictEncoder",
+    "FlatEncoder",
     "ImageEncoder",
     "UserEncoder",
     "describe_encoder",
@@ -100,18 +102,6 @@ def import_encoder(path: str) -> type[nn.Module]:
 
 
 # -- what an observation space is --------------------------------------------------------------
-
-
-def is_image_space(space: spaces.Space) -> bool:
-    """Stable-Baselines3's rule: a Box of ``uint8`` with three dimensions and bounds 0 and 255
-    (any number of channels, so frame stacks count)."""
-    return (
-        isinstance(space, spaces.Box)
-        and space.dtype == np.uint8
-        and len(space.shape) == 3
-        and bool(np.all(space.low == 0))
-        and bool(np.all(space.high == 255))
-    )
 
 
 def image_layout(shape: tuple[int, ...]) -> tuple[bool, int, int, int]:
@@ -203,6 +193,18 @@ class _Flat(nn.Module):
         self.features_dim = size
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.reshape(x.shape[0], -1).float()
+
+
+class FlatEncoder(_Encoder):
+    """The observation as it is, flattened and cast to float32 (``encoder="flat"`` on uint8 frames)."""
+
+    def __init__(self, space: spaces.Space) -> None:
+        shape = tuple(space.shape) if isinstance(space, spaces.Box) else (int(spaces.flatdim(space)),)
+        super().__init__(shape)
+        self.features_dim = int(np.prod(shape))
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
         return x.reshape(x.shape[0], -1).float()
 
 
@@ -304,7 +306,8 @@ def make_encoder(space: spaces.Space, choice: Any = "auto", kwargs: dict[str, An
     if isinstance(choice, type):
         return UserEncoder(space, choice, kwargs)
     if choice == "flat":
-        return None
+        # The raw values into the MLP; uint8 frames are cast to float32 first (not scaled).
+        return FlatEncoder(space) if flat_dtype(space) == np.uint8 else None
     features = kwargs.get("features_dim")
     if is_image_space(space):
         return ImageEncoder(tuple(space.shape), _image_kind(tuple(space.shape), choice), features)
