@@ -121,6 +121,20 @@ class MinAtarFrames(gym.ObservationWrapper):
         """0/1 cells to 0/255 pixels."""
         return np.asarray(observation, dtype=np.uint8) * np.uint8(255)
 
+    def render(self) -> Any:
+        """An RGB frame (each channel its colour, cells 16 pixels wide) for ``render_mode="rgb_array"``,
+        without MinAtar's own renderer (which needs seaborn)."""
+        if self.render_mode != "rgb_array":
+            return self.env.render()
+        state = np.asarray(self.env.unwrapped.game.state(), dtype=bool)
+        palette = np.array([[230, 60, 60], [60, 200, 90], [70, 120, 240], [240, 200, 60],
+                            [200, 80, 220], [60, 210, 210], [250, 140, 40], [170, 170, 170],
+                            [255, 255, 255], [120, 80, 40]], dtype=np.uint8)
+        rgb = np.zeros((*state.shape[:2], 3), dtype=np.uint8)
+        for c in range(state.shape[2]):
+            rgb[state[:, :, c]] = palette[c % len(palette)]
+        return np.kron(rgb, np.ones((16, 16, 1), dtype=np.uint8))
+
 
 def make_env(env_id: str, **kwargs: Any) -> gym.Env:
     """``gym.make(env_id)``, with the standard image preprocessing for Atari and MinAtar ids.
