@@ -230,9 +230,12 @@ class ReplayMemory:
             order = np.arange(self.size)
         else:
             order = (self.pos + np.arange(self.capacity)) % self.capacity
-        return {
+        arrays = {
             name: self._next_obs(order) if name == "next_obs" else getattr(self, name)[order] for name in self.FIELDS
         }
+        if self.optimize_memory_usage:  # how many rows an add held, for a memory that loads this one
+            arrays["obs_stride"] = np.array([self.stride], dtype=np.int64)
+        return arrays
 
     def load_arrays(
         self, arrays: dict[str, np.ndarray], source: str = "memory", *, action_space: gym.Space | None = None
@@ -268,6 +271,9 @@ class ReplayMemory:
         self.size = keep
         self.pos = keep % self.capacity
         if self.optimize_memory_usage:
+            stride = arrays.get("obs_stride")
+            if stride is not None and np.size(stride) == 1 and 1 <= int(np.asarray(stride).reshape(-1)[0]) <= keep:
+                self.stride = int(np.asarray(stride).reshape(-1)[0])
             self._load_next_obs(np.asarray(arrays["next_obs"][n - keep :], dtype=self.obs_dtype))
 
     def _load_next_obs(self, next_obs: np.ndarray) -> None:
