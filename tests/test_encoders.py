@@ -198,3 +198,10 @@ def test_minatar_is_a_small_uint8_image_env():
     assert "small_cnn(4x10x10 HWC uint8)" in repr(agent)
     wb.Session(agent, "MinAtar/Breakout-v1", seed=0).run(steps=60)
     assert agent.memory.obs.dtype == np.uint8 and agent.memory.obs[:60].max() == 255
+
+
+def test_discrete_observations_are_one_hot():
+    agent = wb.DQN("FrozenLake-v1")
+    assert "encoder=one_hot(16)" in repr(agent)
+    batch, single = agent.prepare_obs(3)
+    assert single and batch.dtype == np.float32 and batch[0].tolist() == [0, 0, 0, 1] + [0] * 12

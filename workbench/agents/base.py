@@ -344,6 +344,12 @@ class Agent:
             if isinstance(obs, dict) or not isinstance(obs[0], dict):
                 return self._flatten(obs)[None], True
             return np.stack([self._flatten(o) for o in obs]), False
+        if isinstance(self.observation_space, spaces.Discrete | spaces.MultiDiscrete | spaces.MultiBinary):
+            raw = np.asarray(obs)
+            if raw.shape == self.observation_space.shape:  # one raw observation: one-hot it
+                return self._flatten(raw)[None], True
+            if raw.shape[1:] == self.observation_space.shape and raw.shape[1:] != self.obs_shape:
+                return np.stack([self._flatten(o) for o in raw]), False
         # Observations keep their own dtype (uint8 images stay uint8 up to the network's encoder).
         arr = np.asarray(obs, dtype=self.obs_dtype)
         if arr.shape == self.obs_shape:
