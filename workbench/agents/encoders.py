@@ -52,6 +52,7 @@ __all__ = [
     "is_image_space",
     "json_object",
     "make_encoder",
+    "orthogonal_init",
     "with_encoder",
 ]
 
@@ -348,6 +349,16 @@ def describe_encoder(space: spaces.Space, choice: Any = "auto", kwargs: dict[str
     if is_image_space(space):
         return one(space)
     return "mlp" if isinstance(space, spaces.Box) else one(space)
+
+
+def orthogonal_init(module: nn.Module, gain: float = math.sqrt(2)) -> None:
+    """Orthogonal weights (``gain``) and zero biases for every convolution and linear layer of
+    ``module`` (what SB3 does to its features extractor when ``ortho_init=True``)."""
+    for m in module.modules():
+        if isinstance(m, nn.Conv2d | nn.Linear):
+            nn.init.orthogonal_(m.weight, gain)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
 
 
 def with_encoder(encoder: nn.Module | None, head: nn.Module) -> nn.Module:

@@ -31,6 +31,7 @@ from ..memory.rollout import RolloutBuffer, compute_gae
 from ..schedules import Schedule
 from ..validation import checked, choice, flag, integer, layer_widths, number
 from .base import Agent, AgentConfig, Step, Transitions
+from .encoders import DictEncoder, ImageEncoder, orthogonal_init
 from .networks import ACTIVATIONS, gaussian_policy_terms, mlp
 
 __all__ = ["OnPolicyAgent", "OnPolicyConfig", "RolloutBatch"]
@@ -116,6 +117,10 @@ class OnPolicyAgent(Agent):
         self.critic = self._encoded(
             lambda d: mlp(d, c.net_arch, 1, activation=c.activation, ortho_init=ortho, output_gain=1.0)
         )
+        if ortho:  # the built-in CNN encoders too, as SB3 initializes its features extractor (gain sqrt 2)
+            for net in (self.actor, self.critic):
+                if isinstance(net[0], ImageEncoder | DictEncoder):
+                    orthogonal_init(net[0])
         params = list(self.actor.parameters()) + list(self.critic.parameters())
         self.log_std: nn.Parameter | None = None
         if not self.discrete:
