@@ -584,11 +584,14 @@ class Session:
         )
 
     @classmethod
-    def _resume_saved(cls, path: str | os.PathLike[str], env: Any = None, **kwargs: Any) -> Session:
+    def _resume_saved(
+        cls, path: str | os.PathLike[str], env: Any = None, *, allow_encoders: Any = None, **kwargs: Any
+    ) -> Session:
         """Rebuild a saved session (``Session.resume(path, env)``) to continue training exactly
-        where it stopped: counters, optimizer moments, schedules, signals and saved memory."""
+        where it stopped: counters, optimizer moments, schedules, signals and saved memory.
+        ``allow_encoders`` lists the custom encoders' import paths it may build (see ``wb.load``)."""
         with open_saved(path) as run:
-            agent = agent_from_run(run, memory=True).train()
+            agent = agent_from_run(run, memory=True, allow_encoders=allow_encoders).train()
             signals = run.signals()
         saved = run.meta.get("session", {})
         if env is None:

@@ -32,7 +32,7 @@ from torch import nn
 from .. import checkpoint
 from ..envs import as_env_source, describe_space, flat_observation_space, observation_flattener
 from ..loop import NO_EXTRAS, Step, Transitions, play_episode
-from ..masks import MASK_KEY, check_masks
+from ..masks import MASK_KEY, check_masks, strip_mask_space
 from ..normalization import ObservationNormalizer, RewardNormalizer
 from ..validation import (
     check_arguments,
@@ -44,6 +44,15 @@ from ..validation import (
     is_live,
     optional,
     validate_config,
+)
+from .encoders import (
+    describe_encoder,
+    encoder_choice,
+    encoder_path,
+    is_image_space,
+    json_object,
+    make_encoder,
+    with_encoder,
 )
 
 __all__ = ["AGENTS", "Agent", "AgentConfig", "AgentState", "EpisodeReturns", "Step", "Transitions", "register"]
@@ -70,6 +79,12 @@ class AgentConfig:
     """Feed the networks observations standardized by running mean/std (saved, frozen in play)."""
     normalize_rewards: bool = checked(False, flag())
     """Scale rewards by the running std of the discounted return (SB3 VecNormalize)."""
+    encoder: str | type = checked("auto", encoder_choice())
+    """What turns observations into features: "auto" (from the space: a CNN for images, one encoder per
+    Dict key, the MLP alone for vectors), "nature", "small", "flat", or your torch.nn.Module class,
+    built as ``cls(observation_space, **encoder_kwargs)`` (see workbench.agents.encoders)."""
+    encoder_kwargs: dict | None = checked(None, optional(json_object()))
+    """Keyword arguments of the encoder (JSON values: they are saved with the run)."""
 
 
 def register(cls: type[Agent]) -> type[Agent]:
@@ -101,6 +116,14 @@ class AgentState(NamedTuple):
     data: dict[str, Any]
     """JSON-ready: ``counters``, ``optimizers`` (their settings), ``agent_state`` (schedule
     positions and other algorithm state) and ``rng`` (the numpy generator)."""
+
+
+def _has_image(space: spaces.Space) -> bool:
+    if isinstance(space, spaces.Dict):
+        return any(_has_image(s) for s in space.spaces.values())
+    if isinstance(space, spaces.Tuple):
+        return any(_has_image(s) for s in space.spaces)
+    return is_image_space(space)
 
 
 class EpisodeReturns(list):
@@ -206,6 +229,7 @@ class Agent:
         self.action_space = action_space
         self.flat_observation_space = flat_observation_space(observation_space)
         self.obs_shape: tuple[int, ...] = self.flat_observation_space.shape
+        self.obs_dtype = np.dtype(self.flat_observation_space.dtype)
         self._flatten = observation_flattener(observation_space)
         self.discrete = isinstance(action_space, spaces.Discrete)
         if isinstance(action_space, spaces.Box):
@@ -213,8 +237,18 @@ class Agent:
             self.action_high = action_space.high.astype(np.float32)
         self.config = self._make_config(hyperparameters)
         self._in_observe = False
+        self.encoder_description = describe_encoder(
+            strip_mask_space(observation_space), self.config.encoder, self.config.encoder_kwargs
+        )
+        if self.config.normalize_observations and _has_image(observation_space):
+            raise ValueError(
+                "normalize_observations=True standardizes vector observations, but "
+                f"{describe_space(observation_space)} holds images, which the CNN encoder scales by 1/255 itself: "
+                "drop normalize_observations"
+            )
         # Running statistics are nn.Modules, so they are saved and loaded with the networks.
         if self.config.normalize_observations:
+            self.obs_dtype = np.dtype(np.float32)  # memories hold the standardized observations
             self.obs_normalizer = ObservationNormalizer(self.obs_shape)
         if self.config.normalize_rewards:
             self.reward_normalizer = RewardNormalizer(float(getattr(self.config, "gamma", 0.99)))
@@ -257,6 +291,20 @@ class Agent:
                 f"{cls.__name__} cannot act in the action space {describe_space(action_space)}: "
                 f"it needs a {kinds} action space. Agents that fit this space: {which}."
             )
+
+    def _encoder(self) -> tuple[nn.Module | None, int]:
+        """A fresh encoder for one network (see ``workbench.agents.encoders``) and the width of its
+        features; ``(None, flat observation size)`` when the network reads the observation itself."""
+        c = self.config
+        enc = make_encoder(strip_mask_space(self.observation_space), c.encoder, c.encoder_kwargs)
+        if enc is None:
+            return None, int(np.prod(self.obs_shape))
+        return enc, int(enc.features_dim)  # type: ignore[arg-type]
+
+    def _encoded(self, build_head: Any) -> nn.Module:
+        """``encoder -> build_head(features)`` as one network (the head alone for vector observations)."""
+        enc, dim = self._encoder()
+        return with_encoder(enc, build_head(dim))
 
     def _make_config(self, hyperparameters: dict[str, Any]) -> Any:
         names = [f.name for f in dataclasses.fields(self.Config)]
@@ -311,10 +359,20 @@ class Agent:
     # -- the four verbs -----------------------------------------------------------------------
 
     def prepare_obs(self, obs: Any) -> tuple[np.ndarray, bool]:
-        """Observations as a float32 batch, and whether a single observation was given."""
+        """Observations as a batch in the agent's observation dtype (uint8 for images, else float32),
+        and whether a single observation was given."""
         if isinstance(obs, dict | tuple) and not isinstance(self.observation_space, spaces.Box):
-            return self._flatten(obs)[None], True
-        arr = np.asarray(obs, dtype=np.float32)
+            if isinstance(obs, dict) or not isinstance(obs[0], dict):
+                return self._flatten(obs)[None], True
+            return np.stack([self._flatten(o) for o in obs]), False
+        if isinstance(self.observation_space, spaces.Discrete | spaces.MultiDiscrete | spaces.MultiBinary):
+            raw = np.asarray(obs)
+            if raw.shape == self.observation_space.shape:  # one raw observation: one-hot it
+                return self._flatten(raw)[None], True
+            if raw.shape[1:] == self.observation_space.shape and raw.shape[1:] != self.obs_shape:
+                return np.stack([self._flatten(o) for o in raw]), False
+        # Observations keep their own dtype (uint8 images stay uint8 up to the network's encoder).
+        arr = np.asarray(obs, dtype=self.obs_dtype)
         if arr.shape == self.obs_shape:
             return arr[None], True
         if arr.shape[1:] != self.obs_shape:
@@ -524,6 +582,8 @@ class Agent:
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self.config):
             v = getattr(self.config, f.name)
+            if f.name == "encoder" and isinstance(v, type):
+                v = encoder_path(v)  # a user encoder is saved by its import path, never pickled
             out[f.name] = v.to_dict() if hasattr(v, "to_dict") else (list(v) if isinstance(v, tuple) else v)
         return out
 
@@ -535,6 +595,7 @@ class Agent:
             "observation_space": checkpoint.space_to_json(self.observation_space),
             "action_space": checkpoint.space_to_json(self.action_space),
             "seed": self.seed,
+            "encoder": self.encoder_description,
         }
 
     def memory_arrays(self) -> dict[str, np.ndarray]:
@@ -684,6 +745,7 @@ class Agent:
         mode = "training" if self.training else "play"
         return (
             f"{self.algorithm}(obs={describe_space(self.observation_space)}, "
-            f"action={describe_space(self.action_space)}, steps={self.num_timesteps}, {mode})"
+            f"action={describe_space(self.action_space)}, encoder={self.encoder_description}, "
+            f"steps={self.num_timesteps}, {mode})"
         )
 

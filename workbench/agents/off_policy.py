@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..schedules import Schedule
-from ..validation import checked, integer, layer_widths, number
+from ..validation import checked, flag, integer, layer_widths, number
 from .base import Agent, AgentConfig, AgentState, Transitions
 
 __all__ = ["OffPolicyAgent", "OffPolicyConfig"]
@@ -47,12 +47,20 @@ class OffPolicyConfig(AgentConfig):
     """Hidden layer widths of each network (the Q-network; the actor and each critic)."""
     n_envs: int = checked(1, integer(min=1))
     """Envs stepped together."""
+    optimize_memory_usage: bool = checked(False, flag())
+    """Store each observation once in the replay memory (the next observation is the following row's),
+    as SB3's option: about half the memory for image observations."""
 
 
 class OffPolicyAgent(Agent):
     """Base of the replay-memory agents: storing transitions and the update schedule."""
 
     _steps_since_update: int
+
+    def _memory_options(self) -> dict:
+        """The replay memory's observation options: dtype, optimize_memory_usage, rows per add."""
+        c = self.config
+        return {"obs_dtype": self.obs_dtype, "optimize_memory_usage": c.optimize_memory_usage, "stride": c.n_envs}
 
     def observe(self, transitions: Transitions) -> None:
         t = transitions

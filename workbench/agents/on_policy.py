@@ -33,6 +33,7 @@ from ..memory.rollout import RolloutBuffer, compute_gae
 from ..schedules import Schedule
 from ..validation import checked, choice, flag, integer, layer_widths, number
 from .base import Agent, AgentConfig, Step, Transitions
+from .encoders import DictEncoder, ImageEncoder, orthogonal_init
 from .networks import ACTIVATIONS, gaussian_policy_terms, mlp
 
 __all__ = ["OnPolicyAgent", "OnPolicyConfig", "RolloutBatch", "categorical_terms", "masked_logits"]
@@ -185,7 +186,6 @@ class OnPolicyAgent(Agent):
         """Create the policy and value networks (and the Gaussian policy's log std); returns
         every trainable parameter, for the optimizer."""
         c = self.config
-        obs_dim = int(np.prod(self.obs_shape))
         n_out = self._action_head()
         self.use_sde = bool(c.use_sde)
         if self.use_sde and self.action_kind != "box":
@@ -200,8 +200,16 @@ class OnPolicyAgent(Agent):
                 f"sde_sample_freq must be a positive number of steps or -1 (once per rollout), got {c.sde_sample_freq}"
             )
         ortho = bool(c.ortho_init)
-        self.actor = mlp(obs_dim, c.net_arch, n_out, activation=c.activation, ortho_init=ortho, output_gain=0.01)
-        self.critic = mlp(obs_dim, c.net_arch, 1, activation=c.activation, ortho_init=ortho, output_gain=1.0)
+        self.actor = self._encoded(
+            lambda d: mlp(d, c.net_arch, n_out, activation=c.activation, ortho_init=ortho, output_gain=0.01)
+        )
+        self.critic = self._encoded(
+            lambda d: mlp(d, c.net_arch, 1, activation=c.activation, ortho_init=ortho, output_gain=1.0)
+        )
+        if ortho:  # the built-in CNN encoders too, as SB3 initializes its features extractor (gain sqrt 2)
+            for net in (self.actor, self.critic):
+                if isinstance(net[0], ImageEncoder | DictEncoder):
+                    orthogonal_init(net[0])
         params = list(self.actor.parameters()) + list(self.critic.parameters())
         self.log_std: nn.Parameter | None = None
         if self.action_kind == "box":
@@ -329,7 +337,7 @@ class OnPolicyAgent(Agent):
         """Empty rollout storage for ``n_envs`` envs, its actions shaped and typed for the head."""
         action_shape = () if self.discrete else self.action_space.shape
         dtype = np.float32 if self.action_kind == "box" else np.int64
-        return RolloutBuffer(self.config.n_steps, n_envs, self.obs_shape, action_shape, dtype)
+        return RolloutBuffer(self.config.n_steps, n_envs, self.obs_shape, action_shape, dtype, obs_dtype=self.obs_dtype)
 
     def ready(self) -> bool:
         return self.rollout is not None and self.rollout.full

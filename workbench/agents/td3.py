@@ -89,18 +89,22 @@ class TD3(OffPolicyAgent):
             )
         if c.policy_delay < 1:
             raise ValueError(f"policy_delay must be at least 1, got {c.policy_delay}")
-        obs_dim = int(np.prod(self.obs_shape))
         self.act_dim = int(np.prod(self.action_space.shape))
 
-        def actor() -> nn.Module:  # deterministic policy squashed into [-1, 1]
-            return nn.Sequential(mlp(obs_dim, c.net_arch, self.act_dim, activation="relu"), nn.Tanh())
+        def actor() -> nn.Module:  # deterministic policy squashed into [-1, 1], after the encoder
+            return self._encoded(
+                lambda d: nn.Sequential(mlp(d, c.net_arch, self.act_dim, activation="relu"), nn.Tanh())
+            )
 
         self.actor = actor()
         self.actor_target = actor()
         self.actor_target.load_state_dict(self.actor.state_dict())
         self.actor_target.requires_grad_(False)
-        self.critic = EnsembleMLP(c.n_critics, obs_dim + self.act_dim, c.net_arch, 1)
-        self.critic_target = EnsembleMLP(c.n_critics, obs_dim + self.act_dim, c.net_arch, 1)
+        enc, obs_dim = self._encoder()
+        self.critic = EnsembleMLP(c.n_critics, obs_dim + self.act_dim, c.net_arch, 1, encoder=enc)
+        self.critic_target = EnsembleMLP(
+            c.n_critics, obs_dim + self.act_dim, c.net_arch, 1, encoder=self._encoder()[0]
+        )
         self.critic_target.load_state_dict(self.critic.state_dict())
         self.critic_target.requires_grad_(False)
 
@@ -108,7 +112,9 @@ class TD3(OffPolicyAgent):
         self._critic_lr = as_schedule(c.learning_rate if c.critic_lr is None else c.critic_lr)
         self.actor_optimizer = make_adam(self.actor.parameters(), lr=self._actor_lr(0.0))
         self.critic_optimizer = make_adam(self.critic.parameters(), lr=self._critic_lr(0.0))
-        self.memory = ReplayMemory(c.buffer_size, self.obs_shape, self.action_space.shape, np.float32)
+        self.memory = ReplayMemory(
+            c.buffer_size, self.obs_shape, self.action_space.shape, np.float32, **self._memory_options()
+        )
         self._steps_since_update = 0
 
     @property
@@ -158,9 +164,9 @@ class TD3(OffPolicyAgent):
                 if c.target_policy_noise > 0:  # target policy smoothing
                     noise = torch.randn(next_actions.shape, generator=self.generator) * c.target_policy_noise
                     next_actions = (next_actions + noise.clamp(-c.target_noise_clip, c.target_noise_clip)).clamp(-1, 1)
-                next_q = self.critic_target(torch.cat([batch.next_obs, next_actions], -1)).min(0).values.squeeze(-1)
+                next_q = self.critic_target(batch.next_obs, next_actions).min(0).values.squeeze(-1)
                 target = batch.rewards + batch.discounts * (1.0 - batch.dones) * next_q
-            q = self.critic(torch.cat([obs, actions], -1)).squeeze(-1)  # (n_critics, batch)
+            q = self.critic(obs, actions).squeeze(-1)  # (n_critics, batch)
             critic_loss = (q - target).pow(2).mean(1).sum()
             self.critic_optimizer.zero_grad(set_to_none=True)
             critic_loss.backward()
@@ -172,7 +178,7 @@ class TD3(OffPolicyAgent):
             if self.num_updates % c.policy_delay == 0:
                 # Gradients flow through the first critic's input only, not into its weights.
                 self.critic.requires_grad_(False)
-                actor_loss = -self.critic.members[0](torch.cat([obs, self.actor(obs)], -1)).mean()
+                actor_loss = -self.critic(obs, self.actor(obs), member=0).mean()
                 self.actor_optimizer.zero_grad(set_to_none=True)
                 actor_loss.backward()
                 self.actor_optimizer.step()
