@@ -37,7 +37,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("agents", ("workbench.agents", "workbench.presets")),
     ("parallel", ("workbench.parallel",)),
     ("tracking", ("workbench.tracking",)),
-    ("session", ("workbench.session", "workbench.control")),
+    ("session", ("workbench.session", "workbench.control", "workbench.live_edits")),
     (
         "front ends",
         (

@@ -56,6 +56,9 @@ DICT_OBS = spaces.Dict(
 )
 IMAGE_OBS = spaces.Box(0, 255, (8 * 8,), np.uint8)  # an 8x8x1 image as FlattenObservation gives it
 PENDULUM_LIKE = spaces.Box(-2.0, 2.0, (1,), np.float32)
+HWC_IMAGE = spaces.Box(0, 255, (16, 16, 3), np.uint8)  # the small CNN
+CHW_FRAMES = spaces.Box(0, 255, (2, 40, 40), np.uint8)  # the Nature CNN, channels first
+DICT_IMAGE = spaces.Dict({"image": HWC_IMAGE, "vector": spaces.Box(-1.0, 1.0, (3,), np.float32)})
 
 ON_POLICY = {"n_steps": 16, "n_epochs": 2, "net_arch": (32, 32)}
 OFF_POLICY = {"net_arch": (32, 32), "learning_starts": 100, "batch_size": 32}
@@ -80,6 +83,11 @@ CASES = [
     ("sac-dict", wb.SAC, lambda: SpacesEnv(DICT_OBS, PENDULUM_LIKE), OFF_POLICY),
     ("dqn-image-norm", wb.DQN, lambda: SpacesEnv(IMAGE_OBS, spaces.Discrete(4)), {**DQN_FAST, "normalize_observations": True}),
     ("td3-image", wb.TD3, lambda: SpacesEnv(IMAGE_OBS, PENDULUM_LIKE), OFF_POLICY),
+    # Image observations through the CNN encoders (scaling by 1/255 inside the graph).
+    ("ppo-cnn-hwc", wb.PPO, lambda: SpacesEnv(HWC_IMAGE, spaces.Discrete(3)), ON_POLICY),
+    ("dqn-nature-chw", wb.DQN, lambda: SpacesEnv(CHW_FRAMES, spaces.Discrete(4)), DQN_FAST),
+    ("sac-cnn-hwc", wb.SAC, lambda: SpacesEnv(HWC_IMAGE, PENDULUM_LIKE), OFF_POLICY),
+    ("ppo-dict-image", wb.PPO, lambda: SpacesEnv(DICT_IMAGE, spaces.Discrete(3)), ON_POLICY),
 ]
 
 
@@ -193,10 +201,10 @@ def test_errors_say_what_to_do(tmp_path, monkeypatch):
         agent.export(tmp_path / "policy.h5")
     with pytest.raises(ValueError, match="unknown export format 'tflite'"):
         agent.export(tmp_path / "policy.onnx", format="tflite")
-    # Images keep their shape and today's networks take vectors: the error says to flatten them.
-    image = wb.PPO(lambda: SpacesEnv(spaces.Box(0, 255, (8, 8, 1), np.uint8), spaces.Discrete(2)))
+    # A many-dimensional Box that is not an image has no encoder: the error says to flatten it.
+    grid = wb.PPO(lambda: SpacesEnv(spaces.Box(0.0, 1.0, (8, 8, 1), np.float32), spaces.Discrete(2)))
     with pytest.raises(ValueError, match="FlattenObservation"):
-        image.export(tmp_path / "image.onnx")
+        grid.export(tmp_path / "grid.onnx")
     monkeypatch.setitem(sys.modules, "onnx", None)  # as if onnx were not installed
     with pytest.raises(ImportError, match=r"rl-workbench\[export\]"):
         agent.export(tmp_path / "policy.onnx")

@@ -449,3 +449,15 @@ def test_action_masks_are_honoured_and_reach_the_agent(mask_in):
     assert batch.extras["action_mask"].shape == batch.extras["next_action_mask"].shape == (1, env.n_actions)
     expected = obs2["action_mask"] if mask_in == "obs" else info["action_mask"]
     np.testing.assert_array_equal(batch.extras["next_action_mask"][0], np.asarray(expected, dtype=bool))
+
+
+def test_live_edits_work_and_call_env_says_the_application_owns_the_env():
+    env = app_env()
+    session = wb.Session.external(small_dqn(env), seed=0, max_lag=0)
+    session.set(learning_rate=1e-4)
+    assert session.agent.config.learning_rate == 1e-4
+    with pytest.raises(ValueError, match="application owns the env"):
+        session.call_env("set_difficulty", 3)
+    session.start(steps=60)
+    drive_until_done(session, env)
+    assert session.wait(timeout=30) and session.steps == 60

@@ -42,7 +42,7 @@ from .agents import (
 )
 from .checkpoint import CheckpointError
 from .control import sessions
-from .envs import EnvOutputError, check_env
+from .envs import EnvMethodError, EnvOutputError, check_env
 from .exploration import EpsilonGreedy, GaussianNoise, OrnsteinUhlenbeckNoise, TruncatedNormalNoise
 from .memory import PrioritizedReplayMemory, ReplayMemory, RolloutBuffer
 from .parallel import WorkerError
@@ -77,6 +77,7 @@ __all__ = [
     "DDPG",
     "DQN",
     "Dashboard",
+    "EnvMethodError",
     "EnvOutputError",
     "EpisodeReturns",
     "EpsilonGreedy",

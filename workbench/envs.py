@@ -32,14 +32,21 @@ from gymnasium import spaces
 from .masks import MaskReader, check_masks, strip_mask_obs, strip_mask_space
 
 __all__ = [
+    "EnvMethodError",
     "EnvOutputError",
     "EnvSource",
+    "MinAtarFrames",
     "VecEnv",
     "as_env_source",
+    "call_env_method",
     "check_env",
     "checked_reset",
     "checked_step",
     "describe_space",
+    "is_atari_id",
+    "is_image_space",
+    "is_minatar_id",
+    "make_env",
 ]
 
 EnvLike = gym.Env | str | Callable[[], gym.Env]
@@ -67,6 +74,94 @@ def _unknown_id_error(env_id: str) -> ValueError:
     )
 
 
+# -- Atari and MinAtar ids ------------------------------------------------------------------------
+
+
+def is_atari_id(env_id: str) -> bool:
+    """True for an Atari id of ``ale-py`` (``"ALE/Breakout-v5"``, ``"BreakoutNoFrameskip-v4"``)."""
+    return env_id.startswith("ALE/") or env_id.endswith("NoFrameskip-v4")
+
+
+def is_minatar_id(env_id: str) -> bool:
+    """True for a MinAtar id (``"MinAtar/Breakout-v1"``): 10x10 images, the CPU-sized Atari."""
+    return env_id.startswith("MinAtar/")
+
+
+def _register_image_envs(env_id: str) -> None:
+    """Register ale-py's or MinAtar's ids with gymnasium when one is asked for (imported lazily)."""
+    if env_id in gym.registry:
+        return
+    if is_atari_id(env_id):
+        try:
+            import ale_py
+        except ImportError:
+            raise ValueError(
+                f"{env_id!r} is an Atari game: install ale-py (pip install 'rl-workbench[atari]'; its ROMs ship in it)"
+            ) from None
+        gym.register_envs(ale_py)
+    elif is_minatar_id(env_id):
+        import logging
+
+        logging.disable(logging.WARNING)  # MinAtar warns on import that it cannot render without seaborn
+        try:
+            from minatar.gym import register_envs
+        except ImportError:
+            raise ValueError(f"{env_id!r} is a MinAtar game: pip install minatar") from None
+        finally:
+            logging.disable(logging.NOTSET)
+        register_envs()
+
+
+class MinAtarFrames(gym.ObservationWrapper):
+    """MinAtar's boolean ``(10, 10, channels)`` state as a ``uint8`` image (0 or 255), so the image
+    encoders take it (channels last, a small CNN)."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        shape = env.observation_space.shape
+        self.observation_space = spaces.Box(0, 255, shape=shape, dtype=np.uint8)
+
+    def observation(self, observation: Any) -> np.ndarray:
+        """0/1 cells to 0/255 pixels."""
+        return np.asarray(observation, dtype=np.uint8) * np.uint8(255)
+
+    def render(self) -> Any:
+        """An RGB frame (each channel its colour, cells 16 pixels wide) for ``render_mode="rgb_array"``,
+        without MinAtar's own renderer (which needs seaborn)."""
+        if self.render_mode != "rgb_array":
+            return self.env.render()
+        state = np.asarray(self.env.unwrapped.game.state(), dtype=bool)
+        palette = np.array([[230, 60, 60], [60, 200, 90], [70, 120, 240], [240, 200, 60],
+                            [200, 80, 220], [60, 210, 210], [250, 140, 40], [170, 170, 170],
+                            [255, 255, 255], [120, 80, 40]], dtype=np.uint8)
+        rgb = np.zeros((*state.shape[:2], 3), dtype=np.uint8)
+        for c in range(state.shape[2]):
+            rgb[state[:, :, c]] = palette[c % len(palette)]
+        return np.kron(rgb, np.ones((16, 16, 1), dtype=np.uint8))
+
+
+def make_env(env_id: str, **kwargs: Any) -> gym.Env:
+    """``gym.make(env_id)``, with the standard image preprocessing for Atari and MinAtar ids.
+
+    Atari (``"ALE/Breakout-v5"``, ``"BreakoutNoFrameskip-v4"``): the game without frame skipping, then
+    gymnasium's ``AtariPreprocessing`` (up to 30 no-ops at reset, 4 frames skipped with the last two
+    max-pooled, 84x84 grayscale, the end of the game as the episode's end) and ``FrameStackObservation``
+    of 4: ``uint8`` observations ``(4, 84, 84)``, channels first. Rewards are the game's (not clipped).
+    For ``ALE/*-v5`` ids the sticky actions (repeat probability 0.25) stay. MinAtar ids give
+    ``uint8`` images ``(10, 10, channels)`` (:class:`MinAtarFrames`).
+    """
+    _register_image_envs(env_id)
+    if is_atari_id(env_id):
+        from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation
+
+        env = gym.make(env_id, frameskip=1, **kwargs)
+        env = AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=84, grayscale_obs=True)
+        return FrameStackObservation(env, 4)
+    if is_minatar_id(env_id):
+        return MinAtarFrames(gym.make(env_id, **kwargs))
+    return gym.make(env_id, **kwargs)
+
+
 @dataclass
 class EnvSource:
     """Where envs come from: one user-built instance, or a way to build fresh copies.
@@ -88,7 +183,7 @@ class EnvSource:
     def make(self, **kwargs: Any) -> gym.Env:
         """A fresh env from the id or factory (``kwargs`` go to ``gym.make`` for ids)."""
         if self.env_id is not None:  # first: a Ray worker receives the id alone, not the factory
-            return gym.make(self.env_id, **kwargs)
+            return make_env(self.env_id, **kwargs)
         if self.factory is None:
             raise ValueError(
                 f"cannot build another copy of the env instance {self.name}: pass a registered id "
@@ -125,9 +220,11 @@ def as_env_source(env: Any) -> EnvSource:
         name = spec.id if spec is not None and spec.id else type(env.unwrapped).__name__
         return EnvSource(name=name, instance=env)
     if isinstance(env, str):
+        if is_atari_id(env) or is_minatar_id(env):
+            _register_image_envs(env)
         if env not in gym.registry:
             raise _unknown_id_error(env)
-        return EnvSource(name=env, factory=lambda: gym.make(env), env_id=env)
+        return EnvSource(name=env, factory=lambda: make_env(env), env_id=env)
     if isinstance(env, type) and issubclass(env, gym.Env):
         return EnvSource(name=env.__name__, factory=env)
     if callable(env):
@@ -155,15 +252,47 @@ def check_env(env: Any, *, skip_render_check: bool = True) -> None:
 # -- observations ----------------------------------------------------------------------------
 
 
+def is_image_space(space: spaces.Space) -> bool:
+    """Stable-Baselines3's rule for an image: a Box of ``uint8`` with three dimensions and bounds 0
+    and 255 (any number of channels, first or last, so frame stacks count)."""
+    return (
+        isinstance(space, spaces.Box)
+        and space.dtype == np.uint8
+        and len(space.shape) == 3
+        and bool(np.all(space.low == 0))
+        and bool(np.all(space.high == 255))
+    )
+
+
+def _parts(space: spaces.Space) -> list[spaces.Space]:
+    if isinstance(space, spaces.Dict):
+        return list(space.spaces.values())
+    if isinstance(space, spaces.Tuple):
+        return list(space.spaces)
+    return [space]
+
+
+def _keeps_uint8(space: spaces.Space) -> bool:
+    """True when observations of ``space`` travel as ``uint8``: an image, or a Dict/Tuple of
+    ``uint8`` Boxes with at least one image (an encoder then casts them; vectors go to an MLP as float32)."""
+    parts = _parts(space)
+    return (
+        bool(parts)
+        and all(isinstance(p, spaces.Box) and p.dtype == np.uint8 for p in parts)
+        and any(is_image_space(p) for p in parts)
+    )
+
+
 def flat_observation_space(space: spaces.Space) -> spaces.Box:
-    """The Box that observations of ``space`` become: Box as float32, Discrete one-hot,
-    Dict/Tuple flattened with ``gymnasium.spaces.flatten`` (a Dict's ``"action_mask"`` key left
-    out: masks are applied to the actions, never fed to the networks)."""
+    """The Box that observations of ``space`` become: Box as it is (shape kept), Discrete one-hot,
+    Dict/Tuple flattened with ``gymnasium.spaces.flatten`` (a Dict's ``"action_mask"`` key left out:
+    masks are applied to the actions, never fed to the networks). The dtype is ``uint8`` for an image
+    (or a Dict of uint8 parts with an image): frames stay 1 byte a pixel in memory and on the way to
+    the network's encoder; else float32."""
     space = strip_mask_space(space)
+    dtype = np.uint8 if _keeps_uint8(space) else np.float32
     if isinstance(space, spaces.Box):
-        return spaces.Box(
-            low=space.low.astype(np.float32), high=space.high.astype(np.float32), dtype=np.float32
-        )
+        return spaces.Box(low=space.low.astype(dtype), high=space.high.astype(dtype), dtype=dtype)
     if isinstance(space, spaces.Discrete | spaces.MultiBinary | spaces.MultiDiscrete):
         flat = spaces.flatten_space(space)
         return spaces.Box(flat.low.astype(np.float32), flat.high.astype(np.float32), dtype=np.float32)
@@ -171,7 +300,7 @@ def flat_observation_space(space: spaces.Space) -> spaces.Box:
         flat = spaces.flatten_space(space)
         if not isinstance(flat, spaces.Box):
             raise ValueError(f"cannot flatten observation space {space} into a vector")
-        return spaces.Box(flat.low.astype(np.float32), flat.high.astype(np.float32), dtype=np.float32)
+        return spaces.Box(flat.low.astype(dtype), flat.high.astype(dtype), dtype=dtype)
     raise ValueError(
         f"unsupported observation space {describe_space(space)}: use Box, Discrete, "
         "MultiBinary, MultiDiscrete, or a Dict/Tuple of those"
@@ -179,14 +308,15 @@ def flat_observation_space(space: spaces.Space) -> spaces.Box:
 
 
 def observation_flattener(space: spaces.Space) -> Callable[[Any], np.ndarray]:
-    """A function turning one raw observation of ``space`` into a float32 vector/array."""
+    """A function turning one raw observation of ``space`` into the array of
+    :func:`flat_observation_space` (its dtype: uint8 for images, else float32)."""
+    dtype = flat_observation_space(space).dtype
     if isinstance(space, spaces.Box):
-        dtype = np.float32
         return lambda obs: np.asarray(obs, dtype=dtype)
     stripped = strip_mask_space(space)
     if stripped is not space:
-        return lambda obs: np.asarray(spaces.flatten(stripped, strip_mask_obs(obs)), dtype=np.float32)
-    return lambda obs: np.asarray(spaces.flatten(space, obs), dtype=np.float32)
+        return lambda obs: np.asarray(spaces.flatten(stripped, strip_mask_obs(obs)), dtype=dtype)
+    return lambda obs: np.asarray(spaces.flatten(space, obs), dtype=dtype)
 
 
 def env_action_converter(action_space: spaces.Space) -> Callable[[Any], Any]:
@@ -305,7 +435,7 @@ class VecEnv:
     ``step(actions)`` returns ``(obs, rewards, terminated, truncated, final_obs)``; for an env
     whose episode just ended, ``obs[i]`` is already the first observation of the next episode and
     ``final_obs[i]`` is the last observation of the one that ended (elsewhere it equals ``obs``).
-    Observations are float32 arrays of shape ``(num_envs, *obs_shape)``.
+    Observations are arrays of shape ``(num_envs, *obs_shape)`` (uint8 for images, else float32).
 
     ``stepping`` is the index of the env whose ``step`` is running now (None between steps), so a
     session can say which env hangs. :meth:`rng_states` / :meth:`set_rng_states` carry every env's
@@ -332,7 +462,7 @@ class VecEnv:
         self.env_action = env_action_converter(self.action_space)
         shape = flat_observation_space(self.observation_space).shape
         self._obs_shape = shape
-        self._obs = np.zeros((self.num_envs, *shape), dtype=np.float32)
+        self._obs = np.zeros((self.num_envs, *shape), dtype=flat_observation_space(self.observation_space).dtype)
         self.step_count = 0  # steps of each env since it was built, for error messages
         self._rewards = np.zeros(self.num_envs, dtype=np.float32)
         self._terminated = np.zeros(self.num_envs, dtype=bool)
@@ -468,6 +598,37 @@ class VecEnv:
         """Close every env."""
         for env in self.envs:
             env.close()
+
+    def call(self, name: str, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None) -> list[Any]:
+        """Call method ``name`` on every env, in order; the list of results (see :func:`call_env_method`)."""
+        return [call_env_method(env, name, args, kwargs) for env in self.envs]
+
+
+class EnvMethodError(AttributeError):
+    """``session.call_env(name)`` named a method the env does not have (the message names the env class)."""
+
+
+def call_env_method(env: Any, name: str, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None) -> Any:
+    """``env.name(*args, **kwargs)``, looking through gymnasium wrappers (``gym.make`` wraps the
+    env, and wrappers do not forward attributes): the outermost object that has ``name`` answers.
+    Raises :class:`EnvMethodError` naming the env's class when none has a callable ``name``;
+    an exception the method raises propagates unchanged."""
+    if name.startswith("_"):
+        raise EnvMethodError(f"call_env calls public env methods only, not {name!r}")
+    target, method = env, None
+    while target is not None:
+        if hasattr(type(target), name) or name in getattr(target, "__dict__", {}):
+            method = getattr(target, name)
+            break
+        target = getattr(target, "env", None) if isinstance(target, gym.Wrapper) else None
+    if method is None or not callable(method):
+        inner = getattr(env, "unwrapped", env)
+        what = "no method" if method is None else "an attribute, not a method,"
+        raise EnvMethodError(
+            f"the env {type(inner).__name__} has {what} {name!r}: define {name}(self, ...) on the env class "
+            f"(call_env calls it on every env copy, through gymnasium's wrappers)"
+        )
+    return method(*args, **(kwargs or {}))
 
 
 def _rng_state(env: gym.Env) -> dict[str, Any] | None:

@@ -1,4 +1,4 @@
-"""Tuned presets: rl-baselines3-zoo's hyperparameters for the classic-control tasks.
+"""Tuned presets: rl-baselines3-zoo's hyperparameters for the classic-control tasks and Atari.
 
 ``wb.preset(env_id, agent)`` returns a :class:`Preset` that unpacks as ``(agent, env)``: an agent
 built with the zoo's settings and the env to train it on (the registered id, so the session can make
@@ -297,7 +297,44 @@ def _specs() -> list[PresetSpec]:
             zoo_score=-172.225,
             solved=-200.0,
         ),
+        *_atari_specs(),
     ]
+
+
+def _atari_specs() -> list[PresetSpec]:
+    """rl-baselines3-zoo's ``atari:`` entries (ppo.yml, a2c.yml, dqn.yml, qrdqn.yml) on Breakout and
+    Pong, with the library's Atari preprocessing (``workbench.envs.make_env``: AtariPreprocessing, 4
+    stacked 84x84 frames) and the Nature CNN (``encoder="auto"`` picks it). SB3's ``CnnPolicy`` has
+    no hidden layers after the CNN (``net_arch=()``). Differences: the zoo's AtariWrapper clips
+    rewards to their sign and ends an episode at each lost life; here the game's rewards and episodes
+    are kept. Budgets are the zoo's 10M steps."""
+    ppo = {
+        "n_envs": 8, "n_steps": 128, "n_epochs": 4, "batch_size": 256, "learning_rate": linear(2.5e-4, 0.0),
+        "clip_range": linear(0.1, 0.0), "vf_coef": 0.5, "ent_coef": 0.01, "gamma": 0.99, "gae_lambda": 0.95,
+        "net_arch": (),
+    }
+    a2c = {"n_envs": 16, "ent_coef": 0.01, "vf_coef": 0.25, "net_arch": ()}
+    dqn = {
+        "buffer_size": 100_000, "learning_rate": 1e-4, "batch_size": 32, "learning_starts": 100_000,
+        "target_update_interval": 1000, "train_freq": 4, "gradient_steps": 1, "double_q": False,
+        "max_grad_norm": 10.0, "net_arch": (),
+    }
+    # sb3-contrib QR-DQN's defaults with the zoo's exploration fraction (its 1M-transition memory
+    # takes about 56 GB of frames when full, as in SB3; pass buffer_size= or optimize_memory_usage=True).
+    qrdqn = {
+        "buffer_size": 1_000_000, "learning_rate": 5e-5, "batch_size": 32, "learning_starts": 100,
+        "target_update_interval": 10_000, "train_freq": 4, "gradient_steps": 1, "n_quantiles": 200,
+        "net_arch": (),
+    }
+    specs = []
+    for game in ("BreakoutNoFrameskip-v4", "PongNoFrameskip-v4"):
+        specs += [
+            PresetSpec(game, "ppo", 10_000_000, dict(ppo)),
+            PresetSpec(game, "a2c", 10_000_000, dict(a2c)),
+            PresetSpec(game, "dqn", 10_000_000, {**dqn, "exploration": EpsilonGreedy(1.0, 0.01, 0.1)}),
+            PresetSpec(game, "qrdqn", 10_000_000, {**qrdqn, "exploration": EpsilonGreedy(1.0, 0.01, 0.025)}),
+        ]
+    return specs
 
 
 PRESETS: dict[tuple[str, str], PresetSpec] = {(s.env_id, s.agent): s for s in _specs()}

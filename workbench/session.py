@@ -28,6 +28,7 @@ from . import checkpoint, control
 from .agents.base import Agent
 from .agents.saving import agent_from_run, open_saved
 from .envs import EnvSource, as_env_source, describe_space
+from .live_edits import Event, LiveControl
 from .loop import EpisodeTracker
 from .parallel import check_runner_options, make_runner
 from .signals import DEFAULT_MAX_POINTS, SignalSet
@@ -125,6 +126,7 @@ class Session:
     _env_rng: list[Any] | None = None  # saved env random streams, for the next runner's first reset
     _resumed_from_disk = False
     _external: Any = None  # an env-less session's ExternalRunner (Session.external)
+    _runner_fresh = False  # the runner's envs are built but not reset yet (see _ensure_runner)
 
     def __init__(
         self,
@@ -212,6 +214,9 @@ class Session:
         self.stop_reason: str | None = None
         self.best_eval_reward: float | None = None
         self.target_steps: int | None = None
+        self.events: list[Event] = []
+        """What was changed while the run lived (``set`` and ``call_env``), oldest first."""
+        self._live = LiveControl(self)
 
         self._status = "idle"
         self._cond = threading.Condition(threading.RLock())
@@ -484,6 +489,32 @@ class Session:
             raise self.error
         return True
 
+    def set(self, **values: Any) -> dict[str, Any]:
+        """Change hyperparameters while the run is idle, running or paused, from any thread:
+        ``session.set(learning_rate=1e-4, ent_coef=0.01)``. Returns the old values.
+
+        Values are checked as the agent's constructor checks them (a number may replace a
+        schedule and a schedule a number); a name that is unknown or cannot change mid-run (network
+        sizes, ``n_envs``...) is an ``ArgumentError`` (a ``ValueError``) saying why and naming the
+        editable ones; nothing changes then. A running session applies the edit on its training
+        thread between two steps, so it takes effect at the next update (the optimizers' learning
+        rates too) and reaches Ray workers' exploration. Each change is recorded in
+        :attr:`events` and as a ``set/<name>`` signal. See docs/live-edits.md."""
+        return self._live.set(values)
+
+    def call_env(self, name: str, *args: Any, **kwargs: Any) -> list[Any]:
+        """Call ``env.name(*args, **kwargs)`` on every env copy (in-process, local workers, Ray
+        actors) between two steps; returns the results, one per env copy, in env order.
+
+        ``session.call_env("set_difficulty", 3)`` is curriculum learning without hacks. Works
+        idle, running or paused; before the first run it builds the envs (without resetting them).
+        Env copies built later in this session (worker backends build new ones for each run) get
+        the calls made so far again, in order. An env without the method raises
+        :class:`~workbench.envs.EnvMethodError` naming the env class; an exception the method raises
+        reaches the caller (from a worker as a ``WorkerError`` with its traceback) and the run goes
+        on. Each call is recorded in :attr:`events`."""
+        return self._live.call_env(name, args, kwargs)
+
     def log(self, name: str, value: float, step: int | None = None) -> None:
         """Record a user signal ``name`` beside the built-in ones (at the current step by default)."""
         if not isinstance(name, str) or not name:
@@ -544,6 +575,8 @@ class Session:
                 # continues the streams instead of replaying its first episodes.
                 "env_rng": _rng_states(self._runner) if self._runner is not None else self._env_rng,
                 "external": self._external is not None,
+                # Live edits and env calls (workbench.live_edits.Event), plain JSON.
+                "events": [event.to_dict() for event in self.events],
             },
         }
         return checkpoint.write_run(
@@ -557,14 +590,21 @@ class Session:
 
     @classmethod
     def _resume_saved(
-        cls, path: str | os.PathLike[str], env: Any = None, *, external: bool = False, **kwargs: Any
+        cls,
+        path: str | os.PathLike[str],
+        env: Any = None,
+        *,
+        external: bool = False,
+        allow_encoders: Any = None,
+        **kwargs: Any,
     ) -> Session:
         """Rebuild a saved session (``Session.resume(path, env)``) to continue training exactly
         where it stopped: counters, optimizer moments, schedules, signals and saved memory.
         ``Session.resume(path, external=True)`` continues it as an env-less session driven by the
-        application (:meth:`external`; any saved run, whatever trained it)."""
+        application (:meth:`external`; any saved run, whatever trained it).
+        ``allow_encoders`` lists the custom encoders' import paths it may build (see ``wb.load``)."""
         with open_saved(path) as run:
-            agent = agent_from_run(run, memory=True).train()
+            agent = agent_from_run(run, memory=True, allow_encoders=allow_encoders).train()
             signals = run.signals()
         saved = run.meta.get("session", {})
         if env is not None and external:
@@ -590,6 +630,7 @@ class Session:
         session._last_checkpoint_step = session.steps
         session.target_steps = saved.get("target_steps")
         session._env_rng = saved.get("env_rng")
+        session.events = [Event.from_dict(e) for e in saved.get("events", [])]
         session._resumed_from_disk = True
         return session
 
@@ -740,6 +781,7 @@ class Session:
             self._status = final
             if self._external is not None:
                 self._external.run_ended()  # later feedback is not learned from (Session.feedback)
+            self._live.serve()  # edits and calls that arrived as the run ended: carried out now
             self._cond.notify_all()
         if self._tracking is not None:
             self._tracking.run_ended(final, self.stop_reason, self.error)
@@ -749,18 +791,28 @@ class Session:
         if self.seed is not None and not self._seeded:
             agent.reseed(self.seed)
         self._seeded = True
-        if self._runner is None and self._external is not None:
-            # The application's episodes: nothing to build or reset here.
-            self._runner = self._external
+        self._ensure_runner()
+        if self._runner_fresh:
+            self._runner_fresh = False
             self._obs = self._runner.reset()
             self._episodes = EpisodeTracker(self._runner.num_envs)
+            # Every env starts a new episode here (a resumed run too): an agent with per-episode
+            # state (RecurrentPPO's LSTM state, an OU noise process) starts it afresh.
+            agent.begin_episode(np.ones(self._runner.num_envs, dtype=bool))
+
+    def _ensure_runner(self) -> Any:
+        """The runner, built when there is none (its envs not reset yet: ``_prepare`` resets them)."""
+        if self._runner is None and self._external is not None:
+            # The application's episodes (Session.external): nothing to build; its reset is a placeholder.
+            self._runner, self._runner_fresh = self._external, True
         if self._runner is None:
+            agent = self.agent
             seed = self.seed
             if self._resumed_from_disk and seed is not None:
                 # A resumed run must not replay its first episodes: envs whose random streams were
                 # saved continue them (below); the others get seeds derived from the step count.
                 seed = int(np.random.SeedSequence([seed, self.steps]).generate_state(1)[0])
-            self._runner = make_runner(
+            runner = make_runner(
                 self.env_source,
                 agent.num_envs,
                 seed=seed,
@@ -769,14 +821,12 @@ class Session:
                 agent=agent,
                 **self.backend_options,
             )
-            if self._env_rng and hasattr(self._runner, "set_rng_states"):
-                self._runner.set_rng_states(self._env_rng)
+            if self._env_rng and hasattr(runner, "set_rng_states"):
+                runner.set_rng_states(self._env_rng)
             self._env_rng = None
-            self._obs = self._runner.reset()
-            self._episodes = EpisodeTracker(self._runner.num_envs)
-            # Every env starts a new episode here (a resumed run too): an agent with per-episode
-            # state (RecurrentPPO's LSTM state, an OU noise process) starts it afresh.
-            agent.begin_episode(np.ones(self._runner.num_envs, dtype=bool))
+            self._runner, self._runner_fresh = runner, True
+            self._live.replay(runner)  # new env copies get this session's call_env calls again
+        return self._runner
 
     def _close_runner(self, force: bool = False) -> None:
         runner = self._runner
@@ -793,7 +843,12 @@ class Session:
                 return
             self._status = "paused"
             self._cond.notify_all()
-            self._cond.wait_for(lambda: not self._pause_requested or self._stop_requested)
+            live = self._live
+            while True:
+                self._cond.wait_for(lambda: not self._pause_requested or self._stop_requested or bool(live.pending))
+                if not live.pending:
+                    break
+                live.serve()  # queued just before the pause landed
             self._status = "running"
             self._cond.notify_all()
 
@@ -824,7 +879,10 @@ class Session:
         check_env_batch(self.steps, obs)
         losses = LossWatch(agent.algorithm)
 
+        live = self._live
         while self.steps < target_steps:
+            if live.pending:  # live edits and env calls, between two steps (workbench.live_edits)
+                live.serve()
             if self._pause_requested:
                 self._wait_while_paused()
                 sps_steps, sps_time = self.steps, time.perf_counter()

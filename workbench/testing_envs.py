@@ -19,6 +19,12 @@ For action masks and multi-dimensional actions:
   observation key (``mask_in=``); ``dims=2`` makes the actions MultiDiscrete, one target per dimension.
 * :class:`BitMatch`: MultiBinary actions that pay for copying the observed bits.
 
+And for image and Dict observations (the CNN encoders):
+
+* :class:`SeeTheSide`: a 16x16x3 ``uint8`` image with a bright square on the left or the right; the
+  action naming that side pays 1 (``channels_first=True`` gives ``(3, 16, 16)``, ``dict_obs=True`` a
+  Dict of the image and a small vector).
+
 And partially observed classic-control tasks, for agents with memory (``RecurrentPPO``):
 
 * :class:`MaskVelocity` hides the velocities of CartPole, Pendulum, MountainCar or Acrobot;
@@ -41,6 +47,7 @@ __all__ = [
     "MaskedTarget",
     "OneStepBandit",
     "RememberTheCue",
+    "SeeTheSide",
     "TwoStateChain",
     "cartpole_no_velocity",
     "pendulum_no_velocity",
@@ -255,6 +262,73 @@ class BitMatch(gym.Env):
         self._t += 1
         self._bits = self.np_random.integers(0, 2, size=self.n_bits).astype(np.int8)
         return self._bits.astype(np.float32), reward, False, self._t >= self.episode_length, {}
+
+
+class SeeTheSide(gym.Env):
+    """A small image task: each step shows a ``size x size x 3`` uint8 image, black but for a bright
+    square on its left or right half; Discrete action 0 (left) or 1 (right) pays 1 when it names
+    that side (continuous: action ``a`` pays ``1 - (a - t) ** 2``, ``t`` = -0.5 left, +0.5 right).
+    Episodes last ``length`` steps (truncated), so the best return is ``length``.
+
+    ``channels_first=True`` gives ``(3, size, size)`` images; ``dict_obs=True`` a Dict observation
+    ``{"image": ..., "vector": Box(-1, 1, (2,))}`` whose vector holds the time left and a constant."""
+
+    metadata: dict[str, Any] = {"render_modes": ["rgb_array"]}  # noqa: RUF012 - gymnasium's convention
+
+    def __init__(
+        self,
+        size: int = 16,
+        length: int = 8,
+        continuous: bool = False,
+        channels_first: bool = False,
+        dict_obs: bool = False,
+        render_mode: str | None = None,
+    ) -> None:
+        self.size, self.length, self.continuous = size, length, continuous
+        self.channels_first, self.dict_obs, self.render_mode = channels_first, dict_obs, render_mode
+        shape = (3, size, size) if channels_first else (size, size, 3)
+        image = spaces.Box(0, 255, shape=shape, dtype=np.uint8)
+        self.observation_space: spaces.Space = (
+            spaces.Dict({"image": image, "vector": spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)})
+            if dict_obs else image
+        )
+        self.action_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32) if continuous else spaces.Discrete(2)
+        self._side, self._t = 0, 0
+
+    def _image(self) -> np.ndarray:
+        img = np.zeros((self.size, self.size, 3), dtype=np.uint8)
+        half, q = self.size // 2, self.size // 4
+        x0 = self._side * half + q // 2
+        img[q : q + half, x0 : x0 + q] = (255, 200, 50)
+        return img
+
+    def _obs(self) -> Any:
+        img = self._image()
+        if self.channels_first:
+            img = np.ascontiguousarray(img.transpose(2, 0, 1))
+        if not self.dict_obs:
+            return img
+        return {"image": img, "vector": np.array([1.0 - self._t / self.length, 0.5], dtype=np.float32)}
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
+        super().reset(seed=seed)
+        self._t = 0
+        self._side = int(self.np_random.integers(2))
+        return self._obs(), {}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        if self.continuous:
+            a = float(np.asarray(action).reshape(-1)[0])
+            reward = 1.0 - (a - (0.5 if self._side else -0.5)) ** 2
+        else:
+            reward = 1.0 if int(action) == self._side else 0.0
+        self._t += 1
+        self._side = int(self.np_random.integers(2))
+        return self._obs(), reward, False, self._t >= self.length, {}
+
+    def render(self) -> np.ndarray:
+        """The image, HWC (what a viewer shows)."""
+        return self._image()
 
 
 class MaskVelocity(gym.ObservationWrapper):

@@ -44,9 +44,11 @@ __all__ = [
     "check_value",
     "checked",
     "choice",
+    "constraint_of",
     "flag",
     "function_of",
     "integer",
+    "is_live",
     "layer_widths",
     "number",
     "optional",
@@ -221,14 +223,30 @@ def check_arguments(
         check_value(owner, name, values[name], constraint, defaults.get(name, dataclasses.MISSING))
 
 
-def checked(default: Any = dataclasses.MISSING, constraint: Constraint | None = None, **kwargs: Any) -> Any:
+def checked(
+    default: Any = dataclasses.MISSING, constraint: Constraint | None = None, *, live: bool = False, **kwargs: Any
+) -> Any:
     """A dataclass field with its constraint: ``gamma: float = checked(0.99, number(0, 1))``.
-    Keyword arguments go to ``dataclasses.field`` (``default_factory=...``)."""
+
+    ``live=True`` marks a hyperparameter that may change while the agent trains
+    (``session.set(name=value)``, see docs/live-edits.md): the change takes effect at the next
+    update. Fields left ``live=False`` are fixed once the agent is built (they size its networks,
+    memory or envs). Keyword arguments go to ``dataclasses.field`` (``default_factory=...``)."""
     assert constraint is not None, "checked() needs the constraint"
-    return dataclasses.field(default=default, metadata={"check": constraint}, **kwargs)
+    return dataclasses.field(default=default, metadata={"check": constraint, "live": bool(live)}, **kwargs)
 
 
-def _constraint_of(cls: type, name: str) -> Constraint | None:
+def is_live(cls: type, name: str) -> bool:
+    """True when the config class ``cls`` declares field ``name`` with ``checked(..., live=True)``
+    (the nearest declaration along its bases that says, as for constraints)."""
+    for klass in cls.__mro__:
+        field = getattr(klass, "__dataclass_fields__", {}).get(name)
+        if field is not None and "live" in field.metadata:
+            return bool(field.metadata["live"])
+    return False
+
+
+def constraint_of(cls: type, name: str) -> Constraint | None:
     # A subclass redeclaring a field to change its default gets a field without metadata:
     # the constraint is the nearest one declared along the class's bases.
     for klass in cls.__mro__:
@@ -250,7 +268,7 @@ def validate_config(config: Any, owner: str) -> None:
     """Check every field of the dataclass ``config`` against the constraint declared for it;
     raise :class:`ArgumentError` naming ``owner`` (``"PPO"``), the field, the value and what is allowed."""
     for field in dataclasses.fields(config):
-        constraint = _constraint_of(type(config), field.name)
+        constraint = constraint_of(type(config), field.name)
         if constraint is not None:
             value = getattr(config, field.name)
             if not constraint(value):
@@ -371,3 +389,5 @@ class LossWatch:
                 "(their scale as well as their values), or lower the learning rate, then train again "
                 "from a saved checkpoint or a new agent."
             )
+
+_constraint_of = constraint_of  # the name tests used before it was public

@@ -33,9 +33,28 @@ from torch import nn
 from .. import checkpoint
 from ..envs import as_env_source, describe_space, flat_observation_space, observation_flattener
 from ..loop import NO_EXTRAS, Step, Transitions, play_episode
-from ..masks import MASK_KEY, check_masks
+from ..masks import MASK_KEY, check_masks, strip_mask_space
 from ..normalization import ObservationNormalizer, RewardNormalizer
-from ..validation import check_arguments, check_value, checked, choice, flag, integer, optional, validate_config
+from ..validation import (
+    check_arguments,
+    check_value,
+    checked,
+    choice,
+    flag,
+    integer,
+    is_live,
+    optional,
+    validate_config,
+)
+from .encoders import (
+    describe_encoder,
+    encoder_choice,
+    encoder_path,
+    is_image_space,
+    json_object,
+    make_encoder,
+    with_encoder,
+)
 
 __all__ = ["AGENTS", "Agent", "AgentConfig", "AgentState", "EpisodeReturns", "Step", "Transitions", "register"]
 
@@ -61,17 +80,29 @@ class AgentConfig:
     """Feed the networks observations standardized by running mean/std (saved, frozen in play)."""
     normalize_rewards: bool = checked(False, flag())
     """Scale rewards by the running std of the discounted return (SB3 VecNormalize)."""
+    encoder: str | type = checked("auto", encoder_choice())
+    """What turns observations into features: "auto" (from the space: a CNN for images, one encoder per
+    Dict key, the MLP alone for vectors), "nature", "small", "flat", or your torch.nn.Module class,
+    built as ``cls(observation_space, **encoder_kwargs)`` (see workbench.agents.encoders)."""
+    encoder_kwargs: dict | None = checked(None, optional(json_object()))
+    """Keyword arguments of the encoder (JSON values: they are saved with the run)."""
 
 
 def register(cls: type[Agent]) -> type[Agent]:
     """Class decorator adding an agent to :data:`AGENTS` (used by the CLI, presets and tests).
 
     A ``Config`` that does not extend :class:`AgentConfig` gets its fields added here, so every
-    registered agent takes ``normalize_observations=`` and ``normalize_rewards=``.
+    registered agent takes ``normalize_observations=`` and ``normalize_rewards=``. The config's
+    docstring gets the list of its fields that may change mid-run (declared ``live=True``).
     """
     if not issubclass(cls.Config, AgentConfig):
         cls.Config = dataclasses.make_dataclass(
             cls.Config.__name__, [], bases=(cls.Config, AgentConfig), namespace={"__doc__": cls.Config.__doc__}
+        )
+    live = [f.name for f in dataclasses.fields(cls.Config) if is_live(cls.Config, f.name)]
+    if live and "Live (" not in (cls.Config.__doc__ or ""):
+        cls.Config.__doc__ = (cls.Config.__doc__ or "").rstrip() + (
+            f"\n\n    Live (``session.set`` changes them mid-run, from the next update): {', '.join(live)}.\n"
         )
     AGENTS[cls.__name__.lower()] = cls
     return cls
@@ -86,6 +117,14 @@ class AgentState(NamedTuple):
     data: dict[str, Any]
     """JSON-ready: ``counters``, ``optimizers`` (their settings), ``agent_state`` (schedule
     positions and other algorithm state) and ``rng`` (the numpy generator)."""
+
+
+def _has_image(space: spaces.Space) -> bool:
+    if isinstance(space, spaces.Dict):
+        return any(_has_image(s) for s in space.spaces.values())
+    if isinstance(space, spaces.Tuple):
+        return any(_has_image(s) for s in space.spaces)
+    return is_image_space(space)
 
 
 class EpisodeReturns(list):
@@ -204,6 +243,7 @@ class Agent:
         self.action_space = action_space
         self.flat_observation_space = flat_observation_space(observation_space)
         self.obs_shape: tuple[int, ...] = self.flat_observation_space.shape
+        self.obs_dtype = np.dtype(self.flat_observation_space.dtype)
         self._flatten = observation_flattener(observation_space)
         self.discrete = isinstance(action_space, spaces.Discrete)
         if isinstance(action_space, spaces.Box):
@@ -211,10 +251,20 @@ class Agent:
             self.action_high = action_space.high.astype(np.float32)
         self.config = self._make_config(hyperparameters)
         self._in_observe = False
+        self.encoder_description = describe_encoder(
+            strip_mask_space(observation_space), self.config.encoder, self.config.encoder_kwargs
+        )
+        if self.config.normalize_observations and _has_image(observation_space):
+            raise ValueError(
+                "normalize_observations=True standardizes vector observations, but "
+                f"{describe_space(observation_space)} holds images, which the CNN encoder scales by 1/255 itself: "
+                "drop normalize_observations"
+            )
         # decide/act/observe/update hold it: one agent serves act() from many threads (docs/external.md).
         self._lock = threading.RLock()
         # Running statistics are nn.Modules, so they are saved and loaded with the networks.
         if self.config.normalize_observations:
+            self.obs_dtype = np.dtype(np.float32)  # memories hold the standardized observations
             self.obs_normalizer = ObservationNormalizer(self.obs_shape)
         if self.config.normalize_rewards:
             self.reward_normalizer = RewardNormalizer(float(getattr(self.config, "gamma", 0.99)))
@@ -257,6 +307,20 @@ class Agent:
                 f"{cls.__name__} cannot act in the action space {describe_space(action_space)}: "
                 f"it needs a {kinds} action space. Agents that fit this space: {which}."
             )
+
+    def _encoder(self) -> tuple[nn.Module | None, int]:
+        """A fresh encoder for one network (see ``workbench.agents.encoders``) and the width of its
+        features; ``(None, flat observation size)`` when the network reads the observation itself."""
+        c = self.config
+        enc = make_encoder(strip_mask_space(self.observation_space), c.encoder, c.encoder_kwargs)
+        if enc is None:
+            return None, int(np.prod(self.obs_shape))
+        return enc, int(enc.features_dim)  # type: ignore[arg-type]
+
+    def _encoded(self, build_head: Any) -> nn.Module:
+        """``encoder -> build_head(features)`` as one network (the head alone for vector observations)."""
+        enc, dim = self._encoder()
+        return with_encoder(enc, build_head(dim))
 
     def _make_config(self, hyperparameters: dict[str, Any]) -> Any:
         names = [f.name for f in dataclasses.fields(self.Config)]
@@ -311,10 +375,20 @@ class Agent:
     # -- the four verbs -----------------------------------------------------------------------
 
     def prepare_obs(self, obs: Any) -> tuple[np.ndarray, bool]:
-        """Observations as a float32 batch, and whether a single observation was given."""
+        """Observations as a batch in the agent's observation dtype (uint8 for images, else float32),
+        and whether a single observation was given."""
         if isinstance(obs, dict | tuple) and not isinstance(self.observation_space, spaces.Box):
-            return self._flatten(obs)[None], True
-        arr = np.asarray(obs, dtype=np.float32)
+            if isinstance(obs, dict) or not isinstance(obs[0], dict):
+                return self._flatten(obs)[None], True
+            return np.stack([self._flatten(o) for o in obs]), False
+        if isinstance(self.observation_space, spaces.Discrete | spaces.MultiDiscrete | spaces.MultiBinary):
+            raw = np.asarray(obs)
+            if raw.shape == self.observation_space.shape:  # one raw observation: one-hot it
+                return self._flatten(raw)[None], True
+            if raw.shape[1:] == self.observation_space.shape and raw.shape[1:] != self.obs_shape:
+                return np.stack([self._flatten(o) for o in raw]), False
+        # Observations keep their own dtype (uint8 images stay uint8 up to the network's encoder).
+        arr = np.asarray(obs, dtype=self.obs_dtype)
         if arr.shape == self.obs_shape:
             return arr[None], True
         if arr.shape[1:] != self.obs_shape:
@@ -529,6 +603,8 @@ class Agent:
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self.config):
             v = getattr(self.config, f.name)
+            if f.name == "encoder" and isinstance(v, type):
+                v = encoder_path(v)  # a user encoder is saved by its import path, never pickled
             out[f.name] = v.to_dict() if hasattr(v, "to_dict") else (list(v) if isinstance(v, tuple) else v)
         return out
 
@@ -540,6 +616,7 @@ class Agent:
             "observation_space": checkpoint.space_to_json(self.observation_space),
             "action_space": checkpoint.space_to_json(self.action_space),
             "seed": self.seed,
+            "encoder": self.encoder_description,
         }
 
     def memory_arrays(self) -> dict[str, np.ndarray]:
@@ -689,6 +766,7 @@ class Agent:
         mode = "training" if self.training else "play"
         return (
             f"{self.algorithm}(obs={describe_space(self.observation_space)}, "
-            f"action={describe_space(self.action_space)}, steps={self.num_timesteps}, {mode})"
+            f"action={describe_space(self.action_space)}, encoder={self.encoder_description}, "
+            f"steps={self.num_timesteps}, {mode})"
         )
 

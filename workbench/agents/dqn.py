@@ -49,16 +49,17 @@ class DQNConfig(OffPolicyConfig):
     train_freq: int = 256
     gradient_steps: int = 128
 
-    target_update_interval: int = checked(10, integer(min=1))
+    target_update_interval: int = checked(10, integer(min=1), live=True)
     """Env steps between target network updates."""
     exploration: EpsilonGreedy = checked(
         constraint=Constraint("a wb.EpsilonGreedy(start, end, fraction)", lambda v: isinstance(v, EpsilonGreedy)),
         default_factory=lambda: EpsilonGreedy(start=1.0, end=0.04, fraction=0.16),
+        live=True,
     )
-    """Epsilon-greedy schedule over the training budget."""
-    max_grad_norm: float = checked(10.0, number(0, min_open=True))
+    """Epsilon-greedy schedule over the training budget (live: a new one takes over at the next step)."""
+    max_grad_norm: float = checked(10.0, number(0, min_open=True), live=True)
     """Gradient norm clip."""
-    double_q: bool = checked(True, flag())
+    double_q: bool = checked(True, flag(), live=True)
     """Pick the next action with the online network, value it with the target network."""
     dueling: bool = checked(False, flag())
     """Dueling network: separate state-value and advantage heads."""
@@ -69,7 +70,7 @@ class DQNConfig(OffPolicyConfig):
     prioritized_alpha: float = checked(0.6, number(0))
     """How strongly priorities shape sampling (0: uniform)."""
     prioritized_beta: float | Schedule = checked(
-        constraint=number(0, schedule=True), default_factory=lambda: linear(0.4, 1.0)
+        constraint=number(0, schedule=True), default_factory=lambda: linear(0.4, 1.0), live=True
     )
     """Importance-weight exponent, annealed to 1 over training."""
     noisy: bool = checked(False, flag())
@@ -101,19 +102,26 @@ class DQN(OffPolicyAgent):
             raise TypeError(
                 f"DQN explores with wb.EpsilonGreedy(...), got {type(c.exploration).__name__}"
             )
-        obs_dim = int(np.prod(self.obs_shape))
         self.n_actions = int(self.action_space.n)
         if c.n_step < 1:
             raise ValueError(f"DQN n_step must be at least 1, got {c.n_step}")
+        if c.optimize_memory_usage and c.n_step > 1:
+            raise ValueError(
+                f"optimize_memory_usage=True reads each next observation from the following row, but n_step={c.n_step} "
+                "stores the observation n steps later: use one of the two"
+            )
 
         atoms = self._atoms()
         if c.noisy and not c.net_arch:
             raise ValueError("noisy=True needs at least one hidden layer (net_arch): the first layer is not noisy")
 
-        def q_network() -> nn.Module:
+        def q_head(obs_dim: int) -> nn.Module:
             if c.dueling:
                 return DuelingQNetwork(obs_dim, c.net_arch, self.n_actions, atoms=atoms, noisy=c.noisy)
             return mlp(obs_dim, c.net_arch, self.n_actions * atoms, activation="relu", noisy=c.noisy)
+
+        def q_network() -> nn.Module:  # encoder (CNN for images; none for vectors) then the head
+            return self._encoded(q_head)
 
         self.q_net = q_network()
         self.q_target = q_network()
@@ -125,10 +133,10 @@ class DQN(OffPolicyAgent):
         self._params = list(self.q_net.parameters())
         if c.prioritized:
             self.memory: ReplayMemory = PrioritizedReplayMemory(
-                c.buffer_size, self.obs_shape, alpha=c.prioritized_alpha
+                c.buffer_size, self.obs_shape, alpha=c.prioritized_alpha, **self._memory_options()
             )
         else:
-            self.memory = ReplayMemory(c.buffer_size, self.obs_shape)
+            self.memory = ReplayMemory(c.buffer_size, self.obs_shape, **self._memory_options())
         self._n_step = NStepAccumulator(c.n_step, c.gamma) if c.n_step > 1 else None
         self._steps_since_update = 0
         self._steps_since_target = 0

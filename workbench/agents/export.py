@@ -4,7 +4,8 @@ library are available: ``agent.export("policy.onnx")``.
 The exported graph maps a batch of observations to the env's actions, exactly as
 ``agent.act(obs, deterministic=True)`` does:
 
-1. the observations cast to float32 (a ``uint8`` image Box is fed as ``uint8``, cast inside);
+1. the observations cast to float32 (a ``uint8`` image Box is fed as ``uint8``, cast inside; the
+   CNN encoder of image observations, and its scaling by 1/255, is part of the graph);
 2. observation normalization with the running statistics frozen as they are now, computed in
    float64 and clipped as :class:`~workbench.normalization.ObservationNormalizer` does;
 3. the deterministic head of the algorithm's family: the argmax of the logits / Q-values for a
@@ -46,7 +47,7 @@ from torch import nn
 
 from .. import checkpoint
 from .._version import __version__
-from ..envs import describe_space
+from ..envs import describe_space, flat_observation_space
 from ..masks import strip_mask_space
 
 __all__ = ["EXPORT_FORMATS", "SIDECAR_SUFFIX", "ExportedPolicy", "export_policy", "observation_layout", "policy_module"]
@@ -249,21 +250,20 @@ def _family(agent: Any) -> str:
 
 def _input_dtype(agent: Any) -> np.dtype:
     """The dtype the exported model takes: a Box's own dtype (e.g. uint8 images, cast inside),
-    float32 for everything flattened (Discrete one-hot, Dict, Tuple...)."""
+    for everything flattened (Discrete one-hot, Dict, Tuple...) the flat dtype the agent reads
+    (uint8 for a Dict of uint8 images, else float32)."""
     space = agent.observation_space
     if isinstance(space, spaces.Box) and space.dtype is not None and np.dtype(space.dtype) != np.dtype(np.bool_):
         return np.dtype(space.dtype)
-    return np.dtype(np.float32)
+    return np.dtype(flat_observation_space(space).dtype)
 
 
 def _check_exportable(agent: Any) -> None:
-    if len(agent.obs_shape) > 1:
-        # Today's networks are MLPs over a vector: they cannot act on (H, W, C) observations, so
-        # neither could the export. When the CNN encoder lands, its family exports it here.
+    if len(agent.obs_shape) > 1 and agent.encoder_description == "mlp":
         raise ValueError(
             f"{agent.algorithm} cannot export a policy over the observation space "
-            f"{describe_space(agent.observation_space)}: its networks take a vector, and image observations "
-            "have no encoder yet. Flatten them (gymnasium.wrappers.FlattenObservation) and train on that"
+            f"{describe_space(agent.observation_space)}: its MLP takes a vector, and this space is not an image "
+            "(uint8, 3 dimensions, bounds 0 and 255). Flatten it (gymnasium.wrappers.FlattenObservation)"
         )
 
 
@@ -340,7 +340,7 @@ def _sidecar(agent: Any, path: str, fmt: str, action_head: str) -> dict[str, Any
     flat = not isinstance(obs_space, spaces.Box)
     if flat:
         preparation = (
-            "gymnasium.spaces.flatten(observation_space, obs) as float32, one row per observation; "
+            f"gymnasium.spaces.flatten(observation_space, obs) as {in_dtype.name}, one row per observation; "
             "observation_layout says where each part goes and how it is encoded"
         )
     else:

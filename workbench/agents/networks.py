@@ -195,15 +195,34 @@ class EnsembleMLP(nn.Module):
     Input ``(batch, in_dim)``; output ``(n, batch, out_dim)``.
     """
 
-    def __init__(self, n: int, in_dim: int, hidden: Sequence[int], out_dim: int, activation: str = "relu") -> None:
+    def __init__(
+        self,
+        n: int,
+        in_dim: int,
+        hidden: Sequence[int],
+        out_dim: int,
+        activation: str = "relu",
+        *,
+        encoder: nn.Module | None = None,
+    ) -> None:
         super().__init__()
         if n < 1:
             raise ValueError(f"an ensemble needs at least one member, got n={n}")
         self.n = n
         self.members = nn.ModuleList(mlp(in_dim, hidden, out_dim, activation=activation) for _ in range(n))
+        # An observation encoder shared by the members (a CNN for images); None for vectors.
+        self.encoder = encoder
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Outputs of every member, shape ``(n, batch, out_dim)``."""
+    def forward(self, x: torch.Tensor, actions: torch.Tensor | None = None, member: int | None = None) -> torch.Tensor:
+        """Outputs of every member, shape ``(n, batch, out_dim)``; with ``actions`` the input is
+        ``(encoded observations, actions)`` concatenated (critics); ``member=i`` gives that member's
+        output alone, ``(batch, out_dim)``."""
+        if actions is not None:
+            if self.encoder is not None:
+                x = self.encoder(x)
+            x = torch.cat([x, actions], -1)
+        if member is not None:
+            return self.members[member](x)
         return torch.stack([m(x) for m in self.members])
 
 

@@ -33,6 +33,7 @@ from ..memory.rollout import RolloutBuffer, compute_gae
 from ..schedules import Schedule
 from ..validation import checked, choice, flag, integer, layer_widths, number
 from .base import Agent, AgentConfig, Step, Transitions
+from .encoders import DictEncoder, ImageEncoder, orthogonal_init
 from .networks import ACTIVATIONS, gaussian_policy_terms, mlp
 
 __all__ = ["OnPolicyAgent", "OnPolicyConfig", "RolloutBatch", "categorical_terms", "masked_logits"]
@@ -108,19 +109,19 @@ class OnPolicyConfig(AgentConfig):
     """Envs stepped together (copies are made when the env is an id or a factory)."""
     n_steps: int = checked(5, integer(min=1))
     """Steps per env in each rollout (one update per rollout)."""
-    gamma: float = checked(0.99, number(0, 1))
+    gamma: float = checked(0.99, number(0, 1), live=True)
     """Discount factor."""
-    gae_lambda: float = checked(1.0, number(0, 1))
+    gae_lambda: float = checked(1.0, number(0, 1), live=True)
     """GAE lambda: bias/variance trade-off of the advantage estimate (1: plain n-step advantages)."""
-    learning_rate: float | Schedule = checked(7e-4, number(0, min_open=True, schedule=True))
+    learning_rate: float | Schedule = checked(7e-4, number(0, min_open=True, schedule=True), live=True)
     """Optimizer learning rate, a number or a schedule of training progress."""
-    ent_coef: float = checked(0.0, number(0))
+    ent_coef: float = checked(0.0, number(0), live=True)
     """Entropy bonus weight."""
-    vf_coef: float = checked(0.5, number(0))
+    vf_coef: float = checked(0.5, number(0), live=True)
     """Value loss weight."""
-    max_grad_norm: float = checked(0.5, number(0, min_open=True))
+    max_grad_norm: float = checked(0.5, number(0, min_open=True), live=True)
     """Gradient norm clip."""
-    normalize_advantage: bool = checked(False, flag())
+    normalize_advantage: bool = checked(False, flag(), live=True)
     """Normalize advantages (within each minibatch for PPO, each rollout for A2C)."""
     net_arch: tuple[int, ...] = checked((64, 64), layer_widths())
     """Hidden layer widths of the policy and of the (separate) value network."""
@@ -132,7 +133,7 @@ class OnPolicyConfig(AgentConfig):
     """Initial log standard deviation of the Gaussian policy (Box actions)."""
     use_sde: bool = checked(False, flag())
     """Box actions: state-dependent exploration (gSDE), noise smooth in time instead of per step."""
-    sde_sample_freq: int = checked(-1, integer(min=1, also=(-1,)))
+    sde_sample_freq: int = checked(-1, integer(min=1, also=(-1,)), live=True)
     """With use_sde, env steps between new noise weights; -1: once per rollout."""
 
 
@@ -185,7 +186,6 @@ class OnPolicyAgent(Agent):
         """Create the policy and value networks (and the Gaussian policy's log std); returns
         every trainable parameter, for the optimizer."""
         c = self.config
-        obs_dim = int(np.prod(self.obs_shape))
         n_out = self._action_head()
         self.use_sde = bool(c.use_sde)
         if self.use_sde and self.action_kind != "box":
@@ -200,8 +200,16 @@ class OnPolicyAgent(Agent):
                 f"sde_sample_freq must be a positive number of steps or -1 (once per rollout), got {c.sde_sample_freq}"
             )
         ortho = bool(c.ortho_init)
-        self.actor = mlp(obs_dim, c.net_arch, n_out, activation=c.activation, ortho_init=ortho, output_gain=0.01)
-        self.critic = mlp(obs_dim, c.net_arch, 1, activation=c.activation, ortho_init=ortho, output_gain=1.0)
+        self.actor = self._encoded(
+            lambda d: mlp(d, c.net_arch, n_out, activation=c.activation, ortho_init=ortho, output_gain=0.01)
+        )
+        self.critic = self._encoded(
+            lambda d: mlp(d, c.net_arch, 1, activation=c.activation, ortho_init=ortho, output_gain=1.0)
+        )
+        if ortho:  # the built-in CNN encoders too, as SB3 initializes its features extractor (gain sqrt 2)
+            for net in (self.actor, self.critic):
+                if isinstance(net[0], ImageEncoder | DictEncoder):
+                    orthogonal_init(net[0])
         params = list(self.actor.parameters()) + list(self.critic.parameters())
         self.log_std: nn.Parameter | None = None
         if self.action_kind == "box":
@@ -329,7 +337,7 @@ class OnPolicyAgent(Agent):
         """Empty rollout storage for ``n_envs`` envs, its actions shaped and typed for the head."""
         action_shape = () if self.discrete else self.action_space.shape
         dtype = np.float32 if self.action_kind == "box" else np.int64
-        return RolloutBuffer(self.config.n_steps, n_envs, self.obs_shape, action_shape, dtype)
+        return RolloutBuffer(self.config.n_steps, n_envs, self.obs_shape, action_shape, dtype, obs_dtype=self.obs_dtype)
 
     def ready(self) -> bool:
         return self.rollout is not None and self.rollout.full

@@ -35,15 +35,15 @@ class PPOConfig(OnPolicyConfig):
     learning_rate: float | Schedule = field(default_factory=lambda: linear(1e-3, 0.0))
     normalize_advantage: bool = True
 
-    batch_size: int = checked(256, integer(min=1))
+    batch_size: int = checked(256, integer(min=1), live=True)
     """Minibatch size for the update."""
-    n_epochs: int = checked(20, integer(min=1))
+    n_epochs: int = checked(20, integer(min=1), live=True)
     """Passes over each rollout."""
     clip_range: float | Schedule = checked(
-        constraint=number(0, min_open=True, schedule=True), default_factory=lambda: linear(0.2, 0.0)
+        constraint=number(0, min_open=True, schedule=True), default_factory=lambda: linear(0.2, 0.0), live=True
     )
     """PPO clip epsilon for the probability ratio."""
-    target_kl: float | None = checked(None, optional(number(0, min_open=True)))
+    target_kl: float | None = checked(None, optional(number(0, min_open=True)), live=True)
     """Stop the epochs early when the approximate KL exceeds this."""
 
 

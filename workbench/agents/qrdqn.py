@@ -36,7 +36,7 @@ class QRDQNConfig(DQNConfig):
 
     n_quantiles: int = checked(10, integer(min=1))
     """Quantiles per action (the zoo: 10 on CartPole, 25 on Acrobot and MountainCar)."""
-    kappa: float = checked(1.0, number(min=0.0, min_open=True))
+    kappa: float = checked(1.0, number(min=0.0, min_open=True), live=True)
     """Huber threshold of the quantile loss (0: the plain quantile, "pinball", loss)."""
 
 

@@ -54,8 +54,17 @@ class RecurrentPPOConfig(PPOConfig):
 class RecurrentNetwork(nn.Module):
     """An LSTM then an MLP head: ``(T, B, in_dim)`` sequences to ``(T, B, out_dim)`` outputs."""
 
-    def __init__(self, in_dim: int, lstm_hidden: int, net_arch: tuple[int, ...], out_dim: int, **mlp_options: object):
+    def __init__(
+        self,
+        in_dim: int,
+        lstm_hidden: int,
+        net_arch: tuple[int, ...],
+        out_dim: int,
+        encoder: nn.Module | None = None,
+        **mlp_options: object,
+    ):
         super().__init__()
+        self.encoder = encoder  # None for vector observations (the LSTM reads them directly)
         self.lstm = nn.LSTM(in_dim, lstm_hidden)
         self.head = mlp(lstm_hidden, net_arch, out_dim, **mlp_options)  # type: ignore[arg-type]
 
@@ -64,6 +73,8 @@ class RecurrentNetwork(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Unroll from the state ``(h, c)`` (each ``(B, H)``); ``starts[t]`` is 1 where an episode
         begins at step ``t`` (its state is zeroed first). Returns the outputs and the last state."""
+        if self.encoder is not None:
+            obs = self.encoder(obs)
         steps = obs.shape[0]
         if steps == 1:  # acting: one step, the state already reset by begin_episode
             keep = (1.0 - starts[0]).unsqueeze(-1)
@@ -108,11 +119,12 @@ class RecurrentPPO(OnPolicyAgent):
         if c.lstm_hidden_size < 1:
             raise ValueError(f"lstm_hidden_size must be at least 1, got {c.lstm_hidden_size}")
         self.use_sde = False
-        obs_dim = int(np.prod(self.obs_shape))
         n_out = self._action_head()
         options = dict(activation=c.activation, ortho_init=bool(c.ortho_init))
-        self.actor = RecurrentNetwork(obs_dim, c.lstm_hidden_size, c.net_arch, n_out, output_gain=0.01, **options)
-        self.critic = RecurrentNetwork(obs_dim, c.lstm_hidden_size, c.net_arch, 1, output_gain=1.0, **options)
+        enc, dim = self._encoder()
+        self.actor = RecurrentNetwork(dim, c.lstm_hidden_size, c.net_arch, n_out, enc, output_gain=0.01, **options)
+        enc, dim = self._encoder()
+        self.critic = RecurrentNetwork(dim, c.lstm_hidden_size, c.net_arch, 1, enc, output_gain=1.0, **options)
         params = list(self.actor.parameters()) + list(self.critic.parameters())
         self.log_std: nn.Parameter | None = None
         if self.action_kind == "box":

@@ -21,6 +21,7 @@ from ..memory.replay import ReplayMemory
 from ..schedules import as_schedule
 from ..validation import Constraint, any_of, checked, flag, integer, number, optional
 from .base import register
+from .encoders import with_encoder
 from .networks import EnsembleMLP, ScalarParameter, make_adam, mlp, polyak_update
 from .off_policy import OffPolicyAgent, OffPolicyConfig
 
@@ -45,17 +46,17 @@ _AUTO_ENT_COEF = Constraint('"auto" (learned, starting at 1) or "auto_<start>" s
 class SACConfig(OffPolicyConfig):
     """SAC hyperparameters (defaults: Stable-Baselines3); the shared ones are :class:`OffPolicyConfig`'s."""
 
-    ent_coef: float | str = checked("auto", any_of(number(0, min_open=True), _AUTO_ENT_COEF))
+    ent_coef: float | str = checked("auto", any_of(number(0, min_open=True), _AUTO_ENT_COEF), live=True)
     """Entropy coefficient alpha: a number, "auto" (learned, starts at 1) or "auto_0.1" (learned, starts at 0.1)."""
-    target_entropy: float | None = checked(None, optional(number()))
+    target_entropy: float | None = checked(None, optional(number()), live=True)
     """Entropy the automatic tuning aims for; None means -dim(action)."""
-    target_update_interval: int = checked(1, integer(min=1))
+    target_update_interval: int = checked(1, integer(min=1), live=True)
     """Gradient steps between target critic updates."""
     n_critics: int = checked(2, integer(min=1))
     """Critics whose minimum is the target (clipped double Q)."""
     use_sde: bool = checked(False, flag())
     """Generalized state-dependent exploration: noise linear in the actor's features, smooth in time."""
-    sde_sample_freq: int = checked(-1, integer(min=1, also=(-1,)))
+    sde_sample_freq: int = checked(-1, integer(min=1, also=(-1,)), live=True)
     """With use_sde, env steps between new noise weights; -1: once per update."""
     log_std_init: float = checked(-3.0, number())
     """With use_sde, initial log std of the noise weights."""
@@ -66,11 +67,18 @@ class SDEActor(nn.Module):
     does not saturate), and a learned log std per (feature, action) pair. The noise of an action is
     ``features @ W`` with ``W ~ N(0, exp(log_std)^2)`` held fixed between resamplings."""
 
-    def __init__(self, obs_dim: int, net_arch: tuple[int, ...], act_dim: int, log_std_init: float) -> None:
+    def __init__(
+        self,
+        obs_dim: int,
+        net_arch: tuple[int, ...],
+        act_dim: int,
+        log_std_init: float,
+        encoder: nn.Module | None = None,
+    ) -> None:
         super().__init__()
         if not net_arch:
             raise ValueError("use_sde needs at least one hidden layer (net_arch)")
-        self.trunk = nn.Sequential(mlp(obs_dim, net_arch[:-1], net_arch[-1]), nn.ReLU())
+        self.trunk = with_encoder(encoder, nn.Sequential(mlp(obs_dim, net_arch[:-1], net_arch[-1]), nn.ReLU()))
         self.mu = nn.Linear(net_arch[-1], act_dim)
         self.log_std = nn.Parameter(torch.full((net_arch[-1], act_dim), float(log_std_init)))
 
@@ -101,14 +109,16 @@ class SAC(OffPolicyAgent):
     def _build(self) -> None:
         c = self.config
         self._require_bounded_actions()
-        obs_dim = int(np.prod(self.obs_shape))
         self.act_dim = int(np.prod(self.action_space.shape))
+        enc, obs_dim = self._encoder()  # a CNN for images, none for vectors
         if c.use_sde:
-            self.actor: nn.Module = SDEActor(obs_dim, c.net_arch, self.act_dim, c.log_std_init)
+            self.actor: nn.Module = SDEActor(obs_dim, c.net_arch, self.act_dim, c.log_std_init, enc)
         else:  # one head gives mean and log-std of a Gaussian that tanh squashes into [-1, 1]
-            self.actor = mlp(obs_dim, c.net_arch, 2 * self.act_dim, activation="relu")
-        self.critic = EnsembleMLP(c.n_critics, obs_dim + self.act_dim, c.net_arch, 1)
-        self.critic_target = EnsembleMLP(c.n_critics, obs_dim + self.act_dim, c.net_arch, 1)
+            self.actor = with_encoder(enc, mlp(obs_dim, c.net_arch, 2 * self.act_dim, activation="relu"))
+        self.critic = EnsembleMLP(c.n_critics, obs_dim + self.act_dim, c.net_arch, 1, encoder=self._encoder()[0])
+        self.critic_target = EnsembleMLP(
+            c.n_critics, obs_dim + self.act_dim, c.net_arch, 1, encoder=self._encoder()[0]
+        )
         self.critic_target.load_state_dict(self.critic.state_dict())
         self.critic_target.requires_grad_(False)
 
@@ -129,7 +139,9 @@ class SAC(OffPolicyAgent):
             self._fixed_alpha = torch.tensor(float(c.ent_coef))
             self._auto_alpha = False
 
-        self.memory = ReplayMemory(c.buffer_size, self.obs_shape, self.action_space.shape, np.float32)
+        self.memory = ReplayMemory(
+            c.buffer_size, self.obs_shape, self.action_space.shape, np.float32, **self._memory_options()
+        )
         self._steps_since_update = 0
         self._sde_weights: torch.Tensor | None = None  # exploration noise weights, one set per env
         self._sde_steps = 0
@@ -218,10 +230,10 @@ class SAC(OffPolicyAgent):
 
             with torch.no_grad():
                 next_actions, next_log_prob = self._policy(batch.next_obs, sde_weights)
-                next_q = self.critic_target(torch.cat([batch.next_obs, next_actions], -1)).min(0).values.squeeze(-1)
+                next_q = self.critic_target(batch.next_obs, next_actions).min(0).values.squeeze(-1)
                 soft_value = next_q - alpha * next_log_prob
                 target = batch.rewards + batch.discounts * (1.0 - batch.dones) * soft_value
-            q = self.critic(torch.cat([obs, actions], -1)).squeeze(-1)  # (n_critics, batch)
+            q = self.critic(obs, actions).squeeze(-1)  # (n_critics, batch)
             critic_loss = 0.5 * (q - target).pow(2).mean(1).sum()
             self.critic_optimizer.zero_grad(set_to_none=True)
             critic_loss.backward()
@@ -229,7 +241,7 @@ class SAC(OffPolicyAgent):
 
             # The actor's loss needs gradients through the critic's input only, not its weights.
             self.critic.requires_grad_(False)
-            q_pi = self.critic(torch.cat([obs, pi_actions], -1)).min(0).values.squeeze(-1)
+            q_pi = self.critic(obs, pi_actions).min(0).values.squeeze(-1)
             actor_loss = (alpha * log_prob - q_pi).mean()
             self.actor_optimizer.zero_grad(set_to_none=True)
             actor_loss.backward()

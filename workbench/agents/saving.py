@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from ..checkpoint import MEMORY, META, WEIGHTS, CheckpointError, OpenRun, SavedRun, open_run, read_run, space_from_json
 from ..exploration import exploration_from_dict
 from ..schedules import schedule_from_dict
 from .base import AGENTS, Agent, AgentState
+from .encoders import BUILTIN_ENCODERS, import_encoder
 
 __all__ = ["agent_from_run", "config_of", "known_algorithms", "load", "open_saved", "read_saved"]
 
@@ -43,7 +45,24 @@ def read_saved(path: str | os.PathLike[str]) -> SavedRun:
     return read_run(path, config_of, known_algorithms())
 
 
-def _decode_hyperparameters(cls: type[Agent], hyper: dict[str, Any]) -> dict[str, Any]:
+def _user_encoder(path: str, allow: Sequence[str] | None, label: str) -> type:
+    """The saved run's custom encoder class, imported only when the caller allows its path."""
+    allowed = [allow] if isinstance(allow, str) else list(allow or [])
+    if path not in allowed:
+        raise CheckpointError(
+            f"{label}: the agent was saved with the custom encoder {path!r}; building it imports and runs that "
+            f"code, so it is refused unless you allow it: wb.load(path, allow_encoders=[{path!r}]) "
+            "(or Session.resume(path, env, allow_encoders=[...]))"
+        )
+    try:
+        return import_encoder(path)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise CheckpointError(f"{label}: cannot import the custom encoder {path!r} ({exc})") from None
+
+
+def _decode_hyperparameters(
+    cls: type[Agent], hyper: dict[str, Any], allow_encoders: Sequence[str] | None = None, label: str = META
+) -> dict[str, Any]:
     out: dict[str, Any] = {}
     fields = {f.name for f in dataclasses.fields(cls.Config)}
     for key, value in hyper.items():
@@ -55,13 +74,22 @@ def _decode_hyperparameters(cls: type[Agent], hyper: dict[str, Any]) -> dict[str
             value = schedule_from_dict(value)
         elif isinstance(value, list):
             value = tuple(value)
+        elif key == "encoder" and isinstance(value, str) and value not in BUILTIN_ENCODERS:
+            value = _user_encoder(value, allow_encoders, label)
         out[key] = value
     return out
 
 
-def agent_from_run(run: OpenRun | SavedRun, expected: type[Agent] | None = None, *, memory: bool = False) -> Agent:
+def agent_from_run(
+    run: OpenRun | SavedRun,
+    expected: type[Agent] | None = None,
+    *,
+    memory: bool = False,
+    allow_encoders: Sequence[str] | None = None,
+) -> Agent:
     """Rebuild the agent of a saved run (in training mode) with its state restored, and with
-    ``memory=True`` its replay memory (from a run opened with :func:`open_saved`)."""
+    ``memory=True`` its replay memory (from a run opened with :func:`open_saved`).
+    ``allow_encoders`` lists the import paths of custom encoders it may import and build."""
     meta = run.meta
     cls = AGENTS.get(str(meta.get("algorithm", "")).lower())
     if cls is None:
@@ -71,7 +99,7 @@ def agent_from_run(run: OpenRun | SavedRun, expected: type[Agent] | None = None,
     try:
         obs_space = space_from_json(meta["observation_space"])
         act_space = space_from_json(meta["action_space"])
-        hyper = _decode_hyperparameters(cls, meta.get("hyperparameters", {}))
+        hyper = _decode_hyperparameters(cls, meta.get("hyperparameters", {}), allow_encoders, run.label(META))
         agent = cls(observation_space=obs_space, action_space=act_space, seed=meta.get("seed"), **hyper)
     except CheckpointError:
         raise
@@ -87,7 +115,7 @@ def agent_from_run(run: OpenRun | SavedRun, expected: type[Agent] | None = None,
     replay = getattr(agent, "memory", None)
     if memory and replay is not None:
         # A saved memory of this agent is never larger than the one it just allocated for its spaces.
-        budget = sum(getattr(replay, name).nbytes for name in replay.FIELDS) + 2**16 * len(replay.FIELDS)
+        budget = replay.file_budget()
         arrays = run.memory(budget)
         if arrays is not None:
             try:
@@ -99,10 +127,13 @@ def agent_from_run(run: OpenRun | SavedRun, expected: type[Agent] | None = None,
     return agent
 
 
-def load(path: str | os.PathLike[str]) -> Agent:
+def load(path: str | os.PathLike[str], *, allow_encoders: Sequence[str] | None = None) -> Agent:
     """Load a saved agent in play mode: deterministic, no exploration, no learning.
 
     ``path`` is a directory written by ``session.save`` or a ``.zip`` of one. Raises
     :class:`~workbench.checkpoint.CheckpointError` naming the file and the problem when it cannot be read.
+    A run saved with a custom encoder (``encoder=MyModule``) stores its import path; loading it imports
+    that code, so it happens only when the path is in ``allow_encoders``
+    (``wb.load(path, allow_encoders=["mypkg.encoders.MyEncoder"])``).
     """
-    return agent_from_run(read_saved(path)).eval()
+    return agent_from_run(read_saved(path), allow_encoders=allow_encoders).eval()

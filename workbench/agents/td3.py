@@ -8,7 +8,7 @@ Defaults are Stable-Baselines3's (net [400, 300]); ``wb.preset(env_id, "td3")`` 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -18,7 +18,7 @@ from torch import nn
 from ..exploration import Exploration, GaussianNoise
 from ..memory.replay import ReplayMemory
 from ..schedules import Schedule, as_schedule
-from ..validation import checked, integer, number, optional
+from ..validation import Constraint, checked, integer, number, optional
 from .base import AgentState, register
 from .networks import EnsembleMLP, make_adam, mlp, polyak_update
 from .off_policy import OffPolicyAgent, OffPolicyConfig
@@ -34,17 +34,26 @@ class TD3Config(OffPolicyConfig):
     learning_rate: float | Schedule = 1e-3
     net_arch: tuple[int, ...] = (400, 300)
 
-    actor_lr: float | Schedule | None = checked(None, optional(number(0, min_open=True, schedule=True)))
+    actor_lr: float | Schedule | None = checked(None, optional(number(0, min_open=True, schedule=True)), live=True)
     """The actor's learning rate when it differs from ``learning_rate``."""
-    critic_lr: float | Schedule | None = checked(None, optional(number(0, min_open=True, schedule=True)))
+    critic_lr: float | Schedule | None = checked(None, optional(number(0, min_open=True, schedule=True)), live=True)
     """The critics' learning rate when it differs from ``learning_rate``."""
-    exploration: Exploration | None = field(default_factory=lambda: GaussianNoise(0.1))
+    exploration: Exploration | None = checked(
+        constraint=optional(
+            Constraint(
+                "additive action noise (wb.GaussianNoise, wb.OrnsteinUhlenbeckNoise, wb.TruncatedNormalNoise)",
+                lambda v: isinstance(v, Exploration) and v.kind == "continuous",
+            )
+        ),
+        default_factory=lambda: GaussianNoise(0.1),
+        live=True,
+    )
     """Noise added to actions while training (wb.GaussianNoise, OrnsteinUhlenbeckNoise, TruncatedNormalNoise)."""
-    policy_delay: int = checked(2, integer(min=1))
+    policy_delay: int = checked(2, integer(min=1), live=True)
     """Critic updates per actor and target update."""
-    target_policy_noise: float = checked(0.2, number(0))
+    target_policy_noise: float = checked(0.2, number(0), live=True)
     """Std of the smoothing noise on target actions (in units of half the action range)."""
-    target_noise_clip: float = checked(0.5, number(0))
+    target_noise_clip: float = checked(0.5, number(0), live=True)
     """Clip of the target smoothing noise."""
     n_critics: int = checked(2, integer(min=1))
     """Critics whose minimum is the target."""
@@ -80,18 +89,22 @@ class TD3(OffPolicyAgent):
             )
         if c.policy_delay < 1:
             raise ValueError(f"policy_delay must be at least 1, got {c.policy_delay}")
-        obs_dim = int(np.prod(self.obs_shape))
         self.act_dim = int(np.prod(self.action_space.shape))
 
-        def actor() -> nn.Module:  # deterministic policy squashed into [-1, 1]
-            return nn.Sequential(mlp(obs_dim, c.net_arch, self.act_dim, activation="relu"), nn.Tanh())
+        def actor() -> nn.Module:  # deterministic policy squashed into [-1, 1], after the encoder
+            return self._encoded(
+                lambda d: nn.Sequential(mlp(d, c.net_arch, self.act_dim, activation="relu"), nn.Tanh())
+            )
 
         self.actor = actor()
         self.actor_target = actor()
         self.actor_target.load_state_dict(self.actor.state_dict())
         self.actor_target.requires_grad_(False)
-        self.critic = EnsembleMLP(c.n_critics, obs_dim + self.act_dim, c.net_arch, 1)
-        self.critic_target = EnsembleMLP(c.n_critics, obs_dim + self.act_dim, c.net_arch, 1)
+        enc, obs_dim = self._encoder()
+        self.critic = EnsembleMLP(c.n_critics, obs_dim + self.act_dim, c.net_arch, 1, encoder=enc)
+        self.critic_target = EnsembleMLP(
+            c.n_critics, obs_dim + self.act_dim, c.net_arch, 1, encoder=self._encoder()[0]
+        )
         self.critic_target.load_state_dict(self.critic.state_dict())
         self.critic_target.requires_grad_(False)
 
@@ -99,7 +112,9 @@ class TD3(OffPolicyAgent):
         self._critic_lr = as_schedule(c.learning_rate if c.critic_lr is None else c.critic_lr)
         self.actor_optimizer = make_adam(self.actor.parameters(), lr=self._actor_lr(0.0))
         self.critic_optimizer = make_adam(self.critic.parameters(), lr=self._critic_lr(0.0))
-        self.memory = ReplayMemory(c.buffer_size, self.obs_shape, self.action_space.shape, np.float32)
+        self.memory = ReplayMemory(
+            c.buffer_size, self.obs_shape, self.action_space.shape, np.float32, **self._memory_options()
+        )
         self._steps_since_update = 0
 
     @property
@@ -149,9 +164,9 @@ class TD3(OffPolicyAgent):
                 if c.target_policy_noise > 0:  # target policy smoothing
                     noise = torch.randn(next_actions.shape, generator=self.generator) * c.target_policy_noise
                     next_actions = (next_actions + noise.clamp(-c.target_noise_clip, c.target_noise_clip)).clamp(-1, 1)
-                next_q = self.critic_target(torch.cat([batch.next_obs, next_actions], -1)).min(0).values.squeeze(-1)
+                next_q = self.critic_target(batch.next_obs, next_actions).min(0).values.squeeze(-1)
                 target = batch.rewards + batch.discounts * (1.0 - batch.dones) * next_q
-            q = self.critic(torch.cat([obs, actions], -1)).squeeze(-1)  # (n_critics, batch)
+            q = self.critic(obs, actions).squeeze(-1)  # (n_critics, batch)
             critic_loss = (q - target).pow(2).mean(1).sum()
             self.critic_optimizer.zero_grad(set_to_none=True)
             critic_loss.backward()
@@ -163,7 +178,7 @@ class TD3(OffPolicyAgent):
             if self.num_updates % c.policy_delay == 0:
                 # Gradients flow through the first critic's input only, not into its weights.
                 self.critic.requires_grad_(False)
-                actor_loss = -self.critic.members[0](torch.cat([obs, self.actor(obs)], -1)).mean()
+                actor_loss = -self.critic(obs, self.actor(obs), member=0).mean()
                 self.actor_optimizer.zero_grad(set_to_none=True)
                 actor_loss.backward()
                 self.actor_optimizer.step()

@@ -103,10 +103,16 @@ class PrioritizedReplayMemory(ReplayMemory):
         *,
         alpha: float = 0.6,
         epsilon: float = 1e-6,
+        obs_dtype: np.dtype | type = np.float32,
+        optimize_memory_usage: bool = False,
+        stride: int = 1,
     ) -> None:
         if alpha < 0:
             raise ValueError(f"prioritized replay alpha must be >= 0, got {alpha}")
-        super().__init__(capacity, obs_shape, action_shape, action_dtype)
+        super().__init__(
+            capacity, obs_shape, action_shape, action_dtype, obs_dtype=obs_dtype,
+            optimize_memory_usage=optimize_memory_usage, stride=stride,
+        )
         self.alpha = float(alpha)
         self.epsilon = float(epsilon)
         self.tree = SumTree(self.capacity)

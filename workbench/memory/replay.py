@@ -78,6 +78,13 @@ class ReplayMemory:
 
     With action masks (``workbench.masks``), ``next_masks`` holds each next state's mask (bool,
     allocated at the first ``add`` that brings masks), saved as the array ``next_action_masks``.
+
+    Observations keep ``obs_dtype`` (uint8 frames stay 1 byte a pixel, in memory and in the file).
+    With ``optimize_memory_usage=True`` (Stable-Baselines3's option) next observations are not stored
+    twice: rows arrive ``stride`` at a time (one per env, each add the envs' next step), so the next
+    observation of row ``i`` is the observation of row ``i + stride``; where it is not (an episode
+    ended: the final observation differs from the next episode's first) it is kept on the side, and
+    the newest rows' next observations are held until the next add. Saved files are the same either way.
     """
 
     MASKS = "next_action_masks"
@@ -90,14 +97,30 @@ class ReplayMemory:
         obs_shape: tuple[int, ...],
         action_shape: tuple[int, ...] = (),
         action_dtype: np.dtype | type = np.int64,
+        *,
+        obs_dtype: np.dtype | type = np.float32,
+        optimize_memory_usage: bool = False,
+        stride: int = 1,
     ) -> None:
         if capacity < 1:
             raise ValueError(f"replay capacity must be at least 1, got {capacity}")
         self.capacity = int(capacity)
         self.obs_shape = tuple(obs_shape)
         self.action_shape = tuple(action_shape)
-        self.obs = np.zeros((self.capacity, *self.obs_shape), dtype=np.float32)
-        self.next_obs = np.zeros((self.capacity, *self.obs_shape), dtype=np.float32)
+        self.obs_dtype = np.dtype(obs_dtype)
+        self.optimize_memory_usage = bool(optimize_memory_usage)
+        self.stride = int(stride)
+        self.obs = np.zeros((self.capacity, *self.obs_shape), dtype=self.obs_dtype)
+        if self.optimize_memory_usage:
+            if self.capacity < 2 * self.stride:
+                raise ValueError(
+                    f"optimize_memory_usage needs a replay capacity of at least 2 x {self.stride} envs, got {capacity}"
+                )
+            self._pending: np.ndarray | None = None  # next observations of the newest rows
+            self._finals: dict[int, np.ndarray] = {}  # next observations that are not the following row's
+            self._has_final = np.zeros(self.capacity, dtype=bool)
+        else:
+            self.next_obs = np.zeros((self.capacity, *self.obs_shape), dtype=self.obs_dtype)
         self.actions = np.zeros((self.capacity, *self.action_shape), dtype=action_dtype)
         self.rewards = np.zeros(self.capacity, dtype=np.float32)
         self.dones = np.zeros(self.capacity, dtype=np.float32)
@@ -123,10 +146,13 @@ class ReplayMemory:
         ``next_masks``: the next states' action masks, when the env gives masks."""
         n = len(rewards)
         idx = (self.pos + np.arange(n)) % self.capacity
-        self.obs[idx] = obs
+        if self.optimize_memory_usage:
+            self._add_obs(idx, obs, next_obs)
+        else:
+            self.obs[idx] = obs
+            self.next_obs[idx] = next_obs
         self.actions[idx] = actions
         self.rewards[idx] = rewards
-        self.next_obs[idx] = next_obs
         self.dones[idx] = dones
         self.discounts[idx] = discounts
         if next_masks is not None:
@@ -136,6 +162,55 @@ class ReplayMemory:
         self.pos = int((self.pos + n) % self.capacity)
         self.size = min(self.size + n, self.capacity)
         return idx
+
+    def _add_obs(self, idx: np.ndarray, obs: np.ndarray, next_obs: np.ndarray) -> None:
+        n = len(idx)
+        if n != self.stride:
+            if self.size:
+                raise ValueError(
+                    f"a memory with optimize_memory_usage takes {self.stride} rows an add (one per env), got {n}"
+                )
+            self.stride = n
+        for i in idx[self._has_final[idx]]:  # rows about to be overwritten
+            del self._finals[int(i)]
+        self._has_final[idx] = False
+        obs = np.asarray(obs, dtype=self.obs_dtype)
+        if self._pending is not None and self.size:
+            prev = (idx - n) % self.capacity
+            for j in range(n):
+                if not np.array_equal(self._pending[j], obs[j]):  # an episode ended: keep its final obs
+                    self._finals[int(prev[j])] = self._pending[j].copy()
+                    self._has_final[prev[j]] = True
+        self.obs[idx] = obs
+        self._pending = np.array(next_obs, dtype=self.obs_dtype)
+
+    def _next_obs(self, idx: np.ndarray) -> np.ndarray:
+        """The next observations of rows ``idx`` (optimize_memory_usage: rebuilt, see the class)."""
+        if not self.optimize_memory_usage:
+            return self.next_obs[idx]
+        n = self.stride
+        out = self.obs[(idx + n) % self.capacity]
+        newest = (self.pos - 1 - idx) % self.capacity < n
+        if newest.any() and self._pending is not None:
+            out[newest] = self._pending[(idx[newest] - self.pos + n) % self.capacity]
+        for j in np.flatnonzero(self._has_final[idx]):
+            out[j] = self._finals[int(idx[j])]
+        return out
+
+    def nbytes(self) -> int:
+        """Bytes this memory holds (its arrays, and the side store of optimize_memory_usage)."""
+        total = sum(a.nbytes for a in (self.obs, self.actions, self.rewards, self.dones, self.discounts))
+        if self.optimize_memory_usage:
+            total += sum(a.nbytes for a in self._finals.values()) + self._has_final.nbytes
+            total += 0 if self._pending is None else self._pending.nbytes
+        else:
+            total += self.next_obs.nbytes
+        return int(total)
+
+    def file_budget(self) -> int:
+        """The most bytes a saved memory of this one can take (for reading it back)."""
+        per_row = sum(getattr(self, f)[:1].nbytes for f in self.FIELDS if f != "next_obs") + self.obs[:1].nbytes
+        return per_row * self.capacity + 2**16 * len(self.FIELDS)
 
     def sample_indices(self, batch_size: int, rng: np.random.Generator) -> np.ndarray:
         """Uniform indices into the filled part."""
@@ -154,7 +229,7 @@ class ReplayMemory:
             torch.from_numpy(self.obs[idx]),
             torch.from_numpy(self.actions[idx]),
             torch.from_numpy(self.rewards[idx]),
-            torch.from_numpy(self.next_obs[idx]),
+            torch.from_numpy(self._next_obs(idx)),
             torch.from_numpy(self.dones[idx]),
             torch.from_numpy(self.discounts[idx]),
             torch.from_numpy(np.asarray(weights, dtype=np.float32)),
@@ -170,9 +245,13 @@ class ReplayMemory:
             order = np.arange(self.size)
         else:
             order = (self.pos + np.arange(self.capacity)) % self.capacity
-        arrays = {name: getattr(self, name)[order] for name in self.FIELDS}
+        arrays = {
+            name: self._next_obs(order) if name == "next_obs" else getattr(self, name)[order] for name in self.FIELDS
+        }
         if self.next_masks is not None:
             arrays[self.MASKS] = self.next_masks[order]
+        if self.optimize_memory_usage:  # how many rows an add held, for a memory that loads this one
+            arrays["obs_stride"] = np.array([self.stride], dtype=np.int64)
         return arrays
 
     def load_arrays(
@@ -191,7 +270,7 @@ class ReplayMemory:
         n = len(arrays["rewards"]) if np.ndim(arrays["rewards"]) else -1
         for name in self.FIELDS:
             arr = arrays[name]
-            want = getattr(self, name)
+            want = self.obs if name == "next_obs" else getattr(self, name)
             if arr.ndim == 0 or len(arr) != n or arr.shape[1:] != want.shape[1:]:
                 raise ValueError(
                     f"{source}: array {name!r} has shape {arr.shape}, expected "
@@ -208,6 +287,8 @@ class ReplayMemory:
             )
         keep = min(n, self.capacity)  # a larger saved memory keeps its newest transitions
         for name in self.FIELDS:
+            if name == "next_obs" and self.optimize_memory_usage:
+                continue
             arr = getattr(self, name)
             arr[:keep] = arrays[name][n - keep :]
         self.next_masks = None
@@ -216,6 +297,21 @@ class ReplayMemory:
             self.next_masks[:keep] = masks[n - keep :]
         self.size = keep
         self.pos = keep % self.capacity
+        if self.optimize_memory_usage:
+            stride = arrays.get("obs_stride")
+            if stride is not None and np.size(stride) == 1 and 1 <= int(np.asarray(stride).reshape(-1)[0]) <= keep:
+                self.stride = int(np.asarray(stride).reshape(-1)[0])
+            self._load_next_obs(np.asarray(arrays["next_obs"][n - keep :], dtype=self.obs_dtype))
+
+    def _load_next_obs(self, next_obs: np.ndarray) -> None:
+        keep, k = len(next_obs), self.stride
+        self._finals.clear()
+        self._has_final[:] = False
+        self._pending = next_obs[keep - k :].copy() if keep >= k else None
+        for i in range(max(keep - k, 0)):
+            if not np.array_equal(next_obs[i], self.obs[i + k]):
+                self._finals[i] = next_obs[i].copy()
+                self._has_final[i] = True
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the memory to ``path`` (``.npz``, no pickle); atomic: a crash keeps the old file."""

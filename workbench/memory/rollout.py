@@ -44,10 +44,12 @@ class RolloutBuffer:
         obs_shape: tuple[int, ...],
         action_shape: tuple[int, ...],
         action_dtype: np.dtype | type,
+        *,
+        obs_dtype: np.dtype | type = np.float32,
     ) -> None:
         self.n_steps = n_steps
         self.n_envs = n_envs
-        self.obs = np.zeros((n_steps, n_envs, *obs_shape), dtype=np.float32)
+        self.obs = np.zeros((n_steps, n_envs, *obs_shape), dtype=obs_dtype)  # uint8 images stay uint8
         self.actions = np.zeros((n_steps, n_envs, *action_shape), dtype=action_dtype)
         self.rewards = np.zeros((n_steps, n_envs), dtype=np.float32)
         self.dones = np.zeros((n_steps, n_envs), dtype=np.float32)

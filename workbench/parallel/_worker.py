@@ -18,6 +18,8 @@ Protocol over the connection on file descriptor FD (messages are tuples, pickled
   for envs without masks), asked for after a reset.
 * ``("rng",)`` -> ``("ok", states)``: every env's random stream (``VecEnv.rng_states``).
 * ``("set_rng", states)`` -> ``("ok", None)``: continue those streams at the next reset.
+* ``("call", name, args, kwargs)`` -> ``("ok", results)``: ``session.call_env``, one result per env;
+  ``("missing", message)`` when the env has no such method.
 * ``("close",)``: close the envs and exit.
 
 Any error is answered with ``("error", where, traceback_text)``; the parent raises it, naming this worker.
@@ -157,6 +159,14 @@ def main(fd: int, status_fd: int | None = None) -> None:
                     where = "setting the envs' random streams"
                     vec.set_rng_states(message[1])
                     conn.send(("ok", None))
+                elif command == "call":
+                    where = f"env.{message[1]}"
+                    try:
+                        results = vec.call(message[1], message[2], message[3])
+                    except envs_module.EnvMethodError as exc:
+                        conn.send(("missing", str(exc)))
+                    else:
+                        conn.send(("ok", results))
                 elif command == "close":
                     break
                 else:

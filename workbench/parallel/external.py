@@ -297,6 +297,13 @@ class ExternalRunner:
         with self._cond:
             return sum(len(q) for q in self._queues)
 
+    def call(self, name: str, args: tuple, kwargs: dict[str, Any]) -> list[Any]:
+        """``session.call_env`` has no env copies to reach here: a clear error."""
+        raise ValueError(
+            f"call_env({name!r}) calls a method on the session's env copies, but an external session has "
+            "none (the application owns the env): call the method on your env directly"
+        )
+
     def close(self) -> None:
         """Nothing to close: the envs belong to the application."""
 

@@ -389,6 +389,40 @@ class LocalRunner:
             w.conn.send(("set_rng", list(states[w.envs])))
             self._receive(w, timeout=_START_TIMEOUT_S)
 
+    def call(self, name: str, args: Any = (), kwargs: dict[str, Any] | None = None) -> list[Any]:
+        """Call method ``name`` on every env in every worker (``session.call_env``), between steps;
+        one result per env, in env order. Arguments and results travel pickled between this
+        library's own processes. The env's exception becomes a :class:`WorkerError` naming the
+        worker (with the env's traceback); a missing method an ``EnvMethodError``."""
+        from ..envs import EnvMethodError
+
+        for w in self._workers:
+            w.conn.send(("call", name, tuple(args), dict(kwargs or {})))
+        results: list[Any] = []
+        missing: str | None = None
+        error: WorkerError | None = None
+        for w in self._workers:  # every answer is read, so the connections stay in step
+            try:
+                raw = w.conn.recv_bytes() if w.conn.poll(_START_TIMEOUT_S) else None
+                if raw is None:
+                    raise WorkerError(w.id, f"did not answer call_env within {_START_TIMEOUT_S:.0f} s", envs=w.envs)
+                message = ForkingPickler.loads(raw)
+                if message[0] == "missing":
+                    missing = message[1]
+                elif message[0] == "error":
+                    raise WorkerError(w.id, f"raised in {message[1]}", envs=w.envs, remote_traceback=message[2])
+                else:
+                    results.extend(message[1])
+            except WorkerError as exc:
+                error = error or exc
+            except (EOFError, OSError) as exc:
+                error = error or WorkerError(w.id, f"process died ({exc})", envs=w.envs, died=True)
+        if missing is not None:
+            raise EnvMethodError(missing)
+        if error is not None:
+            raise error
+        return results
+
     def interrupt(self) -> None:
         """Kill every worker process now, from any thread: a step waiting on one of them returns
         at once with a :class:`WorkerError` (how a session gives up a run stuck in a step)."""

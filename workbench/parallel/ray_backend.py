@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
 import time
 import weakref
 from typing import Any
@@ -37,7 +38,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..envs import EnvSource, VecEnv
+from ..agents.live import apply_edits
+from ..envs import EnvMethodError, EnvSource, VecEnv
 from ..loop import Step, Transitions, collect, concat_envs, row
 from .errors import WorkerError
 from .local import check_step_timeout
@@ -119,6 +121,8 @@ class _RolloutWorker:
         self.agent = agent_cls(observation_space=spaces[0], action_space=spaces[1], seed=agent_seed, **config)
         self.agent.train()
         self.obs: np.ndarray | None = None
+        # collect and call_env take turns (with step_timeout the actor serves two calls at once).
+        self.lock = threading.Lock()
 
     def pid(self) -> int:
         """The worker process id (tests check it is gone after a run)."""
@@ -130,11 +134,32 @@ class _RolloutWorker:
         return self.obs
 
     def collect(
-        self, weights: dict[str, Any] | None, timesteps: int, total: int | None, stride: int, steps: int
+        self,
+        weights: dict[str, Any] | None,
+        timesteps: int,
+        total: int | None,
+        stride: int,
+        steps: int,
+        edits: dict[str, Any] | None = None,
     ) -> tuple[Transitions, np.ndarray, float]:
         """Collect ``steps`` steps with ``weights`` (``workbench.loop.collect``); return the stacked
-        transitions, the observations to continue from, and the seconds it took."""
+        transitions, the observations to continue from, and the seconds it took. ``edits``: live
+        hyperparameter changes (``session.set``: exploration, warm-up...) applied first."""
+        with self.lock:
+            return self._collect(weights, timesteps, total, stride, steps, edits)
+
+    def _collect(
+        self,
+        weights: dict[str, Any] | None,
+        timesteps: int,
+        total: int | None,
+        stride: int,
+        steps: int,
+        edits: dict[str, Any] | None,
+    ) -> tuple[Transitions, np.ndarray, float]:
         agent = self.agent
+        if edits:
+            apply_edits(agent, edits)
         if weights is not None:
             agent.load_networks(weights)
         # The replica's clock starts at the learner's, so schedules (epsilon, warm-up) match.
@@ -143,6 +168,15 @@ class _RolloutWorker:
         start = time.perf_counter()
         transitions, self.obs = collect(_ClockedReplica(agent, stride), self.timed, self.obs, steps)
         return transitions, self.obs, time.perf_counter() - start
+
+    def call_env(self, name: str, args: tuple, kwargs: dict[str, Any]) -> tuple[str, Any]:
+        """``session.call_env``: method ``name`` on each of this worker's envs, between chunks.
+        Returns ``("ok", results)`` or ``("missing", message)`` when the env has no such method."""
+        with self.lock:
+            try:
+                return "ok", self.vec.call(name, args, kwargs)
+            except EnvMethodError as exc:
+                return "missing", str(exc)
 
     def stepping(self) -> tuple[float | None, int | None]:
         """Seconds the current ``env.step`` has run (None between steps) and the index of the env
@@ -298,6 +332,7 @@ class RayRunner:
         self._chunk_len = 0
         self._obs: np.ndarray | None = None
         self._pending: list[tuple[str, float]] = []
+        self._edits: dict[str, Any] = {}  # live edits not yet sent to the workers
         try:
             for w in range(num_workers):
                 self._actors[w] = self._new_actor(w, None if seed is None else seed + w * envs_per_worker)
@@ -414,8 +449,9 @@ class RayRunner:
     def _request(self, timesteps: int) -> None:
         weights = self._publish()
         total = self.agent.total_timesteps
+        edits, self._edits = self._edits or None, {}
         self._inflight = [
-            a.collect.remote(weights, timesteps, total, self.num_envs, self.chunk) for a in self._actors
+            a.collect.remote(weights, timesteps, total, self.num_envs, self.chunk, edits) for a in self._actors
         ]
         self._inflight_version = self._weights_version
 
@@ -487,6 +523,32 @@ class RayRunner:
         next_obs = data.obs[t + 1] if t + 1 < self._chunk_len else self._data_last_obs
         self._obs = next_obs
         return row(data, t), next_obs
+
+    def set_config(self, values: dict[str, Any]) -> None:
+        """Live hyperparameter edits (``session.set``, already applied to the learner): every
+        worker's replica applies them before its next chunk (exploration, warm-up...); a worker
+        started later is built with them. The weights are sent again with them, so a network the
+        edit adds (SAC's learned entropy coefficient) arrives too."""
+        self._config.update(values)
+        self._edits.update(values)
+        self._weights_ref = None
+
+    def call(self, name: str, args: Any = (), kwargs: dict[str, Any] | None = None) -> list[Any]:
+        """Call method ``name`` on every env of every worker (``session.call_env``); one result
+        per env, in env order. A worker with a chunk in flight answers once that chunk is
+        collected (between its steps). The env's exception becomes a :class:`WorkerError`."""
+        refs = [a.call_env.remote(name, tuple(args), dict(kwargs or {})) for a in self._actors]
+        results: list[Any] = []
+        missing = None
+        for w, ref in enumerate(refs):
+            kind, value = self._get(w, ref, timeout=_START_TIMEOUT_S)
+            if kind == "missing":
+                missing = value
+            else:
+                results.extend(value)
+        if missing is not None:
+            raise EnvMethodError(missing)
+        return results
 
     def drain_signals(self) -> list[tuple[str, float]]:
         """Per-worker signals and ``weight_staleness`` since the last call, as ``(name, value)`` pairs."""

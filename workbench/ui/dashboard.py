@@ -29,7 +29,16 @@ from .heartbeat import Heartbeat
 from .live_plot import LivePlot
 from .picture import svg_picture
 from .plots import MAX_POINTS, X_AXES
-from .view_model import ACTIVE, COMPANIONS, ENDED, DashboardView, default_signals, series_view, snapshot
+from .view_model import (
+    ACTIVE,
+    COMPANIONS,
+    ENDED,
+    DashboardView,
+    default_signals,
+    event_markers,
+    series_view,
+    snapshot,
+)
 
 if TYPE_CHECKING:
     from ..session import Session
@@ -102,9 +111,24 @@ def _trace_specs(series: tuple[str, ...], smoothing: int, x_title: str) -> list[
     return specs
 
 
-def _layout(name: str, series: tuple[str, ...], x_axis: str, log_y: bool) -> dict[str, Any]:
+def _marker_shapes(markers: list[tuple[float, str]]) -> list[dict[str, Any]]:
+    """A dotted vertical line per live edit or env call, labelled at the top (plotly shapes)."""
+    return [
+        {
+            "type": "line", "xref": "x", "yref": "paper", "x0": x, "x1": x, "y0": 0, "y1": 1,
+            "line": {"color": "#8250df", "width": 1, "dash": "dot"},
+            "label": {"text": label, "textposition": "end", "textangle": 0, "font": {"size": 9, "color": "#8250df"}},
+        }
+        for x, label in markers
+    ]
+
+
+def _layout(
+    name: str, series: tuple[str, ...], x_axis: str, log_y: bool, markers: list[tuple[float, str]] = ()
+) -> dict[str, Any]:
     grid = "#ebf0f8"
     return {
+        "shapes": _marker_shapes(list(markers)),
         "title": {"text": name, "x": 0.02, "font": {"size": 14}},
         "height": 260,
         "margin": {"l": 60, "r": 15, "t": 35, "b": 40},
@@ -128,6 +152,7 @@ class _Panel:
         self.series = series
         self.plot = plot
         self.cursors: dict[str, tuple[int, int]] = {}  # per series: the view-model cursor sent up to
+        self.markers: list[tuple[float, str]] = []  # the live edits and env calls its layout marks
 
     @property
     def fig(self) -> LivePlot:
@@ -209,6 +234,8 @@ class Dashboard(widgets.VBox):
         self._ticking = False
         self._plotted_at = 0.0
         self.view: DashboardView | None = None  # the view-model drawn last
+        self._markers: list[tuple[float, str]] = []  # live edits and env calls marked on the plots
+        self._events_key: tuple[int, str, int] | None = None
         self.picture: str | None = None  # the SVG picture left in the output when the run ended
 
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -296,15 +323,26 @@ class Dashboard(widgets.VBox):
         self.x_axis.observe(self._on_view_change, names="value")
         self.log_scale.observe(self._on_log_scale, names="value")
 
+        # The edit panel (live hyperparameters, session.set) is built when first asked for.
+        self.edit_button = widgets.ToggleButton(
+            value=False, description="Edit", icon="sliders", tooltip="edit hyperparameters while it trains",
+            layout={"width": "92px"},
+        )
+        self.edit_button.add_class("wb-edit")
+        self.edit_button.observe(self._on_edit, names="value")
+        self.edit_panel: Any = None
+        self.edit_box = widgets.VBox()
         controls = widgets.HBox(
-            [*self.buttons.values(), self.steps_box, self.save_path],
+            [*self.buttons.values(), self.edit_button, self.steps_box, self.save_path],
             layout={"flex_flow": "row wrap", "align_items": "center"},
         )
         view = widgets.HBox(
             [self.signal_select, widgets.VBox([self.smoothing, widgets.HBox([self.x_axis, self.log_scale])])],
             layout={"align_items": "flex-start", "flex_flow": "row wrap"},
         )
-        super().__init__([self.status_row, self.progress, controls, self.message, self.error_box, view, self.plots])
+        super().__init__(
+            [self.status_row, self.progress, controls, self.message, self.edit_box, self.error_box, view, self.plots]
+        )
         self.add_class("wb-dashboard")
         # The first paint needs no plotly and no anywidget; the plots join on the timer's first tick.
         self._painted = False
@@ -408,11 +446,13 @@ class Dashboard(widgets.VBox):
         x_axis, smoothing = self.x_axis.value, self.smoothing.value
         plot = LivePlot(
             _trace_specs(series, smoothing, X_AXES[x_axis]),
-            _layout(name, series, x_axis, self.log_scale.value),
+            _layout(name, series, x_axis, self.log_scale.value, self._markers),
             classes=(f"wb-plot-{name}",),
         )
         plot.on_page = self._on_page  # a new page model (a reload) asks for the data: wake the timer
-        return _Panel(name, series, plot)
+        panel = _Panel(name, series, plot)
+        panel.markers = self._markers
+        return panel
 
     def _set_panels(self) -> None:
         shown = []
@@ -511,8 +551,26 @@ class Dashboard(widgets.VBox):
         self._set_panels()
         rewards = self.session.signals.get("episode_reward")
         episode_steps = rewards.snapshot()[0] if rewards is not None else np.zeros(0, dtype=np.int64)
+        self._mark_events(episode_steps)
         for name in self.signal_select.value:
             self._draw_panel(self._panels[name], force, episode_steps)
+
+    def _mark_events(self, episode_steps: np.ndarray) -> None:
+        """Keep a marker on every plot for each live edit and env call (``session.events``).
+        Costs a length check per plot refresh; layouts change only when an event is added."""
+        events = self.session.events
+        x_axis = self.x_axis.value
+        key = (len(events), x_axis, len(episode_steps) if x_axis == "episodes" else 0)
+        if key == self._events_key:
+            return
+        self._events_key = key
+        self._markers = event_markers(list(events), x_axis, episode_steps) if events else []
+        for panel in self._panels.values():
+            if panel.markers != self._markers:
+                panel.markers = self._markers
+                panel.plot.plot_layout = _layout(
+                    panel.name, panel.series, x_axis, self.log_scale.value, self._markers
+                )
 
     def refresh(self) -> None:
         """Redraw the status, buttons and plots from a fresh view-model of the session (any thread)."""
@@ -711,13 +769,17 @@ class Dashboard(widgets.VBox):
             for panel in self._panels.values():
                 with panel.plot.hold_sync():
                     panel.plot.traces = _trace_specs(panel.series, smoothing, X_AXES[x_axis])
-                    panel.plot.plot_layout = _layout(panel.name, panel.series, x_axis, self.log_scale.value)
+                    panel.plot.plot_layout = _layout(
+                        panel.name, panel.series, x_axis, self.log_scale.value, panel.markers
+                    )
             self._refresh_plots(force=True)
 
     def _on_log_scale(self, change: dict[str, Any]) -> None:
         with self._lock:
             for panel in self._panels.values():
-                panel.plot.plot_layout = _layout(panel.name, panel.series, self.x_axis.value, bool(change["new"]))
+                panel.plot.plot_layout = _layout(
+                    panel.name, panel.series, self.x_axis.value, bool(change["new"]), panel.markers
+                )
 
     def _command(self, action: Any, done: str = "") -> None:
         try:
@@ -740,6 +802,19 @@ class Dashboard(widgets.VBox):
 
     def _on_stop(self, _button: widgets.Button | None = None) -> None:
         self._command(self.session.stop)
+
+    def _on_edit(self, change: dict[str, Any]) -> None:
+        """Show or hide the edit panel (built on first use; it shows the values current then)."""
+        if change["new"]:
+            if self.edit_panel is None:
+                from .edit_panel import EditPanel
+
+                self.edit_panel = EditPanel(self.session)
+            else:
+                self.edit_panel.reload()
+            self.edit_box.children = (self.edit_panel,)
+        else:
+            self.edit_box.children = ()
 
     def _on_save(self, _button: widgets.Button | None = None) -> None:
         path = self.save_path.value.strip()

@@ -28,6 +28,8 @@ __all__ = [
     "SeriesView",
     "default_signals",
     "end_reason",
+    "event_label",
+    "event_markers",
     "format_ago",
     "format_duration",
     "format_rate",
@@ -325,3 +327,38 @@ def snapshot(
         enabled=enabled,
         series=series,
     )
+
+
+def event_label(event: Any) -> str:
+    """A short text for a live edit or env call (``workbench.live_edits.Event``):
+    ``learning_rate 0.001 → 0.0001``, ``set_difficulty(3)``."""
+
+    def short(value: Any) -> str:
+        if isinstance(value, float):
+            return f"{value:.4g}"
+        if isinstance(value, dict) and "schedule" in value:
+            return f"{value['schedule']}({value.get('start', value.get('value'))}→{value.get('end', '')})"
+        if isinstance(value, dict) and "type" in value:
+            return str(value["type"])
+        text = repr(value) if isinstance(value, str) else str(value)
+        return text if len(text) <= 24 else text[:21] + "..."
+
+    if event.kind == "call_env":
+        new = event.new or {}
+        parts = [short(a) for a in new.get("args", [])] + [f"{k}={short(v)}" for k, v in new.get("kwargs", {}).items()]
+        return f"{event.name}({', '.join(parts)})"
+    return f"{event.name} {short(event.old)} → {short(event.new)}"
+
+
+def event_markers(events: Iterable[Any], axis: str, episode_steps: np.ndarray) -> list[tuple[float, str]]:
+    """Where the plots mark each event (live edits, env calls) on the x axis ``axis``, with its
+    label; events at the same x share one marker (their labels joined)."""
+    merged: dict[float, list[str]] = {}
+    for event in events:
+        if axis == "time":
+            x = float(event.time)
+        else:
+            x = float(x_values(axis, np.asarray([event.step]), np.zeros(1), episode_steps)[0])
+        merged.setdefault(x, []).append(event_label(event))
+    return [(x, "; ".join(labels)) for x, labels in sorted(merged.items())]
+

@@ -1,0 +1,161 @@
+"""Image observations: rl-workbench against Stable-Baselines3 on MinAtar Breakout, and replay memory size.
+
+1. MinAtar Breakout (``MinAtar/Breakout-v1``: 10x10x4 frames as uint8), PPO and DQN, the same settings
+   and budget in both libraries, interleaved seed by seed so machine noise hits both alike. Both use the
+   same small CNN (16 3x3 filters, 128 features; SB3 through ``features_extractor_class``) and no hidden
+   layers after it; SB3's PPO gets ``share_features_extractor=False`` as ours has one CNN per network.
+   Prints per seed the final evaluation (10 deterministic episodes) and the wall time, then the ratio
+   of median wall times (workbench / SB3; lower is faster).
+2. The memory of a 100k-transition DQN replay of Atari frame stacks (4x84x84 uint8), ours and SB3's,
+   with and without ``optimize_memory_usage`` (the bytes its arrays take when full).
+
+    python benchmarks/images.py --steps 100000 --seeds 3      # the full run (about 10 minutes a run here)
+    python benchmarks/images.py --steps 10000 --seeds 1 --agents ppo
+    python benchmarks/images.py --memory-only
+
+Not part of the test suite: speed is measured here, not asserted in tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+import torch
+from torch import nn
+
+import workbench as wb
+
+ENV = "MinAtar/Breakout-v1"
+
+PPO_SETTINGS = dict(n_envs=8, n_steps=128, batch_size=256, n_epochs=4, learning_rate=2.5e-4, clip_range=0.1,
+                    ent_coef=0.01, vf_coef=0.5, gamma=0.99, gae_lambda=0.95, max_grad_norm=0.5)
+DQN_SETTINGS = dict(buffer_size=100_000, learning_rate=1e-4, batch_size=32, learning_starts=5_000,
+                    target_update_interval=1_000, train_freq=4, gradient_steps=1, gamma=0.99, max_grad_norm=10.0)
+DQN_EPS = (1.0, 0.01, 0.1)  # start, end, fraction of the budget
+
+
+def run_workbench(algo: str, seed: int, steps: int) -> tuple[float, float]:
+    if algo == "ppo":
+        agent = wb.PPO(ENV, seed=seed, net_arch=(), encoder="small", **PPO_SETTINGS)
+    else:
+        agent = wb.DQN(ENV, seed=seed, net_arch=(), encoder="small", double_q=False, tau=1.0,
+                       exploration=wb.EpsilonGreedy(*DQN_EPS), **DQN_SETTINGS)
+    session = wb.Session(agent, ENV, seed=seed)
+    t0 = time.perf_counter()
+    session.run(steps=steps)
+    wall = time.perf_counter() - t0
+    returns = agent.play(ENV, episodes=10, seed=10_000 + seed, max_steps=5_000)
+    return wall, float(np.mean(returns))
+
+
+def _sb3_small_cnn():
+    from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+
+    class SmallCNN(BaseFeaturesExtractor):
+        """The same network as workbench's encoder="small": 16 3x3 filters, 128 features."""
+
+        def __init__(self, observation_space, features_dim: int = 128) -> None:
+            super().__init__(observation_space, features_dim)
+            c, h, w = observation_space.shape  # SB3 hands images channels first
+            self.cnn = nn.Sequential(nn.Conv2d(c, 16, 3), nn.ReLU(), nn.Flatten())
+            self.linear = nn.Sequential(nn.Linear(16 * (h - 2) * (w - 2), features_dim), nn.ReLU())
+
+        def forward(self, obs: torch.Tensor) -> torch.Tensor:
+            return self.linear(self.cnn(obs))
+
+    return SmallCNN
+
+
+def run_sb3(algo: str, seed: int, steps: int) -> tuple[float, float]:
+    from stable_baselines3 import DQN, PPO
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.evaluation import evaluate_policy
+
+    from workbench.envs import make_env
+
+    policy_kwargs = dict(features_extractor_class=_sb3_small_cnn(), net_arch=[])
+    if algo == "ppo":
+        s = dict(PPO_SETTINGS)
+        env = make_vec_env(lambda: make_env(ENV), n_envs=s.pop("n_envs"), seed=seed)
+        model = PPO("CnnPolicy", env, seed=seed, device="cpu", policy_kwargs={**policy_kwargs,
+                    "share_features_extractor": False}, **s)
+    else:
+        env = make_vec_env(lambda: make_env(ENV), n_envs=1, seed=seed)
+        start, end, fraction = DQN_EPS
+        model = DQN("CnnPolicy", env, seed=seed, device="cpu", policy_kwargs=policy_kwargs, tau=1.0,
+                    exploration_initial_eps=start, exploration_final_eps=end, exploration_fraction=fraction,
+                    **DQN_SETTINGS)
+    t0 = time.perf_counter()
+    model.learn(total_timesteps=steps)
+    wall = time.perf_counter() - t0
+    eval_env = make_vec_env(lambda: make_env(ENV), n_envs=1, seed=10_000 + seed)
+    mean, _ = evaluate_policy(model, eval_env, n_eval_episodes=10, deterministic=True)
+    return wall, float(mean)
+
+
+def replay_memory_bytes() -> None:
+    """Bytes of a full 100k-transition DQN replay memory of 4x84x84 uint8 frames, per library."""
+    from gymnasium import spaces
+
+    from workbench.memory import ReplayMemory
+
+    n, shape = 100_000, (4, 84, 84)
+    rows = []
+    for optimize in (False, True):
+        mem = ReplayMemory(n, shape, obs_dtype=np.uint8, optimize_memory_usage=optimize)
+        rows.append(("workbench", optimize, mem.nbytes()))
+    try:
+        from stable_baselines3.common.buffers import ReplayBuffer
+
+        obs_space = spaces.Box(0, 255, shape, np.uint8)
+        for optimize in (False, True):
+            buf = ReplayBuffer(n, obs_space, spaces.Discrete(4), device="cpu", optimize_memory_usage=optimize,
+                               handle_timeout_termination=not optimize)
+            names = ("observations", "next_observations", "actions", "rewards", "dones", "timeouts")
+            total = sum(getattr(buf, name).nbytes for name in names if getattr(buf, name, None) is not None)
+            rows.append(("sb3", optimize, total))
+    except ImportError:
+        print("(stable-baselines3 not installed: its replay memory is not measured)")
+    print(f"\nDQN replay memory, {n:,} transitions of {'x'.join(map(str, shape))} uint8 frames (arrays when full):")
+    for lib, optimize, total in rows:
+        print(f"  {lib:10s} optimize_memory_usage={optimize!s:5s}  {total / 2**30:6.2f} GiB  "
+              f"{total / n:9,.0f} bytes/transition")
+    print("  (workbench with optimize_memory_usage also keeps the final frame stack of each ended episode: "
+          f"{int(np.prod(shape)):,} bytes per episode)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=100_000, help="env steps per run (default 100000)")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--agents", nargs="+", default=["ppo", "dqn"], choices=["ppo", "dqn"])
+    parser.add_argument("--no-sb3", action="store_true", help="workbench only")
+    parser.add_argument("--memory-only", action="store_true", help="only the replay memory sizes")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads for both libraries")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    replay_memory_bytes()
+    if args.memory_only:
+        return
+    for algo in args.agents:
+        walls: dict[str, list[float]] = {"workbench": [], "sb3": []}
+        print(f"\n{ENV} {algo.upper()}, {args.steps:,} steps per run:")
+        for seed in range(args.seeds):
+            libs = [("workbench", run_workbench)] + ([] if args.no_sb3 else [("sb3", run_sb3)])
+            if seed % 2:
+                libs.reverse()  # alternate who goes first
+            for lib, run in libs:
+                wall, ret = run(algo, seed, args.steps)
+                walls[lib].append(wall)
+                print(f"  seed {seed} {lib:10s} eval {ret:7.2f}  wall {wall:7.1f} s  "
+                      f"({args.steps / wall:,.0f} steps/s)", flush=True)
+        if walls["sb3"]:
+            ratio = statistics.median(walls["workbench"]) / statistics.median(walls["sb3"])
+            print(f"  median wall time, workbench / SB3: {ratio:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,204 @@
+"""Steering a session while it trains: live hyperparameter edits and calls on the envs, recorded.
+
+``session.set(**values)`` and ``session.call_env(name, *args, **kwargs)`` land here. Both work
+while the session is idle, running or paused, from any thread:
+
+* running: the request is queued and the training thread carries it out between two env steps
+  (never during an update); the caller waits for it and gets its result or its error;
+* idle, paused or ended: it is carried out at once, under the session's lock (a paused loop is
+  waiting on that lock, so it cannot race).
+
+An edit is checked as the agent's constructor checks its hyperparameters
+(``workbench.agents.live``), applied to the learner, and sent to the backend's acting replicas
+(Ray workers; in-process and local workers act with the learner itself). A call reaches every env
+copy (``runner.call``). Each becomes an :class:`Event` in ``session.events``; an edit to a number
+is also a signal ``set/<name>`` (its value at the step it changed, a schedule's current value) so
+``signals.csv`` shows it; events are saved in ``meta.json`` (``session.events``, plain JSON) and
+come back with ``Session.resume``. See docs/live-edits.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from . import checkpoint
+from .agents.live import apply_edits, check_edits, editable
+from .exploration import Exploration
+from .schedules import Schedule
+
+__all__ = ["SIGNAL_PREFIX", "Event", "LiveControl", "editable_hyperparameters"]
+
+SIGNAL_PREFIX = "set/"
+"""Signals named ``set/<hyperparameter>`` hold the value an edit set, at the step it was made (a
+slash, as in ``worker_3/...``: every tracker takes it in a metric name, where a colon is not)."""
+
+_TIMEOUT_S = 60.0  # longest a caller waits for the training thread to carry out its request
+
+
+@dataclasses.dataclass(frozen=True)
+class Event:
+    """One change made to a run while it lived: ``kind`` ``"set"`` (a hyperparameter ``name``
+    changed from ``old`` to ``new``) or ``"call_env"`` (method ``name`` called on every env copy,
+    ``new`` holding its ``args`` and ``kwargs``), at env step ``step``, ``time`` seconds into the run.
+    ``old`` and ``new`` are JSON-ready (a schedule or exploration as its dict)."""
+
+    kind: str
+    step: int
+    name: str
+    old: Any
+    new: Any
+    time: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON data (what a checkpoint stores)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Event:
+        """Read back what :meth:`to_dict` wrote."""
+        return cls(
+            kind=str(data["kind"]), step=int(data["step"]), name=str(data["name"]),
+            old=data.get("old"), new=data.get("new"), time=float(data.get("time", 0.0)),
+        )
+
+
+def _json(value: Any) -> Any:
+    """A value as JSON data: numbers, strings and lists as they are, a schedule or an exploration
+    as its ``to_dict()``, anything else as its ``repr``."""
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    if isinstance(value, tuple):
+        value = list(value)
+    try:
+        return checkpoint.json_ready(value)
+    except Exception:
+        return repr(value)
+
+
+def _number(value: Any, progress: float) -> float | None:
+    """The number an edit puts on the ``set/`` signal: the value, a schedule's or an exploration's
+    current value, True/False as 1/0; None when it is not a number (``"auto"``, None)."""
+    if isinstance(value, bool | int | float):
+        return float(value)
+    if isinstance(value, Schedule):
+        return float(value(progress))
+    if isinstance(value, Exploration):
+        return float(value.value(progress))  # its current strength (epsilon, noise stddev)
+    return None
+
+
+class _Request:
+    def __init__(self, work: Callable[[], Any]) -> None:
+        self.work = work
+        self.done = False
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.result = self.work()
+        except BaseException as exc:  # handed to the caller; the run goes on
+            self.error = exc
+        self.done = True
+
+
+class LiveControl:
+    """A session's live edits and env calls: the queue the training thread serves, and the records."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+        self.pending: list[_Request] = []
+        self.calls: list[tuple[str, tuple, dict[str, Any]]] = []  # replayed on env copies built later
+
+    # -- carrying requests out -------------------------------------------------------------------
+
+    def submit(self, work: Callable[[], Any]) -> Any:
+        """Run ``work`` where it cannot race the training loop; return its result or raise its error."""
+        s = self.session
+        with s._cond:
+            queued = s._status == "running" and s.is_alive and not s._in_loop_thread() and not s._abandoned
+            if not queued:
+                return work()
+            request = _Request(work)
+            self.pending.append(request)
+            s._cond.notify_all()
+            if not s._cond.wait_for(lambda: request.done, timeout=_TIMEOUT_S):
+                if request in self.pending:
+                    self.pending.remove(request)
+                raise TimeoutError(
+                    f"the training thread did not reach a step boundary within {_TIMEOUT_S:g} s (it is in "
+                    f"{s._activity()}); nothing was changed"
+                )
+        if request.error is not None:
+            raise request.error
+        return request.result
+
+    def serve(self) -> None:
+        """Carry out the queued requests (the training thread, between steps, or at the run's end)."""
+        s = self.session
+        with s._cond:
+            while self.pending:
+                self.pending.pop(0).run()
+            s._cond.notify_all()
+
+    # -- the commands ----------------------------------------------------------------------------
+
+    def set(self, values: dict[str, Any]) -> dict[str, Any]:
+        """``session.set``: check at once (in the caller's thread), apply where it cannot race."""
+        agent = self.session.agent
+        check_edits(agent, values, owner="Session.set")
+        return self.submit(lambda: self._apply(dict(values)))
+
+    def _apply(self, values: dict[str, Any]) -> dict[str, Any]:
+        s = self.session
+        agent = s.agent
+        old = apply_edits(agent, values)
+        runner = s._runner
+        send = getattr(runner, "set_config", None)
+        if send is not None:
+            send(values)
+        step, now, progress = s.steps, s.elapsed, agent.progress
+        for name, new in values.items():
+            event = Event("set", step, name, _json(old[name]), _json(new), now)
+            s.events.append(event)
+            if s._tracking is not None:  # trackers note the edit (workbench.tracking: log_event)
+                s._tracking.log_event(step, name, event.old, event.new)
+            number = _number(new, progress)
+            if number is not None:
+                s.signals.record(SIGNAL_PREFIX + name, step, number, now)
+        return old
+
+    def call_env(self, name: str, args: tuple, kwargs: dict[str, Any]) -> list[Any]:
+        """``session.call_env``: the method on every env copy, between steps; the results in env order."""
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"call_env needs a method name such as 'set_difficulty', got {name!r}")
+        return self.submit(lambda: self._call(name, tuple(args), dict(kwargs)))
+
+    def _call(self, name: str, args: tuple, kwargs: dict[str, Any]) -> list[Any]:
+        s = self.session
+        if getattr(s, "env_source", None) is None:
+            raise ValueError(
+                f"call_env({name!r}) calls a method on the session's env copies, but this session has none "
+                "(the application owns the env): call the method on your env directly"
+            )
+        runner = s._ensure_runner()
+        results = runner.call(name, args, kwargs)
+        self.calls.append((name, args, kwargs))
+        s.events.append(
+            Event("call_env", s.steps, name, None, {"args": _json(list(args)), "kwargs": _json(kwargs)}, s.elapsed)
+        )
+        return results
+
+    def replay(self, runner: Any) -> None:
+        """Make the calls of this session again, in order, on a runner's freshly built env copies
+        (worker backends build new ones for every run), so every copy is configured alike."""
+        for name, args, kwargs in self.calls:
+            runner.call(name, args, kwargs)
+
+
+def editable_hyperparameters(agent: Any) -> dict[str, Any]:
+    """The agent's editable hyperparameters and their current values (what a panel shows)."""
+    return {name: getattr(agent.config, name) for name in editable(agent)}
+
