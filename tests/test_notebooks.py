@@ -21,7 +21,7 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 def test_there_are_notebooks_for_every_use():
     names = {p.name for p in NOTEBOOKS}
     assert {"quickstart.ipynb", "custom_env.ipynb", "save_load_play.ipynb", "parallel_and_ray.ipynb",
-            "compare_runs.ipynb", "sweep.ipynb"} <= names
+            "compare_runs.ipynb", "sweep.ipynb", "external.ipynb"} <= names
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
