@@ -75,6 +75,12 @@ CASES = [
     ("a2c-box-gsde", wb.A2C, "Pendulum-v1", {"net_arch": (32, 32), "use_sde": True}),
     ("dqn", wb.DQN, "CartPole-v1", DQN_FAST),
     ("dqn-dueling-norm", wb.DQN, "CartPole-v1", {**DQN_FAST, "dueling": True, "normalize_observations": True}),
+    # The distributional DQN family: the greedy action over each action's expected return.
+    ("qrdqn", wb.QRDQN, "CartPole-v1", DQN_FAST),
+    ("qrdqn-dueling-norm", wb.QRDQN, "CartPole-v1", {**DQN_FAST, "dueling": True, "normalize_observations": True}),
+    ("c51", wb.C51, "CartPole-v1", {**DQN_FAST, "v_min": 0.0, "v_max": 50.0}),
+    ("rainbow-noisy", wb.Rainbow, "CartPole-v1", {**DQN_FAST, "v_min": 0.0, "v_max": 50.0}),
+    ("rainbow-no-distribution", wb.Rainbow, "CartPole-v1", {**DQN_FAST, "distributional": False}),
     ("sac", wb.SAC, "Pendulum-v1", OFF_POLICY),
     ("sac-gsde-norm", wb.SAC, "Pendulum-v1", {**OFF_POLICY, "use_sde": True, "normalize_observations": True}),
     ("td3-norm", wb.TD3, "Pendulum-v1", {**OFF_POLICY, "normalize_observations": True}),

@@ -11,7 +11,6 @@ update schedule. This file adds the config, the head size, the value of an actio
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
@@ -97,11 +96,6 @@ class C51(DQN):
 
     def _q_values(self, out: torch.Tensor) -> torch.Tensor:
         return (F.softmax(out, dim=-1) * self.support).sum(-1)
-
-    def export(self, path: str | os.PathLike[str], *, format: str | None = None) -> str:
-        """Not supported yet (its greedy action is over each action's mean return, which the exporter's heads do not
-        compute): raises ``TypeError`` rather than write a wrong policy."""
-        raise TypeError(f"{self.algorithm} has no policy export yet: the greedy action is over mean returns")
 
     # -- the update ----------------------------------------------------------------------------
 

@@ -93,6 +93,25 @@ class _Argmax(nn.Module):
         return self.net(x).argmax(-1)
 
 
+class _DistributionalArgmax(nn.Module):
+    """The greedy action of the distributional DQN family: each action's expected return from its
+    ``atoms`` outputs (the mean of QR-DQN's quantiles, or C51's softmax over the atoms weighted by
+    ``support``), then the argmax, as the agent's ``_q_values`` computes it."""
+
+    def __init__(self, net: nn.Module, n_actions: int, atoms: int, support: torch.Tensor | None) -> None:
+        super().__init__()
+        self.net = net
+        self.n_actions, self.atoms = int(n_actions), int(atoms)
+        self.categorical = support is not None
+        self.register_buffer("support", support.clone() if support is not None else torch.zeros(0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """int64 actions, shape ``(batch,)``."""
+        out = self.net(x).reshape(-1, self.n_actions, self.atoms)
+        q = (torch.softmax(out, dim=-1) * self.support).sum(-1) if self.categorical else out.mean(-1)
+        return q.argmax(-1)
+
+
 class _ArgmaxPerDimension(nn.Module):
     """The most likely action of each dimension of a MultiDiscrete policy: argmax over each split
     ``nvec[i]`` of the logits."""
@@ -187,7 +206,15 @@ def _on_policy_head(agent: Any) -> tuple[nn.Module, str]:
 
 
 def _dqn_head(agent: Any) -> tuple[nn.Module, str]:
-    return _Argmax(_frozen(agent.q_net)), "argmax of the Q-values"
+    # Frozen copies are in eval mode, so noisy layers (Rainbow, noisy=True) act on their mean weights.
+    atoms = int(agent._atoms())
+    if atoms == 1:
+        return _Argmax(_frozen(agent.q_net)), "argmax of the Q-values"
+    support = getattr(agent, "support", None)  # C51 and Rainbow: a categorical over fixed atoms
+    head = _DistributionalArgmax(_frozen(agent.q_net), agent.n_actions, atoms, support)
+    if support is not None:
+        return head, "argmax over actions of the expected return (softmax over the atoms times their values)"
+    return head, "argmax over actions of the mean quantile"
 
 
 def _sac_head(agent: Any) -> tuple[nn.Module, str]:

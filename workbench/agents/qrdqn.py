@@ -12,7 +12,6 @@ rl-baselines3-zoo's ``qrdqn.yml`` for CartPole-v1 (DQN's settings with 10 quanti
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
@@ -86,11 +85,6 @@ class QRDQN(DQN):
 
     def _q_values(self, out: torch.Tensor) -> torch.Tensor:
         return out.mean(-1)  # the mean of the quantiles estimates the expected return
-
-    def export(self, path: str | os.PathLike[str], *, format: str | None = None) -> str:
-        """Not supported yet (its greedy action is over each action's mean quantile, which the exporter's heads do not
-        compute): raises ``TypeError`` rather than write a wrong policy."""
-        raise TypeError(f"{self.algorithm} has no policy export yet: the greedy action is over mean quantiles")
 
     # -- the update ----------------------------------------------------------------------------
 
