@@ -30,13 +30,14 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "workbench.loop",
             "workbench.validation",
             "workbench.testing_envs",
+            "workbench.datasets",
         ),
     ),
     ("memory", ("workbench.memory",)),
-    ("agents", ("workbench.agents", "workbench.presets")),
+    ("agents", ("workbench.agents", "workbench.presets", "workbench.ope")),
     ("parallel", ("workbench.parallel",)),
     ("tracking", ("workbench.tracking",)),
-    ("session", ("workbench.session", "workbench.control")),
+    ("session", ("workbench.session", "workbench.control", "workbench.recording", "workbench.offline_loop")),
     (
         "front ends",
         (
