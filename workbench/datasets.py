@@ -430,7 +430,7 @@ class Dataset:
         """
         try:
             import minari  # noqa: F401
-            from minari.dataset.minari_dataset import MinariDataset
+            from minari.dataset.minari_storage import MinariStorage
         except ImportError as exc:
             raise ImportError(f"Dataset.from_minari needs the minari package: pip install minari ({exc})") from None
         path = os.fspath(dataset)
@@ -450,22 +450,22 @@ class Dataset:
                 f"no Minari dataset at {path!r} (looked for metadata.json in {', '.join(candidates)}); "
                 "Minari datasets are read from the local store only: download them beforehand with `minari download`"
             )
-        mds = MinariDataset(data_path)
-        obs_space, act_space = mds.observation_space, mds.action_space
+        storage = MinariStorage.read(data_path)
+        obs_space, act_space = storage.observation_space, storage.action_space
         if not isinstance(obs_space, spaces.Box) or not isinstance(act_space, spaces.Box | spaces.Discrete):
             raise DatasetError(
                 f"{path}: Dataset.from_minari reads Box observations and Box or Discrete actions; this one has "
                 f"{obs_space} and {act_space}"
             )
         parts: dict[str, list[np.ndarray]] = {f: [] for f in _FIELDS}
-        for ep in mds.iterate_episodes():
-            o = np.asarray(ep.observations, dtype=np.float32)
+        for ep in storage.get_episodes(range(storage.total_episodes)):
+            o = np.asarray(ep["observations"], dtype=np.float32)
             parts["observations"].append(o[:-1])
             parts["next_observations"].append(o[1:])
-            parts["actions"].append(np.asarray(ep.actions))
-            parts["rewards"].append(np.asarray(ep.rewards, dtype=np.float32))
-            term = np.asarray(ep.terminations, dtype=bool)
-            trunc = np.asarray(ep.truncations, dtype=bool)
+            parts["actions"].append(np.asarray(ep["actions"]))
+            parts["rewards"].append(np.asarray(ep["rewards"], dtype=np.float32))
+            term = np.asarray(ep["terminations"], dtype=bool)
+            trunc = np.asarray(ep["truncations"], dtype=bool)
             if not (term[-1] or trunc[-1]):
                 trunc = trunc.copy()
                 trunc[-1] = True
@@ -476,7 +476,7 @@ class Dataset:
         return cls(
             *(np.concatenate(parts[f]) for f in _FIELDS),
             observation_space=obs_space, action_space=act_space,
-            metadata={"source": f"minari:{mds.spec.dataset_id if hasattr(mds, 'spec') else path}"},
+            metadata={"source": f"minari:{storage.metadata.get('dataset_id', path)}"},
             source=path,
         )
 
