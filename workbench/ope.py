@@ -250,14 +250,14 @@ class OffPolicyEvaluator:
     plot the estimates while an offline agent trains)."""
 
     def __init__(self, dataset: Dataset, *, gamma: float = 0.99, fqe_steps: int = 2000,
-                 n_bootstrap: int = 200, seed: int = 0) -> None:
+                 n_bootstrap: int = 200, behaviour_steps: int = 1000, seed: int = 0) -> None:
         if not dataset.discrete:
             raise DatasetError(
                 f"off-policy evaluation here needs Discrete actions; this dataset has {dataset.action_space}"
             )
         self.dataset, self.gamma, self.fqe_steps, self.n_bootstrap = dataset, float(gamma), int(fqe_steps), n_bootstrap
         self.seed = seed
-        self.behaviour = behaviour_probabilities(dataset, seed=seed)
+        self.behaviour = behaviour_probabilities(dataset, steps=behaviour_steps, seed=seed)
         self.fqe = FittedQEvaluation(dataset.observations.shape[1], int(dataset.action_space.n),  # type: ignore[attr-defined]
                                      gamma=gamma, seed=seed)
 
@@ -282,22 +282,29 @@ def evaluate_offline(
     gamma: float = 0.99,
     fqe_steps: int = 5000,
     n_bootstrap: int = 200,
+    behaviour_steps: int = 1000,
     seed: int = 0,
 ) -> dict[str, Estimate]:
     """Off-policy estimates of ``agent``'s value (its deterministic policy) from the logged
     episodes of ``dataset`` (use episodes it did not train on): a dict ``{"ips", "wis", "dm",
     "dr", "sdr"}`` of :class:`Estimate` (value and bootstrap interval), each an estimate of the
     expected ``gamma``-discounted return from the logged start states. Discrete actions only;
-    see ``workbench.ope``."""
+    see ``workbench.ope``. Without the behaviour's ``log_probs`` in the dataset a behaviour model
+    is fitted first (``behaviour_steps`` gradient steps)."""
     if not isinstance(dataset, Dataset):
         raise TypeError(f"evaluate_offline needs a wb.Dataset, got {type(dataset).__name__}")
     if not hasattr(agent, "act") or not hasattr(agent, "action_space"):
         raise TypeError(f"evaluate_offline needs an agent such as wb.BCQ(...), got {type(agent).__name__}")
+    if not dataset.discrete:
+        raise DatasetError(
+            f"off-policy evaluation here needs Discrete actions; this dataset has {dataset.action_space}"
+        )
     if agent.action_space != dataset.action_space and getattr(agent.action_space, "n", None) != getattr(
         dataset.action_space, "n", -1
     ):
         raise DatasetError(
             f"the agent's action space {agent.action_space} differs from the dataset's {dataset.action_space}"
         )
-    evaluator = OffPolicyEvaluator(dataset, gamma=gamma, fqe_steps=fqe_steps, n_bootstrap=n_bootstrap, seed=seed)
+    evaluator = OffPolicyEvaluator(dataset, gamma=gamma, fqe_steps=fqe_steps, n_bootstrap=n_bootstrap,
+                                   behaviour_steps=behaviour_steps, seed=seed)
     return evaluator(agent)
