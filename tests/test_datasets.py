@@ -34,6 +34,13 @@ def test_from_arrays_episodes_and_next_observations():
     assert ds.action_space == gym.spaces.Discrete(2) and ds.discrete
 
 
+def test_continuous_actions_infer_a_box():
+    obs, _, rewards, ids = _arrays()
+    ds = wb.Dataset.from_arrays(obs, np.linspace(-2, 2, 12), rewards, episode_ids=ids)
+    assert isinstance(ds.action_space, gym.spaces.Box) and ds.action_space.shape == (1,) and ds.actions.shape == (12, 1)
+    assert not ds.discrete
+
+
 def test_an_unfinished_last_episode_is_cut_as_truncated():
     obs, actions, rewards, _ = _arrays()
     ds = wb.Dataset.from_arrays(obs, actions, rewards, terminated=np.zeros(12))

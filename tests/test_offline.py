@@ -55,6 +55,17 @@ def test_offline_agent_trains_in_a_session_then_saves_loads_plays(cls, env_id, t
     assert again.steps == 210
 
 
+def test_session_resume_continues_an_offline_run(tmp_path):
+    ds = _dataset("CartPole-v1", n=100)
+    session = wb.Session(wb.BCQ(dataset=ds, net_arch=(16,)), dataset=ds, eval_env="CartPole-v1", seed=0)
+    session.run(steps=30)
+    session.save(tmp_path / "run")
+    again = wb.Session.resume(tmp_path / "run", dataset=ds)
+    assert again.steps == 30 and len(again.signals["loss"].values) == 30
+    again.run(steps=20)
+    assert again.steps == 50 and again.evaluate(episodes=1) > 0
+
+
 def test_session_ope_signals_and_seeded_reproducibility():
     ds = _dataset("CartPole-v1", n=400)
     runs = []

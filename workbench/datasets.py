@@ -97,6 +97,8 @@ class Dataset:
         if next_obs.ndim == 1:
             next_obs = next_obs[:, None]
         act = np.asarray(actions)
+        if act.ndim == 1 and act.dtype.kind == "f" and not isinstance(action_space, spaces.Discrete):
+            act = act[:, None]  # one number per step: a one-dimensional Box action
         if action_space is None:
             action_space = _infer_action_space(act)
         if isinstance(action_space, spaces.Discrete):

@@ -582,7 +582,10 @@ class Session:
             agent = agent_from_run(run, memory=True).train()
             signals = run.signals()
         saved = run.meta.get("session", {})
-        if env is None:
+        if getattr(agent, "offline", False):  # it learns from dataset=; the saved env was its evaluation env
+            if env is not None or saved.get("env_id"):
+                kwargs.setdefault("eval_env", env if env is not None else saved.get("env_id"))
+        elif env is None:
             env = saved.get("env_id")
             if env is None:
                 raise ValueError(
@@ -590,7 +593,7 @@ class Session:
                     "Session.resume(path, env)"
                 )
         kwargs.setdefault("seed", saved.get("seed"))
-        session = cls(agent, env, **kwargs)
+        session = cls(agent, None if getattr(agent, "offline", False) else env, **kwargs)
         for name, sig in signals.items():
             session.signals.signal(name).extend(*sig.snapshot())
         session.episodes = int(saved.get("episodes", 0))

@@ -35,10 +35,24 @@ from ..loop import NO_EXTRAS, Step, Transitions, play_episode
 from ..normalization import ObservationNormalizer, RewardNormalizer
 from ..validation import check_arguments, check_value, checked, choice, flag, integer, optional, validate_config
 
-__all__ = ["AGENTS", "Agent", "AgentConfig", "AgentState", "EpisodeReturns", "Step", "Transitions", "register"]
+__all__ = [
+    "AGENTS",
+    "OFFLINE_AGENTS",
+    "Agent",
+    "AgentConfig",
+    "AgentState",
+    "EpisodeReturns",
+    "Step",
+    "Transitions",
+    "register",
+]
 
 AGENTS: dict[str, type[Agent]] = {}
-"""Every agent class by its lower-case name (``"dqn"``, ``"ppo"``...), filled by :func:`register`."""
+"""Every agent class that trains on an env, by its lower-case name (``"dqn"``, ``"ppo"``...), filled by
+:func:`register`."""
+OFFLINE_AGENTS: dict[str, type[Agent]] = {}
+"""The agents that learn from a dataset instead (``"bc"``, ``"bcq"``, ``"cql"``, ``"iql"``); ``wb.load``
+finds saved agents in both registries."""
 
 _SEED = optional(integer(min=0))
 _PLAY_CHECKS = {
@@ -71,7 +85,7 @@ def register(cls: type[Agent]) -> type[Agent]:
         cls.Config = dataclasses.make_dataclass(
             cls.Config.__name__, [], bases=(cls.Config, AgentConfig), namespace={"__doc__": cls.Config.__doc__}
         )
-    AGENTS[cls.__name__.lower()] = cls
+    (OFFLINE_AGENTS if getattr(cls, "offline", False) else AGENTS)[cls.__name__.lower()] = cls
     return cls
 
 
