@@ -131,3 +131,10 @@ def test_bcq_learns_cartpole_from_recorded_data(tmp_path):
     wb.Session(agent, dataset=ds, seed=0).run(steps=3000)
     learned = np.mean(agent.play("CartPole-v1", episodes=5, seed=0))
     assert learned > np.mean(ds.episode_returns())
+
+
+def test_the_dashboard_opens_on_evaluation_and_estimates():
+    from workbench.ui.view_model import default_signals
+
+    assert default_signals("BCQ") == ("eval_reward", "loss", "ope_dr")
+    assert default_signals("IQL")[0] == "eval_reward"
