@@ -31,13 +31,23 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "workbench.masks",
             "workbench.validation",
             "workbench.testing_envs",
+            "workbench.datasets",
         ),
     ),
     ("memory", ("workbench.memory",)),
-    ("agents", ("workbench.agents", "workbench.presets")),
+    ("agents", ("workbench.agents", "workbench.presets", "workbench.ope")),
     ("parallel", ("workbench.parallel",)),
     ("tracking", ("workbench.tracking",)),
-    ("session", ("workbench.session", "workbench.control", "workbench.live_edits")),
+    (
+        "session",
+        (
+            "workbench.session",
+            "workbench.control",
+            "workbench.live_edits",
+            "workbench.recording",
+            "workbench.offline_loop",
+        ),
+    ),
     (
         "front ends",
         (

@@ -24,9 +24,13 @@ from ._version import __version__
 from .agents import (
     A2C,
     AGENTS,
+    BC,
+    BCQ,
     C51,
+    CQL,
     DDPG,
     DQN,
+    IQL,
     PPO,
     QRDQN,
     SAC,
@@ -42,9 +46,11 @@ from .agents import (
 )
 from .checkpoint import CheckpointError
 from .control import sessions
+from .datasets import Dataset, DatasetError
 from .envs import EnvMethodError, EnvOutputError, check_env
 from .exploration import EpsilonGreedy, GaussianNoise, OrnsteinUhlenbeckNoise, TruncatedNormalNoise
 from .memory import PrioritizedReplayMemory, ReplayMemory, RolloutBuffer
+from .ope import evaluate_offline
 from .parallel import WorkerError
 from .presets import PRESETS, Preset, preset
 from .schedules import Schedule, linear
@@ -72,16 +78,22 @@ __all__ = [
     "Agent",
     "AgentState",
     "ArgumentError",
+    "BC",
+    "BCQ",
     "C51",
+    "CQL",
     "CheckpointError",
     "DDPG",
     "DQN",
     "Dashboard",
+    "Dataset",
+    "DatasetError",
     "EnvMethodError",
     "EnvOutputError",
     "EpisodeReturns",
     "EpsilonGreedy",
     "GaussianNoise",
+    "IQL",
     "MLflow",
     "NonFiniteLossError",
     "OrnsteinUhlenbeckNoise",
@@ -112,6 +124,7 @@ __all__ = [
     "__version__",
     "check_env",
     "compare",
+    "evaluate_offline",
     "linear",
     "load",
     "preset",

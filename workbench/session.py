@@ -24,13 +24,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import checkpoint, control
+from . import checkpoint, control, offline_loop
 from .agents.base import Agent
 from .agents.saving import agent_from_run, open_saved
 from .envs import EnvSource, as_env_source, describe_space
 from .live_edits import Event, LiveControl
 from .loop import EpisodeTracker
 from .parallel import check_runner_options, make_runner
+from .recording import Recorder
 from .signals import DEFAULT_MAX_POINTS, SignalSet
 from .validation import (
     ArgumentError,
@@ -66,6 +67,8 @@ _ARGUMENT_CHECKS = {
     "keep_best": flag(),
     "torch_threads": optional(integer(min=1)),
     "max_signal_points": integer(min=2),
+    "record": optional(path_like()),
+    "ope_every": optional(integer(min=1)),
 }
 _STEPS = integer(min=1)
 
@@ -116,6 +119,12 @@ class Session:
         torch_threads: torch intra-op threads while training (1 is fastest for small networks).
         sinks: experiment trackers fed from the signals, off the training loop, e.g.
             ``[wb.TensorBoard("runs/tb"), wb.MLflow(), wb.WandB(offline=True)]`` (docs/tracking.md).
+        dataset: a :class:`~workbench.Dataset`: an offline agent (BC, BCQ, CQL, IQL) learns from it
+            with no env (``steps`` then counts gradient steps; ``eval_env`` evaluates on an env); a
+            replay agent (DQN, SAC...) starts with it in its memory, then trains on ``env``.
+        record: a directory to record the run's transitions to, as a dataset (``workbench.recording``).
+        ope_every: an offline agent's off-policy estimates (``ope_dr``...) every this many steps,
+            on ``ope_dataset`` or else on 10% of ``dataset``'s episodes held out (docs/offline.md).
     """
 
     resume = _ResumeMethod()
@@ -146,13 +155,19 @@ class Session:
         torch_threads: int | None = 1,
         max_signal_points: int = DEFAULT_MAX_POINTS,
         sinks: Sequence[Any] | None = None,
+        dataset: Any = None,
+        record: str | os.PathLike[str] | None = None,
+        ope_every: int | None = None,
+        ope_dataset: Any = None,
         **backend_options: Any,
     ) -> None:
         if not isinstance(agent, Agent):
             raise TypeError(
                 f"Session needs an agent such as wb.PPO(env) as its first argument, got {type(agent).__name__}"
             )
-        if env is None:
+        if getattr(agent, "offline", False):
+            source = offline_loop.offline_source(agent, env, dataset, eval_env)
+        elif env is None:
             if agent.env_source is None:
                 raise TypeError("Session needs an env: the agent was built from spaces alone")
             source = agent.env_source
@@ -164,6 +179,7 @@ class Session:
             "seed": seed, "stop_when": stop_when, "eval_every": eval_every, "eval_episodes": eval_episodes,
             "checkpoint_every": checkpoint_every, "checkpoint_dir": checkpoint_dir, "keep_best": keep_best,
             "torch_threads": torch_threads, "max_signal_points": max_signal_points,
+            "record": record, "ope_every": ope_every,
         }
         check_arguments("Session", arguments, _ARGUMENT_CHECKS, _session_defaults())
         check_runner_options(backend, num_workers, backend_options, owner="Session")
@@ -180,6 +196,8 @@ class Session:
             except (TypeError, ValueError) as exc:
                 raise ArgumentError(f"Session got eval_env={eval_env!r}: {exc}") from None
         self._eval_source: EnvSource | None = None
+        if eval_source is not None and getattr(agent, "offline", False):
+            self._eval_source = eval_source  # evaluate() on it even without eval_every
         if eval_every is not None:
             if eval_source is not None:
                 self._eval_source = eval_source
@@ -208,6 +226,12 @@ class Session:
         self.backend_options = backend_options
         self.torch_threads = torch_threads
         self.signals = SignalSet(max_points=max_signal_points)
+        # Learning from logged data (workbench.offline_loop) and recording a dataset (workbench.recording).
+        self.ope_every = ope_every
+        self.ope_dataset = offline_loop.attach_dataset(agent, dataset, ope_every, ope_dataset)
+        self._ope: Any = None
+        self._last_ope_step = self.steps
+        self.recorder = None if record is None else Recorder(record, agent)
 
         self.episodes = 0
         self.error: BaseException | None = None
@@ -609,7 +633,11 @@ class Session:
         saved = run.meta.get("session", {})
         if env is not None and external:
             raise TypeError("Session.resume got an env and external=True: an external session has no env")
-        if env is None and not external:
+        offline = bool(getattr(agent, "offline", False))
+        if offline:  # it learns from dataset=; the saved env was its evaluation env
+            if env is not None or saved.get("env_id"):
+                kwargs.setdefault("eval_env", env if env is not None else saved.get("env_id"))
+        elif env is None and not external:
             env = saved.get("env_id")
             if env is None:
                 hint = (
@@ -619,7 +647,10 @@ class Session:
                 )
                 raise ValueError(f"{path}: the run was trained on an env built by the application; {hint}")
         kwargs.setdefault("seed", saved.get("seed"))
-        session = cls.external(agent, **kwargs) if external else cls(agent, env, **kwargs)
+        if external:
+            session = cls.external(agent, **kwargs)
+        else:
+            session = cls(agent, None if offline else env, **kwargs)
         for name, sig in signals.items():
             session.signals.signal(name).extend(*sig.snapshot())
         session.episodes = int(saved.get("episodes", 0))
@@ -854,6 +885,16 @@ class Session:
 
     def _loop(self, target_steps: int) -> str:
         agent = self.agent
+        if getattr(agent, "offline", False):
+            return offline_loop.run_offline(self, target_steps)
+        try:
+            return self._env_loop(target_steps)
+        finally:
+            if self.recorder is not None:
+                self.recorder.write()
+
+    def _env_loop(self, target_steps: int) -> str:
+        agent = self.agent
         if self._clock_start is None:
             self._clock_start = time.perf_counter()
         self._prepare()
@@ -901,6 +942,8 @@ class Session:
                 break  # given up while this step hung: nothing more is learned or counted
             t = transitions
             check_env_batch(self.steps, obs, t.rewards, t.next_obs, t.terminated, t.truncated)
+            if self.recorder is not None:
+                self.recorder.add(transitions)
             agent.observe(transitions)
             self._obs = obs
 

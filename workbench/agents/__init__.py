@@ -2,9 +2,13 @@
 
 from .a2c import A2C, A2CConfig
 from .base import AGENTS, Agent, AgentConfig, AgentState, EpisodeReturns, Step, Transitions, register
+from .bc import BC, BCConfig
+from .bcq import BCQ, BCQConfig
 from .c51 import C51, C51Config
+from .cql import CQL, CQLConfig
 from .ddpg import DDPG, DDPGConfig
 from .dqn import DQN, DQNConfig
+from .iql import IQL, IQLConfig
 from .ppo import PPO, PPOConfig
 from .qrdqn import QRDQN, QRDQNConfig
 from .rainbow import Rainbow, RainbowConfig
@@ -20,13 +24,21 @@ __all__ = [
     "Agent",
     "AgentConfig",
     "AgentState",
+    "BC",
+    "BCConfig",
+    "BCQ",
+    "BCQConfig",
     "C51",
     "C51Config",
+    "CQL",
+    "CQLConfig",
     "DDPG",
     "DDPGConfig",
     "DQN",
     "DQNConfig",
     "EpisodeReturns",
+    "IQL",
+    "IQLConfig",
     "PPO",
     "PPOConfig",
     "QRDQN",

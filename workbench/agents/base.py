@@ -56,10 +56,24 @@ from .encoders import (
     with_encoder,
 )
 
-__all__ = ["AGENTS", "Agent", "AgentConfig", "AgentState", "EpisodeReturns", "Step", "Transitions", "register"]
+__all__ = [
+    "AGENTS",
+    "OFFLINE_AGENTS",
+    "Agent",
+    "AgentConfig",
+    "AgentState",
+    "EpisodeReturns",
+    "Step",
+    "Transitions",
+    "register",
+]
 
 AGENTS: dict[str, type[Agent]] = {}
-"""Every agent class by its lower-case name (``"dqn"``, ``"ppo"``...), filled by :func:`register`."""
+"""Every agent class that trains on an env, by its lower-case name (``"dqn"``, ``"ppo"``...), filled by
+:func:`register`."""
+OFFLINE_AGENTS: dict[str, type[Agent]] = {}
+"""The agents that learn from a dataset instead (``"bc"``, ``"bcq"``, ``"cql"``, ``"iql"``); ``wb.load``
+finds saved agents in both registries."""
 
 _SEED = optional(integer(min=0))
 _PLAY_CHECKS = {
@@ -104,7 +118,7 @@ def register(cls: type[Agent]) -> type[Agent]:
         cls.Config.__doc__ = (cls.Config.__doc__ or "").rstrip() + (
             f"\n\n    Live (``session.set`` changes them mid-run, from the next update): {', '.join(live)}.\n"
         )
-    AGENTS[cls.__name__.lower()] = cls
+    (OFFLINE_AGENTS if getattr(cls, "offline", False) else AGENTS)[cls.__name__.lower()] = cls
     return cls
 
 

@@ -13,6 +13,7 @@ creates ``self.memory`` and sets ``self._steps_since_update = 0``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -67,6 +68,19 @@ class OffPolicyAgent(Agent):
         stored = t.actions if self.discrete else self._unscale_action(np.asarray(t.actions, dtype=np.float32))
         self.memory.add(t.obs, stored, t.rewards, t.next_obs, t.terminated.astype(np.float32), self.config.gamma)
         self._steps_since_update += len(t.rewards)
+
+    def load_dataset(self, dataset: Any) -> None:
+        """Pre-fill the replay memory with a :class:`~workbench.Dataset`'s transitions (one-step,
+        terminations stop the bootstrap), then train online as usual: with ``learning_starts=0``
+        learning starts at the first env step. Raises ``DatasetError`` when the spaces differ."""
+        dataset.check_fits(self.obs_shape, self.action_space, self.algorithm)
+        obs, next_obs = dataset.observations, dataset.next_observations
+        if self.config.normalize_observations:
+            self.obs_normalizer.update(obs)
+            obs, next_obs = self.obs_normalizer(obs), self.obs_normalizer(next_obs)
+        actions = dataset.actions if self.discrete else self._unscale_action(dataset.actions)
+        dones = dataset.terminated.astype(np.float32)
+        self.memory.add(obs, actions, dataset.rewards, next_obs, dones, self.config.gamma)
 
     def ready(self) -> bool:
         c = self.config

@@ -16,7 +16,7 @@ from typing import Any
 from ..checkpoint import MEMORY, META, WEIGHTS, CheckpointError, OpenRun, SavedRun, open_run, read_run, space_from_json
 from ..exploration import exploration_from_dict
 from ..schedules import schedule_from_dict
-from .base import AGENTS, Agent, AgentState
+from .base import AGENTS, OFFLINE_AGENTS, Agent, AgentState
 from .encoders import BUILTIN_ENCODERS, import_encoder
 
 __all__ = ["agent_from_run", "config_of", "known_algorithms", "load", "open_saved", "read_saved"]
@@ -24,13 +24,13 @@ __all__ = ["agent_from_run", "config_of", "known_algorithms", "load", "open_save
 
 def config_of(algorithm: str) -> type | None:
     """The config dataclass of a saved algorithm name (None when no registered agent has it)."""
-    cls = AGENTS.get(algorithm.lower())
+    cls = AGENTS.get(algorithm.lower()) or OFFLINE_AGENTS.get(algorithm.lower())
     return None if cls is None else cls.Config
 
 
 def known_algorithms() -> str:
     """The registered agents' names, for messages."""
-    return ", ".join(sorted(c.__name__ for c in AGENTS.values()))
+    return ", ".join(sorted(c.__name__ for c in (*AGENTS.values(), *OFFLINE_AGENTS.values())))
 
 
 def open_saved(path: str | os.PathLike[str]) -> Any:
@@ -91,7 +91,8 @@ def agent_from_run(
     ``memory=True`` its replay memory (from a run opened with :func:`open_saved`).
     ``allow_encoders`` lists the import paths of custom encoders it may import and build."""
     meta = run.meta
-    cls = AGENTS.get(str(meta.get("algorithm", "")).lower())
+    name = str(meta.get("algorithm", "")).lower()
+    cls = AGENTS.get(name) or OFFLINE_AGENTS.get(name)
     if cls is None:
         raise CheckpointError(f"{run.label(META)}: unknown algorithm; known: {known_algorithms()}")
     if expected is not None and cls is not expected:

@@ -23,6 +23,7 @@ from .plots import MAX_POINTS, X_AXES, downsample, moving_average, x_values
 __all__ = [
     "ACTIVE",
     "DEFAULT_PLOTS",
+    "OFFLINE_PLOTS",
     "ENDED",
     "DashboardView",
     "SeriesView",
@@ -53,7 +54,15 @@ DEFAULT_PLOTS: dict[str, tuple[str, ...]] = {
 }
 """The plots a dashboard opens with, per algorithm: the signals that algorithm records."""
 
-COMPANIONS: dict[str, tuple[str, ...]] = {"episode_reward": ("eval_reward",)}
+OFFLINE_PLOTS: dict[str, tuple[str, ...]] = {
+    "BC": ("eval_reward", "loss"),
+    "BCQ": ("eval_reward", "loss", "ope_dr"),
+    "CQL": ("eval_reward", "cql_loss", "ope_dr"),
+    "IQL": ("eval_reward", "critic_loss", "actor_loss"),
+}
+"""The same for the agents that learn from a dataset (no episodes: ``eval_reward`` and the estimates)."""
+
+COMPANIONS: dict[str, tuple[str, ...]] = {"episode_reward": ("eval_reward",), "ope_dr": ("ope_wis", "ope_sdr")}
 """Series drawn in the same plot as another (``eval_reward`` beside ``episode_reward``)."""
 
 _LOSS_NAMES = ("loss", "critic_loss", "actor_loss", "policy_loss", "value_loss")
@@ -68,6 +77,8 @@ def default_signals(algorithm: str, recorded: Iterable[str] = ()) -> tuple[str, 
     """
     if algorithm in DEFAULT_PLOTS:
         return DEFAULT_PLOTS[algorithm]
+    if algorithm in OFFLINE_PLOTS:
+        return OFFLINE_PLOTS[algorithm]
     names = set(recorded)
     losses = tuple(name for name in _LOSS_NAMES if name in names)
     return ("episode_reward", *(losses[:2] or ("loss",)))

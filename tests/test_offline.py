@@ -1,0 +1,140 @@
+"""Offline agents (BC, BCQ, CQL, IQL) train in a Session from a dataset, and save, load and play."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import workbench as wb
+
+
+def _dataset(env_id: str, n: int = 300, seed: int = 0) -> wb.Dataset:
+    """Random-policy transitions of a real env, with the behaviour's log-probabilities."""
+    env = gym.make(env_id)
+    env.action_space.seed(seed)
+    obs, _ = env.reset(seed=seed)
+    rows = {k: [] for k in ("obs", "act", "rew", "next", "term", "trunc")}
+    for _ in range(n):
+        a = env.action_space.sample()
+        nxt, r, term, trunc, _ = env.step(a)
+        for k, v in zip(rows, (obs, a, r, nxt, term, trunc), strict=True):
+            rows[k].append(v)
+        obs = env.reset()[0] if term or trunc else nxt
+    lp = np.full(n, np.log(0.5)) if isinstance(env.action_space, gym.spaces.Discrete) else None
+    return wb.Dataset(np.array(rows["obs"]), np.array(rows["act"]), np.array(rows["rew"]), np.array(rows["next"]),
+                      np.array(rows["term"]), np.array(rows["trunc"]), lp,
+                      observation_space=env.observation_space, action_space=env.action_space)
+
+
+CASES = [
+    (wb.BC, "CartPole-v1"), (wb.BC, "Pendulum-v1"), (wb.BCQ, "CartPole-v1"), (wb.CQL, "CartPole-v1"),
+    (wb.CQL, "Pendulum-v1"), (wb.IQL, "CartPole-v1"), (wb.IQL, "Pendulum-v1"),
+]
+
+
+@pytest.mark.parametrize(("cls", "env_id"), CASES, ids=[f"{c.__name__}-{e}" for c, e in CASES])
+def test_offline_agent_trains_in_a_session_then_saves_loads_plays(cls, env_id, tmp_path):
+    ds = _dataset(env_id)
+    agent = cls(dataset=ds, net_arch=(32, 32), batch_size=32)
+    session = wb.Session(agent, dataset=ds, eval_env=env_id, eval_every=100, eval_episodes=1, seed=0)
+    session.run(steps=200)
+    assert session.status == "finished" and session.steps == 200 and agent.num_updates == 200
+    losses = [n for n in session.signals if n.endswith("loss")]
+    assert losses and len(session.signals[losses[0]].values) == 200
+    assert len(session.signals["eval_reward"].values) == 2
+    session.save(tmp_path / "run")
+    loaded = wb.load(tmp_path / "run")
+    obs = ds.observations[:5]
+    np.testing.assert_allclose(loaded.act(obs), agent.act(obs, deterministic=True), rtol=1e-5, atol=1e-6)
+    returns = loaded.play(env_id, episodes=1, max_steps=50)
+    assert len(returns) == 1
+    # training continues from the saved state with the dataset given again
+    again = wb.Session(wb.load(tmp_path / "run").train(), dataset=ds)
+    again.run(steps=10)
+    assert again.steps == 210
+
+
+def test_session_resume_continues_an_offline_run(tmp_path):
+    ds = _dataset("CartPole-v1", n=100)
+    session = wb.Session(wb.BCQ(dataset=ds, net_arch=(16,)), dataset=ds, eval_env="CartPole-v1", seed=0)
+    session.run(steps=30)
+    session.save(tmp_path / "run")
+    again = wb.Session.resume(tmp_path / "run", dataset=ds)
+    assert again.steps == 30 and len(again.signals["loss"].values) == 30
+    again.run(steps=20)
+    assert again.steps == 50 and again.evaluate(episodes=1) > 0
+
+
+def test_session_ope_signals_and_seeded_reproducibility():
+    ds = _dataset("CartPole-v1", n=400)
+    runs = []
+    for _ in range(2):
+        agent = wb.BCQ(dataset=ds, net_arch=(32, 32), batch_size=32)
+        session = wb.Session(agent, dataset=ds, ope_every=50, seed=3)
+        session.run(steps=100)
+        runs.append(session)
+    for name in ("ope_ips", "ope_wis", "ope_dm", "ope_dr", "ope_sdr", "ope_dr_low", "ope_dr_high"):
+        assert len(runs[0].signals[name].values) == 2
+    assert runs[0].ope_dataset.num_episodes >= 1
+    np.testing.assert_allclose(runs[0].signals["loss"].values, runs[1].signals["loss"].values)
+    low, dr, high = (runs[0].signals[n].last for n in ("ope_dr_low", "ope_dr", "ope_dr_high"))
+    assert low <= dr <= high
+
+
+def test_pause_resume_and_stop():
+    ds = _dataset("CartPole-v1")
+    session = wb.Session(wb.BC(dataset=ds, net_arch=(16,)), dataset=ds)
+    session.start(steps=10_000_000)
+    session.pause()
+    assert session.status == "paused"
+    paused_at = session.steps
+    session.resume()
+    session.stop()
+    assert session.status == "stopped" and session.steps >= paused_at
+
+
+def test_clear_errors():
+    ds = _dataset("CartPole-v1", n=50)
+    with pytest.raises(TypeError, match="learns from a dataset, not an env"):
+        wb.Session(wb.BCQ(dataset=ds), "CartPole-v1")
+    with pytest.raises(TypeError, match="needs a dataset"):
+        wb.Session(wb.BCQ("CartPole-v1"))
+    with pytest.raises(TypeError, match="learns from a dataset"):
+        wb.BCQ(dataset=ds).observe(None)
+    with pytest.raises(ValueError, match="cannot act in the action space Box"):
+        wb.BCQ("Pendulum-v1")
+    with pytest.raises(wb.DatasetError, match="observations have shape"):
+        wb.BCQ("Acrobot-v1", dataset=ds)
+    with pytest.raises(ValueError, match="ope_every"):
+        wb.Session(wb.DQN("CartPole-v1"), "CartPole-v1", ope_every=10)
+
+
+def test_bcq_keeps_to_the_actions_the_data_holds():
+    # The data only ever takes action 0; rewards say nothing about action 1. BCQ must not pick it.
+    rng = np.random.default_rng(0)
+    obs = rng.normal(size=(200, 4)).astype(np.float32)
+    ds = wb.Dataset.from_arrays(obs, np.zeros(200, dtype=np.int64), np.ones(200),
+                                episode_ids=np.repeat(np.arange(20), 10), action_space=gym.spaces.Discrete(2))
+    agent = wb.BCQ(dataset=ds, net_arch=(32,), batch_size=32)
+    for _ in range(300):
+        agent.update()
+    assert (agent.act(obs, deterministic=True) == 0).all()
+
+
+@pytest.mark.slow
+def test_bcq_learns_cartpole_from_recorded_data(tmp_path):
+    behaviour = wb.DQN("CartPole-v1", learning_starts=500, seed=0)
+    wb.Session(behaviour, "CartPole-v1", seed=0, record=tmp_path / "data").run(steps=15_000)
+    ds = wb.Dataset.load(tmp_path / "data")
+    agent = wb.BCQ(dataset=ds, seed=0)
+    wb.Session(agent, dataset=ds, seed=0).run(steps=3000)
+    learned = np.mean(agent.play("CartPole-v1", episodes=5, seed=0))
+    assert learned > np.mean(ds.episode_returns())
+
+
+def test_the_dashboard_opens_on_evaluation_and_estimates():
+    from workbench.ui.view_model import default_signals
+
+    assert default_signals("BCQ") == ("eval_reward", "loss", "ope_dr")
+    assert default_signals("IQL")[0] == "eval_reward"

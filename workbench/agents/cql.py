@@ -1,0 +1,171 @@
+"""CQL: conservative Q-learning (Kumar et al. 2020), for discrete and continuous actions.
+
+Offline, a Q-function overestimates the actions the data never tried, and a greedy policy picks
+exactly those. CQL adds to the temporal-difference loss a term that pushes Q down on all actions
+(a soft maximum, ``logsumexp``) and up on the logged ones, so the learned values are conservative
+outside the data.
+
+* Discrete actions: double DQN + ``cql_weight * (logsumexp_a Q(s, a) - Q(s, a_data))`` (CQL(H)).
+* Box actions: SAC (twin critics, learned entropy coefficient) + the same term, the ``logsumexp``
+  estimated from ``n_action_samples`` uniform actions and actions of the policy at ``s`` and ``s'``
+  (the paper's importance-sampled CQL(H)).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..validation import checked, integer, number, optional
+from .base import register
+from .networks import EnsembleMLP, ScalarParameter, make_adam, mlp, polyak_update
+from .offline import OfflineAgent, OfflineBatch, OfflineConfig, SquashedGaussianActor
+
+__all__ = ["CQL", "CQLConfig"]
+
+
+@dataclass
+class CQLConfig(OfflineConfig):
+    """CQL hyperparameters; the shared ones are :class:`OfflineConfig`'s."""
+
+    cql_weight: float | None = checked(None, optional(number(0)))
+    """Weight of the conservative term; None: 1.0 for discrete actions, 5.0 for Box actions."""
+    tau: float = checked(0.005, number(0, 1, min_open=True))
+    """Target network update rate, every gradient step."""
+    actor_lr: float = checked(1e-4, number(0, min_open=True))
+    """Box actions: the policy's (and the entropy coefficient's) learning rate."""
+    n_action_samples: int = checked(10, integer(min=1))
+    """Box actions: sampled actions per state for the ``logsumexp`` estimate."""
+    initial_alpha: float = checked(1.0, number(0, min_open=True))
+    """Box actions: the entropy coefficient to start from (it is learned)."""
+    max_grad_norm: float = checked(10.0, number(0, min_open=True))
+    """Discrete actions: gradient norm clip."""
+
+
+@register
+class CQL(OfflineAgent):
+    """Conservative Q-learning (offline) for Discrete and Box action spaces.
+
+    Example::
+
+        agent = wb.CQL(dataset=ds)                 # DQN + CQL on Discrete, SAC + CQL on Box actions
+        wb.Session(agent, dataset=ds, eval_env="Pendulum-v1", eval_every=5000).run(steps=50_000)
+    """
+
+    Config = CQLConfig
+    network_names = ("q_net", "q_target", "actor", "critic", "critic_target", "log_alpha")
+    optimizer_names = ("optimizer", "actor_optimizer", "alpha_optimizer")
+    config: CQLConfig
+
+    def _build(self) -> None:
+        c = self.config
+        obs_dim = int(np.prod(self.obs_shape))
+        if c.cql_weight is None:
+            self.cql_weight = 1.0 if self.discrete else 5.0
+        else:
+            self.cql_weight = float(c.cql_weight)
+        if self.discrete:
+            n = int(self.action_space.n)
+            self.q_net = mlp(obs_dim, c.net_arch, n)
+            self.q_target = mlp(obs_dim, c.net_arch, n)
+            self.q_target.load_state_dict(self.q_net.state_dict())
+            self.q_target.requires_grad_(False)
+            self.optimizer = make_adam(self.q_net.parameters(), lr=c.learning_rate)
+            return
+        self.act_dim = int(np.prod(self.action_space.shape))
+        self.actor = SquashedGaussianActor(obs_dim, c.net_arch, self.act_dim)
+        self.critic = EnsembleMLP(2, obs_dim + self.act_dim, c.net_arch, 1)
+        self.critic_target = EnsembleMLP(2, obs_dim + self.act_dim, c.net_arch, 1)
+        self.critic_target.load_state_dict(self.critic.state_dict())
+        self.critic_target.requires_grad_(False)
+        self.log_alpha = ScalarParameter(math.log(c.initial_alpha))
+        self.target_entropy = -float(self.act_dim)
+        self.optimizer = make_adam(self.critic.parameters(), lr=c.learning_rate)
+        self.actor_optimizer = make_adam(self.actor.parameters(), lr=c.actor_lr)
+        self.alpha_optimizer = make_adam(self.log_alpha.parameters(), lr=c.actor_lr)
+
+    @torch.no_grad()
+    def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
+        x = torch.from_numpy(obs)
+        if self.discrete:
+            return self.q_net(x).argmax(-1).numpy()
+        if deterministic:
+            return self._scale_action(torch.tanh(self.actor(x)[0]).numpy())
+        return self._scale_action(self.actor.sample(x, self.generator)[0].numpy())
+
+    def _learn(self, batch: OfflineBatch) -> dict[str, float]:
+        return self._learn_discrete(batch) if self.discrete else self._learn_continuous(batch)
+
+    def _learn_discrete(self, batch: OfflineBatch) -> dict[str, float]:
+        c = self.config
+        with torch.no_grad():
+            next_actions = self.q_net(batch.next_obs).argmax(-1, keepdim=True)
+            next_value = self.q_target(batch.next_obs).gather(1, next_actions).squeeze(1)
+            target = batch.rewards + c.gamma * (1.0 - batch.dones) * next_value
+        all_q = self.q_net(batch.obs)
+        q = all_q.gather(1, batch.actions.long().unsqueeze(1)).squeeze(1)
+        td = F.smooth_l1_loss(q, target)
+        conservative = (torch.logsumexp(all_q, -1) - q).mean()
+        loss = td + self.cql_weight * conservative
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.q_net.parameters(), c.max_grad_norm)
+        self.optimizer.step()
+        polyak_update(self.q_target, self.q_net, c.tau)
+        return {
+            "loss": float(td.detach()),
+            "cql_loss": float(conservative.detach()),
+            "q_mean": float(q.detach().mean()),
+        }
+
+    def _q(self, net: torch.nn.Module, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """Both critics' values, shape ``(2, batch)``."""
+        return net(torch.cat([obs, actions], -1)).squeeze(-1)
+
+    def _learn_continuous(self, batch: OfflineBatch) -> dict[str, float]:
+        c = self.config
+        alpha = self.log_alpha().exp().detach()
+        obs, actions = batch.obs, batch.actions.float()
+        b, n = len(obs), c.n_action_samples
+        with torch.no_grad():
+            next_a, next_logp = self.actor.sample(batch.next_obs, self.generator)
+            next_q = self._q(self.critic_target, batch.next_obs, next_a).min(0).values
+            target = batch.rewards + c.gamma * (1.0 - batch.dones) * (next_q - alpha * next_logp)
+            obs_rep = obs.repeat_interleave(n, 0)
+            next_rep = batch.next_obs.repeat_interleave(n, 0)
+            random_a = torch.rand((b * n, self.act_dim), generator=self.generator) * 2 - 1
+            pi_a, pi_logp = self.actor.sample(obs_rep, self.generator)
+            npi_a, npi_logp = self.actor.sample(next_rep, self.generator)
+        q = self._q(self.critic, obs, actions)
+        td = 0.5 * (q - target).pow(2).mean(1).sum()
+        # logsumexp over sampled actions, each divided by its sampling density (importance sampling)
+        log_uniform = self.act_dim * math.log(0.5)
+        samples = torch.cat(
+            [
+                self._q(self.critic, obs_rep, random_a).view(2, b, n) - log_uniform,
+                self._q(self.critic, obs_rep, pi_a).view(2, b, n) - pi_logp.view(1, b, n),
+                self._q(self.critic, obs_rep, npi_a).view(2, b, n) - npi_logp.view(1, b, n),
+            ],
+            dim=2,
+        )
+        conservative = (torch.logsumexp(samples, 2) - math.log(3 * n) - q).mean(1).sum()
+        self._step(self.optimizer, td + self.cql_weight * conservative)
+
+        new_a, logp = self.actor.sample(obs, self.generator)
+        q_pi = self._q(self.critic, obs, new_a).min(0).values
+        actor_loss = (alpha * logp - q_pi).mean()
+        self._step(self.actor_optimizer, actor_loss)
+        alpha_loss = -(self.log_alpha() * (logp.detach() + self.target_entropy)).mean()
+        self._step(self.alpha_optimizer, alpha_loss)
+        polyak_update(self.critic_target, self.critic, c.tau)
+        return {
+            "critic_loss": float(td.detach()),
+            "cql_loss": float(conservative.detach()),
+            "actor_loss": float(actor_loss.detach()),
+            "alpha": float(alpha),
+            "q_mean": float(q.detach().mean()),
+        }
