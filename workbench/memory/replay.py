@@ -112,7 +112,9 @@ class ReplayMemory:
     ) -> np.ndarray:
         """Append a batch (leading axis = number of transitions); returns the slots written."""
         n = len(rewards)
-        idx = (self.pos + np.arange(n)) % self.capacity
+        # A slice when the batch does not wrap around (the usual case): a view, no index array.
+        end = self.pos + n
+        idx = slice(self.pos, end) if end <= self.capacity else (self.pos + np.arange(n)) % self.capacity
         self.obs[idx] = obs
         self.actions[idx] = actions
         self.rewards[idx] = rewards
@@ -121,7 +123,7 @@ class ReplayMemory:
         self.discounts[idx] = discounts
         self.pos = int((self.pos + n) % self.capacity)
         self.size = min(self.size + n, self.capacity)
-        return idx
+        return np.arange(idx.start, idx.stop) if isinstance(idx, slice) else idx
 
     def sample_indices(self, batch_size: int, rng: np.random.Generator) -> np.ndarray:
         """Uniform indices into the filled part."""
