@@ -381,7 +381,11 @@ def main() -> None:
     parser.add_argument("--no-sb3", action="store_true")
     parser.add_argument("--no-floor", action="store_true")
     parser.add_argument("--baseline", default=None, help="another workbench checkout to time in the same run")
+    parser.add_argument("--candidate", default=str(ROOT), help="the workbench checkout timed as wb (default: this)")
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1")
     parser.add_argument("--json", default=None, help="write every result here")
+    parser.add_argument("--report", nargs="*", default=None,
+                        help="print the table of these --json files (runs of other seeds, merged) and exit")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--algo", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
@@ -393,7 +397,7 @@ def main() -> None:
         return
 
     # (label, kind, PYTHONPATH, torch threads)
-    libs = [("wb", "wb", ROOT, 1)]
+    libs = [("wb", "wb", Path(args.candidate).resolve(), 1)]
     if args.baseline:
         libs.append(("wb-base", "wb", Path(args.baseline).resolve(), 1))
     if not args.no_sb3:
@@ -402,7 +406,15 @@ def main() -> None:
         libs.append(("floor", "floor", ROOT, 1))
     agents = args.agents.split(",")
     results: dict[tuple[str, str], list[dict]] = {}
-    for seed in range(args.seeds):
+    if args.report is not None:
+        for name in args.report:
+            for key, rs in json.loads(Path(name).read_text()).items():
+                algo, label = key.split("|")
+                results.setdefault((algo, label), []).extend(rs)
+        labels = {lab for _, lab in results}
+        libs = [lib for lib in libs if lib[0] in labels]
+        agents = [a for a in agents if any((a, lab) in results for lab in labels)]
+    for seed in range(args.first_seed, args.first_seed + args.seeds) if args.report is None else ():
         for algo in agents:
             order = libs[seed % len(libs):] + libs[: seed % len(libs)]  # rotate: no library always first
             for label, kind, path, threads in order:
