@@ -401,9 +401,10 @@ def main() -> None:
     if args.baseline:
         libs.append(("wb-base", "wb", Path(args.baseline).resolve(), 1))
     if not args.no_sb3:
-        libs += [(f"sb3-t{t}", "sb3", ROOT, int(t)) for t in args.sb3_threads.split(",")]
+        cand = Path(args.candidate).resolve()
+        libs += [(f"sb3-t{t}", "sb3", cand, int(t)) for t in args.sb3_threads.split(",")]
     if not args.no_floor:
-        libs.append(("floor", "floor", ROOT, 1))
+        libs.append(("floor", "floor", Path(args.candidate).resolve(), 1))
     agents = args.agents.split(",")
     results: dict[tuple[str, str], list[dict]] = {}
     if args.report is not None:
