@@ -158,7 +158,9 @@ def gradient_steps(algo: str, steps: int, h: dict) -> int:
         per = h["n_epochs"] * math.ceil(rollout / h["batch_size"]) if algo == "ppo" else 1
         return (steps // rollout) * per
     if algo == "dqn":
-        return max(0, (steps - h["learning_starts"]) // h["train_freq"]) * h["gradient_steps"]
+        # an update at learning_starts (the steps counted since the start are due), then every train_freq
+        due = steps - h["learning_starts"]
+        return (1 + due // h["train_freq"]) * h["gradient_steps"] if due >= 0 else 0
     return max(0, steps - h["learning_starts"])
 
 
