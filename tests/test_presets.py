@@ -122,3 +122,13 @@ def test_reliable_cartpole_dqn_decays_its_learning_rate():
     assert reliable.agent.config.learning_rate == wb.linear(2.3e-3, 0.0) and reliable.steps == zoo.steps
     with pytest.raises(ValueError, match="no reliable preset"):
         wb.preset("Pendulum-v1", "sac", reliable=True)
+
+
+def test_fast_preset_builds_pendulum_sac_with_small_networks():
+    agent, env = wb.preset("Pendulum-v1", "sac", fast=True, seed=0)
+    assert env == "Pendulum-v1" and agent.config.net_arch == (64, 64) and agent.config.learning_rate == 1e-3
+    assert wb.preset("Pendulum-v1", "sac", fast=True).steps == 20_000
+    with pytest.raises(ValueError, match="no fast preset for agent 'ppo'.*Pendulum-v1 sac"):
+        wb.preset("CartPole-v1", "ppo", fast=True)
+    with pytest.raises(ValueError, match="not both"):
+        wb.preset("Pendulum-v1", "sac", fast=True, reliable=True)

@@ -13,12 +13,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from gymnasium import spaces
-from torch import nn
 
 from ..schedules import as_schedule
 from ..validation import checked, flag, number
 from .base import register
-from .networks import make_adam
+from .networks import clear_grads, clip_grad_norm, make_adam
 from .on_policy import OnPolicyAgent, OnPolicyConfig
 
 __all__ = ["A2C", "A2CConfig"]
@@ -79,9 +78,9 @@ class A2C(OnPolicyAgent):
         value_loss = F.mse_loss(values, batch.returns)
         entropy_mean = entropy.mean()
         loss = policy_loss - c.ent_coef * entropy_mean + c.vf_coef * value_loss
-        self.optimizer.zero_grad(set_to_none=True)
+        clear_grads(self._params)
         loss.backward()
-        nn.utils.clip_grad_norm_(self._params, c.max_grad_norm, foreach=True)
+        clip_grad_norm(self._params, c.max_grad_norm)
         self.optimizer.step()
 
         policy_loss_v, value_loss_v, entropy_v, loss_v = (

@@ -774,7 +774,9 @@ class Agent:
 
     def _unscale_action(self, action: np.ndarray) -> np.ndarray:
         """An env action mapped back into [-1, 1] (what replay agents store)."""
-        return np.clip((action - self._action_center) / self._action_half_range, -1.0, 1.0).astype(np.float32)
+        # np.minimum/np.maximum: np.clip's values at a fraction of its per-call cost.
+        unit = (action - self._action_center) / self._action_half_range
+        return np.minimum(np.maximum(unit, -1.0), 1.0).astype(np.float32)
 
     def __repr__(self) -> str:
         mode = "training" if self.training else "play"

@@ -29,7 +29,16 @@ from ..memory.replay import ReplayBatch, ReplayMemory
 from ..schedules import Schedule, as_schedule, linear
 from ..validation import Constraint, checked, flag, integer, number
 from .base import AgentState, Transitions, register
-from .networks import DuelingQNetwork, make_adam, mlp, noise_off, polyak_update, reset_noise
+from .networks import (
+    DuelingQNetwork,
+    clear_grads,
+    clip_grad_norm,
+    make_adam,
+    mlp,
+    noise_off,
+    polyak_update,
+    reset_noise,
+)
 from .off_policy import OffPolicyAgent, OffPolicyConfig
 
 __all__ = ["DQN", "DQNConfig"]
@@ -321,9 +330,9 @@ class DQN(OffPolicyAgent):
             self.memory.update_priorities(batch.indices, errors.numpy())
         else:
             loss = per_sample.mean()
-        self.optimizer.zero_grad(set_to_none=True)
+        clear_grads(self._params)
         loss.backward()
-        nn.utils.clip_grad_norm_(self._params, c.max_grad_norm, foreach=True)
+        clip_grad_norm(self._params, c.max_grad_norm)
         self.optimizer.step()
         return loss.detach(), q.detach().mean()
 

@@ -12,12 +12,11 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 from gymnasium import spaces
-from torch import nn
 
 from ..schedules import Schedule, as_schedule, linear
 from ..validation import checked, integer, number, optional
 from .base import register
-from .networks import make_adam
+from .networks import clear_grads, clip_grad_norm, make_adam
 from .on_policy import OnPolicyAgent, OnPolicyConfig
 
 __all__ = ["PPO", "PPOConfig", "clipped_step"]
@@ -142,9 +141,9 @@ def clipped_step(
     entropy_mean = entropy.mean()
     loss = policy_loss - c.ent_coef * entropy_mean + c.vf_coef * value_loss
 
-    agent.optimizer.zero_grad(set_to_none=True)
+    clear_grads(agent._params)
     loss.backward()
-    nn.utils.clip_grad_norm_(agent._params, c.max_grad_norm, foreach=True)
+    clip_grad_norm(agent._params, c.max_grad_norm)
     agent.optimizer.step()
 
     with torch.no_grad():

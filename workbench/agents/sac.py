@@ -22,7 +22,7 @@ from ..schedules import as_schedule
 from ..validation import Constraint, any_of, checked, flag, integer, number, optional
 from .base import register
 from .encoders import with_encoder
-from .networks import EnsembleMLP, ScalarParameter, make_adam, mlp, polyak_update
+from .networks import EnsembleMLP, ScalarParameter, clear_grads, make_adam, mlp, polyak_update
 from .off_policy import OffPolicyAgent, OffPolicyConfig
 
 __all__ = ["SAC", "SACConfig"]
@@ -223,7 +223,7 @@ class SAC(OffPolicyAgent):
             # Entropy coefficient first, so the losses below use the updated alpha (as SB3 does).
             if self._auto_alpha:
                 alpha_loss = -(self.log_alpha.value * (log_prob.detach() + self.target_entropy)).mean()
-                self.alpha_optimizer.zero_grad(set_to_none=True)
+                clear_grads(self.alpha_optimizer.param_groups[0]["params"])
                 alpha_loss.backward()
                 self.alpha_optimizer.step()
             alpha = self._alpha()
@@ -235,7 +235,7 @@ class SAC(OffPolicyAgent):
                 target = batch.rewards + batch.discounts * (1.0 - batch.dones) * soft_value
             q = self.critic(obs, actions).squeeze(-1)  # (n_critics, batch)
             critic_loss = 0.5 * (q - target).pow(2).mean(1).sum()
-            self.critic_optimizer.zero_grad(set_to_none=True)
+            clear_grads(self.critic_optimizer.param_groups[0]["params"])
             critic_loss.backward()
             self.critic_optimizer.step()
 
@@ -243,7 +243,7 @@ class SAC(OffPolicyAgent):
             self.critic.requires_grad_(False)
             q_pi = self.critic(obs, pi_actions).min(0).values.squeeze(-1)
             actor_loss = (alpha * log_prob - q_pi).mean()
-            self.actor_optimizer.zero_grad(set_to_none=True)
+            clear_grads(self.actor_optimizer.param_groups[0]["params"])
             actor_loss.backward()
             self.actor_optimizer.step()
             self.critic.requires_grad_(True)

@@ -20,7 +20,7 @@ from ..memory.replay import ReplayMemory
 from ..schedules import Schedule, as_schedule
 from ..validation import Constraint, checked, integer, number, optional
 from .base import AgentState, register
-from .networks import EnsembleMLP, make_adam, mlp, polyak_update
+from .networks import EnsembleMLP, clear_grads, make_adam, mlp, polyak_update
 from .off_policy import OffPolicyAgent, OffPolicyConfig
 
 __all__ = ["TD3", "TD3Config"]
@@ -168,7 +168,7 @@ class TD3(OffPolicyAgent):
                 target = batch.rewards + batch.discounts * (1.0 - batch.dones) * next_q
             q = self.critic(obs, actions).squeeze(-1)  # (n_critics, batch)
             critic_loss = (q - target).pow(2).mean(1).sum()
-            self.critic_optimizer.zero_grad(set_to_none=True)
+            clear_grads(self.critic_optimizer.param_groups[0]["params"])
             critic_loss.backward()
             self.critic_optimizer.step()
             critic_sum += critic_loss.detach()
@@ -179,7 +179,7 @@ class TD3(OffPolicyAgent):
                 # Gradients flow through the first critic's input only, not into its weights.
                 self.critic.requires_grad_(False)
                 actor_loss = -self.critic(obs, self.actor(obs), member=0).mean()
-                self.actor_optimizer.zero_grad(set_to_none=True)
+                clear_grads(self.actor_optimizer.param_groups[0]["params"])
                 actor_loss.backward()
                 self.actor_optimizer.step()
                 self.critic.requires_grad_(True)

@@ -145,8 +145,15 @@ class ReplayMemory:
         """Append a batch (leading axis = number of transitions); returns the slots written.
         ``next_masks``: the next states' action masks, when the env gives masks."""
         n = len(rewards)
-        idx = (self.pos + np.arange(n)) % self.capacity
+        # A slice when the batch does not wrap around (the usual case): a view, no index array.
+        # optimize_memory_usage finds the previous rows from an index array.
+        end = self.pos + n
+        if end <= self.capacity and not self.optimize_memory_usage:
+            idx: slice | np.ndarray = slice(self.pos, end)
+        else:
+            idx = (self.pos + np.arange(n)) % self.capacity
         if self.optimize_memory_usage:
+            assert isinstance(idx, np.ndarray)
             self._add_obs(idx, obs, next_obs)
         else:
             self.obs[idx] = obs
@@ -161,7 +168,7 @@ class ReplayMemory:
             self.next_masks[idx] = next_masks
         self.pos = int((self.pos + n) % self.capacity)
         self.size = min(self.size + n, self.capacity)
-        return idx
+        return np.arange(idx.start, idx.stop) if isinstance(idx, slice) else idx
 
     def _add_obs(self, idx: np.ndarray, obs: np.ndarray, next_obs: np.ndarray) -> None:
         n = len(idx)
