@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+
 import pytest
 
 import workbench as wb
@@ -116,10 +119,17 @@ def test_issue_19_presets(env_id, agent, cls, values):
     assert wb.PRESETS[(env_id, agent)].solved is not None
 
 
-def test_reliable_cartpole_dqn_decays_its_learning_rate():
+def test_reliable_cartpole_dqn_resolves_to_the_measured_settings_and_is_documented():
     zoo, reliable = wb.preset("CartPole-v1", "dqn"), wb.preset("CartPole-v1", "dqn", reliable=True)
-    assert zoo.agent.config.learning_rate == 2.3e-3
-    assert reliable.agent.config.learning_rate == wb.linear(2.3e-3, 0.0) and reliable.steps == zoo.steps
+    assert zoo.agent.config.learning_rate == 2.3e-3 and zoo.agent.config.n_step == 1
+    c = reliable.agent.config
+    assert isinstance(reliable.agent, wb.DQN) and reliable.env == "CartPole-v1" and reliable.steps == zoo.steps
+    assert c.learning_rate == wb.linear(2.3e-3, 0.0) and c.n_step == 3 and c.dueling and c.double_q
+    # Everything else is the zoo's: the preset differs by the three documented values only.
+    differ = {f.name for f in dataclasses.fields(c) if getattr(c, f.name) != getattr(zoo.agent.config, f.name)}
+    assert differ == {"learning_rate", "n_step", "dueling"}
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "algorithms.md").read_text(encoding="utf-8")
+    assert 'wb.preset("CartPole-v1", "dqn", reliable=True)' in docs and "n_step=3, dueling=True" in docs
     with pytest.raises(ValueError, match="no reliable preset"):
         wb.preset("Pendulum-v1", "sac", reliable=True)
 
