@@ -50,7 +50,15 @@ from .._version import __version__
 from ..envs import describe_space, flat_observation_space
 from ..masks import strip_mask_space
 
-__all__ = ["EXPORT_FORMATS", "SIDECAR_SUFFIX", "ExportedPolicy", "export_policy", "observation_layout", "policy_module"]
+__all__ = [
+    "EXPORT_FORMATS",
+    "SIDECAR_SUFFIX",
+    "ExportedPolicy",
+    "ExportedRecurrentPolicy",
+    "export_policy",
+    "observation_layout",
+    "policy_module",
+]
 
 EXPORT_FORMATS: dict[str, str] = {".onnx": "onnx"}
 """File suffix -> format of :func:`export_policy`."""
@@ -192,17 +200,18 @@ def _frozen(net: nn.Module) -> nn.Module:
     return net
 
 
-def _on_policy_head(agent: Any) -> tuple[nn.Module, str]:
+def _on_policy_head(agent: Any, net: nn.Module | None = None) -> tuple[nn.Module, str]:
     # gSDE only changes exploration: the deterministic action is the actor's mean either way.
+    # ``net``: what makes the logits / means from the head's input (the frozen actor by default;
+    # the recurrent policy passes an identity, its LSTM actor runs before the head).
+    net = _frozen(agent.actor) if net is None else net
     if agent.discrete:
-        return _Argmax(_frozen(agent.actor)), "argmax of the policy logits"
+        return _Argmax(net), "argmax of the policy logits"
     if agent.action_kind == "multidiscrete":
-        return _ArgmaxPerDimension(_frozen(agent.actor), agent.nvec), "argmax of each action dimension's logits"
+        return _ArgmaxPerDimension(net, agent.nvec), "argmax of each action dimension's logits"
     if agent.action_kind == "multibinary":
-        return _PositiveLogits(_frozen(agent.actor)), "1 where a bit's Bernoulli logit is positive, else 0"
-    return _ClippedMean(_frozen(agent.actor), agent.action_low, agent.action_high), (
-        "Gaussian mean clipped to the action bounds"
-    )
+        return _PositiveLogits(net), "1 where a bit's Bernoulli logit is positive, else 0"
+    return _ClippedMean(net, agent.action_low, agent.action_high), "Gaussian mean clipped to the action bounds"
 
 
 def _dqn_head(agent: Any) -> tuple[nn.Module, str]:
@@ -264,6 +273,57 @@ class ExportedPolicy(nn.Module):
         return actions
 
 
+class ExportedRecurrentPolicy(nn.Module):
+    """A recurrent (LSTM) policy's deterministic step, its state explicit:
+    ``(obs, lstm_h, lstm_c, episode_start) -> (action, next_lstm_h, next_lstm_c)``.
+
+    ``lstm_h`` and ``lstm_c`` are the actor LSTM's state, ``(1, batch, hidden)`` (num_layers,
+    batch, hidden, as ``torch.nn.LSTM`` holds it); ``episode_start`` is ``(batch,)`` float32, 1.0
+    for an env whose episode starts at this observation: its state is zeroed before the step, as
+    the agent's ``begin_episode`` zeroes it. Start from zeros, feed the returned state back."""
+
+    def __init__(
+        self,
+        actor: nn.Module,
+        head: nn.Module,
+        normalizer: nn.Module | None,
+        action_shape: tuple[int, ...],
+        description: str = "",
+    ) -> None:
+        super().__init__()
+        self.normalizer = normalizer
+        self.actor = actor  # a RecurrentNetwork: (T, B, ...) observations, (B, H) states, (T, B) starts
+        self.head = head
+        self.action_shape = tuple(action_shape)
+        self.description = description
+
+    def forward(
+        self, obs: torch.Tensor, lstm_h: torch.Tensor, lstm_c: torch.Tensor, episode_start: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Actions and the next state for one step of a batch of envs."""
+        x = obs.float()
+        if self.normalizer is not None:
+            x = self.normalizer(x)
+        starts = episode_start.float().unsqueeze(0)
+        out, h, c = self.actor(x.unsqueeze(0), lstm_h[0], lstm_c[0], starts)
+        actions = self.head(out[0])
+        if self.action_shape and tuple(actions.shape[1:]) != self.action_shape:
+            actions = actions.reshape(-1, *self.action_shape)
+        return actions, h.unsqueeze(0), c.unsqueeze(0)
+
+
+# Recurrent algorithms (a class name in the agent's MRO): their actor is a RecurrentNetwork whose
+# output the on-policy heads turn into actions.
+_RECURRENT = ("RecurrentPPO",)
+STATE_INPUTS = ("lstm_h", "lstm_c")
+STATE_OUTPUTS = ("next_lstm_h", "next_lstm_c")
+EPISODE_START = "episode_start"
+
+
+def _recurrent(agent: Any) -> bool:
+    return any(cls.__name__ in _RECURRENT for cls in type(agent).__mro__)
+
+
 def _family(agent: Any) -> str:
     names = [cls.__name__ for cls in type(agent).__mro__]
     for family in _HEADS:
@@ -294,18 +354,24 @@ def _check_exportable(agent: Any) -> None:
         )
 
 
-def policy_module(agent: Any) -> ExportedPolicy:
+def policy_module(agent: Any) -> ExportedPolicy | ExportedRecurrentPolicy:
     """The deterministic policy of ``agent`` as a standalone torch module: observation batch of the
-    input dtype (see the sidecar) -> env actions, normalization and action scaling baked in.
+    input dtype (see the sidecar) -> env actions, normalization and action scaling baked in; for a
+    recurrent agent (RecurrentPPO) an :class:`ExportedRecurrentPolicy`, whose LSTM state goes in
+    and comes out.
 
     The module holds copies of the networks and of the normalization statistics as they are now;
     later training of the agent does not change it."""
     _check_exportable(agent)
-    head, description = _HEADS[_family(agent)](agent)
     normalizer = None
     if agent.config.normalize_observations:
         normalizer = _FrozenNormalizer(agent.obs_normalizer)
     action_shape = () if agent.discrete else tuple(agent.action_space.shape)
+    if _recurrent(agent):
+        head, description = _on_policy_head(agent, nn.Identity())
+        description = f"LSTM actor, then the {description}"
+        return ExportedRecurrentPolicy(_frozen(agent.actor), head, normalizer, action_shape, description).eval()
+    head, description = _HEADS[_family(agent)](agent)
     return ExportedPolicy(head, normalizer, action_shape, description).eval()
 
 
@@ -397,7 +463,33 @@ def _sidecar(agent: Any, path: str, fmt: str, action_head: str) -> dict[str, Any
         "observation_preparation": preparation,
         "observation_layout": observation_layout(obs_space),
         "baked_in": {"observation_normalization": norm, "action": action_head},
+        **({"recurrent": _recurrent_sidecar(agent)} if _recurrent(agent) else {}),
         "versions": _versions(fmt),
+    }
+
+
+def _recurrent_sidecar(agent: Any) -> dict[str, Any]:
+    """The LSTM state's inputs and outputs of a recurrent policy, and how to loop over them."""
+    shape = [1, "batch", int(agent.config.lstm_hidden_size)]
+    return {
+        "state_inputs": [{"name": name, "dtype": "float32", "shape": shape} for name in STATE_INPUTS],
+        "state_outputs": [
+            {"name": out, "dtype": "float32", "shape": shape, "feeds": name}
+            for out, name in zip(STATE_OUTPUTS, STATE_INPUTS, strict=True)
+        ],
+        "episode_start": {
+            "name": EPISODE_START,
+            "dtype": "float32",
+            "shape": ["batch"],
+            "meaning": "1.0 for an env whose episode starts with this observation (its state is zeroed "
+            "before the step), else 0.0",
+        },
+        "initial_state": "zeros",
+        "loop": (
+            "state inputs start as zeros of their shape; each step feeds obs, the state and episode_start "
+            "(1.0 on an episode's first observation), and the next step's state inputs are this step's "
+            "state outputs (next_lstm_h -> lstm_h, next_lstm_c -> lstm_c); one row per env, envs independent"
+        ),
     }
 
 
@@ -433,23 +525,30 @@ def _require_onnx() -> None:
         ) from None
 
 
-def _write_onnx(module: ExportedPolicy, example: torch.Tensor, path: str, sidecar: dict[str, Any]) -> None:
+def _write_onnx(
+    module: nn.Module,
+    example: tuple[torch.Tensor, ...],
+    path: str,
+    sidecar: dict[str, Any],
+    input_names: list[str],
+    output_names: list[str],
+    dynamic_axes: dict[str, dict[int, str]],
+) -> None:
     import onnx
 
-    batch_axis = {0: "batch"}
     with warnings.catch_warnings():
         # torch >= 2.9 warns that the TorchScript-based exporter is the legacy one; it is the one that
         # needs neither onnxscript nor a network, and it handles this small graph exactly.
         warnings.simplefilter("ignore")
         torch.onnx.export(
             module,
-            (example,),
+            example,
             path,
             dynamo=False,
             opset_version=ONNX_OPSET,
-            input_names=[INPUT_NAME],
-            output_names=[OUTPUT_NAME],
-            dynamic_axes={INPUT_NAME: batch_axis, OUTPUT_NAME: batch_axis},
+            input_names=input_names,
+            output_names=output_names,
+            dynamic_axes=dynamic_axes,
         )
     model = onnx.load(path)
     onnx.checker.check_model(model)
@@ -472,11 +571,20 @@ def export_policy(agent: Any, path: str | os.PathLike[str], *, format: str | Non
     _require_onnx()
     module = policy_module(agent)
     in_dtype = _input_dtype(agent)
-    example = torch.from_numpy(np.zeros((2, *agent.obs_shape), dtype=in_dtype))
+    obs = torch.from_numpy(np.zeros((2, *agent.obs_shape), dtype=in_dtype))
     sidecar = _sidecar(agent, path, fmt, module.description)
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    _write_onnx(module, example, path, sidecar)
+    batch = {0: "batch"}
+    if isinstance(module, ExportedRecurrentPolicy):
+        state = torch.zeros(1, 2, int(agent.config.lstm_hidden_size))
+        example: tuple[torch.Tensor, ...] = (obs, state, state.clone(), torch.zeros(2))
+        inputs, outputs = [INPUT_NAME, *STATE_INPUTS, EPISODE_START], [OUTPUT_NAME, *STATE_OUTPUTS]
+        axes = {name: ({1: "batch"} if "lstm" in name else batch) for name in (*inputs, *outputs)}
+    else:
+        example, inputs, outputs = (obs,), [INPUT_NAME], [OUTPUT_NAME]
+        axes = {INPUT_NAME: batch, OUTPUT_NAME: batch}
+    _write_onnx(module, example, path, sidecar, inputs, outputs, axes)
     with open(path + SIDECAR_SUFFIX, "w", encoding="utf-8") as f:
         json.dump(sidecar, f, indent=2)
         f.write("\n")
