@@ -1,7 +1,9 @@
 """Policy export: the exported model, run by onnxruntime (no workbench code involved), gives the
 actions of ``agent.act(obs, deterministic=True)`` on 1,000 observations, for every agent, with and
-without observation normalization, for vector, Dict and uint8 image observations; the sidecar says
-how to feed it; the CLI writes the same; errors say what to do."""
+without observation normalization, for vector, Dict and uint8 image observations; RecurrentPPO's
+export, its LSTM state fed back, over whole staggered episodes of several envs; the optional
+action_mask input under random masks; the sidecar says how to feed it; the CLI writes the same;
+errors say what to do."""
 
 from __future__ import annotations
 
