@@ -1,7 +1,9 @@
 """Policy export: the exported model, run by onnxruntime (no workbench code involved), gives the
 actions of ``agent.act(obs, deterministic=True)`` on 1,000 observations, for every agent, with and
-without observation normalization, for vector, Dict and uint8 image observations; the sidecar says
-how to feed it; the CLI writes the same; errors say what to do."""
+without observation normalization, for vector, Dict and uint8 image observations; RecurrentPPO's
+export, its LSTM state fed back, over whole staggered episodes of several envs; the optional
+action_mask input under random masks; the sidecar says how to feed it; the CLI writes the same;
+errors say what to do."""
 
 from __future__ import annotations
 
@@ -221,3 +223,181 @@ def test_import_workbench_loads_no_onnx():
     code = "import sys, workbench\nprint([m for m in ('onnx', 'onnxruntime') if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# -- recurrent policies: the LSTM state goes in and comes out ------------------------------------
+
+RECURRENT = {"n_envs": 2, "n_steps": 32, "n_epochs": 2, "batch_size": 64, "net_arch": (32,), "lstm_hidden_size": 16}
+EPISODE_LIMITS = (13, 29, 47, 200)  # one time limit per env of the batch, so their episodes start at different steps
+VECTOR_OBS = spaces.Box(-1.0, 1.0, (3,), np.float32)
+RECURRENT_CASES = [
+    pytest.param("CartPoleNoVel-v1", {"normalize_observations": True}, id="cartpole-novel-norm"),
+    pytest.param("PendulumNoVel-v1", {}, id="pendulum-novel"),
+    pytest.param("PendulumNoVel-v1", {"normalize_observations": True}, id="pendulum-novel-norm"),
+    pytest.param(lambda: SpacesEnv(VECTOR_OBS, spaces.MultiDiscrete([3, 2])), {}, id="multidiscrete"),
+    pytest.param(lambda: SpacesEnv(VECTOR_OBS, spaces.MultiBinary(3)), {}, id="multibinary"),
+    pytest.param(lambda: SpacesEnv(DICT_OBS, spaces.Discrete(3)), {"normalize_observations": True}, id="dict-norm"),
+    pytest.param(lambda: SpacesEnv(DICT_IMAGE, PENDULUM_LIKE), {}, id="dict-image-cnn", marks=pytest.mark.slow),
+]
+
+
+def model_input(space: spaces.Space, observations: list) -> np.ndarray:
+    """A batch of raw env observations as the exported model takes them (a Box as is, others flattened)."""
+    if isinstance(space, spaces.Box):
+        return np.stack(observations).astype(space.dtype)
+    return np.stack([spaces.flatten(space, o) for o in observations]).astype(np.float32)
+
+
+def assert_recurrent_parity(agent, env, path, steps: int = 300, check_extras: bool = False, masks: bool = False) -> int:
+    """Run the exported model over ``steps`` steps of len(EPISODE_LIMITS) envs, feeding its state
+    back and flagging episode starts, beside the agent acting on the same observations through its
+    own recurrent state (``begin_episode`` then ``act`` / ``decide``); ``masks``: feed both each
+    env's current action mask (``MaskedTarget.current_mask``). Returns the episode starts seen."""
+    maker = wb.envs.as_env_source(env).make
+    envs = [gym.wrappers.TimeLimit(maker(), max_episode_steps=limit) for limit in EPISODE_LIMITS]
+    side = json.loads(open(str(path) + ".json").read())["recurrent"]
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    n = len(envs)
+    h = c = np.zeros([n if d == "batch" else d for d in side["state_inputs"][0]["shape"]], dtype=np.float32)
+    obs = [e.reset(seed=i)[0] for i, e in enumerate(envs)]
+    starts = np.ones(n, dtype=bool)
+    seen = 0
+    for _ in range(steps):
+        x = model_input(agent.observation_space, obs)  # the agent takes the same flat batch
+        mask = np.stack([e.unwrapped.current_mask() for e in envs]) if masks else None
+        agent.begin_episode(starts)
+        if check_extras:
+            step = agent.decide(x, deterministic=True, action_mask=mask)
+            expected, used = step.actions, step.extras["lstm_states"]
+            # The state the agent's step carries is the state the model used (zeroed at a start).
+            keep = (~starts)[:, None].astype(np.float32)
+            np.testing.assert_allclose(used[:, 0], h[0] * keep, rtol=0, atol=1e-5)
+            np.testing.assert_allclose(used[:, 1], c[0] * keep, rtol=0, atol=1e-5)
+        else:
+            expected = agent.act(x, deterministic=True, action_mask=mask)
+        feed = {"obs": x, "lstm_h": h, "lstm_c": c, "episode_start": starts.astype(np.float32)}
+        if mask is not None:
+            feed["action_mask"] = mask
+        got, h, c = session.run(["action", "next_lstm_h", "next_lstm_c"], feed)
+        if isinstance(agent.action_space, spaces.Box):
+            assert got.dtype == np.float32
+            np.testing.assert_allclose(got, np.asarray(expected).reshape(got.shape), rtol=0, atol=BOX_ATOL)
+        else:
+            assert got.dtype == np.int64
+            np.testing.assert_array_equal(got, expected)
+        for i, e in enumerate(envs):
+            obs[i], _, terminated, truncated, _ = e.step(expected[i])
+            starts[i] = terminated or truncated
+            if starts[i]:
+                obs[i] = e.reset()[0]
+        seen += int(starts.sum())
+    return seen
+
+
+@pytest.mark.parametrize(("env", "hyper"), RECURRENT_CASES)
+def test_recurrent_onnx_policy_acts_like_the_agent_over_episodes(tmp_path, env, hyper):
+    agent = trained(wb.RecurrentPPO, env, {**RECURRENT, **hyper})
+    path = agent.export(tmp_path / "policy.onnx")
+    agent.eval()  # play mode: the agent's own play state, deterministic actions
+    assert assert_recurrent_parity(agent, env, path) > len(EPISODE_LIMITS)
+
+    side = json.loads((tmp_path / "policy.onnx.json").read_text())
+    hidden = agent.config.lstm_hidden_size
+    assert side["input"]["name"] == "obs" and side["output"]["name"] == "action"
+    rec = side["recurrent"]
+    assert [s["name"] for s in rec["state_inputs"]] == ["lstm_h", "lstm_c"]
+    assert [(s["name"], s["feeds"]) for s in rec["state_outputs"]] == [("next_lstm_h", "lstm_h"), ("next_lstm_c", "lstm_c")]
+    assert all(s["shape"] == [1, "batch", hidden] for s in rec["state_inputs"] + rec["state_outputs"])
+    assert rec["episode_start"]["name"] == "episode_start" and rec["initial_state"] == "zeros"
+    assert (side["baked_in"]["observation_normalization"] is not None) == agent.config.normalize_observations
+
+
+def test_recurrent_export_matches_the_state_in_the_training_steps_extras(tmp_path):
+    env = "CartPoleNoVel-v1"
+    agent = trained(wb.RecurrentPPO, env, RECURRENT)
+    path = agent.export(tmp_path / "policy.onnx")
+    assert agent.training
+    assert assert_recurrent_parity(agent, env, path, steps=150, check_extras=True) > len(EPISODE_LIMITS)
+
+
+def test_cli_exports_a_saved_recurrent_run(tmp_path, capsys):
+    agent = trained(wb.RecurrentPPO, "PendulumNoVel-v1", {**RECURRENT, "normalize_observations": True})
+    agent.save(tmp_path / "run")
+    out = tmp_path / "policy.onnx"
+    assert main(["export", str(tmp_path / "run"), str(out)]) == 0
+    assert "exported the deterministic RecurrentPPO policy" in capsys.readouterr().out
+    loaded = wb.load(tmp_path / "run").eval()
+    assert_recurrent_parity(loaded, "PendulumNoVel-v1", out, steps=150)
+
+
+# -- the optional action_mask input --------------------------------------------------------------
+
+
+def random_masks(action_space: spaces.Space, n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` random bool masks with at least one allowed action (per dimension for MultiDiscrete)."""
+    sizes = [int(action_space.n)] if isinstance(action_space, spaces.Discrete) else [int(k) for k in action_space.nvec]
+    parts = []
+    for size in sizes:
+        part = rng.random((n, size)) < 0.5
+        part[np.arange(n), rng.integers(0, size, n)] = True
+        parts.append(part)
+    return np.concatenate(parts, axis=1)
+
+
+MASK_CASES = [
+    pytest.param(wb.PPO, None, ON_POLICY, id="ppo-discrete"),
+    pytest.param(wb.PPO, 2, {**ON_POLICY, "normalize_observations": True}, id="ppo-multidiscrete-norm"),
+    pytest.param(wb.A2C, 3, {"net_arch": (32, 32)}, id="a2c-multidiscrete"),
+    pytest.param(wb.DQN, None, DQN_FAST, id="dqn"),
+    pytest.param(wb.QRDQN, None, DQN_FAST, id="qrdqn"),
+    pytest.param(wb.Rainbow, None, {**DQN_FAST, "v_min": 0.0, "v_max": 10.0}, id="rainbow"),
+]
+
+
+@pytest.mark.parametrize(("cls", "dims", "hyper"), MASK_CASES)
+def test_masked_onnx_policy_chooses_the_best_allowed_action(tmp_path, cls, dims, hyper):
+    env = lambda: wb.testing_envs.MaskedTarget(dims=dims)  # noqa: E731
+    agent = trained(cls, env, hyper)
+    path = agent.export(tmp_path / "policy.onnx", action_mask=True)
+    side = json.loads((tmp_path / "policy.onnx.json").read_text())
+    size = int(sum(agent.action_space.nvec)) if dims else int(agent.action_space.n)
+    assert side["action_mask"]["name"] == "action_mask" and side["action_mask"]["shape"] == ["batch", size]
+    obs = observations(agent.observation_space)
+    masks = random_masks(agent.action_space, len(obs), np.random.default_rng(0))
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    got = session.run(["action"], {"obs": obs, "action_mask": masks})[0]
+    expected = agent.act(obs, deterministic=True, action_mask=masks)
+    np.testing.assert_array_equal(got, expected)
+    # The masks matter: without them the exported greedy action differs somewhere.
+    assert not np.array_equal(got, run_onnx(agent.export(tmp_path / "plain.onnx"), obs))
+    assert json.loads((tmp_path / "plain.onnx.json").read_text())["action_mask"] is None
+
+
+def test_masked_recurrent_export_over_episodes(tmp_path):
+    env = lambda: wb.testing_envs.MaskedTarget(dims=2, episode_length=60)  # noqa: E731 - the limits stagger it
+    agent = trained(wb.RecurrentPPO, env, RECURRENT).eval()
+    path = agent.export(tmp_path / "policy.onnx", action_mask=True)
+    assert assert_recurrent_parity(agent, env, path, steps=150, masks=True) > len(EPISODE_LIMITS)
+
+
+def test_cli_exports_a_mask_input(tmp_path, capsys):
+    wb.PPO(lambda: wb.testing_envs.MaskedTarget(dims=2), seed=0, **ON_POLICY).save(tmp_path / "run")
+    assert main(["export", str(tmp_path / "run"), str(tmp_path / "p.onnx"), "--action-mask"]) == 0
+    assert json.loads((tmp_path / "p.onnx.json").read_text())["action_mask"]["shape"] == ["batch", 12]
+    wb.PPO("Pendulum-v1").save(tmp_path / "box")
+    assert main(["export", str(tmp_path / "box"), str(tmp_path / "b.onnx"), "--action-mask"]) == 2
+    assert "action_mask=False" in capsys.readouterr().err
+
+
+def test_mask_input_needs_masked_discrete_actions(tmp_path):
+    with pytest.raises(TypeError, match="action_mask=False"):
+        wb.PPO("Pendulum-v1").export(tmp_path / "p.onnx", action_mask=True)
+    with pytest.raises(TypeError, match="action_mask=False"):
+        wb.SAC("Pendulum-v1").export(tmp_path / "p.onnx", action_mask=True)
+    assert not (tmp_path / "p.onnx").exists()
+
+
+def test_masked_logit_agrees_with_the_on_policy_heads():
+    from workbench.agents import export, on_policy
+
+    assert export._MASKED_LOGIT == on_policy.MASKED_LOGIT

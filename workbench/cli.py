@@ -99,6 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     export.add_argument("run", help="a saved run (directory or .zip)")
     export.add_argument("out", help="the model file: .onnx (run it with onnxruntime)")
+    export.add_argument(
+        "--action-mask",
+        action="store_true",
+        help="add a bool input action_mask (Discrete and MultiDiscrete actions): the best allowed action",
+    )
     from .sweep_cli import add_parser as add_sweep_parser
 
     add_sweep_parser(sub)
@@ -203,7 +208,7 @@ def _export(args: argparse.Namespace) -> int:
 
     agent = agent_from_run(read_saved(args.run)).eval()
     try:
-        path = agent.export(args.out)
+        path = agent.export(args.out, action_mask=args.action_mask)
     except ImportError as exc:
         raise SystemExit(f"workbench: {exc}") from None
     print(f"exported the deterministic {agent.algorithm} policy to {path} (sidecar {path}.json)")

@@ -654,17 +654,18 @@ class Agent:
             overwrite=overwrite,
         )
 
-    def export(self, path: str | os.PathLike[str], *, format: str | None = None) -> str:
+    def export(self, path: str | os.PathLike[str], *, format: str | None = None, action_mask: bool = False) -> str:
         """Write the deterministic policy (what ``act(obs, deterministic=True)`` does, with the
         observation normalization and the action scaling baked in) to run without this library,
         plus a JSON sidecar ``<path>.json`` of spaces, input/output, observation layout and versions.
 
         The format follows the suffix: ``.onnx`` (needs ``pip install 'rl-workbench[export]'``;
-        run it with onnxruntime); ``format=`` overrides it. Returns
-        the model's path. See ``workbench.agents.export``."""
+        run it with onnxruntime); ``format=`` overrides it. ``action_mask=True`` (Discrete and
+        MultiDiscrete actions) adds a bool input ``action_mask`` restricting the action to the allowed
+        ones. Returns the model's path. See ``workbench.agents.export``."""
         from .export import export_policy
 
-        return export_policy(self, path, format=format)
+        return export_policy(self, path, format=format, action_mask=action_mask)
 
     # -- play ---------------------------------------------------------------------------------
 

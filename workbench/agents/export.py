@@ -14,6 +14,13 @@ The exported graph maps a batch of observations to the env's actions, exactly as
    (MultiBinary) for PPO and A2C, the tanh-squashed mean (SAC, gSDE too) or the deterministic actor (TD3,
    DDPG) scaled into the Box bounds.
 
+A recurrent policy (RecurrentPPO) is exported as one step of its LSTM actor with the state explicit
+(:class:`ExportedRecurrentPolicy`): inputs ``obs``, ``lstm_h``, ``lstm_c`` (``(1, batch, hidden)``)
+and ``episode_start`` (``(batch,)`` float32, 1.0 zeroes that env's state first), outputs
+``action``, ``next_lstm_h``, ``next_lstm_c``; the sidecar's ``recurrent`` section says how to loop.
+``action_mask=True`` adds a bool input ``action_mask`` (Discrete, MultiDiscrete): the action is
+the best allowed one, as ``act(obs, deterministic=True, action_mask=...)`` chooses it.
+
 Beside the model, ``<path>.json`` (the *sidecar*) describes the spaces, the input and output
 (names, dtypes, shapes), where each part of a Dict/Tuple observation goes in the flat input vector
 and how it is encoded, what was baked in, and the versions that wrote it. The same JSON is stored
@@ -48,9 +55,17 @@ from torch import nn
 from .. import checkpoint
 from .._version import __version__
 from ..envs import describe_space, flat_observation_space
-from ..masks import strip_mask_space
+from ..masks import mask_size, strip_mask_space
 
-__all__ = ["EXPORT_FORMATS", "SIDECAR_SUFFIX", "ExportedPolicy", "export_policy", "observation_layout", "policy_module"]
+__all__ = [
+    "EXPORT_FORMATS",
+    "SIDECAR_SUFFIX",
+    "ExportedPolicy",
+    "ExportedRecurrentPolicy",
+    "export_policy",
+    "observation_layout",
+    "policy_module",
+]
 
 EXPORT_FORMATS: dict[str, str] = {".onnx": "onnx"}
 """File suffix -> format of :func:`export_policy`."""
@@ -60,6 +75,7 @@ SIDECAR_FORMAT = "rl-workbench-policy"
 SIDECAR_VERSION = 1
 ONNX_OPSET = 17
 INPUT_NAME, OUTPUT_NAME = "obs", "action"
+MASK_NAME = "action_mask"
 
 
 # -- the policy as one module ------------------------------------------------------------------
@@ -81,16 +97,29 @@ class _FrozenNormalizer(nn.Module):
         return ((obs.double() - self.mean) / self.std).clamp(-self.clip, self.clip).float()
 
 
-class _Argmax(nn.Module):
-    """The greedy action of a Discrete policy: argmax of the logits or Q-values."""
+# What a masked action's logit / Q-value becomes before the argmax, as the agents mask them: the
+# on-policy heads' ``on_policy.MASKED_LOGIT`` (a test checks they agree), the DQN family's -inf.
+_MASKED_LOGIT = -1e8
+_MASKED_Q = float("-inf")
 
-    def __init__(self, net: nn.Module) -> None:
+
+def _masked(values: torch.Tensor, mask: torch.Tensor | None, fill: float) -> torch.Tensor:
+    """``values`` with the disallowed entries (``mask`` False) set to ``fill``; unchanged without a mask."""
+    return values if mask is None else values.masked_fill(~mask, fill)
+
+
+class _Argmax(nn.Module):
+    """The greedy action of a Discrete policy: argmax of the logits or Q-values (of the allowed
+    actions only when an action mask is given)."""
+
+    def __init__(self, net: nn.Module, fill: float = _MASKED_LOGIT) -> None:
         super().__init__()
         self.net = net
+        self.fill = fill
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """int64 actions, shape ``(batch,)``."""
-        return self.net(x).argmax(-1)
+        return _masked(self.net(x), mask, self.fill).argmax(-1)
 
 
 class _DistributionalArgmax(nn.Module):
@@ -105,11 +134,11 @@ class _DistributionalArgmax(nn.Module):
         self.categorical = support is not None
         self.register_buffer("support", support.clone() if support is not None else torch.zeros(0))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """int64 actions, shape ``(batch,)``."""
         out = self.net(x).reshape(-1, self.n_actions, self.atoms)
         q = (torch.softmax(out, dim=-1) * self.support).sum(-1) if self.categorical else out.mean(-1)
-        return q.argmax(-1)
+        return _masked(q, mask, _MASKED_Q).argmax(-1)
 
 
 class _ArgmaxPerDimension(nn.Module):
@@ -121,9 +150,9 @@ class _ArgmaxPerDimension(nn.Module):
         self.net = net
         self.nvec = [int(n) for n in nvec]
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """int64 actions, shape ``(batch, len(nvec))``."""
-        parts = torch.split(self.net(x), self.nvec, dim=-1)
+        parts = torch.split(_masked(self.net(x), mask, _MASKED_LOGIT), self.nvec, dim=-1)
         return torch.stack([p.argmax(-1) for p in parts], dim=-1)
 
 
@@ -192,24 +221,25 @@ def _frozen(net: nn.Module) -> nn.Module:
     return net
 
 
-def _on_policy_head(agent: Any) -> tuple[nn.Module, str]:
+def _on_policy_head(agent: Any, net: nn.Module | None = None) -> tuple[nn.Module, str]:
     # gSDE only changes exploration: the deterministic action is the actor's mean either way.
+    # ``net``: what makes the logits / means from the head's input (the frozen actor by default;
+    # the recurrent policy passes an identity, its LSTM actor runs before the head).
+    net = _frozen(agent.actor) if net is None else net
     if agent.discrete:
-        return _Argmax(_frozen(agent.actor)), "argmax of the policy logits"
+        return _Argmax(net), "argmax of the policy logits"
     if agent.action_kind == "multidiscrete":
-        return _ArgmaxPerDimension(_frozen(agent.actor), agent.nvec), "argmax of each action dimension's logits"
+        return _ArgmaxPerDimension(net, agent.nvec), "argmax of each action dimension's logits"
     if agent.action_kind == "multibinary":
-        return _PositiveLogits(_frozen(agent.actor)), "1 where a bit's Bernoulli logit is positive, else 0"
-    return _ClippedMean(_frozen(agent.actor), agent.action_low, agent.action_high), (
-        "Gaussian mean clipped to the action bounds"
-    )
+        return _PositiveLogits(net), "1 where a bit's Bernoulli logit is positive, else 0"
+    return _ClippedMean(net, agent.action_low, agent.action_high), "Gaussian mean clipped to the action bounds"
 
 
 def _dqn_head(agent: Any) -> tuple[nn.Module, str]:
     # Frozen copies are in eval mode, so noisy layers (Rainbow, noisy=True) act on their mean weights.
     atoms = int(agent._atoms())
     if atoms == 1:
-        return _Argmax(_frozen(agent.q_net)), "argmax of the Q-values"
+        return _Argmax(_frozen(agent.q_net), _MASKED_Q), "argmax of the Q-values"
     support = getattr(agent, "support", None)  # C51 and Rainbow: a categorical over fixed atoms
     head = _DistributionalArgmax(_frozen(agent.q_net), agent.n_actions, atoms, support)
     if support is not None:
@@ -253,15 +283,73 @@ class ExportedPolicy(nn.Module):
         self.action_shape = tuple(action_shape)
         self.description = description  # how the head makes actions, for the sidecar
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        """Actions for a batch of observations (``(batch, *obs_shape)``, the input's dtype)."""
+    def forward(self, obs: torch.Tensor, action_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Actions for a batch of observations (``(batch, *obs_shape)``, the input's dtype); with
+        ``action_mask`` (bool ``(batch, mask_size)``, True where allowed) among the allowed actions only."""
         x = obs.float()
         if self.normalizer is not None:
             x = self.normalizer(x)
-        actions = self.head(x)
+        actions = self.head(x) if action_mask is None else self.head(x, action_mask)
         if self.action_shape and tuple(actions.shape[1:]) != self.action_shape:
             actions = actions.reshape(-1, *self.action_shape)
         return actions
+
+
+class ExportedRecurrentPolicy(nn.Module):
+    """A recurrent (LSTM) policy's deterministic step, its state explicit:
+    ``(obs, lstm_h, lstm_c, episode_start) -> (action, next_lstm_h, next_lstm_c)``.
+
+    ``lstm_h`` and ``lstm_c`` are the actor LSTM's state, ``(1, batch, hidden)`` (num_layers,
+    batch, hidden, as ``torch.nn.LSTM`` holds it); ``episode_start`` is ``(batch,)`` float32, 1.0
+    for an env whose episode starts at this observation: its state is zeroed before the step, as
+    the agent's ``begin_episode`` zeroes it. Start from zeros, feed the returned state back."""
+
+    def __init__(
+        self,
+        actor: nn.Module,
+        head: nn.Module,
+        normalizer: nn.Module | None,
+        action_shape: tuple[int, ...],
+        description: str = "",
+    ) -> None:
+        super().__init__()
+        self.normalizer = normalizer
+        self.actor = actor  # a RecurrentNetwork: (T, B, ...) observations, (B, H) states, (T, B) starts
+        self.head = head
+        self.action_shape = tuple(action_shape)
+        self.description = description
+
+    def forward(
+        self,
+        obs: torch.Tensor,
+        lstm_h: torch.Tensor,
+        lstm_c: torch.Tensor,
+        episode_start: torch.Tensor,
+        action_mask: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Actions and the next state for one step of a batch of envs (among the allowed actions
+        only with ``action_mask``)."""
+        x = obs.float()
+        if self.normalizer is not None:
+            x = self.normalizer(x)
+        starts = episode_start.float().unsqueeze(0)
+        out, h, c = self.actor(x.unsqueeze(0), lstm_h[0], lstm_c[0], starts)
+        actions = self.head(out[0]) if action_mask is None else self.head(out[0], action_mask)
+        if self.action_shape and tuple(actions.shape[1:]) != self.action_shape:
+            actions = actions.reshape(-1, *self.action_shape)
+        return actions, h.unsqueeze(0), c.unsqueeze(0)
+
+
+# Recurrent algorithms (a class name in the agent's MRO): their actor is a RecurrentNetwork whose
+# output the on-policy heads turn into actions.
+_RECURRENT = ("RecurrentPPO",)
+STATE_INPUTS = ("lstm_h", "lstm_c")
+STATE_OUTPUTS = ("next_lstm_h", "next_lstm_c")
+EPISODE_START = "episode_start"
+
+
+def _recurrent(agent: Any) -> bool:
+    return any(cls.__name__ in _RECURRENT for cls in type(agent).__mro__)
 
 
 def _family(agent: Any) -> str:
@@ -294,18 +382,24 @@ def _check_exportable(agent: Any) -> None:
         )
 
 
-def policy_module(agent: Any) -> ExportedPolicy:
+def policy_module(agent: Any) -> ExportedPolicy | ExportedRecurrentPolicy:
     """The deterministic policy of ``agent`` as a standalone torch module: observation batch of the
-    input dtype (see the sidecar) -> env actions, normalization and action scaling baked in.
+    input dtype (see the sidecar) -> env actions, normalization and action scaling baked in; for a
+    recurrent agent (RecurrentPPO) an :class:`ExportedRecurrentPolicy`, whose LSTM state goes in
+    and comes out.
 
     The module holds copies of the networks and of the normalization statistics as they are now;
     later training of the agent does not change it."""
     _check_exportable(agent)
-    head, description = _HEADS[_family(agent)](agent)
     normalizer = None
     if agent.config.normalize_observations:
         normalizer = _FrozenNormalizer(agent.obs_normalizer)
     action_shape = () if agent.discrete else tuple(agent.action_space.shape)
+    if _recurrent(agent):
+        head, description = _on_policy_head(agent, nn.Identity())
+        description = f"LSTM actor, then the {description}"
+        return ExportedRecurrentPolicy(_frozen(agent.actor), head, normalizer, action_shape, description).eval()
+    head, description = _HEADS[_family(agent)](agent)
     return ExportedPolicy(head, normalizer, action_shape, description).eval()
 
 
@@ -361,7 +455,7 @@ def _versions(fmt: str) -> dict[str, str]:
     return versions
 
 
-def _sidecar(agent: Any, path: str, fmt: str, action_head: str) -> dict[str, Any]:
+def _sidecar(agent: Any, path: str, fmt: str, action_head: str, action_mask: bool = False) -> dict[str, Any]:
     obs_space = agent.observation_space
     in_dtype = _input_dtype(agent)
     flat = not isinstance(obs_space, spaces.Box)
@@ -397,7 +491,46 @@ def _sidecar(agent: Any, path: str, fmt: str, action_head: str) -> dict[str, Any
         "observation_preparation": preparation,
         "observation_layout": observation_layout(obs_space),
         "baked_in": {"observation_normalization": norm, "action": action_head},
+        "action_mask": _mask_sidecar(agent) if action_mask else None,
+        **({"recurrent": _recurrent_sidecar(agent)} if _recurrent(agent) else {}),
         "versions": _versions(fmt),
+    }
+
+
+def _mask_sidecar(agent: Any) -> dict[str, Any]:
+    """The optional action-mask input: its name, dtype, shape and meaning."""
+    return {
+        "name": MASK_NAME,
+        "dtype": "bool",
+        "shape": ["batch", int(mask_size(agent.action_space))],  # type: ignore[arg-type]
+        "meaning": "True where an action is allowed (MultiDiscrete: the dimensions' masks concatenated, as "
+        "workbench.masks lays them out); the action is the best allowed one; every row allows at least one "
+        "action (per dimension)",
+    }
+
+
+def _recurrent_sidecar(agent: Any) -> dict[str, Any]:
+    """The LSTM state's inputs and outputs of a recurrent policy, and how to loop over them."""
+    shape = [1, "batch", int(agent.config.lstm_hidden_size)]
+    return {
+        "state_inputs": [{"name": name, "dtype": "float32", "shape": shape} for name in STATE_INPUTS],
+        "state_outputs": [
+            {"name": out, "dtype": "float32", "shape": shape, "feeds": name}
+            for out, name in zip(STATE_OUTPUTS, STATE_INPUTS, strict=True)
+        ],
+        "episode_start": {
+            "name": EPISODE_START,
+            "dtype": "float32",
+            "shape": ["batch"],
+            "meaning": "1.0 for an env whose episode starts with this observation (its state is zeroed "
+            "before the step), else 0.0",
+        },
+        "initial_state": "zeros",
+        "loop": (
+            "state inputs start as zeros of their shape; each step feeds obs, the state and episode_start "
+            "(1.0 on an episode's first observation), and the next step's state inputs are this step's "
+            "state outputs (next_lstm_h -> lstm_h, next_lstm_c -> lstm_c); one row per env, envs independent"
+        ),
     }
 
 
@@ -423,6 +556,15 @@ def _format_of(path: str, format: str | None) -> str:
     return fmt
 
 
+def _check_maskable(agent: Any) -> None:
+    if not getattr(agent, "supports_action_masks", False) or mask_size(agent.action_space) is None:
+        raise TypeError(
+            f"{agent.algorithm} cannot export an action_mask input for the action space "
+            f"{describe_space(agent.action_space)}: masks apply to Discrete and MultiDiscrete actions of the "
+            "agents that take them (PPO, A2C, RecurrentPPO, the DQN family); export with action_mask=False"
+        )
+
+
 def _require_onnx() -> None:
     try:
         import onnx  # noqa: F401
@@ -433,23 +575,30 @@ def _require_onnx() -> None:
         ) from None
 
 
-def _write_onnx(module: ExportedPolicy, example: torch.Tensor, path: str, sidecar: dict[str, Any]) -> None:
+def _write_onnx(
+    module: nn.Module,
+    example: tuple[torch.Tensor, ...],
+    path: str,
+    sidecar: dict[str, Any],
+    input_names: list[str],
+    output_names: list[str],
+    dynamic_axes: dict[str, dict[int, str]],
+) -> None:
     import onnx
 
-    batch_axis = {0: "batch"}
     with warnings.catch_warnings():
         # torch >= 2.9 warns that the TorchScript-based exporter is the legacy one; it is the one that
         # needs neither onnxscript nor a network, and it handles this small graph exactly.
         warnings.simplefilter("ignore")
         torch.onnx.export(
             module,
-            (example,),
+            example,
             path,
             dynamo=False,
             opset_version=ONNX_OPSET,
-            input_names=[INPUT_NAME],
-            output_names=[OUTPUT_NAME],
-            dynamic_axes={INPUT_NAME: batch_axis, OUTPUT_NAME: batch_axis},
+            input_names=input_names,
+            output_names=output_names,
+            dynamic_axes=dynamic_axes,
         )
     model = onnx.load(path)
     onnx.checker.check_model(model)
@@ -459,24 +608,45 @@ def _write_onnx(module: ExportedPolicy, example: torch.Tensor, path: str, sideca
     onnx.save(model, path)
 
 
-def export_policy(agent: Any, path: str | os.PathLike[str], *, format: str | None = None) -> str:
+def export_policy(
+    agent: Any, path: str | os.PathLike[str], *, format: str | None = None, action_mask: bool = False
+) -> str:
     """Write ``agent``'s deterministic policy to ``path`` and its sidecar to ``path + ".json"``;
     returns the model's path. See the module docstring for what the files hold.
 
-    ``format`` is taken from the suffix (``.onnx``) unless given (``"onnx"``). Raises
+    ``format`` is taken from the suffix (``.onnx``) unless given (``"onnx"``). ``action_mask=True``
+    (Discrete and MultiDiscrete actions of an agent that takes masks) adds an input ``action_mask``
+    (bool, ``(batch, mask_size)``, True where allowed): the action is then the best allowed one, as
+    ``agent.act(obs, deterministic=True, action_mask=mask)`` chooses it. Raises
     ``ValueError`` for an unknown suffix or format, ``TypeError`` for an
-    agent of no known family, ``ImportError`` naming the extra to install when onnx is missing.
+    agent of no known family or a mask it cannot take, ``ImportError`` naming the extra to install
+    when onnx is missing.
     """
     path = os.fspath(path)
     fmt = _format_of(path, format)
+    if action_mask:
+        _check_maskable(agent)
     _require_onnx()
     module = policy_module(agent)
     in_dtype = _input_dtype(agent)
-    example = torch.from_numpy(np.zeros((2, *agent.obs_shape), dtype=in_dtype))
-    sidecar = _sidecar(agent, path, fmt, module.description)
+    obs = torch.from_numpy(np.zeros((2, *agent.obs_shape), dtype=in_dtype))
+    sidecar = _sidecar(agent, path, fmt, module.description, action_mask)
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    _write_onnx(module, example, path, sidecar)
+    batch = {0: "batch"}
+    if isinstance(module, ExportedRecurrentPolicy):
+        state = torch.zeros(1, 2, int(agent.config.lstm_hidden_size))
+        example: tuple[torch.Tensor, ...] = (obs, state, state.clone(), torch.zeros(2))
+        inputs, outputs = [INPUT_NAME, *STATE_INPUTS, EPISODE_START], [OUTPUT_NAME, *STATE_OUTPUTS]
+        axes = {name: ({1: "batch"} if "lstm" in name else batch) for name in (*inputs, *outputs)}
+    else:
+        example, inputs, outputs = (obs,), [INPUT_NAME], [OUTPUT_NAME]
+        axes = {INPUT_NAME: batch, OUTPUT_NAME: batch}
+    if action_mask:
+        example = (*example, torch.ones(2, int(mask_size(agent.action_space)), dtype=torch.bool))  # type: ignore[arg-type]
+        inputs.append(MASK_NAME)
+        axes[MASK_NAME] = batch
+    _write_onnx(module, example, path, sidecar, inputs, outputs, axes)
     with open(path + SIDECAR_SUFFIX, "w", encoding="utf-8") as f:
         json.dump(sidecar, f, indent=2)
         f.write("\n")

@@ -15,7 +15,6 @@ boundary, and backpropagates through the whole rollout.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from itertools import pairwise
 
@@ -139,11 +138,6 @@ class RecurrentPPO(OnPolicyAgent):
         self._lr = as_schedule(c.learning_rate)
         self._clip = as_schedule(c.clip_range)
         self.optimizer = make_adam(params, lr=self._lr(0.0), eps=1e-5)
-
-    def export(self, path: str | os.PathLike[str], *, format: str | None = None) -> str:
-        """Not supported yet (its policy takes and returns the LSTM state, which the exporter's heads do not
-        compute): raises ``TypeError`` rather than write a wrong policy."""
-        raise TypeError(f"{self.algorithm} has no policy export yet: its policy takes and returns the LSTM state")
 
     # -- acting -------------------------------------------------------------------------------
 
