@@ -63,10 +63,9 @@ def _load_envs_module():  # type: ignore[no-untyped-def]
 def _build(message: tuple, envs_module):  # type: ignore[no-untyped-def]
     _, blob, env_id, num_envs, seed = message
     if env_id is not None:
-        import gymnasium as gym
 
         def factory():  # type: ignore[no-untyped-def]
-            return gym.make(env_id)
+            return envs_module.make_env(env_id)  # Atari and MinAtar ids get their preprocessing
     else:
         import cloudpickle
 
