@@ -63,7 +63,8 @@ class AtariTraining(gym.Wrapper):
     ``episodic_life``: losing a life ends the (training) episode with ``terminated=True``; the next
     ``reset`` then continues the same game with a no-op step, and only a real game over resets the
     game. ``clip_rewards``: rewards are their sign (-1, 0, 1). Either way, when the real game ends
-    ``info[GAME_END_KEY]`` holds ``(raw score, steps)`` of the whole game.
+    ``info[GAME_END_KEY]`` holds ``(raw score, steps)`` of the whole game (steps of the wrapped env,
+    4 frames each after ``AtariPreprocessing``; the no-ops after lost lives and FIRE presses count).
 
     ``training`` (True) switches both off: :func:`real_episodes` sets it to False while an episode
     is played or evaluated, so those see whole games with raw rewards.
@@ -88,7 +89,9 @@ class AtariTraining(gym.Wrapper):
             obs, info = self.env.reset(**kwargs)
             self._score, self._length = 0.0, 0
         else:
-            obs, _, terminated, truncated, info = self.env.step(0)
+            obs, reward, terminated, truncated, info = self.env.step(0)
+            self._score += float(reward)  # the no-op is part of the game (as the zoo's Monitor counts it)
+            self._length += 1
             if terminated or truncated:  # the no-op ended the game
                 obs, info = self.env.reset(**kwargs)
                 self._score, self._length = 0.0, 0

@@ -129,7 +129,8 @@ class _Encoder(nn.Module):
     shared = False
     """True when several networks read this one encoder (PPO and A2C's ``share_encoder``): the
     features of the last batch are then reused when the next call gets the very same tensor with
-    the weights unchanged, so the actor and the critic run the CNN once per batch."""
+    the weights unchanged and no backward pass through them since, so the actor and the critic run
+    the CNN once per batch."""
     _cached: tuple[Any, ...] | None = None
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
@@ -144,7 +145,12 @@ class _Encoder(nn.Module):
         out = out.reshape(*lead, out.shape[-1])
         if self.shared:
             self._cached = (obs, key, out)
+            if out.requires_grad:  # a backward pass frees the graph: later calls compute afresh
+                out.register_hook(self._forget)
         return out
+
+    def _forget(self, grad: torch.Tensor) -> None:
+        self._cached = None
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
