@@ -12,7 +12,7 @@ import torch
 from gymnasium import spaces
 
 import workbench as wb
-from workbench.atari import GAME_END_KEY, AtariTraining, FireReset, needs_fire, training_wrapper
+from workbench.atari import AtariTraining, FireReset, needs_fire, training_wrapper
 from workbench.envs import VecEnv, make_env
 
 
@@ -92,6 +92,16 @@ def test_session_records_raw_game_scores_while_the_agent_learns_clipped_rewards(
     assert list(returns.lengths) == [15, 15] and all(r % 5 == 0 for r in returns)
 
 
+def test_local_workers_carry_the_raw_game_scores():
+    agent = wb.PPO(lambda: AtariTraining(FakeGame()), n_steps=15, n_envs=2, batch_size=30, n_epochs=1,
+                   net_arch=(8,), encoder="small")
+    session = wb.Session(agent, lambda: AtariTraining(FakeGame()), num_workers=2, backend="local", seed=0)
+    session.run(steps=60)
+    scores = session.signals["episode_reward"].values
+    assert len(scores) == 4 and set(np.asarray(session.signals["episode_length"].values).tolist()) == {15.0}
+    assert all(s % 5 == 0 for s in scores)
+
+
 def test_play_on_a_training_instance_restores_training_mode():
     env = AtariTraining(FakeGame())
     agent = wb.A2C(lambda: AtariTraining(FakeGame()), net_arch=(8,), encoder="small")
@@ -142,7 +152,6 @@ def test_make_env_builds_the_zoo_preprocessing_with_options():
     bare = make_env("BreakoutNoFrameskip-v4", episodic_life=False, clip_rewards=False, fire_reset=False,
                     frame_stack=1, noop_max=0)
     assert bare.observation_space.shape == (84, 84) and type(bare).__name__ == "AtariPreprocessing"
-    assert not needs_fire(make_env("ALE/Pong-v5")) or True  # Pong's action 1 is FIRE too; the rule is the zoo's
 
 
 def test_breakout_training_episodes_end_per_life_with_the_raw_score_per_game():
