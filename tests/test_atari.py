@@ -227,6 +227,20 @@ def test_image_agents_share_one_cnn_trained_by_both_heads(algo, tmp_path):
             assert torch.equal(a(torch.from_numpy(x)), b(torch.from_numpy(x)))
 
 
+def test_runs_saved_before_the_option_load_with_one_cnn_per_network(tmp_path):
+    agent = _agent("PPO", share_encoder=False)
+    agent.save(tmp_path / "run")
+    meta_path = tmp_path / "run" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    del meta["hyperparameters"]["share_encoder"]  # as written before share_encoder existed
+    meta_path.write_text(json.dumps(meta))
+    loaded = wb.load(tmp_path / "run")
+    assert not loaded.encoder_shared
+    x = torch.from_numpy(np.random.default_rng(1).integers(0, 255, (3, 36, 36, 3), dtype=np.uint8))
+    with torch.no_grad():
+        assert torch.equal(agent.critic(x), loaded.critic(x)) and torch.equal(agent.actor(x), loaded.actor(x))
+
+
 @pytest.mark.parametrize("algo", ["PPO", "A2C"])
 def test_share_encoder_false_keeps_one_cnn_per_network(algo):
     agent = _agent(algo, share_encoder=False)
