@@ -3,15 +3,22 @@
 1. MinAtar Breakout (``MinAtar/Breakout-v1``: 10x10x4 frames as uint8), PPO and DQN, the same settings
    and budget in both libraries, interleaved seed by seed so machine noise hits both alike. Both use the
    same small CNN (16 3x3 filters, 128 features; SB3 through ``features_extractor_class``) and no hidden
-   layers after it; SB3's PPO gets ``share_features_extractor=False`` as ours has one CNN per network.
+   layers after it, shared by the policy and value heads in both (SB3's default ``share_features_extractor``,
+   ours ``share_encoder``).
    Prints per seed the final evaluation (10 deterministic episodes) and the wall time, then the ratio
    of median wall times (workbench / SB3; lower is faster).
-2. The memory of a 100k-transition DQN replay of Atari frame stacks (4x84x84 uint8), ours and SB3's,
+2. ``--atari-sps``: env steps per second of PPO on Atari Breakout frame stacks (``BreakoutNoFrameskip-v4``
+   through ``workbench.envs.make_env`` for both libraries, so the envs cost the same), the zoo's settings
+   (8 envs, 128 steps, 4 epochs, minibatches of 256, Nature CNN): ours with one shared CNN, ours with one
+   CNN per network (``share_encoder=False``) and SB3's ``CnnPolicy``, interleaved round by round, CPU
+   time (``time.process_time``, every thread) and wall time per run, under one torch thread.
+3. The memory of a 100k-transition DQN replay of Atari frame stacks (4x84x84 uint8), ours and SB3's,
    with and without ``optimize_memory_usage`` (the bytes its arrays take when full).
 
     python benchmarks/images.py --steps 100000 --seeds 3      # the full run (about 10 minutes a run here)
     python benchmarks/images.py --steps 10000 --seeds 1 --agents ppo
     python benchmarks/images.py --memory-only
+    nice python benchmarks/images.py --atari-sps --steps 2048 --seeds 3
 
 Not part of the test suite: speed is measured here, not asserted in tests.
 """
@@ -80,8 +87,7 @@ def run_sb3(algo: str, seed: int, steps: int) -> tuple[float, float]:
     if algo == "ppo":
         s = dict(PPO_SETTINGS)
         env = make_vec_env(lambda: make_env(ENV), n_envs=s.pop("n_envs"), seed=seed)
-        model = PPO("CnnPolicy", env, seed=seed, device="cpu", policy_kwargs={**policy_kwargs,
-                    "share_features_extractor": False}, **s)
+        model = PPO("CnnPolicy", env, seed=seed, device="cpu", policy_kwargs=policy_kwargs, **s)
     else:
         env = make_vec_env(lambda: make_env(ENV), n_envs=1, seed=seed)
         start, end, fraction = DQN_EPS
@@ -94,6 +100,55 @@ def run_sb3(algo: str, seed: int, steps: int) -> tuple[float, float]:
     eval_env = make_vec_env(lambda: make_env(ENV), n_envs=1, seed=10_000 + seed)
     mean, _ = evaluate_policy(model, eval_env, n_eval_episodes=10, deterministic=True)
     return wall, float(mean)
+
+
+ATARI = "BreakoutNoFrameskip-v4"
+
+
+def atari_ppo_run(which: str, seed: int, steps: int) -> tuple[float, float]:
+    """CPU and wall seconds of ``steps`` env steps of PPO on Atari frame stacks (see the module doc)."""
+    from workbench.envs import make_env
+
+    s = dict(PPO_SETTINGS)
+    if which == "sb3":
+        from stable_baselines3 import PPO
+        from stable_baselines3.common.env_util import make_vec_env
+
+        env = make_vec_env(lambda: make_env(ATARI), n_envs=s.pop("n_envs"), seed=seed)
+        model = PPO("CnnPolicy", env, seed=seed, device="cpu", **s)
+        c0, t0 = time.process_time(), time.perf_counter()
+        model.learn(total_timesteps=steps)
+    else:
+        # SB3's CnnPolicy: the Nature CNN, then the linear heads (no hidden layers), orthogonal init.
+        agent = wb.PPO(ATARI, seed=seed, net_arch=(), share_encoder=which == "shared", **s)
+        session = wb.Session(agent, ATARI, seed=seed)
+        c0, t0 = time.process_time(), time.perf_counter()
+        session.run(steps=steps)
+    return time.process_time() - c0, time.perf_counter() - t0
+
+
+def atari_sps(steps: int, rounds: int) -> None:
+    """Interleaved rounds of the three PPO runs; medians and ratios of CPU and wall time."""
+    cpu: dict[str, list[float]] = {"shared": [], "separate": [], "sb3": []}
+    wall: dict[str, list[float]] = {k: [] for k in cpu}
+    print(f"{ATARI} PPO, {steps:,} env steps per run, 8 envs, {torch.get_num_threads()} torch thread(s):")
+    for r in range(rounds):
+        order = list(cpu)
+        order = order[r % 3 :] + order[: r % 3]  # rotate who goes first
+        for which in order:
+            c, w = atari_ppo_run(which, r, steps)
+            cpu[which].append(c)
+            wall[which].append(w)
+            print(f"  round {r} {which:9s} cpu {c:6.1f} s ({steps / c:5.0f} steps per CPU-s)  wall {w:6.1f} s",
+                  flush=True)
+    med = {k: statistics.median(v) for k, v in cpu.items()}
+    medw = {k: statistics.median(v) for k, v in wall.items()}
+    for k in cpu:
+        print(f"  {k:9s} median {steps / med[k]:5.0f} steps per CPU-second, {steps / medw[k]:5.0f} per wall-second")
+    print(f"  CPU time shared / separate: {med['shared'] / med['separate']:.2f}, "
+          f"shared / SB3: {med['shared'] / med['sb3']:.2f}, separate / SB3: {med['separate'] / med['sb3']:.2f}")
+    print(f"  wall time shared / separate: {medw['shared'] / medw['separate']:.2f}, "
+          f"shared / SB3: {medw['shared'] / medw['sb3']:.2f}")
 
 
 def replay_memory_bytes() -> None:
@@ -135,8 +190,12 @@ def main() -> None:
     parser.add_argument("--no-sb3", action="store_true", help="workbench only")
     parser.add_argument("--memory-only", action="store_true", help="only the replay memory sizes")
     parser.add_argument("--threads", type=int, default=1, help="torch threads for both libraries")
+    parser.add_argument("--atari-sps", action="store_true", help="only PPO steps per second on Atari frame stacks")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.atari_sps:
+        atari_sps(args.steps, args.seeds)
+        return
     replay_memory_bytes()
     if args.memory_only:
         return

@@ -5,7 +5,9 @@ thousand steps, save it, load it back and play an episode with its frames.
     python examples/atari.py MinAtar/Breakout-v1  # 10x10 frames (pip install 'rl-workbench[minatar]')
     python examples/atari.py ALE/Pong-v5 20000    # another game, another budget
 
-An Atari id gets gymnasium's AtariPreprocessing and 4 stacked 84x84 frames; the agent then builds the
+An Atari id gets the rl-zoo's preprocessing (gymnasium's AtariPreprocessing, episodic life and clipped
+rewards for learning, FIRE at reset, 4 stacked 84x84 frames; episode_reward and play report whole games'
+raw scores: docs/observations.md); the agent then builds the
 Nature CNN (printed in its repr), keeps the frames as uint8 in its replay memory and scales them by
 1/255 inside the network. A few thousand steps show the machinery, not a trained player.
 """

@@ -22,6 +22,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         (
             "workbench._version",
             "workbench.envs",
+            "workbench.atari",
             "workbench.signals",
             "workbench.schedules",
             "workbench.exploration",

@@ -29,6 +29,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from .atari import GAME_END_KEY, training_wrapper
 from .masks import MaskReader, check_masks, strip_mask_obs, strip_mask_space
 
 __all__ = [
@@ -140,23 +141,46 @@ class MinAtarFrames(gym.ObservationWrapper):
         return np.kron(rgb, np.ones((16, 16, 1), dtype=np.uint8))
 
 
-def make_env(env_id: str, **kwargs: Any) -> gym.Env:
+def make_env(
+    env_id: str,
+    *,
+    noop_max: int = 30,
+    frame_skip: int = 4,
+    screen_size: int = 84,
+    frame_stack: int = 4,
+    fire_reset: bool | None = None,
+    episodic_life: bool = True,
+    clip_rewards: bool = True,
+    **kwargs: Any,
+) -> gym.Env:
     """``gym.make(env_id)``, with the standard image preprocessing for Atari and MinAtar ids.
 
-    Atari (``"ALE/Breakout-v5"``, ``"BreakoutNoFrameskip-v4"``): the game without frame skipping, then
-    gymnasium's ``AtariPreprocessing`` (up to 30 no-ops at reset, 4 frames skipped with the last two
-    max-pooled, 84x84 grayscale, the end of the game as the episode's end) and ``FrameStackObservation``
-    of 4: ``uint8`` observations ``(4, 84, 84)``, channels first. Rewards are the game's (not clipped).
-    For ``ALE/*-v5`` ids the sticky actions (repeat probability 0.25) stay. MinAtar ids give
-    ``uint8`` images ``(10, 10, channels)`` (:class:`MinAtarFrames`).
+    Atari (``"ALE/Breakout-v5"``, ``"BreakoutNoFrameskip-v4"``), as Stable-Baselines3's
+    ``AtariWrapper`` for the rl-zoo's presets: the game without frame skipping, then gymnasium's
+    ``AtariPreprocessing`` (up to ``noop_max`` no-ops at reset, ``frame_skip`` frames with the last
+    two max-pooled, ``screen_size`` square grayscale), :class:`workbench.atari.AtariTraining`
+    (``episodic_life``: a lost life ends the training episode, not the game; ``clip_rewards``: the
+    agent learns from the rewards' signs; ``episode_reward`` still records each whole game's raw
+    score, and play and evaluation see whole games with raw rewards), :class:`workbench.atari.FireReset`
+    (``fire_reset``; None: for the games whose action 1 is FIRE) and ``FrameStackObservation`` of
+    ``frame_stack`` (0 or 1: no stack): ``uint8`` observations ``(4, 84, 84)``, channels first.
+    For ``ALE/*-v5`` ids the sticky actions (repeat probability 0.25) stay. The options apply to
+    Atari ids only. MinAtar ids give ``uint8`` images ``(10, 10, channels)`` (:class:`MinAtarFrames`).
     """
     _register_image_envs(env_id)
     if is_atari_id(env_id):
         from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation
 
+        from .atari import AtariTraining, FireReset, needs_fire
+
         env = gym.make(env_id, frameskip=1, **kwargs)
-        env = AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=84, grayscale_obs=True)
-        return FrameStackObservation(env, 4)
+        env = AtariPreprocessing(env, noop_max=noop_max, frame_skip=frame_skip, screen_size=screen_size,
+                                 grayscale_obs=True)
+        if episodic_life or clip_rewards:
+            env = AtariTraining(env, episodic_life=episodic_life, clip_rewards=clip_rewards)
+        if fire_reset or (fire_reset is None and needs_fire(env)):
+            env = FireReset(env)
+        return FrameStackObservation(env, frame_stack) if frame_stack > 1 else env
     if is_minatar_id(env_id):
         return MinAtarFrames(gym.make(env_id, **kwargs))
     return gym.make(env_id, **kwargs)
@@ -450,6 +474,7 @@ class VecEnv:
     stepping: int | None = None
     masks: np.ndarray | None = None
     final_masks: np.ndarray | None = None
+    game_ends: np.ndarray | None = None
 
     def __init__(self, envs: Sequence[gym.Env], *, seed: int | None = None) -> None:
         if not envs:
@@ -474,6 +499,11 @@ class VecEnv:
         self._fresh = [False] * self.num_envs
         self._restore: list[dict[str, Any] | None] | None = None
         self._mask_readers = [MaskReader(env, self.action_space) for env in self.envs]
+        # Envs that end training episodes before the game (workbench.atari.AtariTraining) report
+        # each whole game's raw score: (score, length) rows, NaN where no game ended this step.
+        self._reports_games = any(training_wrapper(env) is not None for env in self.envs)
+        if self._reports_games:
+            self.game_ends = np.full((self.num_envs, 2), np.nan)
 
     def _read_mask(self, i: int, obs: Any, info: Any, *, final: bool = False) -> None:
         """Note env ``i``'s mask (after a reset or step) in ``masks`` or ``final_masks``."""
@@ -528,6 +558,9 @@ class VecEnv:
             self.masks = self.masks.copy()
             self._final_masks = np.ones_like(self.masks)
         finals: list[tuple[int, np.ndarray]] = []
+        games = self._reports_games
+        if games:
+            self.game_ends = np.full((self.num_envs, 2), np.nan)  # a new array: it travels in the extras
         fresh = self._fresh
         self.step_count += 1
         for i, env in enumerate(self.envs):
@@ -546,6 +579,8 @@ class VecEnv:
             masked = self.masks is not None
             if masked:
                 self._read_mask(i, o, info, final=True)
+            if games and GAME_END_KEY in info:
+                self.game_ends[i] = info[GAME_END_KEY]  # type: ignore[index]
             if term or trunc:
                 finals.append((i, self._flat(o, "env.step", i)))
                 self._pre_reset[i] = _rng_state(env)

@@ -26,6 +26,7 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
+from .atari import GAME_END_KEY, real_episodes
 from .envs import checked_reset, checked_step, env_action_converter
 from .masks import NEXT_MASK_KEY, MaskReader
 
@@ -101,6 +102,9 @@ def env_step(agent: _Decider, envs: _VectorEnv, obs: np.ndarray) -> tuple[Transi
     extras = step.extras
     if masks is not None:
         extras = {**extras, NEXT_MASK_KEY: envs.final_masks}
+    game_ends = getattr(envs, "game_ends", None)
+    if game_ends is not None:  # Atari training envs: whole games' raw scores (workbench.atari)
+        extras = {**extras, GAME_END_KEY: game_ends}
     done = terminated | truncated
     if done.any():
         agent.begin_episode(done)
@@ -167,6 +171,14 @@ class EpisodeTracker:
         self.lengths[done] = 0
         return ended
 
+    @staticmethod
+    def games(game_ends: np.ndarray) -> list[Episode]:
+        """The whole games that ended (rows of a step's ``"game_end"`` extras that are not NaN):
+        the raw score and length of each, for envs whose training episodes end earlier (a lost
+        life in ``workbench.atari.AtariTraining``)."""
+        return [Episode(int(i), float(game_ends[i, 0]), int(game_ends[i, 1]))
+                for i in np.flatnonzero(~np.isnan(game_ends[:, 0]))]
+
 
 class PlayStep(NamedTuple):
     """One moment of :func:`play_episode`. ``t == 0`` is the reset (``action`` None, reward 0);
@@ -195,26 +207,28 @@ def play_episode(
     terminates or truncates, or after ``max_steps`` steps. With ``render=True`` each moment carries
     ``env.render()``. Nothing is learned: the caller puts the agent in play mode.
     """
-    reset = env.reset(seed=seed)
-    obs = checked_reset(reset, "env.reset")
-    masks = MaskReader(env, env.action_space)
-    mask = masks.read(obs, reset[1])
-    # A new episode: an agent with memory (RecurrentPPO's LSTM state) starts it afresh.
-    agent.begin_episode(np.ones(1, dtype=bool))
-    convert = env_action_converter(env.action_space)
-    yield PlayStep(0, obs, None, 0.0, False, env.render() if render else None)
-    t = 0
-    while True:
-        if mask is None:
-            action = convert(agent.act(obs, deterministic=deterministic))
-        else:
-            action = convert(agent.act(obs, deterministic=deterministic, action_mask=mask))
-        t += 1
-        where = f"env.step at step {t} of the episode"
-        obs, reward, terminated, truncated, info = checked_step(env.step(action), where)
-        done = terminated or truncated or (max_steps is not None and t >= max_steps)
-        if mask is not None and not done:
-            mask = masks.read(obs, info)
-        yield PlayStep(t, obs, action, reward, done, env.render() if render else None)
-        if done:
-            return
+    # Whole games with raw rewards, even where training ends episodes on a lost life (Atari).
+    with real_episodes(env):
+        reset = env.reset(seed=seed)
+        obs = checked_reset(reset, "env.reset")
+        masks = MaskReader(env, env.action_space)
+        mask = masks.read(obs, reset[1])
+        # A new episode: an agent with memory (RecurrentPPO's LSTM state) starts it afresh.
+        agent.begin_episode(np.ones(1, dtype=bool))
+        convert = env_action_converter(env.action_space)
+        yield PlayStep(0, obs, None, 0.0, False, env.render() if render else None)
+        t = 0
+        while True:
+            if mask is None:
+                action = convert(agent.act(obs, deterministic=deterministic))
+            else:
+                action = convert(agent.act(obs, deterministic=deterministic, action_mask=mask))
+            t += 1
+            where = f"env.step at step {t} of the episode"
+            obs, reward, terminated, truncated, info = checked_step(env.step(action), where)
+            done = terminated or truncated or (max_steps is not None and t >= max_steps)
+            if mask is not None and not done:
+                mask = masks.read(obs, info)
+            yield PlayStep(t, obs, action, reward, done, env.render() if render else None)
+            if done:
+                return

@@ -303,11 +303,12 @@ def _specs() -> list[PresetSpec]:
 
 def _atari_specs() -> list[PresetSpec]:
     """rl-baselines3-zoo's ``atari:`` entries (ppo.yml, a2c.yml, dqn.yml, qrdqn.yml) on Breakout and
-    Pong, with the library's Atari preprocessing (``workbench.envs.make_env``: AtariPreprocessing, 4
-    stacked 84x84 frames) and the Nature CNN (``encoder="auto"`` picks it). SB3's ``CnnPolicy`` has
-    no hidden layers after the CNN (``net_arch=()``). Differences: the zoo's AtariWrapper clips
-    rewards to their sign and ends an episode at each lost life; here the game's rewards and episodes
-    are kept. Budgets are the zoo's 10M steps."""
+    Pong, with the library's Atari preprocessing (``workbench.envs.make_env``: the zoo's AtariWrapper,
+    that is no-op and FIRE resets, 4 skipped frames max-pooled, 84x84 grayscale, episodic life and
+    rewards clipped to their sign for learning, while ``episode_reward`` records each whole game's raw
+    score; 4 stacked frames) and the Nature CNN (``encoder="auto"`` picks it), shared by PPO's and
+    A2C's policy and value heads as in SB3. SB3's ``CnnPolicy`` has no hidden layers after the CNN
+    (``net_arch=()``). Budgets are the zoo's 10M steps."""
     ppo = {
         "n_envs": 8, "n_steps": 128, "n_epochs": 4, "batch_size": 256, "learning_rate": linear(2.5e-4, 0.0),
         "clip_range": linear(0.1, 0.0), "vf_coef": 0.5, "ent_coef": 0.01, "gamma": 0.99, "gae_lambda": 0.95,

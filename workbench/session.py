@@ -27,6 +27,7 @@ import torch
 from . import checkpoint, control, offline_loop
 from .agents.base import Agent
 from .agents.saving import agent_from_run, open_saved
+from .atari import GAME_END_KEY
 from .envs import EnvSource, as_env_source, describe_space
 from .live_edits import Event, LiveControl
 from .loop import EpisodeTracker
@@ -948,7 +949,12 @@ class Session:
             self._obs = obs
 
             done = transitions.terminated | transitions.truncated
-            finished = episodes.add(transitions.rewards, done) if ended_episodes is None else ended_episodes()
+            if ended_episodes is not None:
+                finished = ended_episodes()
+            elif GAME_END_KEY in t.extras:  # Atari training: whole games' raw scores (workbench.atari)
+                finished = EpisodeTracker.games(t.extras[GAME_END_KEY])
+            else:
+                finished = episodes.add(transitions.rewards, done)
             if finished:
                 now = self.elapsed
                 for episode in finished:

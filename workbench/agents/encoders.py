@@ -126,14 +126,40 @@ class _Encoder(nn.Module):
         super().__init__()
         self.in_shape = tuple(in_shape)
 
+    shared = False
+    """True when several networks read this one encoder (PPO and A2C's ``share_encoder``): the
+    features of the last batch are then reused when the next call gets the very same tensor with
+    the weights unchanged and no backward pass through them since, so the actor and the critic run
+    the CNN once per batch."""
+    _cached: tuple[Any, ...] | None = None
+
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Features of a batch (any leading dimensions) of flat observations."""
+        if self.shared:
+            key = (torch.is_grad_enabled(), sum(p._version for p in self.parameters()))
+            cached = self._cached
+            if cached is not None and cached[0] is obs and cached[1] == key:
+                return cached[2]
         lead = obs.shape[: obs.dim() - len(self.in_shape)]
         out = self.encode(obs.reshape(-1, *self.in_shape))
-        return out.reshape(*lead, out.shape[-1])
+        out = out.reshape(*lead, out.shape[-1])
+        if self.shared:
+            self._cached = (obs, key, out)
+            if out.requires_grad:  # a backward pass frees the graph: later calls compute afresh
+                out.register_hook(self._forget)
+        return out
+
+    def _forget(self, grad: torch.Tensor) -> None:
+        self._cached = None
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Copies (``copy.deepcopy``: export, replicas) leave the cached features behind."""
+        state = dict(self.__dict__)
+        state.pop("_cached", None)
+        return state
 
 
 class ImageEncoder(_Encoder):

@@ -33,7 +33,7 @@ from ..memory.rollout import RolloutBuffer, compute_gae
 from ..schedules import Schedule
 from ..validation import checked, choice, flag, integer, layer_widths, number
 from .base import Agent, AgentConfig, Step, Transitions
-from .encoders import DictEncoder, ImageEncoder, orthogonal_init
+from .encoders import DictEncoder, ImageEncoder, orthogonal_init, with_encoder
 from .networks import ACTIVATIONS, gaussian_policy_terms, mlp
 
 __all__ = ["OnPolicyAgent", "OnPolicyConfig", "RolloutBatch", "categorical_terms", "masked_logits"]
@@ -129,6 +129,10 @@ class OnPolicyConfig(AgentConfig):
     """Hidden activation."""
     ortho_init: bool = checked(True, flag())
     """Orthogonal weights (gain √2 hidden, 0.01 policy head, 1 value head); False: PyTorch's default."""
+    share_encoder: bool = checked(True, flag())
+    """Image (or Dict with an image) observations: the policy and value heads read one CNN encoder
+    (SB3's ``share_features_extractor``), run once per batch and trained by both losses; False: one
+    encoder each. Vector observations have no encoder to share. RecurrentPPO keeps one per network."""
     log_std_init: float = checked(0.0, number())
     """Initial log standard deviation of the Gaussian policy (Box actions)."""
     use_sde: bool = checked(False, flag())
@@ -203,14 +207,25 @@ class OnPolicyAgent(Agent):
         self.actor = self._encoded(
             lambda d: mlp(d, c.net_arch, n_out, activation=c.activation, ortho_init=ortho, output_gain=0.01)
         )
-        self.critic = self._encoded(
-            lambda d: mlp(d, c.net_arch, 1, activation=c.activation, ortho_init=ortho, output_gain=1.0)
-        )
+        shared = self._shared_encoder()
+        if shared is not None:  # one encoder, read by both heads (its features computed once a batch)
+            shared.shared = True
+            self.encoder_description += ", shared by the policy and value networks"
+            self.critic = with_encoder(
+                shared,
+                mlp(int(shared.features_dim), c.net_arch, 1, activation=c.activation, ortho_init=ortho,
+                    output_gain=1.0),
+            )
+        else:
+            self.critic = self._encoded(
+                lambda d: mlp(d, c.net_arch, 1, activation=c.activation, ortho_init=ortho, output_gain=1.0)
+            )
         if ortho:  # the built-in CNN encoders too, as SB3 initializes its features extractor (gain sqrt 2)
-            for net in (self.actor, self.critic):
+            for net in (self.actor, self.critic) if shared is None else (self.actor,):
                 if isinstance(net[0], ImageEncoder | DictEncoder):
                     orthogonal_init(net[0])
-        params = list(self.actor.parameters()) + list(self.critic.parameters())
+        # Each parameter once (a shared encoder is in both networks).
+        params = list({id(p): p for p in [*self.actor.parameters(), *self.critic.parameters()]}.values())
         self.log_std: nn.Parameter | None = None
         if self.action_kind == "box":
             # gSDE learns one log std per (feature, action) pair: the noise weights' spread.
@@ -222,6 +237,21 @@ class OnPolicyAgent(Agent):
         self._params = params
         self.rollout: RolloutBuffer | None = None
         return params
+
+    def _shared_encoder(self) -> nn.Module | None:
+        """The actor's encoder when the critic should read it too (``share_encoder`` and an
+        encoder that holds a CNN), else None."""
+        if not self.config.share_encoder or not isinstance(self.actor, nn.Sequential):
+            return None
+        enc = self.actor[0]
+        if isinstance(enc, ImageEncoder | DictEncoder) and any(isinstance(m, ImageEncoder) for m in enc.modules()):
+            return enc
+        return None
+
+    @property
+    def encoder_shared(self) -> bool:
+        """True when the policy and value networks read one encoder (see ``share_encoder``)."""
+        return isinstance(self.critic, nn.Sequential) and len(self.critic) > 0 and self.critic[0] is self.actor[0]
 
     @property
     def networks(self) -> dict[str, nn.Module]:

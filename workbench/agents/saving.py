@@ -77,6 +77,8 @@ def _decode_hyperparameters(
         elif key == "encoder" and isinstance(value, str) and value not in BUILTIN_ENCODERS:
             value = _user_encoder(value, allow_encoders, label)
         out[key] = value
+    if "share_encoder" in fields and "share_encoder" not in hyper:
+        out["share_encoder"] = False  # saved before PPO/A2C shared their CNN: one encoder per network
     return out
 
 

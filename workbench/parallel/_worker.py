@@ -63,10 +63,9 @@ def _load_envs_module():  # type: ignore[no-untyped-def]
 def _build(message: tuple, envs_module):  # type: ignore[no-untyped-def]
     _, blob, env_id, num_envs, seed = message
     if env_id is not None:
-        import gymnasium as gym
 
         def factory():  # type: ignore[no-untyped-def]
-            return gym.make(env_id)
+            return envs_module.make_env(env_id)  # Atari and MinAtar ids get their preprocessing
     else:
         import cloudpickle
 
@@ -134,6 +133,8 @@ def main(fd: int, status_fd: int | None = None) -> None:
                         parts.append(final_obs)
                     if vec.masks is not None:
                         parts += [vec.masks, vec.final_masks]
+                    if vec.game_ends is not None:  # whole games' raw scores (workbench.atari)
+                        parts.append(vec.game_ends)
                     flat = np.concatenate([p.ravel().astype(np.float32) for p in parts])
                     conn.send_bytes(STEP_REPLY + flat.tobytes())
                     continue
@@ -149,7 +150,7 @@ def main(fd: int, status_fd: int | None = None) -> None:
                         action_dtype, action_shape = np.int64, ()
                     else:
                         action_dtype, action_shape = np.float32, vec.action_space.shape
-                    conn.send(("ok", None))
+                    conn.send(("ok", vec.game_ends is not None))  # whether step answers carry game ends
                 elif command == "masks":
                     conn.send(("ok", vec.masks))
                 elif command == "rng":

@@ -188,6 +188,7 @@ class LocalRunner:
         self._mask_size = 0
         self.masks: np.ndarray | None = None
         self.final_masks: np.ndarray | None = None
+        self.game_ends: np.ndarray | None = None
         self._obs = np.zeros((self.num_envs, *shape), dtype=np.float32)
         self._pending: list[tuple[str, float]] = []
         self._window_start = time.perf_counter()
@@ -208,7 +209,9 @@ class LocalRunner:
     def _init(self, w: _Worker, seed: int | None) -> None:
         worker_seed = None if seed is None else seed + w.first_env
         w.conn.send(("init", self._blob, self.source.env_id, w.num_envs, worker_seed))
-        self._receive(w, timeout=_START_TIMEOUT_S)
+        if self._receive(w, timeout=_START_TIMEOUT_S) and self.game_ends is None:
+            # Atari training envs report whole games (workbench.atari): NaN rows where none ended.
+            self.game_ends = np.full((self.num_envs, 2), np.nan)
 
     def _receive(self, w: _Worker, timeout: float | None = None) -> Any:
         """The worker's answer; a worker that raised or died becomes a WorkerError naming it."""
@@ -313,17 +316,19 @@ class LocalRunner:
         if self.masks is not None:
             # New arrays every step: the last ones travel on in the step's extras.
             self.masks, self.final_masks = self.masks.copy(), np.ones_like(self.masks)
+        if self.game_ends is not None:
+            self.game_ends = np.full((n, 2), np.nan)
         for w in workers:
             s = w.envs
             try:
-                o, r, term, trunc, final, busy, masks = self._unpack(self._receive_step(w), w.num_envs)
+                o, r, term, trunc, final, busy, masks, games = self._unpack(self._receive_step(w), w.num_envs)
             except WorkerError as err:
                 if not ((err.died or err.timed_out) and self.restart_workers):
                     raise
                 # The running episodes of that worker's envs end here, as time-limit truncations.
                 finals.append((s, self._obs[s].copy()))
                 o = self._restart(w)
-                r, term, trunc, final, busy, masks = 0.0, False, True, None, 0.0, None
+                r, term, trunc, final, busy, masks, games = 0.0, False, True, None, 0.0, None, None
             obs[s] = o
             rewards[s] = r
             terminated[s] = term
@@ -332,6 +337,8 @@ class LocalRunner:
                 finals.append((s, final))
             if masks is not None:
                 self.masks[s], self.final_masks[s] = masks  # type: ignore[index]
+            if games is not None:
+                self.game_ends[s] = games  # type: ignore[index]
             w.steps += w.num_envs
             w.busy += busy
         self._obs = obs
@@ -354,12 +361,15 @@ class LocalRunner:
         at += 3 * k
         obs = buf[at : at + k * d].reshape(k, *self._obs_shape)
         final = buf[at + k * d : at + 2 * k * d].reshape(k, *self._obs_shape) if ended else None
-        masks = None
+        masks = games = None
+        at += (2 if ended else 1) * k * d
         if self._mask_size:
-            at += (2 if ended else 1) * k * d
             m = k * self._mask_size
             masks = (buf[at : at + m].reshape(k, -1) > 0, buf[at + m : at + 2 * m].reshape(k, -1) > 0)
-        return obs, rewards, terminated, truncated, final, busy, masks
+            at += 2 * m
+        if self.game_ends is not None:
+            games = buf[at : at + 2 * k].reshape(k, 2).astype(np.float64)
+        return obs, rewards, terminated, truncated, final, busy, masks, games
 
     def _track(self) -> None:
         now = time.perf_counter()
