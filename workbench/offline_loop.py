@@ -98,13 +98,7 @@ def run_offline(session: Any, target_steps: int) -> str:
         if session._stop_requested:
             ended = "stopped"
             break
-        session._where = ("agent.update", time.monotonic())
-        metrics = agent.update()
-        session._where = None
-        losses.check(metrics, agent.num_updates, session.steps)
-        now = session.elapsed
-        for name, value in metrics.items():
-            record(name, session.steps, value, now)
+        session._update_once(losses)
         clock = time.perf_counter()
         if clock - sps_time >= 1.0:
             record("steps_per_second", session.steps, (session.steps - sps_steps) / (clock - sps_time), session.elapsed)

@@ -894,6 +894,18 @@ class Session:
             if self.recorder is not None:
                 self.recorder.write()
 
+    def _update_once(self, losses: LossWatch) -> None:
+        """One ``agent.update()``, its metrics checked (a NaN loss fails the run) and recorded as
+        signals: the env loop and the offline loop (workbench.offline_loop) both learn through it."""
+        agent = self.agent
+        self._where = ("agent.update", time.monotonic())
+        metrics = agent.update()
+        self._where = None
+        losses.check(metrics, agent.num_updates, self.steps)
+        now = self.elapsed
+        for name, value in metrics.items():
+            self.signals.record(name, self.steps, value, now)
+
     def _env_loop(self, target_steps: int) -> str:
         agent = self.agent
         if self._clock_start is None:
@@ -972,13 +984,7 @@ class Session:
                     record(name, self.steps, value, self.elapsed)
 
             if agent.ready():
-                self._where = ("agent.update", time.monotonic())
-                metrics = agent.update()
-                self._where = None
-                losses.check(metrics, agent.num_updates, self.steps)
-                now = self.elapsed
-                for name, value in metrics.items():
-                    record(name, self.steps, value, now)
+                self._update_once(losses)
 
             clock = time.perf_counter()
             if clock - sps_time >= _SPS_INTERVAL_S:
