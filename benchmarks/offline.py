@@ -110,7 +110,7 @@ def pendulum(args: argparse.Namespace) -> None:
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         t0 = time.process_time()
         line = [f"seed {seed}"]
-        for cls in (wb.CQL, wb.IQL):
+        for cls in (getattr(wb, name) for name in args.agents.split(",")):
             agent = cls(dataset=data, seed=seed)
             wb.Session(agent, dataset=data, seed=seed).run(steps=args.steps or 5000)
             line.append(f"{cls.__name__} {np.mean(agent.play('Pendulum-v1', episodes=10, seed=1000 + seed)):7.1f}")
@@ -133,6 +133,7 @@ def main() -> None:
     parser.add_argument("--teacher-steps", type=int, default=100_000, help="most teacher env steps")
     parser.add_argument("--cache", default=None, help="folder keeping teachers and datasets between runs")
     parser.add_argument("--pendulum", action="store_true", help="the Pendulum setting instead of CartPole")
+    parser.add_argument("--agents", default="CQL,IQL", help="--pendulum: which agents (comma-separated)")
     args = parser.parse_args()
     if args.pendulum:
         pendulum(args)
