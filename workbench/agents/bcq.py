@@ -27,8 +27,13 @@ __all__ = ["BCQ", "BCQConfig"]
 
 @dataclass
 class BCQConfig(OfflineConfig):
-    """Discrete BCQ hyperparameters (defaults: the paper's, smaller networks); the shared ones are
-    :class:`OfflineConfig`'s."""
+    """Discrete BCQ hyperparameters; the shared ones are :class:`OfflineConfig`'s.
+
+    Defaults: Fujimoto et al.'s discrete BCQ (threshold 0.3, Huber loss, soft target updates with
+    tau 0.005 every step, the 1e-2 logit penalty) with lr 1e-3, batch 256 and (256, 256) networks.
+    Measured with them (docs/offline.md, ``benchmarks/offline.py``): from 50k CartPole transitions of
+    an epsilon-greedy DQN averaging 102-114, 5000 gradient steps play 500 on 5 of 5 seeds
+    (10 deterministic episodes)."""
 
     learning_rate: float = 1e-3
     threshold: float = checked(0.3, number(0, 1))

@@ -46,7 +46,8 @@ class TanhMeanGaussian(nn.Module):
 @dataclass
 class IQLConfig(OfflineConfig):
     """IQL hyperparameters (defaults: the paper's locomotion values); the shared ones are
-    :class:`OfflineConfig`'s."""
+    :class:`OfflineConfig`'s. Measured with them (docs/offline.md): 5000 gradient steps on 20k Pendulum
+    transitions of a half-trained SAC (behaviour -533.7) play -530 to -405 over 5 seeds."""
 
     expectile: float = checked(0.7, number(0.5, 1, max_open=True))
     """Expectile of the value network (0.5: the mean, SARSA-like; toward 1: the best in-data action)."""
