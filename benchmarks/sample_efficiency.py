@@ -206,7 +206,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--issue19", action="store_true", help="the DQN family and RecurrentPPO targets (issue 19)")
     parser.add_argument("--sb3", action="store_true", help="also train SB3 / sb3-contrib at the same settings")
     parser.add_argument("--reliable", action="store_true", help="the reliable=True variants")
+    parser.add_argument("--single", nargs=4, metavar=("TASK", "AGENT", "SIDE", "SEED"),
+                        help="one run only (SIDE ours or sb3); print its result as one JSON line")
     args = parser.parse_args(argv)
+    if args.single:
+        torch.set_num_threads(1)
+        task, agent, side, seed = args.single
+        one = run_one_sb3 if side == "sb3" else run_one
+        score, wall, cpu = one(task, agent, int(seed), args.eval_episodes)
+        print(json.dumps({"eval": score, "wall": wall, "cpu": cpu}))
+        return 0
     overrides = parse_hyperparameters(args.set or [])
 
     pairs = select(sorted(wb.PRESETS) if args.all else ISSUE_19 if args.issue19 else DEFAULT, args.only)
