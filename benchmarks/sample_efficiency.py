@@ -19,6 +19,9 @@ mean wall time per run, and the score of the zoo's published agent (rl-baselines
 its solve rate, wall time and CPU time per run (CPU time, ``time.process_time``, is the fairer figure on a
 loaded machine).
 
+``--single TASK AGENT SIDE SEED`` (SIDE ``ours`` or ``sb3``) trains one run and prints its result as one JSON
+line; ``benchmarks/separate_runs.py`` uses it to give every run its own process and its own CPU time.
+
 ``--only`` takes task or agent names, or ``task:agent`` pairs (any substring matches); ``--set``
 overrides single hyperparameters of every selected preset (JSON values: numbers, true/false, lists).
 The full run is long (hours on 2 cores: SAC, TD3 and DDPG make one gradient step per env step). Not part of the test
