@@ -19,6 +19,9 @@ mean wall time per run, and the score of the zoo's published agent (rl-baselines
 its solve rate, wall time and CPU time per run (CPU time, ``time.process_time``, is the fairer figure on a
 loaded machine).
 
+``--single TASK AGENT SIDE SEED`` (SIDE ``ours`` or ``sb3``) trains one run and prints its result as one JSON
+line; ``benchmarks/separate_runs.py`` uses it to give every run its own process and its own CPU time.
+
 ``--only`` takes task or agent names, or ``task:agent`` pairs (any substring matches); ``--set``
 overrides single hyperparameters of every selected preset (JSON values: numbers, true/false, lists).
 The full run is long (hours on 2 cores: SAC, TD3 and DDPG make one gradient step per env step). Not part of the test
@@ -206,7 +209,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--issue19", action="store_true", help="the DQN family and RecurrentPPO targets (issue 19)")
     parser.add_argument("--sb3", action="store_true", help="also train SB3 / sb3-contrib at the same settings")
     parser.add_argument("--reliable", action="store_true", help="the reliable=True variants")
+    parser.add_argument("--single", nargs=4, metavar=("TASK", "AGENT", "SIDE", "SEED"),
+                        help="one run only (SIDE ours or sb3); print its result as one JSON line")
     args = parser.parse_args(argv)
+    if args.single:
+        torch.set_num_threads(1)
+        task, agent, side, seed = args.single
+        one = run_one_sb3 if side == "sb3" else run_one
+        score, wall, cpu = one(task, agent, int(seed), args.eval_episodes)
+        print(json.dumps({"eval": score, "wall": wall, "cpu": cpu}))
+        return 0
     overrides = parse_hyperparameters(args.set or [])
 
     pairs = select(sorted(wb.PRESETS) if args.all else ISSUE_19 if args.issue19 else DEFAULT, args.only)
