@@ -311,6 +311,14 @@ def test_eval_with_an_eval_env():
     assert list(session.signals["eval_reward"].steps) == [100, 200]
 
 
+def test_evaluate_needs_an_eval_env_and_says_so():
+    session = wb.Session.external(small_dqn(app_env()), seed=0)
+    with pytest.raises(ValueError, match="external session has none"):
+        session.evaluate(episodes=1)
+    session = wb.Session.external(small_dqn(app_env()), seed=0, eval_env=app_env())
+    assert np.isfinite(session.evaluate(episodes=1))
+
+
 # -- save, load, resume --------------------------------------------------------------------------------
 
 

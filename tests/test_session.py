@@ -211,6 +211,16 @@ def test_eval_on_an_instance_needs_eval_env(app_env):
     assert len(session.signals["eval_reward"]) == 2
 
 
+def test_evaluate_plays_on_eval_env_without_eval_every(app_env):
+    # eval_env= alone is where evaluate() plays: an app's env instance cannot be copied.
+    with pytest.raises(ValueError, match="eval_env"):
+        wb.Session(small_ppo(app_env), app_env).evaluate(episodes=1)
+    other = AppEnv(model={}, app_args={}, config=None)
+    session = wb.Session(small_ppo(app_env), app_env, eval_env=other)
+    assert np.isfinite(session.evaluate(episodes=1))
+    assert len(session.signals["eval_reward"]) == 1
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [({"eval_every": 0}, "eval_every"), ({"eval_episodes": 0}, "eval_episodes"),

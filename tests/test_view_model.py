@@ -187,3 +187,15 @@ def test_console_bar_draws_the_same_view():
     last = follow(session, file=out)
     assert last.end_reason == "ended: steps reached"
     assert "ended: steps reached" in out.getvalue()
+
+
+def test_console_bar_of_a_run_that_ended_before_it_was_drawn():
+    # Session.run passes the steps it started from: a short run may end before follow() reads them.
+    from workbench.ui.console import follow
+
+    session = fake_session(status="finished", stop_reason="budget", steps=300, signals=rewards(3))
+    session.is_alive = False
+    session.target_steps = 300
+    out = io.StringIO()
+    follow(session, file=out, start_steps=0)
+    assert "100%" in out.getvalue() and "300/300" in out.getvalue()

@@ -197,8 +197,8 @@ class Session:
             except (TypeError, ValueError) as exc:
                 raise ArgumentError(f"Session got eval_env={eval_env!r}: {exc}") from None
         self._eval_source: EnvSource | None = None
-        if eval_source is not None and getattr(agent, "offline", False):
-            self._eval_source = eval_source  # evaluate() on it even without eval_every
+        if eval_source is not None:
+            self._eval_source = eval_source  # evaluate() plays on it, with or without eval_every
         if eval_every is not None:
             if eval_source is not None:
                 self._eval_source = eval_source
@@ -368,10 +368,11 @@ class Session:
         Ctrl-C stops the run cleanly (status ``stopped``) instead of killing it midway. A training
         error is re-raised. ``progress=True`` shows a console progress bar.
         """
+        first = self.steps
         self.start(steps)
         try:
             if progress:
-                _views().follow(self)
+                _views().follow(self, start_steps=first)  # the run may end before the bar is drawn
             self.wait()
         except KeyboardInterrupt:
             self.stop()
@@ -554,6 +555,11 @@ class Session:
         """Play ``episodes`` deterministic episodes on the evaluation env; record and return the mean."""
         source = self._eval_source
         if source is None:
+            if self._external is not None:
+                raise ValueError(
+                    "evaluate() needs an env to play on, and an external session has none (the application owns "
+                    "it): build the session with Session.external(agent, eval_env=make_env)"
+                )
             if not self.env_source.can_copy:
                 raise ValueError("evaluate() needs eval_env= when the session's env is an instance")
             source = self.env_source

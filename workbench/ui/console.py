@@ -30,15 +30,19 @@ def postfix(view: DashboardView) -> dict[str, str]:
     return fields
 
 
-def follow(session: Session, *, interval: float = 0.25, file: Any = None) -> DashboardView:
+def follow(
+    session: Session, *, interval: float = 0.25, file: Any = None, start_steps: int | None = None
+) -> DashboardView:
     """Show a tqdm bar (steps, mean reward of the last 10 episodes, steps/second) until the run ends.
 
+    ``start_steps``: the step count the run started from (``Session.run`` passes it: a short run may
+    have ended before the bar is drawn); by default the session's steps now.
     Returns the last view drawn (its ``end_reason`` says why the run ended).
     """
     from tqdm.auto import tqdm
 
     total = session.target_steps
-    start_steps = session.steps
+    start_steps = session.steps if start_steps is None else int(start_steps)
     with tqdm(
         total=None if total is None else total - start_steps,
         unit="step",
