@@ -75,53 +75,21 @@ def attach_dataset(agent: Any, dataset: Any, ope_every: int | None, ope_dataset:
 def run_offline(session: Any, target_steps: int) -> str:
     """The offline loop: gradient steps until ``target_steps``; returns the final status."""
     agent = session.agent
-    if session.seed is not None and not session._seeded:
-        agent.reseed(session.seed)
-    session._seeded = True
-    if session._clock_start is None:
-        session._clock_start = time.perf_counter()
+    session._begin_loop()
     agent.train()
     agent.total_timesteps = max(target_steps, agent.total_timesteps or 0)
     if not agent.ready():
         raise RuntimeError(f"{agent.algorithm} has no dataset to learn from: pass dataset= to the session")
-    record = session.signals.record
     losses = LossWatch(agent.algorithm)
-    sps_steps, sps_time = session.steps, time.perf_counter()
-    ended = "finished"
-    live = session._live
     while session.steps < target_steps:
-        if live.pending:  # live edits (session.set), between two updates as in the env loop
-            live.serve()
-        if session._pause_requested:
-            session._wait_while_paused()
-            sps_steps, sps_time = session.steps, time.perf_counter()
-        if session._stop_requested:
-            ended = "stopped"
-            break
+        if session._between_steps():  # live edits (session.set), pause and stop as in the env loop
+            return "stopped"
         session._update_once(losses)
-        clock = time.perf_counter()
-        if clock - sps_time >= 1.0:
-            record("steps_per_second", session.steps, (session.steps - sps_steps) / (clock - sps_time), session.elapsed)
-            sps_steps, sps_time = session.steps, clock
-        asked = False
-        if session.eval_every is not None and session.steps - session._last_eval_step >= session.eval_every:
-            session._last_eval_step = session.steps
-            session._periodic_eval()
-            asked = True
-        if session.ope_every is not None and session.steps - session._last_ope_step >= session.ope_every:
-            session._last_ope_step = session.steps
-            record_estimates(session)
-            asked = True
-        every = session.checkpoint_every
-        if every is not None and session.steps - session._last_checkpoint_step >= every:
-            session._last_checkpoint_step = session.steps
-            session._periodic_checkpoint()
+        asked = session._after_step()  # steps_per_second, evaluation, estimates, checkpoint
         if asked and session.stop_when is not None and session._ask_stop_when():
             session.stop_reason = "stop_when"
             break
-    if session.stop_reason is None:
-        session.stop_reason = "stop" if ended == "stopped" else "budget"
-    return ended
+    return "finished"
 
 
 def record_estimates(session: Any) -> dict[str, Any]:

@@ -254,6 +254,7 @@ class Session:
         self._time_offset = 0.0  # seconds of earlier runs (a resumed session continues its clock)
         self._clock_start: float | None = None
         self._seeded = False
+        self._rate = _StepRate(self)  # steps_per_second, restarted by each loop
         self._last_eval_step = self.steps
         self._last_checkpoint_step = self.steps
 
@@ -824,11 +825,18 @@ class Session:
         if self._tracking is not None:
             self._tracking.run_ended(final, self.stop_reason, self.error)
 
+    def _begin_loop(self) -> None:
+        """What every loop (env, offline) does first: start the run's clock (once), seed the agent
+        (once: a resumed or saved session continues its generators) and start counting steps per second."""
+        if self._clock_start is None:
+            self._clock_start = time.perf_counter()
+        if self.seed is not None and not self._seeded:
+            self.agent.reseed(self.seed)
+        self._seeded = True
+        self._rate = _StepRate(self)
+
     def _prepare(self) -> None:
         agent = self.agent
-        if self.seed is not None and not self._seeded:
-            agent.reseed(self.seed)
-        self._seeded = True
         self._ensure_runner()
         if self._runner_fresh:
             self._runner_fresh = False
@@ -893,12 +901,46 @@ class Session:
     def _loop(self, target_steps: int) -> str:
         agent = self.agent
         if getattr(agent, "offline", False):
-            return offline_loop.run_offline(self, target_steps)
-        try:
-            return self._env_loop(target_steps)
-        finally:
-            if self.recorder is not None:
-                self.recorder.write()
+            ended = offline_loop.run_offline(self, target_steps)
+        else:
+            try:
+                ended = self._env_loop(target_steps)
+            finally:
+                if self.recorder is not None:
+                    self.recorder.write()
+        if self.stop_reason is None:
+            self.stop_reason = "stop" if ended == "stopped" else "budget"
+        return ended
+
+    def _between_steps(self) -> bool:
+        """What every loop (env, external, offline) runs between two steps: the live edits and env
+        calls queued meanwhile (``set``, ``call_env``: workbench.live_edits), then a pause request
+        (returns once resumed), then a stop request. True when the loop must stop."""
+        if self._live.pending:
+            self._live.serve()
+        if self._pause_requested:
+            self._wait_while_paused()
+            self._rate.restart()  # the time paused is not counted in steps_per_second
+        return self._stop_requested
+
+    def _after_step(self) -> bool:
+        """What every loop runs after a step and its update: steps_per_second, then what is due of
+        the periodic evaluation, the off-policy estimates (an offline session's ``ope_every``) and
+        the checkpoint, in that order. True when an evaluation or an estimate ran."""
+        self._rate.tick()
+        asked = False
+        if self.eval_every is not None and self.steps - self._last_eval_step >= self.eval_every:
+            self._last_eval_step = self.steps
+            self._periodic_eval()
+            asked = True
+        if self.ope_every is not None and self.steps - self._last_ope_step >= self.ope_every:
+            self._last_ope_step = self.steps
+            offline_loop.record_estimates(self)
+            asked = True
+        if self.checkpoint_every is not None and self.steps - self._last_checkpoint_step >= self.checkpoint_every:
+            self._last_checkpoint_step = self.steps
+            self._periodic_checkpoint()
+        return asked
 
     def _update_once(self, losses: LossWatch) -> None:
         """One ``agent.update()``, its metrics checked (a NaN loss fails the run) and recorded as
@@ -914,8 +956,7 @@ class Session:
 
     def _env_loop(self, target_steps: int) -> str:
         agent = self.agent
-        if self._clock_start is None:
-            self._clock_start = time.perf_counter()
+        self._begin_loop()
         self._prepare()
         agent.train()
         # Schedules count against the furthest target planned so far: a run stopped (or saved)
@@ -926,7 +967,6 @@ class Session:
         obs = self._obs
         episodes = self._episodes
         assert obs is not None and episodes is not None
-        sps_steps, sps_time = self.steps, time.perf_counter()
         ended = "finished"
         # Worker backends name the worker an episode ran in; they may report signals of their own.
         per_worker = getattr(runner, "envs_per_worker", None)
@@ -939,14 +979,8 @@ class Session:
         check_env_batch(self.steps, obs)
         losses = LossWatch(agent.algorithm)
 
-        live = self._live
         while self.steps < target_steps:
-            if live.pending:  # live edits and env calls, between two steps (workbench.live_edits)
-                live.serve()
-            if self._pause_requested:
-                self._wait_while_paused()
-                sps_steps, sps_time = self.steps, time.perf_counter()
-            if self._stop_requested:
+            if self._between_steps():
                 ended = "stopped"
                 break
             if wait_ready is not None and not wait_ready(_FEEDBACK_WAIT_S):
@@ -991,24 +1025,9 @@ class Session:
 
             if agent.ready():
                 self._update_once(losses)
+            self._after_step()  # the env loop asks stop_when after episodes, not after evaluations
 
-            clock = time.perf_counter()
-            if clock - sps_time >= _SPS_INTERVAL_S:
-                record("steps_per_second", self.steps, (self.steps - sps_steps) / (clock - sps_time), self.elapsed)
-                sps_steps, sps_time = self.steps, clock
-
-            if self.eval_every is not None and self.steps - self._last_eval_step >= self.eval_every:
-                self._last_eval_step = self.steps
-                self._periodic_eval()
-            if self.checkpoint_every is not None and self.steps - self._last_checkpoint_step >= self.checkpoint_every:
-                self._last_checkpoint_step = self.steps
-                self._periodic_checkpoint()
-
-        if self.stop_reason is None:
-            self.stop_reason = "stop" if ended == "stopped" else "budget"
-        clock = time.perf_counter()
-        if clock > sps_time and self.steps > sps_steps:
-            record("steps_per_second", self.steps, (self.steps - sps_steps) / (clock - sps_time), self.elapsed)
+        self._rate.tick(final=True)
         self._close_runner()
         return ended
 
@@ -1030,6 +1049,27 @@ class Session:
     def _periodic_checkpoint(self) -> None:
         assert self.checkpoint_dir is not None
         self._write(os.path.join(self.checkpoint_dir, "latest"))
+
+
+class _StepRate:
+    """The ``steps_per_second`` signal of a running loop: recorded every ``_SPS_INTERVAL_S`` seconds."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.restart()
+
+    def restart(self) -> None:
+        """Count from now (a loop's start, or the end of a pause)."""
+        self.steps, self.time = self.session.steps, time.perf_counter()
+
+    def tick(self, final: bool = False) -> None:
+        """Record the rate when an interval has passed (``final``: whatever was counted since the last one)."""
+        session, clock = self.session, time.perf_counter()
+        due = clock > self.time and session.steps > self.steps if final else clock - self.time >= _SPS_INTERVAL_S
+        if due:
+            rate = (session.steps - self.steps) / (clock - self.time)
+            session.signals.record("steps_per_second", session.steps, rate, session.elapsed)
+            self.steps, self.time = session.steps, clock
 
 
 def _episode_key(episode: Any) -> Any:
