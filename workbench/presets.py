@@ -394,21 +394,14 @@ def preset(
     name = agent.__name__.lower() if isinstance(agent, type) else str(agent).lower()
     if fast and reliable:
         raise ValueError("choose one of fast=True and reliable=True, not both")
-    if fast:
-        spec = FAST_PRESETS.get((env_id, name))
+    if fast or reliable:
+        kind, variants = ("fast", FAST_PRESETS) if fast else ("reliable", RELIABLE_PRESETS)
+        spec = variants.get((env_id, name))
         if spec is None:
-            available = ", ".join(f"{e} {a}" for e, a in sorted(FAST_PRESETS))
+            available = ", ".join(f"{e} {a}" for e, a in sorted(variants))
             raise ValueError(
-                f"no fast preset for agent {name!r} on {env_id!r}; there are: {available}. "
-                f"Drop fast=True for the zoo's settings"
-            )
-    elif reliable:
-        spec = RELIABLE_PRESETS.get((env_id, name))
-        if spec is None:
-            available = ", ".join(f"{e} {a}" for e, a in sorted(RELIABLE_PRESETS))
-            raise ValueError(
-                f"no reliable preset for agent {name!r} on {env_id!r}; there are: {available}. "
-                f"Drop reliable=True for the zoo's settings"
+                f"no {kind} preset for agent {name!r} on {env_id!r}; there are: {available}. "
+                f"Drop {kind}=True for the zoo's settings"
             )
     else:
         spec = PRESETS.get((env_id, name))
