@@ -11,13 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from gymnasium import spaces
 
 from ..schedules import as_schedule
 from ..validation import checked, flag, number
 from .base import register
-from .networks import clear_grads, clip_grad_norm, make_adam
+from .networks import make_adam
 from .on_policy import OnPolicyAgent, OnPolicyConfig
 
 __all__ = ["A2C", "A2CConfig"]
@@ -63,25 +62,13 @@ class A2C(OnPolicyAgent):
     # -- learning -----------------------------------------------------------------------------
 
     def update(self) -> dict[str, float]:
-        c = self.config
         batch = self._rollout_batch()
-        advantages = batch.advantages
-        if c.normalize_advantage and len(advantages) > 1:
-            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-
-        lr = self._lr(self.progress)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        advantages = self._normalized(batch.advantages)
+        lr = self._scheduled_lr()
         log_prob, entropy = self._policy_terms(batch.obs, batch.actions, batch.masks)
         values = self.critic(batch.obs).squeeze(-1)
         policy_loss = -(advantages * log_prob).mean()
-        value_loss = F.mse_loss(values, batch.returns)
-        entropy_mean = entropy.mean()
-        loss = policy_loss - c.ent_coef * entropy_mean + c.vf_coef * value_loss
-        clear_grads(self._params)
-        loss.backward()
-        clip_grad_norm(self._params, c.max_grad_norm)
-        self.optimizer.step()
+        value_loss, entropy_mean, loss = self._actor_critic_step(policy_loss, entropy, values, batch.returns)
 
         policy_loss_v, value_loss_v, entropy_v, loss_v = (
             torch.stack([policy_loss, value_loss, entropy_mean, loss]).detach().tolist()

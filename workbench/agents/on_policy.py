@@ -34,7 +34,7 @@ from ..schedules import Schedule
 from ..validation import checked, choice, flag, integer, layer_widths, number
 from .base import Agent, AgentConfig, Step, Transitions
 from .encoders import DictEncoder, ImageEncoder, orthogonal_init, with_encoder
-from .networks import ACTIVATIONS, gaussian_policy_terms, mlp
+from .networks import ACTIVATIONS, clear_grads, clip_grad_norm, gaussian_policy_terms, mlp
 
 __all__ = ["OnPolicyAgent", "OnPolicyConfig", "RolloutBatch", "categorical_terms", "masked_logits"]
 
@@ -395,6 +395,36 @@ class OnPolicyAgent(Agent):
             returns_np=returns,
             masks=None if rollout.masks is None else torch.from_numpy(rollout.masks.reshape(n_rows, -1)),
         )
+
+    def _scheduled_lr(self) -> float:
+        """This update's learning rate (the schedule ``_lr`` at the current progress), set on the optimizer."""
+        lr = self._lr(self.progress)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        return lr
+
+    def _normalized(self, advantages: torch.Tensor) -> torch.Tensor:
+        """The advantages scaled to mean 0 and std 1 when ``normalize_advantage`` (and there are several)."""
+        if self.config.normalize_advantage and advantages.numel() > 1:
+            return (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        return advantages
+
+    def _actor_critic_step(
+        self, policy_loss: torch.Tensor, entropy: torch.Tensor, values: torch.Tensor, returns: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One gradient step on ``policy_loss - ent_coef * entropy + vf_coef * MSE(values, returns)``,
+        its gradient norm clipped (A2C, PPO and RecurrentPPO differ only in the policy loss).
+
+        Returns (value loss, mean entropy, total loss)."""
+        c = self.config
+        value_loss = F.mse_loss(values, returns)
+        entropy_mean = entropy.mean()
+        loss = policy_loss - c.ent_coef * entropy_mean + c.vf_coef * value_loss
+        clear_grads(self._params)
+        loss.backward()
+        clip_grad_norm(self._params, c.max_grad_norm)
+        self.optimizer.step()
+        return value_loss, entropy_mean, loss
 
     def _end_update(self, metrics: dict[str, float], batch: RolloutBatch) -> dict[str, float]:
         """Start the next rollout, count the update, add the metrics every on-policy agent reports."""

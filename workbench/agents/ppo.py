@@ -10,16 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 from gymnasium import spaces
 
 from ..schedules import Schedule, as_schedule, linear
 from ..validation import checked, integer, number, optional
 from .base import register
-from .networks import clear_grads, clip_grad_norm, make_adam
+from .networks import make_adam
 from .on_policy import OnPolicyAgent, OnPolicyConfig
 
-__all__ = ["PPO", "PPOConfig", "clipped_step"]
+__all__ = ["PPO", "PPOConfig", "clipped_metrics", "clipped_step"]
 
 
 @dataclass
@@ -75,11 +74,8 @@ class PPO(OnPolicyAgent):
         n = batch.obs.shape[0]
         batch_size = min(c.batch_size, n)
 
-        progress = self.progress
-        lr = self._lr(progress)
-        clip = self._clip(progress)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        lr = self._scheduled_lr()
+        clip = self._clip(self.progress)
 
         stats = torch.zeros(6)  # policy, value, entropy, kl, clip fraction, total loss
         n_minibatches = 0
@@ -101,21 +97,9 @@ class PPO(OnPolicyAgent):
             if c.target_kl is not None and epoch_kl > 1.5 * c.target_kl:
                 break
 
-        policy_loss, value_loss, entropy, kl, clip_fraction, loss = (stats / n_minibatches).tolist()
-        return self._end_update(
-            {
-                "loss": loss,
-                "policy_loss": policy_loss,
-                "value_loss": value_loss,
-                "entropy": entropy,
-                "approx_kl": kl,
-                "clip_fraction": clip_fraction,
-                "clip_range": clip,
-                "learning_rate": lr,
-                "explained_variance": self.explained_variance(batch.values, batch.returns_np),
-            },
-            batch,
-        )
+        metrics = clipped_metrics(stats / n_minibatches, clip, lr)
+        metrics["explained_variance"] = self.explained_variance(batch.values, batch.returns_np)
+        return self._end_update(metrics, batch)
 
 
 def clipped_step(
@@ -131,22 +115,28 @@ def clipped_step(
     """One gradient step on PPO's clipped objective for a minibatch (PPO and RecurrentPPO share it).
 
     Returns the detached row (policy loss, value loss, entropy, approximate KL, clip fraction, loss)."""
-    c = agent.config
-    if c.normalize_advantage and adv.numel() > 1:
-        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+    adv = agent._normalized(adv)
     log_ratio = log_prob - old_log_prob
     ratio = log_ratio.exp()
     policy_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - clip, 1 + clip)).mean()
-    value_loss = F.mse_loss(values, returns)
-    entropy_mean = entropy.mean()
-    loss = policy_loss - c.ent_coef * entropy_mean + c.vf_coef * value_loss
-
-    clear_grads(agent._params)
-    loss.backward()
-    clip_grad_norm(agent._params, c.max_grad_norm)
-    agent.optimizer.step()
+    value_loss, entropy_mean, loss = agent._actor_critic_step(policy_loss, entropy, values, returns)
 
     with torch.no_grad():
         approx_kl = ((ratio - 1) - log_ratio).mean()
         clipped = ((ratio - 1).abs() > clip).float().mean()
         return torch.stack([policy_loss, value_loss, entropy_mean, approx_kl, clipped, loss]).detach()
+
+
+def clipped_metrics(row: torch.Tensor, clip: float, lr: float) -> dict[str, float]:
+    """An update's metrics from the mean of its :func:`clipped_step` rows (PPO and RecurrentPPO share them)."""
+    policy_loss, value_loss, entropy, kl, clip_fraction, loss = row.tolist()
+    return {
+        "loss": loss,
+        "policy_loss": policy_loss,
+        "value_loss": value_loss,
+        "entropy": entropy,
+        "approx_kl": kl,
+        "clip_fraction": clip_fraction,
+        "clip_range": clip,
+        "learning_rate": lr,
+    }

@@ -31,7 +31,7 @@ from ..validation import checked, integer
 from .base import AgentState, Step, Transitions, register
 from .networks import gaussian_policy_terms, make_adam, mlp
 from .on_policy import OnPolicyAgent, categorical_terms, masked_logits, sample_categorical
-from .ppo import PPOConfig, clipped_step
+from .ppo import PPOConfig, clipped_metrics, clipped_step
 
 __all__ = ["RecurrentNetwork", "RecurrentPPO", "RecurrentPPOConfig"]
 
@@ -244,10 +244,7 @@ class RecurrentPPO(OnPolicyAgent):
         adv_all, ret_all = torch.from_numpy(advantages), torch.from_numpy(returns)
         old_log_probs = torch.from_numpy(rollout.log_probs)
 
-        progress = self.progress
-        lr, clip = self._lr(progress), self._clip(progress)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        lr, clip = self._scheduled_lr(), self._clip(self.progress)
         # Minibatches are whole env sequences: batch_size // n_steps envs each (at least one).
         envs_per_batch = max(1, min(n_envs, c.batch_size // steps))
         stats = torch.zeros(6)  # policy, value, entropy, kl, clip fraction, total loss
@@ -285,20 +282,10 @@ class RecurrentPPO(OnPolicyAgent):
             if c.target_kl is not None and epoch_kl > 1.5 * c.target_kl:
                 break
 
-        policy_loss, value_loss, entropy, kl, clip_fraction, loss = (stats / n_minibatches).tolist()
         rollout.reset()
         self.num_updates += 1
-        metrics = {
-            "loss": loss,
-            "policy_loss": policy_loss,
-            "value_loss": value_loss,
-            "entropy": entropy,
-            "approx_kl": kl,
-            "clip_fraction": clip_fraction,
-            "clip_range": clip,
-            "learning_rate": lr,
-            "explained_variance": self.explained_variance(rollout.values, returns),
-        }
+        metrics = clipped_metrics(stats / n_minibatches, clip, lr)
+        metrics["explained_variance"] = self.explained_variance(rollout.values, returns)
         if self.log_std is not None:
             metrics["policy_std"] = float(self.log_std.detach().exp().mean())
         return metrics
