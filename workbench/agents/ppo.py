@@ -7,6 +7,7 @@ CartPole-v1.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -18,7 +19,7 @@ from .base import register
 from .networks import make_adam
 from .on_policy import OnPolicyAgent, OnPolicyConfig
 
-__all__ = ["PPO", "PPOConfig", "clipped_metrics", "clipped_step"]
+__all__ = ["PPO", "PPOConfig", "clipped_epochs", "clipped_metrics", "clipped_step"]
 
 
 @dataclass
@@ -77,30 +78,41 @@ class PPO(OnPolicyAgent):
         lr = self._scheduled_lr()
         clip = self._clip(self.progress)
 
-        stats = torch.zeros(6)  # policy, value, entropy, kl, clip fraction, total loss
-        n_minibatches = 0
-        for _ in range(c.n_epochs):
-            perm = torch.randperm(n, generator=self.generator)
-            epoch_kl = 0.0
-            for start in range(0, n, batch_size):
-                mb = perm[start : start + batch_size]
-                obs = batch.obs[mb]
-                masks = None if batch.masks is None else batch.masks[mb]
-                log_prob, entropy = self._policy_terms(obs, batch.actions[mb], masks)
-                values = self.critic(obs).squeeze(-1)
-                row = clipped_step(
-                    self, log_prob, entropy, values, batch.advantages[mb], batch.log_probs[mb], batch.returns[mb], clip
-                )
-                stats += row
-                n_minibatches += 1
-                epoch_kl = float(row[3])
-            if c.target_kl is not None and epoch_kl > 1.5 * c.target_kl:
-                break
+        def minibatch(mb: torch.Tensor) -> torch.Tensor:
+            obs = batch.obs[mb]
+            masks = None if batch.masks is None else batch.masks[mb]
+            log_prob, entropy = self._policy_terms(obs, batch.actions[mb], masks)
+            values = self.critic(obs).squeeze(-1)
+            return clipped_step(
+                self, log_prob, entropy, values, batch.advantages[mb], batch.log_probs[mb], batch.returns[mb], clip
+            )
 
-        metrics = clipped_metrics(stats / n_minibatches, clip, lr)
+        metrics = clipped_metrics(clipped_epochs(self, n, batch_size, minibatch), clip, lr)
         metrics["explained_variance"] = self.explained_variance(batch.values, batch.returns_np)
         return self._end_update(metrics, batch)
 
+
+def clipped_epochs(
+    agent: OnPolicyAgent, n: int, batch_size: int, minibatch: Callable[[torch.Tensor], torch.Tensor]
+) -> torch.Tensor:
+    """PPO's epochs (PPO and RecurrentPPO share them): ``n_epochs`` passes over a fresh permutation of
+    ``range(n)`` in slices of ``batch_size``, ``minibatch(indices)`` taking one :func:`clipped_step` on each;
+    the epochs stop early when an epoch's last minibatch's approximate KL passes ``1.5 * target_kl``.
+    Returns the mean of the rows."""
+    c = agent.config
+    stats = torch.zeros(6)  # policy, value, entropy, kl, clip fraction, total loss
+    n_minibatches = 0
+    for _ in range(c.n_epochs):
+        perm = torch.randperm(n, generator=agent.generator)
+        epoch_kl = 0.0
+        for start in range(0, n, batch_size):
+            row = minibatch(perm[start : start + batch_size])
+            stats += row
+            n_minibatches += 1
+            epoch_kl = float(row[3])
+        if c.target_kl is not None and epoch_kl > 1.5 * c.target_kl:
+            break
+    return stats / n_minibatches
 
 def clipped_step(
     agent: OnPolicyAgent,

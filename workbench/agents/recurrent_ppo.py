@@ -31,7 +31,7 @@ from ..validation import checked, integer
 from .base import AgentState, Step, Transitions, register
 from .networks import gaussian_policy_terms, make_adam, mlp
 from .on_policy import OnPolicyAgent, categorical_terms, masked_logits, sample_categorical
-from .ppo import PPOConfig, clipped_metrics, clipped_step
+from .ppo import PPOConfig, clipped_epochs, clipped_metrics, clipped_step
 
 __all__ = ["RecurrentNetwork", "RecurrentPPO", "RecurrentPPOConfig"]
 
@@ -247,44 +247,34 @@ class RecurrentPPO(OnPolicyAgent):
         lr, clip = self._scheduled_lr(), self._clip(self.progress)
         # Minibatches are whole env sequences: batch_size // n_steps envs each (at least one).
         envs_per_batch = max(1, min(n_envs, c.batch_size // steps))
-        stats = torch.zeros(6)  # policy, value, entropy, kl, clip fraction, total loss
-        n_minibatches = 0
-        for _ in range(c.n_epochs):
-            perm = torch.randperm(n_envs, generator=self.generator)
-            epoch_kl = 0.0
-            for start in range(0, n_envs, envs_per_batch):
-                e = perm[start : start + envs_per_batch]
-                out, _, _ = self.actor(obs[:, e], first[e, 0], first[e, 1], starts[:, e])
-                values, _, _ = self.critic(obs[:, e], first[e, 2], first[e, 3], starts[:, e])
-                mb_actions = actions[:, e].reshape(-1, *actions.shape[2:])
-                if rollout.masks is not None or self.action_kind in ("multidiscrete", "multibinary"):
-                    mb_masks = None if rollout.masks is None else torch.from_numpy(rollout.masks[:, e.numpy()])
-                    mb_masks = None if mb_masks is None else mb_masks.reshape(-1, mb_masks.shape[-1])
-                    log_prob, entropy = categorical_terms(
-                        out.flatten(0, 1), mb_actions, self.action_kind, self.nvec, mb_masks
-                    )
-                else:
-                    flat_out = out.flatten(0, 1)
-                    log_prob, entropy = gaussian_policy_terms(flat_out, self.log_std, mb_actions, self.discrete)
-                row = clipped_step(
-                    self,
-                    log_prob,
-                    entropy,
-                    values.reshape(-1),
-                    adv_all[:, e].reshape(-1),
-                    old_log_probs[:, e].reshape(-1),
-                    ret_all[:, e].reshape(-1),
-                    clip,
-                )
-                stats += row
-                n_minibatches += 1
-                epoch_kl = float(row[3])
-            if c.target_kl is not None and epoch_kl > 1.5 * c.target_kl:
-                break
 
+        def minibatch(e: torch.Tensor) -> torch.Tensor:
+            out, _, _ = self.actor(obs[:, e], first[e, 0], first[e, 1], starts[:, e])
+            values, _, _ = self.critic(obs[:, e], first[e, 2], first[e, 3], starts[:, e])
+            mb_actions = actions[:, e].reshape(-1, *actions.shape[2:])
+            if rollout.masks is not None or self.action_kind in ("multidiscrete", "multibinary"):
+                mb_masks = None if rollout.masks is None else torch.from_numpy(rollout.masks[:, e.numpy()])
+                mb_masks = None if mb_masks is None else mb_masks.reshape(-1, mb_masks.shape[-1])
+                flat_out = out.flatten(0, 1)
+                log_prob, entropy = categorical_terms(flat_out, mb_actions, self.action_kind, self.nvec, mb_masks)
+            else:
+                flat_out = out.flatten(0, 1)
+                log_prob, entropy = gaussian_policy_terms(flat_out, self.log_std, mb_actions, self.discrete)
+            return clipped_step(
+                self,
+                log_prob,
+                entropy,
+                values.reshape(-1),
+                adv_all[:, e].reshape(-1),
+                old_log_probs[:, e].reshape(-1),
+                ret_all[:, e].reshape(-1),
+                clip,
+            )
+
+        mean_row = clipped_epochs(self, n_envs, envs_per_batch, minibatch)
         rollout.reset()
         self.num_updates += 1
-        metrics = clipped_metrics(stats / n_minibatches, clip, lr)
+        metrics = clipped_metrics(mean_row, clip, lr)
         metrics["explained_variance"] = self.explained_variance(rollout.values, returns)
         if self.log_std is not None:
             metrics["policy_std"] = float(self.log_std.detach().exp().mean())
