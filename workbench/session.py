@@ -317,16 +317,10 @@ class Session:
         if self._tracking is not None and self._status not in ("running", "paused"):
             self._tracking.run_started()  # opens the sinks here, so their errors reach the caller
         with self._cond:
-            if self._status in ("running", "paused"):
-                raise RuntimeError(
-                    f"this session is already {self._status}: call stop() (or wait()) before starting it again"
-                )
+            self._refuse_if_running()
         self._join_previous_thread()
         with self._cond:
-            if self._status in ("running", "paused"):
-                raise RuntimeError(
-                    f"this session is already {self._status}: call stop() (or wait()) before starting it again"
-                )
+            self._refuse_if_running()  # again: another thread may have started it meanwhile
             previous = (self._status, self._thread, self.target_steps, self.error, self.stop_reason)
             self.error = None
             self.stop_reason = None
@@ -347,6 +341,12 @@ class Session:
             if self._external is not None:  # under the lock, so before the run can end
                 self._external.run_started()
         return self
+
+    def _refuse_if_running(self) -> None:
+        if self._status in ("running", "paused"):
+            raise RuntimeError(
+                f"this session is already {self._status}: call stop() (or wait()) before starting it again"
+            )
 
     def _join_previous_thread(self) -> None:
         """Before a new start: a run that has just ended finishes its last lines; a run whose
