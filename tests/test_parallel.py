@@ -116,23 +116,84 @@ def test_unknown_backend_and_option_are_clear_errors():
 # -- backend choice ------------------------------------------------------------------------------
 
 
-def test_auto_keeps_cheap_envs_in_process_and_sends_slow_ones_to_workers():
+class _ProbeClock:
+    """Stands for the ``time`` module of ``workbench.parallel`` while ``choose_backend`` probes a
+    ``ClockedEnv``: the env's steps advance it by costs the test sets, so the choice follows from
+    those costs and not from how loaded the machine happens to be."""
+
+    def __init__(self):
+        self.wall = self.cpu = 0.0
+
+    def perf_counter(self):
+        return self.wall
+
+    def process_time(self):
+        return self.cpu
+
+
+class ClockedEnv(CountEnv):
+    """A step that costs ``wall`` seconds on the probe clock, ``cpu`` of them computing."""
+
+    def __init__(self, clock, wall, cpu):
+        super().__init__()
+        self.clock, self.wall, self.cpu = clock, wall, cpu
+
+    def step(self, action):
+        self.clock.wall += self.wall
+        self.clock.cpu += self.cpu
+        return super().step(action)
+
+
+def test_auto_keeps_cheap_envs_in_process_and_sends_slow_ones_to_workers(monkeypatch):
+    # Measured for real, only what load cannot turn around: CartPole computes for microseconds a
+    # step (CPU time, which waiting for a busy core does not add to); an env that sleeps 5 ms a step
+    # is slow and mostly waits, so it goes to workers however busy the machine is.
     cheap = choose_backend("CartPole-v1", num_workers=8)
-    assert cheap.backend == "inprocess"
     assert "in-process" in cheap.reason and "ms" in cheap.reason
+    assert cheap.step_seconds * cheap.cpu_fraction < 1e-3
     slow = choose_backend(lambda: CountEnv(delay=0.005), num_workers=8)
     assert slow.backend == "local"
     assert slow.step_seconds >= 0.005 and slow.cpu_fraction < 0.5
+    # The choice itself, from set costs (a loaded machine makes a cheap env's steps look slow and
+    # waiting: its time queued for a core): 20 us of computing stays in process; 5 ms of waiting
+    # goes to workers; 5 ms of computing goes to workers when there are cores to share it, and
+    # stays in process on one core.
+    parallel = sys.modules["workbench.parallel"]
+    clock = _ProbeClock()
+    monkeypatch.setattr(parallel, "time", clock)
+    cases = [(2, 20e-6, 20e-6, "inprocess"), (1, 5e-3, 50e-6, "local"), (2, 5e-3, 5e-3, "local"),
+             (1, 5e-3, 5e-3, "inprocess")]
+    for cores, wall, cpu, expected in cases:
+        monkeypatch.setattr(parallel, "_cores", lambda n=cores: n)
+        choice = choose_backend(lambda w=wall, c=cpu: ClockedEnv(clock, w, c), num_workers=8)
+        assert choice.backend == expected, choice.reason
+        assert choice.step_seconds == pytest.approx(wall) and choice.cpu_fraction == pytest.approx(cpu / wall)
+        assert f"one env step takes {wall * 1e3:.3f} ms ({cpu / wall:.0%} computing)" in choice.reason
     # One worker is the plain in-process path: nothing measured, nothing started.
+    monkeypatch.undo()
     runner = make_runner(as_env_source(cartpole), 8, num_workers=1)
     assert runner.backend == "inprocess" and runner.num_envs == 8
     runner.close()
 
 
-def test_auto_with_workers_builds_the_chosen_runner():
+@pytest.mark.parametrize("chosen", ["inprocess", "local"])
+def test_auto_with_workers_builds_the_chosen_runner(monkeypatch, chosen):
+    # What backend="auto" builds is what choose_backend chose, for the envs of each worker; the
+    # choice is set here (the one for CartPole depends on the machine's load, see the test above).
+    parallel = sys.modules["workbench.parallel"]
+    asked = []
+
+    def choose(env, num_workers, envs_per_worker=1, *, seed=None):
+        asked.append((num_workers, envs_per_worker, seed))
+        return parallel.BackendChoice(chosen, "set by the test", 1e-3, 1.0)
+
+    monkeypatch.setattr(parallel, "choose_backend", choose)
     runner = make_runner(as_env_source(cartpole), 8, seed=0, num_workers=4, backend="auto")
     try:
-        assert runner.backend == "inprocess" and runner.num_envs == 8
+        assert asked == [(4, 2, 0)]
+        assert runner.backend == chosen and runner.num_envs == 8
+        reference = VecEnv([cartpole() for _ in range(8)], seed=0)
+        np.testing.assert_array_equal(runner.reset(), reference.reset())
     finally:
         runner.close()
 
