@@ -246,3 +246,20 @@ def test_hung_env_is_killed_after_step_timeout_naming_the_actor_and_env():
     with pytest.raises(WorkerError, match=r"^worker 1 \(envs 2-3\) was killed: env.step of env 3 did not return") as info:
         session.run(steps=10_000)
     assert info.value.timed_out
+
+
+def test_actors_without_step_timeout_are_killed_when_stop_gives_up():
+    from workbench.control import StuckError
+
+    agent = wb.PPO(HangEnv(), n_envs=2, n_steps=16, batch_size=16, n_epochs=1)
+    session = wb.Session(agent, lambda: HangEnv(hang_seed=0), num_workers=2, seed=0, **LEARNER)
+    session.start(steps=10_000)
+    runner = _running_runner(session)
+    pids = runner.pids()
+    _wait_for(lambda: session.steps >= 40)
+    time.sleep(0.3)
+    with pytest.warns(RuntimeWarning, match=r"stuck in env.step.*workers were killed"):
+        session.stop(timeout=0.5)
+    assert session.status == "failed" and isinstance(session.error, StuckError)
+    _wait_for(lambda: not session.is_alive, timeout=10)
+    assert _gone(pids)
