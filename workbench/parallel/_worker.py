@@ -28,6 +28,10 @@ A second connection (file descriptor STATUS_FD, ``python _worker.py FD STATUS_FD
 small thread: any message is answered with the index of the env whose ``step`` is running (``-1``
 between steps), so the parent can name the env that hangs before it kills the worker.
 The worker exits when the parent goes away (the connection reaches EOF).
+
+The protocol itself is :class:`Server` (bytes in, bytes out), so it is written once for two transports:
+this script's connection, and Ray method calls (:class:`RayEnvWorker`, ``backend="ray"`` with
+``ray_acting="learner"``; see ``workbench.parallel.ray_envs``).
 """
 
 from __future__ import annotations
