@@ -1,4 +1,5 @@
-"""Ray actors as rollout workers, on this machine or on a cluster.
+"""Ray actors as rollout workers, on this machine or on a cluster (``ray_acting="workers"``, the default;
+actors that only step envs while the learner acts, ``ray_acting="learner"``, are in ``ray_envs.py``).
 
 Each worker is a Ray actor holding ``envs_per_worker`` envs and a replica of the agent (same class,
 same hyperparameters, its own random seed). The learner stays in the session's training thread and
@@ -43,7 +44,7 @@ from ..envs import EnvMethodError, EnvSource, VecEnv
 from ..loop import Step, Transitions, collect, concat_envs, row
 from .errors import WorkerError
 from .local import check_step_timeout
-from .ray_envs import _init_private_ray, import_ray, start_ray  # noqa: F401  (_init_private_ray: tests, benchmarks)
+from .ray_envs import import_ray, start_ray
 
 __all__ = ["RayRunner", "is_on_policy"]
 
