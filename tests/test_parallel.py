@@ -113,6 +113,16 @@ def test_unknown_backend_and_option_are_clear_errors():
         make_runner(source, 4, num_workers=2, backend="local", envs_per_worker=0)
 
 
+def test_ray_acting_is_checked_when_the_session_is_made():
+    agent = wb.PPO("CartPole-v1")
+    with pytest.raises(ValueError, match=r"ray_acting='actors'.*one of 'workers', 'learner'"):
+        wb.Session(agent, cartpole, num_workers=2, backend="ray", ray_acting="actors")
+    with pytest.raises(ValueError, match=r"sync_every=8 with ray_acting='learner'.*Leave sync_every out"):
+        wb.Session(agent, cartpole, num_workers=2, backend="ray", ray_acting="learner", sync_every=8)
+    with pytest.raises(ValueError, match=r"ray_acting='learner'.*only backend='ray' takes"):
+        wb.Session(agent, cartpole, num_workers=2, backend="local", ray_acting="learner")
+
+
 # -- backend choice ------------------------------------------------------------------------------
 
 

@@ -142,3 +142,14 @@ def test_fast_preset_builds_pendulum_sac_with_small_networks():
         wb.preset("CartPole-v1", "ppo", fast=True)
     with pytest.raises(ValueError, match="not both"):
         wb.preset("Pendulum-v1", "sac", fast=True, reliable=True)
+
+
+def test_fast_preset_builds_cartpole_dqn_as_the_reliable_one_with_small_networks():
+    fast, _ = wb.preset("CartPole-v1", "dqn", fast=True, seed=0)
+    reliable, _ = wb.preset("CartPole-v1", "dqn", reliable=True, seed=0)
+    assert fast.config.net_arch == (64, 64) and reliable.config.net_arch == (256, 256)
+    assert fast.config.n_step == 3 and fast.config.dueling
+    assert fast.config.learning_rate(0.0) == 2.3e-3 and fast.config.learning_rate(1.0) == 0.0
+    assert wb.preset("CartPole-v1", "dqn", fast=True).steps == 50_000
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "speed.md").read_text(encoding="utf-8")
+    assert 'wb.preset("CartPole-v1", "dqn", fast=True)' in docs

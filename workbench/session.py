@@ -116,7 +116,9 @@ class Session:
             ``"auto"``, ``"inprocess"``, ``"local"`` (worker processes) or ``"ray"``.
         backend_options: ``envs_per_worker``, ``restart_workers`` (start a dead worker again instead
             of failing), ``step_timeout`` (seconds: kill a worker whose env's step hangs), and for
-            Ray ``ray_address``, ``sync_every``, ``cpus_per_worker``, ``ray_init``.
+            Ray ``ray_address``, ``sync_every``, ``cpus_per_worker``, ``ray_init``, ``ray_acting``
+            (``"workers"``: each actor acts with an agent replica; ``"learner"``: actors only step
+            envs, the learner acts for all of them, actors start without torch).
         torch_threads: torch intra-op threads while training (1 is fastest for small networks).
         sinks: experiment trackers fed from the signals, off the training loop, e.g.
             ``[wb.TensorBoard("runs/tb"), wb.MLflow(), wb.WandB(offline=True)]`` (docs/tracking.md).

@@ -8,7 +8,9 @@ their env steps ran.
 In-process and local workers step envs for the learner's own decisions (``env_step`` over a vector
 env whose ``step`` runs here or in worker processes). Ray workers hold a replica of the agent and
 run ``workbench.loop.collect`` themselves, the same step function; the runner hands their
-transitions, extras included, to the learner one step at a time.
+transitions, extras included, to the learner one step at a time. With ``ray_acting="learner"`` Ray
+actors only step envs, like local workers, and the learner acts for all of them (no torch in the
+actors, so they start fast; one round trip per step).
 
 Two optional members let a backend add to the loop without the loop knowing which backend it is:
 
@@ -20,7 +22,8 @@ Backends (``Session(..., num_workers=N, backend=...)``):
 
 * ``"inprocess"``: every env stepped in the training thread, one after another.
 * ``"local"``: ``num_workers`` worker processes on this machine, each stepping ``envs_per_worker`` envs.
-* ``"ray"``: Ray actors as rollout workers, on this machine or a cluster (``ray_address=``).
+* ``"ray"``: Ray actors as rollout workers, on this machine or a cluster (``ray_address=``); with
+  ``ray_acting="learner"``, actors that only step envs (see ``workbench.parallel.ray_envs``).
 * ``"auto"`` (the default): in-process for one worker; with more, it times a few steps of one env and
   picks in-process or local (see :func:`choose_backend`).
 
@@ -37,7 +40,7 @@ from typing import Any, NamedTuple
 from ..envs import EnvSource, VecEnv, as_env_source
 from ..loop import Transitions, env_step
 from ..masks import MaskReader, sample_action
-from ..validation import ArgumentError, Constraint, check_value, flag, integer, number, optional
+from ..validation import ArgumentError, Constraint, check_value, choice, flag, integer, number, optional
 from .errors import WorkerError
 from .local import LocalRunner, check_step_timeout, split_envs
 
@@ -53,6 +56,9 @@ __all__ = [
 ]
 
 BACKENDS = ("auto", "inprocess", "local", "ray")
+# Who chooses the actions with backend="ray": a replica of the agent in every actor (the default),
+# or the learner, for all envs in one batch, while the actors only step envs (no torch: fast start).
+RAY_ACTING = ("workers", "learner")
 
 # What one worker costs the learner per env step (send actions, receive results, wake-ups),
 # measured on a 2-core machine; used by choose_backend's estimate.
@@ -71,6 +77,7 @@ _RAY_OPTIONS: dict[str, Constraint] = {
     "sync_every": optional(integer(min=1)),
     "cpus_per_worker": number(0, min_open=True),
     "ray_init": optional(Constraint("a dict of ray.init() keyword arguments", lambda v: isinstance(v, dict))),
+    "ray_acting": choice(*RAY_ACTING),
 }
 
 
@@ -190,6 +197,11 @@ def check_runner_options(backend: Any, num_workers: Any, options: dict[str, Any]
                 f"backend={backend!r}): pass backend='ray' or leave {name} out"
             )
         check_value(owner, name, value, known[name])
+    if options.get("ray_acting") == "learner" and options.get("sync_every") is not None:
+        raise ArgumentError(
+            f"{owner} got sync_every={options['sync_every']!r} with ray_acting='learner': the learner acts at "
+            "every step, so there are no chunks to size. Leave sync_every out, or use ray_acting='workers'"
+        )
 
 
 def make_runner(
@@ -214,7 +226,9 @@ def make_runner(
     return in time; the run fails naming the worker and its envs, or restarts it with
     ``restart_workers=True``. An in-process ``env.step`` cannot be interrupted, so with
     ``step_timeout`` ``"auto"`` picks local workers and ``"inprocess"`` is a ``ValueError``. The Ray backend
-    takes its own options (``ray_address``, ``sync_every``...; see ``workbench.parallel.ray_backend``).
+    takes its own options (``ray_address``, ``sync_every``...; see ``workbench.parallel.ray_backend``);
+    ``ray_acting="learner"`` makes its actors only step envs while the learner acts
+    (``workbench.parallel.ray_envs``: no torch in the actors, fast start, one round trip per step).
     """
     check_runner_options(
         backend, num_workers, {"envs_per_worker": envs_per_worker, "restart_workers": restart_workers, **options}
@@ -245,6 +259,13 @@ def make_runner(
     if backend == "local":
         return LocalRunner(
             source, num_workers, per, seed=seed, restart_workers=restart_workers, step_timeout=step_timeout
+        )
+    if options.pop("ray_acting", "workers") == "learner":
+        from .ray_envs import RayEnvRunner
+
+        return RayEnvRunner(
+            source, num_workers, per, seed=seed, restart_workers=restart_workers, step_timeout=step_timeout,
+            **options,
         )
     from .ray_backend import RayRunner
 

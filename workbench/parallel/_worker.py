@@ -28,6 +28,10 @@ A second connection (file descriptor STATUS_FD, ``python _worker.py FD STATUS_FD
 small thread: any message is answered with the index of the env whose ``step`` is running (``-1``
 between steps), so the parent can name the env that hangs before it kills the worker.
 The worker exits when the parent goes away (the connection reaches EOF).
+
+The protocol itself is :class:`Server` (bytes in, bytes out), so it is written once for two transports:
+this script's connection, and Ray method calls (:class:`RayEnvWorker`, ``backend="ray"`` with
+``ray_acting="learner"``; see ``workbench.parallel.ray_envs``).
 """
 
 from __future__ import annotations
@@ -43,10 +47,12 @@ STEP = b"S"  # first byte of a step request: raw action bytes follow
 STEP_REPLY = b"K"  # first byte of a step answer: a float32 buffer follows (pickled messages start with 0x80)
 
 
-def _load_envs_module():  # type: ignore[no-untyped-def]
+def _load_envs_module(here: str | None = None):  # type: ignore[no-untyped-def]
+    """``workbench/envs.py`` from the package folder ``here`` (default: this file's), loaded by path."""
     import types
 
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if here is None:
+        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     # A bare package over the workbench folder, without running its __init__ (which imports torch),
     # so envs.py's relative imports (masks.py) resolve.
     package = types.ModuleType("_workbench_worker")
@@ -79,7 +85,101 @@ def _build(message: tuple, envs_module):  # type: ignore[no-untyped-def]
     return envs_module.VecEnv(envs, seed=seed)
 
 
-def _serve_status(fd: int, holder: dict) -> None:
+class Server:
+    """The envs of one worker and the protocol above, without the transport: :meth:`handle` takes
+    one request's bytes and returns the answer's (None for ``close``). The worker process's loop
+    feeds it from its connection; a Ray actor (:class:`RayEnvWorker`) from method calls."""
+
+    def __init__(self, envs_module) -> None:  # type: ignore[no-untyped-def]
+        import numpy as np
+
+        self.np = np
+        self.envs_module = envs_module
+        self.vec = None
+        self.where = "starting"
+        self.action_dtype, self.action_shape = np.float32, ()
+
+    @property
+    def stepping(self) -> int:
+        """The index of the env whose ``step`` is running (-1 between steps)."""
+        stepping = None if self.vec is None else self.vec.stepping
+        return -1 if stepping is None else stepping
+
+    def handle(self, raw: bytes):  # type: ignore[no-untyped-def]
+        """Serve one request; any error becomes an ``("error", where, traceback)`` answer."""
+        from multiprocessing.reduction import ForkingPickler
+
+        try:
+            if raw[:1] == STEP:
+                return self._step(raw)
+            message = ForkingPickler.loads(raw)
+            command = message[0]
+            if command == "close":
+                return None
+            return ForkingPickler.dumps(self._command(command, message))
+        except Exception:
+            return ForkingPickler.dumps(("error", self.where, traceback.format_exc()))
+
+    def _step(self, raw: bytes) -> bytes:
+        # The hot path, without pickle: raw actions in, one float32 buffer out.
+        np, vec = self.np, self.vec
+        self.where = "env.step"
+        actions = np.frombuffer(raw, dtype=self.action_dtype, offset=1).reshape(vec.num_envs, *self.action_shape)
+        start = time.perf_counter()
+        obs, rewards, terminated, truncated, final_obs = vec.step(actions)
+        busy = time.perf_counter() - start
+        ended = final_obs is not obs
+        parts = [np.array([busy, ended], dtype=np.float32), rewards, terminated, truncated, obs]
+        if ended:
+            parts.append(final_obs)
+        if vec.masks is not None:
+            parts += [vec.masks, vec.final_masks]
+        if vec.game_ends is not None:  # whole games' raw scores (workbench.atari)
+            parts.append(vec.game_ends)
+        flat = np.concatenate([p.ravel().astype(np.float32) for p in parts])
+        return STEP_REPLY + flat.tobytes()
+
+    def _command(self, command: str, message: tuple) -> tuple:
+        vec = self.vec
+        if command == "reset":
+            self.where = "env.reset"
+            return ("ok", vec.reset())
+        if command == "init":
+            self.where = "building the env (the factory)"
+            vec = self.vec = _build(message, self.envs_module)
+            if type(vec.action_space).__name__ == "Discrete":  # the parent sends int64 actions
+                self.action_dtype, self.action_shape = self.np.int64, ()
+            else:
+                self.action_dtype, self.action_shape = self.np.float32, vec.action_space.shape
+            return ("ok", vec.game_ends is not None)  # whether step answers carry game ends
+        if command == "masks":
+            return ("ok", vec.masks)
+        if command == "rng":
+            self.where = "reading the envs' random streams"
+            return ("ok", vec.rng_states())
+        if command == "set_rng":
+            self.where = "setting the envs' random streams"
+            vec.set_rng_states(message[1])
+            return ("ok", None)
+        if command == "call":
+            self.where = f"env.{message[1]}"
+            try:
+                return ("ok", vec.call(message[1], message[2], message[3]))
+            except self.envs_module.EnvMethodError as exc:
+                return ("missing", str(exc))
+        raise ValueError(f"unknown command {command!r}")
+
+    def close(self) -> None:
+        """Close the envs (errors ignored: the worker is going away)."""
+        if self.vec is not None:
+            try:
+                self.vec.close()
+            except Exception:
+                pass
+            self.vec = None
+
+
+def _serve_status(fd: int, server: Server) -> None:
     """Answer every message on ``fd`` with the index of the env stepping now (-1: none)."""
     from multiprocessing.connection import Connection
 
@@ -87,9 +187,7 @@ def _serve_status(fd: int, holder: dict) -> None:
     while True:
         try:
             conn.recv_bytes()
-            vec = holder.get("vec")
-            stepping = None if vec is None else vec.stepping
-            conn.send_bytes(str(-1 if stepping is None else stepping).encode())
+            conn.send_bytes(str(server.stepping).encode())
         except (EOFError, OSError):
             return
 
@@ -102,90 +200,62 @@ def main(fd: int, status_fd: int | None = None) -> None:
     # Ctrl-C in a terminal reaches the whole process group; the parent decides when workers stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     conn = Connection(fd)
-    vec = None
-    holder: dict = {}
-    if status_fd is not None:
-        threading.Thread(target=_serve_status, args=(status_fd, holder), daemon=True).start()
-    where = "starting"
+    server = None
     try:
-        from multiprocessing.reduction import ForkingPickler
-
-        import numpy as np
-
-        envs_module = _load_envs_module()
-        action_dtype, action_shape = np.float32, ()
+        server = Server(_load_envs_module())
+        if status_fd is not None:
+            threading.Thread(target=_serve_status, args=(status_fd, server), daemon=True).start()
         while True:
             try:
                 raw = conn.recv_bytes()
             except (EOFError, OSError):
                 break
+            reply = server.handle(raw)
+            if reply is None:
+                break
             try:
-                if raw[:1] == STEP:
-                    # The hot path, without pickle: raw actions in, one float32 buffer out.
-                    where = "env.step"
-                    actions = np.frombuffer(raw, dtype=action_dtype, offset=1).reshape(vec.num_envs, *action_shape)
-                    start = time.perf_counter()
-                    obs, rewards, terminated, truncated, final_obs = vec.step(actions)
-                    busy = time.perf_counter() - start
-                    ended = final_obs is not obs
-                    parts = [np.array([busy, ended], dtype=np.float32), rewards, terminated, truncated, obs]
-                    if ended:
-                        parts.append(final_obs)
-                    if vec.masks is not None:
-                        parts += [vec.masks, vec.final_masks]
-                    if vec.game_ends is not None:  # whole games' raw scores (workbench.atari)
-                        parts.append(vec.game_ends)
-                    flat = np.concatenate([p.ravel().astype(np.float32) for p in parts])
-                    conn.send_bytes(STEP_REPLY + flat.tobytes())
-                    continue
-                message = ForkingPickler.loads(raw)
-                command = message[0]
-                if command == "reset":
-                    where = "env.reset"
-                    conn.send(("ok", vec.reset()))
-                elif command == "init":
-                    where = "building the env (the factory)"
-                    vec = holder["vec"] = _build(message, envs_module)
-                    if type(vec.action_space).__name__ == "Discrete":  # the parent sends int64 actions
-                        action_dtype, action_shape = np.int64, ()
-                    else:
-                        action_dtype, action_shape = np.float32, vec.action_space.shape
-                    conn.send(("ok", vec.game_ends is not None))  # whether step answers carry game ends
-                elif command == "masks":
-                    conn.send(("ok", vec.masks))
-                elif command == "rng":
-                    where = "reading the envs' random streams"
-                    conn.send(("ok", vec.rng_states()))
-                elif command == "set_rng":
-                    where = "setting the envs' random streams"
-                    vec.set_rng_states(message[1])
-                    conn.send(("ok", None))
-                elif command == "call":
-                    where = f"env.{message[1]}"
-                    try:
-                        results = vec.call(message[1], message[2], message[3])
-                    except envs_module.EnvMethodError as exc:
-                        conn.send(("missing", str(exc)))
-                    else:
-                        conn.send(("ok", results))
-                elif command == "close":
-                    break
-                else:
-                    raise ValueError(f"unknown command {command!r}")
-            except (BrokenPipeError, ConnectionResetError):
+                conn.send_bytes(reply)
+            except OSError:
                 break  # the parent is gone: nothing left to serve
-            except Exception:
-                try:
-                    conn.send(("error", where, traceback.format_exc()))
-                except OSError:
-                    break
     finally:
-        if vec is not None:
-            try:
-                vec.close()
-            except Exception:
-                pass
+        if server is not None:
+            server.close()
         conn.close()
+
+
+class RayEnvWorker:
+    """A Ray actor serving the same protocol through method calls (``backend="ray"`` with
+    ``ray_acting="learner"``): it holds and steps envs for the learner's actions and never imports
+    torch or the ``workbench`` package. The learner sends this class to Ray by value (see
+    ``workbench.parallel.ray_envs``), so an actor starts as fast as a bare Ray worker plus gymnasium.
+
+    ``package_dir``: the learner's ``workbench`` folder; where it does not exist (another machine of a
+    cluster), the ``workbench`` package installed there is used, still without importing it."""
+
+    def __init__(self, package_dir: str) -> None:
+        if not os.path.isfile(os.path.join(package_dir, "envs.py")):
+            spec = importlib.util.find_spec("workbench")  # finds the package without running its __init__
+            if spec is None or not spec.submodule_search_locations:
+                raise ImportError("the Ray worker's Python cannot find the workbench package: install rl-workbench")
+            package_dir = next(iter(spec.submodule_search_locations))
+        self.server = Server(_load_envs_module(package_dir))
+
+    def handle(self, raw: bytes) -> bytes | None:
+        """One request of the protocol; the answer's bytes (None: closed)."""
+        reply = self.server.handle(raw)
+        if reply is None:
+            self.server.close()
+            return None
+        return bytes(reply)
+
+    def stepping(self) -> int:
+        """The index of this worker's env whose ``step`` is running (-1 between steps); answered
+        from a second thread while :meth:`handle` steps (the actor then runs two calls at once)."""
+        return self.server.stepping
+
+    def pid(self) -> int:
+        """The actor's process id."""
+        return os.getpid()
 
 
 if __name__ == "__main__":

@@ -96,31 +96,52 @@ class _Worker:
         if self.process is not None and self.process.poll() is None:
             self.process.kill()
 
+    @property
+    def pid(self) -> int | None:
+        """The worker's process id (None before it started)."""
+        return None if self.process is None else self.process.pid
+
+    def death(self) -> str:
+        """Why the connection broke, for the WorkerError: the process's exit code."""
+        code = self.process.poll() if self.process is not None else None
+        if code is None and self.process is not None:
+            try:
+                code = self.process.wait(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                code = None
+        return f"process died (exit code {code})"
+
+    def ask_close(self) -> None:
+        """Ask the worker to close its envs and exit (no answer comes)."""
+        if self.conn is not None:
+            try:
+                self.conn.send(("close",))
+            except (OSError, ValueError):
+                pass
+
+    def finish_close(self, deadline: float) -> None:
+        """Wait until ``deadline`` (``time.monotonic``) for the worker to exit, then kill it; close its connections."""
+        if self.process is not None:
+            try:
+                self.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+        if self.status is not None:
+            self.status.close()
+            self.status = None
+
 
 def _shutdown(workers: list[_Worker]) -> None:
     """Ask every worker to close, then kill the ones still there. Safe to call twice and at exit."""
     for w in workers:
-        if w.conn is not None:
-            try:
-                w.conn.send(("close",))
-            except (OSError, ValueError):
-                pass
+        w.ask_close()
     deadline = time.monotonic() + _CLOSE_TIMEOUT_S
     for w in workers:
-        if w.process is None:
-            continue
-        try:
-            w.process.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            w.process.kill()
-            w.process.wait()
-    for w in workers:
-        if w.conn is not None:
-            w.conn.close()
-            w.conn = None
-        if w.status is not None:
-            w.status.close()
-            w.status = None
+        w.finish_close(deadline)
     workers.clear()
 
 
@@ -142,6 +163,7 @@ class LocalRunner:
 
     persistent = False  # processes never outlive a run: stop() leaves nothing behind
     backend = "local"
+    _start_timeout = _START_TIMEOUT_S
 
     def __init__(
         self,
@@ -192,24 +214,37 @@ class LocalRunner:
         self._obs = np.zeros((self.num_envs, *shape), dtype=np.float32)
         self._pending: list[tuple[str, float]] = []
         self._window_start = time.perf_counter()
-        self._workers = [_Worker(w, w * envs_per_worker, envs_per_worker) for w in range(num_workers)]
+        self._workers = [self._new_worker(w, w * envs_per_worker, envs_per_worker) for w in range(num_workers)]
         # Closes the workers when this runner is garbage collected or the interpreter exits.
-        self._finalizer = weakref.finalize(self, _shutdown, self._workers)
+        self._finalizer = self._make_finalizer()
         try:
             for w in self._workers:
                 w.start()
+            # Every worker builds its envs at the same time: all requests go out before the first answer is read.
             for w in self._workers:
-                self._init(w, seed)
+                self._send_init(w, seed)
+            for w in self._workers:
+                self._finish_init(w)
         except BaseException:
             self.close()
             raise
 
     # -- worker plumbing ------------------------------------------------------------------------
 
-    def _init(self, w: _Worker, seed: int | None) -> None:
+    def _new_worker(self, worker_id: int, first_env: int, num_envs: int) -> _Worker:
+        """The worker object (process and connection) for worker ``worker_id``; not started yet."""
+        return _Worker(worker_id, first_env, num_envs)
+
+    def _make_finalizer(self) -> weakref.finalize:
+        """What closes the workers when this runner is closed, garbage collected, or Python exits."""
+        return weakref.finalize(self, _shutdown, self._workers)
+
+    def _send_init(self, w: _Worker, seed: int | None) -> None:
         worker_seed = None if seed is None else seed + w.first_env
         w.conn.send(("init", self._blob, self.source.env_id, w.num_envs, worker_seed))
-        if self._receive(w, timeout=_START_TIMEOUT_S) and self.game_ends is None:
+
+    def _finish_init(self, w: _Worker) -> None:
+        if self._receive(w, timeout=self._start_timeout) and self.game_ends is None:
             # Atari training envs report whole games (workbench.atari): NaN rows where none ended.
             self.game_ends = np.full((self.num_envs, 2), np.nan)
 
@@ -220,13 +255,7 @@ class LocalRunner:
                 raise WorkerError(w.id, f"did not answer within {timeout:.0f} s", envs=w.envs)
             raw = w.conn.recv_bytes()
         except (EOFError, OSError) as exc:
-            code = w.process.poll() if w.process is not None else None
-            if code is None and w.process is not None:
-                try:
-                    code = w.process.wait(timeout=1.0)
-                except subprocess.TimeoutExpired:
-                    code = None
-            raise WorkerError(w.id, f"process died (exit code {code})", envs=w.envs, died=True) from exc
+            raise WorkerError(w.id, w.death(), envs=w.envs, died=True) from exc
         if raw[:1] == STEP_REPLY:
             return np.frombuffer(raw, dtype=np.float32, offset=1)
         message = ForkingPickler.loads(raw)
@@ -260,10 +289,11 @@ class LocalRunner:
         w.start()
         # Fresh seeds for the rebuilt envs: still reproducible, but not a replay of the first episodes.
         seed = None if self.seed is None else self.seed + 1_000_003 * self.restarts
-        self._init(w, seed)
+        self._send_init(w, seed)
+        self._finish_init(w)
         w.conn.send(("reset",))
         self._pending.append(("worker_restarts", float(self.restarts)))
-        obs = self._receive(w, timeout=_START_TIMEOUT_S)
+        obs = self._receive(w, timeout=self._start_timeout)
         self._read_masks(w)
         return obs
 
@@ -272,7 +302,7 @@ class LocalRunner:
         if not self._maskable:
             return
         w.conn.send(("masks",))
-        masks = self._receive(w, timeout=_START_TIMEOUT_S)
+        masks = self._receive(w, timeout=self._start_timeout)
         if masks is None:
             return
         if self.masks is None:
@@ -287,7 +317,7 @@ class LocalRunner:
         for w in self._workers:
             w.conn.send(("reset",))
         for w in self._workers:
-            self._obs[w.envs] = self._receive(w, timeout=_START_TIMEOUT_S)
+            self._obs[w.envs] = self._receive(w, timeout=self._start_timeout)
         for w in self._workers:
             self._read_masks(w)
         self._window_start = time.perf_counter()
@@ -390,14 +420,14 @@ class LocalRunner:
         states: list[Any] = []
         for w in self._workers:
             w.conn.send(("rng",))
-            states.extend(self._receive(w, timeout=_START_TIMEOUT_S))
+            states.extend(self._receive(w, timeout=self._start_timeout))
         return states
 
     def set_rng_states(self, states: list[Any]) -> None:
         """Continue these streams (env ``i`` over all workers) at the next :meth:`reset`."""
         for w in self._workers:
             w.conn.send(("set_rng", list(states[w.envs])))
-            self._receive(w, timeout=_START_TIMEOUT_S)
+            self._receive(w, timeout=self._start_timeout)
 
     def call(self, name: str, args: Any = (), kwargs: dict[str, Any] | None = None) -> list[Any]:
         """Call method ``name`` on every env in every worker (``session.call_env``), between steps;
@@ -413,9 +443,11 @@ class LocalRunner:
         error: WorkerError | None = None
         for w in self._workers:  # every answer is read, so the connections stay in step
             try:
-                raw = w.conn.recv_bytes() if w.conn.poll(_START_TIMEOUT_S) else None
+                raw = w.conn.recv_bytes() if w.conn.poll(self._start_timeout) else None
                 if raw is None:
-                    raise WorkerError(w.id, f"did not answer call_env within {_START_TIMEOUT_S:.0f} s", envs=w.envs)
+                    raise WorkerError(
+                        w.id, f"did not answer call_env within {self._start_timeout:.0f} s", envs=w.envs
+                    )
                 message = ForkingPickler.loads(raw)
                 if message[0] == "missing":
                     missing = message[1]
@@ -425,8 +457,8 @@ class LocalRunner:
                     results.extend(message[1])
             except WorkerError as exc:
                 error = error or exc
-            except (EOFError, OSError) as exc:
-                error = error or WorkerError(w.id, f"process died ({exc})", envs=w.envs, died=True)
+            except (EOFError, OSError):
+                error = error or WorkerError(w.id, w.death(), envs=w.envs, died=True)
         if missing is not None:
             raise EnvMethodError(missing)
         if error is not None:
@@ -441,7 +473,7 @@ class LocalRunner:
 
     def pids(self) -> list[int]:
         """Process ids of the live workers (for tests and monitoring)."""
-        return [w.process.pid for w in self._workers if w.process is not None]
+        return [w.pid for w in self._workers if w.pid is not None]
 
     def close(self) -> None:
         """Stop every worker process; kills any that do not exit within a couple of seconds."""

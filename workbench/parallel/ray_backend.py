@@ -1,4 +1,5 @@
-"""Ray actors as rollout workers, on this machine or on a cluster.
+"""Ray actors as rollout workers, on this machine or on a cluster (``ray_acting="workers"``, the default;
+actors that only step envs while the learner acts, ``ray_acting="learner"``, are in ``ray_envs.py``).
 
 Each worker is a Ray actor holding ``envs_per_worker`` envs and a replica of the agent (same class,
 same hyperparameters, its own random seed). The learner stays in the session's training thread and
@@ -43,6 +44,7 @@ from ..envs import EnvMethodError, EnvSource, VecEnv
 from ..loop import Step, Transitions, collect, concat_envs, row
 from .errors import WorkerError
 from .local import check_step_timeout
+from .ray_envs import import_ray, start_ray
 
 __all__ = ["RayRunner", "is_on_policy"]
 
@@ -185,32 +187,6 @@ class _RolloutWorker:
         return (None if started is None else time.monotonic() - started), self.vec.stepping
 
 
-def _init_private_ray(ray: Any, options: dict[str, Any]) -> None:
-    """``ray.init(**options)`` for a Ray that listens on the loopback interface only.
-
-    Ray turns ``_node_ip_address="127.0.0.1"`` into the machine's external address unless its
-    cluster support is off (as on macOS and Windows), and with an external node address its servers
-    listen on every interface. So the flag is turned off while this Ray starts, in this process
-    (``ray_constants.ENABLE_RAY_CLUSTER``) and in the processes it starts (their environment).
-    """
-    from ray._private import ray_constants
-
-    name = ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR
-    saved_flag, saved_env = ray_constants.ENABLE_RAY_CLUSTER, os.environ.get(name)
-    loopback = options.get("_node_ip_address") in ("127.0.0.1", "localhost", "::1")
-    if loopback:
-        ray_constants.ENABLE_RAY_CLUSTER = False
-        os.environ[name] = "0"
-    try:
-        ray.init(**options)
-    finally:
-        ray_constants.ENABLE_RAY_CLUSTER = saved_flag
-        if saved_env is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = saved_env
-
-
 def _kill_actors(actors: list[Any], owns_ray: bool) -> None:
     try:
         import ray
@@ -263,10 +239,7 @@ class RayRunner:
         cpus_per_worker: float = 1.0,
         ray_init: dict[str, Any] | None = None,
     ) -> None:
-        try:
-            import ray
-        except ImportError as exc:
-            raise ImportError("backend='ray' needs Ray: pip install 'rl-workbench[ray]'") from exc
+        ray = import_ray()
         if source.factory is None:
             raise ValueError(
                 "Ray workers need a way to build the env: pass a zero-argument factory such as "
@@ -289,29 +262,7 @@ class RayRunner:
             self.chunk = int(getattr(agent.config, "n_steps", sync_every or _DEFAULT_SYNC_EVERY))
         else:
             self.chunk = sync_every or _DEFAULT_SYNC_EVERY
-        self.owns_ray = False
-        if not ray.is_initialized():
-            options = {"ignore_reinit_error": True, "include_dashboard": False, "logging_level": "warning"}
-            if ray_address is None:
-                cores = os.cpu_count() or 1
-                options["num_cpus"] = max(cores, int(np.ceil(num_workers * cpus_per_worker)))
-                options["_node_ip_address"] = "127.0.0.1"  # a private Ray: reachable from this machine only
-                options.update(ray_init or {})
-                _init_private_ray(ray, options)
-            else:
-                options["address"] = ray_address
-                options.update(ray_init or {})
-                ray.init(**options)
-            self.owns_ray = True
-        total = ray.cluster_resources().get("CPU", 0.0)
-        if total < num_workers * cpus_per_worker:
-            if self.owns_ray:
-                ray.shutdown()
-            raise ValueError(
-                f"num_workers={num_workers} with cpus_per_worker={cpus_per_worker} needs "
-                f"{num_workers * cpus_per_worker:g} Ray CPUs, but the cluster has {total:g}: lower "
-                "cpus_per_worker (e.g. 0.25 for workers that mostly wait) or start Ray with more num_cpus"
-            )
+        self.owns_ray = start_ray(ray, num_workers, cpus_per_worker, ray_address, ray_init)
         actor_options: dict[str, Any] = {"num_cpus": cpus_per_worker, "max_restarts": 0}
         if self.step_timeout is not None:
             actor_options["max_concurrency"] = 2  # stepping() answers while collect() runs

@@ -1,0 +1,265 @@
+"""Ray actors that only step envs while the learner acts (``backend="ray", ray_acting="learner"``):
+the same data as local workers, no torch in the actors, and every backend promise (masks, env calls,
+live edits, faults, step timeouts, restarts, pause and stop, cleanup), on a Ray this module starts."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import cloudpickle
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+import workbench as wb
+from workbench.envs import EnvMethodError, as_env_source
+from workbench.parallel import WorkerError, make_runner
+from workbench.testing_envs import MaskedTarget
+
+ray = pytest.importorskip("ray")
+
+import test_live_edits  # noqa: E402  (its envs travel to the actors by value)
+import test_parallel  # noqa: E402
+from test_live_edits import curriculum  # noqa: E402
+from test_parallel import CountEnv, _alive, _children  # noqa: E402
+
+pytestmark = pytest.mark.ray
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the actors never import this module
+for _module in (test_parallel, test_live_edits):
+    cloudpickle.register_pickle_by_value(_module)
+
+LEARNER = dict(backend="ray", ray_acting="learner")
+
+
+class HangEnv(gym.Env):
+    """``step`` sleeps for an hour after ``hang_after`` steps in the env first seeded ``hang_seed``."""
+
+    observation_space = spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, hang_after: int = 20, hang_seed: int | None = None):
+        self.hang_after, self.hang_seed, self.steps, self.seed_used = hang_after, hang_seed, 0, None
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self.seed_used = seed
+        return np.zeros(3, dtype=np.float32), {}
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps > self.hang_after and self.seed_used == self.hang_seed:
+            time.sleep(3600)
+        return np.zeros(3, dtype=np.float32), 0.0, False, self.steps % 10 == 0, {}
+
+
+def masked_target():
+    return MaskedTarget(mask_in="info")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray():
+    """A local Ray for this module; afterwards not one of its processes may remain."""
+    before = _children()
+    ray.init(num_cpus=8, include_dashboard=False, logging_level="warning")
+    yield
+    ray.shutdown()
+    deadline = time.monotonic() + 15
+    while _children() - before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = _children() - before
+    assert not left, f"Ray processes left behind: {sorted(left)}"
+
+
+def _gone(pids, timeout=10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not any(_alive(p) for p in pids):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _wait_for(condition, timeout=120.0):  # Ray actors start slowly on a loaded machine
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.02)
+
+
+def _running_runner(session):
+    _wait_for(lambda: session._runner is not None and len(session._runner.pids()) == session.num_workers)
+    return session._runner
+
+
+def _weights(agent):
+    out = {}
+    for name, tensors in agent.network_weights().items():
+        for key, value in tensors.items():
+            out[f"{name}.{key}"] = np.asarray(value)
+    return out
+
+
+def test_learner_acting_gives_local_workers_data_and_actors_never_import_torch():
+    def train(**backend):
+        agent = wb.PPO("CartPole-v1", seed=0, n_envs=4, n_steps=16, n_epochs=1, batch_size=32)
+        session = wb.Session(agent, "CartPole-v1", num_workers=2, seed=0, **backend)
+        session.run(steps=192)
+        assert session.status == "finished", session.error
+        return _weights(agent)
+
+    local, learner = train(backend="local"), train(**LEARNER)
+    assert all(np.array_equal(local[k], learner[k]) for k in local)  # same envs, seeds and actions
+
+    runner = make_runner(as_env_source("CartPole-v1"), 4, seed=0, num_workers=2, **LEARNER)
+    try:
+        assert runner.reset().shape == (4, 4)
+
+        def modules(actor_self):
+            import sys
+
+            return sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "workbench"))
+
+        workers = runner._workers
+        assert ray.get([w.actor.__ray_call__.remote(modules) for w in workers]) == [[], []]
+        pids = runner.pids()
+        assert len(pids) == 2
+    finally:
+        runner.close()
+    assert _gone(pids)
+
+
+def test_masks_env_calls_and_live_edits_with_learner_acting():
+    # MaskedTarget raises on a masked action: a finished run took none.
+    agent = wb.DQN(masked_target, seed=0, learning_starts=50, train_freq=8, gradient_steps=2, batch_size=16)
+    session = wb.Session(agent, masked_target, num_workers=2, seed=0, **LEARNER)
+    session.run(steps=200)
+    assert session.status == "finished", session.error
+
+    agent = wb.PPO(curriculum, n_envs=4, n_steps=8, batch_size=32, n_epochs=1, seed=0)
+    session = wb.Session(agent, curriculum, num_workers=2, seed=0, **LEARNER)
+    session.start(100_000)
+    assert session.call_env("set_difficulty", 5) == [5, 5, 5, 5]
+    session.set(clip_range=0.07)
+    with pytest.raises(WorkerError, match="this env refuses"):
+        session.call_env("fail")
+    with pytest.raises(EnvMethodError, match="CurriculumEnv has no method 'nope'"):
+        session.call_env("nope")
+    _wait_for(lambda: agent.num_updates >= 2)
+    session.stop()
+    assert session.status == "stopped", session.error
+    assert agent.config.clip_range == 0.07
+    assert session.signals["episode_reward"].last == pytest.approx(50.0)
+    # Actors do not outlive a run: the next run's new envs get the calls again.
+    session.start(100_000)
+    assert session.call_env("get_difficulty") == [5, 5, 5, 5]
+    session.stop()
+    assert session.status == "stopped", session.error
+
+
+def test_pause_resume_stop_and_signals_with_learner_acting(tmp_path):
+    log_dir = str(tmp_path)
+    agent = wb.PPO(CountEnv(), n_steps=8, n_envs=4)
+    session = wb.Session(agent, lambda: CountEnv(delay=0.002, log_dir=log_dir), num_workers=4, **LEARNER)
+    sizes = lambda: {name: os.path.getsize(os.path.join(log_dir, name)) for name in os.listdir(log_dir)}  # noqa: E731
+    session.start(10_000_000)
+    runner = _running_runner(session)
+    pids = runner.pids()
+    try:
+        _wait_for(lambda: len(sizes()) == 4)  # every actor is stepping
+        session.pause()
+        assert session.status == "paused"
+        paused = sizes()
+        time.sleep(0.3)
+        assert sizes() == paused, "an actor kept stepping while paused"
+        session.resume()
+        _wait_for(lambda: all(size > paused[name] for name, size in sizes().items()))
+        _wait_for(lambda: "worker_3/steps_per_second" in session.signals.names())
+    finally:
+        session.stop()
+    assert session.status == "stopped"
+    assert len(session.signals["worker_1/episode_reward"]) > 0
+    assert _gone(pids), "an actor survived stop()"
+
+
+def test_raising_env_and_killed_actor_fail_the_session_naming_the_worker():
+    agent = wb.PPO(CountEnv(), n_steps=8, n_envs=4)
+    session = wb.Session(agent, lambda: CountEnv(fail_seed=10, fail_at=30), num_workers=4, seed=7, **LEARNER)
+    with pytest.raises(WorkerError) as info:
+        session.run(100_000)
+    err = info.value
+    assert err.worker == 3 and not err.died
+    assert str(err).startswith("worker 3 (envs 3-3) raised in env.step")
+    assert "simulator exploded at step 30" in err.remote_traceback
+
+    session = wb.Session(agent, lambda: CountEnv(delay=0.001), num_workers=4, **LEARNER)
+    session.start(10_000_000)
+    runner = _running_runner(session)
+    _wait_for(lambda: session.steps > 100)
+    pids = runner.pids()
+    os.kill(pids[2], signal.SIGKILL)
+    killed = time.monotonic()
+    with pytest.raises(WorkerError, match=r"worker 2 \(envs 2-2\) Ray actor died") as info:
+        session.wait(timeout=30)
+    assert time.monotonic() - killed < 30
+    assert session.status == "failed" and info.value.died
+    assert _gone(pids)
+
+
+@pytest.mark.slow
+def test_hung_and_killed_actors_are_restarted_with_restart_workers():
+    agent = wb.PPO(CountEnv(), n_steps=8, n_envs=4)
+    session = wb.Session(
+        agent, lambda: CountEnv(delay=0.001), num_workers=4, restart_workers=True, seed=0, **LEARNER
+    )
+    session.start(3_000)
+    runner = _running_runner(session)
+    _wait_for(lambda: session.steps > 200)
+    old = runner.pids()[0]
+    os.kill(old, signal.SIGKILL)
+    session.wait(timeout=120)
+    assert session.status == "finished" and session.steps >= 3_000
+    assert session.signals["worker_restarts"].last == 1
+    assert old not in runner.pids()
+
+    agent = wb.PPO(HangEnv(), n_envs=2, n_steps=16, batch_size=16, n_epochs=1)
+    session = wb.Session(
+        agent, lambda: HangEnv(hang_seed=1), num_workers=2, seed=0, step_timeout=1.0, restart_workers=True,
+        **LEARNER,
+    )
+    session.run(steps=200)
+    assert session.status == "finished" and session.steps >= 200
+    assert session.signals["worker_restarts"].last >= 1
+
+
+def test_hung_env_is_killed_after_step_timeout_naming_the_actor_and_env():
+    agent = wb.PPO(HangEnv(), n_envs=4, n_steps=16, batch_size=16, n_epochs=1)
+    session = wb.Session(
+        agent, lambda: HangEnv(hang_seed=3), num_workers=2, envs_per_worker=2, seed=0, step_timeout=1.0, **LEARNER
+    )
+    with pytest.raises(WorkerError, match=r"^worker 1 \(envs 2-3\) was killed: env.step of env 3 did not return") as info:
+        session.run(steps=10_000)
+    assert info.value.timed_out
+
+
+def test_actors_without_step_timeout_are_killed_when_stop_gives_up():
+    from workbench.control import StuckError
+
+    agent = wb.PPO(HangEnv(), n_envs=2, n_steps=16, batch_size=16, n_epochs=1)
+    session = wb.Session(agent, lambda: HangEnv(hang_seed=0), num_workers=2, seed=0, **LEARNER)
+    session.start(steps=10_000)
+    runner = _running_runner(session)
+    pids = runner.pids()
+    _wait_for(lambda: session.steps >= 40)
+    time.sleep(0.3)
+    with pytest.warns(RuntimeWarning, match=r"stuck in env.step.*workers were killed"):
+        session.stop(timeout=0.5)
+    assert session.status == "failed" and isinstance(session.error, StuckError)
+    _wait_for(lambda: not session.is_alive, timeout=10)
+    assert _gone(pids)
