@@ -132,7 +132,7 @@ class _ProbeClock:
     those costs and not from how loaded the machine happens to be."""
 
     def __init__(self):
-        self.wall = self.cpu = 0.0
+        self.wall = self.cpu = self.queued = 0.0
 
     def perf_counter(self):
         return self.wall
@@ -142,15 +142,17 @@ class _ProbeClock:
 
 
 class ClockedEnv(CountEnv):
-    """A step that costs ``wall`` seconds on the probe clock, ``cpu`` of them computing."""
+    """A step that costs ``wall`` seconds on the probe clock, ``cpu`` of them computing and
+    ``queued`` of them waiting in the run queue for a busy core."""
 
-    def __init__(self, clock, wall, cpu):
+    def __init__(self, clock, wall, cpu, queued=0.0):
         super().__init__()
-        self.clock, self.wall, self.cpu = clock, wall, cpu
+        self.clock, self.wall, self.cpu, self.queued = clock, wall, cpu, queued
 
     def step(self, action):
         self.clock.wall += self.wall
         self.clock.cpu += self.cpu
+        self.clock.queued += self.queued
         return super().step(action)
 
 
@@ -171,6 +173,7 @@ def test_auto_keeps_cheap_envs_in_process_and_sends_slow_ones_to_workers(monkeyp
     parallel = sys.modules["workbench.parallel"]
     clock = _ProbeClock()
     monkeypatch.setattr(parallel, "time", clock)
+    monkeypatch.setattr(parallel, "_queued_seconds", lambda: clock.queued)
     cases = [(2, 20e-6, 20e-6, "inprocess"), (1, 5e-3, 50e-6, "local"), (2, 5e-3, 5e-3, "local"),
              (1, 5e-3, 5e-3, "inprocess")]
     for cores, wall, cpu, expected in cases:
@@ -179,6 +182,12 @@ def test_auto_keeps_cheap_envs_in_process_and_sends_slow_ones_to_workers(monkeyp
         assert choice.backend == expected, choice.reason
         assert choice.step_seconds == pytest.approx(wall) and choice.cpu_fraction == pytest.approx(cpu / wall)
         assert f"one env step takes {wall * 1e3:.3f} ms ({cpu / wall:.0%} computing)" in choice.reason
+    # A cheap env on a loaded machine: 5 ms a step by the wall clock, but 4.98 ms of it queued for a
+    # core. The queued time is not waiting on a simulator, so the env stays in process.
+    monkeypatch.setattr(parallel, "_cores", lambda: 2)
+    choice = choose_backend(lambda: ClockedEnv(clock, 5e-3, 20e-6, queued=4.98e-3), num_workers=8)
+    assert choice.backend == "inprocess", choice.reason
+    assert choice.step_seconds == pytest.approx(20e-6)
     # One worker is the plain in-process path: nothing measured, nothing started.
     monkeypatch.undo()
     runner = make_runner(as_env_source(cartpole), 8, num_workers=1)
