@@ -138,3 +138,16 @@ def test_the_dashboard_opens_on_evaluation_and_estimates():
 
     assert default_signals("BCQ") == ("eval_reward", "loss", "ope_dr")
     assert default_signals("IQL")[0] == "eval_reward"
+
+
+def test_sac_starts_from_a_pendulum_dataset_then_fine_tunes_online():
+    ds = _dataset("Pendulum-v1", n=300)
+    agent = wb.SAC("Pendulum-v1", learning_starts=0, net_arch=(32, 32), batch_size=32, seed=0)
+    session = wb.Session(agent, "Pendulum-v1", dataset=ds, seed=0)
+    assert len(agent.memory) == 300  # the dataset pre-fills the replay memory
+    np.testing.assert_allclose(agent.memory.actions[:300], ds.actions / 2.0, rtol=1e-6)  # stored in [-1, 1]
+    np.testing.assert_allclose(agent.memory.obs[:300], ds.observations)
+    session.run(steps=40)
+    assert session.status == "finished" and len(agent.memory) == 340 and agent.num_updates > 0
+    assert np.isfinite(session.signals[next(n for n in session.signals if n.endswith("loss"))].values).all()
+    assert len(agent.play("Pendulum-v1", episodes=1, max_steps=20)) == 1
