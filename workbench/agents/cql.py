@@ -50,6 +50,10 @@ class CQLConfig(OfflineConfig):
     """Box actions: the entropy coefficient to start from (it is learned)."""
     max_grad_norm: float = checked(10.0, number(0, min_open=True))
     """Discrete actions: gradient norm clip."""
+    bc_steps: int = checked(0, integer(min=0))
+    """Box actions: for this many first gradient steps the policy imitates the logged actions (the
+    paper's ``policy_eval_start``: a behaviour-cloning start while the critics learn), then it
+    maximizes Q."""
 
 
 @register
@@ -147,7 +151,7 @@ class CQL(OfflineAgent):
             pi_a, pi_logp = self.actor.sample(obs_rep, self.generator)
             npi_a, npi_logp = self.actor.sample(next_rep, self.generator)
         q = self._q(self.critic, obs, actions)
-        td = 0.5 * (q - target).pow(2).mean(1).sum()
+        td = (q - target).pow(2).mean(1).sum()  # each critic's MSE (the paper's, d3rlpy's)
         # logsumexp over sampled actions, each divided by its sampling density (importance sampling)
         log_uniform = self.act_dim * math.log(0.5)
         samples = torch.cat(
@@ -162,8 +166,10 @@ class CQL(OfflineAgent):
         self._step(self.optimizer, td + self.cql_weight * conservative)
 
         new_a, logp = self.actor.sample(obs, self.generator)
-        q_pi = self._q(self.critic, obs, new_a).min(0).values
-        actor_loss = (alpha * logp - q_pi).mean()
+        if self.num_updates < c.bc_steps:  # imitate the data first (the paper's policy_eval_start)
+            actor_loss = (alpha * logp - self.actor.log_prob(obs, actions)).mean()
+        else:
+            actor_loss = (alpha * logp - self._q(self.critic, obs, new_a).min(0).values).mean()
         self._step(self.actor_optimizer, actor_loss)
         alpha_loss = -(self.log_alpha() * (logp.detach() + self.target_entropy)).mean()
         self._step(self.alpha_optimizer, alpha_loss)
