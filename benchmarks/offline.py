@@ -11,12 +11,24 @@ return of its policy, ``sum_t 0.99^t r_t`` averaged over the 10 played episodes 
 
     nice python benchmarks/offline.py --seeds 5 --cache /tmp/offline     # the issue's setting
     nice python benchmarks/offline.py --first-seed 3 --seeds 2 --cache /tmp/offline   # seeds 3 and 4
+    nice python benchmarks/offline.py --pendulum --agents CQL --d3rlpy --steps 3000 --cache /tmp/offline
 
 With ``--pendulum``: one SAC (seed 0, learning rate 1e-3) trains in 1k-step chunks until its
 stochastic policy averages between -850 and -550 (half-trained) and logs ``--transitions`` steps
 (default 20k there) with that policy; CQL and IQL (their defaults) train on this dataset with each
 seed and play 10 deterministic episodes, against the behaviour's mean return over the logged
-episodes (target: better on 4 of 5 seeds). d3rlpy side by side is not measured here.
+episodes (target: better on 4 of 5 seeds).
+
+With ``--pendulum --d3rlpy``: d3rlpy's CQL side by side with ``wb.CQL`` on the same dataset, each
+seed running one then the other (interleaved), the same gradient steps, batch 256, networks (256, 256),
+learning rates (critic 3e-4, actor and temperature 1e-4), conservative weight 5 with a fixed alpha
+(d3rlpy's Lagrange alpha off: ``alpha_learning_rate=0``), 10 sampled actions, one torch thread each
+(a session's default); reported: each one's return over the same 10 deterministic episodes and its
+training wall and CPU time (targets: at least d3rlpy's return, at most 0.7x its wall time). d3rlpy
+pins gymnasium 1.0.0 and imports the old gym, so it is not in an extra: install it beside the
+workbench without its pins, ``pip install --no-deps d3rlpy gym gym_notices structlog colorama
+dataclasses-json marshmallow typing-inspect mypy-extensions h5py scikit-learn scipy joblib threadpoolctl``.
+
 ``--cache DIR`` keeps teachers and datasets on disk between runs.
 """
 
@@ -104,18 +116,81 @@ def collect_pendulum(transitions: int, teacher_steps: int, cache: str | None = N
     return data
 
 
+def d3rlpy_cql(data: wb.Dataset, seed: int, steps: int, lr: float | None = None) -> tuple[float, float, float]:
+    """d3rlpy's CQL with ``wb.CQL``'s hyperparameters on ``data`` (``lr``: every learning rate, as
+    ``--cql-lr``): (return over 10 deterministic episodes, training wall seconds, training CPU seconds)."""
+    import d3rlpy
+    import torch
+
+    low, high = data.action_space.low, data.action_space.high
+    mdp = d3rlpy.dataset.MDPDataset(
+        data.observations, data.actions, data.rewards.astype(np.float32), data.terminated.astype(np.float32),
+        timeouts=data.truncated.astype(np.float32), action_space=d3rlpy.constants.ActionSpace.CONTINUOUS,
+    )
+    d3rlpy.seed(seed)
+    config = d3rlpy.algos.CQLConfig(
+        batch_size=256, gamma=0.99, tau=0.005, actor_learning_rate=lr or 1e-4, critic_learning_rate=lr or 3e-4,
+        temp_learning_rate=lr or 1e-4, alpha_learning_rate=0.0, initial_alpha=1.0, alpha_threshold=0.0,
+        conservative_weight=5.0, n_action_samples=10, initial_temperature=1.0,
+        action_scaler=d3rlpy.preprocessing.MinMaxActionScaler(minimum=low, maximum=high),
+    )
+    cql = config.create(device="cpu:0")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as a wb.Session trains (torch_threads=1)
+    try:
+        wall, cpu = time.perf_counter(), time.process_time()
+        cql.fit(mdp, n_steps=steps, n_steps_per_epoch=steps, show_progress=False, save_interval=steps + 1,
+                logger_adapter=d3rlpy.logging.NoopAdapterFactory())
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    finally:
+        torch.set_num_threads(threads)
+    env = gym.make("Pendulum-v1")
+    returns = []
+    for episode in range(10):  # the episodes agent.play("Pendulum-v1", episodes=10, seed=1000 + seed) plays
+        obs, _ = env.reset(seed=1000 + seed + episode)
+        total, done = 0.0, False
+        while not done:
+            obs, reward, terminated, truncated, _ = env.step(cql.predict(obs[None].astype(np.float32))[0])
+            total, done = total + float(reward), terminated or truncated
+        returns.append(total)
+    return float(np.mean(returns)), wall, cpu
+
+
 def pendulum(args: argparse.Namespace) -> None:
     data = collect_pendulum(args.transitions or 20_000, args.teacher_steps, args.cache)
-    print(f"behaviour {data.episode_returns().mean():7.1f} ({data.num_episodes} episodes)", flush=True)
+    behaviour = data.episode_returns().mean()
+    print(f"behaviour {behaviour:7.1f} ({data.num_episodes} episodes)", flush=True)
+    steps = args.steps or 5000
+    results: dict[str, list[tuple[float, float, float]]] = {}
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         t0 = time.process_time()
         line = [f"seed {seed}"]
         for cls in (getattr(wb, name) for name in args.agents.split(",")):
-            agent = cls(dataset=data, seed=seed)
-            wb.Session(agent, dataset=data, seed=seed).run(steps=args.steps or 5000)
-            line.append(f"{cls.__name__} {np.mean(agent.play('Pendulum-v1', episodes=10, seed=1000 + seed)):7.1f}")
+            kwargs = {"learning_rate": args.cql_lr, "actor_lr": args.cql_lr} if cls is wb.CQL and args.cql_lr else {}
+            agent = cls(dataset=data, seed=seed, **kwargs)
+            wall, cpu = time.perf_counter(), time.process_time()
+            wb.Session(agent, dataset=data, seed=seed).run(steps=steps)
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            ret = float(np.mean(agent.play("Pendulum-v1", episodes=10, seed=1000 + seed)))
+            results.setdefault(cls.__name__, []).append((ret, wall, cpu))
+            line.append(f"{cls.__name__} {ret:7.1f} (wall {wall:.0f}s cpu {cpu:.0f}s)")
+        if args.d3rlpy:
+            ret, wall, cpu = d3rlpy_cql(data, seed, steps, args.cql_lr)
+            results.setdefault("d3rlpy CQL", []).append((ret, wall, cpu))
+            line.append(f"d3rlpy CQL {ret:7.1f} (wall {wall:.0f}s cpu {cpu:.0f}s)")
         line.append(f"cpu {time.process_time() - t0:.0f}s")
         print(" | ".join(line), flush=True)
+    for name, rows in results.items():
+        ret, wall, cpu = (np.median([r[i] for r in rows]) for i in range(3))
+        better = sum(r[0] > behaviour for r in rows)
+        print(f"{name}: median return {ret:7.1f}, beats the behaviour on {better}/{len(rows)} seeds, "
+              f"median wall {wall:.0f}s cpu {cpu:.0f}s", flush=True)
+    if args.d3rlpy and "CQL" in results:
+        ours, theirs = results["CQL"], results["d3rlpy CQL"]
+        wins = sum(a[0] >= b[0] for a, b in zip(ours, theirs, strict=True))
+        print(f"wb.CQL / d3rlpy CQL: return >= d3rlpy's on {wins}/{len(ours)} seeds; median wall ratio "
+              f"{np.median([a[1] / b[1] for a, b in zip(ours, theirs, strict=True)]):.2f}, median CPU ratio "
+              f"{np.median([a[2] / b[2] for a, b in zip(ours, theirs, strict=True)]):.2f}", flush=True)
 
 
 def discounted(lengths: list[int], gamma: float) -> float:
@@ -134,6 +209,9 @@ def main() -> None:
     parser.add_argument("--cache", default=None, help="folder keeping teachers and datasets between runs")
     parser.add_argument("--pendulum", action="store_true", help="the Pendulum setting instead of CartPole")
     parser.add_argument("--agents", default="CQL,IQL", help="--pendulum: which agents (comma-separated)")
+    parser.add_argument("--d3rlpy", action="store_true", help="--pendulum: d3rlpy's CQL side by side")
+    parser.add_argument("--cql-lr", type=float, default=None,
+                        help="--pendulum: CQL's learning rates (critics, policy, temperature; d3rlpy's too)")
     args = parser.parse_args()
     if args.pendulum:
         pendulum(args)

@@ -138,3 +138,29 @@ def test_the_dashboard_opens_on_evaluation_and_estimates():
 
     assert default_signals("BCQ") == ("eval_reward", "loss", "ope_dr")
     assert default_signals("IQL")[0] == "eval_reward"
+
+
+def test_sac_starts_from_a_pendulum_dataset_then_fine_tunes_online():
+    ds = _dataset("Pendulum-v1", n=300)
+    agent = wb.SAC("Pendulum-v1", learning_starts=0, net_arch=(32, 32), batch_size=32, seed=0)
+    session = wb.Session(agent, "Pendulum-v1", dataset=ds, seed=0)
+    assert len(agent.memory) == 300  # the dataset pre-fills the replay memory
+    np.testing.assert_allclose(agent.memory.actions[:300], ds.actions / 2.0, rtol=1e-6)  # stored in [-1, 1]
+    np.testing.assert_allclose(agent.memory.obs[:300], ds.observations)
+    session.run(steps=40)
+    assert session.status == "finished" and len(agent.memory) == 340 and agent.num_updates > 0
+    assert np.isfinite(session.signals[next(n for n in session.signals if n.endswith("loss"))].values).all()
+    assert len(agent.play("Pendulum-v1", episodes=1, max_steps=20)) == 1
+
+
+def test_cql_box_starts_by_imitating_the_data_for_bc_steps():
+    rng = np.random.default_rng(0)
+    obs = rng.normal(size=(200, 3)).astype(np.float32)
+    ds = wb.Dataset.from_arrays(obs, np.full((200, 1), 1.2, dtype=np.float32), np.zeros(200),
+                                episode_ids=np.repeat(np.arange(20), 10),
+                                action_space=gym.spaces.Box(-2.0, 2.0, (1,), np.float32))
+    # no conservative term: after bc_steps nothing would hold the policy at the logged action
+    agent = wb.CQL(dataset=ds, net_arch=(32,), batch_size=32, bc_steps=300, actor_lr=3e-3, cql_weight=0.0, seed=0)
+    for _ in range(300):
+        agent.update()
+    np.testing.assert_allclose(agent.act(obs[:20], deterministic=True), 1.2, atol=0.2)

@@ -82,6 +82,14 @@ class OffPolicyAgent(Agent):
         dones = dataset.terminated.astype(np.float32)
         self.memory.add(obs, actions, dataset.rewards, next_obs, dones, self.config.gamma)
 
+    def reseed(self, seed: int) -> None:
+        """Reseed (and rebuild the networks of an agent that has not learned yet, as every agent
+        does) keeping the replay memory a dataset pre-filled: a seeded session starts from it."""
+        memory = self.memory
+        super().reseed(seed)
+        if len(memory):
+            self.memory = memory
+
     def ready(self) -> bool:
         c = self.config
         return (
