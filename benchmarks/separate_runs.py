@@ -54,8 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nice", type=int, default=5)
     parser.add_argument("--eval-episodes", type=int, default=10)
     parser.add_argument("--out", required=True, help="JSON lines file (appended)")
+    parser.add_argument("--sides", nargs="+", default=["ours", "sb3"], choices=["ours", "sb3"],
+                        help="which libraries to run (default both, interleaved)")
     args = parser.parse_args(argv)
-    runs = [(side, s) for s in range(args.first_seed, args.first_seed + args.seeds) for side in ("ours", "sb3")]
+    runs = [(side, s) for s in range(args.first_seed, args.first_seed + args.seeds) for side in args.sides]
 
     def go(run: tuple[str, int]) -> None:
         side, seed = run

@@ -134,7 +134,9 @@ def _specs() -> list[PresetSpec]:
             solved=-250.0,
         ),
         PresetSpec("CartPole-v1", "ppo", 100_000, {}, zoo_score=500.0, solved=475.0),  # PPO defaults = zoo
-        PresetSpec("CartPole-v1", "dqn", 50_000, {}, zoo_score=500.0, solved=475.0),  # DQN defaults = zoo
+        # DQN defaults = zoo, but bootstrapping as SB3's DQN does (the zoo's algorithm): the target
+        # network's own max, not double Q (issue 19's audit).
+        PresetSpec("CartPole-v1", "dqn", 50_000, {"double_q": False}, zoo_score=500.0, solved=475.0),
         PresetSpec("CartPole-v1", "a2c", 500_000, {"n_envs": 8, "ent_coef": 0.0}, zoo_score=500.0, solved=475.0),
         PresetSpec(
             "Acrobot-v1",
