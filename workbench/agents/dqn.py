@@ -31,6 +31,7 @@ from ..validation import Constraint, checked, flag, integer, number
 from .base import AgentState, Transitions, register
 from .networks import (
     DuelingQNetwork,
+    adam_step,
     clear_grads,
     clip_grad_norm,
     make_adam,
@@ -357,7 +358,7 @@ class DQN(OffPolicyAgent):
         clear_grads(self._params)
         loss.backward()
         clip_grad_norm(self._params, c.max_grad_norm)
-        self.optimizer.step()
+        adam_step(self.optimizer)
         return loss.detach(), q.detach().mean()
 
     def state(self) -> AgentState:
