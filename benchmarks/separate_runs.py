@@ -8,6 +8,8 @@ at once. One JSON line per run goes to ``--out``.
 
     python benchmarks/separate_runs.py --task CartPole-v1 --agent qrdqn --seeds 10 --out qrdqn.jsonl
     python benchmarks/separate_runs.py --task CartPole-v1 --agent dqn --seeds 20 --out dqn.jsonl
+    python benchmarks/separate_runs.py --task PendulumNoVel-v1 --agent recurrentppo --seeds 5 --out rppo.jsonl
+    python benchmarks/separate_runs.py --task CartPole-v1 --agent dqn --seeds 20 --sides ours --out dqn.jsonl
 """
 
 from __future__ import annotations
