@@ -103,6 +103,9 @@ def sb3_kwargs(agent: wb.Agent) -> tuple[dict, int, bool]:
     c = agent.config
     name = type(agent).__name__.lower()
     if name in ("dqn", "qrdqn"):
+        if c.double_q or c.n_step > 1 or c.dueling or c.prioritized or c.noisy:
+            raise ValueError(f"SB3's {name.upper()} has no double Q, n-step, dueling, prioritized or noisy option: "
+                             "compare it at settings without them")
         kw = dict(
             learning_rate=_sb3_schedule(c.learning_rate), buffer_size=c.buffer_size, learning_starts=c.learning_starts,
             batch_size=c.batch_size, tau=c.tau, gamma=c.gamma, train_freq=c.train_freq,

@@ -8,6 +8,8 @@ at once. One JSON line per run goes to ``--out``.
 
     python benchmarks/separate_runs.py --task CartPole-v1 --agent qrdqn --seeds 10 --out qrdqn.jsonl
     python benchmarks/separate_runs.py --task CartPole-v1 --agent dqn --seeds 20 --out dqn.jsonl
+    python benchmarks/separate_runs.py --task PendulumNoVel-v1 --agent recurrentppo --seeds 5 --out rppo.jsonl
+    python benchmarks/separate_runs.py --task CartPole-v1 --agent dqn --seeds 20 --sides ours --out dqn.jsonl
 """
 
 from __future__ import annotations
@@ -54,8 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nice", type=int, default=5)
     parser.add_argument("--eval-episodes", type=int, default=10)
     parser.add_argument("--out", required=True, help="JSON lines file (appended)")
+    parser.add_argument("--sides", nargs="+", default=["ours", "sb3"], choices=["ours", "sb3"],
+                        help="which libraries to run (default both, interleaved)")
     args = parser.parse_args(argv)
-    runs = [(side, s) for s in range(args.first_seed, args.first_seed + args.seeds) for side in ("ours", "sb3")]
+    runs = [(side, s) for s in range(args.first_seed, args.first_seed + args.seeds) for side in args.sides]
 
     def go(run: tuple[str, int]) -> None:
         side, seed = run

@@ -42,6 +42,43 @@ def test_quantile_loss_is_minimal_at_the_true_quantiles():
         assert quantile_huber_loss(right, samples, kappa=0.0) < quantile_huber_loss(right + shift, samples, kappa=0.0)
 
 
+def _written_out_quantile_huber_loss(quantiles, targets, kappa):
+    """The loss as first written here (eq. 10 op by op): the fused form must match it bit for bit."""
+    n = quantiles.shape[-1]
+    tau = (torch.arange(n, dtype=quantiles.dtype) + 0.5) / n
+    u = targets.unsqueeze(-2) - quantiles.unsqueeze(-1)
+    abs_u = u.abs()
+    huber = torch.where(abs_u <= kappa, 0.5 * u.pow(2), kappa * (abs_u - 0.5 * kappa)) / kappa
+    weight = (tau.unsqueeze(-1) - (u.detach() < 0).to(u.dtype)).abs()
+    return (weight * huber).sum(-2).mean(-1)
+
+
+@pytest.mark.parametrize("kappa", [1.0, 0.5, 2.0])
+def test_quantile_huber_loss_values_and_gradients_are_bit_identical_to_the_written_out_form(kappa):
+    gen = torch.Generator().manual_seed(0)
+    quantiles = (torch.randn(64, 10, generator=gen) * 2).requires_grad_()
+    targets = torch.randn(64, 10, generator=gen) * 2
+    targets[0, :3] = quantiles[0, :3].detach() + torch.tensor([0.0, kappa, -kappa])  # u = 0 and |u| = kappa
+    ours = quantile_huber_loss(quantiles, targets, kappa)
+    (grad,) = torch.autograd.grad(ours.mean(), quantiles)
+    reference = _written_out_quantile_huber_loss(quantiles, targets, kappa)
+    (reference_grad,) = torch.autograd.grad(reference.mean(), quantiles)
+    assert torch.equal(ours, reference) and torch.equal(grad, reference_grad)
+
+
+@pytest.mark.parametrize("cls", [wb.DQN, wb.QRDQN])
+def test_targets_computed_once_per_update_train_the_same_weights_as_step_by_step(cls, monkeypatch):
+    def trained(batched):
+        monkeypatch.setattr(cls, "_batched_targets", batched)
+        agent = cls("CartPole-v1", seed=0, double_q=False, learning_starts=100, train_freq=50, gradient_steps=8,
+                    batch_size=16, net_arch=(16,))
+        wb.Session(agent, "CartPole-v1", seed=0).run(steps=400).wait()
+        return agent.q_net.state_dict()
+
+    once, step_by_step = trained(True), trained(False)
+    assert all(torch.equal(once[k], step_by_step[k]) for k in once)
+
+
 # -- C51: the projection onto the support ---------------------------------------------------------
 
 
@@ -171,3 +208,34 @@ def test_recurrent_export_takes_and_returns_the_lstm_state(tmp_path):
     graph = onnx.load(path).graph
     assert [i.name for i in graph.input] == ["obs", "lstm_h", "lstm_c", "episode_start"]
     assert [o.name for o in graph.output] == ["action", "next_lstm_h", "next_lstm_c"]
+
+
+def test_adam_step_matches_optimizer_step_bit_for_bit_and_skips_the_optimizer():
+    from workbench.agents.networks import adam_step, make_adam, mlp
+
+    def trained(fast):
+        torch.manual_seed(0)
+        net = mlp(4, (16,), 2)
+        opt = make_adam(net.parameters(), lr=1e-2)
+        calls = 0
+        original = opt.step
+
+        def counted(*args, **kwargs):
+            nonlocal calls
+            calls += 1
+            return original(*args, **kwargs)
+
+        opt.step = counted
+        gen = torch.Generator().manual_seed(1)
+        for _ in range(5):
+            net.zero_grad(set_to_none=True)
+            net(torch.randn(8, 4, generator=gen)).pow(2).mean().backward()
+            adam_step(opt) if fast else opt.step()
+        return [p.detach().clone() for p in net.parameters()], opt.state_dict(), calls
+
+    fast, fast_state, fast_calls = trained(True)
+    slow, slow_state, _ = trained(False)
+    assert all(torch.equal(a, b) for a, b in zip(fast, slow))
+    assert all(torch.equal(fast_state["state"][i][k], slow_state["state"][i][k])
+               for i in slow_state["state"] for k in slow_state["state"][i])
+    assert fast_calls == 1  # only the first step (which creates the state) goes through step()

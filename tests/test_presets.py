@@ -25,7 +25,8 @@ def test_pendulum_sac_preset_is_ready_to_train():
     ("env_id", "agent", "cls", "steps", "values"),
     [
         ("CartPole-v1", "ppo", wb.PPO, 100_000, {"n_envs": 8, "n_steps": 32, "gae_lambda": 0.8, "n_epochs": 20}),
-        ("CartPole-v1", "dqn", wb.DQN, 50_000, {"learning_rate": 2.3e-3, "train_freq": 256, "gradient_steps": 128}),
+        ("CartPole-v1", "dqn", wb.DQN, 50_000, {"learning_rate": 2.3e-3, "train_freq": 256, "gradient_steps": 128,
+                                                  "double_q": False}),  # SB3's DQN: no double Q
         ("CartPole-v1", "a2c", wb.A2C, 500_000, {"n_envs": 8, "ent_coef": 0.0, "n_steps": 5}),
         ("Acrobot-v1", "dqn", wb.DQN, 100_000, {"learning_rate": 6.3e-4, "target_update_interval": 250,
                                                  "gradient_steps": -1, "learning_starts": 0}),
@@ -125,9 +126,10 @@ def test_reliable_cartpole_dqn_resolves_to_the_measured_settings_and_is_document
     c = reliable.agent.config
     assert isinstance(reliable.agent, wb.DQN) and reliable.env == "CartPole-v1" and reliable.steps == zoo.steps
     assert c.learning_rate == wb.linear(2.3e-3, 0.0) and c.n_step == 3 and c.dueling and c.double_q
-    # Everything else is the zoo's: the preset differs by the three documented values only.
+    # Everything else is the zoo's: the preset differs by the three documented values, and keeps
+    # double Q (the zoo's row bootstraps as SB3's DQN does, from the target network's own max).
     differ = {f.name for f in dataclasses.fields(c) if getattr(c, f.name) != getattr(zoo.agent.config, f.name)}
-    assert differ == {"learning_rate", "n_step", "dueling"}
+    assert differ == {"learning_rate", "n_step", "dueling", "double_q"} and not zoo.agent.config.double_q
     docs = (Path(__file__).resolve().parents[1] / "docs" / "algorithms.md").read_text(encoding="utf-8")
     assert 'wb.preset("CartPole-v1", "dqn", reliable=True)' in docs and "n_step=3, dueling=True" in docs
     with pytest.raises(ValueError, match="no reliable preset"):

@@ -77,6 +77,7 @@ class C51(DQN):
     Config = C51Config
     action_spaces = (spaces.Discrete,)
     config: C51Config
+    _batched_targets = False  # its projection is computed step by step in _td_loss
 
     # -- networks: one logit per atom and action -------------------------------------------------
 

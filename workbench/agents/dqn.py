@@ -31,6 +31,7 @@ from ..validation import Constraint, checked, flag, integer, number
 from .base import AgentState, Transitions, register
 from .networks import (
     DuelingQNetwork,
+    adam_step,
     clear_grads,
     clip_grad_norm,
     make_adam,
@@ -102,6 +103,9 @@ class DQN(OffPolicyAgent):
     supports_action_masks = True
     network_names = ("q_net", "q_target")
     config: DQNConfig
+    # Whether _bootstrap_targets exists for this class's loss, so an update without double Q or noise
+    # (its targets then depend on the frozen target network only) computes them once for every minibatch.
+    _batched_targets = True
 
     # -- networks -----------------------------------------------------------------------------
 
@@ -277,13 +281,19 @@ class DQN(OffPolicyAgent):
             # Uniform minibatches can be drawn all at once, and the target network does not change
             # during one update (it is refreshed between env steps), so the targets' forward pass
             # runs once over every minibatch instead of once per gradient step: same maths, fewer ops.
+            # Without double Q or noise the targets themselves depend on the target network only: they
+            # are computed once too (row by row the same ops, so the same values bit for bit).
             everything = self.memory.sample(c.batch_size * steps, self.rng)
+            targets_all = None
             with torch.no_grad():
                 next_q_all = self._outputs(self.q_target, everything.next_obs)
+                if self._batched_targets and not c.double_q and not c.noisy:
+                    targets_all = self._bootstrap_targets(everything, next_q_all)
             for i in range(steps):
                 part = slice(i * c.batch_size, (i + 1) * c.batch_size)
                 batch = ReplayBatch(*(None if field is None else field[part] for field in everything))
-                loss, q = self._gradient_step(batch, next_q_all[part])
+                targets = None if targets_all is None else targets_all[part]
+                loss, q = self._gradient_step(batch, next_q_all[part], targets)
                 loss_sum += loss
                 q_sum += q
         self.num_updates += 1
@@ -308,22 +318,37 @@ class DQN(OffPolicyAgent):
             chooser = chooser.masked_fill(~batch.next_masks, -torch.inf)
         return chooser.argmax(-1, keepdim=True)
 
-    def _td_loss(self, batch: ReplayBatch, next_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Per-sample loss, the taken actions' Q-values (for ``q_mean``) and the priorities' errors.
-        DQN: the Huber loss between Q(s, a) and r + discount * Q_target(s', a')."""
-        with torch.no_grad():
-            next_value = next_out.gather(1, self._next_actions(batch, next_out)).squeeze(1)
-            target = batch.rewards + batch.discounts * (1.0 - batch.dones) * next_value
-        q = self.q_net(batch.obs).gather(1, batch.actions.unsqueeze(1)).squeeze(1)
-        return F.smooth_l1_loss(q, target, reduction="none"), q.detach(), (q - target).detach()
+    def _bootstrap_targets(self, batch: ReplayBatch, next_out: torch.Tensor) -> torch.Tensor:
+        """The regression targets of :meth:`_td_loss` (called without gradients). DQN:
+        r + discount * Q_target(s', a'), ``(batch,)``."""
+        next_value = next_out.gather(1, self._next_actions(batch, next_out)).squeeze(1)
+        return batch.rewards + batch.discounts * (1.0 - batch.dones) * next_value
 
-    def _gradient_step(self, batch: ReplayBatch, next_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _td_loss(
+        self, batch: ReplayBatch, next_out: torch.Tensor, targets: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per-sample loss, the taken actions' Q-values (for ``q_mean``) and the priorities' errors.
+        DQN: the Huber loss between Q(s, a) and r + discount * Q_target(s', a'). ``targets``: those of
+        :meth:`_bootstrap_targets` when the update computed them already."""
+        if targets is None:
+            with torch.no_grad():
+                targets = self._bootstrap_targets(batch, next_out)
+        q = self.q_net(batch.obs).gather(1, batch.actions.unsqueeze(1)).squeeze(1)
+        return F.smooth_l1_loss(q, targets, reduction="none"), q.detach(), (q - targets).detach()
+
+    def _gradient_step(
+        self, batch: ReplayBatch, next_out: torch.Tensor, targets: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """One step on :meth:`_td_loss`; ``next_out`` is the target network's output for
-        ``next_obs``. Returns the loss and the mean Q-value (detached)."""
+        ``next_obs``, ``targets`` the precomputed targets if any. Returns the loss and the mean
+        Q-value (detached)."""
         c = self.config
         if c.noisy:
             reset_noise(self.q_net, self.generator)  # new noise for every gradient step
-        per_sample, q, errors = self._td_loss(batch, next_out)
+        if targets is None:
+            per_sample, q, errors = self._td_loss(batch, next_out)
+        else:
+            per_sample, q, errors = self._td_loss(batch, next_out, targets)
         if isinstance(self.memory, PrioritizedReplayMemory):
             # Importance weights undo the bias of prioritized sampling (Schaul et al. 2016).
             loss = (batch.weights * per_sample).mean()
@@ -333,7 +358,7 @@ class DQN(OffPolicyAgent):
         clear_grads(self._params)
         loss.backward()
         clip_grad_norm(self._params, c.max_grad_norm)
-        self.optimizer.step()
+        adam_step(self.optimizer)
         return loss.detach(), q.detach().mean()
 
     def state(self) -> AgentState:

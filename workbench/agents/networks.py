@@ -7,6 +7,7 @@ import math
 from collections.abc import Iterator, Sequence
 
 import torch
+import torch.optim.optimizer as _torch_optimizer
 from torch import nn
 
 __all__ = [
@@ -15,6 +16,7 @@ __all__ = [
     "EnsembleMLP",
     "NoisyLinear",
     "ScalarParameter",
+    "adam_step",
     "clear_grads",
     "clip_grad_norm",
     "gaussian_policy_terms",
@@ -90,6 +92,58 @@ def clear_grads(params: Sequence[torch.Tensor]) -> None:
     """``optimizer.zero_grad(set_to_none=True)`` for ``params``, without its profiler hooks (~7 µs less)."""
     for p in params:
         p.grad = None
+
+
+def adam_step(optimizer: torch.optim.Optimizer) -> None:
+    """``optimizer.step()`` for a fused Adam of one parameter group (as :func:`make_adam` builds it)
+    without the optimizer's per-call hooks, checks and grouping: the same kernel with the same
+    arguments, so bit-identical results (~50 µs less per step on CPU). Anything else, and the first
+    step (which creates the state), goes through ``optimizer.step()``."""
+    groups = optimizer.param_groups
+    group = groups[0]
+    if (
+        len(groups) != 1
+        or not isinstance(optimizer, torch.optim.Adam)
+        or not group.get("fused")
+        or group["amsgrad"]
+        or group["maximize"]
+        or group["weight_decay"]
+        or group.get("decoupled_weight_decay")
+        or isinstance(group["lr"], torch.Tensor)
+        or optimizer._optimizer_step_pre_hooks
+        or optimizer._optimizer_step_post_hooks
+        or _torch_optimizer._global_optimizer_pre_hooks
+        or _torch_optimizer._global_optimizer_post_hooks
+    ):
+        optimizer.step()
+        return
+    params = [p for p in group["params"] if p.grad is not None]
+    state = optimizer.state
+    if not params or any(p not in state for p in params):
+        optimizer.step()
+        return
+    states = [state[p] for p in params]
+    steps = [s["step"] for s in states]
+    beta1, beta2 = group["betas"]
+    with torch.no_grad():
+        torch._foreach_add_(steps, 1)
+        torch._fused_adam_(
+            params,
+            [p.grad for p in params],
+            [s["exp_avg"] for s in states],
+            [s["exp_avg_sq"] for s in states],
+            [],
+            steps,
+            amsgrad=False,
+            lr=group["lr"],
+            beta1=beta1,
+            beta2=beta2,
+            weight_decay=0.0,
+            eps=group["eps"],
+            maximize=False,
+            grad_scale=None,
+            found_inf=None,
+        )
 
 
 def clip_grad_norm(params: Sequence[torch.Tensor], max_norm: float) -> None:
