@@ -110,10 +110,13 @@ def adam_step(optimizer: torch.optim.Optimizer) -> None:
         or group["weight_decay"]
         or group.get("decoupled_weight_decay")
         or isinstance(group["lr"], torch.Tensor)
-        or optimizer._optimizer_step_pre_hooks
-        or optimizer._optimizer_step_post_hooks
-        or _torch_optimizer._global_optimizer_pre_hooks
-        or _torch_optimizer._global_optimizer_post_hooks
+        or getattr(optimizer, "_optimizer_step_pre_hooks", True)
+        or getattr(optimizer, "_optimizer_step_post_hooks", True)
+        # Private names of PyTorch's: a version without them (or with a global hook set) takes the
+        # public path, so a PyTorch upgrade can cost speed, never correctness.
+        or not hasattr(torch, "_fused_adam_")
+        or getattr(_torch_optimizer, "_global_optimizer_pre_hooks", True)
+        or getattr(_torch_optimizer, "_global_optimizer_post_hooks", True)
     ):
         optimizer.step()
         return
