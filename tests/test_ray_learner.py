@@ -25,7 +25,8 @@ ray = pytest.importorskip("ray")
 import test_live_edits  # noqa: E402  (its envs travel to the actors by value)
 import test_parallel  # noqa: E402
 from test_live_edits import curriculum  # noqa: E402
-from test_parallel import CountEnv, _alive, _children  # noqa: E402
+from test_parallel import CountEnv, _alive  # noqa: E402
+from test_ray import local_ray  # noqa: E402, F401  (a local Ray for this module, none of it left after)
 
 pytestmark = pytest.mark.ray
 
@@ -60,20 +61,6 @@ class HangEnv(gym.Env):
 
 def masked_target():
     return MaskedTarget(mask_in="info")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def local_ray():
-    """A local Ray for this module; afterwards not one of its processes may remain."""
-    before = _children()
-    ray.init(num_cpus=8, include_dashboard=False, logging_level="warning")
-    yield
-    ray.shutdown()
-    deadline = time.monotonic() + 15
-    while _children() - before and time.monotonic() < deadline:
-        time.sleep(0.1)
-    left = _children() - before
-    assert not left, f"Ray processes left behind: {sorted(left)}"
 
 
 def _gone(pids, timeout=10.0) -> bool:

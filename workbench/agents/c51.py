@@ -100,7 +100,10 @@ class C51(DQN):
 
     # -- the update ----------------------------------------------------------------------------
 
-    def _td_loss(self, batch: ReplayBatch, next_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _td_loss(
+        self, batch: ReplayBatch, next_out: torch.Tensor, targets: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        # ``targets`` is always None here (``_batched_targets`` is False): the projection is made below.
         n = self._atoms()
         support = self.support
         with torch.no_grad():

@@ -345,10 +345,7 @@ class DQN(OffPolicyAgent):
         c = self.config
         if c.noisy:
             reset_noise(self.q_net, self.generator)  # new noise for every gradient step
-        if targets is None:
-            per_sample, q, errors = self._td_loss(batch, next_out)
-        else:
-            per_sample, q, errors = self._td_loss(batch, next_out, targets)
+        per_sample, q, errors = self._td_loss(batch, next_out, targets)
         if isinstance(self.memory, PrioritizedReplayMemory):
             # Importance weights undo the bias of prioritized sampling (Schaul et al. 2016).
             loss = (batch.weights * per_sample).mean()

@@ -59,7 +59,9 @@ class Rainbow(C51):
     def _q_values(self, out: torch.Tensor) -> torch.Tensor:
         return super()._q_values(out) if self.config.distributional else out
 
-    def _td_loss(self, batch: ReplayBatch, next_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _td_loss(
+        self, batch: ReplayBatch, next_out: torch.Tensor, targets: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if self.config.distributional:
-            return super()._td_loss(batch, next_out)
-        return DQN._td_loss(self, batch, next_out)
+            return super()._td_loss(batch, next_out, targets)
+        return DQN._td_loss(self, batch, next_out, targets)

@@ -239,12 +239,7 @@ class RayRunner:
         cpus_per_worker: float = 1.0,
         ray_init: dict[str, Any] | None = None,
     ) -> None:
-        ray = import_ray()
-        if source.factory is None:
-            raise ValueError(
-                "Ray workers need a way to build the env: pass a zero-argument factory such as "
-                "`lambda: MyEnv(...)` or a registered id, not an env instance"
-            )
+        ray = import_ray(source)
         if sync_every is not None and (not isinstance(sync_every, int) or sync_every < 1):
             raise ValueError(f"sync_every must be a positive number of steps, got {sync_every!r}")
         self._ray = ray

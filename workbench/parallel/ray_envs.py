@@ -67,8 +67,15 @@ def _init_private_ray(ray: Any, options: dict[str, Any]) -> None:
             os.environ[name] = saved_env
 
 
-def import_ray() -> Any:
-    """The ``ray`` module, or an ImportError that says which extra to install."""
+def import_ray(source: EnvSource) -> Any:
+    """The ``ray`` module for Ray runners over ``source``: an ImportError that says which extra to
+    install without Ray, a ValueError when ``source`` cannot be built again in an actor (an env
+    instance, not a factory)."""
+    if source.factory is None:
+        raise ValueError(
+            "Ray workers need a way to build the env: pass a zero-argument factory such as "
+            "`lambda: MyEnv(...)` or a registered id, not an env instance"
+        )
     try:
         import ray
     except ImportError as exc:
@@ -244,12 +251,7 @@ class RayEnvRunner(LocalRunner):
         cpus_per_worker: float = 1.0,
         ray_init: dict[str, Any] | None = None,
     ) -> None:
-        ray = import_ray()
-        if source.factory is None:
-            raise ValueError(
-                "Ray workers need a way to build the env: pass a zero-argument factory such as "
-                "`lambda: MyEnv(...)` or a registered id, not an env instance"
-            )
+        ray = import_ray(source)
         self._ray = ray
         self._owns_ray = start_ray(ray, num_workers, cpus_per_worker, ray_address, ray_init)
         # The actor's class travels by value (with the rest of _worker.py it uses), so an actor
