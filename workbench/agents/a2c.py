@@ -16,8 +16,9 @@ from gymnasium import spaces
 from ..schedules import as_schedule
 from ..validation import checked, flag, number
 from .base import register
+from .flat_rmsprop import FlatRMSprop
 from .networks import make_adam
-from .on_policy import OnPolicyAgent, OnPolicyConfig
+from .on_policy import OnPolicyAgent, OnPolicyConfig, run_layers
 
 __all__ = ["A2C", "A2CConfig"]
 
@@ -56,6 +57,7 @@ class A2C(OnPolicyAgent):
             self.optimizer: torch.optim.Optimizer = torch.optim.RMSprop(
                 params, lr=self._lr(0.0), alpha=0.99, eps=c.rms_prop_eps, foreach=True
             )
+            self._flat_rmsprop = FlatRMSprop(self.optimizer)
         else:
             self.optimizer = make_adam(params, lr=self._lr(0.0))
 
@@ -66,7 +68,7 @@ class A2C(OnPolicyAgent):
         advantages = self._normalized(batch.advantages)
         lr = self._scheduled_lr()
         log_prob, entropy = self._policy_terms(batch.obs, batch.actions, batch.masks)
-        values = self.critic(batch.obs).squeeze(-1)
+        values = run_layers(self.critic, batch.obs).squeeze(-1)
         policy_loss = -(advantages * log_prob).mean()
         value_loss, entropy_mean, loss = self._actor_critic_step(policy_loss, entropy, values, batch.returns)
 

@@ -34,7 +34,8 @@ from ..schedules import Schedule
 from ..validation import checked, choice, flag, integer, layer_widths, number
 from .base import Agent, AgentConfig, Step, Transitions
 from .encoders import DictEncoder, ImageEncoder, orthogonal_init, with_encoder
-from .networks import ACTIVATIONS, clear_grads, clip_grad_norm, gaussian_policy_terms, mlp
+from .flat_rmsprop import FlatRMSprop
+from .networks import ACTIVATIONS, adam_step, clear_grads, clip_grad_norm, gaussian_policy_terms, mlp
 
 __all__ = [
     "OnPolicyAgent",
@@ -112,13 +113,25 @@ def sample_categorical(
 def run_layers(net: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """``net(x)`` for acting, where it runs once per env step: a plain ``nn.Sequential`` runs its
     layers' ``forward`` one after another, as ``Sequential.forward`` does, without ``nn.Module.__call__``'s
-    hook dispatch around each (about 0.8 µs a layer, a fifth of a small MLP's forward). The same ops
-    in the same order, so the same numbers; any forward hook (the net's, a layer's or a global one)
-    takes the ordinary call instead."""
+    hook dispatch around each (about 0.8 µs a layer, a fifth of a small MLP's forward), and a
+    ``Linear`` or ``Tanh`` as the op its ``forward`` calls (``F.linear``, ``torch.tanh``) with its
+    parameters read from the module's own dict, not through ``Module.__getattr__``. The same ops
+    in the same order, so the same numbers, with autograd as usual when gradients are on (the
+    updates run their forward passes through it too); any forward hook (the net's, a layer's or a
+    global one) takes the ordinary call instead."""
     if type(net) is not nn.Sequential or net._forward_hooks or net._forward_pre_hooks or _global_hooks():
         return net(x)
-    for layer in net:
-        x = layer(x) if layer._forward_hooks or layer._forward_pre_hooks else layer.forward(x)
+    for layer in net._modules.values():
+        kind = type(layer)
+        if layer._forward_hooks or layer._forward_pre_hooks:
+            x = layer(x)
+        elif kind is nn.Linear:  # Linear.forward's own call, its parameters read without Module.__getattr__
+            params = layer._parameters
+            x = F.linear(x, params["weight"], params["bias"])
+        elif kind is nn.Tanh:
+            x = torch.tanh(x)
+        else:
+            x = layer.forward(x)
     return x
 
 
@@ -203,6 +216,8 @@ class OnPolicyAgent(Agent):
     network_names = ("actor", "critic")
     on_policy = True
     supports_action_masks = True
+    _flat_rmsprop: FlatRMSprop | None = None
+    """Set by an agent whose optimizer is RMSprop (A2C): its steps run on flat buffers."""
 
     # -- networks -----------------------------------------------------------------------------
 
@@ -311,11 +326,11 @@ class OnPolicyAgent(Agent):
         """Log-probabilities of ``actions`` under the current policy (restricted to the allowed
         actions by ``masks``), and its entropies."""
         if masks is not None or self.action_kind in ("multidiscrete", "multibinary"):
-            return categorical_terms(self.actor(obs), actions, self.action_kind, self.nvec, masks)
+            return categorical_terms(run_layers(self.actor, obs), actions, self.action_kind, self.nvec, masks)
         if self.use_sde:
             latent, mean = self._latent_and_mean(obs)
             return gaussian_policy_terms(mean, self._sde_action_std(latent).log(), actions, False)
-        return gaussian_policy_terms(self.actor(obs), self.log_std, actions, self.discrete)
+        return gaussian_policy_terms(run_layers(self.actor, obs), self.log_std, actions, self.discrete)
 
     def _latent_and_mean(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The policy's last hidden features and its mean action (the head applied to them)."""
@@ -352,11 +367,12 @@ class OnPolicyAgent(Agent):
     def _decide(self, obs: np.ndarray, deterministic: bool, mask: np.ndarray | None = None) -> Step:
         x = torch.from_numpy(obs)
         if mask is not None or self.action_kind in ("multidiscrete", "multibinary"):
-            logits = masked_logits(self.actor(x), None if mask is None else torch.from_numpy(mask))
+            logits = masked_logits(run_layers(self.actor, x), None if mask is None else torch.from_numpy(mask))
             actions, chosen = sample_categorical(logits, self.action_kind, self.nvec, deterministic, self.generator)
             if chosen is None:
                 return Step(actions.numpy())
-            return Step(actions.numpy(), {"values": self.critic(x).squeeze(-1).numpy(), "log_probs": chosen.numpy()})
+            values = run_layers(self.critic, x).squeeze(-1).numpy()
+            return Step(actions.numpy(), {"values": values, "log_probs": chosen.numpy()})
         if self.use_sde:
             latent, out = self._latent_and_mean(x)
         else:
@@ -400,7 +416,7 @@ class OnPolicyAgent(Agent):
         if cut.any():
             # A time limit is not a real end: bootstrap from the value of the last observation.
             with torch.no_grad():
-                final_values = self.critic(torch.from_numpy(next_obs[cut])).squeeze(-1).numpy()
+                final_values = run_layers(self.critic, torch.from_numpy(next_obs[cut])).squeeze(-1).numpy()
             rewards[cut] += self.config.gamma * final_values
         dones = (terminated | truncated).astype(np.float32)
         self.rollout.add(obs, actions, rewards, dones, extras["values"], extras["log_probs"], extras.get(MASK_KEY))
@@ -423,7 +439,7 @@ class OnPolicyAgent(Agent):
         rollout = self.rollout
         assert rollout is not None and rollout.full, "update() called before a rollout was full"
         with torch.no_grad():
-            last_values = self.critic(torch.from_numpy(self._next_obs)).squeeze(-1).numpy()
+            last_values = run_layers(self.critic, torch.from_numpy(self._next_obs)).squeeze(-1).numpy()
         advantages, returns = compute_gae(
             rollout.rewards, rollout.values, rollout.dones, last_values, c.gamma, c.gae_lambda
         )
@@ -462,11 +478,21 @@ class OnPolicyAgent(Agent):
         c = self.config
         value_loss = F.mse_loss(values, returns)
         entropy_mean = entropy.mean()
-        loss = policy_loss - c.ent_coef * entropy_mean + c.vf_coef * value_loss
-        clear_grads(self._params)
-        loss.backward()
-        clip_grad_norm(self._params, c.max_grad_norm)
-        self.optimizer.step()
+        if c.ent_coef:
+            loss = policy_loss - c.ent_coef * entropy_mean + c.vf_coef * value_loss
+        else:  # the same loss (x - 0 is x), without a backward pass through the entropy for a zero gradient
+            loss = policy_loss + c.vf_coef * value_loss
+        flat = self._flat_rmsprop
+        if flat is not None:
+            flat.clear_grads()
+            loss.backward()
+            flat.clip_grad_norm(c.max_grad_norm)
+            flat.step()
+        else:
+            clear_grads(self._params)
+            loss.backward()
+            clip_grad_norm(self._params, c.max_grad_norm)
+            adam_step(self.optimizer)  # the fused kernel called directly; any other optimizer: step()
         return value_loss, entropy_mean, loss
 
     def _end_update(self, metrics: dict[str, float], batch: RolloutBatch) -> dict[str, float]:

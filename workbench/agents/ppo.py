@@ -17,7 +17,7 @@ from ..schedules import Schedule, as_schedule, linear
 from ..validation import checked, integer, number, optional
 from .base import register
 from .networks import make_adam
-from .on_policy import OnPolicyAgent, OnPolicyConfig
+from .on_policy import OnPolicyAgent, OnPolicyConfig, run_layers
 
 __all__ = ["PPO", "PPOConfig", "clipped_epochs", "clipped_metrics", "clipped_step"]
 
@@ -82,7 +82,7 @@ class PPO(OnPolicyAgent):
             obs = batch.obs[mb]
             masks = None if batch.masks is None else batch.masks[mb]
             log_prob, entropy = self._policy_terms(obs, batch.actions[mb], masks)
-            values = self.critic(obs).squeeze(-1)
+            values = run_layers(self.critic, obs).squeeze(-1)
             return clipped_step(
                 self, log_prob, entropy, values, batch.advantages[mb], batch.log_probs[mb], batch.returns[mb], clip
             )
