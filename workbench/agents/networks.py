@@ -20,6 +20,7 @@ __all__ = [
     "clear_grads",
     "clip_grad_norm",
     "gaussian_policy_terms",
+    "global_hooks_set",
     "make_adam",
     "mlp",
     "noise_off",
@@ -86,6 +87,18 @@ def polyak_update(target: nn.Module, online: nn.Module, tau: float) -> None:
             torch._foreach_copy_(t_params, o_params)
         else:
             torch._foreach_lerp_(t_params, o_params, tau)
+
+
+def global_hooks_set() -> bool:
+    """True when a global module hook is set (``torch.nn.modules.module.register_module_forward_hook``
+    and its kin): the fast forward paths that skip ``nn.Module.__call__`` then take the ordinary call."""
+    module = torch.nn.modules.module
+    return bool(
+        getattr(module, "_global_forward_hooks", None)
+        or getattr(module, "_global_forward_pre_hooks", None)
+        or getattr(module, "_global_backward_hooks", None)
+        or getattr(module, "_global_backward_pre_hooks", None)
+    )
 
 
 def clear_grads(params: Sequence[torch.Tensor]) -> None:

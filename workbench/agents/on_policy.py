@@ -35,7 +35,16 @@ from ..validation import checked, choice, flag, integer, layer_widths, number
 from .base import Agent, AgentConfig, Step, Transitions
 from .encoders import DictEncoder, ImageEncoder, orthogonal_init, with_encoder
 from .flat_rmsprop import FlatRMSprop
-from .networks import ACTIVATIONS, adam_step, clear_grads, clip_grad_norm, gaussian_policy_terms, mlp
+from .networks import (
+    ACTIVATIONS,
+    adam_step,
+    clear_grads,
+    clip_grad_norm,
+    gaussian_policy_terms,
+    global_hooks_set,
+    mlp,
+)
+from .numpy_mlp import NumpyMLP
 
 __all__ = [
     "OnPolicyAgent",
@@ -119,7 +128,7 @@ def run_layers(net: nn.Module, x: torch.Tensor) -> torch.Tensor:
     in the same order, so the same numbers, with autograd as usual when gradients are on (the
     updates run their forward passes through it too); any forward hook (the net's, a layer's or a
     global one) takes the ordinary call instead."""
-    if type(net) is not nn.Sequential or net._forward_hooks or net._forward_pre_hooks or _global_hooks():
+    if type(net) is not nn.Sequential or net._forward_hooks or net._forward_pre_hooks or global_hooks_set():
         return net(x)
     for layer in net._modules.values():
         kind = type(layer)
@@ -133,16 +142,6 @@ def run_layers(net: nn.Module, x: torch.Tensor) -> torch.Tensor:
         else:
             x = layer.forward(x)
     return x
-
-
-def _global_hooks() -> bool:
-    module = torch.nn.modules.module
-    return bool(
-        getattr(module, "_global_forward_hooks", None)
-        or getattr(module, "_global_forward_pre_hooks", None)
-        or getattr(module, "_global_backward_hooks", None)
-        or getattr(module, "_global_backward_pre_hooks", None)
-    )
 
 
 def sample_index(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -294,6 +293,9 @@ class OnPolicyAgent(Agent):
         self._sde_steps = 0  # acting steps since the weights were drawn
         self._params = params
         self.rollout: RolloutBuffer | None = None
+        # Acting's caches, made on first use (attributes from the start: deciding adds none).
+        self._numpy_acting: tuple[nn.Module, nn.Module, tuple[NumpyMLP, NumpyMLP] | None] | None = None
+        self._row_starts: tuple[tuple[int, int], np.ndarray] | None = None
         return params
 
     def _shared_encoder(self) -> nn.Module | None:
@@ -363,8 +365,15 @@ class OnPolicyAgent(Agent):
 
     # -- acting -------------------------------------------------------------------------------
 
-    @torch.no_grad()
     def _decide(self, obs: np.ndarray, deterministic: bool, mask: np.ndarray | None = None) -> Step:
+        if not deterministic and mask is None and not self.use_sde and obs.dtype == np.float32:
+            nets = self._numpy_nets()
+            if nets is not None:
+                return self._decide_in_numpy(obs, *nets)
+        return self._decide_in_torch(obs, deterministic, mask)
+
+    @torch.no_grad()
+    def _decide_in_torch(self, obs: np.ndarray, deterministic: bool, mask: np.ndarray | None) -> Step:
         x = torch.from_numpy(obs)
         if mask is not None or self.action_kind in ("multidiscrete", "multibinary"):
             logits = masked_logits(run_layers(self.actor, x), None if mask is None else torch.from_numpy(mask))
@@ -396,6 +405,44 @@ class OnPolicyAgent(Agent):
         # What observe() stores with this step travels with it, as the step's extras.
         extras = {"values": run_layers(self.critic, x).squeeze(-1).numpy(), "log_probs": chosen.numpy()}
         return Step(actions.numpy(), extras)
+
+    def _numpy_nets(self) -> tuple[NumpyMLP, NumpyMLP] | None:
+        """The actor and critic as numpy forward passes (:mod:`.numpy_mlp`), for a Discrete or Box
+        head on plain MLPs; None otherwise, or while a net has a hook."""
+        if self.action_kind not in ("discrete", "box"):
+            return None
+        cached = self._numpy_acting
+        if cached is None or cached[0] is not self.actor or cached[1] is not self.critic:
+            actor, critic = NumpyMLP.of(self.actor), NumpyMLP.of(self.critic)
+            pair = (actor, critic) if actor is not None and critic is not None else None
+            cached = self._numpy_acting = (self.actor, self.critic, pair)
+        pair = cached[2]
+        if pair is None or not (pair[0].current() and pair[1].current()):
+            return None
+        return pair
+
+    def _decide_in_numpy(self, obs: np.ndarray, actor: NumpyMLP, critic: NumpyMLP) -> Step:
+        """The training step of the torch path below, its forward passes in numpy: the same
+        formulas and the same draws from the agent's torch generator (so the same random stream)."""
+        out = actor(obs)
+        if self.discrete:
+            n, k = out.shape
+            shifted = out - out.max(axis=1, keepdims=True)
+            weights = np.exp(shifted)  # the probabilities times each row's sum
+            race = torch.empty((n, k), dtype=torch.float32).exponential_(1, generator=self.generator)
+            # sample_index's exponential race; a row's common factor leaves its argmax as it is.
+            actions = (weights / race.numpy()).argmax(axis=1)
+            starts = self._row_starts  # where each row starts in the flat logits
+            if starts is None or starts[0] != (n, k):
+                starts = self._row_starts = ((n, k), np.arange(n) * k)
+            chosen = shifted.ravel()[starts[1] + actions] - np.log(weights.sum(axis=1))
+        else:
+            assert self.log_std is not None
+            log_std = self.log_std.detach().numpy()
+            noise = torch.randn(out.shape, generator=self.generator).numpy()
+            actions = out + np.exp(log_std) * noise
+            chosen = (-0.5 * noise**2 - log_std - np.float32(0.5 * math.log(2 * math.pi))).sum(axis=-1)
+        return Step(actions, {"values": critic(obs)[:, 0], "log_probs": chosen})
 
     # -- storing ------------------------------------------------------------------------------
 
