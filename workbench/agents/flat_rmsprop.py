@@ -75,7 +75,10 @@ class FlatRMSprop:
 
     def clear_grads(self) -> None:
         """Zero the flat gradient buffer when bound (backward then adds into it), else drop every
-        parameter's gradient (``zero_grad(set_to_none=True)``)."""
+        parameter's gradient (``zero_grad(set_to_none=True)``).
+
+        The bindings are checked here, once per gradient step: between this call and
+        :meth:`step` only the backward pass runs, which adds into the bound gradients in place."""
         if self._still_bound():
             self._grad.zero_()
             return
@@ -85,7 +88,7 @@ class FlatRMSprop:
     def clip_grad_norm(self, max_norm: float) -> None:
         """Scale the gradients so their total 2-norm is at most ``max_norm``, as
         ``clip_grad_norm_(..., foreach=True)`` does (the same norms; the scaling one op)."""
-        if not self._still_bound():
+        if not self._bound:
             clip_grad_norm(self.params, max_norm)
             return
         with torch.no_grad():
@@ -95,7 +98,7 @@ class FlatRMSprop:
     def step(self) -> None:
         """One RMSprop step: on the flat buffers when bound, else ``optimizer.step()`` (which
         creates the state on the first step), after which the buffers are bound."""
-        if not self._still_bound():
+        if not self._bound:
             self.optimizer.step()
             self._bind()
             return
