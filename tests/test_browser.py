@@ -237,12 +237,16 @@ def test_dashboard_trains_pauses_and_stops_in_a_real_browser(jupyter):
             held = _steps(page)
             page.wait_for_timeout(1500)
             assert _steps(page) == held, "the step counter moved while paused"
-            assert page.locator(".jp-OutputArea-output button.wb-resume").is_enabled()
-            assert not page.locator(".jp-OutputArea-output button.wb-pause").is_enabled()
+            # The status line and each button are separate widget messages of one refresh: the page may
+            # show the new status a moment before it has applied the buttons' states.
+            resume = page.locator(".jp-OutputArea-output button.wb-resume")
+            pause = page.locator(".jp-OutputArea-output button.wb-pause")
+            _wait_for(page, lambda: resume.is_enabled() and not pause.is_enabled(), 10, "Resume on, Pause off")
 
             page.locator(".jp-OutputArea-output button.wb-stop").click()
             _wait_for(page, lambda: _status(page) == "stopped", 30, "the status to read stopped")
-            assert page.locator(".jp-OutputArea-output button.wb-start").is_enabled()
+            start = page.locator(".jp-OutputArea-output button.wb-start")
+            _wait_for(page, start.is_enabled, 10, "the Start button to be enabled after the stop")
             page.wait_for_timeout(500)  # the last refresh lands before the picture is taken
             page.locator(".jp-OutputArea-output .wb-dashboard").first.screenshot(path=str(ARTIFACTS / "dashboard.png"))
 
