@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -409,3 +410,52 @@ def test_workers_end_with_the_interpreter(how):
     while any(psutil.pid_exists(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(psutil.pid_exists(p) for p in pids), "a worker outlived its interpreter"
+
+
+class _RecordingRay:
+    """Stands in for the ``ray`` module: records the environment ``init`` ran in, then fails if asked."""
+
+    def __init__(self, fail: bool = False):
+        self.fail, self.seen = fail, None
+
+    def init(self, **options):
+        self.seen = dict(os.environ)
+        if self.fail:
+            raise RuntimeError("ray.init failed")
+
+
+@pytest.mark.parametrize("fail", [False, True])
+@pytest.mark.parametrize("user_path", [None, "/somewhere/of/the/user"])
+def test_a_private_ray_starts_with_lean_imports_first_and_leaves_the_environment_as_it_was(monkeypatch, fail, user_path):
+    pytest.importorskip("ray")
+    from workbench.parallel.ray_envs import _LEAN_IMPORTS_DIR, _init_private_ray
+
+    if user_path is None:
+        monkeypatch.delenv("PYTHONPATH", raising=False)
+    else:
+        monkeypatch.setenv("PYTHONPATH", user_path)
+    before = dict(os.environ)
+    fake = _RecordingRay(fail)
+    if fail:
+        with pytest.raises(RuntimeError, match="ray.init failed"):
+            _init_private_ray(fake, {"_node_ip_address": "127.0.0.1"})
+    else:
+        _init_private_ray(fake, {"_node_ip_address": "127.0.0.1"})
+    assert fake.seen["PYTHONPATH"].split(os.pathsep) == [_LEAN_IMPORTS_DIR] + ([user_path] if user_path else [])
+    assert fake.seen["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0"
+    assert dict(os.environ) == before
+
+
+def test_the_lean_imports_folder_skips_only_the_parser_and_ray_still_imports():
+    pytest.importorskip("ray")
+    from workbench.parallel.ray_envs import _LEAN_IMPORTS_DIR
+
+    code = (
+        "import importlib.util, sys, ray\n"
+        "assert 'rfc3987_syntax' not in sys.modules\n"
+        "try:\n    import rfc3987_syntax\nexcept ImportError as e:\n    print('skipped:', e)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=_LEAN_IMPORTS_DIR)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "skipped: rfc3987_syntax is skipped in workbench's Ray processes" in out.stdout

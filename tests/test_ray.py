@@ -11,6 +11,7 @@ import pytest
 
 import workbench as wb
 from workbench.parallel import WorkerError
+from workbench.parallel.ray_envs import _init_private_ray
 
 ray = pytest.importorskip("ray")
 
@@ -26,7 +27,8 @@ ray.cloudpickle.register_pickle_by_value(test_parallel)
 def local_ray():
     """A local Ray for this module; afterwards not one of its processes may remain."""
     before = _children()
-    ray.init(num_cpus=8, include_dashboard=False, logging_level="warning")
+    # As workbench starts its own Ray (its processes' lean imports), with the suite's 8 CPUs.
+    _init_private_ray(ray, {"num_cpus": 8, "include_dashboard": False, "logging_level": "warning"})
     yield
     ray.shutdown()
     deadline = time.monotonic() + 15
