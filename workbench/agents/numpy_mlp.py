@@ -9,7 +9,11 @@ replaced is noticed at the next call, which then reads the new one.
 
 The numbers are the same to float32 rounding (numpy's matrix kernel is not PyTorch's, so the last
 bits may differ), which is why only the stochastic acting of training uses it: play, the
-deterministic actions, export and every update keep PyTorch's own forward pass.
+deterministic actions and export keep PyTorch's own forward pass.
+
+:meth:`NumpyMLP.forward_keeping` and :meth:`NumpyMLP.backward` give the same net's gradients for a
+batch, for A2C's update (``a2c.py``): at a batch of 40 rows an autograd pass through two 64-64 MLPs
+is a few hundred microseconds of per-op dispatch, the same arithmetic in numpy a few dozen.
 """
 
 from __future__ import annotations
@@ -87,6 +91,47 @@ class NumpyMLP:
                 self._bind()
                 break
         return True
+
+    def forward_keeping(self, x: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+        """The net's output for the float32 batch ``x`` and what :meth:`backward` needs: the input
+        of every layer (each activation is applied in place to its Linear's output, so entry ``i + 1``
+        is also the output of an activation at ``i``)."""
+        kept = [x]
+        for op in self._ops:
+            if len(op) == 2:
+                x = x @ op[0]
+                x += op[1]
+            else:
+                op[0](x, out=x)
+            kept.append(x)
+        return x, kept
+
+    def backward(
+        self, kept: list[np.ndarray], grad_out: np.ndarray, grads: list[tuple[np.ndarray, np.ndarray]]
+    ) -> None:
+        """Write the gradients of the Linear layers' weights and biases into ``grads`` (one
+        ``(weight, bias)`` pair of arrays per Linear, in order, shaped like the parameters) for the
+        loss whose gradient with respect to the output of :meth:`forward_keeping` is ``grad_out``."""
+        dy = grad_out
+        k = len(grads)
+        for i in range(len(self._ops) - 1, -1, -1):
+            op = self._ops[i]
+            if len(op) == 2:
+                k -= 1
+                d_weight, d_bias = grads[k]
+                np.matmul(dy.T, kept[i], out=d_weight)  # (out, batch) @ (batch, in): the weight's layout
+                np.sum(dy, axis=0, out=d_bias)
+                if i:
+                    dy = dy @ op[0].T  # op[0] is the transposed weight
+            elif op[0] is np.tanh:
+                y = kept[i + 1]
+                dy = dy * (1 - y * y)
+            else:  # ReLU
+                dy = dy * (kept[i + 1] > 0)
+
+    def linear_parameters(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Every Linear layer's (weight, bias) parameters, in order."""
+        return [(layer._parameters["weight"], layer._parameters["bias"]) for layer, *_ in self._sources]
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         """The net's output for the float32 batch ``x`` (rows of inputs)."""

@@ -529,18 +529,27 @@ class OnPolicyAgent(Agent):
             loss = policy_loss - c.ent_coef * entropy_mean + c.vf_coef * value_loss
         else:  # the same loss (x - 0 is x), without a backward pass through the entropy for a zero gradient
             loss = policy_loss + c.vf_coef * value_loss
-        flat = self._flat_rmsprop
-        if flat is not None:
-            flat.clear_grads()
-            loss.backward()
-            flat.clip_grad_norm(c.max_grad_norm)
-            flat.step()
+        self._clear_grads()
+        loss.backward()
+        self._clip_and_step()
+        return value_loss, entropy_mean, loss
+
+    def _clear_grads(self) -> None:
+        """Clear the gradients before a backward pass (on the flat buffer when there is one)."""
+        if self._flat_rmsprop is not None:
+            self._flat_rmsprop.clear_grads()
         else:
             clear_grads(self._params)
-            loss.backward()
-            clip_grad_norm(self._params, c.max_grad_norm)
+
+    def _clip_and_step(self) -> None:
+        """Clip the gradients' norm to ``max_grad_norm`` and take the optimizer's step."""
+        flat = self._flat_rmsprop
+        if flat is not None:
+            flat.clip_grad_norm(self.config.max_grad_norm)
+            flat.step()
+        else:
+            clip_grad_norm(self._params, self.config.max_grad_norm)
             adam_step(self.optimizer)  # the fused kernel called directly; any other optimizer: step()
-        return value_loss, entropy_mean, loss
 
     def _end_update(self, metrics: dict[str, float], batch: RolloutBatch) -> dict[str, float]:
         """Start the next rollout, count the update, add the metrics every on-policy agent reports."""

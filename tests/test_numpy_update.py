@@ -1,0 +1,139 @@
+"""A2C's gradient step in numpy: autograd's gradients and metrics to float32 rounding, the same
+choice of path however a run was interrupted, and the torch path wherever numpy cannot follow."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import workbench as wb
+from workbench.agents.networks import mlp
+from workbench.agents.numpy_mlp import NumpyMLP
+from workbench.agents.on_policy import RolloutBatch
+
+
+def _batch(n: int = 40, dim: int = 4, n_actions: int = 2, seed: int = 0) -> RolloutBatch:
+    rng = np.random.default_rng(seed)
+    f32 = lambda *shape: torch.from_numpy(rng.normal(size=shape).astype(np.float32))  # noqa: E731
+    return RolloutBatch(
+        obs=f32(n, dim), actions=torch.from_numpy(rng.integers(0, n_actions, n)), log_probs=torch.zeros(n),
+        advantages=f32(n), returns=f32(n), values=np.zeros(n, np.float32), returns_np=np.zeros(n, np.float32),
+    )
+
+
+def _gradients_of(agent: wb.A2C, step) -> tuple[dict, list[torch.Tensor]]:
+    """The metrics and the gradients ``step`` leaves for the optimizer (which is not stepped)."""
+    seen: list[torch.Tensor] = []
+    agent._clip_and_step = lambda: seen.extend(p.grad.clone() for p in agent._params)
+    metrics = step()
+    del agent._clip_and_step
+    return metrics, seen
+
+
+@pytest.mark.parametrize("activation", ["tanh", "relu"])
+@pytest.mark.parametrize("ent_coef", [0.0, 0.05])
+@pytest.mark.parametrize("normalize_advantage", [False, True])
+def test_the_numpy_gradient_step_gives_autograds_gradients_and_metrics(activation, ent_coef, normalize_advantage):
+    agent = wb.A2C("CartPole-v1", seed=0, activation=activation, ent_coef=ent_coef,
+                   normalize_advantage=normalize_advantage, vf_coef=0.7)
+    wb.Session(agent, "CartPole-v1", seed=0).run(steps=120)  # a few updates: the flat buffers are bound
+    batch = _batch()
+    nets = agent._numpy_update_nets(batch)
+    assert nets is not None
+    ours, our_grads = _gradients_of(agent, lambda: agent._gradient_step_in_numpy(batch, *nets))
+    theirs, their_grads = _gradients_of(agent, lambda: agent._gradient_step_in_torch(batch))
+    assert ours.keys() == theirs.keys() == {"loss", "policy_loss", "value_loss", "entropy"}
+    for key in ours:
+        assert ours[key] == pytest.approx(theirs[key], rel=1e-5, abs=1e-6), key
+    for a, b in zip(our_grads, their_grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_numpy_mlp_backward_matches_autograd_for_a_deeper_net():
+    torch.manual_seed(0)
+    net = mlp(5, (7, 9, 6), 3, activation="relu")
+    x = np.random.default_rng(1).normal(size=(11, 5)).astype(np.float32)
+    grad_out = np.random.default_rng(2).normal(size=(11, 3)).astype(np.float32)
+    forward = NumpyMLP.of(net)
+    out, kept = forward.forward_keeping(x)
+    grads = [(np.empty_like(w.detach().numpy()), np.empty_like(b.detach().numpy()))
+             for w, b in forward.linear_parameters()]
+    forward.backward(kept, grad_out, grads)
+    torch_out = net(torch.from_numpy(x))
+    torch_out.backward(torch.from_numpy(grad_out))
+    np.testing.assert_allclose(out, torch_out.detach().numpy(), rtol=1e-5, atol=1e-6)
+    for (dw, db), (w, b) in zip(grads, forward.linear_parameters(), strict=True):
+        np.testing.assert_allclose(dw, w.grad.numpy(), rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(db, b.grad.numpy(), rtol=1e-4, atol=1e-6)
+
+
+def test_every_a2c_update_is_taken_in_numpy_before_and_after_a_resume(tmp_path):
+    calls = {"numpy": 0}
+
+    def counting(agent: wb.A2C) -> wb.A2C:
+        original = agent._gradient_step_in_numpy
+
+        def counted(*args):
+            calls["numpy"] += 1
+            return original(*args)
+
+        agent._gradient_step_in_numpy = counted
+        return agent
+
+    session = wb.Session(counting(wb.A2C("CartPole-v1", seed=0)), "CartPole-v1", seed=0)
+    session.run(steps=400)
+    assert calls["numpy"] == session.agent.num_updates == 10
+    session.save(tmp_path / "run")
+
+    calls["numpy"] = 0
+    resumed = wb.Session.resume(tmp_path / "run", "CartPole-v1")
+    counting(resumed.agent)
+    assert not resumed.agent._flat_rmsprop.bound  # the loaded state is bound at its first step
+    resumed.run(steps=400)
+    # The path does not depend on the binding: a resumed run's gradients are computed as before.
+    assert calls["numpy"] == 10 and resumed.agent.num_updates == 20
+    assert resumed.agent._flat_rmsprop.bound
+
+
+def test_updates_numpy_cannot_follow_take_autograd():
+    plain = wb.A2C("CartPole-v1", seed=0)
+    assert plain._numpy_update_nets(_batch()) is not None
+
+    masked = _batch()._replace(masks=torch.ones(40, 2, dtype=torch.bool))
+    assert plain._numpy_update_nets(masked) is None
+
+    hooked = wb.A2C("CartPole-v1", seed=0)
+    handle = hooked.actor.register_forward_hook(lambda module, inputs, output: None)
+    assert hooked._numpy_update_nets(_batch()) is None
+    handle.remove()
+
+    tensor_hooked = wb.A2C("CartPole-v1", seed=0)
+    tensor_hooked.critic[0].weight.register_hook(lambda grad: grad * 2)
+    assert tensor_hooked._numpy_update_nets(_batch()) is None
+
+    frozen = wb.A2C("CartPole-v1", seed=0)
+    frozen.actor[0].bias.requires_grad_(False)
+    assert frozen._numpy_update_nets(_batch()) is None
+
+    box = wb.A2C("Pendulum-v1", seed=0)
+    assert box._numpy_update_nets(_batch(dim=3)) is None
+
+
+def test_a_hooked_a2c_still_trains_through_autograd():
+    agent = wb.A2C("CartPole-v1", seed=0)
+    outputs: list[int] = []
+    agent.critic.register_forward_hook(lambda module, inputs, output: outputs.append(len(output)))
+    session = wb.Session(agent, "CartPole-v1")  # no seed: a seeded session rebuilds the networks
+    session.run(steps=80)
+    assert session.status == "finished", session.error
+    assert agent.num_updates == 2
+    assert 40 in outputs  # the update's forward pass ran through the hooked module
+
+
+@pytest.mark.slow
+def test_a2c_zoo_preset_learns_cartpole_with_the_numpy_update():
+    agent, env = wb.preset("CartPole-v1", "a2c", seed=0)
+    wb.Session(agent, env, seed=0).run(steps=100_000)
+    assert np.mean(agent.play(gym.make("CartPole-v1"), episodes=5, seed=1)) >= 400
