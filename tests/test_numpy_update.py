@@ -1,4 +1,4 @@
-"""A2C's gradient step in numpy: autograd's gradients and metrics to float32 rounding, the same
+"""A2C's and PPO's gradient steps in numpy: autograd's gradients and metrics to float32 rounding, the same
 choice of path however a run was interrupted, and the torch path wherever numpy cannot follow."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import torch
 import workbench as wb
 from workbench.agents.networks import mlp
 from workbench.agents.numpy_mlp import NumpyMLP
-from workbench.agents.on_policy import RolloutBatch
+from workbench.agents.on_policy import RolloutBatch, run_layers
+from workbench.agents.ppo import NumpyBatch, clipped_step
 
 
 def _batch(n: int = 40, dim: int = 4, n_actions: int = 2, seed: int = 0) -> RolloutBatch:
@@ -136,4 +137,59 @@ def test_a_hooked_a2c_still_trains_through_autograd():
 def test_a2c_zoo_preset_learns_cartpole_with_the_numpy_update():
     agent, env = wb.preset("CartPole-v1", "a2c", seed=0)
     wb.Session(agent, env, seed=0).run(steps=100_000)
+    assert np.mean(agent.play(gym.make("CartPole-v1"), episodes=5, seed=1)) >= 400
+
+
+def _ppo_minibatch_in_torch(agent: wb.PPO, batch: RolloutBatch, clip: float) -> torch.Tensor:
+    log_prob, entropy = agent._policy_terms(batch.obs, batch.actions, None)
+    values = run_layers(agent.critic, batch.obs).squeeze(-1)
+    return clipped_step(agent, log_prob, entropy, values, batch.advantages, batch.log_probs, batch.returns, clip)
+
+
+@pytest.mark.parametrize("ent_coef", [0.0, 0.05])
+@pytest.mark.parametrize("normalize_advantage", [False, True])
+@pytest.mark.parametrize("spread", [0.0, 0.3])  # the old log-probs equal to the current ones, or clipped
+def test_the_ppo_numpy_minibatch_step_gives_autograds_gradients_and_statistics(ent_coef, normalize_advantage, spread):
+    agent = wb.PPO("CartPole-v1", seed=0, ent_coef=ent_coef, normalize_advantage=normalize_advantage, n_steps=8,
+                   batch_size=32, n_epochs=2)
+    wb.Session(agent, "CartPole-v1", seed=0).run(steps=128)
+    batch = _batch(n=64)
+    with torch.no_grad():
+        log_prob, _ = agent._policy_terms(batch.obs, batch.actions, None)
+    old = log_prob + spread * torch.from_numpy(np.random.default_rng(3).normal(size=64).astype(np.float32))
+    batch = batch._replace(log_probs=old)
+    nets = agent._numpy_update_nets(batch)
+    assert nets is not None
+    rows = np.arange(64)
+    ours, our_grads = _gradients_of(
+        agent, lambda: agent._clipped_step_in_numpy(NumpyBatch.of(batch), rows, 0.2, *nets))
+    theirs, their_grads = _gradients_of(agent, lambda: _ppo_minibatch_in_torch(agent, batch, 0.2))
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+    if spread:
+        assert 0 < float(ours[4]) < 1  # some rows clipped, some not: both branches of the gradient
+    for a, b in zip(our_grads, their_grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_every_ppo_gradient_step_is_taken_in_numpy_and_masked_ppo_takes_autograd():
+    calls = {"numpy": 0}
+    agent = wb.PPO("CartPole-v1", seed=0, n_steps=16, batch_size=64, n_epochs=3)
+    original = agent._clipped_step_in_numpy
+
+    def counted(*args):
+        calls["numpy"] += 1
+        return original(*args)
+
+    agent._clipped_step_in_numpy = counted
+    wb.Session(agent, "CartPole-v1", seed=0).run(steps=256)
+    assert agent.num_updates == 2 and calls["numpy"] == 2 * 3 * 2  # updates x epochs x minibatches
+
+    masked = _batch()._replace(masks=torch.ones(40, 2, dtype=torch.bool))
+    assert agent._numpy_update_nets(masked) is None
+
+
+@pytest.mark.slow
+def test_ppo_zoo_preset_learns_cartpole_with_the_numpy_update():
+    agent, env = wb.preset("CartPole-v1", "ppo", seed=0)
+    wb.Session(agent, env, seed=0).run(steps=50_000)
     assert np.mean(agent.play(gym.make("CartPole-v1"), episodes=5, seed=1)) >= 400

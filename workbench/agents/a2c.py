@@ -20,7 +20,7 @@ from .base import register
 from .flat_rmsprop import FlatRMSprop
 from .networks import make_adam
 from .numpy_mlp import NumpyMLP
-from .on_policy import OnPolicyAgent, OnPolicyConfig, RolloutBatch, run_layers
+from .on_policy import OnPolicyAgent, OnPolicyConfig, RolloutBatch, categorical_numpy, run_layers
 
 __all__ = ["A2C", "A2CConfig"]
 
@@ -88,22 +88,6 @@ class A2C(OnPolicyAgent):
         )
         return {"loss": loss_v, "policy_loss": policy_loss_v, "value_loss": value_loss_v, "entropy": entropy_v}
 
-    def _numpy_update_nets(self, batch: RolloutBatch) -> tuple[NumpyMLP, NumpyMLP] | None:
-        """The actor and critic as numpy passes when this update's gradient can be written out in
-        numpy: one Discrete head (no masks) on plain, separate MLPs with no hooks (the acting test,
-        :meth:`_numpy_nets`), float32 observations, every parameter trained and hook-free. None
-        sends the update through autograd; the choice never depends on the run's progress, so a
-        resumed run computes its gradients as an uninterrupted one does."""
-        if self.action_kind != "discrete" or batch.masks is not None or batch.obs.dtype != torch.float32:
-            return None
-        nets = self._numpy_nets()
-        if nets is None:
-            return None
-        for p in self._params:
-            if not p.requires_grad or p._backward_hooks or getattr(p, "_post_accumulate_grad_hooks", None):
-                return None
-        return nets
-
     def _gradient_step_in_numpy(self, batch: RolloutBatch, actor: NumpyMLP, critic: NumpyMLP) -> dict[str, float]:
         """The step of :meth:`_gradient_step_in_torch` with the loss and its gradient written out in
         numpy (the same formulas, equal to float32 rounding), then the same clipping and optimizer
@@ -113,40 +97,20 @@ class A2C(OnPolicyAgent):
         obs = batch.obs.numpy()
         actions = batch.actions.numpy().reshape(-1)
         returns = batch.returns.numpy()
-        advantages = batch.advantages.numpy()
+        advantages = self._normalized_numpy(batch.advantages.numpy())
         n = len(obs)
-        if c.normalize_advantage and n > 1:
-            advantages = (advantages - advantages.mean()) / (advantages.std(ddof=1) + np.float32(1e-8))
         logits, actor_kept = actor.forward_keeping(obs)
         values, critic_kept = critic.forward_keeping(obs)
-        shifted = logits - logits.max(axis=1, keepdims=True)
-        weights = np.exp(shifted)
-        totals = weights.sum(axis=1, keepdims=True)
-        log_p = shifted - np.log(totals)
-        probs = weights / totals
-        rows = np.arange(n)
-        entropy = -(probs * log_p).sum(axis=1)
+        log_prob, entropy, probs, grad_logits = categorical_numpy(logits, actions, c.ent_coef)
         errors = values[:, 0] - returns
-        policy_loss = -float((advantages * log_p[rows, actions]).mean())
+        policy_loss = -float((advantages * log_prob).mean())
         value_loss = float((errors * errors).mean())
         entropy_mean = float(entropy.mean())
-        # d loss / d logits: the policy term's (A/n)(p - onehot(a)), the entropy term's
-        # (ent_coef/n) p (log p + H); d loss / d value: vf_coef 2 (V - R) / n.
+        # d policy_loss / d logits = (A/n)(p - onehot(a)); d value_loss / d V = 2 (V - R) / n.
         scaled = advantages / np.float32(n)
-        grad_logits = probs * scaled[:, None]
-        grad_logits[rows, actions] -= scaled
-        if c.ent_coef:
-            grad_logits += np.float32(c.ent_coef / n) * probs * (log_p + entropy[:, None])
+        grad_logits += probs * scaled[:, None]
+        grad_logits[np.arange(n), actions] -= scaled
         grad_values = (np.float32(2 * c.vf_coef / n) * errors)[:, None]
-        self._clear_grads()
-        for net, kept, grad_out in ((actor, actor_kept, grad_logits), (critic, critic_kept, grad_values)):
-            grads = []
-            for weight, bias in net.linear_parameters():
-                for p in (weight, bias):
-                    if p.grad is None:
-                        p.grad = torch.empty_like(p)
-                grads.append((weight.grad.numpy(), bias.grad.numpy()))
-            net.backward(kept, grad_out, grads)
-        self._clip_and_step()
+        self._numpy_step((actor, actor_kept, grad_logits), (critic, critic_kept, grad_values))
         loss = policy_loss - c.ent_coef * entropy_mean + c.vf_coef * value_loss
         return {"loss": loss, "policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy_mean}

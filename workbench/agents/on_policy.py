@@ -50,6 +50,7 @@ __all__ = [
     "OnPolicyAgent",
     "OnPolicyConfig",
     "RolloutBatch",
+    "categorical_numpy",
     "categorical_terms",
     "masked_logits",
     "run_layers",
@@ -117,6 +118,26 @@ def sample_categorical(
         chosen.append(a)
     actions = chosen[0] if kind == "discrete" else torch.stack(chosen, dim=-1)
     return actions, None if deterministic else log_prob
+
+
+def categorical_numpy(
+    logits: np.ndarray, actions: np.ndarray, ent_coef: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A categorical head's terms in numpy, for the gradient steps written out there: the
+    log-probabilities of ``actions``, the entropies, the probabilities, and the gradient of
+    ``-ent_coef * mean(entropy)`` with respect to the logits, ``(ent_coef / n) p (log p + H)``
+    (zero when ``ent_coef`` is)."""
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    weights = np.exp(shifted)
+    totals = weights.sum(axis=1, keepdims=True)
+    log_p = shifted - np.log(totals)
+    probs = weights / totals
+    entropy = -(probs * log_p).sum(axis=1)
+    if ent_coef:
+        grad_entropy = np.float32(ent_coef / len(logits)) * probs * (log_p + entropy[:, None])
+    else:
+        grad_entropy = np.zeros_like(logits)
+    return log_p[np.arange(len(logits)), actions], entropy, probs, grad_entropy
 
 
 def run_layers(net: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -533,6 +554,48 @@ class OnPolicyAgent(Agent):
         loss.backward()
         self._clip_and_step()
         return value_loss, entropy_mean, loss
+
+    # -- gradient steps in numpy (A2C, PPO) -----------------------------------------------------
+
+    def _numpy_update_nets(self, batch: RolloutBatch) -> tuple[NumpyMLP, NumpyMLP] | None:
+        """The actor and critic as numpy passes when an update's gradient can be written out in
+        numpy: one Discrete head (no masks) on plain, separate MLPs with no hooks (the acting test,
+        :meth:`_numpy_nets`), float32 observations, every parameter trained and hook-free. None
+        sends the update through autograd; the choice never depends on the run's progress, so a
+        resumed run computes its gradients as an uninterrupted one does."""
+        if self.action_kind != "discrete" or batch.masks is not None or batch.obs.dtype != torch.float32:
+            return None
+        nets = self._numpy_nets()
+        if nets is None:
+            return None
+        for p in self._params:
+            if not p.requires_grad or p._backward_hooks or getattr(p, "_post_accumulate_grad_hooks", None):
+                return None
+        return nets
+
+    def _numpy_step(
+        self,
+        actor: tuple[NumpyMLP, list[np.ndarray], np.ndarray],
+        critic: tuple[NumpyMLP, list[np.ndarray], np.ndarray],
+    ) -> None:
+        """Write the gradients of each ``(net, kept, d loss / d output)`` into the parameters'
+        ``grad`` (the flat buffer's views once bound), then clip and take the optimizer's step."""
+        self._clear_grads()
+        for net, kept, grad_out in (actor, critic):
+            grads = []
+            for weight, bias in net.linear_parameters():
+                for p in (weight, bias):
+                    if p.grad is None:
+                        p.grad = torch.empty_like(p)
+                grads.append((weight.grad.numpy(), bias.grad.numpy()))
+            net.backward(kept, grad_out, grads)
+        self._clip_and_step()
+
+    def _normalized_numpy(self, advantages: np.ndarray) -> np.ndarray:
+        """:meth:`_normalized` for a numpy array (``std`` with one degree of freedom, as torch's)."""
+        if self.config.normalize_advantage and advantages.size > 1:
+            return (advantages - advantages.mean()) / (advantages.std(ddof=1) + np.float32(1e-8))
+        return advantages
 
     def _clear_grads(self) -> None:
         """Clear the gradients before a backward pass (on the flat buffer when there is one)."""
