@@ -193,3 +193,21 @@ def test_ppo_zoo_preset_learns_cartpole_with_the_numpy_update():
     agent, env = wb.preset("CartPole-v1", "ppo", seed=0)
     wb.Session(agent, env, seed=0).run(steps=50_000)
     assert np.mean(agent.play(gym.make("CartPole-v1"), episodes=5, seed=1)) >= 400
+
+
+def test_large_products_go_to_torch_so_numpys_blas_never_starts_threads(monkeypatch):
+    from workbench.agents import numpy_mlp
+
+    calls = []
+    real_mm = torch.mm
+    monkeypatch.setattr(numpy_mlp.torch, "mm", lambda *a, **k: calls.append(a[0].shape) or real_mm(*a, **k))
+    rng = np.random.default_rng(0)
+    small, wide = rng.normal(size=(8, 64)).astype(np.float32), rng.normal(size=(256, 64)).astype(np.float32)
+    weight = rng.normal(size=(64, 64)).astype(np.float32)
+    np.testing.assert_allclose(numpy_mlp.matmul(small, weight), small @ weight, rtol=1e-5, atol=1e-5)
+    assert calls == []
+    np.testing.assert_allclose(numpy_mlp.matmul(wide, weight), wide @ weight, rtol=1e-5, atol=1e-5)
+    out = np.empty((64, 64), np.float32)
+    numpy_mlp.matmul(wide.T, wide, out=out)
+    np.testing.assert_allclose(out, wide.T @ wide, rtol=1e-4, atol=1e-3)
+    assert calls == [(256, 64), (64, 256)]
