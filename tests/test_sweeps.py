@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
 
 import pytest
@@ -176,11 +177,20 @@ def test_cli_sweep_over_a_function_in_a_file_in_worker_processes(tmp_path, capsy
 
 def test_the_notebook_view_fills_in_the_table_curves_and_importances(tmp_path):
     pytest.importorskip("ipywidgets")
-    s = wb.sweep(make_dqn, "CartPole-v1", {"eps": (0.05, 1.0), "lr": (1e-4, 1e-2)}, trials=4, prune=False,
+    gate = threading.Event()
+
+    def gated_dqn(eps: float, lr: float):  # holds the first trial until the running view has been checked
+        gate.wait(60)
+        return make_dqn(eps, lr)
+
+    s = wb.sweep(gated_dqn, "CartPole-v1", {"eps": (0.05, 1.0), "lr": (1e-4, 1e-2)}, trials=4, prune=False,
                  storage=tmp_path / "v.db", **{**FAST, "steps": 600})
     view = s.dashboard()
     try:
+        assert s.status == "running"
+        view.refresh()
         assert view.buttons["Pause"].disabled is False and view.buttons["Start"].disabled is True
+        gate.set()
         s.wait()
         view.refresh()
         assert view.table.value.count("<tr") == 5  # header and four trials
