@@ -171,6 +171,28 @@ def test_the_ppo_numpy_minibatch_step_gives_autograds_gradients_and_statistics(e
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 
 
+def test_numpy_steps_rewrite_the_same_grad_tensors_and_follow_replaced_ones():
+    agent = wb.PPO("CartPole-v1", seed=0, n_steps=8, batch_size=32, n_epochs=2)
+    wb.Session(agent, "CartPole-v1", seed=0).run(steps=128)
+    batch = _batch(n=64)
+    nets = agent._numpy_update_nets(batch)
+    rows = np.arange(64)
+
+    def step():  # the optimizer is not stepped (``_gradients_of``): every step has the same gradients
+        return agent._clipped_step_in_numpy(NumpyBatch.of(batch), rows, 0.2, *nets)
+
+    _, first = _gradients_of(agent, step)
+    held = [p.grad for p in agent._params]
+    _, again = _gradients_of(agent, step)
+    assert all(p.grad is g for p, g in zip(agent._params, held, strict=True))  # written again, not reallocated
+    for i, p in enumerate(agent._params):  # replaced between steps: dropped, or a non-contiguous tensor
+        p.grad = None if i % 2 else torch.full_like(p.grad.T, 7.0).T
+    _, replaced = _gradients_of(agent, step)
+    assert all(p.grad.is_contiguous() for p in agent._params)
+    for a, b, c in zip(first, again, replaced, strict=True):
+        assert torch.equal(a, b) and torch.equal(a, c)
+
+
 def test_every_ppo_gradient_step_is_taken_in_numpy_and_masked_ppo_takes_autograd():
     calls = {"numpy": 0}
     agent = wb.PPO("CartPole-v1", seed=0, n_steps=16, batch_size=64, n_epochs=3)

@@ -316,6 +316,7 @@ class OnPolicyAgent(Agent):
         self.rollout: RolloutBuffer | None = None
         # Acting's caches, made on first use (attributes from the start: deciding adds none).
         self._numpy_acting: tuple[nn.Module, nn.Module, tuple[NumpyMLP, NumpyMLP] | None] | None = None
+        self._numpy_grad_views: dict[int, tuple[list[tuple[torch.Tensor, torch.Tensor]], list]] = {}
         self._row_starts: tuple[tuple[int, int], np.ndarray] | None = None
         return params
 
@@ -579,17 +580,34 @@ class OnPolicyAgent(Agent):
         critic: tuple[NumpyMLP, list[np.ndarray], np.ndarray],
     ) -> None:
         """Write the gradients of each ``(net, kept, d loss / d output)`` into the parameters'
-        ``grad`` (the flat buffer's views once bound), then clip and take the optimizer's step."""
-        self._clear_grads()
-        for net, kept, grad_out in (actor, critic):
-            grads = []
-            for weight, bias in net.linear_parameters():
-                for p in (weight, bias):
-                    if p.grad is None:
-                        p.grad = torch.empty_like(p)
-                grads.append((weight.grad.numpy(), bias.grad.numpy()))
-            net.backward(kept, grad_out, grads)
+        ``grad`` (the flat buffer's views once bound), then clip and take the optimizer's step.
+
+        :meth:`NumpyMLP.backward` overwrites every gradient it is given, so the ``grad`` tensors of
+        the last step are written again rather than cleared and allocated anew (about 30 µs a step
+        for PPO's twelve tensors); the flat buffer is still cleared, as its own step expects."""
+        if self._flat_rmsprop is not None:
+            self._flat_rmsprop.clear_grads()
+        for which, (net, kept, grad_out) in enumerate((actor, critic)):
+            net.backward(kept, grad_out, self._numpy_grads(which, net))
         self._clip_and_step()
+
+    def _numpy_grads(self, which: int, net: NumpyMLP) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Numpy views of ``net``'s (the actor's, ``which`` 0, or the critic's, 1) Linear layers'
+        ``(weight.grad, bias.grad)``: the views of the last call while every ``grad`` is the same
+        tensor, else those of the existing contiguous ``grad`` tensors or of new ones."""
+        pairs = net.linear_parameters()
+        cached = self._numpy_grad_views.get(which)
+        if cached is not None and all(
+            w.grad is gw and b.grad is gb for (w, b), (gw, gb) in zip(pairs, cached[0], strict=True)
+        ):
+            return cached[1]
+        for p in (p for pair in pairs for p in pair):
+            if p.grad is None or not p.grad.is_contiguous() or p.grad.shape != p.shape:
+                p.grad = torch.empty_like(p, memory_format=torch.contiguous_format)
+        tensors = [(w.grad, b.grad) for w, b in pairs]
+        views = [(gw.numpy(), gb.numpy()) for gw, gb in tensors]
+        self._numpy_grad_views[which] = (tensors, views)
+        return views
 
     def _normalized_numpy(self, advantages: np.ndarray) -> np.ndarray:
         """:meth:`_normalized` for a numpy array (``std`` with one degree of freedom, as torch's)."""
