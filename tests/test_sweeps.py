@@ -251,6 +251,39 @@ def test_ray_prune_settings_map_to_tune_schedulers(tmp_path):
         build(optuna.pruners.MedianPruner())
 
 
+def test_a_ray_sweep_starts_its_private_ray_as_a_session_does(tmp_path, monkeypatch):
+    """Loopback-only sockets and lean imports (``_init_private_ray``) for a Ray the sweep starts;
+    a ``ray_address`` is joined with a plain ``ray.init``."""
+    ray = pytest.importorskip("ray")
+    pytest.importorskip("ray.tune")
+    import workbench.sweeps_ray as sweeps_ray
+
+    if ray.is_initialized():
+        pytest.skip("a Ray is already running in this process")
+    calls = []
+
+    class Started(Exception):
+        pass
+
+    def record(kind):
+        def init(*args):
+            calls.append((kind, args[-1] if args else None))
+            raise Started
+
+        return init
+
+    monkeypatch.setattr(sweeps_ray, "_init_private_ray", lambda ray, options: record("private")(options))
+    monkeypatch.setattr(ray, "init", lambda **options: record("join")(options))
+    for address in (None, "10.0.0.5:6379"):
+        sweep = wb.Sweep(make_dqn, "CartPole-v1", {"eps": [1.0]}, backend="ray", prune=False, ray_address=address,
+                         storage=tmp_path / "p.db", name=f"p{address}", **FAST)
+        with pytest.raises(Started):
+            sweeps_ray.run_tune(sweep, threading.Event())
+    (private, options), (join, joined) = calls
+    assert private == "private" and options["_node_ip_address"] == "127.0.0.1" and "address" not in options
+    assert join == "join" and joined["address"] == "10.0.0.5:6379"
+
+
 def test_each_trial_gets_its_own_sinks(tmp_path):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import optuna
 from optuna.trial import TrialState
 
+from .parallel.ray_envs import _init_private_ray
 from .sweep_trials import _counted, _decode, _Interrupted, _Never, _open_storage, _Pruned, _run_trial, _Spec
 
 if TYPE_CHECKING:
@@ -165,9 +166,10 @@ def run_tune(sweep: Sweep, stop: Any) -> None:
         if sweep.ray_address is None:
             options["num_cpus"] = max(os.cpu_count() or 1, sweep.parallel)
             options["_node_ip_address"] = "127.0.0.1"  # a private Ray: reachable from this machine only
+            _init_private_ray(ray, options)  # as a session's: loopback sockets only, lean imports
         else:
             options["address"] = sweep.ray_address
-        ray.init(**options)
+            ray.init(**options)
         owns_ray = True
     stop_key = uuid.uuid4().hex
     _STOP_EVENTS[stop_key] = stop
