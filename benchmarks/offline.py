@@ -116,9 +116,13 @@ def collect_pendulum(transitions: int, teacher_steps: int, cache: str | None = N
     return data
 
 
-def d3rlpy_cql(data: wb.Dataset, seed: int, steps: int, lr: float | None = None) -> tuple[float, float, float]:
+def d3rlpy_cql(
+    data: wb.Dataset, seed: int, steps: int, lr: float | None = None, net_arch: tuple[int, ...] = (256, 256),
+    tau: float = 0.005, entropy_backup: bool = False,
+) -> tuple[float, float, float]:
     """d3rlpy's CQL with ``wb.CQL``'s hyperparameters on ``data`` (``lr``: every learning rate, as
-    ``--cql-lr``): (return over 10 deterministic episodes, training wall seconds, training CPU seconds)."""
+    ``--cql-lr``; ``net_arch``, ``tau`` and ``entropy_backup`` as the other ``--cql-`` options): (return over 10
+    deterministic episodes, training wall seconds, training CPU seconds)."""
     import d3rlpy
     import torch
 
@@ -129,9 +133,11 @@ def d3rlpy_cql(data: wb.Dataset, seed: int, steps: int, lr: float | None = None)
     )
     d3rlpy.seed(seed)
     config = d3rlpy.algos.CQLConfig(
-        batch_size=256, gamma=0.99, tau=0.005, actor_learning_rate=lr or 1e-4, critic_learning_rate=lr or 3e-4,
+        actor_encoder_factory=d3rlpy.models.encoders.VectorEncoderFactory(hidden_units=list(net_arch)),
+        critic_encoder_factory=d3rlpy.models.encoders.VectorEncoderFactory(hidden_units=list(net_arch)),
+        batch_size=256, gamma=0.99, tau=tau, actor_learning_rate=lr or 1e-4, critic_learning_rate=lr or 3e-4,
         temp_learning_rate=lr or 1e-4, alpha_learning_rate=0.0, initial_alpha=1.0, alpha_threshold=0.0,
-        conservative_weight=5.0, n_action_samples=10, initial_temperature=1.0,
+        conservative_weight=5.0, n_action_samples=10, initial_temperature=1.0, soft_q_backup=entropy_backup,
         action_scaler=d3rlpy.preprocessing.MinMaxActionScaler(minimum=low, maximum=high),
     )
     cql = config.create(device="cpu:0")
@@ -156,6 +162,21 @@ def d3rlpy_cql(data: wb.Dataset, seed: int, steps: int, lr: float | None = None)
     return float(np.mean(returns)), wall, cpu
 
 
+def cql_settings(args: argparse.Namespace) -> dict:
+    """``wb.CQL``'s keyword arguments from ``--cql-lr``, ``--cql-net``, ``--cql-tau`` and
+    ``--cql-entropy-backup`` (those given)."""
+    kwargs: dict = {}
+    if args.cql_lr:
+        kwargs.update(learning_rate=args.cql_lr, actor_lr=args.cql_lr)
+    if args.cql_net:
+        kwargs["net_arch"] = tuple(int(n) for n in args.cql_net.split(","))
+    if args.cql_tau:
+        kwargs["tau"] = args.cql_tau
+    if args.cql_entropy_backup:
+        kwargs["entropy_backup"] = True
+    return kwargs
+
+
 def pendulum(args: argparse.Namespace) -> None:
     data = collect_pendulum(args.transitions or 20_000, args.teacher_steps, args.cache)
     behaviour = data.episode_returns().mean()
@@ -166,7 +187,7 @@ def pendulum(args: argparse.Namespace) -> None:
         t0 = time.process_time()
         line = [f"seed {seed}"]
         for cls in (getattr(wb, name) for name in args.agents.split(",")):
-            kwargs = {"learning_rate": args.cql_lr, "actor_lr": args.cql_lr} if cls is wb.CQL and args.cql_lr else {}
+            kwargs = cql_settings(args) if cls is wb.CQL else {}
             agent = cls(dataset=data, seed=seed, **kwargs)
             wall, cpu = time.perf_counter(), time.process_time()
             wb.Session(agent, dataset=data, seed=seed).run(steps=steps)
@@ -175,7 +196,9 @@ def pendulum(args: argparse.Namespace) -> None:
             results.setdefault(cls.__name__, []).append((ret, wall, cpu))
             line.append(f"{cls.__name__} {ret:7.1f} (wall {wall:.0f}s cpu {cpu:.0f}s)")
         if args.d3rlpy:
-            ret, wall, cpu = d3rlpy_cql(data, seed, steps, args.cql_lr)
+            settings = cql_settings(args)
+            ret, wall, cpu = d3rlpy_cql(data, seed, steps, args.cql_lr, settings.get("net_arch", (256, 256)),
+                                        settings.get("tau", 0.005), settings.get("entropy_backup", False))
             results.setdefault("d3rlpy CQL", []).append((ret, wall, cpu))
             line.append(f"d3rlpy CQL {ret:7.1f} (wall {wall:.0f}s cpu {cpu:.0f}s)")
         line.append(f"cpu {time.process_time() - t0:.0f}s")
@@ -212,6 +235,11 @@ def main() -> None:
     parser.add_argument("--d3rlpy", action="store_true", help="--pendulum: d3rlpy's CQL side by side")
     parser.add_argument("--cql-lr", type=float, default=None,
                         help="--pendulum: CQL's learning rates (critics, policy, temperature; d3rlpy's too)")
+    parser.add_argument("--cql-net", default=None,
+                        help="--pendulum: CQL's hidden layer sizes, comma-separated (its default 256,256)")
+    parser.add_argument("--cql-tau", type=float, default=None, help="--pendulum: CQL's target update rate")
+    parser.add_argument("--cql-entropy-backup", action="store_true",
+                        help="--pendulum: CQL's soft (SAC) backup in the TD target (d3rlpy's soft_q_backup too)")
     args = parser.parse_args()
     if args.pendulum:
         pendulum(args)

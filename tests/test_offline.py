@@ -164,3 +164,40 @@ def test_cql_box_starts_by_imitating_the_data_for_bc_steps():
     for _ in range(300):
         agent.update()
     np.testing.assert_allclose(agent.act(obs[:20], deterministic=True), 1.2, atol=0.2)
+
+
+@pytest.mark.parametrize("entropy_backup", [False, True])
+def test_cql_box_losses_follow_the_formula_with_and_without_the_entropy_backup(entropy_backup):
+    """The TD target (with SAC's soft backup only when asked) and the importance-sampled conservative
+    term over uniform, policy-at-s and policy-at-s' actions, written out here with the same draws."""
+    import math
+
+    import torch
+
+    agent = wb.CQL(dataset=_dataset("Pendulum-v1"), net_arch=(16, 16), batch_size=8, n_action_samples=3, seed=0,
+                   entropy_backup=entropy_backup)
+    batch = agent.data.sample(8, agent.rng)
+    state = agent.generator.get_state()
+    b, n, c = 8, 3, agent.config
+    with torch.no_grad():
+        alpha = agent.log_alpha().exp()
+        next_a, next_logp = agent.actor.sample(batch.next_obs, agent.generator)
+        next_q = agent._q(agent.critic_target, batch.next_obs, next_a).min(0).values
+        soft = alpha * next_logp if entropy_backup else 0.0  # SAC's soft backup, or d3rlpy's default
+        target = batch.rewards + c.gamma * (1.0 - batch.dones) * (next_q - soft)
+        obs_rep, next_rep = batch.obs.repeat_interleave(n, 0), batch.next_obs.repeat_interleave(n, 0)
+        random_a = torch.rand((b * n, 1), generator=agent.generator) * 2 - 1
+        pi_a, pi_logp = agent.actor.sample(obs_rep, agent.generator)
+        npi_a, npi_logp = agent.actor.sample(next_rep, agent.generator)
+        q = agent._q(agent.critic, batch.obs, batch.actions.float())
+        td = (q - target).pow(2).mean(1).sum()
+        samples = torch.cat([
+            agent._q(agent.critic, obs_rep, random_a).view(2, b, n) - math.log(0.5),
+            agent._q(agent.critic, obs_rep, pi_a).view(2, b, n) - pi_logp.view(1, b, n),
+            agent._q(agent.critic, obs_rep, npi_a).view(2, b, n) - npi_logp.view(1, b, n),
+        ], dim=2)
+        conservative = (torch.logsumexp(samples, 2) - math.log(3 * n) - q).mean(1).sum()
+    agent.generator.set_state(state)
+    metrics = agent._learn(batch)
+    assert metrics["critic_loss"] == pytest.approx(float(td), rel=1e-5)
+    assert metrics["cql_loss"] == pytest.approx(float(conservative), rel=1e-5, abs=1e-6)

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..validation import checked, integer, number, optional
+from ..validation import checked, flag, integer, number, optional
 from .base import register
 from .networks import EnsembleMLP, ScalarParameter, make_adam, mlp, polyak_update
 from .offline import OfflineAgent, OfflineBatch, OfflineConfig, SquashedGaussianActor
@@ -52,6 +52,10 @@ class CQLConfig(OfflineConfig):
     """Box actions: the entropy coefficient to start from (it is learned)."""
     max_grad_norm: float = checked(10.0, number(0, min_open=True))
     """Discrete actions: gradient norm clip."""
+    entropy_backup: bool = checked(False, flag())
+    """Box actions: subtract ``alpha * log pi(a'|s')`` from the next state's value in the TD target
+    (SAC's soft backup). Off by default, as in d3rlpy (``soft_q_backup=False``) and CORL's CQL
+    (``backup_entropy=False``); docs/offline.md compares the two on Pendulum."""
     bc_steps: int = checked(0, integer(min=0))
     """Box actions: for this many first gradient steps the policy imitates the logged actions (the
     paper's ``policy_eval_start``: a behaviour-cloning start while the critics learn), then it
@@ -146,7 +150,9 @@ class CQL(OfflineAgent):
         with torch.no_grad():
             next_a, next_logp = self.actor.sample(batch.next_obs, self.generator)
             next_q = self._q(self.critic_target, batch.next_obs, next_a).min(0).values
-            target = batch.rewards + c.gamma * (1.0 - batch.dones) * (next_q - alpha * next_logp)
+            if c.entropy_backup:
+                next_q = next_q - alpha * next_logp
+            target = batch.rewards + c.gamma * (1.0 - batch.dones) * next_q
             obs_rep = obs.repeat_interleave(n, 0)
             next_rep = batch.next_obs.repeat_interleave(n, 0)
             random_a = torch.rand((b * n, self.act_dim), generator=self.generator) * 2 - 1
@@ -154,7 +160,8 @@ class CQL(OfflineAgent):
             npi_a, npi_logp = self.actor.sample(next_rep, self.generator)
         q = self._q(self.critic, obs, actions)
         td = (q - target).pow(2).mean(1).sum()  # each critic's MSE (the paper's, d3rlpy's)
-        # logsumexp over sampled actions, each divided by its sampling density (importance sampling)
+        # logsumexp over sampled actions, each divided by its sampling density (importance sampling);
+        # one critic pass over all four kinds of input was measured slower here (the concatenations)
         log_uniform = self.act_dim * math.log(0.5)
         samples = torch.cat(
             [
