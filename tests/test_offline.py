@@ -186,9 +186,9 @@ def test_cql_box_losses_follow_the_formula_with_and_without_the_entropy_backup(e
         soft = alpha * next_logp if entropy_backup else 0.0  # SAC's soft backup, or d3rlpy's default
         target = batch.rewards + c.gamma * (1.0 - batch.dones) * (next_q - soft)
         obs_rep, next_rep = batch.obs.repeat_interleave(n, 0), batch.next_obs.repeat_interleave(n, 0)
-        random_a = torch.rand((b * n, 1), generator=agent.generator) * 2 - 1
         pi_a, pi_logp = agent.actor.sample(obs_rep, agent.generator)
         npi_a, npi_logp = agent.actor.sample(next_rep, agent.generator)
+        random_a = torch.empty((b * n, 1)).uniform_(-1, 1, generator=agent.generator)
         q = agent._q(agent.critic, batch.obs, batch.actions.float())
         td = (q - target).pow(2).mean(1).sum()
         samples = torch.cat([
