@@ -21,7 +21,7 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(BIN)/ruff check workbench tests benchmarks examples notebooks
-	$(BIN)/pytest -q -ra
+	$(BIN)/pytest -q -ra --durations=15
 	cd notebooks && WB_QUICK=1 ../$(BIN)/pytest -q --nbmake --nbmake-timeout=600 *.ipynb
 
 lint: $(VENV)/.installed

@@ -428,6 +428,34 @@ def test_widgets_a_busy_page_never_started_are_rebuilt(app_env, no_timer, monkey
         dash.close()
 
 
+def test_a_reload_restarts_the_wait_before_rebuilding(app_env, no_timer, monkeypatch):
+    # Rebuilds that got no answer double the wait before the next; a reload is a new page, which
+    # gets the first, short wait again (not the one earned by the page before it).
+    import workbench.ui.dashboard as dashboard_module
+
+    monkeypatch.setattr(dashboard_module, "_DEAF_S", 0.5)
+    session = wb.Session(small_ppo(app_env), app_env)
+    session.log("loss", 0.0, step=0)
+    dash = wb.Dashboard(session, signals=("loss",))
+    try:
+        for _ in range(2):  # two rebuilds in a row, neither answered: the next wait is 2 s
+            plot = dash._panels["loss"].plot
+            Page(plot, ack=False)
+            dash.refresh()
+            wait_until(lambda old=plot: (dash.refresh(), dash._panels["loss"].plot is not old)[1], timeout=10)
+        assert dash.replaced_count == 2
+        plot = dash._panels["loss"].plot
+        Page(plot, ack=False)
+        dash.refresh()
+        Page(plot, ack=False)  # the page reloads: the same model is built again and says hello again
+        dash.refresh()
+        time.sleep(0.8)
+        dash.refresh()
+        assert dash._panels["loss"].plot is not plot and dash.replaced_count == 3
+    finally:
+        dash.close()
+
+
 def test_a_page_appearing_after_the_run_ended_restarts_the_timer_for_it(app_env):
     session = wb.Session(small_ppo(app_env), app_env, seed=0)
     dash = wb.Dashboard(session, interval=0.25)

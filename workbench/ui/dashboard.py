@@ -231,6 +231,7 @@ class Dashboard(widgets.VBox):
         self.skipped_count = 0  # plot updates held back because the page had not acknowledged the last
         self.replaced_count = 0  # rebuilds of widgets a busy page never started (anywidget's 2 s limit)
         self._deaf_streak = 0
+        self._reopened = 0  # hellos beyond each plot's first, at the last check (a new page: a reload)
         self._ticking = False
         self._plotted_at = 0.0
         self.view: DashboardView | None = None  # the view-model drawn last
@@ -519,9 +520,15 @@ class Dashboard(widgets.VBox):
         """Rebuild the widgets a page opened but never answered (anywidget's 2 s start-up limit).
 
         The wait doubles after each rebuild that got no answer either, and at most
-        ``_MAX_REPLACEMENTS`` are tried in a row; a fresh model starts with the current data.
+        ``_MAX_REPLACEMENTS`` are tried in a row; a fresh model starts with the current data. A new
+        page (a plot's model built again: a reload) starts the count afresh: the waits earned by the
+        page before it say nothing about this one, and a reload is when a busy page is likeliest.
         """
         now = time.monotonic()
+        reopened = sum(max(p.plot.hellos - 1, 0) for p in self._panels.values())
+        if reopened > self._reopened:
+            self._deaf_streak = 0
+        self._reopened = reopened
         after = _DEAF_S * 2 ** min(self._deaf_streak, 4)
         if self._deaf_streak >= _MAX_REPLACEMENTS:
             return

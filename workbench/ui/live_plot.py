@@ -285,6 +285,7 @@ class LivePlot(anywidget.AnyWidget):
         self.points = [0] * len(traces)  # points the page holds per trace
         self.sent_bytes: list[int] = []  # bytes of every data message sent, in order
         self.acks = 0
+        self.hellos = 0  # times a page built this model (more than one: a reload or a reopened tab)
         self.on_page: Callable[[LivePlot], None] | None = None  # called when a page asks for the data
         self.on_msg(self._on_page_msg)
 
@@ -306,6 +307,7 @@ class LivePlot(anywidget.AnyWidget):
                         self._sent_at = None
             elif kind in ("hello", "need_reset"):
                 if kind == "hello":
+                    self.hellos += 1
                     self._acks_since_hello = 0
                     self._unanswered_since = None
                 self._page_seen = True
