@@ -575,10 +575,21 @@ def test_dashboard_stays_out_of_the_users_way_under_load(jupyter):
             # do: a notebook with unsaved outputs asks before it unloads, and the navigation could stall there.
             page.keyboard.press("Control+s")
             page.wait_for_timeout(1000)
-            page.goto("about:blank")
-            page.goto(url)
-            _wait_for_kernel(page)
-            _wait_for(page, lambda: _points(page) > 0, 90, "the plots after a reload")
+            # A shared CI machine has once left a reloaded page without its plots for 90 s (issue 14's
+            # report): the page is loaded once more before failing, and the report says how many it took.
+            metrics["reloads_until_plots"] = 0
+            for attempt in range(2):
+                page.goto("about:blank")
+                page.goto(url)
+                _wait_for_kernel(page)
+                metrics["reloads_until_plots"] = attempt + 1
+                try:
+                    _wait_for(page, lambda: _points(page) > 0, 60, "the plots after a reload")
+                    break
+                except AssertionError:
+                    metrics.setdefault("page_state_before_reloading_again", page.evaluate(DIAGNOSE_JS))
+                    if attempt == 1:
+                        raise
             grown = _points(page)
             _wait_for(page, lambda: _points(page) > grown, 30, "the plots to keep growing after the reload")
 
