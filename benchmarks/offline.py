@@ -163,8 +163,8 @@ def d3rlpy_cql(
 
 
 def cql_settings(args: argparse.Namespace) -> dict:
-    """``wb.CQL``'s keyword arguments from ``--cql-lr``, ``--cql-net``, ``--cql-tau`` and
-    ``--cql-entropy-backup`` (those given)."""
+    """``wb.CQL``'s keyword arguments from ``--cql-lr``, ``--cql-net``, ``--cql-tau``,
+    ``--cql-entropy-backup`` and ``--cql-bc-steps`` (those given)."""
     kwargs: dict = {}
     if args.cql_lr:
         kwargs.update(learning_rate=args.cql_lr, actor_lr=args.cql_lr)
@@ -174,6 +174,8 @@ def cql_settings(args: argparse.Namespace) -> dict:
         kwargs["tau"] = args.cql_tau
     if args.cql_entropy_backup:
         kwargs["entropy_backup"] = True
+    if args.cql_bc_steps:
+        kwargs["bc_steps"] = args.cql_bc_steps
     return kwargs
 
 
@@ -238,6 +240,8 @@ def main() -> None:
     parser.add_argument("--cql-net", default=None,
                         help="--pendulum: CQL's hidden layer sizes, comma-separated (its default 256,256)")
     parser.add_argument("--cql-tau", type=float, default=None, help="--pendulum: CQL's target update rate")
+    parser.add_argument("--cql-bc-steps", type=int, default=None,
+                        help="--pendulum: wb.CQL's first steps imitating the logged actions (no d3rlpy option)")
     parser.add_argument("--cql-entropy-backup", action="store_true",
                         help="--pendulum: CQL's soft (SAC) backup in the TD target (d3rlpy's soft_q_backup too)")
     args = parser.parse_args()
