@@ -164,7 +164,7 @@ def d3rlpy_cql(
 
 def cql_settings(args: argparse.Namespace) -> dict:
     """``wb.CQL``'s keyword arguments from ``--cql-lr``, ``--cql-net``, ``--cql-tau``,
-    ``--cql-entropy-backup`` and ``--cql-bc-steps`` (those given)."""
+    ``--cql-entropy-backup``, ``--cql-bc-steps`` and ``--cql-policy-average`` (those given)."""
     kwargs: dict = {}
     if args.cql_lr:
         kwargs.update(learning_rate=args.cql_lr, actor_lr=args.cql_lr)
@@ -176,6 +176,9 @@ def cql_settings(args: argparse.Namespace) -> dict:
         kwargs["entropy_backup"] = True
     if args.cql_bc_steps:
         kwargs["bc_steps"] = args.cql_bc_steps
+    if args.cql_policy_average:
+        average = args.cql_policy_average.lower()
+        kwargs["policy_average_tau"] = None if average == "none" else float(average)
     return kwargs
 
 
@@ -242,6 +245,9 @@ def main() -> None:
     parser.add_argument("--cql-tau", type=float, default=None, help="--pendulum: CQL's target update rate")
     parser.add_argument("--cql-bc-steps", type=int, default=None,
                         help="--pendulum: wb.CQL's first steps imitating the logged actions (no d3rlpy option)")
+    parser.add_argument("--cql-policy-average", default=None,
+                        help="--pendulum: wb.CQL's policy_average_tau, a rate or 'none' (the trained policy acts; "
+                             "d3rlpy has no such option)")
     parser.add_argument("--cql-entropy-backup", action="store_true",
                         help="--pendulum: CQL's soft (SAC) backup in the TD target (d3rlpy's soft_q_backup too)")
     args = parser.parse_args()

@@ -160,10 +160,64 @@ def test_cql_box_starts_by_imitating_the_data_for_bc_steps():
                                 episode_ids=np.repeat(np.arange(20), 10),
                                 action_space=gym.spaces.Box(-2.0, 2.0, (1,), np.float32))
     # no conservative term: after bc_steps nothing would hold the policy at the logged action
-    agent = wb.CQL(dataset=ds, net_arch=(32,), batch_size=32, bc_steps=300, actor_lr=3e-3, cql_weight=0.0, seed=0)
+    # policy_average_tau=None: the trained policy acts (its 300-step average would still lag behind it)
+    agent = wb.CQL(dataset=ds, net_arch=(32,), batch_size=32, bc_steps=300, actor_lr=3e-3, cql_weight=0.0, seed=0,
+                   policy_average_tau=None)
     for _ in range(300):
         agent.update()
     np.testing.assert_allclose(agent.act(obs[:20], deterministic=True), 1.2, atol=0.2)
+
+
+def test_cql_box_acts_with_the_moving_average_of_its_policy():
+    """Every gradient step moves ``actor_average`` ``policy_average_tau`` of the way to the trained
+    policy; ``act`` (deterministic or not) and ``play`` use the average, never the trained policy."""
+    import torch
+
+    ds = _dataset("Pendulum-v1")
+    agent = wb.CQL(dataset=ds, net_arch=(16, 16), batch_size=16, actor_lr=3e-3, policy_average_tau=0.1, seed=0)
+    expected = {k: v.clone() for k, v in agent.actor.state_dict().items()}
+    assert all(torch.equal(v, agent.actor_average.state_dict()[k]) for k, v in expected.items())
+    for _ in range(20):
+        agent.update()
+        for k, v in agent.actor.state_dict().items():
+            expected[k] = 0.9 * expected[k] + 0.1 * v
+    average = agent.actor_average.state_dict()
+    for k, v in expected.items():
+        torch.testing.assert_close(average[k], v, rtol=1e-5, atol=1e-6)
+    assert not all(p.requires_grad for p in agent.actor_average.parameters())
+    obs = ds.observations[:8]
+    x = torch.from_numpy(obs)
+    with torch.no_grad():
+        by_average = torch.tanh(agent.actor_average(x)[0]).numpy() * 2.0
+        by_policy = torch.tanh(agent.actor(x)[0]).numpy() * 2.0
+    assert np.abs(by_average - by_policy).max() > 1e-3  # the two differ after 20 steps at actor_lr 3e-3
+    np.testing.assert_allclose(agent.act(obs, deterministic=True), by_average, rtol=1e-5, atol=1e-6)
+    state = agent.generator.get_state()
+    sampled = agent.act(obs)
+    agent.generator.set_state(state)
+    with torch.no_grad():
+        expected_sample = agent.actor_average.sample(x, agent.generator)[0].numpy() * 2.0
+    np.testing.assert_allclose(sampled, expected_sample, rtol=1e-5, atol=1e-6)
+
+
+def test_cql_box_without_a_policy_average_acts_with_its_policy():
+    import torch
+
+    ds = _dataset("Pendulum-v1")
+    agent = wb.CQL(dataset=ds, net_arch=(16, 16), batch_size=16, policy_average_tau=None, seed=0)
+    for _ in range(5):
+        agent.update()
+    assert agent.actor_average is None and "actor_average" not in agent.networks
+    obs = ds.observations[:4]
+    with torch.no_grad():
+        mean = torch.tanh(agent.actor(torch.from_numpy(obs))[0]).numpy() * 2.0
+    np.testing.assert_allclose(agent.act(obs, deterministic=True), mean, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("tau", [0, -0.1, 1.5, "0.1"])
+def test_cql_refuses_a_policy_average_rate_outside_0_to_1(tau):
+    with pytest.raises((ValueError, TypeError), match="policy_average_tau"):
+        wb.CQL(dataset=_dataset("Pendulum-v1", n=50), policy_average_tau=tau)
 
 
 @pytest.mark.parametrize("entropy_backup", [False, True])

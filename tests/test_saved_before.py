@@ -61,3 +61,22 @@ def test_an_old_run_resumes_where_it_stopped(name):
         assert len(session.agent.memory) == steps  # the replay memory came back too
     session.run(steps=32)
     assert session.status == "finished" and session.steps == steps + 32
+
+
+def test_a_cql_saved_before_the_policy_average_acts_with_its_policy(tmp_path):
+    """``tests/fixtures/saved-v2/cql-pendulum`` was saved by main at 24dcac8, before CQL acted with its
+    policy's moving average (``policy_average_tau``): it has no such network and no such field. It
+    loads as it was (no average, the trained policy acts), and saves and loads again as that."""
+    path = Path(__file__).parent / "fixtures" / "saved-v2" / "cql-pendulum"
+    agent = wb.load(path)
+    assert agent.config.policy_average_tau is None and agent.actor_average is None
+    saved = load_file(path / "weights.safetensors")
+    assert set(agent.state().tensors) == set(saved)
+    obs = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.5], [-1.0, 0.0, -1.0]], dtype=np.float32)
+    with torch.no_grad():
+        mean = torch.tanh(agent.actor(torch.from_numpy(obs))[0]).numpy() * 2.0
+    np.testing.assert_allclose(agent.act(obs, deterministic=True), mean, rtol=1e-6)
+    agent.save(tmp_path / "again")
+    again = wb.load(tmp_path / "again")
+    assert again.config.policy_average_tau is None
+    np.testing.assert_allclose(again.act(obs, deterministic=True), mean, rtol=1e-6)

@@ -60,6 +60,14 @@ def _user_encoder(path: str, allow: Sequence[str] | None, label: str) -> type:
         raise CheckpointError(f"{label}: cannot import the custom encoder {path!r} ({exc})") from None
 
 
+# A field added after runs were saved, and the value that was in effect before it existed: a run
+# saved without it keeps working as it did, with the networks it saved.
+_BEFORE_THE_FIELD: dict[str, Any] = {
+    "share_encoder": False,  # before PPO/A2C shared their CNN: one encoder per network
+    "policy_average_tau": None,  # before CQL acted with its policy's moving average: the policy itself
+}
+
+
 def _decode_hyperparameters(
     cls: type[Agent], hyper: dict[str, Any], allow_encoders: Sequence[str] | None = None, label: str = META
 ) -> dict[str, Any]:
@@ -77,8 +85,9 @@ def _decode_hyperparameters(
         elif key == "encoder" and isinstance(value, str) and value not in BUILTIN_ENCODERS:
             value = _user_encoder(value, allow_encoders, label)
         out[key] = value
-    if "share_encoder" in fields and "share_encoder" not in hyper:
-        out["share_encoder"] = False  # saved before PPO/A2C shared their CNN: one encoder per network
+    for key, value in _BEFORE_THE_FIELD.items():
+        if key in fields and key not in hyper:
+            out[key] = value
     return out
 
 
