@@ -129,16 +129,10 @@ class CQL(OfflineAgent):
         x = torch.from_numpy(obs)
         if self.discrete:
             return self.q_net(x).argmax(-1).numpy()
-        actor = self.acting_actor
+        actor = self.actor if self.actor_average is None else self.actor_average  # policy_average_tau
         if deterministic:
             return self._scale_action(torch.tanh(actor(x)[0]).numpy())
         return self._scale_action(actor.sample(x, self.generator)[0].numpy())
-
-    @property
-    def acting_actor(self) -> SquashedGaussianActor:
-        """Box actions: the policy that acts, the trained one's moving average (``policy_average_tau``)
-        or, without one, the trained policy itself."""
-        return self.actor if self.actor_average is None else self.actor_average
 
     def _critic_pass(self) -> EnsemblePass | None:
         """The critics' written-out forward and backward (``ensemble_pass.py``), or None for autograd
