@@ -28,7 +28,8 @@ def child(n: int, mode: str) -> None:
     import workbench as wb
     from workbench.envs import as_env_source
     from workbench.parallel.ray_backend import RayRunner
-    from workbench.parallel.ray_envs import RayEnvRunner, _init_private_ray
+    from workbench.parallel.ray_envs import RayEnvRunner
+    from workbench.parallel.ray_start import init_private_ray as _init_private_ray
 
     agent = wb.PPO("CartPole-v1", n_envs=n)
     t0 = time.perf_counter()

@@ -1,9 +1,16 @@
-"""The layers of DESIGN.md hold: every import in the package, lazy ones included, points down.
+"""The layers hold: every import in the package, lazy ones included, points down.
 
-Each module is read with ``ast`` (nothing is imported), every ``import`` and ``from ... import``
-anywhere in it (module level or inside functions: lazy imports count; only ``if TYPE_CHECKING:``
-blocks, which never run, are left out) is resolved to a module of the package, and an import of a higher layer fails the test, as does a cycle among modules of
-one layer. The few places allowed to reach up are listed with their reason.
+The layers, lowest first, are those of the project's design (its "Layers" section: foundations,
+memory, agents, parallel, tracking, the run's machinery in ``run/``, the ``Session`` facade, the
+front ends), drawn in docs/architecture.md. Each module is read with ``ast`` (nothing is
+imported), every ``import`` and ``from ... import`` anywhere in it (module level or inside
+functions: lazy imports count; only ``if TYPE_CHECKING:`` blocks, which never run, are left out) is
+resolved to a module of the package, and an import of a higher layer fails the test, as does a
+cycle among modules of one layer. The few places allowed to reach up are listed with their reason.
+
+Two seams are checked the same way: no module outside ``session.py`` and ``run/`` reads a
+``Session``'s private members, and no runner is probed with ``getattr``/``hasattr`` (the ``Runner``
+base class declares every member the loop uses).
 """
 
 from __future__ import annotations
@@ -40,15 +47,16 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("parallel", ("workbench.parallel",)),
     ("tracking", ("workbench.tracking",)),
     (
-        "session",
+        "run",
         (
-            "workbench.session",
+            "workbench.run",
             "workbench.control",
             "workbench.live_edits",
             "workbench.recording",
             "workbench.offline_loop",
         ),
     ),
+    ("session", ("workbench.session",)),
     (
         "front ends",
         (
@@ -233,3 +241,145 @@ def _strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_resolver_reads_relative_imports(source, expected):
     node = ast.parse(source).body[0]
     assert _resolve("workbench.agents.saving", False, node) == [expected]
+
+
+# -- a Session's private state stays in session.py and run/ -------------------------------------
+
+# Expressions that hold a session, by name: parameters and attributes called so.
+_SESSION_NAMES = {"session", "sess", "s", "other", "owner", "slow_session"}
+
+
+def _session_private_names() -> set[str]:
+    """Every private member of ``Session``: its methods and class attributes whose names start with
+    ``_``, and every ``self._x`` it assigns (protocol names such as ``_ipython_display_`` left out)."""
+    tree = ast.parse((PACKAGE / "session.py").read_text(encoding="utf-8"))
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Session")
+    names = set()
+    for node in ast.walk(cls):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+            names.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+    return {n for n in names if n.startswith("_") and not n.endswith("_")}
+
+
+def _is_session_expr(node: ast.AST) -> bool:
+    """``session``, ``s``, ``self.session``, ``x._session``...: an expression naming a session."""
+    if isinstance(node, ast.Name):
+        return node.id in _SESSION_NAMES
+    if isinstance(node, ast.Attribute):
+        return node.attr.lstrip("_") in _SESSION_NAMES - {"s"}
+    return False
+
+
+def _private_session_reads(source: str, private: set[str]) -> list[tuple[int, str]]:
+    """(line, text) of every read of a session's private member in ``source``: ``x._name`` where
+    ``x`` names a session, or ``_name`` is a private member of ``Session`` read on anything but
+    ``self``/``cls``; ``getattr``/``setattr``/``hasattr`` with such a name count too."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            on_self = isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
+            if _is_session_expr(node.value) or (node.attr in private and not on_self):
+                found.append((node.lineno, ast.unparse(node)))
+        if (
+            isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "setattr", "hasattr") and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
+            and node.args[1].value.startswith("_") and not node.args[1].value.startswith("__")
+            and (
+                _is_session_expr(node.args[0])
+                or (node.args[1].value in private and ast.unparse(node.args[0]) not in ("self", "cls"))
+            )
+        ):
+            found.append((node.lineno, ast.unparse(node)))
+    return found
+
+
+def _outside_session_and_run() -> dict[str, Path]:
+    return {
+        m: p for m, p in MODULES.items()
+        if m != "workbench.session" and m != "workbench.run" and not m.startswith("workbench.run.")
+    }
+
+
+def test_no_module_outside_session_and_run_reads_a_sessions_private_state():
+    private = _session_private_names()
+    assert {"_ctx", "_control", "_loop", "_live"} <= private  # the scan knows what it looks for
+    reads = [
+        f"{path.relative_to(PACKAGE.parent)}:{line}: {text}"
+        for module, path in _outside_session_and_run().items()
+        for line, text in _private_session_reads(path.read_text(encoding="utf-8"), private)
+    ]
+    assert not reads, "a Session's private state read outside session.py and run/:\n" + "\n".join(reads)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "def f(session):\n    return session._runner\n",
+        "class A:\n    def f(self):\n        return self.session._ctx.runner\n",
+        "def f(s):\n    with s._cond:\n        pass\n",
+        "def f(x):\n    return x._ctx\n",  # a private member of Session, whatever the name
+        "def f(session):\n    return getattr(session, '_where', None)\n",
+        "def f(self):\n    self._session._activity()\n",
+    ],
+)
+def test_the_private_state_scan_catches_reads(source):
+    assert _private_session_reads(source, _session_private_names())
+
+
+def test_the_private_state_scan_lets_public_reads_and_own_state_pass():
+    source = "class A:\n    def f(self, session):\n        self._ctx = 1\n        return session.steps, session.run_control\n"
+    assert _private_session_reads(source, _session_private_names()) == []
+
+
+# -- runners: members called, never probed ------------------------------------------------------
+
+# The modules that drive runners: the facade, the run's machinery, live edits, the step function.
+_RUNNER_USERS = ("workbench.session", "workbench.run", "workbench.live_edits", "workbench.loop", "workbench.control")
+
+
+def _runner_probes(source: str) -> list[tuple[int, str]]:
+    """``getattr``/``hasattr`` calls on an expression that names a runner or envs."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr"):
+            target = ast.unparse(node.args[0]) if node.args else ""
+            if "runner" in target.lower() or "envs" in target.lower():
+                found.append((node.lineno, ast.unparse(node)))
+    return found
+
+
+def test_no_runner_is_probed_with_getattr_or_hasattr():
+    probes = [
+        f"{path.relative_to(PACKAGE.parent)}:{line}: {text}"
+        for module, path in MODULES.items()
+        if any(module == m or module.startswith(m + ".") for m in _RUNNER_USERS) or module.startswith("workbench.parallel")
+        for line, text in _runner_probes(path.read_text(encoding="utf-8"))
+    ]
+    assert not probes, "runners probed instead of called (declare the member on parallel.Runner):\n" + "\n".join(probes)
+    assert _runner_probes("def f(runner):\n    return getattr(runner, 'interrupt', None)\n")
+    assert _runner_probes("def f(self):\n    return hasattr(self._runner, 'masks')\n")
+
+
+def test_every_runner_subclasses_runner_and_it_declares_what_the_loop_uses():
+    from workbench.parallel import InProcessRunner, LocalRunner, Runner
+    from workbench.parallel.external import ExternalRunner
+    from workbench.parallel.ray_backend import RayRunner
+    from workbench.parallel.ray_envs import RayEnvRunner
+
+    for cls in (InProcessRunner, LocalRunner, RayEnvRunner, RayRunner, ExternalRunner):
+        assert issubclass(cls, Runner), cls
+    # Every member read on a runner in the run's machinery and live edits is declared on Runner.
+    used = set()
+    for module, path in MODULES.items():
+        if module.startswith("workbench.run") or module in ("workbench.live_edits", "workbench.session"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "runner":
+                    used.add(node.attr)
+    assert {"transitions", "wait_ready", "ended_episodes", "drain_signals", "envs_per_worker"} <= used
+    undeclared = sorted(name for name in used if not hasattr(Runner, name) and name not in Runner.__annotations__)
+    assert not undeclared, f"members the loop uses that parallel.Runner does not declare: {undeclared}"

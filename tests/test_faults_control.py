@@ -103,7 +103,7 @@ def test_in_process_hung_env_control_returns_in_time_and_says_where(call):
             session.start(steps=10)
     finally:
         release.set()
-    session._thread.join(5)
+    session.run_control.thread.join(5)
     assert not session.is_alive and session.status == "failed"  # the step returned; the run stays given up
     assert session.steps == steps  # and nothing after the give-up was learned or counted
     env.hang_after = 10**9
@@ -124,7 +124,7 @@ def test_a_slow_update_is_not_called_stuck():
 
     session.agent.update = slow_update
     session.start(steps=10_000)
-    wait_until(lambda: session._where is not None and session._where[0] == "agent.update")
+    wait_until(lambda: session.run_control.where is not None and session.run_control.where[0] == "agent.update")
     with pytest.warns(RuntimeWarning, match=r"still in agent.update"):
         session.stop(timeout=0.3)
     assert session.status == "running" and session.error is None
@@ -139,8 +139,8 @@ def test_local_worker_hung_env_is_killed_after_step_timeout_naming_worker_and_en
         agent, lambda: HangEnv(hang_after=20, hang_seed=1), num_workers=2, backend="local", seed=0, step_timeout=1.0
     )
     session.start(steps=10_000)
-    wait_until(lambda: session._runner is not None and len(session._runner.pids()) == 2)
-    pids = session._runner.pids()
+    wait_until(lambda: session._ctx.runner is not None and len(session._ctx.runner.pids()) == 2)
+    pids = session._ctx.runner.pids()
     t0 = time.monotonic()
     with pytest.raises(WorkerError):
         session.wait(timeout=30)
@@ -188,8 +188,8 @@ def test_local_workers_without_step_timeout_are_killed_when_stop_gives_up():
     agent = wb.PPO(HangEnv(), n_envs=2, n_steps=16, batch_size=16, n_epochs=1)
     session = wb.Session(agent, lambda: HangEnv(hang_after=20), num_workers=2, backend="local", seed=0)
     session.start(steps=10_000)
-    wait_until(lambda: session._runner is not None and len(session._runner.pids()) == 2)
-    pids = session._runner.pids()
+    wait_until(lambda: session._ctx.runner is not None and len(session._ctx.runner.pids()) == 2)
+    pids = session._ctx.runner.pids()
     wait_until(lambda: session.steps >= 40)
     time.sleep(0.3)
     with pytest.warns(RuntimeWarning, match=r"stuck in env.step \(local workers\).*workers were killed"):
@@ -311,7 +311,7 @@ def test_script_ending_while_local_workers_train_leaves_no_worker(tmp_path):
         session.start(steps=1_000_000)
         while session.steps < 100:
             time.sleep(0.01)
-        open({str(pids)!r}, "w").write(" ".join(map(str, session._runner.pids())))
+        open({str(pids)!r}, "w").write(" ".join(map(str, session._ctx.runner.pids())))
     """)
     result = run_script(code)
     assert result.returncode == 0, result.stderr
@@ -378,7 +378,7 @@ def test_resumed_run_continues_step_by_step_like_an_uninterrupted_one(tmp_path):
     agent, env = make()
     straight = wb.Session(agent, env, seed=4, checkpoint_every=128, checkpoint_dir=tmp_path)
     straight.run(steps=250)
-    resumed = wb.Session.resume(tmp_path / "latest", AppEnv(model={}, app_args={}, config=None, horizon=16))
+    resumed = wb.Session.reopen(tmp_path / "latest", AppEnv(model={}, app_args={}, config=None, horizon=16))
     assert resumed.steps == 128 and resumed.target_steps == 250
     resumed.run(steps=resumed.target_steps - resumed.steps)
 
@@ -404,7 +404,7 @@ def test_resumed_schedule_counts_against_the_planned_budget(algo, tmp_path):
     first.run(steps=n)
     done = first.steps
     first.save(tmp_path / "run", memory=algo != "PPO")
-    second = wb.Session.resume(tmp_path / "run")
+    second = wb.Session.reopen(tmp_path / "run")
     assert second.target_steps == n
     second.run(steps=n - done)
     assert second.steps == n and second.agent.progress == 1.0
@@ -450,7 +450,7 @@ def test_resume_continues_env_random_streams_instead_of_replaying_them(tmp_path)
     first = wb.Session(agent(), factory, seed=2)
     first.run(steps=160)  # 80 steps per env: the fourth episode of each is 5 steps in
     first.save(tmp_path / "run")
-    resumed = wb.Session.resume(tmp_path / "run", factory)
+    resumed = wb.Session.reopen(tmp_path / "run", factory)
     resumed.run(steps=240)
     resumed_envs = made[-2:]
     for mine, theirs in zip(resumed_envs, straight_envs):

@@ -50,11 +50,11 @@ def test_a_private_ray_listens_on_loopback_only():
     session.start(steps=10**7)
     try:
         deadline = time.monotonic() + 120
-        while session._runner is None or len(session._runner.pids()) < 2:
+        while session._ctx.runner is None or len(session._ctx.runner.pids()) < 2:
             assert session.status != "failed", session.error
             assert time.monotonic() < deadline, "Ray workers did not start"
             time.sleep(0.1)
-        assert session._runner.owns_ray
+        assert session._ctx.runner.owns_ray
         ours = {p.pid for p in psutil.Process().children(recursive=True)}
         sockets = _listening(ours | {os.getpid()})
     finally:
@@ -84,11 +84,11 @@ DRIVER = textwrap.dedent(
         session = wb.Session(make(), "CartPole-v1", num_workers=2, backend="ray", ray_address=address, seed=0)
         session.start(steps=512)
         deadline = time.monotonic() + 90
-        while session._runner is None or len(session._runner.pids()) < 2:
+        while session._ctx.runner is None or len(session._ctx.runner.pids()) < 2:
             if session.status == "failed" or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
-        runner = session._runner
+        runner = session._ctx.runner
         where = [nets.get(os.stat(f"/proc/{pid}/ns/net").st_ino, "other") for pid in runner.pids()] if runner else []
         session.wait(timeout=120)
         out[name] = {"where": where, "steps": session.steps, "status": session.status,

@@ -238,7 +238,7 @@ def test_events_and_set_signals_are_saved_and_a_resumed_run_keeps_the_edits(tmp_
     with open(f"{path}/signals.csv") as f:
         assert "set/exploration" in f.read()
 
-    resumed = wb.Session.resume(path)
+    resumed = wb.Session.reopen(path)
     assert resumed.agent.config.exploration == wb.EpsilonGreedy(0.2, 0.1, 0.5)
     assert resumed.agent.config.learning_rate == wb.linear(1e-3, 1e-4)
     assert [(e.kind, e.name, e.step) for e in resumed.events] == [(e.kind, e.name, e.step) for e in session.events]

@@ -335,7 +335,7 @@ def test_killed_worker_fails_the_session_within_seconds():
     session = wb.Session(agent, lambda: CountEnv(delay=0.001), num_workers=4, backend="local")
     session.start(10_000_000)
     _wait_for(lambda: session.steps > 100)
-    pid = session._runner.pids()[1]
+    pid = session._ctx.runner.pids()[1]
     os.kill(pid, signal.SIGKILL)
     killed = time.monotonic()
     with pytest.raises(WorkerError, match=r"worker 1 \(envs 1-1\) process died \(exit code -9\)") as info:
@@ -351,7 +351,7 @@ def test_killed_worker_is_restarted_when_asked_and_the_run_continues():
     )
     session.start(3_000)
     _wait_for(lambda: session.steps > 200)
-    runner = session._runner
+    runner = session._ctx.runner
     old = runner.pids()[3]
     os.kill(old, signal.SIGKILL)
     session.wait(timeout=30)
@@ -388,9 +388,9 @@ import workbench as wb
 agent = wb.PPO("CartPole-v1", n_steps=16)
 session = wb.Session(agent, lambda: gym.make("CartPole-v1"), num_workers=3, backend="local")
 session.start(10_000_000)
-while session._runner is None or session.steps < 50:
+while session._ctx.runner is None or session.steps < 50:
     time.sleep(0.01)
-print(" ".join(map(str, session._runner.pids())), flush=True)
+print(" ".join(map(str, session._ctx.runner.pids())), flush=True)
 if sys.argv[1] == "kill":
     os.kill(os.getpid(), 9)
 """
@@ -428,7 +428,8 @@ class _RecordingRay:
 @pytest.mark.parametrize("user_path", [None, "/somewhere/of/the/user"])
 def test_a_private_ray_starts_with_lean_imports_first_and_leaves_the_environment_as_it_was(monkeypatch, fail, user_path):
     pytest.importorskip("ray")
-    from workbench.parallel.ray_envs import _LEAN_IMPORTS_DIR, _init_private_ray
+    from workbench.parallel.ray_start import LEAN_IMPORTS_DIR as _LEAN_IMPORTS_DIR
+    from workbench.parallel.ray_start import init_private_ray as _init_private_ray
 
     if user_path is None:
         monkeypatch.delenv("PYTHONPATH", raising=False)
@@ -448,7 +449,7 @@ def test_a_private_ray_starts_with_lean_imports_first_and_leaves_the_environment
 
 def test_the_lean_imports_folder_skips_only_the_parser_and_ray_still_imports():
     pytest.importorskip("ray")
-    from workbench.parallel.ray_envs import _LEAN_IMPORTS_DIR
+    from workbench.parallel.ray_start import LEAN_IMPORTS_DIR as _LEAN_IMPORTS_DIR
 
     code = (
         "import importlib.util, sys, ray\n"

@@ -11,7 +11,7 @@ import pytest
 
 import workbench as wb
 from workbench.parallel import WorkerError
-from workbench.parallel.ray_envs import _init_private_ray
+from workbench.parallel.ray_start import init_private_ray as _init_private_ray
 
 ray = pytest.importorskip("ray")
 
@@ -57,8 +57,8 @@ def _wait_for(condition, timeout=120.0):  # Ray actors start slowly on a loaded 
 
 
 def _running_runner(session):
-    _wait_for(lambda: session._runner is not None and len(session._runner.pids()) == session.num_workers)
-    return session._runner
+    _wait_for(lambda: session._ctx.runner is not None and len(session._ctx.runner.pids()) == session.num_workers)
+    return session._ctx.runner
 
 
 @pytest.mark.slow

@@ -81,8 +81,8 @@ def _wait_for(condition, timeout=120.0):  # Ray actors start slowly on a loaded 
 
 
 def _running_runner(session):
-    _wait_for(lambda: session._runner is not None and len(session._runner.pids()) == session.num_workers)
-    return session._runner
+    _wait_for(lambda: session._ctx.runner is not None and len(session._ctx.runner.pids()) == session.num_workers)
+    return session._ctx.runner
 
 
 def _weights(agent):

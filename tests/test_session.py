@@ -38,7 +38,7 @@ def test_start_returns_at_once_and_trains_in_background(app_env):
 def test_thread_is_a_daemon(app_env):
     session = wb.Session(small_ppo(app_env), SlowEnv(0.001))
     session.start(steps=10_000)
-    assert session._thread.daemon
+    assert session.run_control.thread.daemon
     session.stop()
 
 
@@ -273,3 +273,16 @@ def test_second_run_in_the_same_process_is_unaffected_by_the_first(app_env):
 def test_repr_mentions_status_and_steps(app_env):
     session = wb.Session(small_ppo(app_env), app_env)
     assert "idle" in repr(session) and "PPO" in repr(session)
+
+
+def test_reopen_continues_a_saved_run_and_the_old_spelling_warns(tmp_path):
+    session = wb.Session(wb.PPO("CartPole-v1", n_envs=1, n_steps=16, batch_size=16, n_epochs=1), seed=0)
+    session.run(32)
+    session.save(tmp_path / "run")
+    reopened = wb.Session.reopen(tmp_path / "run", "CartPole-v1")
+    assert reopened.steps == 32 and reopened.status == "idle"
+    with pytest.warns(DeprecationWarning, match=r"Session\.reopen"):
+        old = wb.Session.resume(tmp_path / "run", "CartPole-v1")
+    assert old.steps == 32
+    # On a session, resume() still continues a paused run (no warning, nothing reopened).
+    assert reopened.resume() is None

@@ -60,7 +60,7 @@ def test_sinks_get_every_point_in_batches_off_the_loop_and_the_run_end():
     assert rec.opened[0].algorithm == "PPO" and rec.opened[0].hyperparameters["n_steps"] == 64
 
     # A second start continues the same run id; a live edit reaches the sink in order.
-    session._tracking.log_event(session.steps, "learning_rate", 3e-4, 1e-4)
+    session._ctx.tracking.log_event(session.steps, "learning_rate", 3e-4, 1e-4)
     session.run(200)
     assert rec.opened[1].run_id == rec.opened[0].run_id
     assert rec.events == [(2000, "learning_rate", 3e-4, 1e-4)]

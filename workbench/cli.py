@@ -141,7 +141,7 @@ def _train(args: argparse.Namespace) -> int:
     if sinks:
         kwargs["sinks"] = sinks
     if args.resume:
-        session = Session.resume(args.resume, args.env, **kwargs)
+        session = Session.reopen(args.resume, args.env, **kwargs)
         if args.seed is not None:
             session.seed = args.seed
     else:

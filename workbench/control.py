@@ -123,9 +123,10 @@ def stop_all_at_exit(timeout: float = EXIT_TIMEOUT_S) -> None:
     each) and write one line per session on stderr. The script's exit code is left as it is."""
     for session in live_sessions():
         try:
-            session._stop_at_exit(timeout)
+            control = session.run_control
+            control.stop_at_exit(timeout)
             if session.is_alive:
-                line = f"workbench: at exit, could not stop {session!r} within {timeout:g} s ({session._activity()})"
+                line = f"workbench: at exit, could not stop {session!r} within {timeout:g} s ({control.activity()})"
             else:
                 line = f"workbench: at exit, stopped {session!r} at step {session.steps}"
         except Exception as exc:  # an exit hook must not raise: report and go on to the next session

@@ -14,7 +14,7 @@ An edit is checked as the agent's constructor checks its hyperparameters
 copy (``runner.call``). Each becomes an :class:`Event` in ``session.events``; an edit to a number
 is also a signal ``set/<name>`` (its value at the step it changed, a schedule's current value) so
 ``signals.csv`` shows it; events are saved in ``meta.json`` (``session.events``, plain JSON) and
-come back with ``Session.resume``. See docs/live-edits.md.
+come back with ``Session.reopen``. See docs/live-edits.md.
 """
 
 from __future__ import annotations
@@ -107,8 +107,9 @@ class _Request:
 class LiveControl:
     """A session's live edits and env calls: the queue the training thread serves, and the records."""
 
-    def __init__(self, session: Any) -> None:
+    def __init__(self, session: Any, ctx: Any) -> None:
         self.session = session
+        self.ctx = ctx  # the session's run (workbench.run.context.RunContext): its control, runner, sinks
         self.pending: list[_Request] = []
         self.calls: list[tuple[str, tuple, dict[str, Any]]] = []  # replayed on env copies built later
 
@@ -116,20 +117,23 @@ class LiveControl:
 
     def submit(self, work: Callable[[], Any]) -> Any:
         """Run ``work`` where it cannot race the training loop; return its result or raise its error."""
-        s = self.session
-        with s._cond:
-            queued = s._status == "running" and s.is_alive and not s._in_loop_thread() and not s._abandoned
+        control = self.ctx.control
+        with control.cond:
+            queued = (
+                control.status == "running" and control.is_alive and not control.in_loop_thread()
+                and not control.abandoned
+            )
             if not queued:
                 return work()
             request = _Request(work)
             self.pending.append(request)
-            s._cond.notify_all()
-            if not s._cond.wait_for(lambda: request.done, timeout=_TIMEOUT_S):
+            control.cond.notify_all()
+            if not control.cond.wait_for(lambda: request.done, timeout=_TIMEOUT_S):
                 if request in self.pending:
                     self.pending.remove(request)
                 raise TimeoutError(
                     f"the training thread did not reach a step boundary within {_TIMEOUT_S:g} s (it is in "
-                    f"{s._activity()}); nothing was changed"
+                    f"{control.activity()}); nothing was changed"
                 )
         if request.error is not None:
             raise request.error
@@ -137,11 +141,11 @@ class LiveControl:
 
     def serve(self) -> None:
         """Carry out the queued requests (the training thread, between steps, or at the run's end)."""
-        s = self.session
-        with s._cond:
+        control = self.ctx.control
+        with control.cond:
             while self.pending:
                 self.pending.pop(0).run()
-            s._cond.notify_all()
+            control.cond.notify_all()
 
     # -- the commands ----------------------------------------------------------------------------
 
@@ -155,16 +159,16 @@ class LiveControl:
         s = self.session
         agent = s.agent
         old = apply_edits(agent, values)
-        runner = s._runner
-        send = getattr(runner, "set_config", None)
-        if send is not None:
-            send(values)
+        runner = self.ctx.runner
+        if runner is not None:
+            runner.set_config(values)  # acting replicas (Ray workers) get the edit too
         step, now, progress = s.steps, s.elapsed, agent.progress
         for name, new in values.items():
             event = Event("set", step, name, _json(old[name]), _json(new), now)
             s.events.append(event)
-            if s._tracking is not None:  # trackers note the edit (workbench.tracking: log_event)
-                s._tracking.log_event(step, name, event.old, event.new)
+            tracking = self.ctx.tracking
+            if tracking is not None:  # trackers note the edit (workbench.tracking: log_event)
+                tracking.log_event(step, name, event.old, event.new)
             number = _number(new, progress)
             if number is not None:
                 s.signals.record(SIGNAL_PREFIX + name, step, number, now)
@@ -178,12 +182,12 @@ class LiveControl:
 
     def _call(self, name: str, args: tuple, kwargs: dict[str, Any]) -> list[Any]:
         s = self.session
-        if getattr(s, "env_source", None) is None:
+        if s.env_source is None:
             raise ValueError(
                 f"call_env({name!r}) calls a method on the session's env copies, but this session has none "
                 "(the application owns the env): call the method on your env directly"
             )
-        runner = s._ensure_runner()
+        runner = self.ctx.ensure_runner()
         results = runner.call(name, args, kwargs)
         self.calls.append((name, args, kwargs))
         s.events.append(

@@ -82,6 +82,10 @@ class _Decider(Protocol):
 
 
 class _VectorEnv(Protocol):
+    masks: np.ndarray | None  # the envs' action masks, None when they give none (workbench.masks)
+    final_masks: np.ndarray | None
+    game_ends: np.ndarray | None  # Atari training envs: whole games' raw scores (workbench.atari)
+
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]: ...
 
 
@@ -96,13 +100,13 @@ def env_step(agent: _Decider, envs: _VectorEnv, obs: np.ndarray) -> tuple[Transi
     ``decide``; the extras then carry ``"action_mask"`` (from the agent) and ``"next_action_mask"``
     (the masks of ``next_obs``, added here).
     """
-    masks = getattr(envs, "masks", None)
+    masks = envs.masks
     step = agent.decide(obs) if masks is None else agent.decide(obs, action_mask=masks)
     next_obs, rewards, terminated, truncated, final_obs = envs.step(step.actions)
     extras = step.extras
     if masks is not None:
         extras = {**extras, NEXT_MASK_KEY: envs.final_masks}
-    game_ends = getattr(envs, "game_ends", None)
+    game_ends = envs.game_ends
     if game_ends is not None:  # Atari training envs: whole games' raw scores (workbench.atari)
         extras = {**extras, GAME_END_KEY: game_ends}
     done = terminated | truncated

@@ -1,22 +1,22 @@
-"""Where env steps happen. Every backend gives the session's loop the same small interface:
-
-``reset() -> obs``, ``transitions(agent, obs) -> (Transitions, next_obs)`` (one step of every env,
-taken by ``workbench.loop.env_step``), ``close()``, plus ``num_envs`` and ``persistent`` (True when
-the runner may be kept between two ``start`` calls so episodes continue). Agents never know where
-their env steps ran.
+"""Where env steps happen. Every backend is a :class:`~workbench.parallel.runner.Runner`: the base
+class declares, with its default, every member the session's loop calls, so the loop calls them
+directly and never asks which backend it has. Each runner gives ``reset() -> obs``,
+``transitions(agent, obs) -> (Transitions, next_obs)`` (one step of every env, taken by
+``workbench.loop.env_step``), ``close()``, ``call()`` (``session.call_env``), ``num_envs`` and
+``persistent`` (True when the runner may be kept between two ``start`` calls so episodes continue),
+and overrides what it can do more: ``envs_per_worker`` (the session names the worker an episode
+ran in, ``worker_3/episode_reward``), ``drain_signals()`` (per-worker signals such as
+``worker_3/steps_per_second`` or ``weight_staleness``), ``interrupt()`` (kill the workers of a hung
+step), ``rng_states()``, ``set_config()`` (live edits for acting replicas), ``wait_ready()`` and
+``ended_episodes()`` (an external session). Agents never know where their env steps ran.
 
 In-process and local workers step envs for the learner's own decisions (``env_step`` over a vector
 env whose ``step`` runs here or in worker processes). Ray workers hold a replica of the agent and
 run ``workbench.loop.collect`` themselves, the same step function; the runner hands their
 transitions, extras included, to the learner one step at a time. With ``ray_acting="learner"`` Ray
 actors only step envs, like local workers, and the learner acts for all of them (no torch in the
-actors, so they start fast; one round trip per step).
-
-Two optional members let a backend add to the loop without the loop knowing which backend it is:
-
-* ``envs_per_worker``: the session names the worker an episode ran in (``worker_3/episode_reward``);
-* ``drain_signals() -> [(name, value), ...]``: per-worker signals (``worker_3/steps_per_second``,
-  ``weight_staleness``...) that the session records at the current step.
+actors, so they start fast; one round trip per step). Ray itself is started in
+``workbench.parallel.ray_start``.
 
 Backends (``Session(..., num_workers=N, backend=...)``):
 
@@ -43,14 +43,17 @@ from ..masks import MaskReader, sample_action
 from ..validation import ArgumentError, Constraint, check_value, choice, flag, integer, number, optional
 from .errors import WorkerError
 from .local import LocalRunner, check_step_timeout, split_envs
+from .runner import Runner
 
 __all__ = [
     "BACKENDS",
     "BackendChoice",
     "InProcessRunner",
     "LocalRunner",
+    "Runner",
     "WorkerError",
     "check_runner_options",
+    "check_worker_env",
     "choose_backend",
     "make_runner",
 ]
@@ -81,7 +84,7 @@ _RAY_OPTIONS: dict[str, Constraint] = {
 }
 
 
-class InProcessRunner(VecEnv):
+class InProcessRunner(VecEnv, Runner):
     """All envs stepped one after another in the training thread (fastest for cheap envs)."""
 
     persistent = True
@@ -218,6 +221,18 @@ def check_runner_options(backend: Any, num_workers: Any, options: dict[str, Any]
         )
 
 
+def check_worker_env(source: EnvSource, num_workers: int) -> None:
+    """A ``ValueError`` when ``num_workers > 1`` and ``source`` is an env instance: worker
+    processes need a way to build their own copies (``Session`` checks it when it is created,
+    :func:`make_runner` when it builds)."""
+    if num_workers > 1 and source.instance is not None:
+        raise ValueError(
+            f"num_workers={num_workers} needs a way to build the env in each worker, but an env "
+            "instance cannot be copied to another process. Pass a zero-argument factory instead: "
+            "Session(agent, lambda: MyEnv(...), num_workers=...)"
+        )
+
+
 def make_runner(
     source: EnvSource,
     num_envs: int,
@@ -248,12 +263,7 @@ def make_runner(
         backend, num_workers, {"envs_per_worker": envs_per_worker, "restart_workers": restart_workers, **options}
     )
     check_step_timeout(step_timeout)
-    if num_workers > 1 and source.instance is not None:
-        raise ValueError(
-            f"num_workers={num_workers} needs a way to build the env in each worker, but an env "
-            "instance cannot be copied to another process. Pass a zero-argument factory instead: "
-            "Session(agent, lambda: MyEnv(...), num_workers=...)"
-        )
+    check_worker_env(source, num_workers)
     if step_timeout is not None:
         if backend == "inprocess":
             raise ValueError(

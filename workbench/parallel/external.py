@@ -29,17 +29,23 @@ import math
 import threading
 from collections import deque
 from collections.abc import Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from gymnasium import spaces
 
+from ..agents.base import Agent
 from ..envs import EnvSource, env_action_converter
 from ..loop import Episode, Transitions
 from ..masks import MASK_KEY, NEXT_MASK_KEY, check_masks, mask_size
+from ..validation import check_value, integer, optional
+from . import _OPTIONS, _RAY_OPTIONS
+from .runner import Runner
 
-__all__ = ["DEFAULT_EPISODE", "ExternalRunner", "ExternalSource", "episode_name", "refuse_env_options"]
+__all__ = [
+    "DEFAULT_EPISODE", "ExternalRunner", "ExternalSource", "episode_name", "external_source", "refuse_env_options",
+]
 
 
 class _DefaultEpisode:
@@ -64,6 +70,8 @@ class ExternalSource(EnvSource):
 
     observation_space: spaces.Space | None = None
     action_space: spaces.Space | None = None
+    runner: ExternalRunner | None = field(default=None, compare=False, repr=False)
+    """The runner the application's ``act``/``feedback`` calls feed (``Session.external``)."""
 
     def spaces(self) -> tuple[spaces.Space, spaces.Space]:
         """The agent's spaces (the application's env is never seen)."""
@@ -87,7 +95,7 @@ class _Live:
         self.pending: Any = None
 
 
-class ExternalRunner:
+class ExternalRunner(Runner):
     """The runner of an external session (see the module docstring for the episode-to-slot rule).
 
     The application's threads call :meth:`act` and :meth:`feedback`; the session's loop calls
@@ -308,11 +316,25 @@ class ExternalRunner:
         """Nothing to close: the envs belong to the application."""
 
 
+def external_source(agent: Any, max_lag: Any, options: dict[str, Any]) -> ExternalSource:
+    """The env source of ``Session.external(agent, max_lag=..., **options)``, holding its runner;
+    refuses what an external session cannot honour (see :func:`refuse_env_options`)."""
+    if not isinstance(agent, Agent):
+        raise TypeError(
+            "Session.external needs an agent such as wb.DQN(observation_space=..., action_space=...) "
+            f"as its first argument, got {type(agent).__name__}"
+        )
+    refuse_env_options(agent, options)
+    check_value("Session.external", "max_lag", max_lag, optional(integer(min=0)))
+    return ExternalSource(
+        name="the application", observation_space=agent.observation_space, action_space=agent.action_space,
+        runner=ExternalRunner(agent, max_lag=max_lag),
+    )
+
+
 def refuse_env_options(agent: Any, options: dict[str, Any]) -> None:
     """Refuse what ``Session.external`` cannot honour: options about the session's own envs, and
     agents whose decisions keep per-env state between calls (RecurrentPPO's LSTM state)."""
-    from . import _OPTIONS, _RAY_OPTIONS
-
     refused = [name for name in ("env", "num_workers", "backend", *_OPTIONS, *_RAY_OPTIONS) if name in options]
     if refused:
         raise TypeError(

@@ -26,11 +26,12 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from ..envs import EnvSource, flat_observation_space
+from ..envs import EnvMethodError, EnvSource, flat_observation_space
 from ..loop import Transitions, env_step
 from ..masks import mask_size
 from ._worker import STEP, STEP_REPLY
 from .errors import WorkerError
+from .runner import Runner
 
 __all__ = ["LocalRunner"]
 
@@ -145,7 +146,7 @@ def _shutdown(workers: list[_Worker]) -> None:
     workers.clear()
 
 
-class LocalRunner:
+class LocalRunner(Runner):
     """``num_workers`` worker processes stepping ``envs_per_worker`` env copies each.
 
     Env ``i`` (over all workers) is seeded ``seed + i`` on the first reset, the same seeds the
@@ -163,6 +164,7 @@ class LocalRunner:
 
     persistent = False  # processes never outlive a run: stop() leaves nothing behind
     backend = "local"
+    can_interrupt = True  # interrupt() kills the worker processes
     _start_timeout = _START_TIMEOUT_S
 
     def __init__(
@@ -434,8 +436,6 @@ class LocalRunner:
         one result per env, in env order. Arguments and results travel pickled between this
         library's own processes. The env's exception becomes a :class:`WorkerError` naming the
         worker (with the env's traceback); a missing method an ``EnvMethodError``."""
-        from ..envs import EnvMethodError
-
         for w in self._workers:
             w.conn.send(("call", name, tuple(args), dict(kwargs or {})))
         results: list[Any] = []

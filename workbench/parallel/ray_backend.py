@@ -44,7 +44,8 @@ from ..envs import EnvMethodError, EnvSource, VecEnv
 from ..loop import Step, Transitions, collect, concat_envs, row
 from .errors import WorkerError
 from .local import check_step_timeout
-from .ray_envs import import_ray, start_ray
+from .ray_start import import_ray, start_ray
+from .runner import Runner
 
 __all__ = ["RayRunner", "is_on_policy"]
 
@@ -77,6 +78,8 @@ class _ClockedReplica:
 
 class _TimedEnvs:
     """The worker's vector env, noting when its current ``step`` began (for ``step_timeout``)."""
+
+    game_ends: np.ndarray | None = None  # whole games' scores are not sent back from actors (yet)
 
     def __init__(self, vec: VecEnv) -> None:
         self.vec = vec
@@ -205,7 +208,7 @@ def _kill_actors(actors: list[Any], owns_ray: bool) -> None:
         ray.shutdown()
 
 
-class RayRunner:
+class RayRunner(Runner):
     """``num_workers`` Ray actors, each with ``envs_per_worker`` envs and an acting agent replica.
 
     Options (keyword arguments of ``Session`` with ``backend="ray"``):
@@ -223,6 +226,7 @@ class RayRunner:
 
     persistent = False  # actors never outlive a run: stop() leaves nothing behind
     backend = "ray"
+    can_interrupt = True  # interrupt() kills the actors
 
     def __init__(
         self,

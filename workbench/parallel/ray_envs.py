@@ -17,7 +17,7 @@ The price: one Ray round trip per env step (a call per actor), so it suits one m
 network; on a cluster across a slow network, acting in the workers (the default) sends one chunk of
 many steps per round trip instead.
 
-This module also starts Ray for both modes (:func:`start_ray`).
+Ray itself is started by :mod:`workbench.parallel.ray_start` (for both modes).
 """
 
 from __future__ import annotations
@@ -29,103 +29,15 @@ from collections import deque
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
-import numpy as np
-
 from ..envs import EnvSource
 from . import _worker
 from .local import LocalRunner, _shutdown, _Worker
+from .ray_start import import_ray, start_ray
 
-__all__ = ["RayEnvRunner", "start_ray"]
+__all__ = ["RayEnvRunner"]
 
 _START_TIMEOUT_S = 120.0  # actor start: a cluster may have to pull the environment first
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the workbench folder
-# First on the PYTHONPATH of a private Ray's processes: stands in for packages whose import costs a
-# Ray process far more than it uses them (see the folder's rfc3987_syntax/__init__.py).
-_LEAN_IMPORTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ray_lean_imports")
-
-
-def _init_private_ray(ray: Any, options: dict[str, Any]) -> None:
-    """``ray.init(**options)`` for a Ray that listens on the loopback interface only, and whose
-    processes start faster.
-
-    Ray turns ``_node_ip_address="127.0.0.1"`` into the machine's external address unless its
-    cluster support is off (as on macOS and Windows), and with an external node address its servers
-    listen on every interface. So the flag is turned off while this Ray starts, in this process
-    (``ray_constants.ENABLE_RAY_CLUSTER``) and in the processes it starts (their environment).
-
-    The processes it starts (its services, and through its raylet every actor) also get
-    ``_LEAN_IMPORTS_DIR`` first on ``PYTHONPATH``: where JupyterLab's dependencies are installed,
-    that halves each Ray process's start (2.3 to 0.7 CPU seconds an actor, measured in
-    ``benchmarks/ray_start.py``). This process's environment is restored once Ray has started.
-    """
-    from ray._private import ray_constants
-
-    name = ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR
-    saved_flag = ray_constants.ENABLE_RAY_CLUSTER
-    saved_env = {key: os.environ.get(key) for key in (name, "PYTHONPATH")}
-    if options.get("_node_ip_address") in ("127.0.0.1", "localhost", "::1"):
-        ray_constants.ENABLE_RAY_CLUSTER = False
-        os.environ[name] = "0"
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_LEAN_IMPORTS_DIR, saved_env["PYTHONPATH"]) if p)
-    try:
-        ray.init(**options)
-    finally:
-        ray_constants.ENABLE_RAY_CLUSTER = saved_flag
-        for key, value in saved_env.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
-def import_ray(source: EnvSource) -> Any:
-    """The ``ray`` module for Ray runners over ``source``: an ImportError that says which extra to
-    install without Ray, a ValueError when ``source`` cannot be built again in an actor (an env
-    instance, not a factory)."""
-    if source.factory is None:
-        raise ValueError(
-            "Ray workers need a way to build the env: pass a zero-argument factory such as "
-            "`lambda: MyEnv(...)` or a registered id, not an env instance"
-        )
-    try:
-        import ray
-    except ImportError as exc:
-        raise ImportError("backend='ray' needs Ray: pip install 'rl-workbench[ray]'") from exc
-    return ray
-
-
-def start_ray(
-    ray: Any, num_workers: int, cpus_per_worker: float, ray_address: str | None, ray_init: dict[str, Any] | None
-) -> bool:
-    """Start Ray unless it runs already; True when this call started it (the runner then shuts it
-    down when it closes). ``ray_address=None`` starts a private Ray on this machine (loopback
-    only); an address joins a cluster. A cluster with too few CPUs for the workers is a ValueError."""
-    owns_ray = False
-    if not ray.is_initialized():
-        options: dict[str, Any] = {"ignore_reinit_error": True, "include_dashboard": False, "logging_level": "warning"}
-        if ray_address is None:
-            cores = os.cpu_count() or 1
-            options["num_cpus"] = max(cores, int(np.ceil(num_workers * cpus_per_worker)))
-            options["_node_ip_address"] = "127.0.0.1"  # a private Ray: reachable from this machine only
-            options.update(ray_init or {})
-            _init_private_ray(ray, options)
-        else:
-            options["address"] = ray_address
-            options.update(ray_init or {})
-            ray.init(**options)
-        owns_ray = True
-    total = ray.cluster_resources().get("CPU", 0.0)
-    if total < num_workers * cpus_per_worker:
-        if owns_ray:
-            ray.shutdown()
-        raise ValueError(
-            f"num_workers={num_workers} with cpus_per_worker={cpus_per_worker} needs "
-            f"{num_workers * cpus_per_worker:g} Ray CPUs, but the cluster has {total:g}: lower "
-            "cpus_per_worker (e.g. 0.25 for workers that mostly wait) or start Ray with more num_cpus"
-        )
-    return owns_ray
-
-
 class _ActorConnection:
     """A Ray actor seen as the parent's end of a worker connection: ``send_bytes`` starts a call of
     the actor's ``handle``, ``poll`` waits for its answer, ``recv_bytes`` returns it. A dead actor

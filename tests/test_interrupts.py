@@ -1,0 +1,115 @@
+"""Ctrl-C and SIGTERM while a session trains: the run is stopped and its thread joined before the
+interrupt reaches the caller, a script that does not catch it exits as Python does, and the last
+periodic checkpoint stays loadable (issue 32, case 1)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import workbench as wb
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+SCRIPT = """
+import os, signal, sys, threading, time
+import workbench as wb
+
+agent = wb.PPO("CartPole-v1", n_envs=1, n_steps=16, batch_size=16, n_epochs=1)
+session = wb.Session(agent, seed=0, checkpoint_every=64, checkpoint_dir={checkpoints!r})
+
+def send():
+    while session.steps < 300:
+        time.sleep(0.005)
+    print("TRAINING", flush=True)
+    if {self_signal!r}:
+        os.kill(os.getpid(), signal.{signal_name})
+
+threading.Thread(target=send, daemon=True).start()
+try:
+    {call}
+finally:
+    print("STATUS", session.status, session.stop_reason, session.is_alive, flush=True)
+"""
+
+
+def _run(tmp_path, call: str, signal_name: str, self_signal: bool = True) -> subprocess.CompletedProcess:
+    script = SCRIPT.format(
+        checkpoints=str(tmp_path / "ck"), self_signal=self_signal, signal_name=signal_name, call=call
+    )
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    if self_signal:
+        return subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path
+        )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        cwd=tmp_path,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.startswith("TRAINING"), (line, proc.stderr.read() if proc.stderr else "")
+    proc.send_signal(getattr(signal, signal_name))
+    out, err = proc.communicate(timeout=120)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, line + out, err)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("call", ["session.run(10_000_000)", "session.start(10_000_000); session.wait()"])
+def test_ctrl_c_stops_the_run_before_reaching_the_caller_and_the_script_exits_as_on_ctrl_c(tmp_path, call):
+    done = _run(tmp_path, call, "SIGINT")
+    assert "terminate called" not in done.stderr, done.stderr
+    assert done.returncode in (-signal.SIGINT, 130), (done.returncode, done.stderr[-2000:])
+    assert "KeyboardInterrupt" in done.stderr
+    assert "STATUS stopped interrupted False" in done.stdout, done.stdout
+    agent = wb.load(tmp_path / "ck" / "latest")  # the last periodic checkpoint loads
+    assert agent.num_timesteps >= 64
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_run_and_the_exit_code_says_so(tmp_path):
+    done = _run(tmp_path, "session.run(10_000_000)", "SIGTERM", self_signal=False)
+    assert "terminate called" not in done.stderr, done.stderr
+    assert done.returncode == 128 + signal.SIGTERM, (done.returncode, done.stderr[-2000:])
+    assert "STATUS stopped terminated False" in done.stdout, done.stdout
+    assert wb.load(tmp_path / "ck" / "latest").num_timesteps >= 64
+    leftovers = [p for p in (tmp_path / "ck").iterdir() if p.name not in ("latest",)]
+    assert not leftovers, leftovers  # no half-written checkpoint beside the last good one
+
+
+def test_keyboard_interrupt_in_run_stops_the_run_in_process(monkeypatch):
+    """In-process: the interrupt raised while run() waits stops the run first, then reaches the caller."""
+    agent = wb.PPO("CartPole-v1", n_envs=1, n_steps=16, batch_size=16, n_epochs=1)
+    session = wb.Session(agent, seed=0)
+    calls = []
+    real_wait = type(session.run_control).wait
+
+    def wait(control, timeout=None):
+        if not calls:
+            calls.append(1)
+            deadline = time.monotonic() + 10
+            while session.steps < 50 and time.monotonic() < deadline:
+                time.sleep(0.005)
+            raise KeyboardInterrupt
+        return real_wait(control, timeout)
+
+    monkeypatch.setattr(type(session.run_control), "wait", wait)
+    with pytest.raises(KeyboardInterrupt):
+        session.run(10_000_000)
+    assert session.status == "stopped"
+    assert session.stop_reason == "interrupted"
+    assert not session.is_alive
+    session.run(16)  # and it can go on afterwards
+    assert session.status == "finished"
+
+
+def test_the_sigterm_handler_is_put_back_after_run():
+    before = signal.getsignal(signal.SIGTERM)
+    session = wb.Session(wb.PPO("CartPole-v1", n_envs=1, n_steps=16, batch_size=16, n_epochs=1), seed=0)
+    session.run(32)
+    assert signal.getsignal(signal.SIGTERM) is before

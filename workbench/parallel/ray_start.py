@@ -1,0 +1,104 @@
+"""Starting Ray for the Ray backends (``ray_acting="workers"`` and ``"learner"``) and Ray sweeps.
+
+:func:`import_ray` gives the module (or says which extra to install), :func:`start_ray` starts a
+private Ray on this machine or joins a cluster, and :func:`init_private_ray` is the ``ray.init``
+of a private Ray: loopback sockets only, and lean imports (``ray_lean_imports/``) first on its
+processes' ``PYTHONPATH``. Every use of Ray's private modules in this package is here.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from ..envs import EnvSource
+
+__all__ = ["LEAN_IMPORTS_DIR", "import_ray", "init_private_ray", "start_ray"]
+
+# First on the PYTHONPATH of a private Ray's processes: stands in for packages whose import costs a
+# Ray process far more than it uses them (see the folder's rfc3987_syntax/__init__.py).
+LEAN_IMPORTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ray_lean_imports")
+
+
+def init_private_ray(ray: Any, options: dict[str, Any]) -> None:
+    """``ray.init(**options)`` for a Ray that listens on the loopback interface only, and whose
+    processes start faster.
+
+    Ray turns ``_node_ip_address="127.0.0.1"`` into the machine's external address unless its
+    cluster support is off (as on macOS and Windows), and with an external node address its servers
+    listen on every interface. So the flag is turned off while this Ray starts, in this process
+    (``ray_constants.ENABLE_RAY_CLUSTER``) and in the processes it starts (their environment).
+
+    The processes it starts (its services, and through its raylet every actor) also get
+    ``LEAN_IMPORTS_DIR`` first on ``PYTHONPATH``: where JupyterLab's dependencies are installed,
+    that halves each Ray process's start (2.3 to 0.7 CPU seconds an actor, measured in
+    ``benchmarks/ray_start.py``). This process's environment is restored once Ray has started.
+    """
+    from ray._private import ray_constants
+
+    name = ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR
+    saved_flag = ray_constants.ENABLE_RAY_CLUSTER
+    saved_env = {key: os.environ.get(key) for key in (name, "PYTHONPATH")}
+    if options.get("_node_ip_address") in ("127.0.0.1", "localhost", "::1"):
+        ray_constants.ENABLE_RAY_CLUSTER = False
+        os.environ[name] = "0"
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (LEAN_IMPORTS_DIR, saved_env["PYTHONPATH"]) if p)
+    try:
+        ray.init(**options)
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved_flag
+        for key, value in saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def import_ray(source: EnvSource) -> Any:
+    """The ``ray`` module for Ray runners over ``source``: an ImportError that says which extra to
+    install without Ray, a ValueError when ``source`` cannot be built again in an actor (an env
+    instance, not a factory)."""
+    if source.factory is None:
+        raise ValueError(
+            "Ray workers need a way to build the env: pass a zero-argument factory such as "
+            "`lambda: MyEnv(...)` or a registered id, not an env instance"
+        )
+    try:
+        import ray
+    except ImportError as exc:
+        raise ImportError("backend='ray' needs Ray: pip install 'rl-workbench[ray]'") from exc
+    return ray
+
+
+def start_ray(
+    ray: Any, num_workers: int, cpus_per_worker: float, ray_address: str | None, ray_init: dict[str, Any] | None
+) -> bool:
+    """Start Ray unless it runs already; True when this call started it (the runner then shuts it
+    down when it closes). ``ray_address=None`` starts a private Ray on this machine (loopback
+    only); an address joins a cluster. A cluster with too few CPUs for the workers is a ValueError."""
+    owns_ray = False
+    if not ray.is_initialized():
+        options: dict[str, Any] = {"ignore_reinit_error": True, "include_dashboard": False, "logging_level": "warning"}
+        if ray_address is None:
+            cores = os.cpu_count() or 1
+            options["num_cpus"] = max(cores, int(np.ceil(num_workers * cpus_per_worker)))
+            options["_node_ip_address"] = "127.0.0.1"  # a private Ray: reachable from this machine only
+            options.update(ray_init or {})
+            init_private_ray(ray, options)
+        else:
+            options["address"] = ray_address
+            options.update(ray_init or {})
+            ray.init(**options)
+        owns_ray = True
+    total = ray.cluster_resources().get("CPU", 0.0)
+    if total < num_workers * cpus_per_worker:
+        if owns_ray:
+            ray.shutdown()
+        raise ValueError(
+            f"num_workers={num_workers} with cpus_per_worker={cpus_per_worker} needs "
+            f"{num_workers * cpus_per_worker:g} Ray CPUs, but the cluster has {total:g}: lower "
+            "cpus_per_worker (e.g. 0.25 for workers that mostly wait) or start Ray with more num_cpus"
+        )
+    return owns_ray

@@ -1,0 +1,25 @@
+"""The run's machinery, composed by :class:`workbench.Session` (the facade users know).
+
+* :mod:`~workbench.run.control`: :class:`RunControl`, the status, the pause/stop/abandon flags, what
+  the training thread is inside, and the timeouts of control calls;
+* :mod:`~workbench.run.loops`: :class:`EnvLoop`, :class:`ExternalLoop` and :class:`OfflineLoop`
+  behind one interface, ``run(ctx, target_steps) -> end reason``; a session's mode is the loop it
+  composes;
+* :mod:`~workbench.run.context`: :class:`RunContext`, what a loop sees of its session
+  (``between_steps``, ``update_once``, ``after_step``, ``ask_stop_when``, the runner) and the
+  training thread's body;
+* :mod:`~workbench.run.periodic`: evaluation, off-policy estimates and checkpoints every so many steps;
+* :mod:`~workbench.run.persistence`: the session's counters, saved beside the agent and read back.
+
+Nothing outside ``session.py`` and this package touches a Session's private state
+(``tests/test_boundaries.py`` checks it).
+"""
+
+from __future__ import annotations
+
+from .context import RunContext
+from .control import STATUSES, RunControl
+from .loops import EnvLoop, ExternalLoop, Loop, OfflineLoop
+from .periodic import Periodic
+
+__all__ = ["STATUSES", "EnvLoop", "ExternalLoop", "Loop", "OfflineLoop", "Periodic", "RunContext", "RunControl"]

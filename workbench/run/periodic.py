@@ -1,0 +1,82 @@
+"""What a run does every so many steps: evaluation, off-policy estimates, checkpoints.
+
+:class:`Periodic` keeps the step at which each job last ran and runs what is due after a step
+(:meth:`Periodic.after_step`), in that order: evaluation (``eval_every``, ``eval_reward``; with
+``keep_best`` the best checkpoint), an offline agent's off-policy estimates (``ope_every``), the
+checkpoint to ``checkpoint_dir/latest`` (``checkpoint_every``). The intervals are read from the
+session's public attributes each time.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..ope import OffPolicyEvaluator
+
+__all__ = ["Periodic", "record_estimates"]
+
+
+class Periodic:
+    """The periodic jobs of one session (``session`` is the facade: its public attributes)."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+        steps = session.steps
+        self.last_eval_step = steps
+        self.last_ope_step = steps
+        self.last_checkpoint_step = steps
+        self.ope: Any = None  # the off-policy evaluator, built on first use
+
+    def after_step(self, ctx: Any) -> bool:
+        """Run what is due now; True when an evaluation or an estimate ran (an offline loop asks
+        ``stop_when`` then)."""
+        s = self.session
+        steps = s.steps
+        asked = False
+        if s.eval_every is not None and steps - self.last_eval_step >= s.eval_every:
+            self.last_eval_step = steps
+            self.evaluate()
+            asked = True
+        if s.ope_every is not None and steps - self.last_ope_step >= s.ope_every:
+            self.last_ope_step = steps
+            record_estimates(ctx, self)
+            asked = True
+        if s.checkpoint_every is not None and steps - self.last_checkpoint_step >= s.checkpoint_every:
+            self.last_checkpoint_step = steps
+            s.save(os.path.join(s.checkpoint_dir, "latest"))
+        return asked
+
+    def evaluate(self) -> None:
+        """A periodic evaluation; keeps the best checkpoint with ``keep_best``."""
+        s = self.session
+        mean = s.evaluate()
+        if s.best_eval_reward is None or mean > s.best_eval_reward:
+            s.best_eval_reward = mean
+            if s.keep_best and s.checkpoint_dir is not None:
+                s.save(os.path.join(s.checkpoint_dir, "best"))
+
+
+def record_estimates(ctx: Any, periodic: Periodic) -> dict[str, Any]:
+    """Run the off-policy estimators on the held-out episodes and record them as signals
+    (``ope_ips``, ``ope_wis``, ``ope_dm``, ``ope_dr``, ``ope_sdr``; ``_low``/``_high`` for the
+    intervals of ``dr`` and ``sdr``)."""
+    session = periodic.session
+    agent = session.agent
+    if periodic.ope is None:
+        gamma = float(getattr(agent.config, "gamma", 0.99))
+        periodic.ope = OffPolicyEvaluator(session.ope_dataset, gamma=gamma, fqe_steps=1000, n_bootstrap=100)
+    was_training = agent.training
+    agent.training = False
+    try:
+        with ctx.control.inside("off-policy evaluation"):
+            estimates = periodic.ope(agent)
+    finally:
+        agent.training = was_training
+    now = session.elapsed
+    for name, est in estimates.items():
+        session.signals.record(f"ope_{name}", session.steps, est.value, now)
+        if name in ("dr", "sdr"):
+            session.signals.record(f"ope_{name}_low", session.steps, est.low, now)
+            session.signals.record(f"ope_{name}_high", session.steps, est.high, now)
+    return estimates
