@@ -441,13 +441,12 @@ class OnPolicyAgent(Agent):
             return (advantages - advantages.mean()) / (advantages.std() + 1e-8)
         return advantages
 
-    def _actor_critic_step(
+    def _loss(
         self, policy_loss: torch.Tensor, entropy: torch.Tensor, values: torch.Tensor, returns: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One gradient step on ``policy_loss - ent_coef * entropy + vf_coef * MSE(values, returns)``,
-        its gradient norm clipped (A2C, PPO and RecurrentPPO differ only in the policy loss).
-
-        Returns (value loss, mean entropy, total loss)."""
+        """The loss of one gradient step, ``policy_loss - ent_coef * entropy + vf_coef * MSE(values, returns)``
+        (A2C, PPO and RecurrentPPO differ only in the policy loss): returns (loss, value loss, mean entropy).
+        A subclass changing the loss overrides this (or the policy loss above it); no fast path bypasses it."""
         c = self.config
         value_loss = F.mse_loss(values, returns)
         entropy_mean = entropy.mean()
@@ -455,7 +454,16 @@ class OnPolicyAgent(Agent):
             loss = policy_loss - c.ent_coef * entropy_mean + c.vf_coef * value_loss
         else:  # the same loss (x - 0 is x), without a backward pass through the entropy for a zero gradient
             loss = policy_loss + c.vf_coef * value_loss
-        gradient_step(self.optimizer, loss, c.max_grad_norm, fast=self._fast)
+        return loss, value_loss, entropy_mean
+
+    def _actor_critic_step(
+        self, policy_loss: torch.Tensor, entropy: torch.Tensor, values: torch.Tensor, returns: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One gradient step on :meth:`_loss`, its gradient norm clipped to ``max_grad_norm``.
+
+        Returns (value loss, mean entropy, total loss)."""
+        loss, value_loss, entropy_mean = self._loss(policy_loss, entropy, values, returns)
+        gradient_step(self.optimizer, loss, self.config.max_grad_norm, fast=self._fast)
         return value_loss, entropy_mean, loss
 
     def _end_update(self, metrics: dict[str, float], batch: RolloutBatch) -> dict[str, float]:

@@ -36,6 +36,14 @@ __all__ = [
 OK: dict[str, bool] = {}
 """Which private pieces passed the import-time probe (name -> usable); :func:`probe` fills it."""
 
+# The private kernels, looked up once (None where this torch lacks one); the probe checks them.
+_foreach_norm = getattr(torch, "_foreach_norm", None)
+_foreach_mul_ = getattr(torch, "_foreach_mul_", None)
+_foreach_add_ = getattr(torch, "_foreach_add_", None)
+_foreach_copy_ = getattr(torch, "_foreach_copy_", None)
+_foreach_lerp_ = getattr(torch, "_foreach_lerp_", None)
+_fused_adam_ = getattr(torch, "_fused_adam_", None)
+
 
 # -- hooks: private attributes of modules, parameters and optimizers ---------------------------------
 
@@ -80,16 +88,16 @@ def optimizer_hooks_set(optimizer: torch.optim.Optimizer) -> bool:
 
 
 def foreach_norm(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    """The 2-norm of each tensor (``torch._foreach_norm(tensors, 2.0)``)."""
+    """The 2-norm of each tensor (``_foreach_norm(tensors, 2.0)``)."""
     if OK.get("foreach_norm", False):
-        return list(torch._foreach_norm(list(tensors), 2.0))
+        return list(_foreach_norm(list(tensors), 2.0))
     return [torch.linalg.vector_norm(t, 2.0) for t in tensors]
 
 
 def foreach_mul_(tensors: Sequence[torch.Tensor], scale: torch.Tensor) -> None:
     """Every tensor times the 0-d tensor ``scale``, in place."""
     if OK.get("foreach_mul_", False):
-        torch._foreach_mul_(list(tensors), scale)
+        _foreach_mul_(list(tensors), scale)
         return
     for t in tensors:
         t.mul_(scale)
@@ -98,7 +106,7 @@ def foreach_mul_(tensors: Sequence[torch.Tensor], scale: torch.Tensor) -> None:
 def foreach_add_(tensors: Sequence[torch.Tensor], value: float) -> None:
     """``value`` added to every tensor, in place."""
     if OK.get("foreach_add_", False):
-        torch._foreach_add_(list(tensors), value)
+        _foreach_add_(list(tensors), value)
         return
     for t in tensors:
         t.add_(value)
@@ -107,7 +115,7 @@ def foreach_add_(tensors: Sequence[torch.Tensor], value: float) -> None:
 def foreach_copy_(targets: Sequence[torch.Tensor], sources: Sequence[torch.Tensor]) -> None:
     """Each target overwritten by its source."""
     if OK.get("foreach_copy_", False):
-        torch._foreach_copy_(list(targets), list(sources))
+        _foreach_copy_(list(targets), list(sources))
         return
     for t, s in zip(targets, sources, strict=True):
         t.copy_(s)
@@ -116,7 +124,7 @@ def foreach_copy_(targets: Sequence[torch.Tensor], sources: Sequence[torch.Tenso
 def foreach_lerp_(targets: Sequence[torch.Tensor], sources: Sequence[torch.Tensor], weight: float) -> None:
     """``target <- target + weight * (source - target)`` for each pair, in place."""
     if OK.get("foreach_lerp_", False):
-        torch._foreach_lerp_(list(targets), list(sources), weight)
+        _foreach_lerp_(list(targets), list(sources), weight)
         return
     for t, s in zip(targets, sources, strict=True):
         t.lerp_(s, weight)
@@ -169,7 +177,7 @@ def adam_step(optimizer: torch.optim.Optimizer) -> None:
     with torch.no_grad():
         foreach_add_(steps, 1)
         try:
-            torch._fused_adam_(
+            _fused_adam_(
                 params,
                 [p.grad for p in params],
                 [s["exp_avg"] for s in states],
@@ -250,27 +258,27 @@ def probe() -> dict[str, bool]:
         )
 
     def norm() -> bool:
-        got = torch._foreach_norm(a, 2.0)
+        got = _foreach_norm(a, 2.0)
         return all(torch.equal(g, torch.linalg.vector_norm(t, 2.0)) for g, t in zip(got, a, strict=True))
 
     def mul() -> bool:
         x = [t.clone() for t in a]
-        torch._foreach_mul_(x, torch.tensor(0.5))
+        _foreach_mul_(x, torch.tensor(0.5))
         return all(torch.equal(g, t * 0.5) for g, t in zip(x, a, strict=True))
 
     def add() -> bool:
         x = [t.clone() for t in a]
-        torch._foreach_add_(x, 1)
+        _foreach_add_(x, 1)
         return all(torch.equal(g, t + 1) for g, t in zip(x, a, strict=True))
 
     def copy() -> bool:
         x = [t.clone() for t in a]
-        torch._foreach_copy_(x, b)
+        _foreach_copy_(x, b)
         return all(torch.equal(g, t) for g, t in zip(x, b, strict=True))
 
     def lerp() -> bool:
         x = [t.clone() for t in a]
-        torch._foreach_lerp_(x, b, 0.25)
+        _foreach_lerp_(x, b, 0.25)
         return all(torch.equal(g, t.lerp(s, 0.25)) for g, t, s in zip(x, a, b, strict=True))
 
     def threshold() -> bool:
