@@ -211,7 +211,8 @@ def test_recurrent_export_takes_and_returns_the_lstm_state(tmp_path):
 
 
 def test_adam_step_matches_optimizer_step_bit_for_bit_and_skips_the_optimizer():
-    from workbench.agents.networks import adam_step, make_adam, mlp
+    from workbench.agents.kernels.private_torch import adam_step
+    from workbench.agents.networks import make_adam, mlp
 
     def trained(fast):
         torch.manual_seed(0)

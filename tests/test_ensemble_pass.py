@@ -1,4 +1,4 @@
-"""The written-out ensemble pass (``workbench/agents/ensemble_pass.py``): the same outputs and
+"""The written-out ensemble pass (``workbench/agents/kernels/body.py``): the same outputs and
 gradients as autograd, the cases it declines, and continuous CQL with and without it."""
 
 from __future__ import annotations
@@ -10,8 +10,7 @@ import torch
 from torch import nn
 
 import workbench as wb
-from workbench.agents.cql import CQL
-from workbench.agents.ensemble_pass import EnsemblePass
+from workbench.agents.kernels import EnsemblePass, body
 from workbench.agents.networks import EnsembleMLP
 
 
@@ -35,12 +34,12 @@ def test_forward_and_gradients_equal_autograd(in_dim, hidden, out_dim, rows):
     written_out = EnsemblePass.of(ensemble)
     assert written_out is not None and written_out.usable()
     ensemble.zero_grad(set_to_none=True)
-    for _ in range(2):  # the grads are overwritten, never accumulated, and the buffers reused
-        out = written_out.forward(x)
+    for _ in range(2):  # the buffers reused, the gradients fresh
+        out, kept = written_out.forward_keeping(x)
         torch.testing.assert_close(out, expected_out, rtol=1e-5, atol=1e-5)
-        written_out.backward(weights)
-        for name, p in ensemble.named_parameters():
-            torch.testing.assert_close(p.grad, expected[name], rtol=1e-4, atol=1e-5, msg=name)
+        _, grads = written_out.backward(kept, weights)
+        for (name, _p), grad in zip(ensemble.named_parameters(), grads, strict=True):
+            torch.testing.assert_close(grad, expected[name], rtol=1e-4, atol=1e-5, msg=name)
 
 
 def test_it_reads_the_current_weights():
@@ -51,7 +50,7 @@ def test_it_reads_the_current_weights():
     with torch.no_grad():
         ensemble.members[0][0].weight.mul_(2.0)  # an optimizer writes in place
         ensemble.load_state_dict({k: v + 0.1 for k, v in ensemble.state_dict().items()})
-    torch.testing.assert_close(written_out.forward(x), ensemble(x).detach())
+    torch.testing.assert_close(written_out.forward_keeping(x)[0], ensemble(x).detach())
 
 
 def test_it_declines_what_it_cannot_run():
@@ -84,18 +83,16 @@ def _pendulum_dataset(n: int = 2000) -> wb.Dataset:
                       observation_space=env.observation_space, action_space=env.action_space)
 
 
-def _train(monkeypatch: pytest.MonkeyPatch, written_out: bool, steps: int = 25) -> tuple[list[dict], dict]:
-    if not written_out:
-        monkeypatch.setattr(CQL, "_critic_pass", lambda self: None)
-    agent = wb.CQL(dataset=_pendulum_dataset(), seed=3, net_arch=(32, 16), batch_size=64, n_action_samples=4)
+def _train(written_out: bool, steps: int = 25) -> tuple[list[dict], dict]:
+    agent = wb.CQL(dataset=_pendulum_dataset(), seed=3, net_arch=(32, 16), batch_size=64, n_action_samples=4,
+                   fast="auto" if written_out else "off")
     metrics = [agent.update() for _ in range(steps)]
-    monkeypatch.undo()
     return metrics, {k: v.clone() for k, v in {**agent.critic.state_dict(), **agent.actor.state_dict()}.items()}
 
 
-def test_cql_learns_the_same_with_and_without_the_written_out_pass(monkeypatch):
-    fast_metrics, fast_weights = _train(monkeypatch, written_out=True)
-    slow_metrics, slow_weights = _train(monkeypatch, written_out=False)
+def test_cql_learns_the_same_with_and_without_the_written_out_pass():
+    fast_metrics, fast_weights = _train(written_out=True)
+    slow_metrics, slow_weights = _train(written_out=False)
     for fast, slow in zip(fast_metrics, slow_metrics, strict=True):
         assert fast.keys() == slow.keys()
         for key in fast:
@@ -106,22 +103,22 @@ def test_cql_learns_the_same_with_and_without_the_written_out_pass(monkeypatch):
 
 def test_cql_uses_the_pass_for_a_plain_critic_and_autograd_for_a_hooked_one():
     agent = wb.CQL(dataset=_pendulum_dataset(), seed=0, net_arch=(16,), batch_size=16, n_action_samples=2)
-    assert isinstance(agent._critic_pass(), EnsemblePass)
+    assert isinstance(body(agent.critic), EnsemblePass)
     calls = []
     handle = agent.critic.members[0].register_forward_hook(lambda module, args, out: calls.append(out.shape[0]))
     agent.update()
-    assert agent._critic_pass() is None
+    assert body(agent.critic) is None
     assert 16 * (1 + 3 * 2) in calls  # the hook saw the critic's pass over every row: autograd ran it
     handle.remove()
     before = agent.critic.state_dict()["members.0.0.weight"].clone()
     agent.update()
-    assert agent._critic_pass() is not None
+    assert body(agent.critic) is not None
     assert not torch.equal(before, agent.critic.state_dict()["members.0.0.weight"])
 
 
 def test_a_reseeded_cql_builds_a_pass_for_its_new_critic():
     ds = _pendulum_dataset(500)
     agent = wb.CQL(dataset=ds, seed=0, net_arch=(16,), batch_size=16, n_action_samples=2)
-    first = agent._critic_pass()
+    first = body(agent.critic)
     wb.Session(agent, dataset=ds, seed=1).run(steps=3)  # a seeded session rebuilds the networks
-    assert agent._critic_pass() is not first and agent._critic_pass().ensemble is agent.critic
+    assert body(agent.critic) is not first and body(agent.critic).ensemble is agent.critic

@@ -7,9 +7,20 @@ import torch
 from torch import nn
 
 import workbench as wb
-from workbench.agents.flat_rmsprop import FlatRMSprop
-from workbench.agents.networks import clip_grad_norm, mlp
-from workbench.agents.on_policy import run_layers
+from workbench.agents.kernels import FlatRMSprop, clip_grad_norm, forward, optim
+from workbench.agents.networks import mlp
+
+
+def _flat(agent: wb.A2C) -> FlatRMSprop:
+    """The flat stepper A2C's gradient steps use (``kernels.gradient_step`` keeps one per optimizer)."""
+    stepper = optim._stepper(agent.optimizer, True)
+    assert isinstance(stepper, FlatRMSprop)
+    return stepper
+
+
+def _without_flat(agent: wb.A2C) -> None:
+    """Make ``agent``'s gradient steps take the ordinary (fast, not flat) stepper."""
+    optim._STEPPERS[agent.optimizer] = {True: optim._Stepper(agent.optimizer, True)}
 
 
 def _nets() -> list[nn.Module]:
@@ -36,9 +47,9 @@ def _train(flat: bool, steps: int = 6, lr: float = 1e-2) -> tuple[list[torch.Ten
         x = torch.randn(40, 4, generator=gen)
         loss = nets[0](x).pow(2).mean() + nets[1](x).pow(2).mean() * 3
         if flat:
-            stepper.clear_grads()
+            stepper.clear()
             loss.backward()
-            stepper.clip_grad_norm(0.5)
+            stepper.clip(0.5)
             stepper.step()
         else:
             for p in params:
@@ -67,7 +78,7 @@ def test_parameters_become_views_of_one_buffer_and_a_replaced_tensor_is_noticed(
     stepper = FlatRMSprop(opt)
 
     def one_step():
-        stepper.clear_grads()
+        stepper.clear()
         sum(n(torch.ones(3, 4)).sum() for n in nets).backward()
         stepper.step()
 
@@ -92,7 +103,7 @@ def test_other_optimizers_and_settings_take_the_ordinary_step():
     for opt in (torch.optim.RMSprop(params, lr=1e-2, momentum=0.9), torch.optim.Adam(params, lr=1e-2)):
         stepper = FlatRMSprop(opt)
         for _ in range(2):
-            stepper.clear_grads()
+            stepper.clear()
             sum(n(torch.ones(3, 4)).sum() for n in nets).backward()
             stepper.step()
         assert not stepper.bound
@@ -102,7 +113,7 @@ def test_a2c_trains_the_same_weights_with_and_without_the_flat_step():
     def weights(flat: bool) -> list[np.ndarray]:
         agent = wb.A2C("CartPole-v1", seed=0)
         if not flat:
-            agent._flat_rmsprop = None
+            _without_flat(agent)
         wb.Session(agent, "CartPole-v1", seed=0).run(steps=800)
         return [p.detach().numpy().copy() for p in agent.actor.parameters()]
 
@@ -113,35 +124,37 @@ def test_a2c_trains_the_same_weights_with_and_without_the_flat_step():
 def test_a2c_resumed_from_a_checkpoint_steps_as_torch_rmsprop_would(tmp_path):
     session = wb.Session(wb.A2C("CartPole-v1", seed=0), "CartPole-v1", seed=0)
     session.run(steps=400)
-    assert session.agent._flat_rmsprop.bound
+    assert _flat(session.agent).bound
     session.save(tmp_path / "run")
 
     def resumed_weights(flat: bool) -> list[torch.Tensor]:
         resumed = wb.Session.resume(tmp_path / "run", "CartPole-v1")
         if not flat:
-            resumed.agent._flat_rmsprop = None
+            _without_flat(resumed.agent)
         resumed.run(steps=400)
         if flat:  # the loaded optimizer state was noticed and bound anew
-            assert resumed.agent._flat_rmsprop.bound
+            assert _flat(resumed.agent).bound
         return [p.detach().clone() for p in resumed.agent.actor.parameters()]
 
     for a, b in zip(resumed_weights(True), resumed_weights(False), strict=True):
         assert torch.equal(a, b)
 
 
-def test_run_layers_gives_the_modules_own_numbers_and_gradients():
+def test_the_seams_forward_gives_the_modules_numbers_and_gradients():
     torch.manual_seed(0)
     net = mlp(4, (8, 8), 3, activation="tanh")
     x = torch.randn(5, 4)
-    ours = run_layers(net, x)
+    ours = forward(net, x)
     ours.sum().backward()
     ours_grads = [p.grad.clone() for p in net.parameters()]
     net.zero_grad(set_to_none=True)
     theirs = net(x)
     theirs.sum().backward()
-    assert torch.equal(ours, theirs)
-    assert all(torch.equal(a, p.grad) for a, p in zip(ours_grads, net.parameters(), strict=True))
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+    for a, p in zip(ours_grads, net.parameters(), strict=True):
+        torch.testing.assert_close(a, p.grad, rtol=1e-5, atol=1e-6)
+    assert torch.equal(forward(net, x, fast=False), net(x))  # fast=False: the module itself
     seen = []
     net[1].register_forward_hook(lambda *args: seen.append(1))
-    run_layers(net, x)
+    forward(net, x)
     assert seen == [1]  # a hooked layer is called the ordinary way

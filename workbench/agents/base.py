@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import functools
 import os
 import threading
+import warnings
 from typing import Any, ClassVar, NamedTuple
 
 import gymnasium as gym
@@ -100,6 +100,10 @@ class AgentConfig:
     built as ``cls(observation_space, **encoder_kwargs)`` (see workbench.agents.encoders)."""
     encoder_kwargs: dict | None = checked(None, optional(json_object()))
     """Keyword arguments of the encoder (JSON values: they are saved with the run)."""
+    fast: str = checked("auto", choice("auto", "off"))
+    """"auto": written-out passes of plain network bodies and fused optimizer steps where they apply
+    (``workbench.agents.kernels``; the losses stay the torch ones); "off": the torch modules and
+    optimizers called as they are."""
 
 
 def register(cls: type[Agent]) -> type[Agent]:
@@ -175,7 +179,13 @@ def _agents_for(action_space: spaces.Space) -> list[str]:
 class Agent:
     """Base class of every algorithm. Subclasses set ``Config``, ``action_spaces`` and
     ``network_names``, and implement ``_build``, ``_act`` (or ``_decide`` when a step has extras),
-    ``observe``, ``ready`` and ``update``.
+    ``_observe``, ``ready`` and ``_update``.
+
+    ``observe()`` and ``update()`` are template methods: the public ones normalize, take the lock and
+    advance the clock, then call ``_observe()`` / ``_update()``. To change an algorithm, subclass it and
+    override ``_observe``/``_update`` (calling ``super()._update()`` where it helps) or its loss; a
+    subclass overriding the public ``observe``/``update`` gets a warning when its class is made, and
+    must call ``super().observe(...)`` / ``super().update()`` for normalization, lock and clock to run.
 
     Build one from an env (instance, registered id or zero-argument factory) or from its spaces,
     with keyword hyperparameters that override the ``Config`` defaults::
@@ -200,38 +210,22 @@ class Agent:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        # Each algorithm writes its own observe(); wrap it so observation and reward normalization
-        # happen here once, for every agent, before the algorithm sees the transitions, and the
-        # step clock advances here once.
-        observe = cls.__dict__.get("observe")
-        if observe is not None and not getattr(observe, "_normalizes", False):
-
-            @functools.wraps(observe)
-            def normalized_observe(self: Agent, transitions: Transitions) -> None:
-                if self._in_observe:  # a subclass calling super().observe(): already normalized
-                    return observe(self, transitions)
-                with self._lock:
-                    self._in_observe = True
-                    try:
-                        observe(self, self._normalize_transitions(transitions))
-                    finally:
-                        self._in_observe = False
-                    self.num_timesteps += len(transitions.rewards)
-
-            normalized_observe._normalizes = True  # type: ignore[attr-defined]
-            cls.observe = normalized_observe  # type: ignore[method-assign]
-        # update() takes the agent's lock too, so an act() from another thread (an external
-        # session's application, a service) never sees weights halfway through an update.
-        update = cls.__dict__.get("update")
-        if update is not None and not getattr(update, "_locks", False):
-
-            @functools.wraps(update)
-            def locked_update(self: Agent) -> dict[str, float]:
-                with self._lock:
-                    return update(self)
-
-            locked_update._locks = True  # type: ignore[attr-defined]
-            cls.update = locked_update  # type: ignore[method-assign]
+        # observe() and update() are template methods: an algorithm writes _observe() and _update().
+        # A subclass that overrides the public name still works when it calls super() (the base's
+        # normalization, lock and clock then run there); one that replaces them outright skips them,
+        # so it is told once, when the class is made, what to override instead.
+        for name in ("observe", "update"):
+            if name in cls.__dict__ and not getattr(cls.__dict__[name], "_template_ok", False):
+                warnings.warn(
+                    f"{cls.__qualname__} overrides {name}(): Agent.{name}() "
+                    + ("normalizes the transitions, takes the agent's lock and advances the step clock"
+                       if name == "observe" else "takes the agent's lock")
+                    + f" around _{name}(), which is what an algorithm implements. Override _{name}() "
+                    f"instead, or call super().{name}(...) from your {name}() so those still happen "
+                    "(see Agent's docstring)",
+                    UserWarning,
+                    stacklevel=2,
+                )
 
     def __init__(
         self,
@@ -375,6 +369,11 @@ class Agent:
         return {name: getattr(self, name) for name in self.optimizer_names if getattr(self, name, None) is not None}
 
     @property
+    def _fast(self) -> bool:
+        """True unless the config says ``fast="off"``: the kernels of ``workbench.agents.kernels`` may run."""
+        return self.config.fast != "off"
+
+    @property
     def progress(self) -> float:
         """Fraction of the training budget done, for schedules (0 before any budget is set)."""
         if not self.total_timesteps:
@@ -488,7 +487,24 @@ class Agent:
         return t._replace(obs=obs, rewards=rewards, next_obs=next_obs)
 
     def observe(self, transitions: Transitions) -> None:
-        """Take one step of every env into memory (with the extras its decision returned)."""
+        """Take one step of every env into memory (with the extras its decision returned).
+
+        Normalizes the observations and rewards (when configured), then calls the algorithm's
+        :meth:`_observe` under the agent's lock and advances the step clock (``num_timesteps``) by
+        the number of envs. Algorithms override :meth:`_observe`, not this."""
+        with self._lock:
+            if self._in_observe:  # observe() again from inside _observe(): already normalized and counted
+                self._observe(transitions)
+                return
+            self._in_observe = True
+            try:
+                self._observe(self._normalize_transitions(transitions))
+            finally:
+                self._in_observe = False
+            self.num_timesteps += len(transitions.rewards)
+
+    def _observe(self, transitions: Transitions) -> None:
+        """The algorithm's part of :meth:`observe`: store the (normalized) transitions."""
         raise NotImplementedError
 
     def ready(self) -> bool:
@@ -496,7 +512,15 @@ class Agent:
         raise NotImplementedError
 
     def update(self) -> dict[str, float]:
-        """Learn from memory; return metrics (they become the session's signals)."""
+        """Learn from memory; return metrics (they become the session's signals).
+
+        Calls the algorithm's :meth:`_update` under the agent's lock, so an ``act()`` from another
+        thread never sees weights halfway through an update. Algorithms override :meth:`_update`."""
+        with self._lock:
+            return self._update()
+
+    def _update(self) -> dict[str, float]:
+        """The algorithm's part of :meth:`update`: learn, return the metrics."""
         raise NotImplementedError
 
     def begin_episode(self, done: np.ndarray) -> None:
@@ -784,6 +808,6 @@ class Agent:
         return (
             f"{self.algorithm}(obs={describe_space(self.observation_space)}, "
             f"action={describe_space(self.action_space)}, encoder={self.encoder_description}, "
-            f"steps={self.num_timesteps}, {mode})"
+            f"fast={self.config.fast}, steps={self.num_timesteps}, {mode})"
         )
 

@@ -19,7 +19,8 @@ from gymnasium import spaces
 
 from ..validation import checked, integer, number
 from .base import register
-from .networks import make_adam, mlp, polyak_update
+from .kernels import gradient_step, polyak_update
+from .networks import make_adam, mlp
 from .offline import OfflineAgent, OfflineBatch, OfflineConfig
 
 __all__ = ["BCQ", "BCQConfig"]
@@ -102,10 +103,7 @@ class BCQ(OfflineAgent):
         logits = self.behaviour(batch.obs)
         imitation = F.cross_entropy(logits, actions)
         loss = q_loss + c.imitation_weight * imitation + c.logit_penalty * logits.pow(2).mean()
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self._params, c.max_grad_norm)
-        self.optimizer.step()
+        gradient_step(self.optimizer, loss, c.max_grad_norm, fast=self._fast)
         if (self.num_updates + 1) % c.target_update_interval == 0:
             polyak_update(self.q_target, self.q_net, c.tau)
         return {

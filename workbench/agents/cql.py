@@ -9,7 +9,7 @@ outside the data.
 * Box actions: SAC (twin critics, learned entropy coefficient) + the same term, the ``logsumexp``
   estimated from ``n_action_samples`` uniform actions and actions of the policy at ``s`` and ``s'``
   (the paper's importance-sampled CQL(H)). One critic pass covers the logged and all sampled rows;
-  its forward and backward are written out (``ensemble_pass.py``), the loss above them is autograd's.
+  its forward and backward are written out (``kernels.EnsemblePass``), the loss above them is autograd's.
   The policy that acts is an exponential moving average of the trained policy's weights
   (``policy_average_tau``; Polyak averaging of the iterates): the trained policy chases critics that
   keep moving, and its return swings from one thousand steps to the next; the average does not.
@@ -27,8 +27,8 @@ import torch.nn.functional as F
 
 from ..validation import checked, flag, integer, number, optional
 from .base import register
-from .ensemble_pass import EnsemblePass
-from .networks import EnsembleMLP, ScalarParameter, adam_step, make_adam, mlp, polyak_update
+from .kernels import forward, gradient_step, polyak_update
+from .networks import EnsembleMLP, ScalarParameter, make_adam, mlp
 from .offline import OfflineAgent, OfflineBatch, OfflineConfig, SquashedGaussianActor
 
 __all__ = ["CQL", "CQLConfig"]
@@ -134,14 +134,6 @@ class CQL(OfflineAgent):
             return self._scale_action(torch.tanh(actor(x)[0]).numpy())
         return self._scale_action(actor.sample(x, self.generator)[0].numpy())
 
-    def _critic_pass(self) -> EnsemblePass | None:
-        """The critics' written-out forward and backward (``ensemble_pass.py``), or None for autograd
-        (a critic it cannot run); rebuilt when the critic was replaced (a reseed rebuilds it)."""
-        written_out = getattr(self, "_written_out", None)
-        if written_out is None or written_out.ensemble is not self.critic:
-            written_out = self._written_out = EnsemblePass.of(self.critic)
-        return written_out if written_out is not None and written_out.usable() else None
-
     def _learn(self, batch: OfflineBatch) -> dict[str, float]:
         return self._learn_discrete(batch) if self.discrete else self._learn_continuous(batch)
 
@@ -156,10 +148,7 @@ class CQL(OfflineAgent):
         td = F.smooth_l1_loss(q, target)
         conservative = (torch.logsumexp(all_q, -1) - q).mean()
         loss = td + self.cql_weight * conservative
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.q_net.parameters(), c.max_grad_norm)
-        self.optimizer.step()
+        gradient_step(self.optimizer, loss, c.max_grad_norm, fast=self._fast)
         polyak_update(self.q_target, self.q_net, c.tau)
         return {
             "loss": float(td.detach()),
@@ -213,22 +202,13 @@ class CQL(OfflineAgent):
             log_density = torch.stack(
                 [torch.full((b, n), self.act_dim * math.log(0.5)), pi_logp.view(b, n), npi_logp.view(b, n)]
             )
-        written_out = self._critic_pass()
-        if written_out is not None:
-            q_all = written_out.forward(rows).squeeze(-1).detach().requires_grad_()
-        else:
-            q_all = self.critic(rows).squeeze(-1)
+        q_all = forward(self.critic, rows, fast=self._fast).squeeze(-1)  # the written-out pass, when it applies
         q = q_all[:, :b]
         td = (q - target).pow(2).mean(1).sum()  # each critic's MSE (the paper's, d3rlpy's)
         samples = q_all[:, b:].view(2, 3, b, n) - log_density
         conservative = (torch.logsumexp(samples, (1, 3)) - math.log(3 * n) - q).mean(1).sum()
         loss = td + self.cql_weight * conservative
-        if written_out is not None:
-            loss.backward()  # down to the critics' outputs; the pass takes it through the critics
-            written_out.backward(q_all.grad.unsqueeze(-1))
-            adam_step(self.optimizer)
-        else:
-            self._step(self.optimizer, loss)
+        self._step(self.optimizer, loss)
 
         new_a, logp = self.actor.sample(obs, self.generator)
         if self.num_updates < c.bc_steps:  # imitate the data first (the paper's policy_eval_start)

@@ -29,17 +29,8 @@ from ..memory.replay import ReplayBatch, ReplayMemory
 from ..schedules import Schedule, as_schedule, linear
 from ..validation import Constraint, checked, flag, integer, number
 from .base import AgentState, Transitions, register
-from .networks import (
-    DuelingQNetwork,
-    adam_step,
-    clear_grads,
-    clip_grad_norm,
-    make_adam,
-    mlp,
-    noise_off,
-    polyak_update,
-    reset_noise,
-)
+from .kernels import gradient_step, polyak_update
+from .networks import DuelingQNetwork, make_adam, mlp, noise_off, reset_noise
 from .off_policy import OffPolicyAgent, OffPolicyConfig
 
 __all__ = ["DQN", "DQNConfig"]
@@ -231,7 +222,7 @@ class DQN(OffPolicyAgent):
 
     # -- storing ------------------------------------------------------------------------------
 
-    def observe(self, transitions: Transitions) -> None:
+    def _observe(self, transitions: Transitions) -> None:
         t = transitions
         # The next states' masks (from the loop) keep the targets' max among allowed actions.
         next_masks = t.extras.get(NEXT_MASK_KEY)
@@ -257,7 +248,7 @@ class DQN(OffPolicyAgent):
 
     # -- learning -----------------------------------------------------------------------------
 
-    def update(self) -> dict[str, float]:
+    def _update(self) -> dict[str, float]:
         c = self.config
         steps = self._gradient_steps_due()
         lr = self._lr(self.progress)
@@ -352,10 +343,7 @@ class DQN(OffPolicyAgent):
             self.memory.update_priorities(batch.indices, errors.numpy())
         else:
             loss = per_sample.mean()
-        clear_grads(self._params)
-        loss.backward()
-        clip_grad_norm(self._params, c.max_grad_norm)
-        adam_step(self.optimizer)
+        gradient_step(self.optimizer, loss, c.max_grad_norm, fast=self._fast)
         return loss.detach(), q.detach().mean()
 
     def state(self) -> AgentState:

@@ -18,7 +18,8 @@ from torch import nn
 
 from ..validation import checked, number
 from .base import register
-from .networks import EnsembleMLP, make_adam, mlp, polyak_update
+from .kernels import polyak_update
+from .networks import EnsembleMLP, make_adam, mlp
 from .offline import OfflineAgent, OfflineBatch, OfflineConfig
 
 __all__ = ["IQL", "IQLConfig"]

@@ -7,7 +7,6 @@ import math
 from collections.abc import Iterator, Sequence
 
 import torch
-import torch.optim.optimizer as _torch_optimizer
 from torch import nn
 
 __all__ = [
@@ -16,15 +15,10 @@ __all__ = [
     "EnsembleMLP",
     "NoisyLinear",
     "ScalarParameter",
-    "adam_step",
-    "clear_grads",
-    "clip_grad_norm",
     "gaussian_policy_terms",
-    "global_hooks_set",
     "make_adam",
     "mlp",
     "noise_off",
-    "polyak_update",
     "reset_noise",
 ]
 
@@ -69,109 +63,12 @@ def mlp(
 
 
 def make_adam(params: Sequence[torch.Tensor] | object, lr: float, eps: float = 1e-8) -> torch.optim.Adam:
-    """Adam with the fastest CPU kernel available (fused, else foreach)."""
+    """Adam with the fastest CPU kernel available (fused, else foreach); ``agents.kernels`` steps it."""
     params = list(params)  # type: ignore[call-overload]
     try:
         return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)  # type: ignore[arg-type]
     except (RuntimeError, TypeError, ValueError):  # pragma: no cover - older torch builds
         return torch.optim.Adam(params, lr=lr, eps=eps, foreach=True)  # type: ignore[arg-type]
-
-
-def polyak_update(target: nn.Module, online: nn.Module, tau: float) -> None:
-    """``target <- (1 - tau) * target + tau * online`` for every parameter, in one fused op
-    (``tau >= 1`` copies)."""
-    with torch.no_grad():
-        t_params = list(target.parameters())
-        o_params = list(online.parameters())
-        if tau >= 1.0:
-            torch._foreach_copy_(t_params, o_params)
-        else:
-            torch._foreach_lerp_(t_params, o_params, tau)
-
-
-def global_hooks_set() -> bool:
-    """True when a global module hook is set (``torch.nn.modules.module.register_module_forward_hook``
-    and its kin): the fast forward paths that skip ``nn.Module.__call__`` then take the ordinary call."""
-    module = torch.nn.modules.module
-    return bool(
-        getattr(module, "_global_forward_hooks", None)
-        or getattr(module, "_global_forward_pre_hooks", None)
-        or getattr(module, "_global_backward_hooks", None)
-        or getattr(module, "_global_backward_pre_hooks", None)
-    )
-
-
-def clear_grads(params: Sequence[torch.Tensor]) -> None:
-    """``optimizer.zero_grad(set_to_none=True)`` for ``params``, without its profiler hooks (~7 µs less)."""
-    for p in params:
-        p.grad = None
-
-
-def adam_step(optimizer: torch.optim.Optimizer) -> None:
-    """``optimizer.step()`` for a fused Adam of one parameter group (as :func:`make_adam` builds it)
-    without the optimizer's per-call hooks, checks and grouping: the same kernel with the same
-    arguments, so bit-identical results (~50 µs less per step on CPU). Anything else, and the first
-    step (which creates the state), goes through ``optimizer.step()``."""
-    groups = optimizer.param_groups
-    group = groups[0]
-    if (
-        len(groups) != 1
-        or not isinstance(optimizer, torch.optim.Adam)
-        or not group.get("fused")
-        or group["amsgrad"]
-        or group["maximize"]
-        or group["weight_decay"]
-        or group.get("decoupled_weight_decay")
-        or isinstance(group["lr"], torch.Tensor)
-        or getattr(optimizer, "_optimizer_step_pre_hooks", True)
-        or getattr(optimizer, "_optimizer_step_post_hooks", True)
-        # Private names of PyTorch's: a version without them (or with a global hook set) takes the
-        # public path, so a PyTorch upgrade can cost speed, never correctness.
-        or not hasattr(torch, "_fused_adam_")
-        or getattr(_torch_optimizer, "_global_optimizer_pre_hooks", True)
-        or getattr(_torch_optimizer, "_global_optimizer_post_hooks", True)
-    ):
-        optimizer.step()
-        return
-    params = [p for p in group["params"] if p.grad is not None]
-    state = optimizer.state
-    if not params or any(p not in state for p in params):
-        optimizer.step()
-        return
-    states = [state[p] for p in params]
-    steps = [s["step"] for s in states]
-    beta1, beta2 = group["betas"]
-    with torch.no_grad():
-        torch._foreach_add_(steps, 1)
-        torch._fused_adam_(
-            params,
-            [p.grad for p in params],
-            [s["exp_avg"] for s in states],
-            [s["exp_avg_sq"] for s in states],
-            [],
-            steps,
-            amsgrad=False,
-            lr=group["lr"],
-            beta1=beta1,
-            beta2=beta2,
-            weight_decay=0.0,
-            eps=group["eps"],
-            maximize=False,
-            grad_scale=None,
-            found_inf=None,
-        )
-
-
-def clip_grad_norm(params: Sequence[torch.Tensor], max_norm: float) -> None:
-    """``torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)``: the same ops in the same
-    order, so bit-identical results, without its per-call grouping by device and dtype (~0.15 ms
-    less per gradient step on CPU, 13% of a DQN CartPole step)."""
-    grads = [p.grad for p in params if p.grad is not None]
-    if not grads:
-        return
-    with torch.no_grad():
-        total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
-        torch._foreach_mul_(grads, torch.clamp(max_norm / (total + 1e-6), max=1.0))
 
 
 class DuelingQNetwork(nn.Module):

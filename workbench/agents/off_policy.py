@@ -63,7 +63,7 @@ class OffPolicyAgent(Agent):
         c = self.config
         return {"obs_dtype": self.obs_dtype, "optimize_memory_usage": c.optimize_memory_usage, "stride": c.n_envs}
 
-    def observe(self, transitions: Transitions) -> None:
+    def _observe(self, transitions: Transitions) -> None:
         t = transitions
         stored = t.actions if self.discrete else self._unscale_action(np.asarray(t.actions, dtype=np.float32))
         self.memory.add(t.obs, stored, t.rewards, t.next_obs, t.terminated.astype(np.float32), self.config.gamma)

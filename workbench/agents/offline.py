@@ -23,7 +23,8 @@ from torch import nn
 from ..datasets import Dataset
 from ..validation import checked, integer, layer_widths, number
 from .base import Agent, AgentConfig, Transitions
-from .networks import adam_step, clear_grads
+from .kernels import gradient_step
+from .networks import mlp
 
 __all__ = ["OfflineAgent", "OfflineBatch", "OfflineConfig", "OfflineData", "SquashedGaussianActor"]
 
@@ -77,8 +78,6 @@ class SquashedGaussianActor(nn.Module):
 
     def __init__(self, obs_dim: int, net_arch: tuple[int, ...], act_dim: int) -> None:
         super().__init__()
-        from .networks import mlp
-
         self.net = mlp(obs_dim, net_arch, 2 * act_dim)
         self.act_dim = act_dim
 
@@ -148,7 +147,7 @@ class OfflineAgent(Agent):
         actions = dataset.actions if self.discrete else self._unscale_action(dataset.actions)
         self.data = OfflineData(obs, actions, dataset.rewards, next_obs, dataset.terminated.astype(np.float32))
 
-    def observe(self, transitions: Transitions) -> None:
+    def _observe(self, transitions: Transitions) -> None:
         raise TypeError(
             f"{self.algorithm} learns from a dataset, not from env steps: train it with "
             "wb.Session(agent, dataset=ds) (or wb.Session(agent, dataset=ds, eval_env=env, eval_every=...))"
@@ -157,7 +156,7 @@ class OfflineAgent(Agent):
     def ready(self) -> bool:
         return self.data is not None
 
-    def update(self) -> dict[str, float]:
+    def _update(self) -> dict[str, float]:
         """One gradient step on a minibatch of the dataset; advances the step clock by one."""
         if self.data is None:
             raise RuntimeError(
@@ -171,14 +170,7 @@ class OfflineAgent(Agent):
     def _learn(self, batch: OfflineBatch) -> dict[str, float]:
         raise NotImplementedError
 
-    @staticmethod
-    def _step(optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> None:
+    def _step(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> None:
         """One optimizer step on ``loss``; gradients reach only ``optimizer``'s parameters (autograd
-        skips the weight gradients of any other network the loss went through). ``adam_step``:
-        ``optimizer.step()`` with less overhead for the fused Adam every offline agent builds."""
-        params = [p for group in optimizer.param_groups for p in group["params"]]
-        clear_grads(params)
-        trained = [p for p in params if p.requires_grad]
-        if trained:
-            loss.backward(inputs=trained)
-        adam_step(optimizer)
+        skips the weight gradients of any other network the loss went through)."""
+        gradient_step(optimizer, loss, fast=self._fast, only_optimized=True)

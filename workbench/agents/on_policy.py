@@ -18,6 +18,7 @@ exploration is smooth in time. Each action is then Gaussian around the mean with
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -34,26 +35,15 @@ from ..schedules import Schedule
 from ..validation import checked, choice, flag, integer, layer_widths, number
 from .base import Agent, AgentConfig, Step, Transitions
 from .encoders import DictEncoder, ImageEncoder, orthogonal_init, with_encoder
-from .flat_rmsprop import FlatRMSprop
-from .networks import (
-    ACTIVATIONS,
-    adam_step,
-    clear_grads,
-    clip_grad_norm,
-    gaussian_policy_terms,
-    global_hooks_set,
-    mlp,
-)
-from .numpy_mlp import NumpyMLP
+from .kernels import forward, gradient_step
+from .networks import ACTIVATIONS, gaussian_policy_terms, mlp
 
 __all__ = [
     "OnPolicyAgent",
     "OnPolicyConfig",
     "RolloutBatch",
-    "categorical_numpy",
     "categorical_terms",
     "masked_logits",
-    "run_layers",
     "sample_index",
 ]
 
@@ -118,51 +108,6 @@ def sample_categorical(
         chosen.append(a)
     actions = chosen[0] if kind == "discrete" else torch.stack(chosen, dim=-1)
     return actions, None if deterministic else log_prob
-
-
-def categorical_numpy(
-    logits: np.ndarray, actions: np.ndarray, ent_coef: float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """A categorical head's terms in numpy, for the gradient steps written out there: the
-    log-probabilities of ``actions``, the entropies, the probabilities, and the gradient of
-    ``-ent_coef * mean(entropy)`` with respect to the logits, ``(ent_coef / n) p (log p + H)``
-    (zero when ``ent_coef`` is)."""
-    shifted = logits - logits.max(axis=1, keepdims=True)
-    weights = np.exp(shifted)
-    totals = weights.sum(axis=1, keepdims=True)
-    log_p = shifted - np.log(totals)
-    probs = weights / totals
-    entropy = -(probs * log_p).sum(axis=1)
-    if ent_coef:
-        grad_entropy = np.float32(ent_coef / len(logits)) * probs * (log_p + entropy[:, None])
-    else:
-        grad_entropy = np.zeros_like(logits)
-    return log_p[np.arange(len(logits)), actions], entropy, probs, grad_entropy
-
-
-def run_layers(net: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """``net(x)`` for acting, where it runs once per env step: a plain ``nn.Sequential`` runs its
-    layers' ``forward`` one after another, as ``Sequential.forward`` does, without ``nn.Module.__call__``'s
-    hook dispatch around each (about 0.8 µs a layer, a fifth of a small MLP's forward), and a
-    ``Linear`` or ``Tanh`` as the op its ``forward`` calls (``F.linear``, ``torch.tanh``) with its
-    parameters read from the module's own dict, not through ``Module.__getattr__``. The same ops
-    in the same order, so the same numbers, with autograd as usual when gradients are on (the
-    updates run their forward passes through it too); any forward hook (the net's, a layer's or a
-    global one) takes the ordinary call instead."""
-    if type(net) is not nn.Sequential or net._forward_hooks or net._forward_pre_hooks or global_hooks_set():
-        return net(x)
-    for layer in net._modules.values():
-        kind = type(layer)
-        if layer._forward_hooks or layer._forward_pre_hooks:
-            x = layer(x)
-        elif kind is nn.Linear:  # Linear.forward's own call, its parameters read without Module.__getattr__
-            params = layer._parameters
-            x = F.linear(x, params["weight"], params["bias"])
-        elif kind is nn.Tanh:
-            x = torch.tanh(x)
-        else:
-            x = layer.forward(x)
-    return x
 
 
 def sample_index(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -236,8 +181,6 @@ class OnPolicyAgent(Agent):
     network_names = ("actor", "critic")
     on_policy = True
     supports_action_masks = True
-    _flat_rmsprop: FlatRMSprop | None = None
-    """Set by an agent whose optimizer is RMSprop (A2C): its steps run on flat buffers."""
 
     # -- networks -----------------------------------------------------------------------------
 
@@ -314,10 +257,6 @@ class OnPolicyAgent(Agent):
         self._sde_steps = 0  # acting steps since the weights were drawn
         self._params = params
         self.rollout: RolloutBuffer | None = None
-        # Acting's caches, made on first use (attributes from the start: deciding adds none).
-        self._numpy_acting: tuple[nn.Module, nn.Module, tuple[NumpyMLP, NumpyMLP] | None] | None = None
-        self._numpy_grad_views: dict[int, tuple[list[tuple[torch.Tensor, torch.Tensor]], list]] = {}
-        self._row_starts: tuple[tuple[int, int], np.ndarray] | None = None
         return params
 
     def _shared_encoder(self) -> nn.Module | None:
@@ -350,11 +289,20 @@ class OnPolicyAgent(Agent):
         """Log-probabilities of ``actions`` under the current policy (restricted to the allowed
         actions by ``masks``), and its entropies."""
         if masks is not None or self.action_kind in ("multidiscrete", "multibinary"):
-            return categorical_terms(run_layers(self.actor, obs), actions, self.action_kind, self.nvec, masks)
+            return categorical_terms(self._forward(self.actor, obs), actions, self.action_kind, self.nvec, masks)
         if self.use_sde:
             latent, mean = self._latent_and_mean(obs)
             return gaussian_policy_terms(mean, self._sde_action_std(latent).log(), actions, False)
-        return gaussian_policy_terms(run_layers(self.actor, obs), self.log_std, actions, self.discrete)
+        return gaussian_policy_terms(self._forward(self.actor, obs), self.log_std, actions, self.discrete)
+
+    def _forward(self, net: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        """``net(x)`` (the actor's or the critic's), through its written-out body when ``fast`` allows
+        one (``workbench.agents.kernels``): the same outputs inside autograd, so every loss is the torch one."""
+        return forward(net, x, fast=self._fast)
+
+    def _values(self, obs: torch.Tensor) -> torch.Tensor:
+        """The critic's value of each observation, shape ``(batch,)``."""
+        return self._forward(self.critic, obs).squeeze(-1)
 
     def _latent_and_mean(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The policy's last hidden features and its mean action (the head applied to them)."""
@@ -387,27 +335,21 @@ class OnPolicyAgent(Agent):
 
     # -- acting -------------------------------------------------------------------------------
 
-    def _decide(self, obs: np.ndarray, deterministic: bool, mask: np.ndarray | None = None) -> Step:
-        if not deterministic and mask is None and not self.use_sde and obs.dtype == np.float32:
-            nets = self._numpy_nets()
-            if nets is not None:
-                return self._decide_in_numpy(obs, *nets)
-        return self._decide_in_torch(obs, deterministic, mask)
-
     @torch.no_grad()
-    def _decide_in_torch(self, obs: np.ndarray, deterministic: bool, mask: np.ndarray | None) -> Step:
+    def _decide(self, obs: np.ndarray, deterministic: bool, mask: np.ndarray | None = None) -> Step:
         x = torch.from_numpy(obs)
+        # Deterministic actions (play, evaluation) run the module itself, as export does.
+        policy = self.actor if deterministic else functools.partial(self._forward, self.actor)
         if mask is not None or self.action_kind in ("multidiscrete", "multibinary"):
-            logits = masked_logits(run_layers(self.actor, x), None if mask is None else torch.from_numpy(mask))
+            logits = masked_logits(policy(x), None if mask is None else torch.from_numpy(mask))
             actions, chosen = sample_categorical(logits, self.action_kind, self.nvec, deterministic, self.generator)
             if chosen is None:
                 return Step(actions.numpy())
-            values = run_layers(self.critic, x).squeeze(-1).numpy()
-            return Step(actions.numpy(), {"values": values, "log_probs": chosen.numpy()})
+            return Step(actions.numpy(), {"values": self._values(x).numpy(), "log_probs": chosen.numpy()})
         if self.use_sde:
             latent, out = self._latent_and_mean(x)
         else:
-            out = run_layers(self.actor, x)
+            out = policy(x)
         if deterministic:
             if self.discrete:
                 return Step(out.argmax(-1).numpy())
@@ -425,50 +367,12 @@ class OnPolicyAgent(Agent):
             actions = out + self.log_std.exp() * noise
             chosen = (-0.5 * noise.pow(2) - self.log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
         # What observe() stores with this step travels with it, as the step's extras.
-        extras = {"values": run_layers(self.critic, x).squeeze(-1).numpy(), "log_probs": chosen.numpy()}
+        extras = {"values": self._values(x).numpy(), "log_probs": chosen.numpy()}
         return Step(actions.numpy(), extras)
-
-    def _numpy_nets(self) -> tuple[NumpyMLP, NumpyMLP] | None:
-        """The actor and critic as numpy forward passes (:mod:`.numpy_mlp`), for a Discrete or Box
-        head on plain MLPs; None otherwise, or while a net has a hook."""
-        if self.action_kind not in ("discrete", "box"):
-            return None
-        cached = self._numpy_acting
-        if cached is None or cached[0] is not self.actor or cached[1] is not self.critic:
-            actor, critic = NumpyMLP.of(self.actor), NumpyMLP.of(self.critic)
-            pair = (actor, critic) if actor is not None and critic is not None else None
-            cached = self._numpy_acting = (self.actor, self.critic, pair)
-        pair = cached[2]
-        if pair is None or not (pair[0].current() and pair[1].current()):
-            return None
-        return pair
-
-    def _decide_in_numpy(self, obs: np.ndarray, actor: NumpyMLP, critic: NumpyMLP) -> Step:
-        """The training step of the torch path below, its forward passes in numpy: the same
-        formulas and the same draws from the agent's torch generator (so the same random stream)."""
-        out = actor(obs)
-        if self.discrete:
-            n, k = out.shape
-            shifted = out - out.max(axis=1, keepdims=True)
-            weights = np.exp(shifted)  # the probabilities times each row's sum
-            race = torch.empty((n, k), dtype=torch.float32).exponential_(1, generator=self.generator)
-            # sample_index's exponential race; a row's common factor leaves its argmax as it is.
-            actions = (weights / race.numpy()).argmax(axis=1)
-            starts = self._row_starts  # where each row starts in the flat logits
-            if starts is None or starts[0] != (n, k):
-                starts = self._row_starts = ((n, k), np.arange(n) * k)
-            chosen = shifted.ravel()[starts[1] + actions] - np.log(weights.sum(axis=1))
-        else:
-            assert self.log_std is not None
-            log_std = self.log_std.detach().numpy()
-            noise = torch.randn(out.shape, generator=self.generator).numpy()
-            actions = out + np.exp(log_std) * noise
-            chosen = (-0.5 * noise**2 - log_std - np.float32(0.5 * math.log(2 * math.pi))).sum(axis=-1)
-        return Step(actions, {"values": critic(obs)[:, 0], "log_probs": chosen})
 
     # -- storing ------------------------------------------------------------------------------
 
-    def observe(self, transitions: Transitions) -> None:
+    def _observe(self, transitions: Transitions) -> None:
         obs, actions, rewards, next_obs = transitions[:4]
         terminated, truncated, extras = transitions[4:]
         n_envs = len(rewards)
@@ -485,7 +389,7 @@ class OnPolicyAgent(Agent):
         if cut.any():
             # A time limit is not a real end: bootstrap from the value of the last observation.
             with torch.no_grad():
-                final_values = run_layers(self.critic, torch.from_numpy(next_obs[cut])).squeeze(-1).numpy()
+                final_values = self._values(torch.from_numpy(next_obs[cut])).numpy()
             rewards[cut] += self.config.gamma * final_values
         dones = (terminated | truncated).astype(np.float32)
         self.rollout.add(obs, actions, rewards, dones, extras["values"], extras["log_probs"], extras.get(MASK_KEY))
@@ -508,7 +412,7 @@ class OnPolicyAgent(Agent):
         rollout = self.rollout
         assert rollout is not None and rollout.full, "update() called before a rollout was full"
         with torch.no_grad():
-            last_values = run_layers(self.critic, torch.from_numpy(self._next_obs)).squeeze(-1).numpy()
+            last_values = self._values(torch.from_numpy(self._next_obs)).numpy()
         advantages, returns = compute_gae(
             rollout.rewards, rollout.values, rollout.dones, last_values, c.gamma, c.gae_lambda
         )
@@ -537,13 +441,12 @@ class OnPolicyAgent(Agent):
             return (advantages - advantages.mean()) / (advantages.std() + 1e-8)
         return advantages
 
-    def _actor_critic_step(
+    def _loss(
         self, policy_loss: torch.Tensor, entropy: torch.Tensor, values: torch.Tensor, returns: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One gradient step on ``policy_loss - ent_coef * entropy + vf_coef * MSE(values, returns)``,
-        its gradient norm clipped (A2C, PPO and RecurrentPPO differ only in the policy loss).
-
-        Returns (value loss, mean entropy, total loss)."""
+        """The loss of one gradient step, ``policy_loss - ent_coef * entropy + vf_coef * MSE(values, returns)``
+        (A2C, PPO and RecurrentPPO differ only in the policy loss): returns (loss, value loss, mean entropy).
+        A subclass changing the loss overrides this (or the policy loss above it); no fast path bypasses it."""
         c = self.config
         value_loss = F.mse_loss(values, returns)
         entropy_mean = entropy.mean()
@@ -551,86 +454,17 @@ class OnPolicyAgent(Agent):
             loss = policy_loss - c.ent_coef * entropy_mean + c.vf_coef * value_loss
         else:  # the same loss (x - 0 is x), without a backward pass through the entropy for a zero gradient
             loss = policy_loss + c.vf_coef * value_loss
-        self._clear_grads()
-        loss.backward()
-        self._clip_and_step()
+        return loss, value_loss, entropy_mean
+
+    def _actor_critic_step(
+        self, policy_loss: torch.Tensor, entropy: torch.Tensor, values: torch.Tensor, returns: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One gradient step on :meth:`_loss`, its gradient norm clipped to ``max_grad_norm``.
+
+        Returns (value loss, mean entropy, total loss)."""
+        loss, value_loss, entropy_mean = self._loss(policy_loss, entropy, values, returns)
+        gradient_step(self.optimizer, loss, self.config.max_grad_norm, fast=self._fast)
         return value_loss, entropy_mean, loss
-
-    # -- gradient steps in numpy (A2C, PPO) -----------------------------------------------------
-
-    def _numpy_update_nets(self, batch: RolloutBatch) -> tuple[NumpyMLP, NumpyMLP] | None:
-        """The actor and critic as numpy passes when an update's gradient can be written out in
-        numpy: one Discrete head (no masks) on plain, separate MLPs with no hooks (the acting test,
-        :meth:`_numpy_nets`), float32 observations, every parameter trained and hook-free. None
-        sends the update through autograd; the choice never depends on the run's progress, so a
-        resumed run computes its gradients as an uninterrupted one does."""
-        if self.action_kind != "discrete" or batch.masks is not None or batch.obs.dtype != torch.float32:
-            return None
-        nets = self._numpy_nets()
-        if nets is None:
-            return None
-        for p in self._params:
-            if not p.requires_grad or p._backward_hooks or getattr(p, "_post_accumulate_grad_hooks", None):
-                return None
-        return nets
-
-    def _numpy_step(
-        self,
-        actor: tuple[NumpyMLP, list[np.ndarray], np.ndarray],
-        critic: tuple[NumpyMLP, list[np.ndarray], np.ndarray],
-    ) -> None:
-        """Write the gradients of each ``(net, kept, d loss / d output)`` into the parameters'
-        ``grad`` (the flat buffer's views once bound), then clip and take the optimizer's step.
-
-        :meth:`NumpyMLP.backward` overwrites every gradient it is given, so the ``grad`` tensors of
-        the last step are written again rather than cleared and allocated anew (about 30 µs a step
-        for PPO's twelve tensors); the flat buffer is still cleared, as its own step expects."""
-        if self._flat_rmsprop is not None:
-            self._flat_rmsprop.clear_grads()
-        for which, (net, kept, grad_out) in enumerate((actor, critic)):
-            net.backward(kept, grad_out, self._numpy_grads(which, net))
-        self._clip_and_step()
-
-    def _numpy_grads(self, which: int, net: NumpyMLP) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Numpy views of ``net``'s (the actor's, ``which`` 0, or the critic's, 1) Linear layers'
-        ``(weight.grad, bias.grad)``: the views of the last call while every ``grad`` is the same
-        tensor, else those of the existing contiguous ``grad`` tensors or of new ones."""
-        pairs = net.linear_parameters()
-        cached = self._numpy_grad_views.get(which)
-        if cached is not None and all(
-            w.grad is gw and b.grad is gb for (w, b), (gw, gb) in zip(pairs, cached[0], strict=True)
-        ):
-            return cached[1]
-        for p in (p for pair in pairs for p in pair):
-            if p.grad is None or not p.grad.is_contiguous() or p.grad.shape != p.shape:
-                p.grad = torch.empty_like(p, memory_format=torch.contiguous_format)
-        tensors = [(w.grad, b.grad) for w, b in pairs]
-        views = [(gw.numpy(), gb.numpy()) for gw, gb in tensors]
-        self._numpy_grad_views[which] = (tensors, views)
-        return views
-
-    def _normalized_numpy(self, advantages: np.ndarray) -> np.ndarray:
-        """:meth:`_normalized` for a numpy array (``std`` with one degree of freedom, as torch's)."""
-        if self.config.normalize_advantage and advantages.size > 1:
-            return (advantages - advantages.mean()) / (advantages.std(ddof=1) + np.float32(1e-8))
-        return advantages
-
-    def _clear_grads(self) -> None:
-        """Clear the gradients before a backward pass (on the flat buffer when there is one)."""
-        if self._flat_rmsprop is not None:
-            self._flat_rmsprop.clear_grads()
-        else:
-            clear_grads(self._params)
-
-    def _clip_and_step(self) -> None:
-        """Clip the gradients' norm to ``max_grad_norm`` and take the optimizer's step."""
-        flat = self._flat_rmsprop
-        if flat is not None:
-            flat.clip_grad_norm(self.config.max_grad_norm)
-            flat.step()
-        else:
-            clip_grad_norm(self._params, self.config.max_grad_norm)
-            adam_step(self.optimizer)  # the fused kernel called directly; any other optimizer: step()
 
     def _end_update(self, metrics: dict[str, float], batch: RolloutBatch) -> dict[str, float]:
         """Start the next rollout, count the update, add the metrics every on-policy agent reports."""
@@ -651,3 +485,4 @@ class OnPolicyAgent(Agent):
         """1 - Var(returns - values) / Var(returns): how much of the returns the critic explains."""
         var_returns = float(np.var(returns))
         return math.nan if var_returns == 0 else 1.0 - float(np.var(returns - values)) / var_returns
+

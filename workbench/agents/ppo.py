@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
-import numpy as np
 import torch
 from gymnasium import spaces
 
@@ -19,8 +17,7 @@ from ..schedules import Schedule, as_schedule, linear
 from ..validation import checked, integer, number, optional
 from .base import register
 from .networks import make_adam
-from .numpy_mlp import NumpyMLP
-from .on_policy import OnPolicyAgent, OnPolicyConfig, RolloutBatch, categorical_numpy, run_layers
+from .on_policy import OnPolicyAgent, OnPolicyConfig
 
 __all__ = ["PPO", "PPOConfig", "clipped_epochs", "clipped_metrics", "clipped_step"]
 
@@ -72,31 +69,19 @@ class PPO(OnPolicyAgent):
 
     # -- learning -----------------------------------------------------------------------------
 
-    def update(self) -> dict[str, float]:
+    def _update(self) -> dict[str, float]:
         c = self.config
         batch = self._rollout_batch()
         n = batch.obs.shape[0]
         batch_size = min(c.batch_size, n)
-
         lr = self._scheduled_lr()
         clip = self._clip(self.progress)
-
-        nets = self._numpy_update_nets(batch)
-        if nets is not None:
-            arrays = NumpyBatch.of(batch)
-
-            def minibatch(mb: torch.Tensor) -> torch.Tensor:
-                return self._clipped_step_in_numpy(arrays, mb.numpy(), clip, *nets)
-
-            metrics = clipped_metrics(clipped_epochs(self, n, batch_size, minibatch), clip, lr)
-            metrics["explained_variance"] = self.explained_variance(batch.values, batch.returns_np)
-            return self._end_update(metrics, batch)
 
         def minibatch(mb: torch.Tensor) -> torch.Tensor:
             obs = batch.obs[mb]
             masks = None if batch.masks is None else batch.masks[mb]
             log_prob, entropy = self._policy_terms(obs, batch.actions[mb], masks)
-            values = run_layers(self.critic, obs).squeeze(-1)
+            values = self._values(obs)
             return clipped_step(
                 self, log_prob, entropy, values, batch.advantages[mb], batch.log_probs[mb], batch.returns[mb], clip
             )
@@ -104,59 +89,6 @@ class PPO(OnPolicyAgent):
         metrics = clipped_metrics(clipped_epochs(self, n, batch_size, minibatch), clip, lr)
         metrics["explained_variance"] = self.explained_variance(batch.values, batch.returns_np)
         return self._end_update(metrics, batch)
-
-    def _clipped_step_in_numpy(
-        self, batch: NumpyBatch, mb: np.ndarray, clip: float, actor: NumpyMLP, critic: NumpyMLP
-    ) -> torch.Tensor:
-        """:func:`clipped_step` on the rows ``mb`` with the loss and its gradient written out in
-        numpy (autograd's numbers to float32 rounding; the same Adam step in torch). The gradient
-        of ``max(-A r, -A clip(r))`` follows ``torch.maximum``'s (half to each side where they are
-        equal) and ``torch.clamp``'s (nothing where ``r`` is outside the clip range)."""
-        c = self.config
-        obs, actions = batch.obs[mb], batch.actions[mb]
-        adv = self._normalized_numpy(batch.advantages[mb])
-        n = len(obs)
-        logits, actor_kept = actor.forward_keeping(obs)
-        values, critic_kept = critic.forward_keeping(obs)
-        log_prob, entropy, probs, grad_logits = categorical_numpy(logits, actions, c.ent_coef)
-        log_ratio = log_prob - batch.log_probs[mb]
-        ratio = np.exp(log_ratio)
-        clipped_ratio = np.clip(ratio, np.float32(1 - clip), np.float32(1 + clip))
-        unclipped_term, clipped_term = -adv * ratio, -adv * clipped_ratio
-        policy_loss = float(np.maximum(unclipped_term, clipped_term).mean())
-        ties = unclipped_term == clipped_term
-        through_unclipped = np.where(ties, 0.5, unclipped_term > clipped_term).astype(np.float32)
-        inside = (ratio >= np.float32(1 - clip)) & (ratio <= np.float32(1 + clip))
-        # d policy_loss / d log pi(a|s) = (1/n) * (-A) * (share through r + share through clip(r)) * r
-        share = through_unclipped + (1 - through_unclipped) * inside
-        grad_log_prob = (-adv * share * ratio) / np.float32(n)
-        grad_logits -= probs * grad_log_prob[:, None]
-        grad_logits[np.arange(n), actions] += grad_log_prob
-        errors = values[:, 0] - batch.returns[mb]
-        grad_values = (np.float32(2 * c.vf_coef / n) * errors)[:, None]
-        self._numpy_step((actor, actor_kept, grad_logits), (critic, critic_kept, grad_values))
-        value_loss = float((errors * errors).mean())
-        entropy_mean = float(entropy.mean())
-        loss = policy_loss - c.ent_coef * entropy_mean + c.vf_coef * value_loss
-        approx_kl = float(((ratio - 1) - log_ratio).mean())
-        clip_fraction = float((np.abs(ratio - 1) > clip).mean())
-        return torch.tensor([policy_loss, value_loss, entropy_mean, approx_kl, clip_fraction, loss])
-
-
-class NumpyBatch(NamedTuple):
-    """A rollout batch's fields as numpy arrays (views of its tensors), for minibatches indexed in numpy."""
-
-    obs: np.ndarray
-    actions: np.ndarray
-    log_probs: np.ndarray
-    advantages: np.ndarray
-    returns: np.ndarray
-
-    @classmethod
-    def of(cls, batch: RolloutBatch) -> NumpyBatch:
-        """The numpy views of ``batch``'s tensors."""
-        return cls(batch.obs.numpy(), batch.actions.numpy().reshape(-1), batch.log_probs.numpy(),
-                   batch.advantages.numpy(), batch.returns.numpy())
 
 
 def clipped_epochs(
@@ -180,6 +112,7 @@ def clipped_epochs(
         if c.target_kl is not None and epoch_kl > 1.5 * c.target_kl:
             break
     return stats / n_minibatches
+
 
 def clipped_step(
     agent: OnPolicyAgent,

@@ -189,7 +189,7 @@ class RecurrentPPO(OnPolicyAgent):
 
     # -- storing ------------------------------------------------------------------------------
 
-    def observe(self, transitions: Transitions) -> None:
+    def _observe(self, transitions: Transitions) -> None:
         obs, actions, rewards, next_obs = transitions[:4]
         terminated, truncated, extras = transitions[4:]
         missing = {"values", "log_probs", "lstm_states"} - set(extras)
@@ -224,7 +224,7 @@ class RecurrentPPO(OnPolicyAgent):
 
     # -- learning -----------------------------------------------------------------------------
 
-    def update(self) -> dict[str, float]:
+    def _update(self) -> dict[str, float]:
         c = self.config
         rollout, states = self.rollout, self.rollout_states
         assert rollout is not None and rollout.full and states is not None, "update() called before a rollout was full"

@@ -22,7 +22,8 @@ from ..schedules import as_schedule
 from ..validation import Constraint, any_of, checked, flag, integer, number, optional
 from .base import register
 from .encoders import with_encoder
-from .networks import EnsembleMLP, ScalarParameter, clear_grads, make_adam, mlp, polyak_update
+from .kernels import gradient_step, polyak_update
+from .networks import EnsembleMLP, ScalarParameter, make_adam, mlp
 from .off_policy import OffPolicyAgent, OffPolicyConfig
 
 __all__ = ["SAC", "SACConfig"]
@@ -204,7 +205,7 @@ class SAC(OffPolicyAgent):
 
     # -- learning -----------------------------------------------------------------------------
 
-    def update(self) -> dict[str, float]:
+    def _update(self) -> dict[str, float]:
         c = self.config
         steps = self._gradient_steps_due()
         lr = self._lr(self.progress)
@@ -223,9 +224,7 @@ class SAC(OffPolicyAgent):
             # Entropy coefficient first, so the losses below use the updated alpha (as SB3 does).
             if self._auto_alpha:
                 alpha_loss = -(self.log_alpha.value * (log_prob.detach() + self.target_entropy)).mean()
-                clear_grads(self.alpha_optimizer.param_groups[0]["params"])
-                alpha_loss.backward()
-                self.alpha_optimizer.step()
+                gradient_step(self.alpha_optimizer, alpha_loss, fast=self._fast)
             alpha = self._alpha()
 
             with torch.no_grad():
@@ -235,17 +234,13 @@ class SAC(OffPolicyAgent):
                 target = batch.rewards + batch.discounts * (1.0 - batch.dones) * soft_value
             q = self.critic(obs, actions).squeeze(-1)  # (n_critics, batch)
             critic_loss = 0.5 * (q - target).pow(2).mean(1).sum()
-            clear_grads(self.critic_optimizer.param_groups[0]["params"])
-            critic_loss.backward()
-            self.critic_optimizer.step()
+            gradient_step(self.critic_optimizer, critic_loss, fast=self._fast)
 
             # The actor's loss needs gradients through the critic's input only, not its weights.
             self.critic.requires_grad_(False)
             q_pi = self.critic(obs, pi_actions).min(0).values.squeeze(-1)
             actor_loss = (alpha * log_prob - q_pi).mean()
-            clear_grads(self.actor_optimizer.param_groups[0]["params"])
-            actor_loss.backward()
-            self.actor_optimizer.step()
+            gradient_step(self.actor_optimizer, actor_loss, fast=self._fast)
             self.critic.requires_grad_(True)
 
             self.num_updates += 1

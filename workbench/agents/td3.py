@@ -20,7 +20,8 @@ from ..memory.replay import ReplayMemory
 from ..schedules import Schedule, as_schedule
 from ..validation import Constraint, checked, integer, number, optional
 from .base import AgentState, register
-from .networks import EnsembleMLP, clear_grads, make_adam, mlp, polyak_update
+from .kernels import gradient_step, polyak_update
+from .networks import EnsembleMLP, make_adam, mlp
 from .off_policy import OffPolicyAgent, OffPolicyConfig
 
 __all__ = ["TD3", "TD3Config"]
@@ -145,7 +146,7 @@ class TD3(OffPolicyAgent):
 
     # -- learning -----------------------------------------------------------------------------
 
-    def update(self) -> dict[str, float]:
+    def _update(self) -> dict[str, float]:
         c = self.config
         steps = self._gradient_steps_due()
         actor_lr, critic_lr = self._actor_lr(self.progress), self._critic_lr(self.progress)
@@ -168,9 +169,7 @@ class TD3(OffPolicyAgent):
                 target = batch.rewards + batch.discounts * (1.0 - batch.dones) * next_q
             q = self.critic(obs, actions).squeeze(-1)  # (n_critics, batch)
             critic_loss = (q - target).pow(2).mean(1).sum()
-            clear_grads(self.critic_optimizer.param_groups[0]["params"])
-            critic_loss.backward()
-            self.critic_optimizer.step()
+            gradient_step(self.critic_optimizer, critic_loss, fast=self._fast)
             critic_sum += critic_loss.detach()
             q_sum += q.detach().mean()
 
@@ -179,9 +178,7 @@ class TD3(OffPolicyAgent):
                 # Gradients flow through the first critic's input only, not into its weights.
                 self.critic.requires_grad_(False)
                 actor_loss = -self.critic(obs, self.actor(obs), member=0).mean()
-                clear_grads(self.actor_optimizer.param_groups[0]["params"])
-                actor_loss.backward()
-                self.actor_optimizer.step()
+                gradient_step(self.actor_optimizer, actor_loss, fast=self._fast)
                 self.critic.requires_grad_(True)
                 polyak_update(self.critic_target, self.critic, c.tau)
                 polyak_update(self.actor_target, self.actor, c.tau)
