@@ -289,7 +289,8 @@ class Session:
         once. From the training thread itself (``stop_when``, a signal subscriber) it raises
         :class:`~workbench.control.ControlError` instead of waiting for itself; the run goes on.
         """
-        self._control.wait(timeout)
+        if not self._control.wait(timeout):
+            return False
         if self.error is not None:
             raise self.error
         return True
