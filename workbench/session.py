@@ -33,6 +33,7 @@ from .parallel.external import DEFAULT_EPISODE, ExternalSource, external_source
 from .recording import Recorder
 from .run import STATUSES, EnvLoop, ExternalLoop, Loop, OfflineLoop, RunContext, RunControl
 from .run.control import CONTROL_TIMEOUT_S
+from .run.interrupts import interruptible
 from .run.persistence import reopen, write_run
 from .signals import DEFAULT_MAX_POINTS, SignalSet
 from .validation import (
@@ -242,17 +243,18 @@ class Session:
     def run(self, steps: int, *, progress: bool = False) -> Session:
         """Train for ``steps`` env steps and return when done (blocking variant of ``start``).
 
-        Ctrl-C stops the run cleanly (status ``stopped``) instead of killing it midway. A training
-        error is re-raised. ``progress=True`` shows a console progress bar.
+        Ctrl-C stops the run cleanly, then reaches the caller: the run is stopped and its thread
+        joined (status ``stopped``, ``stop_reason`` ``"interrupted"``) before ``KeyboardInterrupt``
+        is raised, so a script that does not catch it exits as Python does on Ctrl-C. SIGTERM stops
+        it the same way (``stop_reason`` ``"terminated"``) and raises ``SystemExit(143)``. A
+        training error is re-raised. ``progress=True`` shows a console progress bar.
         """
         first = self.steps
-        self.start(steps)
-        try:
+        with interruptible(self, self._control):
+            self.start(steps)
             if progress:
                 _views().follow(self, start_steps=first)  # the run may end before the bar is drawn
             self.wait()
-        except KeyboardInterrupt:
-            self.stop()
         return self
 
     def pause(self, timeout: float = CONTROL_TIMEOUT_S) -> None:
@@ -289,8 +291,9 @@ class Session:
         once. From the training thread itself (``stop_when``, a signal subscriber) it raises
         :class:`~workbench.control.ControlError` instead of waiting for itself; the run goes on.
         """
-        if not self._control.wait(timeout):
-            return False
+        with interruptible(self, self._control):  # Ctrl-C: the run stops, then the interrupt goes on
+            if not self._control.wait(timeout):
+                return False
         if self.error is not None:
             raise self.error
         return True
@@ -339,7 +342,8 @@ class Session:
                 raise ValueError(self._loop.no_eval_env())
             source = self.env_source
         seed = None if self.seed is None else self.seed + 10_000 + self.steps
-        returns = self.agent.play(source, episodes=episodes or self.eval_episodes, seed=seed)
+        with interruptible(self, self._control):  # Ctrl-C while a run trains beside it: the run stops too
+            returns = self.agent.play(source, episodes=episodes or self.eval_episodes, seed=seed)
         mean = float(np.mean(returns))
         self.signals.record("eval_reward", self.steps, mean, self.elapsed)
         return mean
