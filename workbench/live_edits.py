@@ -4,7 +4,9 @@
 while the session is idle, running or paused, from any thread:
 
 * running: the request is queued and the training thread carries it out between two env steps
-  (never during an update); the caller waits for it and gets its result or its error;
+  (never during an update), outside the session's lock; the caller waits for it (60 s at most) and
+  gets its result or its error. A ``stop(timeout=...)`` that times out while an env call hangs gives
+  the run up as for a hung ``env.step``, and the caller gets a ``TimeoutError`` at once;
 * idle, paused or ended: it is carried out at once, under the session's lock (a paused loop is
   waiting on that lock, so it cannot race).
 
@@ -92,11 +94,13 @@ def _number(value: Any, progress: float) -> float | None:
 class _Request:
     def __init__(self, work: Callable[[], Any]) -> None:
         self.work = work
+        self.started = False
         self.done = False
         self.result: Any = None
         self.error: BaseException | None = None
 
     def run(self) -> None:
+        self.started = True
         try:
             self.result = self.work()
         except BaseException as exc:  # handed to the caller; the run goes on
@@ -128,24 +132,46 @@ class LiveControl:
             request = _Request(work)
             self.pending.append(request)
             control.cond.notify_all()
-            if not control.cond.wait_for(lambda: request.done, timeout=_TIMEOUT_S):
+            # The request runs outside the lock (see serve), so this wait ends on time, and at once
+            # when a stop gives the run up meanwhile (a hung env call).
+            if not control.cond.wait_for(lambda: request.done or control.abandoned, timeout=_TIMEOUT_S):
                 if request in self.pending:
                     self.pending.remove(request)
+                if request.started:
+                    raise TimeoutError(
+                        f"the training thread has been carrying this request out for over {_TIMEOUT_S:g} s (it is "
+                        f"in {control.activity()}); it goes on there, and its result will not reach you"
+                    )
                 raise TimeoutError(
                     f"the training thread did not reach a step boundary within {_TIMEOUT_S:g} s (it is in "
                     f"{control.activity()}); nothing was changed"
+                )
+            if not request.done:
+                if request in self.pending:
+                    self.pending.remove(request)
+                raise TimeoutError(
+                    f"the run was given up while this request waited or ran ({self.session.error}); "
+                    "its result will not reach you"
                 )
         if request.error is not None:
             raise request.error
         return request.result
 
     def serve(self) -> None:
-        """Carry out the queued requests (the training thread, between steps, or at the run's end)."""
+        """Carry out the queued requests (the training thread, between steps, or at the run's end),
+        one at a time. A request runs outside the session's lock unless the caller holds it (a
+        paused loop does): a slow env call then holds up neither ``stop(timeout=...)`` nor the
+        caller's own wait, and ``stop`` can give the run up as for a hung ``env.step``."""
         control = self.ctx.control
-        with control.cond:
-            while self.pending:
-                self.pending.pop(0).run()
-            control.cond.notify_all()
+        while True:
+            with control.cond:
+                if not self.pending:
+                    control.cond.notify_all()
+                    return
+                request = self.pending.pop(0)
+            request.run()
+            with control.cond:
+                control.cond.notify_all()
 
     # -- the commands ----------------------------------------------------------------------------
 
@@ -188,7 +214,12 @@ class LiveControl:
                 "(the application owns the env): call the method on your env directly"
             )
         runner = self.ctx.ensure_runner()
-        results = runner.call(name, args, kwargs)
+        control = self.ctx.control
+        if control.in_loop_thread():  # a stop that times out meanwhile names the call (RunControl.timed_out)
+            with control.inside(f"call_env({name!r})"):
+                results = runner.call(name, args, kwargs)
+        else:
+            results = runner.call(name, args, kwargs)
         self.calls.append((name, args, kwargs))
         s.events.append(
             Event("call_env", s.steps, name, None, {"args": _json(list(args)), "kwargs": _json(kwargs)}, s.elapsed)

@@ -23,6 +23,10 @@ __all__ = ["CONTROL_TIMEOUT_S", "STATUSES", "RunControl"]
 STATUSES = ("idle", "running", "paused", "stopped", "finished", "failed")
 """Every value ``Session.status`` can take."""
 
+# What the loop may be stuck in inside the env's own code: a control call that times out there
+# gives the run up (Python cannot interrupt it); elsewhere (an update) it lands when that returns.
+_ENV_CODE = ("env.step", "call_env")
+
 CONTROL_TIMEOUT_S = 60.0
 """Longest a control call waits for the loop to acknowledge it, by default."""
 
@@ -218,7 +222,7 @@ class RunControl:
         """A control call waited ``timeout`` s for the loop: give the run up when the loop is stuck
         in an env step (it cannot be interrupted), otherwise say where it is and let the call land later."""
         where = self.where
-        if where is None or where[0] != "env.step":
+        if where is None or not where[0].startswith(_ENV_CODE):
             warnings.warn(
                 f"{call}() waited {timeout:g} s for the training thread, which is still in {self.activity()}; "
                 f"the {call} takes effect when that returns",
@@ -227,13 +231,13 @@ class RunControl:
             )
             return
         seconds = time.monotonic() - where[1]
-        stuck = self.stepping()
+        stuck = self.stepping() if where[0] == "env.step" else where[0]
         runner = self.runner()
         interrupt = runner is not None and runner.can_interrupt
         then = (
             f"its {runner.backend} workers were killed"
             if interrupt
-            else "Python cannot interrupt a thread inside env.step, so its thread ends only if the step returns"
+            else "Python cannot interrupt a thread inside the env, so its thread ends only if the call returns"
         )
         error = StuckError(
             f"{call}() waited {timeout:g} s, but the training thread is stuck in {stuck} (for {seconds:.1f} s): "
