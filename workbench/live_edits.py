@@ -22,10 +22,13 @@ come back with ``Session.reopen``. See docs/live-edits.md.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any
 
-from . import checkpoint
+import numpy as np
+import torch
+
 from .agents.live import apply_edits, check_edits, editable
 from .exploration import Exploration
 from .schedules import Schedule
@@ -44,7 +47,8 @@ class Event:
     """One change made to a run while it lived: ``kind`` ``"set"`` (a hyperparameter ``name``
     changed from ``old`` to ``new``) or ``"call_env"`` (method ``name`` called on every env copy,
     ``new`` holding its ``args`` and ``kwargs``), at env step ``step``, ``time`` seconds into the run.
-    ``old`` and ``new`` are JSON-ready (a schedule or exploration as its dict)."""
+    ``old`` and ``new`` are strict JSON data (a schedule or exploration as its dict, a NaN as
+    ``"nan"``, an array as a list, a function as its repr: see ``_json``), so a save always loads."""
 
     kind: str
     step: int
@@ -54,8 +58,8 @@ class Event:
     time: float
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON data (what a checkpoint stores)."""
-        return dataclasses.asdict(self)
+        """Plain, strict JSON data (what a checkpoint stores)."""
+        return _json(dataclasses.asdict(self))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Event:
@@ -66,17 +70,37 @@ class Event:
         )
 
 
-def _json(value: Any) -> Any:
-    """A value as JSON data: numbers, strings and lists as they are, a schedule or an exploration
-    as its ``to_dict()``, anything else as its ``repr``."""
-    if hasattr(value, "to_dict"):
-        return value.to_dict()
-    if isinstance(value, tuple):
-        value = list(value)
-    try:
-        return checkpoint.json_ready(value)
-    except Exception:
+def _json(value: Any, depth: int = 0) -> Any:
+    """A value as strict JSON data, which every save writes and every load reads back: numbers,
+    strings, bools and None as they are; a NaN or infinite number as the string ``"nan"``,
+    ``"inf"`` or ``"-inf"``; lists, tuples, sets (sorted when they can be) and numpy arrays as
+    lists; numpy and torch scalars as numbers; dicts with string keys; a schedule or an exploration
+    as its ``to_dict()``; anything else (a function, an object) as its ``repr``."""
+    if depth > _MAX_DEPTH:
         return repr(value)
+    if value is None or isinstance(value, bool | str):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value) if math.isfinite(value) else repr(float(value))
+    if isinstance(value, np.generic | np.ndarray | torch.Tensor):
+        return _json(value.tolist(), depth + 1)
+    if isinstance(value, Schedule | Exploration):
+        return _json(value.to_dict(), depth + 1)
+    if isinstance(value, dict):
+        return {str(k): _json(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, set | frozenset):
+        try:
+            value = sorted(value)
+        except TypeError:
+            value = list(value)
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_json(v, depth + 1) for v in value]
+    return repr(value)
+
+
+_MAX_DEPTH = 20  # deeper values are stored as their repr (a self-referencing list stays finite)
 
 
 def _number(value: Any, progress: float) -> float | None:
