@@ -387,7 +387,9 @@ class Session:
     # -- an env-less session, driven by the application ----------------------------------------
 
     @classmethod
-    def external(cls, agent: Agent, *, max_lag: int | None = None, **options: Any) -> Session:
+    def external(
+        cls, agent: Agent, *, max_lag: int | None = None, max_queued: int = 100_000, **options: Any
+    ) -> Session:
         """A session whose env lives in the application: it asks for actions and reports rewards.
 
         Example::
@@ -405,7 +407,9 @@ class Session:
         ``max_lag``: when set, ``feedback`` waits during a run (paused too) while more than
         ``max_lag`` transitions await learning, for an application that can outrun learning (a
         fast simulator: ``max_lag=0`` keeps it in step, and ``pause()`` then pauses it too);
-        None (the default) never holds up the caller, as a service needs.
+        None (the default) never holds up the caller, as a service needs. ``max_queued`` bounds the
+        unlearned backlog: transitions kept per env slot at most (more are dropped, counted in the
+        runner's ``dropped``); its memory is about ``max_queued * n_envs`` transitions (docs/external.md).
         Status, pause, resume, stop, signals, the dashboard, ``stop_when``, ``save``, ``wb.load`` and
         ``Session.reopen(path, external=True)`` work as in every session (episodes still live at a
         save are not saved: the resumed session starts with none).
@@ -417,7 +421,7 @@ class Session:
         every slot has fed back: drive ``n_envs`` episodes at once, or build the agent with
         ``n_envs=1`` for a single stream. See ``workbench.parallel.external`` and docs/external.md.
         """
-        return cls(agent, external_source(agent, max_lag, options), **options)
+        return cls(agent, external_source(agent, max_lag, max_queued, options), **options)
 
     def act(self, obs: Any, episode: Any = None, action_mask: Any = None) -> Any:
         """The action for ``obs`` in ``episode`` (an external session; safe from any thread).
