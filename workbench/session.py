@@ -325,14 +325,12 @@ class Session:
         return self._live.call_env(name, args, kwargs)
 
     def log(self, name: str, value: float, step: int | None = None) -> None:
-        """Record a user signal ``name`` beside the built-in ones (at the current step by default)."""
+        """Record a user signal ``name`` beside the built-in ones (at the current step by default,
+        else at ``step``, an integer >= 0); ``value`` is a number (numpy numbers too, not a string)."""
         if not isinstance(name, str) or not name:
             raise ValueError(f"a signal name must be a non-empty string, got {name!r}")
-        try:
-            value = float(value)
-        except (TypeError, ValueError):
-            raise TypeError(f"signal {name!r} needs a number, got {value!r}") from None
-        self.signals.record(name, self.steps if step is None else int(step), value, self.elapsed)
+        check_value("Session.log", "step", step, optional(integer(min=0)))
+        self.signals.record(name, self.steps if step is None else int(step), _log_value(name, value), self.elapsed)
 
     def evaluate(self, episodes: int | None = None) -> float:
         """Play ``episodes`` deterministic episodes on the evaluation env; record and return the mean."""
@@ -481,6 +479,16 @@ class Session:
         if shown is None or shown.closed or not shown.timer_alive:
             shown = self._shown_dashboard = self.dashboard()
         display(shown)
+
+
+def _log_value(name: str, value: Any) -> float:
+    """A logged value as a float; a string (even ``"0.5"``) or a non-number is a ``TypeError``."""
+    if isinstance(value, str | bytes):
+        raise TypeError(f"Session.log({name!r}) needs a number, got the string {value!r}: pass float(...) of it")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"Session.log({name!r}) needs a number, got {value!r}") from None
 
 
 def _source_and_loop(agent: Agent, env: Any, dataset: Any, eval_env: Any) -> tuple[EnvSource, Loop]:

@@ -5,6 +5,11 @@ from __future__ import annotations
 __all__ = ["WorkerError"]
 
 
+class EnvStepError(RuntimeError):
+    """An env's ``step`` raised in the training thread. The message names the env class, its index
+    and the step; the env's own exception is ``__cause__`` (and the traceback reaches into its code)."""
+
+
 class WorkerError(RuntimeError):
     """A rollout worker's env raised, or the worker process (or Ray actor) died.
 
