@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any

@@ -86,7 +86,7 @@ def _json(value: Any, depth: int = 0) -> Any:
         return float(value) if math.isfinite(value) else repr(float(value))
     if isinstance(value, np.generic | np.ndarray | torch.Tensor):
         return _json(value.tolist(), depth + 1)
-    if isinstance(value, Schedule | Exploration):
+    if callable(getattr(value, "to_dict", None)):  # a schedule, an exploration
         return _json(value.to_dict(), depth + 1)
     if isinstance(value, dict):
         return {str(k): _json(v, depth + 1) for k, v in value.items()}

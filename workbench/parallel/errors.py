@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["WorkerError"]
+__all__ = ["EnvStepError", "WorkerError"]
 
 
 class EnvStepError(RuntimeError):
