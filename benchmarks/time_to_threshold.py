@@ -39,19 +39,16 @@ def one(algo: str, seed: int, fast: bool, overrides: dict) -> dict[float, tuple[
     agent, env = wb.preset(env_id, algo, seed=seed, **kwargs, **overrides)
     session = wb.Session(agent, env, seed=seed, eval_every=every, eval_episodes=5)
     reached: dict[float, tuple[int, float, float]] = {}
-    evaluate = session._periodic_eval
     w0, c0 = time.perf_counter(), time.process_time()
 
-    def timed_eval() -> None:
-        evaluate()
-        score = session.signals.signal("eval_reward").snapshot()[1][-1]
+    def on_eval(score: float) -> None:  # runs in the training thread, as each evaluation is recorded
         for th in thresholds:
             if th not in reached and score >= th:
                 reached[th] = (session.steps, time.perf_counter() - w0, time.process_time() - c0)
         if len(reached) == len(thresholds):
-            session._stop_requested = True
+            session.stop()  # from the training thread: the run ends at the next step boundary
 
-    session._periodic_eval = timed_eval  # type: ignore[method-assign]
+    session.signals.signal("eval_reward").subscribe(on_eval)
     session.run(steps=budget)
     return reached
 

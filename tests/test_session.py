@@ -286,3 +286,13 @@ def test_reopen_continues_a_saved_run_and_the_old_spelling_warns(tmp_path):
     assert old.steps == 32
     # On a session, resume() still continues a paused run (no warning, nothing reopened).
     assert reopened.resume() is None
+
+
+def test_wait_with_a_timeout_returns_false_while_the_run_goes_on():
+    env = SlowEnv(0.001)
+    session = wb.Session(small_ppo(env), env, seed=0)
+    session.start(steps=100_000)
+    assert session.wait(timeout=0.05) is False
+    assert session.status == "running"
+    session.stop()
+    assert session.wait(timeout=5) is True

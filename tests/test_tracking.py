@@ -95,7 +95,7 @@ def test_a_failing_sink_is_switched_off_with_a_warning_and_training_goes_on():
     with pytest.warns(RuntimeWarning, match="disk full"):
         session.run(1_000)
     assert session.status == "finished"
-    assert isinstance(session._tracking.errors[0][1], OSError)
+    assert isinstance(session._ctx.tracking.errors[0][1], OSError)
     assert rec.ends and rec.batches
 
 
@@ -232,7 +232,7 @@ def test_feed_queue_is_cheap_and_bounded(monkeypatch):
 
     monkeypatch.setattr(feed, "_MAX_QUEUED", 10)
     session = _session([Recorder()])
-    f: SinkFeed = session._tracking
+    f: SinkFeed = session._ctx.tracking
     for i in range(15):
         f._on_point("x", i, 1.0)
     assert len(f._queue) == 10 and f.dropped == 5

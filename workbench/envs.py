@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -232,7 +233,15 @@ class EnvSource:
         try:
             return env.observation_space, env.action_space
         finally:
-            env.close()
+            try:
+                env.close()
+            except Exception as exc:  # the spaces are read; a failing close is the env's to fix, not fatal here
+                warnings.warn(
+                    f"the env built by {self.name} to read its spaces raised in close() ({type(exc).__name__}: "
+                    f"{exc}); ignored",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
 
 
 def as_env_source(env: Any) -> EnvSource:

@@ -4,7 +4,9 @@
 while the session is idle, running or paused, from any thread:
 
 * running: the request is queued and the training thread carries it out between two env steps
-  (never during an update); the caller waits for it and gets its result or its error;
+  (never during an update), outside the session's lock; the caller waits for it (60 s at most) and
+  gets its result or its error. A ``stop(timeout=...)`` that times out while an env call hangs gives
+  the run up as for a hung ``env.step``, and the caller gets a ``TimeoutError`` at once;
 * idle, paused or ended: it is carried out at once, under the session's lock (a paused loop is
   waiting on that lock, so it cannot race).
 
@@ -20,10 +22,13 @@ come back with ``Session.reopen``. See docs/live-edits.md.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any
 
-from . import checkpoint
+import numpy as np
+import torch
+
 from .agents.live import apply_edits, check_edits, editable
 from .exploration import Exploration
 from .schedules import Schedule
@@ -42,7 +47,8 @@ class Event:
     """One change made to a run while it lived: ``kind`` ``"set"`` (a hyperparameter ``name``
     changed from ``old`` to ``new``) or ``"call_env"`` (method ``name`` called on every env copy,
     ``new`` holding its ``args`` and ``kwargs``), at env step ``step``, ``time`` seconds into the run.
-    ``old`` and ``new`` are JSON-ready (a schedule or exploration as its dict)."""
+    ``old`` and ``new`` are strict JSON data (a schedule or exploration as its dict, a NaN as
+    ``"nan"``, an array as a list, a function as its repr: see ``_json``), so a save always loads."""
 
     kind: str
     step: int
@@ -52,8 +58,8 @@ class Event:
     time: float
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON data (what a checkpoint stores)."""
-        return dataclasses.asdict(self)
+        """Plain, strict JSON data (what a checkpoint stores)."""
+        return _json(dataclasses.asdict(self))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Event:
@@ -64,17 +70,37 @@ class Event:
         )
 
 
-def _json(value: Any) -> Any:
-    """A value as JSON data: numbers, strings and lists as they are, a schedule or an exploration
-    as its ``to_dict()``, anything else as its ``repr``."""
-    if hasattr(value, "to_dict"):
-        return value.to_dict()
-    if isinstance(value, tuple):
-        value = list(value)
-    try:
-        return checkpoint.json_ready(value)
-    except Exception:
+def _json(value: Any, depth: int = 0) -> Any:
+    """A value as strict JSON data, which every save writes and every load reads back: numbers,
+    strings, bools and None as they are; a NaN or infinite number as the string ``"nan"``,
+    ``"inf"`` or ``"-inf"``; lists, tuples, sets (sorted when they can be) and numpy arrays as
+    lists; numpy and torch scalars as numbers; dicts with string keys; a schedule or an exploration
+    as its ``to_dict()``; anything else (a function, an object) as its ``repr``."""
+    if depth > _MAX_DEPTH:
         return repr(value)
+    if value is None or isinstance(value, bool | str):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value) if math.isfinite(value) else repr(float(value))
+    if isinstance(value, np.generic | np.ndarray | torch.Tensor):
+        return _json(value.tolist(), depth + 1)
+    if callable(getattr(value, "to_dict", None)):  # a schedule, an exploration
+        return _json(value.to_dict(), depth + 1)
+    if isinstance(value, dict):
+        return {str(k): _json(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, set | frozenset):
+        try:
+            value = sorted(value)
+        except TypeError:
+            value = list(value)
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_json(v, depth + 1) for v in value]
+    return repr(value)
+
+
+_MAX_DEPTH = 20  # deeper values are stored as their repr (a self-referencing list stays finite)
 
 
 def _number(value: Any, progress: float) -> float | None:
@@ -92,11 +118,13 @@ def _number(value: Any, progress: float) -> float | None:
 class _Request:
     def __init__(self, work: Callable[[], Any]) -> None:
         self.work = work
+        self.started = False
         self.done = False
         self.result: Any = None
         self.error: BaseException | None = None
 
     def run(self) -> None:
+        self.started = True
         try:
             self.result = self.work()
         except BaseException as exc:  # handed to the caller; the run goes on
@@ -128,24 +156,46 @@ class LiveControl:
             request = _Request(work)
             self.pending.append(request)
             control.cond.notify_all()
-            if not control.cond.wait_for(lambda: request.done, timeout=_TIMEOUT_S):
+            # The request runs outside the lock (see serve), so this wait ends on time, and at once
+            # when a stop gives the run up meanwhile (a hung env call).
+            if not control.cond.wait_for(lambda: request.done or control.abandoned, timeout=_TIMEOUT_S):
                 if request in self.pending:
                     self.pending.remove(request)
+                if request.started:
+                    raise TimeoutError(
+                        f"the training thread has been carrying this request out for over {_TIMEOUT_S:g} s (it is "
+                        f"in {control.activity()}); it goes on there, and its result will not reach you"
+                    )
                 raise TimeoutError(
                     f"the training thread did not reach a step boundary within {_TIMEOUT_S:g} s (it is in "
                     f"{control.activity()}); nothing was changed"
+                )
+            if not request.done:
+                if request in self.pending:
+                    self.pending.remove(request)
+                raise TimeoutError(
+                    f"the run was given up while this request waited or ran ({self.session.error}); "
+                    "its result will not reach you"
                 )
         if request.error is not None:
             raise request.error
         return request.result
 
     def serve(self) -> None:
-        """Carry out the queued requests (the training thread, between steps, or at the run's end)."""
+        """Carry out the queued requests (the training thread, between steps, or at the run's end),
+        one at a time. A request runs outside the session's lock unless the caller holds it (a
+        paused loop does): a slow env call then holds up neither ``stop(timeout=...)`` nor the
+        caller's own wait, and ``stop`` can give the run up as for a hung ``env.step``."""
         control = self.ctx.control
-        with control.cond:
-            while self.pending:
-                self.pending.pop(0).run()
-            control.cond.notify_all()
+        while True:
+            with control.cond:
+                if not self.pending:
+                    control.cond.notify_all()
+                    return
+                request = self.pending.pop(0)
+            request.run()
+            with control.cond:
+                control.cond.notify_all()
 
     # -- the commands ----------------------------------------------------------------------------
 
@@ -188,7 +238,12 @@ class LiveControl:
                 "(the application owns the env): call the method on your env directly"
             )
         runner = self.ctx.ensure_runner()
-        results = runner.call(name, args, kwargs)
+        control = self.ctx.control
+        if control.in_loop_thread():  # a stop that times out meanwhile names the call (RunControl.timed_out)
+            with control.inside(f"call_env({name!r})"):
+                results = runner.call(name, args, kwargs)
+        else:
+            results = runner.call(name, args, kwargs)
         self.calls.append((name, args, kwargs))
         s.events.append(
             Event("call_env", s.steps, name, None, {"args": _json(list(args)), "kwargs": _json(kwargs)}, s.elapsed)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from .datasets import Dataset
-from .envs import as_env_source
+from .envs import as_env_source, describe_space
 
 __all__ = ["DatasetSource", "attach_dataset", "offline_source"]
 
@@ -42,7 +42,17 @@ def offline_source(agent: Any, env: Any, dataset: Any, eval_env: Any) -> Any:
     if dataset is None and agent.data is None:
         raise TypeError(f"{agent.algorithm} needs a dataset: wb.Session(agent, dataset=wb.Dataset.load(path))")
     if eval_env is not None:
-        return as_env_source(eval_env)
+        source = as_env_source(eval_env)
+        for kind, env_space, agent_space in zip(
+            ("observation", "action"), source.spaces(), (agent.observation_space, agent.action_space), strict=True
+        ):
+            if env_space != agent_space:
+                raise ValueError(
+                    f"Session got eval_env={eval_env!r}, whose {kind} space {describe_space(env_space)} differs from "
+                    f"the {agent.algorithm} agent's {describe_space(agent_space)} (its dataset's): evaluate on an env "
+                    "of the dataset's spaces"
+                )
+        return source
     return agent.env_source if agent.env_source is not None else DatasetSource()
 
 

@@ -33,6 +33,7 @@ from .parallel.external import DEFAULT_EPISODE, ExternalSource, external_source
 from .recording import Recorder
 from .run import STATUSES, EnvLoop, ExternalLoop, Loop, OfflineLoop, RunContext, RunControl
 from .run.control import CONTROL_TIMEOUT_S
+from .run.interrupts import interruptible
 from .run.persistence import reopen, write_run
 from .signals import DEFAULT_MAX_POINTS, SignalSet
 from .validation import (
@@ -242,17 +243,18 @@ class Session:
     def run(self, steps: int, *, progress: bool = False) -> Session:
         """Train for ``steps`` env steps and return when done (blocking variant of ``start``).
 
-        Ctrl-C stops the run cleanly (status ``stopped``) instead of killing it midway. A training
-        error is re-raised. ``progress=True`` shows a console progress bar.
+        Ctrl-C stops the run cleanly, then reaches the caller: the run is stopped and its thread
+        joined (status ``stopped``, ``stop_reason`` ``"interrupted"``) before ``KeyboardInterrupt``
+        is raised, so a script that does not catch it exits as Python does on Ctrl-C. SIGTERM stops
+        it the same way (``stop_reason`` ``"terminated"``) and raises ``SystemExit(143)``. A
+        training error is re-raised. ``progress=True`` shows a console progress bar.
         """
         first = self.steps
-        self.start(steps)
-        try:
+        with interruptible(self, self._control):
+            self.start(steps)
             if progress:
                 _views().follow(self, start_steps=first)  # the run may end before the bar is drawn
             self.wait()
-        except KeyboardInterrupt:
-            self.stop()
         return self
 
     def pause(self, timeout: float = CONTROL_TIMEOUT_S) -> None:
@@ -289,7 +291,9 @@ class Session:
         once. From the training thread itself (``stop_when``, a signal subscriber) it raises
         :class:`~workbench.control.ControlError` instead of waiting for itself; the run goes on.
         """
-        self._control.wait(timeout)
+        with interruptible(self, self._control):  # Ctrl-C: the run stops, then the interrupt goes on
+            if not self._control.wait(timeout):
+                return False
         if self.error is not None:
             raise self.error
         return True
@@ -321,14 +325,12 @@ class Session:
         return self._live.call_env(name, args, kwargs)
 
     def log(self, name: str, value: float, step: int | None = None) -> None:
-        """Record a user signal ``name`` beside the built-in ones (at the current step by default)."""
+        """Record a user signal ``name`` beside the built-in ones (at the current step by default,
+        else at ``step``, an integer >= 0); ``value`` is a number (numpy numbers too, not a string)."""
         if not isinstance(name, str) or not name:
             raise ValueError(f"a signal name must be a non-empty string, got {name!r}")
-        try:
-            value = float(value)
-        except (TypeError, ValueError):
-            raise TypeError(f"signal {name!r} needs a number, got {value!r}") from None
-        self.signals.record(name, self.steps if step is None else int(step), value, self.elapsed)
+        check_value("Session.log", "step", step, optional(integer(min=0)))
+        self.signals.record(name, self.steps if step is None else int(step), _log_value(name, value), self.elapsed)
 
     def evaluate(self, episodes: int | None = None) -> float:
         """Play ``episodes`` deterministic episodes on the evaluation env; record and return the mean."""
@@ -338,7 +340,8 @@ class Session:
                 raise ValueError(self._loop.no_eval_env())
             source = self.env_source
         seed = None if self.seed is None else self.seed + 10_000 + self.steps
-        returns = self.agent.play(source, episodes=episodes or self.eval_episodes, seed=seed)
+        with interruptible(self, self._control):  # Ctrl-C while a run trains beside it: the run stops too
+            returns = self.agent.play(source, episodes=episodes or self.eval_episodes, seed=seed)
         mean = float(np.mean(returns))
         self.signals.record("eval_reward", self.steps, mean, self.elapsed)
         return mean
@@ -382,7 +385,9 @@ class Session:
     # -- an env-less session, driven by the application ----------------------------------------
 
     @classmethod
-    def external(cls, agent: Agent, *, max_lag: int | None = None, **options: Any) -> Session:
+    def external(
+        cls, agent: Agent, *, max_lag: int | None = None, max_queued: int = 100_000, **options: Any
+    ) -> Session:
         """A session whose env lives in the application: it asks for actions and reports rewards.
 
         Example::
@@ -400,7 +405,9 @@ class Session:
         ``max_lag``: when set, ``feedback`` waits during a run (paused too) while more than
         ``max_lag`` transitions await learning, for an application that can outrun learning (a
         fast simulator: ``max_lag=0`` keeps it in step, and ``pause()`` then pauses it too);
-        None (the default) never holds up the caller, as a service needs.
+        None (the default) never holds up the caller, as a service needs. ``max_queued`` bounds the
+        unlearned backlog: transitions kept per env slot at most (more are dropped, counted in the
+        runner's ``dropped``); its memory is about ``max_queued * n_envs`` transitions (docs/external.md).
         Status, pause, resume, stop, signals, the dashboard, ``stop_when``, ``save``, ``wb.load`` and
         ``Session.reopen(path, external=True)`` work as in every session (episodes still live at a
         save are not saved: the resumed session starts with none).
@@ -412,7 +419,7 @@ class Session:
         every slot has fed back: drive ``n_envs`` episodes at once, or build the agent with
         ``n_envs=1`` for a single stream. See ``workbench.parallel.external`` and docs/external.md.
         """
-        return cls(agent, external_source(agent, max_lag, options), **options)
+        return cls(agent, external_source(agent, max_lag, max_queued, options), **options)
 
     def act(self, obs: Any, episode: Any = None, action_mask: Any = None) -> Any:
         """The action for ``obs`` in ``episode`` (an external session; safe from any thread).
@@ -472,6 +479,16 @@ class Session:
         if shown is None or shown.closed or not shown.timer_alive:
             shown = self._shown_dashboard = self.dashboard()
         display(shown)
+
+
+def _log_value(name: str, value: Any) -> float:
+    """A logged value as a float; a string (even ``"0.5"``) or a non-number is a ``TypeError``."""
+    if isinstance(value, str | bytes):
+        raise TypeError(f"Session.log({name!r}) needs a number, got the string {value!r}: pass float(...) of it")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"Session.log({name!r}) needs a number, got {value!r}") from None
 
 
 def _source_and_loop(agent: Agent, env: Any, dataset: Any, eval_env: Any) -> tuple[EnvSource, Loop]:

@@ -37,17 +37,18 @@ import os
 import time
 from typing import Any, NamedTuple
 
-from ..envs import EnvSource, VecEnv, as_env_source
+from ..envs import EnvOutputError, EnvSource, VecEnv, as_env_source
 from ..loop import Transitions, env_step
 from ..masks import MaskReader, sample_action
 from ..validation import ArgumentError, Constraint, check_value, choice, flag, integer, number, optional
-from .errors import WorkerError
+from .errors import EnvStepError, WorkerError
 from .local import LocalRunner, check_step_timeout, split_envs
 from .runner import Runner
 
 __all__ = [
     "BACKENDS",
     "BackendChoice",
+    "EnvStepError",
     "InProcessRunner",
     "LocalRunner",
     "Runner",
@@ -100,8 +101,24 @@ class InProcessRunner(VecEnv, Runner):
         super().__init__(envs, seed=seed)
 
     def transitions(self, agent: Any, obs: Any) -> tuple[Transitions, Any]:
-        """One step of every env for the agent's decision on ``obs``."""
-        return env_step(agent, self, obs)
+        """One step of every env for the agent's decision on ``obs``. An exception raised inside an
+        env's ``step`` becomes an :class:`EnvStepError` naming the env and the step (the env's
+        exception is its cause, and its traceback continues into the env's code)."""
+        try:
+            return env_step(agent, self, obs)
+        except EnvOutputError:
+            raise  # already names the env and the step
+        except Exception as exc:
+            i = self.stepping
+            if i is None:
+                raise  # not inside an env's step (the agent's decision, or a reset)
+            self.stepping = None
+            which = f" (env {i} of {self.num_envs})" if self.num_envs > 1 else ""
+            error = EnvStepError(
+                f"env.step of {type(self.envs[i]).__name__} at step {self.step_count}{which} raised "
+                f"{type(exc).__name__}: {exc}"
+            )
+            raise error.with_traceback(exc.__traceback__) from exc
 
     def close(self) -> None:
         # A user-built instance belongs to the application: only close envs built here.

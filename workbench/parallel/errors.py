@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-__all__ = ["WorkerError"]
+__all__ = ["EnvStepError", "WorkerError"]
+
+
+class EnvStepError(RuntimeError):
+    """An env's ``step`` raised in the training thread. The message names the env class, its index
+    and the step; the env's own exception is ``__cause__`` (and the traceback reaches into its code)."""
 
 
 class WorkerError(RuntimeError):

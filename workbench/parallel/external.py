@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import threading
+import warnings
 from collections import deque
 from collections.abc import Hashable
 from dataclasses import dataclass, field
@@ -104,9 +105,13 @@ class ExternalRunner(Runner):
     before a run and during one (paused too), dropped after it (episodes still end).
 
     ``max_lag``: when set, ``feedback`` during a run (paused too) waits while more than ``max_lag``
-    transitions await learning, so an application that can outrun learning (a fast simulator, a
-    test) stays in step with it and a pause pauses it too. None: feedback never waits.
-    ``max_queued``: transitions kept per slot at most; more are dropped (counted in ``dropped``).
+    transitions await learning and the loop can learn (every slot has one), so an application that
+    can outrun learning (a fast simulator, a test) stays in step with it and a pause pauses it too;
+    it never waits for a slot that is empty (which one thread driving several episodes would fill
+    only after this call returns). None: feedback never waits.
+    ``max_queued``: transitions kept per slot at most (the unlearned backlog's memory bound: about
+    ``max_queued * n_envs`` times two observations plus an action and the step's extras); more are
+    dropped (counted in ``dropped``).
     """
 
     persistent = True
@@ -119,6 +124,8 @@ class ExternalRunner(Runner):
         self.max_queued = max_queued
         self.accepting = True
         self.learning = False
+        self.started = False  # a run was started at least once (feedback before that warns once)
+        self._told_to_start = False
         self.dropped = 0  # transitions not learned from (the run had ended, or a slot's queue was full)
         self._convert = env_action_converter(agent.action_space)
         self._cond = threading.Condition()
@@ -152,7 +159,14 @@ class ExternalRunner(Runner):
                 )
             live.pending = _DECIDING  # a concurrent act (or feedback) for this episode now fails
         try:
+            if obs is None:
+                raise TypeError(f"act() for {episode_name(episode)} got None as obs: pass the env's observation")
             batch = _one_observation(self.agent, obs, "act()", episode)
+            if batch.dtype.kind == "f" and not np.isfinite(batch).all():
+                raise ValueError(
+                    f"act() for {episode_name(episode)} got a NaN or infinite observation: {obs!r}. Training on it "
+                    "would break the weights; fix or drop the observation in the application"
+                )
             step = self.agent.decide(obs) if action_mask is None else self.agent.decide(obs, action_mask=action_mask)
         except BaseException:
             with self._cond:
@@ -204,6 +218,15 @@ class ExternalRunner(Runner):
         terminated = _flag(terminated, "terminated", episode)
         truncated = _flag(truncated, "truncated", episode)
         next_batch = _one_observation(self.agent, next_obs, "feedback()", episode)
+        if not self.started and not self._told_to_start:
+            self._told_to_start = True
+            warnings.warn(
+                "feedback() to an external session that was never started: the transitions are queued "
+                f"(up to max_queued={self.max_queued} per slot) but nothing learns from them until you call "
+                "session.start(steps=...)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
         if not np.isfinite(next_batch).all():
             raise ValueError(f"feedback() for {episode_name(episode)} got a NaN or infinite next_obs: {next_obs!r}")
         with self._cond:
@@ -230,8 +253,13 @@ class ExternalRunner(Runner):
             else:
                 self.dropped += 1
             if self.max_lag is not None:
+                # Held only while the loop can learn now (every slot has a transition): waiting while
+                # a slot is empty would wait for a feedback this very thread may owe (one thread
+                # driving several episodes), forever.
                 lag = self.max_lag
-                self._cond.wait_for(lambda: not self.learning or sum(map(len, self._queues)) <= lag)
+                self._cond.wait_for(
+                    lambda: not self.learning or sum(map(len, self._queues)) <= lag or not self.ready()
+                )
             return ended
 
     def _next_mask(self, next_obs: Any, info: dict[str, Any] | None, episode: Hashable) -> np.ndarray:
@@ -247,7 +275,7 @@ class ExternalRunner(Runner):
     def run_started(self) -> None:
         """A run starts: feedback is learned from (and waits for learning, with ``max_lag``)."""
         with self._cond:
-            self.accepting = self.learning = True
+            self.accepting = self.learning = self.started = True
             self._cond.notify_all()
 
     def run_ended(self) -> None:
@@ -316,9 +344,9 @@ class ExternalRunner(Runner):
         """Nothing to close: the envs belong to the application."""
 
 
-def external_source(agent: Any, max_lag: Any, options: dict[str, Any]) -> ExternalSource:
-    """The env source of ``Session.external(agent, max_lag=..., **options)``, holding its runner;
-    refuses what an external session cannot honour (see :func:`refuse_env_options`)."""
+def external_source(agent: Any, max_lag: Any, max_queued: Any, options: dict[str, Any]) -> ExternalSource:
+    """The env source of ``Session.external(agent, max_lag=..., max_queued=..., **options)``, holding
+    its runner; refuses what an external session cannot honour (see :func:`refuse_env_options`)."""
     if not isinstance(agent, Agent):
         raise TypeError(
             "Session.external needs an agent such as wb.DQN(observation_space=..., action_space=...) "
@@ -326,9 +354,10 @@ def external_source(agent: Any, max_lag: Any, options: dict[str, Any]) -> Extern
         )
     refuse_env_options(agent, options)
     check_value("Session.external", "max_lag", max_lag, optional(integer(min=0)))
+    check_value("Session.external", "max_queued", max_queued, integer(min=1))
     return ExternalSource(
         name="the application", observation_space=agent.observation_space, action_space=agent.action_space,
-        runner=ExternalRunner(agent, max_lag=max_lag),
+        runner=ExternalRunner(agent, max_lag=max_lag, max_queued=max_queued),
     )
 
 
@@ -378,6 +407,11 @@ def _number(value: Any, episode: Hashable) -> float:
 
 
 def _flag(value: Any, name: str, episode: Hashable) -> bool:
-    if isinstance(value, bool | np.bool_) or value in (0, 1):
+    if isinstance(value, np.ndarray) and value.ndim > 0:
+        raise TypeError(
+            f"feedback() for {episode_name(episode)} needs True or False as {name}, got an array {value!r}: "
+            "one feedback() call per episode and step (episode= keys concurrent episodes)"
+        )
+    if isinstance(value, bool | np.bool_) or (isinstance(value, int | float | np.ndarray) and value in (0, 1)):
         return bool(value)
     raise TypeError(f"feedback() for {episode_name(episode)} needs True or False as {name}, got {value!r}")

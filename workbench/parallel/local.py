@@ -53,6 +53,7 @@ class _Worker:
         self.status: Any = None  # a second connection: which env is stepping (see _worker.py)
         self.steps = 0  # env steps in the current signal window
         self.busy = 0.0  # seconds its envs spent stepping in that window
+        self.late = 0  # answers still to come for calls that timed out: read and dropped first
 
     @property
     def envs(self) -> slice:
@@ -250,8 +251,25 @@ class LocalRunner(Runner):
             # Atari training envs report whole games (workbench.atari): NaN rows where none ended.
             self.game_ends = np.full((self.num_envs, 2), np.nan)
 
+    def _drain(self, w: _Worker, timeout: float | None) -> None:
+        """Read and drop the late answers of calls that timed out (``call_env``), so the next answer
+        read is the one asked for: a worker answers in order, one message per request."""
+        while w.late:
+            try:
+                if timeout is not None and not w.conn.poll(timeout):
+                    w.kill()  # still inside the call that timed out: its envs cannot step
+                    raise WorkerError(
+                        w.id, f"was killed: still inside a call_env that timed out, {timeout:g} s later", envs=w.envs,
+                        timed_out=True,
+                    )
+                w.conn.recv_bytes()
+            except (EOFError, OSError) as exc:
+                raise WorkerError(w.id, w.death(), envs=w.envs, died=True) from exc
+            w.late -= 1
+
     def _receive(self, w: _Worker, timeout: float | None = None) -> Any:
         """The worker's answer; a worker that raised or died becomes a WorkerError naming it."""
+        self._drain(w, timeout)
         try:
             if timeout is not None and not w.conn.poll(timeout):
                 raise WorkerError(w.id, f"did not answer within {timeout:.0f} s", envs=w.envs)
@@ -268,6 +286,7 @@ class LocalRunner(Runner):
 
     def _receive_step(self, w: _Worker) -> Any:
         """A step answer; with ``step_timeout``, a worker that does not answer in time is killed."""
+        self._drain(w, self.step_timeout)
         if self.step_timeout is not None and not w.conn.poll(self.step_timeout):
             env = w.stepping()
             w.kill()
@@ -283,6 +302,7 @@ class LocalRunner(Runner):
     def _restart(self, w: _Worker) -> np.ndarray:
         """Start a dead worker again with fresh envs; return their first observations."""
         w.kill()
+        w.late = 0  # a new process owes no answers
         if w.conn is not None:
             w.conn.close()
         if w.status is not None:
@@ -443,10 +463,15 @@ class LocalRunner(Runner):
         error: WorkerError | None = None
         for w in self._workers:  # every answer is read, so the connections stay in step
             try:
+                self._drain(w, self._start_timeout)
                 raw = w.conn.recv_bytes() if w.conn.poll(self._start_timeout) else None
                 if raw is None:
+                    w.late += 1  # its answer, when it comes, is dropped: the next step reads its own
                     raise WorkerError(
-                        w.id, f"did not answer call_env within {self._start_timeout:.0f} s", envs=w.envs
+                        w.id,
+                        f"did not answer call_env({name!r}) within {self._start_timeout:g} s; the call goes on in "
+                        "the worker, whose next step waits for it (its answer is dropped)",
+                        envs=w.envs,
                     )
                 message = ForkingPickler.loads(raw)
                 if message[0] == "missing":

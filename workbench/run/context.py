@@ -186,11 +186,19 @@ class RunContext:
                 start_thread(session, thread)
             except BaseException:
                 control.status, control.thread, session.target_steps, session.error, session.stop_reason = previous
+                control.ended.set()  # the new thread never ran; the previous one had ended
                 raise
             self.loop.run_started()  # under the lock, so before the run can end
 
     def train(self, target_steps: int) -> None:
-        """The training thread's body: run the loop, then settle the status, the runner and the sinks."""
+        """The training thread's body: run the loop, then settle the status, the runner and the
+        sinks; last, tell waiters that the thread has ended (``RunControl.ended``)."""
+        try:
+            self._train(target_steps)
+        finally:
+            self.control.ended.set()
+
+    def _train(self, target_steps: int) -> None:
         session, control = self.session, self.control
         previous_threads = torch.get_num_threads()
         try:  # whatever fails here, before the loop too, ends the run as failed

@@ -23,6 +23,10 @@ __all__ = ["CONTROL_TIMEOUT_S", "STATUSES", "RunControl"]
 STATUSES = ("idle", "running", "paused", "stopped", "finished", "failed")
 """Every value ``Session.status`` can take."""
 
+# What the loop may be stuck in inside the env's own code: a control call that times out there
+# gives the run up (Python cannot interrupt it); elsewhere (an update) it lands when that returns.
+_ENV_CODE = ("env.step", "call_env")
+
 CONTROL_TIMEOUT_S = 60.0
 """Longest a control call waits for the loop to acknowledge it, by default."""
 
@@ -52,6 +56,11 @@ class RunControl:
         self.abandoned = False
         """A control call gave the run up: its thread is stuck in a step (see :meth:`timed_out`)."""
         self.thread: threading.Thread | None = None
+        self.ended = threading.Event()
+        """Set by the training thread as its last act. Waiting on it, not on ``Thread.join``: a
+        ``Thread.join`` cut short by Ctrl-C can leave a thread that still runs marked as stopped
+        (CPython before 3.13), and a stop would then return while the run goes on."""
+        self.ended.set()
         self.where: tuple[str, float] | None = None
         """What the loop thread is inside (``"env.step"``, ``"agent.update"``...), and since when."""
 
@@ -60,7 +69,7 @@ class RunControl:
     @property
     def is_alive(self) -> bool:
         """True while the training thread runs (also while paused, or stuck)."""
-        return self.thread is not None and self.thread.is_alive()
+        return self.thread is not None and self.thread.ident is not None and not self.ended.is_set()
 
     def in_loop_thread(self) -> bool:
         """True when called from the training thread itself."""
@@ -112,8 +121,7 @@ class RunControl:
     def join_previous(self) -> None:
         """Before a new start: a run that has just ended finishes its last lines; a run whose
         thread a control call gave up on (stuck in ``env.step``) cannot be started again."""
-        thread = self.thread
-        if thread is None or not thread.is_alive() or self.in_loop_thread():
+        if not self.is_alive or self.in_loop_thread():
             return
         if self.abandoned:
             raise RuntimeError(
@@ -122,13 +130,14 @@ class RunControl:
                 "returned (session.is_alive turns False), or build a new Session with a fresh env; "
                 "run the env in worker processes with step_timeout= to have a hung env killed"
             )
-        thread.join(timeout=CONTROL_TIMEOUT_S)
+        self.ended.wait(CONTROL_TIMEOUT_S)
 
     def begin(self, thread: threading.Thread) -> None:
         """A new run on ``thread`` (not started yet): flags cleared, status ``running`` (under :attr:`cond`)."""
         self.pause_requested = self.stop_requested = self.abandoned = False
         self.status = "running"
         self.thread = thread
+        self.ended = threading.Event()
 
     # -- commands ---------------------------------------------------------------------------------
 
@@ -161,10 +170,9 @@ class RunControl:
                 return
             self.stop_requested = True
             self.cond.notify_all()
-        thread = self.thread
-        if thread is not None and not self.in_loop_thread():
-            thread.join(timeout=timeout)
-            if thread.is_alive():
+        if self.thread is not None and not self.in_loop_thread():
+            self.ended.wait(timeout)
+            if self.is_alive:
                 self.timed_out("stop", timeout)
 
     def stop_at_exit(self, timeout: float) -> None:
@@ -182,16 +190,14 @@ class RunControl:
                 "subscriber), where it would wait for itself forever; the run goes on. To end the run "
                 "there, return True from stop_when or call session.stop()"
             )
-        thread = self.thread
-        if thread is not None:
-            # Join in slices so Ctrl-C reaches the caller promptly.
-            deadline = None if timeout is None else time.monotonic() + timeout
-            # A given-up run (stuck in env.step) has ended for the session, whatever its thread does.
-            while thread.is_alive() and not self.abandoned:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return False
-                thread.join(0.1 if remaining is None else min(0.1, remaining))
+        # Wait in slices so Ctrl-C reaches the caller promptly.
+        deadline = None if timeout is None else time.monotonic() + timeout
+        # A given-up run (stuck in env.step) has ended for the session, whatever its thread does.
+        while self.is_alive and not self.abandoned:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return False
+            self.ended.wait(0.1 if remaining is None else min(0.1, remaining))
         return True
 
     # -- the loop's side --------------------------------------------------------------------------
@@ -216,7 +222,7 @@ class RunControl:
         """A control call waited ``timeout`` s for the loop: give the run up when the loop is stuck
         in an env step (it cannot be interrupted), otherwise say where it is and let the call land later."""
         where = self.where
-        if where is None or where[0] != "env.step":
+        if where is None or not where[0].startswith(_ENV_CODE):
             warnings.warn(
                 f"{call}() waited {timeout:g} s for the training thread, which is still in {self.activity()}; "
                 f"the {call} takes effect when that returns",
@@ -225,13 +231,13 @@ class RunControl:
             )
             return
         seconds = time.monotonic() - where[1]
-        stuck = self.stepping()
+        stuck = self.stepping() if where[0] == "env.step" else where[0]
         runner = self.runner()
         interrupt = runner is not None and runner.can_interrupt
         then = (
             f"its {runner.backend} workers were killed"
             if interrupt
-            else "Python cannot interrupt a thread inside env.step, so its thread ends only if the step returns"
+            else "Python cannot interrupt a thread inside the env, so its thread ends only if the call returns"
         )
         error = StuckError(
             f"{call}() waited {timeout:g} s, but the training thread is stuck in {stuck} (for {seconds:.1f} s): "
@@ -252,6 +258,5 @@ class RunControl:
             self.cond.notify_all()
         if interrupt:
             runner.interrupt()  # a blocked receive from a killed worker returns at once, with an error
-            if self.thread is not None:
-                self.thread.join(timeout=5.0)
+            self.ended.wait(5.0)
         warnings.warn(str(error), RuntimeWarning, stacklevel=4)

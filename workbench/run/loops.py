@@ -135,6 +135,10 @@ class EnvLoop(Loop):
                         record(f"worker_{episode.env // per_worker}/episode_reward", session.steps, episode.reward, now)
                 if session.stop_when is not None and ctx.ask_stop_when():
                     session.stop_reason = "stop_when"
+                    # The data of this step is learned from as an uninterrupted run would (a full
+                    # PPO rollout at the cut is not dropped: a resumed run then does the same updates).
+                    if agent.ready():
+                        ctx.update_once(losses)
                     break
 
             for name, value in runner.drain_signals():
