@@ -318,3 +318,20 @@ def test_a2c_still_learns_cartpole_with_fast_acting_and_updates():
     agent = wb.A2C("CartPole-v1", seed=0, n_envs=8, ent_coef=0.0)
     wb.Session(agent, "CartPole-v1", seed=0).run(steps=30_000)
     assert np.mean(agent.play(gym.make("CartPole-v1"), episodes=3, seed=1)) > 150
+
+
+def test_private_torch_names_appear_in_one_module_only():
+    """Every private PyTorch name (``torch._x``, ``torch.ops``, the hook registries) is in
+    ``kernels/private_torch.py``, where the import-time probe checks it."""
+    import re
+
+    root = Path(wb.__file__).parent
+    pattern = re.compile(r"torch\._[a-zA-Z]|torch\.ops\.|_forward_hooks|_forward_pre_hooks|_optimizer_step_|_global_")
+    found = [
+        f"{path.relative_to(root)}:{i}"
+        for path in root.rglob("*.py")
+        if path.name != "private_torch.py"
+        for i, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert not found, found
