@@ -278,3 +278,60 @@ def test_zoo_presets_learn_cartpole_with_the_fast_bodies(algo, steps):
     agent, env = wb.preset("CartPole-v1", algo, seed=0)
     wb.Session(agent, env, seed=0).run(steps=steps)
     assert np.mean(agent.play(gym.make("CartPole-v1"), episodes=5, seed=1)) >= 400
+
+
+# -- acting through the seam ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+@pytest.mark.parametrize("cls", [wb.A2C, wb.PPO])
+def test_fast_acting_gives_the_modules_draws_and_numbers(cls, env_id):
+    fast, slow = cls(env_id, seed=0), cls(env_id, seed=0, fast="off")
+    obs = np.random.default_rng(0).normal(size=(8, 4 if env_id == "CartPole-v1" else 3)).astype(np.float32)
+    a, b = fast._decide(obs, False), slow._decide(obs, False)
+    assert torch.equal(fast.generator.get_state(), slow.generator.get_state())  # as many draws
+    if env_id == "CartPole-v1":
+        np.testing.assert_array_equal(a.actions, b.actions)
+    else:
+        np.testing.assert_allclose(a.actions, b.actions, rtol=1e-5, atol=1e-6)
+    for key in ("values", "log_probs"):
+        assert a.extras[key].dtype == np.float32 and a.extras[key].shape == (8,)
+        np.testing.assert_allclose(a.extras[key], b.extras[key], rtol=1e-5, atol=1e-5)
+
+
+def test_hooks_and_deterministic_decisions_run_the_module():
+    agent = wb.PPO("CartPole-v1", seed=0)
+    obs = np.random.default_rng(0).normal(size=(8, 4)).astype(np.float32)
+    calls = []
+    handle = agent.actor.register_forward_hook(lambda *args: calls.append(1))
+    agent.decide(obs)
+    assert calls == [1]
+    handle.remove()
+    agent.decide(obs)
+    assert calls == [1]
+    agent.decide(obs, deterministic=True)
+    step = agent.decide(obs, action_mask=np.array([[True, False]] * 8))
+    assert (step.actions == 0).all()
+
+
+def test_a2c_still_learns_cartpole_with_fast_acting_and_updates():
+    agent = wb.A2C("CartPole-v1", seed=0, n_envs=8, ent_coef=0.0)
+    wb.Session(agent, "CartPole-v1", seed=0).run(steps=30_000)
+    assert np.mean(agent.play(gym.make("CartPole-v1"), episodes=3, seed=1)) > 150
+
+
+def test_private_torch_names_appear_in_one_module_only():
+    """Every private PyTorch name (``torch._x``, ``torch.ops``, the hook registries) is in
+    ``kernels/private_torch.py``, where the import-time probe checks it."""
+    import re
+
+    root = Path(wb.__file__).parent
+    pattern = re.compile(r"torch\._[a-zA-Z]|torch\.ops\.|_forward_hooks|_forward_pre_hooks|_optimizer_step_|_global_")
+    found = [
+        f"{path.relative_to(root)}:{i}"
+        for path in root.rglob("*.py")
+        if path.name != "private_torch.py"
+        for i, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert not found, found

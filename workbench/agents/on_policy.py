@@ -3,7 +3,8 @@
 Separate policy and value networks; sampling that returns each step's values and log-probabilities
 as the step's ``extras`` (they come back to ``observe`` inside the transitions); rollout storage with
 time-limit bootstrapping; and GAE over a full rollout. An
-algorithm built on :class:`OnPolicyAgent` adds its config, its optimizer and its loss (``update``).
+algorithm built on :class:`OnPolicyAgent` adds its config, its optimizer and its policy loss (``_update``);
+the rest of the loss is :meth:`OnPolicyAgent._loss`, and the networks run through ``kernels.forward``.
 
 Their hyperparameters in common are :class:`OnPolicyConfig`'s, written once; PPO and A2C add their
 own and set their own defaults.

@@ -94,7 +94,9 @@ def forward(net: nn.Module, x: torch.Tensor, *, fast: bool = True) -> torch.Tens
     written = body(net) if fast else None
     if written is None:
         return net(x)
-    if torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in written.params)):
+    if not torch.is_grad_enabled():
+        return written.forward_keeping(x)[0]
+    if x.requires_grad or any(p.requires_grad for p in written.params):
         return _Body.apply(written, x, *written.params)
     with torch.no_grad():
         return written.forward_keeping(x)[0]
@@ -128,6 +130,7 @@ class MLPPass:
     def __init__(self, net: nn.Sequential) -> None:
         self.net = net
         self._layers = tuple(net._modules.values())
+        self._modules = (net, *self._layers)
         self._bind()
 
     @classmethod
@@ -171,13 +174,16 @@ class MLPPass:
 
     def usable(self) -> bool:
         """False when the net changed in a way the views cannot follow (a layer added or replaced, a
-        hook set); a parameter or its tensor replaced is rebound here, and True returned."""
+        hook set); a parameter or its tensor replaced is rebound here (after the full check), and True
+        returned. Runs before every pass, so it checks only what can change, cheaply."""
         net = self.net
-        if tuple(net._modules.values()) != self._layers or not self._plain(net):
+        if tuple(net._modules.values()) != self._layers or private_torch.hooks_set(self._modules):
             return False
         for layer, w, b, w_ptr, b_ptr in self._sources:
             p = layer._parameters
             if p["weight"] is not w or p["bias"] is not b or w.data_ptr() != w_ptr or b.data_ptr() != b_ptr:
+                if not self._plain(net):
+                    return False
                 self._bind()
                 break
         return True
@@ -185,7 +191,7 @@ class MLPPass:
     def forward_keeping(self, x: torch.Tensor) -> tuple[torch.Tensor, list[np.ndarray]]:
         """The output for the float32 rows ``x`` and every layer's input (each activation is applied
         in place to its Linear's output, so entry ``i + 1`` is also the output of an activation at ``i``)."""
-        a = x.detach().numpy() if x.dtype == torch.float32 else x.detach().float().numpy()
+        a = (x if x.dtype == torch.float32 else x.float()).detach().numpy()
         kept = [a]
         for op in self._ops:
             if len(op) == 2:

@@ -27,6 +27,7 @@ __all__ = [
     "foreach_mul_",
     "foreach_norm",
     "global_hooks_set",
+    "hooks_set",
     "module_hooks_set",
     "optimizer_hooks_set",
     "probe",
@@ -67,9 +68,19 @@ def module_hooks_set(module: nn.Module) -> bool:
     if not OK.get("hook_names", False):
         return True
     return bool(
-        module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
-        or getattr(module, "_backward_pre_hooks", None)
+        module._forward_hooks or module._forward_pre_hooks or module._backward_hooks or module._backward_pre_hooks
     )
+
+
+def hooks_set(modules: tuple[nn.Module, ...]) -> bool:
+    """True when any of ``modules`` has a hook of its own, or a global module hook is set (one call for
+    a pass's check before each use)."""
+    if not OK.get("hook_names", False):
+        return True
+    for m in modules:
+        if m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks:
+            return True
+    return global_hooks_set()
 
 
 def optimizer_hooks_set(optimizer: torch.optim.Optimizer) -> bool:
@@ -245,7 +256,8 @@ def probe() -> dict[str, bool]:
                  "_global_backward_pre_hooks")
         layer = nn.Linear(1, 1)
         return all(isinstance(getattr(module, n), dict) for n in names) and all(
-            isinstance(getattr(layer, n), dict) for n in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks")
+            isinstance(getattr(layer, n), dict)
+            for n in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
         )
 
     def optimizer_hook_names() -> bool:
