@@ -580,8 +580,8 @@ def test_a_saved_schedule_that_breaks_the_field_constraint_is_refused(ppo_run):
 def _a_full_disk(monkeypatch, where):
     """Make the write of one file of a save fail as a full disk does."""
     if where == "weights":
-        from safetensors import SafetensorError
         import safetensors.torch
+        from safetensors import SafetensorError
 
         def save_file(tensors, filename, *args, **kwargs):
             with open(filename, "wb") as f:

@@ -398,6 +398,11 @@ def check_space(value: Any, label: str, where: str) -> spaces.Space:
         raise CheckpointError(f"{label}: field {where!r} is not a space this library can rebuild ({exc})") from None
 
 
+def _path(where: str) -> str:
+    """A field's dotted path for a message, its middle left out when it is long (deep nesting)."""
+    return where if len(where) <= 80 else f"{where[:40]}...{where[-30:]}"
+
+
 class FieldChecks:
     """Checks of the fields of one JSON file of this library's formats (a checkpoint's
     ``meta.json``, a dataset's ``dataset.json``); every error is a :class:`CheckpointError` naming
@@ -444,7 +449,7 @@ class FieldChecks:
     def plain(self, value: Any, where: str, depth: int = 0) -> None:
         """JSON data of finite numbers, strings, booleans and nulls, nested at most MAX_JSON_DEPTH."""
         if depth > MAX_JSON_DEPTH:
-            raise CheckpointError(f"{self.label}: field {where!r} is nested deeper than {MAX_JSON_DEPTH} levels")
+            raise CheckpointError(f"{self.label}: field {_path(where)!r} is nested deeper than {MAX_JSON_DEPTH} levels")
         if isinstance(value, dict):
             for k, v in value.items():
                 self.plain(v, f"{where}.{k}", depth + 1)
@@ -457,7 +462,7 @@ class FieldChecks:
     def space(self, value: Any, where: str, depth: int = 0) -> None:
         """A space as :func:`space_to_json` writes it, within the size limits above."""
         if depth > MAX_JSON_DEPTH:
-            raise CheckpointError(f"{self.label}: field {where!r} is nested deeper than {MAX_JSON_DEPTH} levels")
+            raise CheckpointError(f"{self.label}: field {_path(where)!r} is nested deeper than {MAX_JSON_DEPTH} levels")
         value = self.obj(value, where)
         kind = value.get("type")
         if kind == "Box":

@@ -60,8 +60,18 @@ def _numeric(source: str, name: str, value: Any) -> np.ndarray:
             "per step, every row of the same shape"
         ) from None
     if arr.dtype.kind == "O":  # e.g. a pandas column of dtype object: numbers are fine, anything else is not
+        flat = arr.reshape(-1)
+        missing = [i for i, v in enumerate(flat) if v is None]
+        if missing:
+            row = missing[0] // max(1, flat.size // max(1, len(arr))) if arr.ndim else 0
+            raise DatasetError(
+                f"{source}: {name!r} row {row} is None, not a number: fill in the missing values or leave those "
+                "steps out"
+            )
         try:
-            arr = arr.astype(np.float64)
+            arr = np.array(arr.tolist())  # integers stay integers (actions of a Discrete space)
+            if arr.dtype.kind not in "biuf":
+                arr = arr.astype(np.float64)
         except (ValueError, TypeError):
             raise DatasetError(
                 f"{source}: {name!r} holds values that are not numbers (None, text or rows of different "
