@@ -570,7 +570,7 @@ def test_a_bad_schedule_or_exploration_names_the_field(request, run, field, valu
 
 def test_a_saved_schedule_that_breaks_the_field_constraint_is_refused(ppo_run):
     _edit_meta(ppo_run, _set("hyperparameters.clip_range", {"schedule": "linear", "start": 0.2, "end": -0.5}))
-    with pytest.raises(CheckpointError, match=r"meta\.json.*clip_range"):
+    with pytest.raises(CheckpointError, match=r"meta\.json: field .hyperparameters\.clip_range. is a linear schedule from 0\.2 to -0\.5"):
         wb.load(ppo_run)
 
 

@@ -528,6 +528,8 @@ def _check_hyperparameters(f: _Fields, hyper: dict[str, Any], config: type, meta
     (replay memory, networks, envs) stay within the limits above and this machine's memory."""
     import dataclasses
 
+    from .validation import constraint_of
+
     for field in dataclasses.fields(config):
         if field.name not in hyper:
             continue
@@ -536,7 +538,17 @@ def _check_hyperparameters(f: _Fields, hyper: dict[str, Any], config: type, meta
             continue
         if isinstance(value, dict) and ("Schedule" in kind or "Exploration" in kind or "Greedy" in kind):
             f.plain(value, where)
-            _check_rebuildable(f, value, where)
+            rebuilt = _check_rebuildable(f, value, where)
+            constraint = constraint_of(config, field.name)
+            if constraint is not None and not constraint(rebuilt):
+                values = getattr(rebuilt, "key_values", None)
+                shown = type(rebuilt).__name__
+                if values is not None:
+                    ends = values()
+                    shown = f"a {shown.lower()} schedule from {ends[0]:g} to {ends[-1]:g}"
+                raise CheckpointError(
+                    f"{f.label}: field {where!r} is {shown}, but {field.name} must be {constraint.allowed}"
+                )
             continue
         if kind == "bool":
             if not isinstance(value, bool):
@@ -599,9 +611,9 @@ def _check_numpy_rng(f: _Fields, state: Any, where: str) -> None:
         ) from None
 
 
-def _check_rebuildable(f: _Fields, value: dict[str, Any], where: str) -> None:
-    """A saved schedule (``{"schedule": ...}``) or exploration (``{"type": ...}``) that its reader
-    rebuilds; otherwise an error naming the field and what is wrong with it."""
+def _check_rebuildable(f: _Fields, value: dict[str, Any], where: str) -> Any:
+    """The saved schedule (``{"schedule": ...}``) or exploration (``{"type": ...}``) rebuilt; when
+    its reader cannot, an error naming the field and what is wrong with it."""
     from .exploration import exploration_from_dict
     from .schedules import schedule_from_dict
 
@@ -612,7 +624,7 @@ def _check_rebuildable(f: _Fields, value: dict[str, Any], where: str) -> None:
     else:
         raise f.fail(where, value, 'a schedule ({"schedule": "linear", ...}) or an exploration ({"type": ...})')
     try:
-        rebuild(value)
+        return rebuild(value)
     except (TypeError, ValueError, KeyError, OverflowError) as exc:
         reason = str(exc)
         reason = reason if len(reason) <= 160 else reason[:157] + "..."
