@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # torch first, as the CPU build: with torch already installed, pip never fetches a CUDA build.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench docs clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ test: $(VENV)/.installed
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check workbench tests benchmarks examples notebooks
+
+# The API reference, HTML from the docstrings of the public namespace (pdoc): open build/docs/index.html.
+docs: $(VENV)/.installed
+	$(BIN)/pdoc ./workbench --docformat restructuredtext -o build/docs
 
 bench: $(VENV)/.installed
 	$(BIN)/pip install -q -e ".[bench]"

@@ -184,3 +184,180 @@ def test_replay_agent_starts_from_a_dataset():
     assert len(session.agent.memory) == 60
     with pytest.raises(DatasetError, match="observations have shape"):
         wb.DQN(env).load_dataset(wb.Dataset.from_arrays(obs, actions, rewards))
+
+
+# -- issue 32, case 12: Dataset.load trusts nothing, with the limits of a checkpoint ----------------
+
+
+@pytest.fixture
+def saved(tmp_path):
+    obs, actions, rewards, ids = _arrays()
+    return wb.Dataset.from_arrays(obs, actions, rewards, episode_ids=ids).save(tmp_path / "data")
+
+
+def _edit(path, edit):
+    meta_path = os.path.join(path, "dataset.json")
+    meta = json.load(open(meta_path))
+    text = edit(meta)
+    with open(meta_path, "w") as f:
+        f.write(text if isinstance(text, str) else json.dumps(meta))
+
+
+def _put(key, value):
+    def edit(meta):
+        node = meta
+        *parents, last = key.split(".")
+        for p in parents:
+            node = node[p]
+        if value is _DELETE:
+            del node[last]
+        else:
+            node[last] = value
+
+    return edit
+
+
+_DELETE = object()
+BOX = {"type": "Box", "low": 0.0, "high": 1.0, "dtype": "float32"}
+
+
+def _nested_dict(depth):
+    space = {"type": "Discrete", "n": 2, "start": 0}
+    for _ in range(depth):
+        space = {"type": "Dict", "spaces": {"a": space}}
+    return space
+
+
+BAD_DATASET_JSON = {
+    "a 4 TB observation space": (_put("observation_space", {**BOX, "shape": [10**6, 10**6]}), "'observation_space.shape'"),
+    "a 37 GiB action space": (_put("action_space", {**BOX, "shape": [2**31, 5]}), "'action_space.shape'"),
+    "a negative dimension": (_put("observation_space", {**BOX, "shape": [-3]}), "'observation_space.shape'"),
+    "a MultiDiscrete of 0 choices": (_put("action_space", {"type": "MultiDiscrete", "nvec": [[2, 0]]}), "'action_space.nvec'"),
+    "an unknown space type": (_put("observation_space.type", "Blob"), "'observation_space.type'"),
+    "a space a list": (_put("action_space", [1, 2]), "'action_space'"),
+    "bounds of another shape": (_put("observation_space.low", [0.0, 1.0]), "'observation_space.low'"),
+    "no observation space": (_put("observation_space", _DELETE), "'observation_space' is missing"),
+    "no action space": (_put("action_space", _DELETE), "'action_space' is missing"),
+    "version text": (_put("version", "1"), "'version'"),
+    "version missing": (_put("version", _DELETE), "'version'"),
+    "version a float": (_put("version", 1.5), "'version'"),
+    "version newer": (_put("version", 99), "newer than this library reads"),
+    "steps text": (_put("steps", "12"), "'steps'"),
+    "has_log_probs text": (_put("has_log_probs", "no"), "'has_log_probs'"),
+    "metadata a list": (_put("metadata", [1]), "'metadata'"),
+    "deep nesting": (lambda m: json.dumps(m)[:-1] + ', "x": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply"),
+    "deep space nesting": (_put("observation_space", _nested_dict(60)), "nested deeper"),
+    "NaN": (lambda m: json.dumps(m).replace('"steps": ', '"steps": NaN, "x": '), "NaN"),
+    "5000-digit integer": (lambda m: json.dumps(m).replace('"steps": ', '"steps": ' + "9" * 5000 + ', "x": '), "5000 digits"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_DATASET_JSON))
+def test_a_crafted_dataset_json_is_a_dataset_error_naming_file_and_field(saved, case):
+    edit, expected = BAD_DATASET_JSON[case]
+    _edit(saved, edit)
+    with pytest.raises(DatasetError) as info:
+        wb.Dataset.load(saved)
+    message = str(info.value)
+    assert "dataset.json" in message and expected in message, message
+    assert len(message) < 400  # described, never echoed
+
+
+def test_a_dataset_json_link_to_dev_zero_is_refused_without_reading(saved):
+    os.unlink(os.path.join(saved, "dataset.json"))
+    os.symlink("/dev/zero", os.path.join(saved, "dataset.json"))
+    with pytest.raises(DatasetError, match="symbolic link"):
+        wb.Dataset.load(saved)
+
+
+def test_a_dataset_loads_as_saved_after_the_checks(saved):
+    ds = wb.Dataset.load(saved)
+    assert len(ds) == 12 and ds.action_space == gym.spaces.Discrete(2)
+    _edit(saved, _put("metadata", {"source": "app", "nested": {"a": [1, 2]}}))
+    assert wb.Dataset.load(saved).metadata["nested"] == {"a": [1, 2]}
+
+
+def test_a_missing_dataset_directory_is_named(tmp_path):
+    with pytest.raises(DatasetError, match="no such dataset"):
+        wb.Dataset.load(tmp_path / "nothing")
+
+
+# -- issue 32: CSV from Excel, short rows; arrays that are ragged or text --------------------------
+
+
+def _csv(path, rows, bom=False, encoding="utf-8"):
+    text = "\n".join(rows) + "\n"
+    path.write_bytes((b"\xef\xbb\xbf" if bom else b"") + text.encode(encoding))
+    return path
+
+
+def test_from_csv_reads_excels_byte_order_mark(tmp_path):
+    rows = ["x,v,action,reward,done", "0.1,1,0,1.0,0", "0.2,2,1,1.0,1", "0.3,3,1,0.5,1"]
+    ds = wb.Dataset.from_csv(_csv(tmp_path / "excel.csv", rows, bom=True), observations=["x", "v"], action="action",
+                             reward="reward", terminated="done")
+    assert len(ds) == 3 and ds.num_episodes == 2
+    np.testing.assert_allclose(ds.observations[:, 0], [0.1, 0.2, 0.3])
+
+
+@pytest.mark.parametrize(
+    ("bad_row", "fields"),
+    [("0.2,2,1,1.0", 4), ("0.2,2,1", 3), ("0.2,2,1,1.0,1,7", 6)],
+    ids=["no done", "two short", "one long"],
+)
+def test_a_short_or_long_csv_row_is_an_error_naming_the_row(tmp_path, bad_row, fields):
+    rows = ["x,v,action,reward,done", "0.1,1,0,1.0,0", bad_row, "0.3,3,1,0.5,1"]
+    with pytest.raises(DatasetError) as info:
+        wb.Dataset.from_csv(_csv(tmp_path / "log.csv", rows), observations=["x", "v"], action="action",
+                            reward="reward", terminated="done")
+    message = str(info.value)
+    assert "log.csv" in message and "row 2" in message and f"has {fields} fields, the header 5" in message, message
+
+
+def test_an_empty_value_between_commas_is_still_read(tmp_path):
+    rows = ["x,v,action,reward,done", "0.1,1,0,1.0,", "0.2,2,1,1.0,1"]
+    ds = wb.Dataset.from_csv(_csv(tmp_path / "log.csv", rows), observations=["x", "v"], action="action",
+                             reward="reward", terminated="done")
+    assert ds.terminated.tolist() == [False, True]
+
+
+def test_a_csv_that_is_not_utf8_is_named(tmp_path):
+    rows = ["x,action,reward,note", "0.1,0,1.0,café"]
+    with pytest.raises(DatasetError, match=r"log\.csv: not UTF-8 text.*CSV UTF-8"):
+        wb.Dataset.from_csv(_csv(tmp_path / "log.csv", rows, encoding="latin-1"), observations=["x"],
+                            action="action", reward="reward")
+
+
+RAGGED = [[0.1, 0.2], [0.3], [0.4, 0.5]]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name", "what"),
+    [
+        ({"observations": RAGGED}, "observations", "ragged"),
+        ({"observations": [["a", "b"], ["c", "d"], ["e", "f"]]}, "observations", "text"),
+        ({"actions": ["left", "right", "left"]}, "actions", "text"),
+        ({"actions": [[0.1], [0.2, 0.3], [0.4]]}, "actions", "ragged"),
+        ({"rewards": [1.0, None, 2.0]}, "rewards", "row 1 is None"),
+        ({"rewards": [1.0, {"x": 1}, 2.0]}, "rewards", "not numbers"),
+        ({"rewards": ["1.0", "2.0", "3.0"]}, "rewards", "text"),
+        ({"terminated": ["no", "no", "yes"]}, "terminated", "text"),
+        ({"truncated": [[0], [0, 1], [1]]}, "truncated", "ragged"),
+        ({"next_observations": RAGGED}, "next_observations", "ragged"),
+        ({"log_probs": ["-0.7", "-0.7", "-0.7"]}, "log_probs", "text"),
+        ({"observations": 5.0}, "observations", "single number"),
+        ({"episode_ids": [[0], [0, 1], [1]]}, "episode_ids", "ragged"),
+    ],
+)
+def test_from_arrays_names_a_ragged_or_text_argument(kwargs, name, what):
+    args = {"observations": [[0.1, 0.2], [0.3, 0.4], [0.5, 0.6]], "actions": [0, 1, 0], "rewards": [1.0, 0.0, 1.0],
+            **kwargs}
+    with pytest.raises(DatasetError) as info:
+        wb.Dataset.from_arrays(**args)
+    message = str(info.value)
+    assert message.startswith("Dataset.from_arrays:") and f"'{name}'" in message and what in message, message
+
+
+def test_from_arrays_takes_object_arrays_of_numbers():
+    obs = np.array([[0.1, 0.2], [0.3, 0.4]], dtype=object)  # e.g. a pandas column of dtype object
+    ds = wb.Dataset.from_arrays(obs, np.array([0, 1], dtype=object), [1.0, 2.0], terminated=[0, 1])
+    assert ds.observations.dtype == np.float32 and ds.actions.tolist() == [0, 1]

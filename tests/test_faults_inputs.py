@@ -423,3 +423,44 @@ def test_every_hyperparameter_of_every_agent_declares_its_constraint(name):
     unchecked = [f.name for f in dataclasses.fields(config) if _constraint_of(config, f.name) is None]
     allowed = {"exploration"}  # checked by type where the agent is built (it names the exploration classes)
     assert set(unchecked) <= allowed, f"{name}: fields without a constraint: {sorted(set(unchecked) - allowed)}"
+
+
+# -- issue 32: a schedule is held to its field's constraint, at construction and at session.set ------
+
+BAD_SCHEDULES = [
+    (wb.PPO, "clip_range", wb.linear(0.2, -0.5)),
+    (wb.PPO, "clip_range", wb.linear(-0.1, 0.2)),
+    (wb.PPO, "learning_rate", wb.linear(1e-3, -1e-4)),
+    (wb.PPO, "learning_rate", wb.schedules.Constant(-1.0)),
+    (wb.DQN, "prioritized_beta", wb.linear(0.4, -1.0)),
+    (wb.SAC, "learning_rate", wb.linear(3e-4, float("nan"))),
+]
+
+
+@pytest.mark.parametrize(("cls", "name", "schedule"), BAD_SCHEDULES, ids=lambda v: getattr(v, "__name__", str(v)))
+def test_a_schedule_that_leaves_the_fields_range_is_refused_when_built(cls, name, schedule):
+    env = "CartPole-v1" if cls is not wb.SAC else "Pendulum-v1"
+    with pytest.raises(ArgumentError) as info:
+        cls(env, **{name: schedule})
+    message = str(info.value)
+    assert f"{name}=" in message and "start and end are >= 0" in message, message
+
+
+@pytest.mark.parametrize(("cls", "name", "schedule"), BAD_SCHEDULES[:3], ids=lambda v: getattr(v, "__name__", str(v)))
+def test_a_schedule_that_leaves_the_fields_range_is_refused_by_session_set(cls, name, schedule):
+    agent = cls("CartPole-v1", n_steps=16, batch_size=16) if cls is wb.PPO else cls("CartPole-v1")
+    session = wb.Session(agent, "CartPole-v1")
+    before = getattr(agent.config, name)
+    with pytest.raises(ArgumentError, match=rf"Session\.set got {name}=.*start and end are >= 0"):
+        session.set(**{name: schedule})
+    assert getattr(agent.config, name) == before
+    assert session.events == []
+
+
+def test_schedules_that_stay_in_range_still_pass():
+    # Decaying to an open bound at the very end is the zoo's habit (clip_range and learning rates to 0).
+    agent = wb.PPO("CartPole-v1", clip_range=wb.linear(0.2, 0.0), learning_rate=wb.linear(1e-3, 0.0), n_steps=16)
+    session = wb.Session(agent, "CartPole-v1")
+    session.set(clip_range=wb.linear(0.3, 0.1))
+    assert agent.config.clip_range == wb.linear(0.3, 0.1)
+    wb.DQN("CartPole-v1", learning_rate=wb.schedules.Exponential(1e-3, 1e-5), prioritized_beta=wb.linear(0.4, 1.0))

@@ -108,3 +108,78 @@ def test_errors():
         wb.evaluate_offline(_Always(1), box)
     with pytest.raises(DatasetError, match="rows"):
         estimate(ds, _one_hot(19, 1), np.full(20, 0.5), np.zeros((20, 2)), _one_hot(20, 1), np.zeros((20, 2)))
+
+
+# -- issue 32, case 14: every argument is checked at the call -------------------------------------
+
+BAD_ARGUMENTS = [
+    ("gamma", 2, "in [0, 1]"),
+    ("gamma", -0.1, "in [0, 1]"),
+    ("gamma", float("nan"), "in [0, 1]"),
+    ("gamma", "0.99", "in [0, 1]"),
+    ("fqe_steps", -1, ">= 0"),
+    ("fqe_steps", 2.5, ">= 0"),
+    ("n_bootstrap", -5, "in [0, 100000]"),
+    ("n_bootstrap", 10**9, "in [0, 100000]"),
+    ("n_bootstrap", True, "an integer"),
+    ("behaviour_steps", -1, ">= 0"),
+    ("seed", -3, ">= 0"),
+    ("seed", "zero", ">= 0"),
+]
+
+
+@pytest.mark.parametrize(("name", "value", "allowed"), BAD_ARGUMENTS)
+def test_evaluate_offline_checks_every_argument_at_the_call(name, value, allowed, monkeypatch):
+    import workbench.ope as ope
+
+    def never(*args, **kwargs):
+        raise AssertionError("fitted although an argument was bad")
+
+    monkeypatch.setattr(ope, "behaviour_probabilities", never)
+    monkeypatch.setattr(ope.FittedQEvaluation, "fit", never)
+    with pytest.raises(wb.ArgumentError) as info:
+        wb.evaluate_offline(_Always(1), _bandit(n=20), **{name: value})
+    message = str(info.value)
+    assert message.startswith(f"evaluate_offline got {name}=") and allowed in message, message
+    assert isinstance(info.value, ValueError) and isinstance(info.value, TypeError)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [({"gamma": 1.5}, "gamma"), ({"confidence": 1.0}, "confidence"), ({"n_bootstrap": -1}, "n_bootstrap"),
+     ({"seed": -1}, "seed")],
+)
+def test_estimate_checks_its_arguments(kwargs, name):
+    ds = _bandit(n=20)
+    pi, q = _one_hot(20, 1), np.zeros((20, 2))
+    with pytest.raises(wb.ArgumentError, match=f"estimate got {name}="):
+        estimate(ds, pi, np.full(20, 0.5), q, pi, q, **kwargs)
+
+
+def test_the_evaluator_and_its_parts_check_their_arguments():
+    from workbench.ope import FittedQEvaluation, OffPolicyEvaluator
+
+    ds = _bandit(n=20)
+    with pytest.raises(wb.ArgumentError, match="OffPolicyEvaluator got gamma=2"):
+        OffPolicyEvaluator(ds, gamma=2)
+    with pytest.raises(TypeError, match="wb.Dataset"):
+        OffPolicyEvaluator([1, 2])
+    with pytest.raises(wb.ArgumentError, match="FittedQEvaluation got batch_size=0"):
+        FittedQEvaluation(2, 2, batch_size=0)
+    with pytest.raises(wb.ArgumentError, match="behaviour_probabilities got steps=-1"):
+        behaviour_probabilities(ds, steps=-1)
+    with pytest.raises(wb.ArgumentError, match=r"FittedQEvaluation\.fit got steps=-2"):
+        FittedQEvaluation(2, 2).fit(ds, _one_hot(20, 1), steps=-2)
+
+
+def test_evaluate_offline_refuses_an_agent_of_other_observations():
+    agent = wb.DQN(observation_space=gym.spaces.Box(-1, 1, (3,)), action_space=gym.spaces.Discrete(2))
+    with pytest.raises(DatasetError, match=r"observations have shape \(2,\), the agent expects \(3,\)"):
+        wb.evaluate_offline(agent, _bandit(n=20))
+
+
+def test_edge_values_still_pass():
+    est = wb.evaluate_offline(_Always(1), _bandit(n=20), gamma=1, fqe_steps=0, n_bootstrap=0, seed=0)
+    assert est["ips"].low == est["ips"].value == est["ips"].high
+    est = wb.evaluate_offline(_Always(1), _bandit(n=20), gamma=0.0, fqe_steps=np.int64(2), n_bootstrap=3)
+    assert set(est) == {"ips", "wis", "dm", "dr", "sdr"}

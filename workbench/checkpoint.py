@@ -40,6 +40,7 @@ import json
 import math
 import os
 import platform
+import re
 import shutil
 import stat
 import tempfile
@@ -59,14 +60,18 @@ from .signals import SignalSet
 __all__ = [
     "FORMAT_VERSION",
     "CheckpointError",
+    "FieldChecks",
     "OpenRun",
     "SavedRun",
     "check_save_path",
+    "check_space",
     "json_ready",
     "open_run",
+    "read_json",
     "read_meta",
     "read_run",
     "validate_meta",
+    "validate_session",
     "write_run",
 ]
 
@@ -346,43 +351,72 @@ def _json_int(text: str) -> int:
     return int(text)
 
 
-def read_meta_json(path: str, label: str | None = None) -> dict[str, Any]:
-    """Parse a ``meta.json`` (a regular file of at most ``MAX_META_BYTES``): no NaN, integers of
+def read_json(path: str, label: str | None = None, max_bytes: int = MAX_META_BYTES) -> Any:
+    """Parse a JSON file of this library's formats (a checkpoint's ``meta.json``, a dataset's
+    ``dataset.json``) within bounds: a regular file of at most ``max_bytes``, no NaN, integers of
     at most ``MAX_INT_DIGITS`` digits, nesting bounded. Any problem is a :class:`CheckpointError`
     naming ``label``; the file's contents are never quoted."""
     label = label or path
-    _check_regular(path, label, MAX_META_BYTES)
+    _check_regular(path, label, max_bytes)
     try:
         with open(path, "rb") as f:
-            text = f.read(MAX_META_BYTES + 1).decode("utf-8")
-        meta = json.loads(text, parse_constant=_json_constant, parse_int=_json_int)
+            text = f.read(max_bytes + 1).decode("utf-8")
+        return json.loads(text, parse_constant=_json_constant, parse_int=_json_int)
     except CheckpointError as exc:
-        raise CheckpointError(f"{label}: holds {exc}, which a checkpoint never does") from None
+        raise CheckpointError(f"{label}: holds {exc}, which this library never writes") from None
     except json.JSONDecodeError as exc:
         raise CheckpointError(
             f"{label}: not valid JSON, possibly truncated (line {exc.lineno}, column {exc.colno})"
         ) from None
     except UnicodeDecodeError:
-        raise CheckpointError(f"{label}: not UTF-8 text, so not a workbench meta.json") from None
+        raise CheckpointError(f"{label}: not UTF-8 text, so not a file this library wrote") from None
     except RecursionError:
-        raise CheckpointError(f"{label}: nested too deeply to be a workbench meta.json") from None
+        raise CheckpointError(f"{label}: nested too deeply to be a file this library wrote") from None
     except ValueError as exc:  # e.g. Python's limit on integer digits
         raise CheckpointError(f"{label}: not readable JSON ({type(exc).__name__})") from None
+
+
+def read_meta_json(path: str, label: str | None = None) -> dict[str, Any]:
+    """Parse a ``meta.json`` with :func:`read_json`'s bounds and check it is a workbench
+    checkpoint's. Any problem is a :class:`CheckpointError` naming ``label``."""
+    label = label or path
+    meta = read_json(path, label, MAX_META_BYTES)
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
         raise CheckpointError(f"{label}: not a workbench checkpoint")
     return meta
 
 
-class _Fields:
-    """Checks of one meta.json; every error names the file and the field (``counters.num_updates``)."""
+def check_space(value: Any, label: str, where: str) -> spaces.Space:
+    """The gymnasium space that the JSON ``value`` (written by :func:`space_to_json`) describes,
+    after checking every part of it for type and size (at most ``MAX_SPACE_ELEMENTS`` elements, a
+    numeric dtype, bounds of its shape, nesting bounded) before anything is allocated. Any problem
+    is a :class:`CheckpointError` naming ``label`` and the field ``where``."""
+    _Fields(label).space(value, where)
+    try:
+        return space_from_json(value)
+    except (TypeError, ValueError, KeyError, OverflowError) as exc:
+        raise CheckpointError(f"{label}: field {where!r} is not a space this library can rebuild ({exc})") from None
+
+
+def _path(where: str) -> str:
+    """A field's dotted path for a message, its middle left out when it is long (deep nesting)."""
+    return where if len(where) <= 80 else f"{where[:40]}...{where[-30:]}"
+
+
+class FieldChecks:
+    """Checks of the fields of one JSON file of this library's formats (a checkpoint's
+    ``meta.json``, a dataset's ``dataset.json``); every error is a :class:`CheckpointError` naming
+    the file and the field (``counters.num_updates``) and describing, never echoing, the value."""
 
     def __init__(self, label: str) -> None:
         self.label = label
 
     def fail(self, where: str, value: Any, expected: str) -> CheckpointError:
+        """The error for field ``where`` holding ``value`` (described) where ``expected`` belongs."""
         return CheckpointError(f"{self.label}: field {where!r} is {_shown(value)}, expected {expected}")
 
     def obj(self, value: Any, where: str, *, optional: bool = False) -> dict[str, Any]:
+        """``value`` when it is a JSON object (``{}`` for None when ``optional``)."""
         if value is None and optional:
             return {}
         if not isinstance(value, dict):
@@ -390,6 +424,7 @@ class _Fields:
         return value
 
     def integer(self, value: Any, where: str, lo: int = 0, hi: int = MAX_COUNTER, *, optional: bool = False) -> None:
+        """An integer (not a bool) from ``lo`` to ``hi`` (or None when ``optional``)."""
         if value is None and optional:
             return
         if type(value) is not int or not lo <= value <= hi:
@@ -398,12 +433,14 @@ class _Fields:
     def num(
         self, value: Any, where: str, lo: float = -math.inf, hi: float = math.inf, *, optional: bool = False
     ) -> None:
+        """A finite number from ``lo`` to ``hi`` (or None when ``optional``)."""
         if value is None and optional:
             return
         if type(value) not in (int, float) or not math.isfinite(value) or not lo <= value <= hi:
             raise self.fail(where, value, "a finite number" + (f" from {lo:g} to {hi:g}" if lo > -math.inf else ""))
 
     def text(self, value: Any, where: str, *, optional: bool = False) -> None:
+        """A string (or None when ``optional``)."""
         if value is None and optional:
             return
         if not isinstance(value, str):
@@ -412,7 +449,7 @@ class _Fields:
     def plain(self, value: Any, where: str, depth: int = 0) -> None:
         """JSON data of finite numbers, strings, booleans and nulls, nested at most MAX_JSON_DEPTH."""
         if depth > MAX_JSON_DEPTH:
-            raise CheckpointError(f"{self.label}: field {where!r} is nested deeper than {MAX_JSON_DEPTH} levels")
+            raise CheckpointError(f"{self.label}: field {_path(where)!r} is nested deeper than {MAX_JSON_DEPTH} levels")
         if isinstance(value, dict):
             for k, v in value.items():
                 self.plain(v, f"{where}.{k}", depth + 1)
@@ -423,8 +460,9 @@ class _Fields:
             raise self.fail(where, value, "a finite number")
 
     def space(self, value: Any, where: str, depth: int = 0) -> None:
+        """A space as :func:`space_to_json` writes it, within the size limits above."""
         if depth > MAX_JSON_DEPTH:
-            raise CheckpointError(f"{self.label}: field {where!r} is nested deeper than {MAX_JSON_DEPTH} levels")
+            raise CheckpointError(f"{self.label}: field {_path(where)!r} is nested deeper than {MAX_JSON_DEPTH} levels")
         value = self.obj(value, where)
         kind = value.get("type")
         if kind == "Box":
@@ -477,6 +515,9 @@ class _Fields:
             raise self.fail(f"{where}.type", kind, "one of Box, Discrete, MultiBinary, MultiDiscrete, Dict, Tuple")
 
 
+_Fields = FieldChecks
+
+
 def _mlp_parameters(n_in: int, widths: list[int], n_out: int) -> int:
     sizes = [n_in, *widths, n_out]
     return sum((a + 1) * b for a, b in itertools.pairwise(sizes))
@@ -487,6 +528,8 @@ def _check_hyperparameters(f: _Fields, hyper: dict[str, Any], config: type, meta
     (replay memory, networks, envs) stay within the limits above and this machine's memory."""
     import dataclasses
 
+    from .validation import constraint_of
+
     for field in dataclasses.fields(config):
         if field.name not in hyper:
             continue
@@ -495,6 +538,17 @@ def _check_hyperparameters(f: _Fields, hyper: dict[str, Any], config: type, meta
             continue
         if isinstance(value, dict) and ("Schedule" in kind or "Exploration" in kind or "Greedy" in kind):
             f.plain(value, where)
+            rebuilt = _check_rebuildable(f, value, where)
+            constraint = constraint_of(config, field.name)
+            if constraint is not None and not constraint(rebuilt):
+                values = getattr(rebuilt, "key_values", None)
+                shown = type(rebuilt).__name__
+                if values is not None:
+                    ends = values()
+                    shown = f"a {shown.lower()} schedule from {ends[0]:g} to {ends[-1]:g}"
+                raise CheckpointError(
+                    f"{f.label}: field {where!r} is {shown}, but {field.name} must be {constraint.allowed}"
+                )
             continue
         if kind == "bool":
             if not isinstance(value, bool):
@@ -557,6 +611,91 @@ def _check_numpy_rng(f: _Fields, state: Any, where: str) -> None:
         ) from None
 
 
+def _check_rebuildable(f: _Fields, value: dict[str, Any], where: str) -> Any:
+    """The saved schedule (``{"schedule": ...}``) or exploration (``{"type": ...}``) rebuilt; when
+    its reader cannot, an error naming the field and what is wrong with it."""
+    from .exploration import exploration_from_dict
+    from .schedules import schedule_from_dict
+
+    if "type" in value:
+        what, rebuild = "an exploration", exploration_from_dict
+    elif "schedule" in value:
+        what, rebuild = "a schedule", schedule_from_dict  # type: ignore[assignment]
+    else:
+        raise f.fail(where, value, 'a schedule ({"schedule": "linear", ...}) or an exploration ({"type": ...})')
+    try:
+        return rebuild(value)
+    except (TypeError, ValueError, KeyError, OverflowError) as exc:
+        reason = str(exc)
+        reason = reason if len(reason) <= 160 else reason[:157] + "..."
+        raise CheckpointError(f"{f.label}: field {where!r} is not {what} this library can rebuild: {reason}") from None
+
+
+EVENT_KINDS = ("set", "call_env")
+"""The kinds of ``session.events`` entries (``workbench.live_edits.Event``)."""
+MAX_EVENTS = 1_000_000  # live edits and env calls of one run: far more than anyone makes by hand
+_BIT_GENERATORS = ("PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64")
+
+
+def _check_env_rng(f: _Fields, states: Any, where: str) -> None:
+    if states is None:
+        return
+    if not isinstance(states, list) or len(states) > MAX_ENVS:
+        raise f.fail(where, states, f"null or a list of at most {MAX_ENVS} random-generator states")
+    for i, state in enumerate(states):
+        at = f"{where}[{i}]"
+        if state is None:
+            continue
+        f.obj(state, at)
+        f.plain(state, at)
+        name = state.get("bit_generator")
+        if name not in _BIT_GENERATORS:
+            raise f.fail(f"{at}.bit_generator", name, f"one of {', '.join(_BIT_GENERATORS)}")
+        try:
+            getattr(np.random, name)().state = state
+        except (TypeError, ValueError, KeyError, OverflowError):
+            raise CheckpointError(f"{f.label}: field {at!r} is not the state of a {name} random generator") from None
+
+
+def validate_session(session: Any, label: str) -> None:
+    """Check ``meta["session"]``, what a session saved of itself, field by field: its counters,
+    ``seed``, ``env_id``, ``best_eval_reward``, ``target_steps``, ``external``, ``env_rng`` (each
+    env's random stream) and ``events`` (live edits and env calls, as
+    ``workbench.live_edits.Event.to_dict`` writes them). :func:`validate_meta` calls it, so a
+    resumed session receives valid data; any problem is a :class:`CheckpointError` naming
+    ``label`` and the field (``session.events[3].step``)."""
+    f = _Fields(label)
+    session = f.obj(session, "session")
+    for key in ("steps", "episodes", "last_eval_step"):
+        f.integer(session.get(key, 0), f"session.{key}")
+    f.num(session.get("elapsed", 0.0), "session.elapsed", 0.0)
+    f.integer(session.get("seed"), "session.seed", 0, 2**64 - 1, optional=True)
+    f.text(session.get("env_id"), "session.env_id", optional=True)
+    f.text(session.get("env_name"), "session.env_name", optional=True)
+    f.num(session.get("best_eval_reward"), "session.best_eval_reward", optional=True)
+    f.integer(session.get("target_steps"), "session.target_steps", optional=True)
+    external = session.get("external", False)
+    if not isinstance(external, bool):
+        raise f.fail("session.external", external, "true or false")
+    _check_env_rng(f, session.get("env_rng"), "session.env_rng")
+    events = session.get("events", [])
+    if not isinstance(events, list) or len(events) > MAX_EVENTS:
+        raise f.fail("session.events", events, f"a list of at most {MAX_EVENTS} events")
+    for i, event in enumerate(events):
+        where = f"session.events[{i}]"
+        f.obj(event, where)
+        kind = event.get("kind")
+        if kind not in EVENT_KINDS:
+            raise f.fail(f"{where}.kind", kind, " or ".join(repr(k) for k in EVENT_KINDS))
+        f.integer(event.get("step"), f"{where}.step")
+        name = event.get("name")
+        if not isinstance(name, str) or not name:
+            raise f.fail(f"{where}.name", name, "a hyperparameter or method name")
+        f.num(event.get("time", 0.0), f"{where}.time", 0.0)
+        for key in ("old", "new"):
+            f.plain(event.get(key), f"{where}.{key}")
+
+
 def validate_meta(meta: dict[str, Any], label: str, config: type | None = None) -> None:
     """Check every field of a parsed ``meta.json`` for type and range before any of it is used.
 
@@ -591,14 +730,7 @@ def validate_meta(meta: dict[str, Any], label: str, config: type | None = None) 
         elif key == "exploration":
             f.obj(value, "agent_state.exploration")
     if "session" in meta:
-        session = f.obj(meta["session"], "session")
-        for key in ("steps", "episodes", "last_eval_step"):
-            f.integer(session.get(key, 0), f"session.{key}")
-        f.num(session.get("elapsed", 0.0), "session.elapsed", 0.0)
-        f.integer(session.get("seed"), "session.seed", 0, 2**64 - 1, optional=True)
-        f.text(session.get("env_id"), "session.env_id", optional=True)
-        f.text(session.get("env_name"), "session.env_name", optional=True)
-        f.num(session.get("best_eval_reward"), "session.best_eval_reward", optional=True)
+        validate_session(meta["session"], label)
     optimizers = f.obj(meta.get("optimizers"), "optimizers", optional=True)
     for name, groups in optimizers.items():
         if not isinstance(groups, list) or not all(isinstance(g, dict) for g in groups):
@@ -867,6 +999,24 @@ def check_save_path(path: str | os.PathLike[str], *, overwrite: bool = False) ->
 # -- writing ---------------------------------------------------------------------------------
 
 
+def _save_safetensors(tensors: dict[str, torch.Tensor], path: str) -> None:
+    """``safetensors.torch.save_file``, whose failed writes (a full disk) raise safetensors' own
+    error type: those become the ``OSError`` (``errno`` set) that every other file of a save
+    raises, so ``except OSError`` catches a full disk whichever file filled it."""
+    from safetensors.torch import save_file
+
+    try:
+        save_file(tensors, path)
+    except OSError:
+        raise
+    except Exception as exc:  # safetensors' SafetensorError: "... I/O error: ... (os error 28)"
+        found = re.search(r"\(os error (\d+)\)", str(exc))
+        if found is None:
+            raise
+        code = int(found.group(1))
+        raise OSError(code, f"{os.strerror(code)} (while writing {os.path.basename(path)})", path) from exc
+
+
 def _write_run(
     directory: str,
     meta: dict[str, Any],
@@ -874,9 +1024,7 @@ def _write_run(
     signals: SignalSet | None,
     memory: dict[str, np.ndarray] | None,
 ) -> None:
-    from safetensors.torch import save_file
-
-    save_file(tensors, os.path.join(directory, WEIGHTS))
+    _save_safetensors(tensors, os.path.join(directory, WEIGHTS))
     full = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, **json_ready(meta)}
     full.setdefault("versions", _versions())
     full.setdefault("created", _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))

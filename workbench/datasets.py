@@ -27,7 +27,16 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from .checkpoint import CheckpointError, read_npz, space_from_json, space_to_json, write_npz
+from .checkpoint import (
+    MAX_META_BYTES,
+    CheckpointError,
+    FieldChecks,
+    check_space,
+    read_json,
+    read_npz,
+    space_to_json,
+    write_npz,
+)
 
 __all__ = ["DATASET_FORMAT", "Dataset", "DatasetError"]
 
@@ -38,6 +47,43 @@ _FIELDS = ("observations", "actions", "rewards", "next_observations", "terminate
 
 class DatasetError(ValueError):
     """A dataset that cannot be used: a missing field, mismatched lengths, NaN, a bad file."""
+
+
+def _numeric(source: str, name: str, value: Any) -> np.ndarray:
+    """``value`` as a numeric (bool, integer or float) array, or a :class:`DatasetError` naming
+    ``name``: ragged rows, text, or objects that are not numbers."""
+    try:
+        arr = np.asarray(value)
+    except (ValueError, TypeError):  # numpy >= 1.24 refuses ragged nested sequences
+        raise DatasetError(
+            f"{source}: {name!r} is ragged (its rows have different lengths or nest differently): pass one row "
+            "per step, every row of the same shape"
+        ) from None
+    if arr.dtype.kind == "O":  # e.g. a pandas column of dtype object: numbers are fine, anything else is not
+        flat = arr.reshape(-1)
+        missing = [i for i, v in enumerate(flat) if v is None]
+        if missing:
+            row = missing[0] // max(1, flat.size // max(1, len(arr))) if arr.ndim else 0
+            raise DatasetError(
+                f"{source}: {name!r} row {row} is None, not a number: fill in the missing values or leave those "
+                "steps out"
+            )
+        try:
+            arr = np.array(arr.tolist())  # integers stay integers (actions of a Discrete space)
+            if arr.dtype.kind not in "biuf":
+                arr = arr.astype(np.float64)
+        except (ValueError, TypeError):
+            raise DatasetError(
+                f"{source}: {name!r} holds values that are not numbers (None, text or rows of different "
+                "lengths): pass numbers, one row per step, every row of the same shape"
+            ) from None
+    if arr.dtype.kind not in "biuf":
+        what = "text" if arr.dtype.kind in "USa" else f"values of dtype {arr.dtype}"
+        raise DatasetError(
+            f"{source}: {name!r} holds {what}, not numbers: convert it first (e.g. encode text labels as "
+            "integers, parse numbers written as text)"
+        )
+    return arr
 
 
 def _first(mask: np.ndarray) -> int:
@@ -89,14 +135,20 @@ class Dataset:
         for name, value in arrays.items():
             if value is None:
                 raise DatasetError(f"{source}: the field {name!r} is missing")
-        obs = np.asarray(observations, dtype=np.float32)
+        arrays = {name: _numeric(source, name, value) for name, value in arrays.items()}
+        if log_probs is not None:
+            log_probs = _numeric(source, "log_probs", log_probs)
+        obs = arrays["observations"].astype(np.float32)
+        if obs.ndim == 0:
+            raise DatasetError(f"{source}: 'observations' is a single number; pass one row per step")
         if obs.ndim == 1:
             obs = obs[:, None]
         n = len(obs)
-        next_obs = np.asarray(next_observations, dtype=np.float32)
+        next_obs = arrays["next_observations"].astype(np.float32)
         if next_obs.ndim == 1:
             next_obs = next_obs[:, None]
-        act = np.asarray(actions)
+        act = arrays["actions"]
+        rewards, terminated, truncated = arrays["rewards"], arrays["terminated"], arrays["truncated"]
         if act.ndim == 1 and act.dtype.kind == "f" and not isinstance(action_space, spaces.Discrete):
             act = act[:, None]  # one number per step: a one-dimensional Box action
         if action_space is None:
@@ -289,21 +341,31 @@ class Dataset:
         Raises :class:`DatasetError` naming the field when lengths differ, a value is NaN or a
         field is missing.
         """
-        obs = np.asarray(observations, dtype=np.float32)
+        source = "Dataset.from_arrays"
+        if observations is None:
+            raise DatasetError(f"{source}: the field 'observations' is missing")
+        obs = _numeric(source, "observations", observations).astype(np.float32)
+        if obs.ndim == 0:
+            raise DatasetError(f"{source}: 'observations' is a single number; pass one row per step")
         n = len(obs)
         if obs.ndim == 1:
             obs = obs[:, None]
         for name, value in (("actions", actions), ("rewards", rewards)):
             if value is None:
-                raise DatasetError(f"Dataset.from_arrays: the field {name!r} is missing")
-            if len(np.asarray(value)) != n:
-                raise DatasetError(
-                    f"Dataset.from_arrays: {name!r} has {len(np.asarray(value))} rows but 'observations' has {n}"
-                )
-        term = np.zeros(n, dtype=bool) if terminated is None else np.asarray(terminated).astype(bool).reshape(-1)
-        trunc = np.zeros(n, dtype=bool) if truncated is None else np.asarray(truncated).astype(bool).reshape(-1)
+                raise DatasetError(f"{source}: the field {name!r} is missing")
+            arr = _numeric(source, name, value)
+            if arr.ndim == 0 or len(arr) != n:
+                rows = "a single number" if arr.ndim == 0 else f"{len(arr)} rows"
+                raise DatasetError(f"{source}: {name!r} has {rows} but 'observations' has {n}")
+        term = (np.zeros(n, dtype=bool) if terminated is None
+                else _numeric(source, "terminated", terminated).astype(bool).reshape(-1))
+        trunc = (np.zeros(n, dtype=bool) if truncated is None
+                 else _numeric(source, "truncated", truncated).astype(bool).reshape(-1))
         if episode_ids is not None:
-            ids = np.asarray(episode_ids).reshape(-1)
+            try:
+                ids = np.asarray(episode_ids).reshape(-1)
+            except (ValueError, TypeError):
+                raise DatasetError(f"{source}: 'episode_ids' is ragged: pass one id per step") from None
             if len(ids) != n:
                 raise DatasetError(
                     f"Dataset.from_arrays: 'episode_ids' has {len(ids)} rows but 'observations' has {n}"
@@ -324,7 +386,7 @@ class Dataset:
             next_obs[-1:] = obs[-1:]
             next_obs[done] = obs[done]
         else:
-            next_obs = np.asarray(next_observations, dtype=np.float32)
+            next_obs = _numeric(source, "next_observations", next_observations).astype(np.float32)
         return cls(
             obs, actions, rewards, next_obs, term, trunc, log_probs,
             observation_space=observation_space, action_space=action_space, metadata=metadata,
@@ -357,12 +419,30 @@ class Dataset:
         is a :class:`DatasetError` that lists the columns the file has.
         """
         path = os.fspath(path)
-        with open(path, newline="") as f:
-            reader = csv.DictReader(f)
-            header = list(reader.fieldnames or [])
-            rows = list(reader)
+        try:
+            # utf-8-sig: Excel writes a byte-order mark before the header, which would become part of
+            # the first column's name.
+            with open(path, newline="", encoding="utf-8-sig") as f:
+                reader = csv.DictReader(f)
+                header = list(reader.fieldnames or [])
+                rows = list(reader)
+        except UnicodeDecodeError as exc:
+            raise DatasetError(
+                f"{path}: not UTF-8 text (byte {exc.start}); save the CSV as UTF-8 (Excel: 'CSV UTF-8')"
+            ) from None
+        except csv.Error as exc:
+            raise DatasetError(f"{path}: not a readable CSV file ({exc})") from None
         if not rows:
             raise DatasetError(f"{path}: no rows under the header")
+        for i, row in enumerate(rows):
+            # DictReader fills a short row's missing fields with None and puts a long row's extra
+            # fields under the key None: either is a broken line, never a row to guess at.
+            if None in row.values() or None in row:
+                fields = len(header) - sum(v is None for v in row.values()) + len(row.get(None) or [])
+                raise DatasetError(
+                    f"{path}: row {i + 1} has {fields} fields, the header {len(header)}: every row needs one "
+                    "value per column (an empty value is written as nothing between two commas)"
+                )
         action_cols = [action] if isinstance(action, str) else list(action)
         wanted = [*observations, *action_cols, reward]
         for name in (episode, terminated, truncated, log_prob, probability):
@@ -516,24 +596,44 @@ class Dataset:
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Dataset:
         """Read a dataset written by :meth:`save` (or by recording a session). Raises
-        :class:`DatasetError` naming the file and the problem."""
+        :class:`DatasetError` naming the file and the field.
+
+        Nothing in the files is trusted, with the limits a checkpoint has (``workbench.checkpoint``):
+        ``dataset.json`` is parsed with bounds (size, nesting, no NaN), its version, spaces (at
+        most ``MAX_SPACE_ELEMENTS`` elements each, checked before anything is allocated), counts
+        and metadata are checked for type, and every array's ``.npy`` header is checked against
+        the bytes it holds before anything is read."""
         path = os.fspath(path)
         meta_path = os.path.join(path, "dataset.json")
-        if not os.path.isfile(meta_path):
+        if not os.path.isdir(path):
+            raise DatasetError(f"{path}: no such dataset (a dataset is a directory holding dataset.json)")
+        if not os.path.lexists(meta_path):
             raise DatasetError(f"{path}: no dataset.json, so not a workbench dataset")
         try:
-            with open(meta_path) as f:
-                meta = json.load(f)
-        except (ValueError, UnicodeDecodeError):
-            raise DatasetError(f"{meta_path}: not valid JSON, possibly truncated") from None
-        if not isinstance(meta, dict) or meta.get("format") != DATASET_FORMAT:
-            raise DatasetError(f"{meta_path}: not a workbench dataset")
-        if int(meta.get("version", 0)) > _VERSION:
-            raise DatasetError(
-                f"{meta_path}: format version {meta.get('version')} is newer than this library reads"
-            )
-        try:
-            arrays = read_npz(os.path.join(path, "arrays.npz"))
+            meta = read_json(meta_path, meta_path, MAX_META_BYTES)
+            fields = FieldChecks(meta_path)
+            if not isinstance(meta, dict) or meta.get("format") != DATASET_FORMAT:
+                raise DatasetError(f"{meta_path}: not a workbench dataset")
+            version = meta.get("version")
+            if type(version) is not int or version < 1:
+                raise fields.fail("version", version, "a positive integer")
+            if version > _VERSION:
+                raise DatasetError(
+                    f"{meta_path}: format version {version} is newer than this library reads (up to {_VERSION}); "
+                    "upgrade rl-workbench to load it"
+                )
+            for key in ("observation_space", "action_space"):
+                if key not in meta:
+                    raise DatasetError(f"{meta_path}: field {key!r} is missing; every dataset.json names its spaces")
+            observation_space = check_space(meta["observation_space"], meta_path, "observation_space")
+            action_space = check_space(meta["action_space"], meta_path, "action_space")
+            for key in ("steps", "episodes"):
+                fields.integer(meta.get(key), key, optional=True)
+            if not isinstance(meta.get("has_log_probs", False), bool):
+                raise fields.fail("has_log_probs", meta.get("has_log_probs"), "true or false")
+            metadata = fields.obj(meta.get("metadata"), "metadata", optional=True)
+            fields.plain(metadata, "metadata")
+            arrays = read_npz(os.path.join(path, "arrays.npz"), f"{path}/arrays.npz")
         except CheckpointError as exc:
             raise DatasetError(str(exc)) from None
         missing = [f for f in _FIELDS if f not in arrays]
@@ -542,8 +642,8 @@ class Dataset:
         return cls(
             *(arrays[f] for f in _FIELDS),
             arrays.get("log_probs"),
-            observation_space=space_from_json(meta["observation_space"]),
-            action_space=space_from_json(meta["action_space"]),
-            metadata=meta.get("metadata", {}),
+            observation_space=observation_space,
+            action_space=action_space,
+            metadata=metadata,
             source=path,
         )

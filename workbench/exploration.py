@@ -11,6 +11,8 @@ saves to plain JSON. Play mode uses none of them: a loaded agent acts determinis
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -55,10 +57,6 @@ class Exploration:
 
 def _schedule_dict(s: Schedule) -> dict[str, Any] | float:
     return s.value if isinstance(s, Constant) else s.to_dict()
-
-
-def _load_schedule(v: Any) -> Schedule:
-    return schedule_from_dict(v) if isinstance(v, dict) else as_schedule(v)
 
 
 @dataclass
@@ -261,12 +259,35 @@ _TYPES: dict[str, type[Exploration]] = {
 
 
 def exploration_from_dict(data: dict[str, Any]) -> Exploration:
-    """Rebuild an exploration policy written by its ``to_dict()``."""
+    """Rebuild an exploration policy written by its ``to_dict()``. Raises ``ValueError`` naming
+    the key for an unknown type, an unknown key or a value of the wrong kind."""
+    if not isinstance(data, dict):
+        raise ValueError(
+            f"an exploration is a JSON object such as {{'type': 'EpsilonGreedy', ...}}, not a {type(data).__name__}"
+        )
     data = dict(data)
     kind = data.pop("type", None)
     if kind not in _TYPES:
-        raise ValueError(f"unknown exploration type {kind!r}; known: {', '.join(sorted(_TYPES))}")
-    for key in ("stddev", "sigma"):
-        if key in data:
-            data[key] = _load_schedule(data[key])
+        shown = repr(kind) if isinstance(kind, str) and len(kind) <= 40 else f"a {type(kind).__name__}"
+        raise ValueError(f"unknown exploration type {shown}; known: {', '.join(sorted(_TYPES))}")
+    fields = [f.name for f in dataclasses.fields(_TYPES[kind]) if not f.name.startswith("_")]
+    for key, value in data.items():
+        if key not in fields:
+            shown = repr(key) if len(key) <= 40 else f"a key of {len(key)} characters"
+            raise ValueError(f"{kind} has no key {shown}; its keys: {', '.join(fields)}")
+        if key in ("stddev", "sigma"):
+            if isinstance(value, dict):
+                try:
+                    data[key] = schedule_from_dict(value)
+                except ValueError as exc:
+                    raise ValueError(f"{kind}'s {key!r}: {exc}") from None
+                continue
+        elif key == "schedule":
+            if not isinstance(value, str):
+                raise ValueError(f"{kind}'s 'schedule' is not a string such as 'linear'")
+            continue
+        elif key in ("low", "high") and value is None:
+            continue
+        if not (isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)):
+            raise ValueError(f"{kind}'s {key!r} is not a finite number")
     return _TYPES[kind](**data)

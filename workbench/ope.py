@@ -35,8 +35,17 @@ import torch.nn.functional as F
 
 from .agents.networks import make_adam, mlp
 from .datasets import Dataset, DatasetError
+from .validation import check_arguments, integer, layer_widths, number, optional
 
-__all__ = ["ESTIMATORS", "Estimate", "FittedQEvaluation", "OffPolicyEvaluator", "evaluate_offline", "estimate"]
+__all__ = [
+    "ESTIMATORS",
+    "MAX_BOOTSTRAP",
+    "Estimate",
+    "FittedQEvaluation",
+    "OffPolicyEvaluator",
+    "evaluate_offline",
+    "estimate",
+]
 
 ESTIMATORS = ("ips", "wis", "dm", "dr", "sdr")
 """The estimators :func:`evaluate_offline` returns, by name."""
@@ -51,6 +60,33 @@ class Estimate(NamedTuple):
 
     def __repr__(self) -> str:
         return f"Estimate({self.value:.4g}, [{self.low:.4g}, {self.high:.4g}])"
+
+
+MAX_BOOTSTRAP = 100_000
+"""The most bootstrap resamples an estimate takes (each is a pass over the episodes)."""
+
+# Every argument of this module's functions, checked at the call (workbench.validation), so a bad
+# one is named at once and not inside a long fit.
+_CHECKS = {
+    "gamma": number(0, 1),
+    "fqe_steps": integer(min=0),
+    "steps": integer(min=0),
+    "n_bootstrap": integer(min=0, max=MAX_BOOTSTRAP),
+    "behaviour_steps": integer(min=0),
+    "seed": integer(min=0),
+    "confidence": number(0, 1, min_open=True, max_open=True),
+    "net_arch": layer_widths(),
+    "lr": number(0, min_open=True),
+    "batch_size": integer(min=1),
+    "target_every": integer(min=1),
+    "obs_dim": integer(min=1),
+    "n_actions": integer(min=1),
+}
+
+
+def _check(owner: str, values: dict[str, Any], **special: Any) -> None:
+    """Check ``values`` (argument name -> value) against :data:`_CHECKS` (or ``special``)."""
+    check_arguments(owner, values, {name: special.get(name, _CHECKS[name]) for name in values})
 
 
 def _standardizer(obs: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
@@ -71,6 +107,8 @@ class FittedQEvaluation:
 
     def __init__(self, obs_dim: int, n_actions: int, *, gamma: float = 0.99, net_arch: tuple[int, ...] = (64, 64),
                  lr: float = 1e-3, batch_size: int = 256, target_every: int = 10, seed: int = 0) -> None:
+        _check("FittedQEvaluation", dict(obs_dim=obs_dim, n_actions=n_actions, gamma=gamma, net_arch=net_arch, lr=lr,
+                                         batch_size=batch_size, target_every=target_every, seed=seed))
         self.gamma, self.batch_size, self.target_every = float(gamma), int(batch_size), int(target_every)
         self.n_actions = int(n_actions)
         with torch.random.fork_rng(devices=[]):
@@ -90,6 +128,7 @@ class FittedQEvaluation:
     def fit(self, dataset: Dataset, next_probs: np.ndarray, steps: int = 2000) -> FittedQEvaluation:
         """``steps`` gradient steps on ``dataset``, where ``next_probs[i]`` are the target policy's
         action probabilities in ``next_observations[i]``."""
+        _check("FittedQEvaluation.fit", {"steps": steps})
         if self._norm is None:
             self._norm = _standardizer(dataset.observations)
         obs, next_obs = self._in(dataset.observations), self._in(dataset.next_observations)
@@ -127,6 +166,7 @@ class FittedQEvaluation:
 def behaviour_probabilities(dataset: Dataset, *, steps: int = 1000, seed: int = 0) -> np.ndarray:
     """The behaviour policy's probability of each logged action: from the dataset's ``log_probs``,
     else from a classifier fitted here to the logged actions (clipped below at 1e-3)."""
+    _check("behaviour_probabilities", {"steps": steps, "seed": seed})
     if dataset.log_probs is not None:
         return np.exp(dataset.log_probs.astype(np.float64))
     n_actions = int(dataset.action_space.n)  # type: ignore[attr-defined]
@@ -214,6 +254,8 @@ def estimate(
     logged action, and a Q-model's values in each state and next state (zeros for none: ``dm``
     is then 0 and ``dr``/``sdr`` reduce to importance sampling). The interval is the bootstrap
     percentile interval over ``n_bootstrap`` resamples of whole episodes."""
+    _check("estimate", dict(gamma=gamma, n_bootstrap=n_bootstrap, confidence=confidence, seed=seed),
+           seed=optional(integer(min=0)))
     n = len(dataset)
     for name, arr in (("target_probs", target_probs), ("q_values", q_values),
                       ("next_target_probs", next_target_probs), ("next_q_values", next_q_values)):
@@ -256,6 +298,10 @@ class OffPolicyEvaluator:
 
     def __init__(self, dataset: Dataset, *, gamma: float = 0.99, fqe_steps: int = 2000,
                  n_bootstrap: int = 200, behaviour_steps: int = 1000, seed: int = 0) -> None:
+        if not isinstance(dataset, Dataset):
+            raise TypeError(f"OffPolicyEvaluator needs a wb.Dataset, got {type(dataset).__name__}")
+        _check("OffPolicyEvaluator", dict(gamma=gamma, fqe_steps=fqe_steps, n_bootstrap=n_bootstrap,
+                                          behaviour_steps=behaviour_steps, seed=seed))
         if not dataset.discrete:
             raise DatasetError(
                 f"off-policy evaluation here needs Discrete actions; this dataset has {dataset.action_space}"
@@ -271,6 +317,8 @@ class OffPolicyEvaluator:
     ) -> dict[str, Estimate]:
         """Estimates for ``policy``: an agent (its greedy actions) or a function from observations
         to action probabilities ``(n, n_actions)``."""
+        if fqe_steps is not None:
+            _check("OffPolicyEvaluator", {"fqe_steps": fqe_steps})
         ds = self.dataset
         probs_of = policy if not hasattr(policy, "act") else (lambda o: greedy_probabilities(policy, o))
         pi = np.asarray(probs_of(ds.observations), dtype=np.float64)
@@ -295,11 +343,18 @@ def evaluate_offline(
     "dr", "sdr"}`` of :class:`Estimate` (value and bootstrap interval), each an estimate of the
     expected ``gamma``-discounted return from the logged start states. Discrete actions only;
     see ``workbench.ope``. Without the behaviour's ``log_probs`` in the dataset a behaviour model
-    is fitted first (``behaviour_steps`` gradient steps)."""
+    is fitted first (``behaviour_steps`` gradient steps).
+
+    Every argument is checked at the call: ``gamma`` in [0, 1], ``fqe_steps`` and
+    ``behaviour_steps`` integers >= 0, ``n_bootstrap`` an integer from 0 to :data:`MAX_BOOTSTRAP`,
+    ``seed`` an integer >= 0; a bad one is an ``ArgumentError`` (a ``ValueError`` and a
+    ``TypeError``) naming it, its value and what is allowed."""
     if not isinstance(dataset, Dataset):
         raise TypeError(f"evaluate_offline needs a wb.Dataset, got {type(dataset).__name__}")
     if not hasattr(agent, "act") or not hasattr(agent, "action_space"):
         raise TypeError(f"evaluate_offline needs an agent such as wb.BCQ(...), got {type(agent).__name__}")
+    _check("evaluate_offline", dict(gamma=gamma, fqe_steps=fqe_steps, n_bootstrap=n_bootstrap,
+                                    behaviour_steps=behaviour_steps, seed=seed))
     if not dataset.discrete:
         raise DatasetError(
             f"off-policy evaluation here needs Discrete actions; this dataset has {dataset.action_space}"
@@ -309,6 +364,12 @@ def evaluate_offline(
     ):
         raise DatasetError(
             f"the agent's action space {agent.action_space} differs from the dataset's {dataset.action_space}"
+        )
+    obs_shape = getattr(agent, "obs_shape", None)
+    if obs_shape is not None and tuple(obs_shape) != dataset.observations.shape[1:]:
+        raise DatasetError(
+            f"the dataset's observations have shape {dataset.observations.shape[1:]}, the agent expects "
+            f"{tuple(obs_shape)}: evaluate on episodes of the env the agent was built for"
         )
     evaluator = OffPolicyEvaluator(dataset, gamma=gamma, fqe_steps=fqe_steps, n_bootstrap=n_bootstrap,
                                    behaviour_steps=behaviour_steps, seed=seed)

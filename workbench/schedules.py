@@ -6,6 +6,7 @@ the session's step budget done so far. Schedules are plain data, so they save to
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -24,6 +25,12 @@ class Schedule:
         """A JSON-ready description, read back by :func:`schedule_from_dict`."""
         return {"schedule": type(self).__name__.lower(), **asdict(self)}
 
+    def key_values(self) -> tuple[float, ...]:
+        """The values that bound this schedule: its start and end, and any breakpoints between.
+        It never takes a value outside their range, so a hyperparameter's constraint checks these
+        (``workbench.validation``). A schedule written elsewhere is asked at progress 0 and 1."""
+        return (self(0.0), self(1.0))
+
 
 @dataclass(frozen=True)
 class Constant(Schedule):
@@ -33,6 +40,10 @@ class Constant(Schedule):
 
     def __call__(self, progress: float) -> float:
         return self.value
+
+    def key_values(self) -> tuple[float, ...]:
+        """Its one value."""
+        return (self.value,)
 
 
 @dataclass(frozen=True)
@@ -51,6 +62,10 @@ class Linear(Schedule):
         t = min(max(progress, 0.0) / self.fraction, 1.0)
         return self.start + (self.end - self.start) * t
 
+    def key_values(self) -> tuple[float, ...]:
+        """``(start, end)``: every value lies between them."""
+        return (self.start, self.end)
+
 
 @dataclass(frozen=True)
 class Exponential(Schedule):
@@ -67,6 +82,10 @@ class Exponential(Schedule):
             )
         if not 0.0 < self.fraction <= 1.0:
             raise ValueError(f"fraction must be in (0, 1], got {self.fraction}")
+
+    def key_values(self) -> tuple[float, ...]:
+        """``(start, end)``: every value lies between them."""
+        return (self.start, self.end)
 
     def __call__(self, progress: float) -> float:
         t = min(max(progress, 0.0) / self.fraction, 1.0)
@@ -90,10 +109,31 @@ def as_schedule(value: float | Schedule) -> Schedule:
 _KINDS = {"constant": Constant, "linear": Linear, "exponential": Exponential}
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def schedule_from_dict(data: dict[str, Any]) -> Schedule:
-    """Rebuild a schedule written by :meth:`Schedule.to_dict`."""
+    """Rebuild a schedule written by :meth:`Schedule.to_dict`. Raises ``ValueError`` naming the
+    key for an unknown kind, an unknown or missing key, or a value that is not a finite number."""
+    if not isinstance(data, dict):
+        raise ValueError(
+            f"a schedule is a JSON object such as {{'schedule': 'linear', ...}}, not a {type(data).__name__}"
+        )
     data = dict(data)
     kind = data.pop("schedule", None)
     if kind not in _KINDS:
-        raise ValueError(f"unknown schedule kind {kind!r}; known: {', '.join(sorted(_KINDS))}")
-    return _KINDS[kind](**data)
+        shown = repr(kind) if isinstance(kind, str) and len(kind) <= 40 else f"a {type(kind).__name__}"
+        raise ValueError(f"unknown schedule kind {shown}; known: {', '.join(sorted(_KINDS))}")
+    cls = _KINDS[kind]
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for key, value in data.items():
+        if key not in fields:
+            shown = repr(key) if len(key) <= 40 else f"a key of {len(key)} characters"
+            raise ValueError(f"a {kind} schedule has no key {shown}; its keys: {', '.join(fields)}")
+        if not _is_number(value):
+            raise ValueError(f"the {kind} schedule's {key!r} is not a finite number")
+    missing = [name for name, f in fields.items() if name not in data and f.default is dataclasses.MISSING]
+    if missing:
+        raise ValueError(f"the {kind} schedule lacks {missing[0]!r}")
+    return cls(**data)

@@ -126,14 +126,17 @@ def number(
     schedule: bool = False,
 ) -> Constraint:
     """A finite real number within the bounds (``min_open``: the bound itself excluded); with
-    ``schedule=True`` also a schedule such as ``wb.linear(1e-3, 0)`` (its values are the user's to pick)."""
+    ``schedule=True`` also a schedule such as ``wb.linear(1e-3, 0)`` whose start and end (and any
+    breakpoints: :meth:`Schedule.key_values`) are finite numbers within the bounds. A schedule may
+    reach an open bound (a learning rate decaying to 0 at the very end), never cross it."""
     words = f"a finite number{_bounds(min, max, min_open, max_open)}"
     if schedule:
-        words += " or a schedule such as wb.linear(start, end)"
+        ends = _bounds(min, max, False, False)
+        words += f" or a schedule such as wb.linear(start, end) whose start and end are{ends}"
 
     def test(v: Any) -> bool:
         if schedule and isinstance(v, Schedule):
-            return True
+            return all(_is_real(x) and _within(float(x), min, max, False, False) for x in v.key_values())
         return _is_real(v) and _within(float(v), min, max, min_open, max_open)
 
     return Constraint(words, test)

@@ -26,6 +26,11 @@ Beside the model, ``<path>.json`` (the *sidecar*) describes the spaces, the inpu
 and how it is encoded, what was baked in, and the versions that wrote it. The same JSON is stored
 in the ONNX model's metadata under the key ``workbench``.
 
+Both files are written to temporary names beside the model (``.NAME.tmp-*``) and renamed into place
+when complete: a failed export (a full disk) leaves an earlier one as it was. An export replaces
+only an earlier export (the model's ONNX metadata, the sidecar's ``format``, say so) unless
+``overwrite=True``.
+
 Format: ``.onnx`` (the legacy TorchScript-based exporter of ``torch.onnx``, opset 17, dynamic
 batch axis; needs the ``onnx`` package: ``pip install 'rl-workbench[export]'``). ``torch.export``'s
 ``.pt2`` archives are not offered: they carry their example inputs as a ``torch.save`` pickle, and
@@ -38,10 +43,14 @@ family to :data:`_HEADS`.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import glob
 import json
 import os
 import platform
+import tempfile
+import time
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -56,6 +65,7 @@ from .. import checkpoint
 from .._version import __version__
 from ..envs import describe_space, flat_observation_space
 from ..masks import mask_size, strip_mask_space
+from ..validation import ArgumentError
 
 __all__ = [
     "EXPORT_FORMATS",
@@ -547,13 +557,85 @@ def _format_of(path: str, format: str | None) -> str:
             )
         return EXPORT_FORMATS[suffix]
     known = {f: f for f in EXPORT_FORMATS.values()}
-    fmt = known.get(format.lower().lstrip("."))
+    fmt = known.get(format.lower().lstrip(".")) if isinstance(format, str) else None
     if fmt is None:
-        raise ValueError(
-            f"unknown export format {format!r}: choose 'onnx' (or leave format=None and "
-            f"name the file {' or '.join(EXPORT_FORMATS)})"
+        shown = repr(format) if isinstance(format, str) else f"{format!r} (a {type(format).__name__})"
+        raise ArgumentError(
+            f"unknown export format {shown}: format= must be one of {', '.join(map(repr, known))} or None (the "
+            f"format taken from the file's suffix). Pass format='onnx', or leave format out and name the file "
+            f"{' or '.join(EXPORT_FORMATS)}"
         )
     return fmt
+
+
+def _check_flags(action_mask: Any, overwrite: Any) -> None:
+    for name, value in (("action_mask", action_mask), ("overwrite", overwrite)):
+        if not isinstance(value, bool):
+            raise ArgumentError(
+                f"export got {name}={value!r} (a {type(value).__name__}): {name} must be True or False. Pass "
+                f"such a value, or leave {name} out for its default (False)."
+            )
+
+
+# -- what an export may replace ------------------------------------------------------------------
+
+_MAX_MODEL_BYTES = 2**31  # protobuf's limit: a larger file is no ONNX model this library wrote
+
+
+def _is_our_sidecar(path: str) -> bool:
+    """Whether ``path`` is a regular file holding a sidecar this module wrote."""
+    try:
+        if not os.path.isfile(path) or os.path.islink(path) or os.path.getsize(path) > 64 * 2**20:
+            return False
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(data, dict) and data.get("format") == SIDECAR_FORMAT
+
+
+def _is_our_model(path: str) -> bool:
+    """Whether ``path`` is a regular file holding an ONNX model this module wrote (its metadata
+    carries the sidecar under the key ``workbench``)."""
+    if not os.path.isfile(path) or os.path.islink(path) or os.path.getsize(path) > _MAX_MODEL_BYTES:
+        return False
+    try:
+        import onnx
+
+        model = onnx.load(path, load_external_data=False)
+    except Exception:  # not a protobuf, not ONNX: not ours either way
+        return False
+    for entry in model.metadata_props:
+        if entry.key == "workbench":
+            try:
+                meta = json.loads(entry.value)
+            except ValueError:
+                return False
+            return isinstance(meta, dict) and meta.get("format") == SIDECAR_FORMAT
+    return False
+
+
+def _check_replaceable(path: str, overwrite: bool) -> None:
+    """Refuse to replace a model path or its sidecar that holds something other than an earlier
+    export, unless ``overwrite``; a directory is never replaced."""
+    sidecar = path + SIDECAR_SUFFIX
+    for target, label in ((path, "the model path"), (sidecar, "the sidecar path")):
+        if os.path.isdir(target) and not os.path.islink(target):
+            raise IsADirectoryError(
+                f"{target}: {label} of this export is a directory; choose another file name for the export"
+            )
+    if overwrite:
+        return
+    for target, ours, what in (
+        (path, _is_our_model, "an ONNX model written by agent.export"),
+        (sidecar, _is_our_sidecar, "a sidecar written by agent.export"),
+    ):
+        if os.path.lexists(target) and not ours(target):
+            kind = "a symbolic link" if os.path.islink(target) else f"a file that is not {what}"
+            raise FileExistsError(
+                f"{target}: exists and is {kind}; export() replaces only an earlier export (the model and its "
+                f"{SIDECAR_SUFFIX} sidecar). Choose another path, or pass overwrite=True to replace it"
+            )
 
 
 def _check_maskable(agent: Any) -> None:
@@ -608,8 +690,31 @@ def _write_onnx(
     onnx.save(model, path)
 
 
+def _temporary(path: str) -> str:
+    """A new empty file beside ``path`` (same directory, so the rename into place is atomic)."""
+    folder, base = os.path.split(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{base}.tmp-", dir=folder)
+    os.close(fd)
+    return tmp
+
+
+def _remove_leftovers(path: str) -> None:
+    """Remove what killed exports to ``path`` left: ``.NAME.tmp-*`` files beside it, untouched for
+    an hour (a younger one may be another export to the same path, still writing)."""
+    folder, base = os.path.split(os.path.abspath(path))
+    for stale in glob.glob(os.path.join(glob.escape(folder), f".{glob.escape(base)}.tmp-*")):
+        with contextlib.suppress(OSError):
+            if time.time() - os.lstat(stale).st_mtime > 3600:
+                os.unlink(stale)
+
+
 def export_policy(
-    agent: Any, path: str | os.PathLike[str], *, format: str | None = None, action_mask: bool = False
+    agent: Any,
+    path: str | os.PathLike[str],
+    *,
+    format: str | None = None,
+    action_mask: bool = False,
+    overwrite: bool = False,
 ) -> str:
     """Write ``agent``'s deterministic policy to ``path`` and its sidecar to ``path + ".json"``;
     returns the model's path. See the module docstring for what the files hold.
@@ -617,16 +722,25 @@ def export_policy(
     ``format`` is taken from the suffix (``.onnx``) unless given (``"onnx"``). ``action_mask=True``
     (Discrete and MultiDiscrete actions of an agent that takes masks) adds an input ``action_mask``
     (bool, ``(batch, mask_size)``, True where allowed): the action is then the best allowed one, as
-    ``agent.act(obs, deterministic=True, action_mask=mask)`` chooses it. Raises
-    ``ValueError`` for an unknown suffix or format, ``TypeError`` for an
-    agent of no known family or a mask it cannot take, ``ImportError`` naming the extra to install
-    when onnx is missing.
+    ``agent.act(obs, deterministic=True, action_mask=mask)`` chooses it.
+
+    Both files are written to temporary names beside ``path`` and renamed into place only once
+    complete, so a failed export (a full disk) leaves an earlier export as it was. ``path`` and its
+    sidecar may replace only an earlier export unless ``overwrite=True``.
+
+    Raises ``ValueError`` for an unknown suffix or format (an ``ArgumentError``, also a
+    ``TypeError``, for a ``format`` that is not a string), ``TypeError`` for an agent of no known
+    family or a mask it cannot take, ``FileExistsError`` for a file that is not an export,
+    ``ImportError`` naming the extra to install when onnx is missing, the ``OSError`` of a failed
+    write.
     """
     path = os.fspath(path)
     fmt = _format_of(path, format)
+    _check_flags(action_mask, overwrite)
     if action_mask:
         _check_maskable(agent)
     _require_onnx()
+    _check_replaceable(path, overwrite)
     module = policy_module(agent)
     in_dtype = _input_dtype(agent)
     obs = torch.from_numpy(np.zeros((2, *agent.obs_shape), dtype=in_dtype))
@@ -646,8 +760,22 @@ def export_policy(
         example = (*example, torch.ones(2, int(mask_size(agent.action_space)), dtype=torch.bool))  # type: ignore[arg-type]
         inputs.append(MASK_NAME)
         axes[MASK_NAME] = batch
-    _write_onnx(module, example, path, sidecar, inputs, outputs, axes)
-    with open(path + SIDECAR_SUFFIX, "w", encoding="utf-8") as f:
-        json.dump(sidecar, f, indent=2)
-        f.write("\n")
+    _remove_leftovers(path)
+    _remove_leftovers(path + SIDECAR_SUFFIX)
+    tmp_model, tmp_sidecar = _temporary(path), _temporary(path + SIDECAR_SUFFIX)
+    try:
+        _write_onnx(module, example, tmp_model, sidecar, inputs, outputs, axes)
+        with open(tmp_sidecar, "w", encoding="utf-8") as f:
+            json.dump(sidecar, f, indent=2)
+            f.write("\n")
+        for tmp in (tmp_model, tmp_sidecar):
+            checkpoint._follow_umask(tmp)  # mkstemp made them 0600
+        # The model last: until it is in place, an earlier export's model still loads.
+        os.replace(tmp_sidecar, path + SIDECAR_SUFFIX)
+        os.replace(tmp_model, path)
+    except BaseException:
+        for tmp in (tmp_model, tmp_sidecar):
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        raise
     return path
