@@ -134,7 +134,7 @@ class RemoteSession:
 
     def _ws_call(self, episode: Hashable | None, message: dict[str, Any]) -> Any:
         try:
-            from websockets.exceptions import ConnectionClosed
+            from websockets.exceptions import ConnectionClosed, InvalidStatus
             from websockets.sync.client import connect
         except ImportError as exc:
             raise ImportError(f"transport='websocket' needs: pip install 'rl-workbench[serve]' ({exc})") from exc
@@ -149,11 +149,14 @@ class RemoteSession:
                         scheme = "wss" if self._parsed.scheme == "https" else "ws"
                         ws = connect(f"{scheme}://{self._parsed.netloc}/ws{query}", open_timeout=self.timeout,
                                      additional_headers={k: v for k, v in self._headers.items() if k != "Content-Type"},
-                                     compression=None, max_size=None)
+                                     compression=None, max_size=None).__enter__()  # closed by close()
                         self._sockets[episode] = (lock, ws)
                     ws.send(data)
                     reply = ws.recv(timeout=self.timeout)
                     break
+                except InvalidStatus as exc:  # the handshake refused: the server's answer says why
+                    response = exc.response
+                    return _answer(response.status_code, bytes(response.body or b""), "WebSocket /ws")
                 except (ConnectionClosed, OSError) as exc:
                     if ws is not None:
                         ws.close()

@@ -53,7 +53,16 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from .._version import __version__
 from ..checkpoint import space_to_json
 from .metrics import Metrics
-from .protocol import RequestError, action_to_json, check_act, check_feedback, decode, encode, error_body
+from .protocol import (
+    RequestError,
+    action_to_json,
+    check_act,
+    check_feedback,
+    decode,
+    encode,
+    episode_id,
+    error_body,
+)
 
 __all__ = ["Server", "check_host", "serve"]
 
@@ -103,12 +112,12 @@ def _positive(name: str, value: Any) -> float:
 class _Record:
     """What the server knows of one episode it served: what comes next and when it was last heard of."""
 
-    __slots__ = ("answer", "awaiting_feedback", "busy", "ended", "lock", "obs", "seq", "time")
+    __slots__ = ("answer", "awaiting_feedback", "busy", "live", "lock", "obs", "seq", "time")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.awaiting_feedback = False
-        self.ended = False
+        self.live = False  # started by an act answered here, and not ended yet
         self.busy = False
         self.obs: Any = None
         self.seq: tuple[str, int] | None = None
@@ -476,7 +485,7 @@ class Server:
                 record.time = time.monotonic()
             with self._records_lock:
                 self.expired.pop(episode, None)
-            record.awaiting_feedback, record.ended, record.obs = True, False, obs
+            record.awaiting_feedback, record.live, record.obs = True, True, obs
             record.seq, record.answer = ("act", seq) if seq is not None else None, {"action": action_to_json(action)}
             return record.answer
 
@@ -508,7 +517,7 @@ class Server:
                 record.busy = False
                 record.time = time.monotonic()
             ended = terminated or truncated
-            record.awaiting_feedback, record.ended, record.obs = False, ended, next_obs
+            record.awaiting_feedback, record.live, record.obs = False, not ended, next_obs
             record.seq = ("feedback", seq) if seq is not None else None
             record.answer = {"ok": True, "ended": ended}
             return record.answer
@@ -518,7 +527,7 @@ class Server:
         it awaited (or an act and its feedback) is sent as truncated, reward 0, the last observation
         as the next one. Returns whether it was ended here."""
         with record.lock:
-            if record.ended or record.busy or time.monotonic() - record.time < self.episode_timeout:
+            if not record.live or record.busy or time.monotonic() - record.time < self.episode_timeout:
                 return False
             try:
                 if not record.awaiting_feedback:
@@ -526,7 +535,7 @@ class Server:
                 self.session.feedback(0.0, record.obs, False, True, episode=episode)
             except (TypeError, ValueError, RuntimeError):
                 pass  # ended meanwhile by an in-process call: nothing holds the slot
-            record.awaiting_feedback, record.ended, record.seq, record.answer = False, True, None, None
+            record.awaiting_feedback, record.live, record.seq, record.answer = False, False, None, None
         with self._records_lock:
             if self.records.get(episode) is record:
                 del self.records[episode]
@@ -555,8 +564,9 @@ class Server:
             now = time.monotonic()
             with self._records_lock:
                 due = [(e, r) for e, r in self.records.items()
-                       if not r.ended and not r.busy and now - r.time >= self.episode_timeout]
-                stale = [e for e, r in self.records.items() if r.ended and now - r.time >= self.episode_timeout]
+                       if r.live and not r.busy and now - r.time >= self.episode_timeout]
+                stale = [e for e, r in self.records.items()
+                         if not r.live and not r.busy and now - r.time >= self.episode_timeout]
                 for episode in stale:
                     del self.records[episode]
             for episode, record in due:
@@ -648,16 +658,15 @@ class Server:
 
     async def _websocket(self, websocket: WebSocket) -> None:
         if not self._authorized(websocket.headers, websocket.query_params):
-            await websocket.close(code=1008, reason="this server needs its token")
-            return
+            return await self._deny(websocket, RequestError(
+                "this server needs its token: send the header 'Authorization: Bearer TOKEN' (or ?token=TOKEN)",
+                field="token", kind="PermissionError", status=401,
+            ))
         episode: Any = websocket.query_params.get("episode")
         try:
-            from .protocol import episode_id
-
             episode = episode_id({"episode": episode}) if episode is not None else f"ws-{next(self._ws_ids)}"
         except RequestError as exc:
-            await websocket.close(code=1008, reason=exc.message[:120])
-            return
+            return await self._deny(websocket, exc)
         await websocket.accept()
         if self._reaper_task is None:
             self._start_reaper()
@@ -699,6 +708,17 @@ class Server:
                     await websocket.send_text(encode(answer).decode())
             except (WebSocketDisconnect, RuntimeError):
                 return
+
+
+    async def _deny(self, websocket: WebSocket, exc: RequestError) -> None:
+        """Refuse a WebSocket handshake with an HTTP answer that says why (403 without one)."""
+        self.metrics.observe("/ws", exc.status, 0.0)
+        try:
+            await websocket.send_denial_response(
+                Response(encode(error_body(exc)), status_code=exc.status, media_type="application/json")
+            )
+        except RuntimeError:  # a server without the denial-response extension
+            await websocket.close(code=1008, reason=exc.message[:120])
 
 
 def _field_of(message: str) -> str | None:
