@@ -346,3 +346,39 @@ def test_close_frees_the_port_and_the_session_goes_on():
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
     assert session.act(OBS) in (0, 1)
+
+
+def _drive_cartpole(target, steps: int) -> list[int]:
+    env = gym.make("CartPole-v1")
+    obs, _ = env.reset(seed=0)
+    actions = []
+    for _ in range(steps):
+        action = target.act(obs)
+        actions.append(int(action))
+        next_obs, reward, terminated, truncated, _ = env.step(action)
+        target.feedback(reward, next_obs, terminated, truncated)
+        obs = env.reset()[0] if terminated or truncated else next_obs
+    return actions
+
+
+@pytest.mark.parametrize("transport", ["http", "websocket"])
+def test_a_served_session_decides_and_records_as_the_in_process_one(transport):
+    # Same seed, same calls: the same actions and episode returns (before learning starts; after it,
+    # an in-process act may land before or after a concurrent update, so not even two in-process runs agree).
+    def session():
+        env = gym.make("CartPole-v1")
+        agent = wb.DQN(observation_space=env.observation_space, action_space=env.action_space,
+                       learning_starts=10_000, seed=3)
+        return wb.Session.external(agent, seed=3, max_lag=0).start(steps=120)
+
+    local = session()
+    expected = _drive_cartpole(local, 120)
+    local.wait(30)
+    served = session()
+    with served.serve() as server:
+        remote = wb.RemoteSession(server.url, transport=transport)
+        assert _drive_cartpole(remote, 120) == expected
+        served.wait(30)
+        assert remote.status == "finished" == local.status
+        assert list(remote.signals["episode_reward"].values) == list(local.signals["episode_reward"].values)
+        remote.close()
