@@ -67,6 +67,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "workbench.sweep_trials",
             "workbench.sweeps_ray",
             "workbench.sweep_cli",
+            "workbench.serve",
         ),
     ),
     ("package", ("workbench",)),
@@ -76,6 +77,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 ALLOWED_UPWARD = {
     ("workbench.session", "_views"): "a session shows itself in a notebook (the dashboard, progress)",
     ("workbench.agents.base", "Agent.play"): "play(viewer=True) shows the play viewer in a notebook",
+    ("workbench.session", "Session.serve"): "a session serves itself over HTTP (workbench.serve, on first use)",
 }
 
 

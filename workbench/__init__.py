@@ -11,8 +11,9 @@ Everything public is importable from here::
     wb.load("runs/cartpole").play("CartPole-v1", episodes=3)
 
 The notebook parts (``Dashboard``, ``PlayViewer``, ``compare``), the experiment trackers
-(``TensorBoard``, ``MLflow``, ``WandB``, ``Sink``), the sweeps (``sweep``, ``Sweep``, on Optuna) and
-Ray load only when first used, so ``import workbench`` stays light.
+(``TensorBoard``, ``MLflow``, ``WandB``, ``Sink``), the sweeps (``sweep``, ``Sweep``, on Optuna), the
+client of a served session (``RemoteSession``), the server stack and Ray load only when first used,
+so ``import workbench`` stays light.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ _LAZY: dict[str, tuple[str, str, str]] = {
     "Dashboard": (".ui", "Dashboard", "notebook"),
     "MLflow": (".tracking", "MLflow", "mlflow"),
     "PlayViewer": (".ui", "PlayViewer", "notebook"),
+    "RemoteSession": (".serve", "RemoteSession", "serve"),
     "Sink": (".tracking", "Sink", "tracking"),
     "Sweep": (".sweeps", "Sweep", "optuna"),
     "TensorBoard": (".tracking", "TensorBoard", "tensorboard"),
@@ -105,6 +107,7 @@ __all__ = [
     "QRDQN",
     "Rainbow",
     "RecurrentPPO",
+    "RemoteSession",
     "ReplayMemory",
     "RolloutBuffer",
     "SAC",

@@ -1,4 +1,4 @@
-"""The command line: ``workbench train``, ``play``, ``export`` and ``sweep``, over the same public API."""
+"""The command line: ``workbench train``, ``play``, ``export``, ``sweep`` and ``serve``, over the same public API."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="workbench",
         description="Train and play reinforcement-learning agents; every run is a live session.",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,play,export,sweep}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,play,export,sweep,serve}")
 
     train = sub.add_parser(
         "train",
@@ -107,7 +107,43 @@ def build_parser() -> argparse.ArgumentParser:
     from .sweep_cli import add_parser as add_sweep_parser
 
     add_sweep_parser(sub)
+    _add_serve_parser(sub, agents)
     return parser
+
+
+SERVE_TOKEN_ENV = "WORKBENCH_SERVE_TOKEN"
+
+
+def _add_serve_parser(sub: Any, agents: str) -> None:
+    serve = sub.add_parser(
+        "serve",
+        help="serve a session's act/feedback over HTTP and WebSocket; the application drives the loop",
+        description="Serve an external session: clients POST /act and /feedback (or use wb.RemoteSession) and the "
+        "agent learns from their feedback. SIGTERM or Ctrl-C stops the run and saves it where --save says. "
+        f"Agents: {agents}. See docs/serve.md.",
+    )
+    serve.add_argument("target", help="a saved run to continue (directory or .zip), or a gymnasium id for the spaces "
+                       "of a new run, e.g. CartPole-v1")
+    serve.add_argument("--agent", default="ppo", type=str.lower, help="algorithm of a new run (default ppo)")
+    serve.add_argument("--n-envs", type=int, default=None,
+                       help="env slots of a new run's agent: concurrent episodes it learns from (default the agent's)")
+    serve.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                       help="a new run's hyperparameter (repeatable)")
+    serve.add_argument("--seed", type=int, default=None, help="random seed")
+    serve.add_argument("--steps", type=int, default=100_000,
+                       help="transitions to learn from (default 100000); then the learned policy goes on answering")
+    serve.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1, loopback)")
+    serve.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    serve.add_argument("--token", default=None,
+                       help=f"token clients must send (default: ${SERVE_TOKEN_ENV}); needed for a non-loopback --host")
+    serve.add_argument("--save", default=None, metavar="PATH", help="save the run here when stopped")
+    serve.add_argument("--memory", action="store_true", help="also save the replay memory")
+    serve.add_argument("--overwrite", action="store_true",
+                       help="let --save replace an existing file or directory that is not a run")
+    serve.add_argument("--episode-timeout", type=float, default=60.0,
+                       help="end an episode with no call for this many seconds, freeing its slot (default 60)")
+    serve.add_argument("--max-body", type=int, default=1 << 20, help="request body limit in bytes (default 1 MiB)")
+    serve.add_argument("--no-batch", action="store_true", help="answer every act on its own, not in batches")
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -164,6 +200,81 @@ def _train(args: argparse.Namespace) -> int:
     if args.out:
         path = session.save(args.out, memory=args.memory, overwrite=args.overwrite)
         print(f"saved to {path}")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import os
+    import signal
+    import threading
+
+    from .session import Session
+
+    if args.steps <= 0:
+        raise SystemExit(f"workbench: --steps must be positive, got {args.steps}")
+    token = args.token if args.token is not None else os.environ.get(SERVE_TOKEN_ENV) or None
+    if args.save:
+        from .checkpoint import check_save_path
+
+        try:  # before serving: a bad --save must not cost the run, nor be found out at the end
+            check_save_path(args.save, overwrite=args.overwrite)
+        except OSError as exc:
+            raise SystemExit(f"workbench: --save {exc}") from None
+    if os.path.exists(args.target):
+        if args.set or args.n_envs is not None:
+            raise SystemExit("workbench: --set and --n-envs are for a new run; a saved run keeps its own")
+        seed = {} if args.seed is None else {"seed": args.seed}
+        session = Session.resume(args.target, external=True, **seed)
+    else:
+        from .agents import AGENTS
+        from .envs import as_env_source
+
+        if args.agent not in AGENTS:
+            raise SystemExit(f"workbench: unknown agent {args.agent!r}; choose from {', '.join(_agent_names())}")
+        try:
+            obs_space, act_space = as_env_source(args.target).spaces()
+        except Exception as exc:
+            raise SystemExit(f"workbench: {args.target!r} is neither a saved run nor a gymnasium id ({exc})") from None
+        options = parse_hyperparameters(args.set)
+        if args.n_envs is not None:
+            options["n_envs"] = args.n_envs
+        agent = AGENTS[args.agent](observation_space=obs_space, action_space=act_space, seed=args.seed, **options)
+        session = Session.external(agent, seed=args.seed)
+    try:
+        server = session.serve(args.host, args.port, token, episode_timeout=args.episode_timeout,
+                               max_body=args.max_body, batch=not args.no_batch)
+    except ImportError as exc:
+        raise SystemExit(f"workbench: {exc}") from None
+    except OSError as exc:
+        raise SystemExit(f"workbench: {exc}") from None
+    stopping = threading.Event()
+    received: list[str] = []
+
+    def on_signal(signum: int, frame: Any) -> None:
+        received.append(signal.Signals(signum).name)
+        stopping.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        session.start(steps=args.steps)
+        print(f"serving {session.agent.algorithm} on {server.url} (POST /act, POST /feedback, WS /ws; "
+              f"token {'required' if token else 'not required'}); SIGTERM or Ctrl-C stops", flush=True)
+        while not stopping.wait(0.5):
+            pass
+        print(f"{received[0]}: stopping", flush=True)
+        server.close()
+        session.stop()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    print(f"{session.status}: {session.steps} steps, {session.episodes} episodes", flush=True)
+    if args.save:
+        try:
+            path = session.save(args.save, memory=args.memory, overwrite=args.overwrite)
+        except OSError as exc:
+            print(f"workbench: not saved: {exc}", file=sys.stderr, flush=True)
+            return 1
+        print(f"saved to {path}", flush=True)
     return 0
 
 
@@ -224,6 +335,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _train(args)
         if args.command == "export":
             return _export(args)
+        if args.command == "serve":
+            return _serve(args)
         if args.command == "sweep":
             from .sweep_cli import run as run_sweep
 

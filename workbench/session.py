@@ -421,6 +421,23 @@ class Session:
         """
         return cls(agent, external_source(agent, max_lag, max_queued, options), **options)
 
+    def serve(self, host: str = "127.0.0.1", port: int = 0, token: str | None = None, **options: Any) -> Any:
+        """Serve this external session's ``act``/``feedback`` over HTTP (JSON) and WebSocket, from a
+        background thread; returns the server, whose ``url`` is the bound address (``port=0``: a
+        free port). ``wb.RemoteSession(server.url)`` drives it from another process.
+
+        Loopback by default; another interface needs ``token=`` (clients send
+        ``Authorization: Bearer TOKEN``), refused otherwise. ``options``: ``max_body`` (bytes, 413
+        beyond), ``read_timeout``, ``idle_timeout``, ``episode_timeout`` (an episode with no call for
+        that long is ended, freeing its slot), ``batch``, ``batch_wait``, ``max_batch``. The session
+        stays live: its dashboard, pause, stop and live edits act on the served run. Needs
+        ``pip install 'rl-workbench[serve]'``; see docs/serve.md."""
+        try:
+            from .serve.server import serve
+        except ImportError as exc:
+            raise ImportError(f"serve() needs the server stack: pip install 'rl-workbench[serve]' ({exc})") from exc
+        return serve(self, host, port, token, **options)
+
     def act(self, obs: Any, episode: Any = None, action_mask: Any = None) -> Any:
         """The action for ``obs`` in ``episode`` (an external session; safe from any thread).
 

@@ -1,0 +1,343 @@
+"""``wb.RemoteSession``: a served session, driven from another process or machine as if it were here.
+
+It needs only the standard library (HTTP) and, for ``transport="websocket"``, the ``websockets``
+package; the server stack is not imported.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import random
+import socket
+import threading
+import time
+import urllib.parse
+from collections.abc import Hashable
+from typing import Any
+
+import numpy as np
+
+from ..signals import SignalSet
+
+__all__ = ["RemoteError", "RemoteSession"]
+
+_ERRORS: dict[str, type[Exception]] = {
+    "TypeError": TypeError,
+    "ValueError": ValueError,
+    "RuntimeError": RuntimeError,
+    "KeyError": KeyError,
+    "PermissionError": PermissionError,
+}
+# Failures after which a request is sent again on a new connection: the server closed an idle
+# connection, or is not (yet, again) listening. Calls carry a number, so a retried act or
+# feedback that the server had already answered is answered the same, never applied twice.
+_RETRY = (ConnectionError, http.client.RemoteDisconnected, http.client.BadStatusLine, BrokenPipeError)
+
+
+class RemoteError(RuntimeError):
+    """The server could not answer (it failed, or went away and did not come back in time)."""
+
+
+class RemoteSession:
+    """A session served by ``session.serve()`` or ``workbench serve``, with the calls of an
+    in-process external session: ``act``, ``feedback``, ``status``, ``steps``, ``episodes``,
+    ``signals``, ``pause``, ``resume``, ``stop``.
+
+    Example::
+
+        remote = wb.RemoteSession("http://127.0.0.1:8000", token=None)
+        action = remote.act(obs, episode="user-1")
+        remote.feedback(reward, next_obs, terminated, truncated, episode="user-1")
+
+    Safe from any number of threads (one keep-alive connection per thread). A refused call raises
+    what the in-process call raises (``TypeError``, ``ValueError``, ``RuntimeError``, with the
+    server's message); a dropped connection is reopened and the call sent again, up to ``retries``
+    times over about ``retries`` seconds, and a call the server had already answered is answered
+    the same rather than applied twice. ``transport="websocket"`` sends ``act``/``feedback`` over
+    one WebSocket per episode (lower latency; needs the ``websockets`` package).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        *,
+        timeout: float = 30.0,
+        transport: str = "http",
+        retries: int = 3,
+    ) -> None:
+        parsed = urllib.parse.urlsplit(url)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise ValueError(f"RemoteSession needs the server's URL such as 'http://127.0.0.1:8000', got {url!r}")
+        if transport not in ("http", "websocket"):
+            raise ValueError(f"RemoteSession(transport=...) is 'http' or 'websocket', got {transport!r}")
+        if token is not None and not isinstance(token, str):
+            raise TypeError(f"RemoteSession(token=...) must be a string, got {type(token).__name__}")
+        self.url = url.rstrip("/")
+        self.transport = transport
+        self.timeout = float(timeout)
+        self.retries = int(retries)
+        self._parsed = parsed
+        self._headers = {"Content-Type": "application/json"}
+        if token is not None:
+            self._headers["Authorization"] = f"Bearer {token}"
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._seq: dict[Hashable | None, int] = {}
+        self._seq_base = random.getrandbits(40)  # this client's calls never match another's numbers
+        self._sockets: dict[Hashable | None, tuple[threading.Lock, Any]] = {}
+        self._info: dict[str, Any] | None = None
+
+    # -- transport --------------------------------------------------------------------------------
+
+    def _connection(self) -> http.client.HTTPConnection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            cls = http.client.HTTPSConnection if self._parsed.scheme == "https" else http.client.HTTPConnection
+            conn = self._local.conn = cls(self._parsed.hostname, self._parsed.port, timeout=self.timeout)
+        if conn.sock is None:
+            conn.connect()
+            # Small requests at once, not held back waiting for the last one's ACK (Nagle).
+            conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return conn
+
+    def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        data = None if body is None else _dumps(body)
+        for attempt in range(self.retries + 1):
+            conn = self._connection()
+            try:
+                conn.request(method, path, body=data, headers=self._headers)
+                response = conn.getresponse()
+                payload = response.read()
+                status = response.status
+                if response.getheader("Connection", "").lower() == "close":
+                    conn.close()
+                    self._local.conn = None
+                break
+            except (*_RETRY, OSError) as exc:
+                conn.close()
+                self._local.conn = None
+                if isinstance(exc, TimeoutError):
+                    raise TimeoutError(f"{method} {self.url}{path}: no answer within {self.timeout:g} s") from None
+                if attempt == self.retries:
+                    raise RemoteError(f"{method} {self.url}{path}: {exc!r} (after {attempt + 1} tries)") from exc
+                time.sleep(min(1.0, 0.05 * 4**attempt))
+        return _answer(status, payload, f"{method} {path}")
+
+    def _ws(self, episode: Hashable | None) -> tuple[threading.Lock, Any]:
+        with self._lock:
+            entry = self._sockets.get(episode)
+            if entry is None:
+                entry = self._sockets[episode] = (threading.Lock(), None)
+            return entry
+
+    def _ws_call(self, episode: Hashable | None, message: dict[str, Any]) -> Any:
+        try:
+            from websockets.exceptions import ConnectionClosed, InvalidStatus
+            from websockets.sync.client import connect
+        except ImportError as exc:
+            raise ImportError(f"transport='websocket' needs: pip install 'rl-workbench[serve]' ({exc})") from exc
+        lock, _ = self._ws(episode)
+        data = _dumps(message).decode()
+        with lock:
+            for attempt in range(self.retries + 1):
+                ws = self._sockets[episode][1]
+                try:
+                    if ws is None:
+                        query = "" if episode is None else "?" + urllib.parse.urlencode({"episode": str(episode)})
+                        scheme = "wss" if self._parsed.scheme == "https" else "ws"
+                        ws = connect(f"{scheme}://{self._parsed.netloc}/ws{query}", open_timeout=self.timeout,
+                                     additional_headers={k: v for k, v in self._headers.items() if k != "Content-Type"},
+                                     compression=None, max_size=None).__enter__()  # closed by close()
+                        self._sockets[episode] = (lock, ws)
+                    ws.send(data)
+                    reply = ws.recv(timeout=self.timeout)
+                    break
+                except InvalidStatus as exc:  # the handshake refused: the server's answer says why
+                    response = exc.response
+                    return _answer(response.status_code, bytes(response.body or b""), "WebSocket /ws")
+                except (ConnectionClosed, OSError) as exc:
+                    if ws is not None:
+                        ws.close()
+                    self._sockets[episode] = (lock, None)
+                    if isinstance(exc, TimeoutError):
+                        raise TimeoutError(f"the server did not answer within {self.timeout:g} s") from None
+                    if attempt == self.retries:
+                        raise RemoteError(f"WebSocket to {self.url}: {exc!r} (after {attempt + 1} tries)") from exc
+                    time.sleep(min(1.0, 0.05 * 4**attempt))
+        answer = json.loads(reply)
+        if "error" in answer:
+            raise _ERRORS.get(answer.get("type"), RuntimeError)(answer["error"])
+        return answer
+
+    def _next_seq(self, episode: Hashable | None) -> int:
+        with self._lock:
+            seq = self._seq[episode] = self._seq.get(episode, self._seq_base) + 1
+            return seq
+
+    # -- the session's calls ----------------------------------------------------------------------
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """What the server serves: the algorithm, the spaces (as JSON), the slots, the limits."""
+        if self._info is None:
+            self._info = self._request("GET", "/info")
+        return self._info
+
+    def act(self, obs: Any, episode: Hashable | None = None, action_mask: Any = None) -> Any:
+        """The action for ``obs`` in ``episode`` (as the in-process ``session.act``): an int for a
+        Discrete action space, else a numpy array."""
+        message: dict[str, Any] = {"obs": _jsonable(obs, "obs"), "seq": self._next_seq(episode)}
+        if action_mask is not None:
+            message["action_mask"] = [bool(m) for m in np.asarray(action_mask).reshape(-1)]
+        if self.transport == "websocket":
+            answer = self._ws_call(episode, {"op": "act", **message})
+        else:
+            if episode is not None:
+                message["episode"] = _episode(episode)
+            answer = self._request("POST", "/act", message)
+        return self._action(answer["action"])
+
+    def feedback(
+        self,
+        reward: float,
+        next_obs: Any,
+        terminated: bool,
+        truncated: bool,
+        episode: Hashable | None = None,
+        info: dict[str, Any] | None = None,
+    ) -> None:
+        """Report what followed the last :meth:`act` of ``episode`` (as the in-process ``feedback``)."""
+        message: dict[str, Any] = {
+            "reward": _jsonable(reward, "reward"),
+            "next_obs": _jsonable(next_obs, "next_obs"),
+            "terminated": _jsonable(terminated, "terminated"),
+            "truncated": _jsonable(truncated, "truncated"),
+            "seq": self._next_seq(episode),
+        }
+        if info is not None:
+            if not isinstance(info, dict):
+                raise TypeError(f"feedback() got info={info!r}: pass the env's info dict or leave it out")
+            if "action_mask" in info:  # the one key the session reads; the rest may not be JSON
+                message["info"] = {"action_mask": [bool(m) for m in np.asarray(info["action_mask"]).reshape(-1)]}
+        if self.transport == "websocket":
+            self._ws_call(episode, {"op": "feedback", **message})
+        else:
+            if episode is not None:
+                message["episode"] = _episode(episode)
+            self._request("POST", "/feedback", message)
+
+    def _action(self, action: Any) -> Any:
+        space = self.info["action_space"]
+        kind = space["type"]
+        if kind == "Discrete":
+            return int(action)
+        if kind == "Box":
+            return np.asarray(action, dtype=space.get("dtype", "float32"))
+        if kind in ("MultiDiscrete", "MultiBinary"):
+            return np.asarray(action, dtype=np.int64)
+        return action
+
+    @property
+    def status(self) -> str:
+        """The session's status: ``"idle"``, ``"running"``, ``"paused"``, ``"stopped"``, ``"finished"``,
+        ``"failed"``."""
+        return self._request("GET", "/status")["status"]
+
+    @property
+    def steps(self) -> int:
+        """Transitions the session has learned from."""
+        return self._request("GET", "/status")["steps"]
+
+    @property
+    def episodes(self) -> int:
+        """Episodes the session has learned from."""
+        return self._request("GET", "/status")["episodes"]
+
+    @property
+    def signals(self) -> SignalSet:
+        """A copy of the session's signals now (``episode_reward``, ``loss``...), as in-process."""
+        out = SignalSet()
+        for name, data in self._request("GET", "/signals").items():
+            values = np.array([np.nan if v is None else v for v in data["values"]], dtype=np.float64)
+            out.signal(name).extend(np.asarray(data["steps"], dtype=np.int64), values,
+                                    np.asarray(data["times"], dtype=np.float64))
+        return out
+
+    def pause(self) -> None:
+        """Pause the session's learning (acts are still answered)."""
+        self._request("POST", "/pause")
+
+    def resume(self) -> None:
+        """Resume a paused session."""
+        self._request("POST", "/resume")
+
+    def stop(self) -> None:
+        """Stop the session's run (the server goes on answering acts with the current weights)."""
+        self._request("POST", "/stop")
+
+    def close(self) -> None:
+        """Close this thread's connection and every WebSocket."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+        with self._lock:
+            sockets, self._sockets = self._sockets, {}
+        for _, ws in sockets.values():
+            if ws is not None:
+                ws.close()
+
+    def __enter__(self) -> RemoteSession:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<workbench RemoteSession {self.url} ({self.transport})>"
+
+
+def _episode(episode: Hashable) -> str | int:
+    if isinstance(episode, bool) or not isinstance(episode, str | int | np.integer):
+        raise TypeError(f"a remote episode= is a string or an integer, got {episode!r}")
+    return int(episode) if isinstance(episode, np.integer) else episode
+
+
+def _jsonable(value: Any, field: str) -> Any:
+    """``value`` as plain JSON values; numpy scalars and arrays become numbers and lists."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v, f"{field}.{k}") for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v, field) for v in value]
+    return value
+
+
+def _dumps(body: dict[str, Any]) -> bytes:
+    try:
+        return json.dumps(body, allow_nan=False, separators=(",", ":")).encode()
+    except ValueError:
+        raise ValueError("a NaN or infinite number cannot be sent (JSON has none): check obs and reward") from None
+    except TypeError as exc:
+        raise TypeError(f"cannot send this value as JSON: {exc}") from None
+
+
+def _answer(status: int, payload: bytes, what: str) -> Any:
+    try:
+        answer = json.loads(payload) if payload else {}
+    except ValueError:
+        raise RemoteError(f"{what}: the server answered {status} with {payload[:200]!r}") from None
+    if status == 200:
+        return answer
+    message = answer.get("error", payload.decode(errors="replace")) if isinstance(answer, dict) else str(answer)
+    if status == 408:
+        raise TimeoutError(message)
+    kind = _ERRORS.get(answer.get("type") if isinstance(answer, dict) else None)
+    if kind is None:
+        raise RemoteError(f"{what}: the server answered {status}: {message}")
+    raise kind(message)

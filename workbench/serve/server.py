@@ -1,0 +1,762 @@
+"""A session served over HTTP (JSON) and WebSocket, on Starlette and uvicorn: ``session.serve()``.
+
+The server runs in a background thread with its own event loop, so the caller (a script, a notebook
+kernel) stays free and the session stays the live object it was: its dashboard, ``pause``, ``stop``
+and live edits act on the served run. It uses the session's public calls only (``act``,
+``feedback``, ``status``, ``signals``, ``stop``, ``pause``, ``resume``, ``log``).
+
+Endpoints (JSON in and out; see docs/serve.md for a curl walk-through):
+
+    POST /act        {"obs": [...], "episode": "user-1", "action_mask": [...]}   -> {"action": ...}
+    POST /feedback   {"reward": 1.0, "next_obs": [...], "terminated": false, "truncated": false,
+                      "episode": "user-1", "info": {...}}                          -> {"ok": true, "ended": false}
+    GET  /status     GET /signals?names=a,b&last=N     GET /info     POST /pause /resume /stop
+    GET  /health     (no token needed)                  GET /metrics (Prometheus text)
+    WS   /ws?episode=user-1   one episode stream: {"op": "act", ...} / {"op": "feedback", ...}
+
+Safety, by default: loopback only (another interface needs a token, refused otherwise); a body limit
+answered with 413; a request whose body stalls answered with 408 after ``read_timeout``; a connection
+whose request head stalls closed after ``read_timeout``; idle keep-alive connections closed after
+``idle_timeout``; an episode with no call for ``episode_timeout`` seconds ended by the server (it held
+one of the agent's ``n_envs`` slots) and counted in the signal ``serve_episodes_expired``.
+
+Batching: acts that arrive together are answered in one pass of one serving thread (one hand-off
+from the event loop per batch instead of one per act), waiting at most ``batch_wait`` seconds for
+more while other acts are in flight; the batch sizes go to the signal ``serve_batch_size``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import ipaddress
+import itertools
+import math
+import socket
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import h11
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
+from uvicorn import Config
+from uvicorn import Server as _Uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from .._version import __version__
+from ..checkpoint import space_to_json
+from .metrics import Metrics
+from .protocol import (
+    RequestError,
+    action_to_json,
+    check_act,
+    check_feedback,
+    decode,
+    encode,
+    episode_id,
+    error_body,
+)
+
+__all__ = ["Server", "check_host", "serve"]
+
+MIN_TOKEN_CHARS = 16
+_SIGNAL_EVERY_S = 1.0  # how often the batch size is written to the session's signals
+
+
+def check_host(host: str, token: str | None) -> None:
+    """Refuse to listen on an interface other than loopback without a token."""
+    if not isinstance(host, str) or not host:
+        raise TypeError(f"serve() needs host= as a string such as '127.0.0.1', got {host!r}")
+    if token is not None:
+        if not isinstance(token, str) or len(token) < MIN_TOKEN_CHARS:
+            raise ValueError(
+                f"serve() needs token= as a string of at least {MIN_TOKEN_CHARS} characters (got "
+                f"{'a non-string' if not isinstance(token, str) else f'{len(token)} characters'}): "
+                "make one with python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+            )
+        return
+    if not _is_loopback(host):
+        raise ValueError(
+            f"serve(host={host!r}) would accept connections from other machines, and no token= was given: "
+            "anyone who reaches the port could drive and stop the session. Pass token=... (clients send it "
+            "as 'Authorization: Bearer TOKEN'; make one with secrets.token_urlsafe(32)), or serve on "
+            "host='127.0.0.1'"
+        )
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(info[4][0]).is_loopback for info in infos)
+
+
+def _positive(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"serve() needs {name}= as a positive number, got {value!r}")
+    return float(value)
+
+
+class _Record:
+    """What the server knows of one episode it served: what comes next and when it was last heard of."""
+
+    __slots__ = ("answer", "awaiting_feedback", "busy", "live", "lock", "obs", "seq", "time")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.awaiting_feedback = False
+        self.live = False  # started by an act answered here, and not ended yet
+        self.busy = False
+        self.obs: Any = None
+        self.seq: tuple[str, int] | None = None
+        self.answer: dict[str, Any] | None = None
+        self.time = time.monotonic()
+
+
+class _Batcher:
+    """Acts that arrive together, run in one pass of one serving thread."""
+
+    def __init__(self, server: Server, max_batch: int, wait: float) -> None:
+        self.server = server
+        self.max_batch = max_batch
+        self.wait = wait
+        self.items: list[tuple[Callable[..., Any], tuple[Any, ...], asyncio.Future[Any]]] = []
+        self.event = asyncio.Event()
+        self.sizes: list[int] = []
+        self.last_size = 1
+        self.task = asyncio.get_running_loop().create_task(self._run())
+
+    async def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
+        future = asyncio.get_running_loop().create_future()
+        self.items.append((fn, args, future))
+        self.event.set()
+        return await future
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self.event.wait()
+            await asyncio.sleep(0)  # let requests already read from their sockets join
+            if self.wait > 0 and self.last_size > 1 and len(self.items) < self.max_batch:
+                await asyncio.sleep(self.wait)  # more are likely on their way: wait for them, boundedly
+            batch, self.items = self.items[: self.max_batch], self.items[self.max_batch :]
+            if not self.items:
+                self.event.clear()
+            self.last_size = len(batch)
+            self.sizes.append(len(batch))
+            self.server.metrics.batches += 1
+            self.server.metrics.batched_acts += len(batch)
+            results = await loop.run_in_executor(self.server.pool, _run_all, [(fn, args) for fn, args, _ in batch])
+            for (_, _, future), (ok, value) in zip(batch, results):
+                if future.cancelled():
+                    continue
+                if ok:
+                    future.set_result(value)
+                else:
+                    future.set_exception(value)
+
+
+def _run_all(calls: list[tuple[Callable[..., Any], tuple[Any, ...]]]) -> list[tuple[bool, Any]]:
+    out: list[tuple[bool, Any]] = []
+    for fn, args in calls:
+        try:
+            out.append((True, fn(*args)))
+        except Exception as exc:
+            out.append((False, exc))
+    return out
+
+
+def _header_timeout_protocol(read_timeout: float) -> type[H11Protocol]:
+    """uvicorn's h11 protocol, plus a limit on the time a request head may take to arrive (uvicorn's
+    own keep-alive timeout only starts after a first answer, so a client that connects and sends a
+    partial head would hold its connection forever)."""
+
+    class Protocol(H11Protocol):
+        _head_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if self.conn.their_state is not h11.IDLE:
+                self._disarm()  # a request head is in: its body has read_timeout in the application
+            elif self._head_timer is None and not self.transport.is_closing():
+                self._arm()  # part of a head: the rest must come within read_timeout
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def _arm(self) -> None:
+            self._head_timer = self.loop.call_later(read_timeout, self._head_timed_out)
+
+        def _disarm(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def _head_timed_out(self) -> None:
+            self._head_timer = None
+            if self.transport.is_closing() or self.transport.get_protocol() is not self:
+                return
+            if self.conn.their_state is h11.IDLE and (self.cycle is None or self.cycle.response_complete):
+                self.transport.close()  # a head that never came whole: nothing to answer
+
+    return Protocol
+
+
+class Server:
+    """A session served over HTTP and WebSocket (what :meth:`Session.serve` returns).
+
+    ``url`` is the bound address (``http://127.0.0.1:PORT``; ``port=0`` picks a free port), also
+    ``str(server)``; ``close()`` stops serving (the session goes on); a ``with`` block closes it.
+    """
+
+    def __init__(
+        self,
+        session: Any,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        token: str | None = None,
+        *,
+        max_body: int = 1 << 20,
+        read_timeout: float = 10.0,
+        idle_timeout: float = 60.0,
+        episode_timeout: float = 60.0,
+        batch: bool = True,
+        batch_wait: float = 0.001,
+        max_batch: int = 64,
+        log_requests: bool = False,
+    ) -> None:
+        try:
+            session.live_episodes  # noqa: B018 (only a session driven by the application has episodes)
+        except (RuntimeError, AttributeError):
+            raise ValueError(
+                "serve() serves act/feedback, which only a session driven by the application has: build it "
+                "with wb.Session.external(agent, ...) (or wb.Session.resume(path, external=True)), then serve it"
+            ) from None
+        check_host(host, token)
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+            raise ValueError(f"serve() needs port= as an integer from 0 (any free port) to 65535, got {port!r}")
+        if isinstance(max_body, bool) or not isinstance(max_body, int) or max_body < 1024:
+            raise ValueError(f"serve() needs max_body= as an integer of at least 1024 bytes, got {max_body!r}")
+        self.read_timeout = _positive("read_timeout", read_timeout)
+        self.idle_timeout = _positive("idle_timeout", idle_timeout)
+        self.episode_timeout = _positive("episode_timeout", episode_timeout)
+        if batch_wait < 0 or batch_wait > 0.1:
+            raise ValueError(f"serve() needs batch_wait= between 0 and 0.1 seconds, got {batch_wait!r}")
+        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
+            raise ValueError(f"serve() needs max_batch= as a positive integer, got {max_batch!r}")
+        self.session = session
+        self.agent = session.agent
+        self.token = token
+        self.max_body = max_body
+        self.batch = batch
+        self.batch_wait = float(batch_wait)
+        self.max_batch = max_batch
+        self.metrics = Metrics()
+        self.records: dict[Hashable | None, _Record] = {}
+        self.expired: OrderedDict[Hashable | None, float] = OrderedDict()
+        self._records_lock = threading.Lock()
+        self._ws_ids = itertools.count(1)
+        self._in_flight = 0
+        # Feedback may wait for learning (max_lag): one thread per slot, so no slot's feedback waits
+        # behind another's, plus a few for acts and expiries.
+        self.pool = ThreadPoolExecutor(max_workers=self.agent.num_envs + 8, thread_name_prefix="workbench-serve")
+        self._batcher: _Batcher | None = None
+        self._sock = _bind(host, port)
+        self.host, self.port = self._sock.getsockname()[:2]
+        shown = f"[{self.host}]" if ":" in self.host else self.host
+        self.url = f"http://{shown}:{self.port}"
+        config = Config(
+            self._app(),
+            http=_header_timeout_protocol(self.read_timeout),
+            ws="websockets-sansio",
+            lifespan="off",
+            log_level="warning",
+            access_log=log_requests,
+            timeout_keep_alive=max(1, math.ceil(self.idle_timeout)),
+            ws_max_size=max_body,
+            ws_ping_interval=None,
+            ws_per_message_deflate=False,
+            timeout_graceful_shutdown=5,
+        )
+        self._uvicorn = _Uvicorn(config)
+        self._thread = threading.Thread(target=self._serve, name=f"workbench-serve-{self.port}", daemon=True)
+        self._error: BaseException | None = None
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while not self._uvicorn.started and self._thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        if not self._uvicorn.started:
+            self.close()
+            raise RuntimeError(f"the server on {self.url} did not start: {self._error!r}")
+
+    # -- life -------------------------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        try:
+            self._uvicorn.run(sockets=[self._sock])
+        except BaseException as exc:  # shown by __init__ when it never started
+            self._error = exc
+
+    @property
+    def running(self) -> bool:
+        """True while the server answers."""
+        return self._thread.is_alive()
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop serving: requests in flight are answered, then the port is freed (the session goes on)."""
+        self._uvicorn.should_exit = True
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+
+    def __enter__(self) -> Server:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __str__(self) -> str:
+        return self.url
+
+    def __repr__(self) -> str:
+        state = "serving" if self.running else "closed"
+        return f"<workbench Server {self.url} ({state}, token {'required' if self.token else 'not required'})>"
+
+    # -- the application ---------------------------------------------------------------------------
+
+    def _app(self) -> Starlette:
+        routes = [
+            Route("/act", self._http(self._act_request), methods=["POST"]),
+            Route("/feedback", self._http(self._feedback_request), methods=["POST"]),
+            Route("/status", self._http(self._status), methods=["GET"]),
+            Route("/signals", self._http(self._signals), methods=["GET"]),
+            Route("/info", self._http(self._info), methods=["GET"]),
+            Route("/pause", self._http(self._control("pause")), methods=["POST"]),
+            Route("/resume", self._http(self._control("resume")), methods=["POST"]),
+            Route("/stop", self._http(self._control("stop")), methods=["POST"]),
+            Route("/health", self._health, methods=["GET"]),
+            Route("/metrics", self._http(self._metrics, text=True), methods=["GET"]),
+            WebSocketRoute("/ws", self._websocket),
+        ]
+        return Starlette(routes=routes)
+
+    def _authorized(self, headers: Any, query: Any = None) -> bool:
+        if self.token is None:
+            return True
+        given = headers.get("authorization", "")
+        if given.lower().startswith("bearer "):
+            given = given[7:].strip()
+        elif query is not None and "token" in query:
+            given = query["token"]  # browsers cannot set headers on a WebSocket
+        else:
+            return False
+        return hmac.compare_digest(given.encode(), self.token.encode())
+
+    def _http(self, handler: Callable[..., Any], text: bool = False) -> Callable[[Request], Any]:
+        endpoint = None
+
+        async def endpoint_fn(request: Request) -> Response:
+            nonlocal endpoint
+            endpoint = endpoint or request.url.path
+            start = time.perf_counter()
+            self._in_flight += 1
+            if self._reaper_task is None:  # on the server's loop, with the first request
+                self._start_reaper()
+            try:
+                if not self._authorized(request.headers):
+                    raise RequestError(
+                        "this server needs its token: send the header 'Authorization: Bearer TOKEN'",
+                        field="token", kind="PermissionError", status=401,
+                    )
+                result = await handler(request)
+                response = (
+                    Response(result, media_type="text/plain; version=0.0.4")
+                    if text
+                    else Response(encode(result), media_type="application/json")
+                )
+            except RequestError as exc:
+                headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+                response = Response(encode(error_body(exc)), status_code=exc.status, media_type="application/json",
+                                    headers=headers)
+                if exc.status in (408, 413):
+                    response.headers["Connection"] = "close"
+            finally:
+                self._in_flight -= 1
+            self.metrics.observe(endpoint, response.status_code, time.perf_counter() - start)
+            return response
+
+        return endpoint_fn
+
+    async def _body(self, request: Request) -> dict[str, Any]:
+        length = request.headers.get("content-length")
+        if length is not None:
+            if not length.isdigit():
+                raise RequestError(f"Content-Length must be a number of bytes, got {length!r}", field="body")
+            if int(length) > self.max_body:
+                raise RequestError(
+                    f"the body has {int(length)} bytes, more than this server's limit of {self.max_body} "
+                    "(serve(max_body=...))", field="body", status=413,
+                )
+        chunks: list[bytes] = []
+        size = 0
+
+        async def read() -> None:
+            nonlocal size
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > self.max_body:
+                    raise RequestError(
+                        f"the body has more than this server's limit of {self.max_body} bytes (serve(max_body=...))",
+                        field="body", status=413,
+                    )
+                chunks.append(chunk)
+
+        try:
+            await asyncio.wait_for(read(), self.read_timeout)
+        except asyncio.TimeoutError:
+            raise RequestError(
+                f"the body did not arrive within {self.read_timeout:g} s (read_timeout): got {size} bytes"
+                + (f" of {length}" if length else ""), field="body", status=408,
+            ) from None
+        return decode(b"".join(chunks))
+
+    async def _call(self, fn: Callable[..., Any], *args: Any, batched: bool = False) -> Any:
+        if batched and self.batch:
+            if self._batcher is None:
+                self._batcher = _Batcher(self, self.max_batch, self.batch_wait)
+                asyncio.get_running_loop().create_task(self._every_second())
+            return await self._batcher.submit(fn, *args)
+        return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+
+    async def _act_request(self, request: Request) -> dict[str, Any]:
+        episode, obs, mask, seq = check_act(self.agent, await self._body(request))
+        return await self._call(self._act, episode, obs, mask, seq, batched=True)
+
+    async def _feedback_request(self, request: Request) -> dict[str, Any]:
+        episode, reward, next_obs, terminated, truncated, info, seq = check_feedback(
+            self.agent, await self._body(request)
+        )
+        return await self._call(self._feedback, episode, reward, next_obs, terminated, truncated, info, seq)
+
+    # -- the session's calls, in serving threads -------------------------------------------------
+
+    def _record(self, episode: Hashable | None) -> _Record:
+        with self._records_lock:
+            record = self.records.get(episode)
+            if record is None:
+                record = self.records[episode] = _Record()
+            return record
+
+    def _act(self, episode: Hashable | None, obs: Any, mask: Any, seq: int | None) -> dict[str, Any]:
+        record = self._record(episode)
+        with record.lock:
+            if seq is not None and record.seq == ("act", seq) and record.answer is not None:
+                return record.answer  # a retried request (the client reconnected): the same answer
+            record.busy = True
+            try:
+                action = self.session.act(obs, episode=episode, action_mask=mask)
+            except (TypeError, ValueError) as exc:
+                raise RequestError(str(exc), field="obs", kind=type(exc).__name__) from None
+            except RuntimeError as exc:
+                raise RequestError(str(exc), field="episode", kind="RuntimeError", status=409) from None
+            finally:
+                record.busy = False
+                record.time = time.monotonic()
+            with self._records_lock:
+                self.expired.pop(episode, None)
+            record.awaiting_feedback, record.live, record.obs = True, True, obs
+            record.seq, record.answer = ("act", seq) if seq is not None else None, {"action": action_to_json(action)}
+            return record.answer
+
+    def _feedback(
+        self, episode: Hashable | None, reward: float, next_obs: Any, terminated: bool, truncated: bool,
+        info: dict[str, Any] | None, seq: int | None,
+    ) -> dict[str, Any]:
+        record = self._record(episode)
+        with record.lock:
+            if seq is not None and record.seq == ("feedback", seq) and record.answer is not None:
+                return record.answer
+            if not record.awaiting_feedback:
+                with self._records_lock:
+                    expired = self.expired.get(episode)
+                if expired is not None:
+                    raise RequestError(
+                        f"episode {episode!r} was ended by the server after {self.episode_timeout:g} s without a "
+                        "call (its env slot was freed for others): start a new episode with act",
+                        field="episode", kind="RuntimeError", status=409,
+                    )
+            record.busy = True
+            try:
+                self.session.feedback(reward, next_obs, terminated, truncated, episode=episode, info=info)
+            except (TypeError, ValueError) as exc:
+                raise RequestError(str(exc), field=_field_of(str(exc)), kind=type(exc).__name__) from None
+            except RuntimeError as exc:
+                raise RequestError(str(exc), field="episode", kind="RuntimeError", status=409) from None
+            finally:
+                record.busy = False
+                record.time = time.monotonic()
+            ended = terminated or truncated
+            record.awaiting_feedback, record.live, record.obs = False, not ended, next_obs
+            record.seq = ("feedback", seq) if seq is not None else None
+            record.answer = {"ok": True, "ended": ended}
+            return record.answer
+
+    def _expire(self, episode: Hashable | None, record: _Record) -> bool:
+        """End an episode nobody has called for ``episode_timeout`` s, freeing its slot: the feedback
+        it awaited (or an act and its feedback) is sent as truncated, reward 0, the last observation
+        as the next one. Returns whether it was ended here."""
+        with record.lock:
+            if not record.live or record.busy or time.monotonic() - record.time < self.episode_timeout:
+                return False
+            try:
+                if not record.awaiting_feedback:
+                    self.session.act(record.obs, episode=episode)
+                self.session.feedback(0.0, record.obs, False, True, episode=episode)
+            except (TypeError, ValueError, RuntimeError):
+                pass  # ended meanwhile by an in-process call: nothing holds the slot
+            record.awaiting_feedback, record.live, record.seq, record.answer = False, False, None, None
+        with self._records_lock:
+            if self.records.get(episode) is record:
+                del self.records[episode]
+            self.expired[episode] = time.monotonic()
+            while len(self.expired) > 10_000:
+                self.expired.popitem(last=False)
+        return True
+
+    async def _every_second(self) -> None:
+        """Write the batch sizes to the session's signals."""
+        while True:
+            await asyncio.sleep(_SIGNAL_EVERY_S)
+            batcher = self._batcher
+            if batcher is not None and batcher.sizes:
+                sizes, batcher.sizes = batcher.sizes, []
+                try:
+                    self.session.log("serve_batch_size", sum(sizes) / len(sizes))
+                except Exception:  # a signal must never stop the server
+                    pass
+
+    async def _reaper(self) -> None:
+        loop = asyncio.get_running_loop()
+        period = min(1.0, self.episode_timeout / 4)
+        while True:
+            await asyncio.sleep(period)
+            now = time.monotonic()
+            with self._records_lock:
+                due = [(e, r) for e, r in self.records.items()
+                       if r.live and not r.busy and now - r.time >= self.episode_timeout]
+                stale = [e for e, r in self.records.items()
+                         if not r.live and not r.busy and now - r.time >= self.episode_timeout]
+                for episode in stale:
+                    del self.records[episode]
+            for episode, record in due:
+                if await loop.run_in_executor(self.pool, self._expire, episode, record):
+                    self.metrics.expired += 1
+                    try:
+                        self.session.log("serve_episodes_expired", self.metrics.expired)
+                    except Exception:
+                        pass
+
+    # -- the other endpoints ----------------------------------------------------------------------
+
+    async def _status(self, request: Request) -> dict[str, Any]:
+        session = self.session
+        error = session.error
+        return {
+            "status": session.status,
+            "steps": session.steps,
+            "episodes": session.episodes,
+            "live_episodes": len(session.live_episodes),
+            "slots": self.agent.num_envs,
+            "error": None if error is None else f"{type(error).__name__}: {error}",
+        }
+
+    async def _signals(self, request: Request) -> dict[str, Any]:
+        signals = self.session.signals
+        names = request.query_params.get("names")
+        last = request.query_params.get("last")
+        if last is not None and (not last.isdigit() or int(last) == 0):
+            raise RequestError(f"last must be a positive integer, got {last!r}", field="last")
+        chosen = signals.names() if names is None else [n for n in names.split(",") if n]
+        unknown = [n for n in chosen if n not in signals]
+        if unknown:
+            raise RequestError(f"no signal {unknown[0]!r}; the signals are {', '.join(signals.names())}",
+                               field="names", kind="KeyError", status=404)
+        out = {}
+        for name in chosen:
+            steps, values, times = signals[name].snapshot()
+            if last is not None:
+                steps, values, times = steps[-int(last):], values[-int(last):], times[-int(last):]
+            out[name] = {
+                "steps": steps.tolist(),
+                "values": [v if math.isfinite(v) else None for v in values.tolist()],
+                "times": times.tolist(),
+            }
+        return out
+
+    async def _info(self, request: Request) -> dict[str, Any]:
+        return {
+            "algorithm": self.agent.algorithm,
+            "observation_space": _finite(space_to_json(self.agent.observation_space)),
+            "action_space": _finite(space_to_json(self.agent.action_space)),
+            "slots": self.agent.num_envs,
+            "episode_timeout": self.episode_timeout,
+            "max_body": self.max_body,
+            "version": __version__,
+        }
+
+    def _control(self, name: str) -> Callable[[Request], Any]:
+        async def control(request: Request) -> dict[str, Any]:
+            try:
+                await asyncio.get_running_loop().run_in_executor(self.pool, getattr(self.session, name))
+            except (RuntimeError, ValueError) as exc:
+                raise RequestError(str(exc), kind=type(exc).__name__, status=409) from None
+            return {"status": self.session.status}
+
+        return control
+
+    async def _health(self, request: Request) -> Response:
+        return Response(encode({"ok": True, "status": self.session.status}), media_type="application/json")
+
+    async def _metrics(self, request: Request) -> str:
+        batcher = self._batcher
+        return self.metrics.text({
+            "workbench_serve_in_flight": ("Requests being answered now.", self._in_flight),
+            "workbench_serve_queue": ("Acts waiting for their batch.", 0 if batcher is None else len(batcher.items)),
+            "workbench_serve_slots": ("The agent's env slots (n_envs).", self.agent.num_envs),
+            "workbench_serve_live_episodes": ("Episodes started and not ended.", len(self.session.live_episodes)),
+            "workbench_session_steps": ("Transitions the session has learned from.", self.session.steps),
+            "workbench_session_episodes": ("Episodes the session has learned from.", self.session.episodes),
+        })
+
+    _reaper_task: asyncio.Task[None] | None = None
+
+    def _start_reaper(self) -> None:
+        self._reaper_task = asyncio.get_running_loop().create_task(self._reaper())
+
+    # -- the WebSocket: one episode stream ------------------------------------------------------
+
+    async def _websocket(self, websocket: WebSocket) -> None:
+        if not self._authorized(websocket.headers, websocket.query_params):
+            return await self._deny(websocket, RequestError(
+                "this server needs its token: send the header 'Authorization: Bearer TOKEN' (or ?token=TOKEN)",
+                field="token", kind="PermissionError", status=401,
+            ))
+        episode: Any = websocket.query_params.get("episode")
+        try:
+            episode = episode_id({"episode": episode}) if episode is not None else f"ws-{next(self._ws_ids)}"
+        except RequestError as exc:
+            return await self._deny(websocket, exc)
+        await websocket.accept()
+        if self._reaper_task is None:
+            self._start_reaper()
+        while True:
+            try:
+                message = await asyncio.wait_for(websocket.receive(), self.idle_timeout)
+            except asyncio.TimeoutError:
+                await websocket.close(code=1001, reason=f"idle for {self.idle_timeout:g} s")
+                return
+            if message["type"] == "websocket.disconnect":
+                return  # the episode's slot is freed by episode_timeout if nobody resumes it
+            data = message.get("text")
+            if data is None:
+                data = message.get("bytes", b"")
+            start = time.perf_counter()
+            status, op = 200, None
+            try:
+                request = decode(data.encode() if isinstance(data, str) else data)
+                op = request.pop("op", None)
+                if "episode" in request:
+                    raise RequestError("a WebSocket stream's episode is set once, in its URL (/ws?episode=ID)",
+                                       field="episode", kind="TypeError")
+                request["episode"] = episode
+                if op == "act":
+                    _, obs, mask, seq = check_act(self.agent, request)
+                    answer = await self._call(self._act, episode, obs, mask, seq, batched=True)
+                elif op == "feedback":
+                    _, reward, next_obs, terminated, truncated, info, seq = check_feedback(self.agent, request)
+                    answer = await self._call(self._feedback, episode, reward, next_obs, terminated, truncated,
+                                              info, seq)
+                else:
+                    raise RequestError(f"op must be 'act' or 'feedback', got {op!r}", field="op", kind="TypeError")
+            except RequestError as exc:
+                status, answer = exc.status, error_body(exc)
+            self.metrics.observe(f"/ws {op if op in ('act', 'feedback') else 'other'}", status,
+                                 time.perf_counter() - start)
+            try:
+                await websocket.send_bytes(encode(answer)) if isinstance(data, bytes) else \
+                    await websocket.send_text(encode(answer).decode())
+            except (WebSocketDisconnect, RuntimeError):
+                return
+
+
+    async def _deny(self, websocket: WebSocket, exc: RequestError) -> None:
+        """Refuse a WebSocket handshake with an HTTP answer that says why (403 without one)."""
+        self.metrics.observe("/ws", exc.status, 0.0)
+        try:
+            await websocket.send_denial_response(
+                Response(encode(error_body(exc)), status_code=exc.status, media_type="application/json")
+            )
+        except RuntimeError:  # a server without the denial-response extension
+            await websocket.close(code=1008, reason=exc.message[:120])
+
+
+def _field_of(message: str) -> str | None:
+    for field in ("reward", "next_obs", "terminated", "truncated", "info", "action_mask"):
+        if field in message:
+            return field
+    return None
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # "inf", "-inf": JSON has no infinity
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    return value
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    infos = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, _, _, _, address = infos[0]
+    # proto=IPPROTO_TCP: asyncio then sets TCP_NODELAY on every connection (with proto 0 it does
+    # not, and each answer waits for the client's delayed ACK, about 40 ms).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise OSError(f"serve() cannot listen on {host}:{port}: {exc.strerror or exc} (port=0 picks a free port)") \
+            from None
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
+
+
+def serve(session: Any, host: str = "127.0.0.1", port: int = 0, token: str | None = None, **options: Any) -> Server:
+    """Serve ``session`` (an external session) over HTTP and WebSocket; returns the :class:`Server`,
+    whose ``url`` is the bound address. See :meth:`workbench.Session.serve`."""
+    return Server(session, host, port, token, **options)
