@@ -20,7 +20,6 @@ import torch
 from ..control import ControlError, start_thread
 from ..loop import EpisodeTracker
 from ..parallel import Runner
-from ..tracking.feed import SinkFeed
 from ..validation import LossWatch
 from .control import RunControl
 from .loops import Loop
@@ -63,7 +62,11 @@ class RunContext:
         self.session = session
         self.loop = loop
         # Experiment tracking (workbench.tracking): the sinks validated here, fed from the signals.
-        self.tracking = None if sinks is None else SinkFeed(session, sinks)
+        self.tracking = None
+        if sinks is not None:
+            from ..tracking.feed import SinkFeed  # the trackers load only for a session that has sinks
+
+            self.tracking = SinkFeed(session, sinks)
         self.control = RunControl(session, lambda: self.runner)
         self.periodic = Periodic(session)
         self.counters = Counters()
