@@ -382,3 +382,32 @@ def test_a_served_session_decides_and_records_as_the_in_process_one(transport):
         assert remote.status == "finished" == local.status
         assert list(remote.signals["episode_reward"].values) == list(local.signals["episode_reward"].values)
         remote.close()
+
+
+def test_one_remote_session_is_safe_from_many_threads_and_reconnects_after_an_idle_close():
+    session = _session(n_envs=8)
+    with session.serve(idle_timeout=1) as server:
+        remote = wb.RemoteSession(server.url)
+        answered: list[int] = []
+
+        def client(name: str) -> None:
+            for i in range(10):
+                remote.act(OBS, episode=name)
+                remote.feedback(1.0, OBS, False, i == 9, episode=name)
+                answered.append(1)
+
+        threads = [threading.Thread(target=client, args=(f"t{i}",)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert len(answered) == 80 and session.live_episodes == []
+        ws = wb.RemoteSession(server.url, transport="websocket")
+        remote.act(OBS, episode="late")
+        ws.act(OBS, episode="late-ws")
+        time.sleep(1.6)  # the server closes both idle connections
+        remote.feedback(1.0, OBS, False, False, episode="late")  # sent again on a new connection
+        ws.feedback(1.0, OBS, False, False, episode="late-ws")
+        assert remote.act(OBS, episode="late") in (0, 1) and ws.act(OBS, episode="late-ws") in (0, 1)
+        remote.close()
+        ws.close()
