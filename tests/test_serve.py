@@ -386,9 +386,9 @@ def test_one_remote_session_is_safe_from_many_threads_and_reconnects_after_an_id
         answered: list[int] = []
 
         def client(name: str) -> None:
-            for i in range(10):
+            for i in range(4):
                 remote.act(OBS, episode=name)
-                remote.feedback(1.0, OBS, False, i == 9, episode=name)
+                remote.feedback(1.0, OBS, False, i == 3, episode=name)
                 answered.append(1)
 
         threads = [threading.Thread(target=client, args=(f"t{i}",)) for i in range(8)]
@@ -396,7 +396,7 @@ def test_one_remote_session_is_safe_from_many_threads_and_reconnects_after_an_id
             t.start()
         for t in threads:
             t.join(60)
-        assert len(answered) == 80 and session.live_episodes == []
+        assert len(answered) == 32 and session.live_episodes == []
         ws = wb.RemoteSession(server.url, transport="websocket")
         remote.act(OBS, episode="late")
         ws.act(OBS, episode="late-ws")
@@ -406,3 +406,29 @@ def test_one_remote_session_is_safe_from_many_threads_and_reconnects_after_an_id
         assert remote.act(OBS, episode="late") in (0, 1) and ws.act(OBS, episode="late-ws") in (0, 1)
         remote.close()
         ws.close()
+
+
+def test_websocket_messages_are_checked_and_a_huge_one_closes_the_socket():
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    session = _session()
+    with session.serve(max_body=4096) as server:
+        with connect(f"ws://127.0.0.1:{server.port}/ws?episode=w") as ws:
+            ws.send(json.dumps({"op": "act", "obs": OBS}))
+            assert json.loads(ws.recv(timeout=10))["action"] in (0, 1)
+            for message, field in [
+                ({"op": "feedback", "reward": 1, "next_obs": OBS, "terminated": "false", "truncated": False},
+                 "terminated"),
+                ({"op": "act", "obs": OBS, "episode": "other"}, "episode"),
+                ({"op": "jump"}, "op"),
+            ]:
+                ws.send(json.dumps(message))
+                assert json.loads(ws.recv(timeout=10))["field"] == field
+            ws.send(json.dumps({"op": "feedback", "reward": 1, "next_obs": OBS, "terminated": True,
+                                "truncated": False}))
+            assert json.loads(ws.recv(timeout=10)) == {"ok": True, "ended": True}
+            ws.send("x" * 10_000)
+            with pytest.raises(ConnectionClosed):
+                ws.recv(timeout=10)
+        assert session.live_episodes == []
