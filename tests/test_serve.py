@@ -379,6 +379,7 @@ def test_a_served_session_decides_and_records_as_the_in_process_one(transport):
         remote.close()
 
 
+@pytest.mark.slow
 def test_one_remote_session_is_safe_from_many_threads_and_reconnects_after_an_idle_close():
     session = _session(n_envs=8)
     with session.serve(idle_timeout=1) as server:
