@@ -23,7 +23,7 @@ import numpy as np
 OBS = [0.01, -0.02, 0.03, 0.0]
 
 
-def _clients(url: str, transport: str, names: list[str], start_at: float, stop_at: float, out: mp.Queue) -> None:
+def _clients(url: str, transport: str, names: list[str], times, ready, go, out) -> None:
     import threading
 
     import workbench as wb
@@ -31,9 +31,13 @@ def _clients(url: str, transport: str, names: list[str], start_at: float, stop_a
     counts: list[int] = []
     latencies: list[float] = []
     lock = threading.Lock()
+    remotes = {name: wb.RemoteSession(url, transport=transport) for name in names}
+    ready.put(len(names))
+    go.wait()
+    start_at, stop_at = times[0], times[1]
 
     def one(name: str) -> None:
-        remote = wb.RemoteSession(url, transport=transport)
+        remote = remotes[name]
         mine: list[float] = []
         i = 0
         while time.time() < stop_at:
@@ -43,6 +47,8 @@ def _clients(url: str, transport: str, names: list[str], start_at: float, stop_a
             i += 1
             if time.time() >= start_at:
                 mine.append(time.perf_counter() - t0)
+        remote.act(OBS, episode=name)  # end the episode: its slot is free for the next cell
+        remote.feedback(1.0, OBS, False, True, episode=name)
         remote.close()
         with lock:
             counts.append(len(mine))
@@ -58,14 +64,18 @@ def _clients(url: str, transport: str, names: list[str], start_at: float, stop_a
 
 def measure(url: str, transport: str, clients: int, procs: int, seconds: float, warmup: float) -> dict[str, float]:
     ctx = mp.get_context("spawn")
-    out: mp.Queue = ctx.Queue()
+    out, ready, go = ctx.Queue(), ctx.Queue(), ctx.Event()
+    times = ctx.Array("d", 2)
     names = [f"{transport}-{clients}-{i}" for i in range(clients)]
     groups = [names[i::procs] for i in range(min(procs, clients))]
-    ready = time.time() + 8.0  # the processes import the library first
-    start_at, stop_at = ready + warmup, ready + warmup + seconds
-    workers = [ctx.Process(target=_clients, args=(url, transport, g, start_at, stop_at, out)) for g in groups]
+    workers = [ctx.Process(target=_clients, args=(url, transport, g, times, ready, go, out)) for g in groups]
     for w in workers:
         w.start()
+    for _ in workers:  # every process has imported the library and built its clients
+        ready.get(timeout=300)
+    times[0] = time.time() + warmup
+    times[1] = times[0] + seconds
+    go.set()
     results = [out.get(timeout=120 + seconds) for _ in workers]
     for w in workers:
         w.join()

@@ -36,7 +36,8 @@ def test_import_loads_no_ipywidgets_plotly_or_ray():
     code = (
         "import sys, workbench\n"
         "heavy = [m for m in ('ipywidgets', 'plotly', 'ray', 'IPython', 'optuna', 'tensorboard', 'mlflow', 'wandb',\n"
-        "                     'workbench.tracking', 'workbench.sweeps') if m in sys.modules]\n"
+        "                     'workbench.tracking', 'workbench.sweeps', 'starlette', 'uvicorn', 'websockets',\n"
+        "                     'workbench.serve') if m in sys.modules]\n"
         "print(','.join(heavy))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -6,8 +6,6 @@ from __future__ import annotations
 import http.client
 import json
 import socket
-import subprocess
-import sys
 import threading
 import time
 
@@ -329,12 +327,9 @@ def test_32_concurrent_clients_are_all_answered_and_batched():
     session.stop()
 
 
-def test_import_workbench_loads_no_server_stack():
-    code = "import sys, workbench\nprint([m for m in ('starlette', 'uvicorn', 'websockets', 'workbench.serve') " \
-           "if m in sys.modules])"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
-    assert wb.RemoteSession.__module__ == "workbench.serve.client"
+def test_remote_session_loads_on_first_use():
+    # (tests/test_namespace.py checks that `import workbench` loads no server stack.)
+    assert "RemoteSession" in wb.__all__ and wb.RemoteSession.__module__ == "workbench.serve.client"
 
 
 def test_close_frees_the_port_and_the_session_goes_on():
@@ -382,3 +377,59 @@ def test_a_served_session_decides_and_records_as_the_in_process_one(transport):
         assert remote.status == "finished" == local.status
         assert list(remote.signals["episode_reward"].values) == list(local.signals["episode_reward"].values)
         remote.close()
+
+
+@pytest.mark.slow
+def test_one_remote_session_is_safe_from_many_threads_and_reconnects_after_an_idle_close():
+    session = _session(n_envs=8)
+    with session.serve(idle_timeout=1) as server:
+        remote = wb.RemoteSession(server.url)
+        answered: list[int] = []
+
+        def client(name: str) -> None:
+            for i in range(4):
+                remote.act(OBS, episode=name)
+                remote.feedback(1.0, OBS, False, i == 3, episode=name)
+                answered.append(1)
+
+        threads = [threading.Thread(target=client, args=(f"t{i}",)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert len(answered) == 32 and session.live_episodes == []
+        ws = wb.RemoteSession(server.url, transport="websocket")
+        remote.act(OBS, episode="late")
+        ws.act(OBS, episode="late-ws")
+        time.sleep(1.6)  # the server closes both idle connections
+        remote.feedback(1.0, OBS, False, False, episode="late")  # sent again on a new connection
+        ws.feedback(1.0, OBS, False, False, episode="late-ws")
+        assert remote.act(OBS, episode="late") in (0, 1) and ws.act(OBS, episode="late-ws") in (0, 1)
+        remote.close()
+        ws.close()
+
+
+def test_websocket_messages_are_checked_and_a_huge_one_closes_the_socket():
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    session = _session()
+    with session.serve(max_body=4096) as server:
+        with connect(f"ws://127.0.0.1:{server.port}/ws?episode=w") as ws:
+            ws.send(json.dumps({"op": "act", "obs": OBS}))
+            assert json.loads(ws.recv(timeout=10))["action"] in (0, 1)
+            for message, field in [
+                ({"op": "feedback", "reward": 1, "next_obs": OBS, "terminated": "false", "truncated": False},
+                 "terminated"),
+                ({"op": "act", "obs": OBS, "episode": "other"}, "episode"),
+                ({"op": "jump"}, "op"),
+            ]:
+                ws.send(json.dumps(message))
+                assert json.loads(ws.recv(timeout=10))["field"] == field
+            ws.send(json.dumps({"op": "feedback", "reward": 1, "next_obs": OBS, "terminated": True,
+                                "truncated": False}))
+            assert json.loads(ws.recv(timeout=10)) == {"ok": True, "ended": True}
+            ws.send("x" * 10_000)
+            with pytest.raises(ConnectionClosed):
+                ws.recv(timeout=10)
+        assert session.live_episodes == []
