@@ -385,3 +385,10 @@ def test_every_runner_subclasses_runner_and_it_declares_what_the_loop_uses():
     assert {"transitions", "wait_ready", "ended_episodes", "drain_signals", "envs_per_worker"} <= used
     undeclared = sorted(name for name in used if not hasattr(Runner, name) and name not in Runner.__annotations__)
     assert not undeclared, f"members the loop uses that parallel.Runner does not declare: {undeclared}"
+
+
+def test_the_session_class_stays_a_facade():
+    # Session composes run/ (issue 31): its class body stays under 400 lines, the machinery lives in run/.
+    tree = ast.parse((PACKAGE / "session.py").read_text(encoding="utf-8"))
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Session")
+    assert cls.end_lineno - cls.lineno + 1 < 400

@@ -113,3 +113,31 @@ def test_the_sigterm_handler_is_put_back_after_run():
     session = wb.Session(wb.PPO("CartPole-v1", n_envs=1, n_steps=16, batch_size=16, n_epochs=1), seed=0)
     session.run(32)
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_ctrl_c_in_a_sweeps_wait_stops_the_sweep_before_reaching_the_caller(tmp_path, monkeypatch):
+    pytest.importorskip("optuna")
+
+    def make_dqn(eps: float = 1.0):
+        return wb.DQN("CartPole-v1", learning_starts=0, train_freq=10**6, exploration=wb.EpsilonGreedy(eps, eps, 0.1))
+
+    sweep = wb.sweep(make_dqn, "CartPole-v1", {"eps": [1.0, 0.5]}, trials=2, prune=False, storage=tmp_path / "s.db",
+                     steps=50_000, metric="episode_reward", report_every=500)
+    deadline = time.monotonic() + 60
+    while not any(r.state == "running" and r.steps > 0 for r in sweep.results()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    ended = sweep._ended
+    real_wait = type(ended).wait
+    raised = []
+
+    def wait(event, timeout=None):
+        if event is ended and not raised:
+            raised.append(1)
+            raise KeyboardInterrupt
+        return real_wait(event, timeout)
+
+    monkeypatch.setattr(type(ended), "wait", wait)
+    with pytest.raises(KeyboardInterrupt):
+        sweep.run()
+    assert sweep.status == "stopped" and not sweep.is_alive
+    assert [r.state for r in sweep.results()] == ["interrupted"]

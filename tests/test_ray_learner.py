@@ -72,7 +72,7 @@ def _gone(pids, timeout=10.0) -> bool:
     return False
 
 
-def _wait_for(condition, timeout=120.0):  # Ray actors start slowly on a loaded machine
+def _wait_for(condition, timeout=300.0):  # Ray actors start slowly on a loaded machine (over 2 min seen)
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:

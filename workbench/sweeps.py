@@ -355,6 +355,10 @@ class Sweep:
         self._stop = self._ctx.Event()
         self._pause = self._ctx.Event()
         self._thread: threading.Thread | None = None
+        # Set by the supervising thread as its last act: waiting on it, not on Thread.join, which
+        # Ctrl-C can cut short leaving a running thread marked as stopped (CPython before 3.13).
+        self._ended = threading.Event()
+        self._ended.set()
         self._lock = threading.Lock()
 
     # -- where the study lives ------------------------------------------------------------------
@@ -435,7 +439,7 @@ class Sweep:
     @property
     def is_alive(self) -> bool:
         """True while trials run (also while paused)."""
-        return self._thread is not None and self._thread.is_alive()
+        return self._thread is not None and not self._ended.is_set()
 
     def results(self) -> list[TrialResult]:
         """Every trial so far, by number (read from the study; fills in while the sweep runs)."""
@@ -496,18 +500,21 @@ class Sweep:
             self._pause.clear()
             self.error = None
             self._status = "running"
-            self._thread = threading.Thread(target=self._supervise, name="workbench-sweep", daemon=True)
-            self._thread.start()
+            self._ended = threading.Event()
+            self._thread = threading.Thread(target=self._supervise_to_the_end, name="workbench-sweep", daemon=True)
+            try:
+                self._thread.start()
+            except BaseException:
+                self._ended.set()
+                raise
         return self
 
     def run(self) -> Sweep:
-        """Start and block until the sweep ends (Ctrl-C stops it cleanly); re-raises a worker's error."""
+        """Start and block until the sweep ends; re-raises a worker's error. Ctrl-C stops it cleanly
+        (as :meth:`wait` says), then reaches the caller."""
         if self._status not in ("running", "paused"):
             self.start()
-        try:
-            self.wait()
-        except KeyboardInterrupt:
-            self.stop()
+        self.wait()
         return self
 
     def pause(self) -> None:
@@ -531,18 +538,30 @@ class Sweep:
         self._stop.set()
         self._pause.clear()
         if self._thread is not None:
-            self._thread.join(timeout)
+            self._ended.wait(timeout)
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Block until the sweep ends; re-raise a worker's error. False when ``timeout`` passed first."""
-        thread = self._thread
-        if thread is not None:
+        """Block until the sweep ends; re-raise a worker's error. False when ``timeout`` passed first.
+
+        Ctrl-C stops the sweep (the trials in flight are marked interrupted and its thread has
+        ended) before ``KeyboardInterrupt`` reaches the caller; more Ctrl-C meanwhile do not cut
+        that short."""
+        if self._thread is not None:
             deadline = None if timeout is None else time.monotonic() + timeout
-            while thread.is_alive():
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return False
-                thread.join(0.1 if remaining is None else min(0.1, remaining))
+            try:
+                while not self._ended.is_set():
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        return False
+                    self._ended.wait(0.1 if remaining is None else min(0.1, remaining))
+            except KeyboardInterrupt:
+                while True:
+                    try:
+                        self.stop()
+                        break
+                    except KeyboardInterrupt:
+                        continue
+                raise
         if self.error is not None:
             raise self.error
         return True
@@ -571,6 +590,12 @@ class Sweep:
             eval_every=self.eval_every, eval_episodes=self.eval_episodes, seed=self.seed, study_name=self.name,
             url=self.url, pruner=self.pruner, session_kwargs=self.session_kwargs, sinks=self.sinks,
         )
+
+    def _supervise_to_the_end(self) -> None:
+        try:
+            self._supervise()
+        finally:
+            self._ended.set()
 
     def _supervise(self) -> None:
         try:

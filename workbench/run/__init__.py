@@ -9,7 +9,8 @@
   (``between_steps``, ``update_once``, ``after_step``, ``ask_stop_when``, the runner) and the
   training thread's body;
 * :mod:`~workbench.run.periodic`: evaluation, off-policy estimates and checkpoints every so many steps;
-* :mod:`~workbench.run.persistence`: the session's counters, saved beside the agent and read back.
+* :mod:`~workbench.run.persistence`: the session's counters, saved beside the agent and read back;
+* :mod:`~workbench.run.interrupts`: Ctrl-C and SIGTERM while a caller waits on a run stop the run first.
 
 Nothing outside ``session.py`` and this package touches a Session's private state
 (``tests/test_boundaries.py`` checks it).
