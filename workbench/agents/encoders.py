@@ -34,7 +34,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from ..envs import is_image_space
+from ..envs import flat_observation_space, is_image_space
 from ..validation import Constraint
 
 __all__ = [
@@ -307,8 +307,6 @@ def _dict_layout(space: spaces.Space) -> list[tuple[str, int, int, tuple[int, ..
 
 def flat_dtype(space: spaces.Space) -> np.dtype:
     """The dtype observations of ``space`` travel and are stored in (see ``workbench.envs``)."""
-    from ..envs import flat_observation_space
-
     return np.dtype(flat_observation_space(space).dtype)
 
 
