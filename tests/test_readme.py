@@ -136,6 +136,9 @@ def run_blocks(blocks: list[tuple[str, int, str]], tmp_path: Path, prelude: str 
         "HOME": str(tmp_path),  # trackers' caches and settings stay in the temporary folder
         "WANDB_MODE": "offline",
         "MPLBACKEND": "Agg",
+        # One torch thread: on a loaded machine torch's spinning threads made a small FQE fit 70x slower
+        # (these runs check that the samples work, not how fast).
+        "OMP_NUM_THREADS": "1",
     }
     result = subprocess.run(
         [sys.executable, str(tmp_path / "runner.py"), str(tmp_path / "blocks.json")],
