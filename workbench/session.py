@@ -274,12 +274,10 @@ class Session:
     def stop(self, timeout: float = CONTROL_TIMEOUT_S) -> None:
         """Stop after the current env step (or update); returns once the loop has ended.
 
-        Safe from any thread, including from ``stop_when`` or a signal subscriber. Returns after
-        at most ``timeout`` seconds: when the loop is stuck inside ``env.step`` by then (an env
-        whose ``step`` never returns), Python cannot interrupt it, so the run is given up: status
-        ``failed``, ``error`` a :class:`~workbench.control.StuckError` saying "stuck in env.step of
-        env i for N s", a ``RuntimeWarning`` with the same words, and local or Ray workers are
-        killed. The thread ends if the step ever returns; until then ``start`` refuses.
+        Safe from any thread. Returns after at most ``timeout`` seconds: a loop stuck inside
+        ``env.step`` (or a live call) by then is given up: status ``failed``, ``error`` a
+        :class:`~workbench.control.StuckError` naming what it is stuck in, a ``RuntimeWarning`` with the
+        same words, and local or Ray workers are killed (docs/faults.md).
         """
         self._control.stop(timeout)
 
@@ -302,26 +300,20 @@ class Session:
         """Change hyperparameters while the run is idle, running or paused, from any thread:
         ``session.set(learning_rate=1e-4, ent_coef=0.01)``. Returns the old values.
 
-        Values are checked as the agent's constructor checks them (a number may replace a
-        schedule and a schedule a number); a name that is unknown or cannot change mid-run (network
-        sizes, ``n_envs``...) is an ``ArgumentError`` (a ``ValueError``) saying why and naming the
-        editable ones; nothing changes then. A running session applies the edit on its training
-        thread between two steps, so it takes effect at the next update (the optimizers' learning
-        rates too) and reaches Ray workers' exploration. Each change is recorded in
-        :attr:`events` and as a ``set/<name>`` signal. See docs/live-edits.md."""
+        Values are checked as the constructor checks them; a name that is unknown or fixed mid-run is an
+        ``ArgumentError`` naming the editable ones, and nothing changes. A running session applies the
+        edit between two steps (at the next update). Recorded in :attr:`events` and as a ``set/<name>``
+        signal. See docs/live-edits.md."""
         return self._live.set(values)
 
     def call_env(self, name: str, *args: Any, **kwargs: Any) -> list[Any]:
         """Call ``env.name(*args, **kwargs)`` on every env copy (in-process, local workers, Ray
         actors) between two steps; returns the results, one per env copy, in env order.
 
-        ``session.call_env("set_difficulty", 3)`` is curriculum learning without hacks. Works
-        idle, running or paused; before the first run it builds the envs (without resetting them).
-        Env copies built later in this session (worker backends build new ones for each run) get
-        the calls made so far again, in order. An env without the method raises
-        :class:`~workbench.envs.EnvMethodError` naming the env class; an exception the method raises
-        reaches the caller (from a worker as a ``WorkerError`` with its traceback) and the run goes
-        on. Each call is recorded in :attr:`events`."""
+        ``session.call_env("set_difficulty", 3)``: curriculum learning. Works idle, running or paused;
+        env copies built later get the calls made so far again, in order. An env without the method
+        raises :class:`~workbench.envs.EnvMethodError`; the method's own exception reaches the caller
+        and the run goes on. Recorded in :attr:`events` (docs/live-edits.md, docs/faults.md)."""
         return self._live.call_env(name, args, kwargs)
 
     def log(self, name: str, value: float, step: int | None = None) -> None:
@@ -422,16 +414,9 @@ class Session:
         return cls(agent, external_source(agent, max_lag, max_queued, options), **options)
 
     def serve(self, host: str = "127.0.0.1", port: int = 0, token: str | None = None, **options: Any) -> Any:
-        """Serve this external session's ``act``/``feedback`` over HTTP (JSON) and WebSocket, from a
-        background thread; returns the server, whose ``url`` is the bound address (``port=0``: a
-        free port). ``wb.RemoteSession(server.url)`` drives it from another process.
-
-        Loopback by default; another interface needs ``token=`` (clients send
-        ``Authorization: Bearer TOKEN``), refused otherwise. ``options``: ``max_body`` (bytes, 413
-        beyond), ``read_timeout``, ``idle_timeout``, ``episode_timeout`` (an episode with no call for
-        that long is ended, freeing its slot), ``batch``, ``batch_wait``, ``max_batch``. The session
-        stays live: its dashboard, pause, stop and live edits act on the served run. Needs
-        ``pip install 'rl-workbench[serve]'``; see docs/serve.md."""
+        """Serve this external session's ``act``/``feedback`` over HTTP and WebSocket from a background
+        thread; returns the server (``server.url``: the bound address, ``port=0`` a free port). Another
+        interface than loopback needs ``token=``. ``options`` (limits, timeouts, batching): docs/serve.md."""
         try:
             from .serve.server import serve
         except ImportError as exc:
