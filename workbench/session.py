@@ -28,7 +28,7 @@ from . import checkpoint, control, offline_loop
 from .agents.base import Agent
 from .agents.saving import agent_from_run, open_saved
 from .atari import GAME_END_KEY
-from .envs import EnvSource, as_env_source, describe_space
+from .envs import EnvSource, as_env_source, check_vector_session, describe_space
 from .live_edits import Event, LiveControl
 from .loop import EpisodeTracker
 from .parallel import check_runner_options, make_runner
@@ -186,6 +186,7 @@ class Session:
         }
         check_arguments("Session", arguments, _ARGUMENT_CHECKS, _session_defaults())
         check_runner_options(backend, num_workers, backend_options, owner="Session")
+        check_vector_session(source, agent.num_envs, num_workers, backend)  # vector envs, backend="envpool"
         if num_workers > 1 and source.instance is not None:
             raise ValueError(
                 f"num_workers={num_workers} needs a way to build the env in each worker, but an env "
