@@ -867,6 +867,7 @@ class VectorEnvAdapter:
         self._score = np.zeros(n, dtype=np.float64)
         self._length = np.zeros(n, dtype=np.int64)
         self._mask_source: str | None = None if mask_size(self.action_space) is not None else "none"
+        self._methods: set[str] = set()  # env methods known to exist (see _has_method)
 
     # -- observations ---------------------------------------------------------------------------
 
@@ -946,13 +947,20 @@ class VectorEnvAdapter:
                            allow_empty=final)
 
     def _has_method(self, name: str) -> bool:
-        if getattr(self.venv, "call", None) is None:
+        """True when every env has ``name`` (through its wrappers). Asked with ``has_wrapper_attr``, which
+        never raises: an exception inside an ``AsyncVectorEnv`` worker shuts that worker down."""
+        if name in self._methods:
+            return True
+        call = getattr(self.venv, "call", None)
+        if call is None:
             return False
         try:
-            self.venv.get_attr(name)
+            found = all(call("has_wrapper_attr", name))
         except Exception:
             return False
-        return True
+        if found:
+            self._methods.add(name)
+        return found
 
     # -- reset and step ---------------------------------------------------------------------------
 
@@ -1145,13 +1153,12 @@ class VectorEnvAdapter:
                 f"the vector env {self.name} has no call(): its envs have no Python methods to call "
                 f"({name!r}); EnvPool's envs are C++ (change them through envpool.make's options)"
             )
-        try:
-            return list(call(name, *args, **(kwargs or {})))
-        except AttributeError as exc:
+        if not self._has_method(name):
             raise EnvMethodError(
-                f"the envs of the vector env {self.name} have no method {name!r} ({exc}): define {name}(self, ...) "
-                "on the env class (call_env calls it on every env through the vector env's call)"
-            ) from exc
+                f"the envs of the vector env {self.name} have no method {name!r}: define {name}(self, ...) on the "
+                "env class (call_env calls it on every env through the vector env's call)"
+            )
+        return list(call(name, *args, **(kwargs or {})))
 
     def close(self) -> None:
         """Close the vector env."""
@@ -1176,8 +1183,8 @@ def _reports_game_ends(venv: Any) -> bool:
     envs = getattr(venv, "envs", None)
     if envs:
         return training_wrapper(envs[0]) is not None
-    try:
-        return bool(venv.get_attr("reports_game_ends")[0])
+    try:  # has_wrapper_attr never raises (an error would shut an AsyncVectorEnv worker down)
+        return bool(venv.call("has_wrapper_attr", "reports_game_ends")[0])
     except Exception:
         return False
 
