@@ -165,7 +165,7 @@ def test_nan_and_shape_errors_name_the_env():
         num_envs = 2
         single_observation_space = Counter.observation_space
         single_action_space = Counter.action_space
-        metadata = {"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP}  # noqa: RUF012
+        metadata = {"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP}
 
         def reset(self, *, seed=None, options=None):
             return np.zeros((2, 3), dtype=np.float32), {}
