@@ -312,5 +312,5 @@ def test_envpool_with_its_own_episodic_life_is_refused():
 def test_ppo_learns_cartpole_through_a_vector_env():
     venv = gym.make_vec("CartPole-v1", num_envs=8, vectorization_mode="sync")
     agent = wb.PPO(venv, seed=0)
-    wb.Session(agent, venv, seed=0).run(steps=40_000)
+    wb.Session(agent, venv, seed=0).run(steps=50_000)
     assert np.mean(agent.play("CartPole-v1", episodes=5, seed=100)) >= 150
