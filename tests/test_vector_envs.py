@@ -233,6 +233,32 @@ def test_evaluation_on_a_separate_env_and_resume(tmp_path):
     assert resumed.steps == 96
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES)
+def test_atari_games_from_make_env_inside_a_gymnasium_vector_env(mode):
+    """make_env's AtariTraining reports whole games (info["game_end"]; in final_info for same-step): the
+    adapter reports the same games, steps and observations as the library's own VecEnv."""
+    pytest.importorskip("ale_py")
+    from workbench.envs import make_env
+
+    def game() -> gym.Env:
+        return make_env("ALE/Breakout-v5", max_episode_steps=120)  # 120 frames: games of a few dozen steps
+
+    ours = VecEnv([game() for _ in range(2)], seed=0)
+    envs = VectorEnvAdapter(make_vec(game, 2, mode))
+    np.testing.assert_array_equal(ours.reset(), envs.reset(seed=0))
+    rng = np.random.default_rng(0)
+    games = 0
+    for _ in range(50):
+        actions = rng.integers(0, 4, size=2)
+        for a, b in zip(ours.step(actions), envs.step(actions), strict=True):
+            np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(ours.game_ends, envs.game_ends)
+        games += int((~np.isnan(envs.game_ends[:, 0])).sum())
+    assert games >= 2
+    envs.close()
+
+
 # -- EnvPool -------------------------------------------------------------------------------------
 
 
