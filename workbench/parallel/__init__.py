@@ -248,7 +248,7 @@ def make_runner(
         backend, num_workers, {"envs_per_worker": envs_per_worker, "restart_workers": restart_workers, **options}
     )
     check_step_timeout(step_timeout)
-    if source.vector is not None or backend == "envpool":  # a vector env steps its own envs (parallel/vector.py)
+    if getattr(source, "vector", None) is not None or backend == "envpool":  # a vector env steps its own envs
         from .vector import make_vector_runner
 
         return make_vector_runner(source, num_envs, seed=seed, num_workers=num_workers, backend=backend,
