@@ -15,7 +15,8 @@ EnvPool with the same options through ``make_envpool``). Ways:
 Part ``ppo`` (whole training steps): PPO at the zoo's settings (CartPole: the zoo's cartpole entry; Atari: its
 atari entry, Nature CNN) through ``wb.Session`` with each way, against SB3's PPO with ``DummyVecEnv`` and
 ``SubprocVecEnv``; one rollout and update first (not timed), then ``--ppo-steps`` more, timed. One torch thread
-for both libraries.
+for both libraries. Keep ``--ppo-steps`` a multiple of a rollout (``n_envs * n_steps``: 256 for CartPole, 1024 for
+Atari): SB3 always collects whole rollouts, so a shorter budget would time more work for SB3 than for workbench.
 
 CPU-seconds count this process and its children (``psutil``), so worker processes and EnvPool's threads are in.
 Every way is measured ``--rounds`` times, the order rotating each round; medians are printed, with the ratio
