@@ -302,6 +302,7 @@ def test_backend_envpool_builds_envpool_from_an_id():
         wb.Session(wb.PPO("MinAtar/Breakout-v1"), "MinAtar/Breakout-v1", backend="envpool")
 
 
+@pytest.mark.slow
 @needs_envpool
 def test_envpool_atari_games_keep_the_raw_score():
     from workbench.envs import make_envpool
