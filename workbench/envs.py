@@ -1001,7 +1001,9 @@ class VectorEnvAdapter:
         if self._envpool_games:
             found = _info_rows(info, "reward", n)
             raw = rewards if found is None else np.asarray(found[0], dtype=np.float64).reshape(-1)
-        masks = self._read_masks(obs, info)  # same-step: for ended envs, the new episode's
+        # The masks read here are of the states the step reached (next-step: an ended episode's last
+        # state, which may allow nothing; same-step: the new episode's first); checked in full below.
+        masks = self._read_masks(obs, info, final=True)
         final_masks = masks
         if self.mode == _SAME_STEP:
             if ended.any():
@@ -1039,6 +1041,7 @@ class VectorEnvAdapter:
             rewards = np.sign(rewards).astype(np.float32)
         if masks is not None:
             self.masks, self.final_masks = masks, final_masks
+            check_masks(masks, self.action_space, f"the env's action mask at step {self.step_count}")
         return next_obs, rewards, terminated, truncated, final_obs
 
     def _final_masks(self, info: dict, ended: np.ndarray) -> np.ndarray:
