@@ -26,7 +26,7 @@ import numpy as np
 
 from . import offline_loop
 from .agents.base import Agent
-from .envs import EnvSource, as_env_source, describe_space
+from .envs import EnvSource, as_env_source, check_vector_session, describe_space
 from .live_edits import Event, LiveControl
 from .parallel import check_runner_options, check_worker_env
 from .parallel.external import DEFAULT_EPISODE, ExternalSource, external_source
@@ -165,6 +165,7 @@ class Session:
         arguments = {name: value for name, value in locals().items() if name in _ARGUMENT_CHECKS}
         check_arguments("Session", arguments, _ARGUMENT_CHECKS, _session_defaults())
         check_runner_options(backend, num_workers, backend_options, owner="Session")
+        check_vector_session(source, agent.num_envs, num_workers, backend)  # vector envs, backend="envpool"
         check_worker_env(source, num_workers)
         self._eval_source = _eval_source(source, eval_env, eval_every)
 

@@ -240,6 +240,7 @@ class Agent:
         if env is not None:
             self.env_source = as_env_source(env)
             observation_space, action_space = self.env_source.spaces()
+            hyperparameters = self.env_source.fit_hyperparameters(hyperparameters, self.Config, type(self).__name__)
         if observation_space is None or action_space is None:
             raise TypeError(
                 f"{type(self).__name__} needs an env (instance, registered id or factory) or both "

@@ -59,7 +59,7 @@ __all__ = [
     "make_runner",
 ]
 
-BACKENDS = ("auto", "inprocess", "local", "ray")
+BACKENDS = ("auto", "inprocess", "local", "ray", "envpool")
 # Who chooses the actions with backend="ray": a replica of the agent in every actor (the default),
 # or the learner, for all envs in one batch, while the actors only step envs (no torch: fast start).
 RAY_ACTING = ("workers", "learner")
@@ -280,6 +280,12 @@ def make_runner(
         backend, num_workers, {"envs_per_worker": envs_per_worker, "restart_workers": restart_workers, **options}
     )
     check_step_timeout(step_timeout)
+    if source.vector is not None or backend == "envpool":  # a vector env steps its own envs
+        from .vector import make_vector_runner
+
+        return make_vector_runner(source, num_envs, seed=seed, num_workers=num_workers, backend=backend,
+                                  envs_per_worker=envs_per_worker, restart_workers=restart_workers,
+                                  step_timeout=step_timeout)
     check_worker_env(source, num_workers)
     if step_timeout is not None:
         if backend == "inprocess":
