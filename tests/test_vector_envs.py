@@ -297,7 +297,7 @@ def test_backend_envpool_builds_envpool_from_an_id():
     agent = wb.PPO("CartPole-v1", n_envs=2, n_steps=16, batch_size=32, n_epochs=1)
     session = wb.Session(agent, "CartPole-v1", backend="envpool", seed=0)
     session.run(steps=64)
-    assert session.status == "finished" and session._runner.backend == "envpool"
+    assert session.status == "finished" and session._ctx.runner.backend == "envpool"
     with pytest.raises(ValueError, match="EnvPool does not know"):
         wb.Session(wb.PPO("MinAtar/Breakout-v1"), "MinAtar/Breakout-v1", backend="envpool")
 
