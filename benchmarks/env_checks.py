@@ -14,7 +14,7 @@ both alike (one tree checks what the env returns, the other is the code before t
 
 ``--micro`` times what the checks add to one loop step, A/B interleaved in one process, which a
 busy machine disturbs far less than whole runs: ``VecEnv.step`` of the old and the new
-``envs.py`` (loaded by path, as a worker loads it) on CartPole with 1 and 8 envs, and the loop's
+``envs/core.py`` (loaded by path, as a worker loads it) on CartPole with 1 and 8 envs, and the loop's
 batch check (``check_env_batch``); it prints them as a share of a loop step of the ``acting`` run.
 
 Prints the median steps per CPU second of each tree and workload, and the relative cost. Not part of the test
@@ -72,8 +72,8 @@ def micro(before: str, repeats: int) -> None:
         spec.loader.exec_module(module)
         return module
 
-    old = load(os.path.join(before, "workbench", "envs.py"), "_envs_before")
-    new = load(os.path.join(HERE, "workbench", "envs.py"), "_envs_checked")
+    old = load(os.path.join(before, "workbench", "envs", "core.py"), "_envs_before")
+    new = load(os.path.join(HERE, "workbench", "envs", "core.py"), "_envs_checked")
 
     def per_call_us(fn, number: int = 2000) -> float:  # type: ignore[no-untyped-def]
         start = time.process_time()

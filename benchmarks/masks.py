@@ -1,6 +1,6 @@
 """A masked-action task: rl-workbench's PPO with action masks against sb3-contrib's MaskablePPO, and DQN.
 
-The task is ``workbench.testing_envs.MaskedTarget``: 20 actions, 10 of them forbidden in every state (a
+The task is ``workbench.envs.testing.MaskedTarget``: 20 actions, 10 of them forbidden in every state (a
 new set every step, given by ``env.action_masks()``, sb3-contrib's convention), the env raising on a
 forbidden action; the allowed target shown in the observation pays 1, 10 steps an episode. Random
 allowed play scores 1 an episode, the best 10; at the default budget neither library has finished
@@ -29,7 +29,7 @@ import time
 import torch
 
 import workbench as wb
-from workbench.testing_envs import MaskedTarget
+from workbench.envs.testing import MaskedTarget
 
 N_ACTIONS, N_INVALID = 20, 10
 EVAL_EPISODES = 20

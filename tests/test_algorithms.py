@@ -9,7 +9,7 @@ import torch
 
 import workbench as wb
 from workbench.agents import AGENTS
-from workbench.testing_envs import OneStepBandit, TwoStateChain
+from workbench.envs.testing import OneStepBandit, TwoStateChain
 
 DISCRETE = ["a2c", "dqn", "ppo"]
 CONTINUOUS = ["a2c", "ddpg", "ppo", "sac", "td3"]

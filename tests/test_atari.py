@@ -12,8 +12,8 @@ import torch
 from gymnasium import spaces
 
 import workbench as wb
-from workbench.atari import AtariTraining, FireReset, needs_fire, training_wrapper
 from workbench.envs import VecEnv, make_env
+from workbench.envs.atari import AtariTraining, FireReset, needs_fire, training_wrapper
 
 
 class _Ale:

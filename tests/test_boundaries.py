@@ -29,47 +29,25 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         (
             "workbench._version",
             "workbench.envs",
-            "workbench.atari",
+            "workbench.testing_envs",
             "workbench.signals",
             "workbench.schedules",
             "workbench.exploration",
             "workbench.normalization",
             "workbench.checkpoint",
             "workbench.loop",
-            "workbench.masks",
             "workbench.validation",
-            "workbench.testing_envs",
-            "workbench.datasets",
+            "workbench.offline",
+            "workbench.offline.datasets",
         ),
     ),
     ("memory", ("workbench.memory",)),
-    ("agents", ("workbench.agents", "workbench.presets", "workbench.ope")),
+    ("agents", ("workbench.agents", "workbench.presets", "workbench.offline.ope")),
     ("parallel", ("workbench.parallel",)),
     ("tracking", ("workbench.tracking",)),
-    (
-        "run",
-        (
-            "workbench.run",
-            "workbench.control",
-            "workbench.live_edits",
-            "workbench.recording",
-            "workbench.offline_loop",
-        ),
-    ),
+    ("run", ("workbench.run", "workbench.offline.recording", "workbench.offline.source")),
     ("session", ("workbench.session",)),
-    (
-        "front ends",
-        (
-            "workbench.ui",
-            "workbench.cli",
-            "workbench.__main__",
-            "workbench.sweeps",
-            "workbench.sweep_trials",
-            "workbench.sweeps_ray",
-            "workbench.sweep_cli",
-            "workbench.serve",
-        ),
-    ),
+    ("front ends", ("workbench.ui", "workbench.cli", "workbench.__main__", "workbench.sweeps", "workbench.serve")),
     ("package", ("workbench",)),
 ]
 
@@ -341,7 +319,7 @@ def test_the_private_state_scan_lets_public_reads_and_own_state_pass():
 # -- runners: members called, never probed ------------------------------------------------------
 
 # The modules that drive runners: the facade, the run's machinery, live edits, the step function.
-_RUNNER_USERS = ("workbench.session", "workbench.run", "workbench.live_edits", "workbench.loop", "workbench.control")
+_RUNNER_USERS = ("workbench.session", "workbench.run", "workbench.run.live_edits", "workbench.loop", "workbench.run.registry")
 
 
 def _runner_probes(source: str) -> list[tuple[int, str]]:
@@ -378,7 +356,7 @@ def test_every_runner_subclasses_runner_and_it_declares_what_the_loop_uses():
     # Every member read on a runner in the run's machinery and live edits is declared on Runner.
     used = set()
     for module, path in MODULES.items():
-        if module.startswith("workbench.run") or module in ("workbench.live_edits", "workbench.session"):
+        if module.startswith("workbench.run") or module in ("workbench.run.live_edits", "workbench.session"):
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
                 if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "runner":
                     used.add(node.attr)

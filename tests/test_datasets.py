@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import workbench as wb
-from workbench.datasets import DatasetError
+from workbench.offline.datasets import DatasetError
 
 
 def _arrays(n=12, episode_len=4, seed=0):

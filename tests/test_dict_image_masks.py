@@ -10,7 +10,7 @@ import pytest
 from gymnasium import spaces
 
 import workbench as wb
-from workbench.testing_envs import SeeTheSide
+from workbench.envs.testing import SeeTheSide
 
 MASKED = 2
 

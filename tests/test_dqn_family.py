@@ -11,7 +11,7 @@ import workbench as wb
 from workbench.agents.c51 import categorical_projection
 from workbench.agents.networks import NoisyLinear, noise_off, reset_noise
 from workbench.agents.qrdqn import quantile_huber_loss
-from workbench.testing_envs import TwoStateChain
+from workbench.envs.testing import TwoStateChain
 
 FAST = dict(learning_starts=64, train_freq=1, gradient_steps=1, batch_size=32, target_update_interval=32,
             net_arch=(32,), learning_rate=3e-3, exploration=wb.EpsilonGreedy(1.0, 0.02, 0.4))

@@ -10,7 +10,7 @@ import workbench as wb
 pytest.importorskip("ipywidgets")
 pytest.importorskip("plotly")
 
-from workbench.live_edits import Event
+from workbench.run.live_edits import Event
 from workbench.ui.edit_panel import EditPanel, field_docs, format_value, parse_value
 from workbench.ui.view_model import event_label, event_markers
 

@@ -14,7 +14,7 @@ from torch import nn
 import workbench as wb
 from workbench.agents.encoders import DictEncoder, ImageEncoder, image_layout, is_image_space, make_encoder
 from workbench.checkpoint import CheckpointError
-from workbench.testing_envs import SeeTheSide
+from workbench.envs.testing import SeeTheSide
 
 SMALL = {
     "DQN": dict(learning_starts=32, batch_size=16, buffer_size=500, net_arch=(32,), train_freq=8, gradient_steps=1),

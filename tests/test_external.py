@@ -435,7 +435,7 @@ def test_the_dashboard_shows_an_external_session():
 
 @pytest.mark.parametrize("mask_in", ["info", "obs"])
 def test_action_masks_are_honoured_and_reach_the_agent(mask_in):
-    from workbench.testing_envs import MaskedTarget
+    from workbench.envs.testing import MaskedTarget
 
     env = MaskedTarget(mask_in=mask_in)  # a masked action raises inside env.step
     agent = wb.DQN(env, learning_starts=20, batch_size=8, train_freq=4, buffer_size=500)

@@ -18,9 +18,9 @@ from conftest import AppEnv
 from gymnasium import spaces
 
 import workbench as wb
-from workbench.control import ControlError, StuckError
 from workbench.envs import as_env_source
 from workbench.parallel import WorkerError, make_runner
+from workbench.run.registry import ControlError, StuckError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

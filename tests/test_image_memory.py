@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import workbench as wb
+from workbench.envs.testing import SeeTheSide
 from workbench.memory import PrioritizedReplayMemory, ReplayMemory, RolloutBuffer
-from workbench.testing_envs import SeeTheSide
 
 
 def _frames(rng, n, shape=(4, 8, 8)):

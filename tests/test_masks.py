@@ -14,9 +14,9 @@ import workbench as wb
 from workbench.agents.on_policy import categorical_terms
 from workbench.checkpoint import read_npz
 from workbench.envs import VecEnv
+from workbench.envs.masks import check_masks, masked_choice
+from workbench.envs.testing import MaskedActionError, MaskedTarget
 from workbench.loop import env_step
-from workbench.masks import check_masks, masked_choice
-from workbench.testing_envs import MaskedActionError, MaskedTarget
 
 VARIANTS = ("method", "info", "obs")
 

@@ -10,7 +10,7 @@ from gymnasium import spaces
 
 import workbench as wb
 from workbench.agents.on_policy import categorical_terms
-from workbench.testing_envs import BitMatch, MaskedTarget
+from workbench.envs.testing import BitMatch, MaskedTarget
 
 
 def multi_target():

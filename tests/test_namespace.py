@@ -47,7 +47,7 @@ def test_import_loads_no_ipywidgets_plotly_or_ray():
 def test_tracking_and_sweep_names_load_on_first_use():
     for name in ["TensorBoard", "MLflow", "WandB", "Sink", "sweep", "Sweep"]:
         assert name in wb.__all__
-    assert callable(wb.sweep) and wb.sweep.__module__ == "workbench.sweeps"
+    assert callable(wb.sweep) and wb.sweep.__module__ == "workbench.sweeps.sweep"
     assert issubclass(wb.TensorBoard, wb.Sink) and issubclass(wb.MLflow, wb.Sink) and issubclass(wb.WandB, wb.Sink)
 
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import workbench as wb
-from workbench.datasets import DatasetError
-from workbench.ope import behaviour_probabilities, estimate
+from workbench.offline.datasets import DatasetError
+from workbench.offline.ope import behaviour_probabilities, estimate
 
 
 def _bandit(n=400, seed=0):
@@ -130,7 +130,7 @@ BAD_ARGUMENTS = [
 
 @pytest.mark.parametrize(("name", "value", "allowed"), BAD_ARGUMENTS)
 def test_evaluate_offline_checks_every_argument_at_the_call(name, value, allowed, monkeypatch):
-    import workbench.ope as ope
+    import workbench.offline.ope as ope
 
     def never(*args, **kwargs):
         raise AssertionError("fitted although an argument was bad")
@@ -157,7 +157,7 @@ def test_estimate_checks_its_arguments(kwargs, name):
 
 
 def test_the_evaluator_and_its_parts_check_their_arguments():
-    from workbench.ope import FittedQEvaluation, OffPolicyEvaluator
+    from workbench.offline.ope import FittedQEvaluation, OffPolicyEvaluator
 
     ds = _bandit(n=20)
     with pytest.raises(wb.ArgumentError, match="OffPolicyEvaluator got gamma=2"):

@@ -17,8 +17,8 @@ from gymnasium import spaces
 
 import workbench as wb
 from workbench.envs import EnvMethodError, as_env_source
+from workbench.envs.testing import MaskedTarget
 from workbench.parallel import WorkerError, make_runner
-from workbench.testing_envs import MaskedTarget
 
 ray = pytest.importorskip("ray")
 
@@ -237,7 +237,7 @@ def test_hung_env_is_killed_after_step_timeout_naming_the_actor_and_env():
 
 
 def test_actors_without_step_timeout_are_killed_when_stop_gives_up():
-    from workbench.control import StuckError
+    from workbench.run.registry import StuckError
 
     agent = wb.PPO(HangEnv(), n_envs=2, n_steps=16, batch_size=16, n_epochs=1)
     session = wb.Session(agent, lambda: HangEnv(hang_seed=0), num_workers=2, seed=0, **LEARNER)

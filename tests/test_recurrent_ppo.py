@@ -10,8 +10,8 @@ import torch
 
 import workbench as wb
 from workbench.envs import VecEnv
+from workbench.envs.testing import MaskVelocity, RememberTheCue, TwoStateChain
 from workbench.loop import env_step
-from workbench.testing_envs import MaskVelocity, RememberTheCue, TwoStateChain
 
 FAST = dict(n_envs=4, n_steps=16, batch_size=64, n_epochs=4, net_arch=(32,), lstm_hidden_size=16, learning_rate=3e-3)
 

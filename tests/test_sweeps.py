@@ -148,7 +148,7 @@ def test_cli_sweep_over_an_agent_name(tmp_path, capsys):
 
 
 def test_cli_space_syntax_errors():
-    from workbench.sweep_cli import parse_space_args
+    from workbench.sweeps.cli import parse_space_args
 
     assert parse_space_args(["lr=1e-5..1e-2", "arch=[[64, 64], [128]]", "n=1..8"]) == {
         "lr": (1e-5, 1e-2), "arch": [(64, 64), (128,)], "n": (1, 8)}
@@ -238,7 +238,7 @@ def test_ray_prune_settings_map_to_tune_schedulers(tmp_path):
     pytest.importorskip("ray.tune")
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
 
-    from workbench.sweeps_ray import _scheduler
+    from workbench.sweeps.ray_tune import _scheduler
 
     def build(prune):
         return wb.Sweep(make_dqn, "CartPole-v1", {"eps": [1.0]}, backend="ray", prune=prune,
@@ -256,7 +256,7 @@ def test_a_ray_sweep_starts_its_private_ray_as_a_session_does(tmp_path, monkeypa
     a ``ray_address`` is joined with a plain ``ray.init``."""
     ray = pytest.importorskip("ray")
     pytest.importorskip("ray.tune")
-    import workbench.sweeps_ray as sweeps_ray
+    import workbench.sweeps.ray_tune as sweeps_ray
 
     if ray.is_initialized():
         pytest.skip("a Ray is already running in this process")

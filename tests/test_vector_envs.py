@@ -13,7 +13,7 @@ from gymnasium import spaces
 
 import workbench as wb
 from workbench.envs import EnvMethodError, EnvOutputError, VecEnv, VectorEnvAdapter, as_env_source
-from workbench.testing_envs import MaskedTarget
+from workbench.envs.testing import MaskedTarget
 
 MODES = ("NextStep", "SameStep")
 HAS_ENVPOOL = importlib.util.find_spec("envpool") is not None

@@ -46,14 +46,14 @@ from .agents import (
     load,
 )
 from .checkpoint import CheckpointError
-from .control import sessions
-from .datasets import Dataset, DatasetError
-from .envs import EnvMethodError, EnvOutputError, check_env
+from .envs.core import EnvMethodError, EnvOutputError, check_env
 from .exploration import EpsilonGreedy, GaussianNoise, OrnsteinUhlenbeckNoise, TruncatedNormalNoise
 from .memory import PrioritizedReplayMemory, ReplayMemory, RolloutBuffer
-from .ope import evaluate_offline
+from .offline.datasets import Dataset, DatasetError
+from .offline.ope import evaluate_offline
 from .parallel import WorkerError
 from .presets import PRESETS, Preset, preset
+from .run.registry import sessions
 from .schedules import Schedule, linear
 from .session import Session
 from .signals import Signal, SignalSet

@@ -632,7 +632,7 @@ def _check_rebuildable(f: _Fields, value: dict[str, Any], where: str) -> Any:
 
 
 EVENT_KINDS = ("set", "call_env")
-"""The kinds of ``session.events`` entries (``workbench.live_edits.Event``)."""
+"""The kinds of ``session.events`` entries (``workbench.run.live_edits.Event``)."""
 MAX_EVENTS = 1_000_000  # live edits and env calls of one run: far more than anyone makes by hand
 _BIT_GENERATORS = ("PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64")
 
@@ -661,7 +661,7 @@ def validate_session(session: Any, label: str) -> None:
     """Check ``meta["session"]``, what a session saved of itself, field by field: its counters,
     ``seed``, ``env_id``, ``best_eval_reward``, ``target_steps``, ``external``, ``env_rng`` (each
     env's random stream) and ``events`` (live edits and env calls, as
-    ``workbench.live_edits.Event.to_dict`` writes them). :func:`validate_meta` calls it, so a
+    ``workbench.run.live_edits.Event.to_dict`` writes them). :func:`validate_meta` calls it, so a
     resumed session receives valid data; any problem is a :class:`CheckpointError` naming
     ``label`` and the field (``session.events[3].step``)."""
     f = _Fields(label)

@@ -104,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="add a bool input action_mask (Discrete and MultiDiscrete actions): the best allowed action",
     )
-    from .sweep_cli import add_parser as add_sweep_parser
+    from .sweeps.cli import add_parser as add_sweep_parser
 
     add_sweep_parser(sub)
     _add_serve_parser(sub, agents)
@@ -227,7 +227,7 @@ def _serve(args: argparse.Namespace) -> int:
         session = Session.resume(args.target, external=True, **seed)
     else:
         from .agents import AGENTS
-        from .envs import as_env_source
+        from .envs.core import as_env_source
 
         if args.agent not in AGENTS:
             raise SystemExit(f"workbench: unknown agent {args.agent!r}; choose from {', '.join(_agent_names())}")
@@ -338,7 +338,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "serve":
             return _serve(args)
         if args.command == "sweep":
-            from .sweep_cli import run as run_sweep
+            from .sweeps.cli import run as run_sweep
 
             return run_sweep(args)
         return _play(args)

@@ -26,9 +26,9 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from .atari import GAME_END_KEY, real_episodes
-from .envs import checked_reset, checked_step, env_action_converter
-from .masks import NEXT_MASK_KEY, MaskReader
+from .envs.atari import GAME_END_KEY, real_episodes
+from .envs.core import checked_reset, checked_step, env_action_converter
+from .envs.masks import NEXT_MASK_KEY, MaskReader
 
 __all__ = [
     "NO_EXTRAS",
@@ -82,9 +82,9 @@ class _Decider(Protocol):
 
 
 class _VectorEnv(Protocol):
-    masks: np.ndarray | None  # the envs' action masks, None when they give none (workbench.masks)
+    masks: np.ndarray | None  # the envs' action masks, None when they give none (workbench.envs.masks)
     final_masks: np.ndarray | None
-    game_ends: np.ndarray | None  # Atari training envs: whole games' raw scores (workbench.atari)
+    game_ends: np.ndarray | None  # Atari training envs: whole games' raw scores (workbench.envs.atari)
 
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]: ...
 
@@ -96,7 +96,7 @@ def env_step(agent: _Decider, envs: _VectorEnv, obs: np.ndarray) -> tuple[Transi
     of a new episode where one ended). The agent hears of ended episodes (``begin_episode``)
     before its next decision, wherever the step ran.
 
-    Envs that give action masks (their ``masks``, see ``workbench.masks``) have them passed to
+    Envs that give action masks (their ``masks``, see ``workbench.envs.masks``) have them passed to
     ``decide``; the extras then carry ``"action_mask"`` (from the agent) and ``"next_action_mask"``
     (the masks of ``next_obs``, added here).
     """
@@ -107,7 +107,7 @@ def env_step(agent: _Decider, envs: _VectorEnv, obs: np.ndarray) -> tuple[Transi
     if masks is not None:
         extras = {**extras, NEXT_MASK_KEY: envs.final_masks}
     game_ends = envs.game_ends
-    if game_ends is not None:  # Atari training envs: whole games' raw scores (workbench.atari)
+    if game_ends is not None:  # Atari training envs: whole games' raw scores (workbench.envs.atari)
         extras = {**extras, GAME_END_KEY: game_ends}
     done = terminated | truncated
     if done.any():
@@ -179,7 +179,7 @@ class EpisodeTracker:
     def games(game_ends: np.ndarray) -> list[Episode]:
         """The whole games that ended (rows of a step's ``"game_end"`` extras that are not NaN):
         the raw score and length of each, for envs whose training episodes end earlier (a lost
-        life in ``workbench.atari.AtariTraining``)."""
+        life in ``workbench.envs.atari.AtariTraining``)."""
         return [Episode(int(i), float(game_ends[i, 0]), int(game_ends[i, 1]))
                 for i in np.flatnonzero(~np.isnan(game_ends[:, 0]))]
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from . import testing_envs  # noqa: F401 - registers CartPoleNoVel-v1 and PendulumNoVel-v1
 from .agents.base import AGENTS, Agent
+from .envs import testing as testing_envs  # noqa: F401 - registers CartPoleNoVel-v1 and PendulumNoVel-v1
 from .exploration import EpsilonGreedy, Exploration, GaussianNoise, exploration_from_dict
 from .schedules import linear
 

@@ -24,16 +24,16 @@ from typing import Any
 
 import numpy as np
 
-from . import offline_loop
 from .agents.base import Agent
-from .envs import EnvSource, as_env_source, check_vector_session, describe_space
-from .live_edits import Event, LiveControl
+from .envs.core import EnvSource, as_env_source, check_vector_session, describe_space
+from .offline import source as offline_loop
+from .offline.recording import Recorder
 from .parallel import check_runner_options, check_worker_env
 from .parallel.external import DEFAULT_EPISODE, ExternalSource, external_source
-from .recording import Recorder
 from .run import STATUSES, EnvLoop, ExternalLoop, Loop, OfflineLoop, RunContext, RunControl
 from .run.control import CONTROL_TIMEOUT_S
 from .run.interrupts import interruptible
+from .run.live_edits import Event, LiveControl
 from .run.persistence import reopen, write_run
 from .signals import DEFAULT_MAX_POINTS, SignalSet
 from .validation import (
@@ -126,7 +126,7 @@ class Session:
         dataset: a :class:`~workbench.Dataset`: an offline agent (BC, BCQ, CQL, IQL) learns from it
             with no env (``steps`` then counts gradient steps; ``eval_env`` evaluates on an env); a
             replay agent (DQN, SAC...) starts with it in its memory, then trains on ``env``.
-        record: a directory to record the run's transitions to, as a dataset (``workbench.recording``).
+        record: a directory to record the run's transitions to, as a dataset (``workbench.offline.recording``).
         ope_every: an offline agent's off-policy estimates (``ope_dr``...) every this many steps,
             on ``ope_dataset`` or else on 10% of ``dataset``'s episodes held out (docs/offline.md).
     """
@@ -176,7 +176,7 @@ class Session:
         self.num_workers, self.backend, self.backend_options = num_workers, backend, backend_options
         self.torch_threads = torch_threads
         self.signals = SignalSet(max_points=max_signal_points)
-        # Learning from logged data (workbench.offline_loop) and recording a dataset (workbench.recording).
+        # Learning from logged data (workbench.offline.source) and recording a dataset (workbench.offline.recording).
         self.ope_every = ope_every
         self.ope_dataset = offline_loop.attach_dataset(agent, dataset, ope_every, ope_dataset)
         self.recorder = None if record is None else Recorder(record, agent)
@@ -263,7 +263,7 @@ class Session:
 
         When the loop has not paused within ``timeout`` seconds because it is stuck inside
         ``env.step``, the run is given up: status ``failed``, ``error`` a
-        :class:`~workbench.control.StuckError` naming the env and for how long, and a
+        :class:`~workbench.run.registry.StuckError` naming the env and for how long, and a
         ``RuntimeWarning`` with the same words (see :meth:`stop`).
         """
         self._control.pause(timeout)
@@ -277,7 +277,7 @@ class Session:
 
         Safe from any thread. Returns after at most ``timeout`` seconds: a loop stuck inside
         ``env.step`` (or a live call) by then is given up: status ``failed``, ``error`` a
-        :class:`~workbench.control.StuckError` naming what it is stuck in, a ``RuntimeWarning`` with the
+        :class:`~workbench.run.registry.StuckError` naming what it is stuck in, a ``RuntimeWarning`` with the
         same words, and local or Ray workers are killed (docs/faults.md).
         """
         self._control.stop(timeout)
@@ -288,7 +288,7 @@ class Session:
         Returns True when the run has ended, False when ``timeout`` seconds passed first.
         A run given up by ``stop``/``pause`` (stuck in ``env.step``) raises its ``StuckError`` at
         once. From the training thread itself (``stop_when``, a signal subscriber) it raises
-        :class:`~workbench.control.ControlError` instead of waiting for itself; the run goes on.
+        :class:`~workbench.run.registry.ControlError` instead of waiting for itself; the run goes on.
         """
         with interruptible(self, self._control):  # Ctrl-C: the run stops, then the interrupt goes on
             if not self._control.wait(timeout):

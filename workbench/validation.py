@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from .envs import EnvOutputError
+from .envs.core import EnvOutputError
 from .schedules import Schedule
 
 __all__ = [

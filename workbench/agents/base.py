@@ -31,9 +31,9 @@ from gymnasium import spaces
 from torch import nn
 
 from .. import checkpoint
-from ..envs import as_env_source, describe_space, flat_observation_space, observation_flattener
+from ..envs.core import as_env_source, describe_space, flat_observation_space, observation_flattener
+from ..envs.masks import MASK_KEY, check_masks, strip_mask_space
 from ..loop import NO_EXTRAS, Step, Transitions, play_episode
-from ..masks import MASK_KEY, check_masks, strip_mask_space
 from ..normalization import ObservationNormalizer, RewardNormalizer
 from ..validation import (
     check_arguments,
@@ -417,7 +417,7 @@ class Agent:
         """The :class:`Step` for a batch of observations (one is taken as a batch of one): the
         actions, and the ``extras`` that :meth:`observe` will need with this step's transitions.
         ``deterministic`` (always so in play mode) takes the greedy / mean action, no exploration.
-        ``action_mask`` (one bool row per observation, True where allowed; see ``workbench.masks``)
+        ``action_mask`` (one bool row per observation, True where allowed; see ``workbench.envs.masks``)
         restricts the actions to the allowed ones and travels on in the extras as ``"action_mask"``;
         a Dict observation's ``"action_mask"`` key is used when it is not given.
         Thread-safe: concurrent calls take turns on the agent's lock (as ``act``, ``observe`` and

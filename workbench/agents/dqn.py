@@ -21,8 +21,8 @@ import torch.nn.functional as F
 from gymnasium import spaces
 from torch import nn
 
+from ..envs.masks import NEXT_MASK_KEY, masked_choice
 from ..exploration import EpsilonGreedy
-from ..masks import NEXT_MASK_KEY, masked_choice
 from ..memory.nstep import NStepAccumulator
 from ..memory.prioritized import PrioritizedReplayMemory
 from ..memory.replay import ReplayBatch, ReplayMemory

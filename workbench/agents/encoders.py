@@ -34,7 +34,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from ..envs import flat_observation_space, is_image_space
+from ..envs.core import flat_observation_space, is_image_space
 from ..validation import Constraint
 
 __all__ = [

@@ -63,8 +63,8 @@ from torch import nn
 
 from .. import checkpoint
 from .._version import __version__
-from ..envs import describe_space, flat_observation_space
-from ..masks import mask_size, strip_mask_space
+from ..envs.core import describe_space, flat_observation_space
+from ..envs.masks import mask_size, strip_mask_space
 from ..validation import ArgumentError
 
 __all__ = [
@@ -514,7 +514,7 @@ def _mask_sidecar(agent: Any) -> dict[str, Any]:
         "dtype": "bool",
         "shape": ["batch", int(mask_size(agent.action_space))],  # type: ignore[arg-type]
         "meaning": "True where an action is allowed (MultiDiscrete: the dimensions' masks concatenated, as "
-        "workbench.masks lays them out); the action is the best allowed one; every row allows at least one "
+        "workbench.envs.masks lays them out); the action is the best allowed one; every row allows at least one "
         "action (per dimension)",
     }
 

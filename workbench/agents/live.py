@@ -11,7 +11,7 @@ the next one. A field that is not live (network sizes, ``n_envs``, ``buffer_size
 with the reason.
 
 This module knows agents only; the session applies edits on its training thread between steps
-(``workbench.live_edits``) and Ray workers apply the same edits to their acting replicas.
+(``workbench.run.live_edits``) and Ray workers apply the same edits to their acting replicas.
 """
 
 from __future__ import annotations

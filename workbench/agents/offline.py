@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..datasets import Dataset
+from ..offline.datasets import Dataset
 from ..validation import checked, integer, layer_widths, number
 from .base import Agent, AgentConfig, Transitions
 from .kernels import gradient_step

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from gymnasium import spaces
 from torch import nn
 
-from ..masks import MASK_KEY
+from ..envs.masks import MASK_KEY
 from ..memory.rollout import RolloutBuffer, compute_gae
 from ..schedules import Schedule
 from ..validation import checked, choice, flag, integer, layer_widths, number

@@ -76,7 +76,7 @@ class ReplayMemory:
     ``discounts`` is the factor applied to the bootstrapped value (``gamma ** n`` for n-step
     returns). ``save``/``load`` use ``.npz`` written with ``allow_pickle=False``.
 
-    With action masks (``workbench.masks``), ``next_masks`` holds each next state's mask (bool,
+    With action masks (``workbench.envs.masks``), ``next_masks`` holds each next state's mask (bool,
     allocated at the first ``add`` that brings masks), saved as the array ``next_action_masks``.
 
     Observations keep ``obs_dtype`` (uint8 frames stay 1 byte a pixel, in memory and in the file).

@@ -37,9 +37,9 @@ import os
 import time
 from typing import Any, NamedTuple
 
-from ..envs import EnvOutputError, EnvSource, VecEnv, as_env_source
+from ..envs.core import EnvOutputError, EnvSource, VecEnv, as_env_source
+from ..envs.masks import MaskReader, sample_action
 from ..loop import Transitions, env_step
-from ..masks import MaskReader, sample_action
 from ..validation import ArgumentError, Constraint, check_value, choice, flag, integer, number, optional
 from .errors import EnvStepError, WorkerError
 from .local import LocalRunner, check_step_timeout, split_envs

@@ -2,7 +2,7 @@
 
 It is started as a script (``python _worker.py FD``), not as ``workbench.parallel._worker``, so a
 worker does not import the ``workbench`` package (and with it torch): a worker starts in about a
-tenth of a second. It loads ``workbench/envs.py`` by path, so the autoreset rules stay written once.
+tenth of a second. It loads ``workbench/envs/core.py`` by path, so the autoreset rules stay written once.
 
 Protocol over the connection on file descriptor FD (messages are tuples, pickled by
 ``multiprocessing.connection`` between this library's own processes, never read from a file):
@@ -48,17 +48,17 @@ STEP_REPLY = b"K"  # first byte of a step answer: a float32 buffer follows (pick
 
 
 def _load_envs_module(here: str | None = None):  # type: ignore[no-untyped-def]
-    """``workbench/envs.py`` from the package folder ``here`` (default: this file's), loaded by path."""
+    """``workbench/envs/core.py`` from the package folder ``here`` (default: this file's), loaded by path."""
     import types
 
     if here is None:
         here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     # A bare package over the workbench folder, without running its __init__ (which imports torch),
-    # so envs.py's relative imports (masks.py) resolve.
+    # so core.py's relative imports (masks.py, atari.py) resolve.
     package = types.ModuleType("_workbench_worker")
-    package.__path__ = [here]  # type: ignore[attr-defined]
+    package.__path__ = [os.path.join(here, "envs")]  # type: ignore[attr-defined]
     sys.modules["_workbench_worker"] = package
-    spec = importlib.util.spec_from_file_location("_workbench_worker.envs", os.path.join(here, "envs.py"))
+    spec = importlib.util.spec_from_file_location("_workbench_worker.core", os.path.join(here, "envs", "core.py"))
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up here
@@ -134,7 +134,7 @@ class Server:
             parts.append(final_obs)
         if vec.masks is not None:
             parts += [vec.masks, vec.final_masks]
-        if vec.game_ends is not None:  # whole games' raw scores (workbench.atari)
+        if vec.game_ends is not None:  # whole games' raw scores (workbench.envs.atari)
             parts.append(vec.game_ends)
         flat = np.concatenate([p.ravel().astype(np.float32) for p in parts])
         return STEP_REPLY + flat.tobytes()
@@ -233,7 +233,7 @@ class RayEnvWorker:
     cluster), the ``workbench`` package installed there is used, still without importing it."""
 
     def __init__(self, package_dir: str) -> None:
-        if not os.path.isfile(os.path.join(package_dir, "envs.py")):
+        if not os.path.isfile(os.path.join(package_dir, "envs", "core.py")):
             spec = importlib.util.find_spec("workbench")  # finds the package without running its __init__
             if spec is None or not spec.submodule_search_locations:
                 raise ImportError("the Ray worker's Python cannot find the workbench package: install rl-workbench")

@@ -37,9 +37,9 @@ import numpy as np
 from gymnasium import spaces
 
 from ..agents.base import Agent
-from ..envs import EnvSource, env_action_converter
+from ..envs.core import EnvSource, env_action_converter
+from ..envs.masks import MASK_KEY, NEXT_MASK_KEY, check_masks, mask_size
 from ..loop import Episode, Transitions
-from ..masks import MASK_KEY, NEXT_MASK_KEY, check_masks, mask_size
 from ..validation import check_value, integer, optional
 from . import _OPTIONS, _RAY_OPTIONS
 from .runner import Runner

@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from ..envs import EnvMethodError, EnvSource, flat_observation_space
+from ..envs.core import EnvMethodError, EnvSource, flat_observation_space
+from ..envs.masks import mask_size
 from ..loop import Transitions, env_step
-from ..masks import mask_size
 from ._worker import STEP, STEP_REPLY
 from .errors import WorkerError
 from .runner import Runner
@@ -208,7 +208,7 @@ class LocalRunner(Runner):
         shape = flat_observation_space(obs_space).shape
         self._obs_shape, self._obs_size = shape, int(np.prod(shape))
         self._action_dtype = np.int64 if isinstance(action_space, spaces.Discrete) else np.float32
-        # Action masks (workbench.masks): asked for after each reset when the space can have them.
+        # Action masks (workbench.envs.masks): asked for after each reset when the space can have them.
         self._maskable = mask_size(action_space) is not None
         self._mask_size = 0
         self.masks: np.ndarray | None = None
@@ -248,7 +248,7 @@ class LocalRunner(Runner):
 
     def _finish_init(self, w: _Worker) -> None:
         if self._receive(w, timeout=self._start_timeout) and self.game_ends is None:
-            # Atari training envs report whole games (workbench.atari): NaN rows where none ended.
+            # Atari training envs report whole games (workbench.envs.atari): NaN rows where none ended.
             self.game_ends = np.full((self.num_envs, 2), np.nan)
 
     def _drain(self, w: _Worker, timeout: float | None) -> None:

@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from ..agents.live import apply_edits
-from ..envs import EnvMethodError, EnvSource, VecEnv
+from ..envs.core import EnvMethodError, EnvSource, VecEnv
 from ..loop import Step, Transitions, collect, concat_envs, row
 from .errors import WorkerError
 from .local import check_step_timeout

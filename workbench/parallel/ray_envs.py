@@ -29,7 +29,7 @@ from collections import deque
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
-from ..envs import EnvSource
+from ..envs.core import EnvSource
 from . import _worker
 from .local import LocalRunner, _shutdown, _Worker
 from .ray_start import import_ray, start_ray

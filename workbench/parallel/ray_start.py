@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..envs import EnvSource
+from ..envs.core import EnvSource
 
 __all__ = ["LEAN_IMPORTS_DIR", "import_ray", "init_private_ray", "start_ray"]
 

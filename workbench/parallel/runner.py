@@ -50,7 +50,7 @@ class Runner:
     final_masks: np.ndarray | None = None
     """The masks of the states the last step reached; None for envs that give none."""
     game_ends: np.ndarray | None = None
-    """Atari training envs: the raw score and length of whole games that ended (``workbench.atari``)."""
+    """Atari training envs: the raw score and length of whole games that ended (``workbench.envs.atari``)."""
 
     def reset(self) -> np.ndarray:
         """Reset every env; the first observations, one row per env."""

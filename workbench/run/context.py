@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..control import ControlError, start_thread
 from ..loop import EpisodeTracker
 from ..parallel import Runner
 from ..validation import LossWatch
@@ -25,6 +24,7 @@ from .control import RunControl
 from .loops import Loop
 from .periodic import Periodic
 from .persistence import Counters, rng_states
+from .registry import ControlError, start_thread
 
 __all__ = ["SPS_INTERVAL_S", "RunContext", "StepRate"]
 
@@ -70,7 +70,7 @@ class RunContext:
         self.control = RunControl(session, lambda: self.runner)
         self.periodic = Periodic(session)
         self.counters = Counters()
-        self.live: Any = None  # set by the session (workbench.live_edits.LiveControl)
+        self.live: Any = None  # set by the session (workbench.run.live_edits.LiveControl)
         self.runner: Runner | None = None
         self.fresh = False  # the runner's envs are built but not reset yet (see prepare_runner)
         self.obs: np.ndarray | None = None

@@ -3,8 +3,8 @@
 :class:`RunControl` is the one place a session's status and its control flags live. Every thread
 that steers or watches a run goes through it: the session's commands (``pause``, ``resume``,
 ``stop``, ``wait``), the loop between two steps (:meth:`RunControl.wait_while_paused`), live edits
-(``workbench.live_edits``, which queue work for the loop under :attr:`RunControl.cond`) and the
-exit hook of ``workbench.control`` (:meth:`RunControl.stop_at_exit`, :meth:`RunControl.activity`).
+(``workbench.run.live_edits``, which queue work for the loop under :attr:`RunControl.cond`) and the
+exit hook of ``workbench.run.registry`` (:meth:`RunControl.stop_at_exit`, :meth:`RunControl.activity`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..control import ControlError, StuckError
+from .registry import ControlError, StuckError
 
 __all__ = ["CONTROL_TIMEOUT_S", "STATUSES", "RunControl"]
 
@@ -176,7 +176,7 @@ class RunControl:
                 self.timed_out("stop", timeout)
 
     def stop_at_exit(self, timeout: float) -> None:
-        """The exit hook's stop (``workbench.control``): stop quietly within ``timeout`` seconds."""
+        """The exit hook's stop (``workbench.run.registry``): stop quietly within ``timeout`` seconds."""
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             self.stop(timeout=timeout)

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..atari import GAME_END_KEY
+from ..envs.atari import GAME_END_KEY
 from ..loop import EpisodeTracker
 from ..parallel import Runner, make_runner
 from ..validation import LossWatch, check_env_batch
@@ -121,7 +121,7 @@ class EnvLoop(Loop):
 
             finished = runner.ended_episodes()
             if finished is None:
-                if GAME_END_KEY in t.extras:  # Atari training: whole games' raw scores (workbench.atari)
+                if GAME_END_KEY in t.extras:  # Atari training: whole games' raw scores (workbench.envs.atari)
                     finished = EpisodeTracker.games(t.extras[GAME_END_KEY])
                 else:
                     finished = episodes.add(t.rewards, t.terminated | t.truncated)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..ope import OffPolicyEvaluator
+from ..offline.ope import OffPolicyEvaluator
 
 __all__ = ["Periodic", "record_estimates"]
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import checkpoint
 from ..agents.saving import agent_from_run, open_saved
-from ..live_edits import Event
+from .live_edits import Event
 
 __all__ = ["Counters", "reopen", "rng_states", "write_run"]
 
@@ -78,7 +78,7 @@ def write_run(
             # continues the streams instead of replaying its first episodes.
             "env_rng": rng_states(runner) if runner is not None else ctx.counters.env_rng,
             "external": ctx.loop.external,
-            # Live edits and env calls (workbench.live_edits.Event), plain JSON.
+            # Live edits and env calls (workbench.run.live_edits.Event), plain JSON.
             "events": [event.to_dict() for event in session.events],
         },
     }

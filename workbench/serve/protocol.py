@@ -158,7 +158,7 @@ def check_act(agent: Any, request: dict[str, Any]) -> tuple[Hashable | None, Any
     obs = observation(agent, request.get("obs"), "obs")
     mask = request.get("action_mask")
     if mask is not None:
-        from ..masks import check_masks
+        from ..envs.masks import check_masks
 
         _mask_values(mask)
         try:

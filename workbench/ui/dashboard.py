@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets as widgets
 import numpy as np
 
-from ..control import sessions as live_sessions
+from ..run.registry import sessions as live_sessions
 from .heartbeat import Heartbeat
 from .live_plot import LivePlot
 from .picture import svg_picture

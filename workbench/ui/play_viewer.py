@@ -18,7 +18,7 @@ import gymnasium as gym
 import ipywidgets as widgets
 import numpy as np
 
-from ..envs import as_env_source
+from ..envs.core import as_env_source
 from ..loop import play_episode
 from .frame_view import FrameView
 from .live_plot import LivePlot

@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 from .live import LiveFigure
 
 if TYPE_CHECKING:
-    from ..sweeps import Sweep, TrialResult
+    from ..sweeps.sweep import Sweep, TrialResult
 
 __all__ = ["SweepDashboard"]
 

@@ -341,7 +341,7 @@ def snapshot(
 
 
 def event_label(event: Any) -> str:
-    """A short text for a live edit or env call (``workbench.live_edits.Event``):
+    """A short text for a live edit or env call (``workbench.run.live_edits.Event``):
     ``learning_rate 0.001 → 0.0001``, ``set_difficulty(3)``."""
 
     def short(value: Any) -> str:

@@ -11,7 +11,7 @@ after the other (an episode ends at a row whose ``terminated`` or ``truncated`` 
     train, held_out = ds.split(0.1, seed=0)                      # by whole episodes
 
 ``log_probs`` (optional) is the behaviour policy's log-probability of each taken action, which the
-importance-sampling estimators of ``workbench.ope`` need. On disk a dataset is a directory with
+importance-sampling estimators of ``workbench.offline.ope`` need. On disk a dataset is a directory with
 ``dataset.json`` (spaces, counts, format version) and ``arrays.npz`` written with
 ``allow_pickle=False``: opening someone else's dataset cannot run their code.
 """
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from .checkpoint import (
+from ..checkpoint import (
     MAX_META_BYTES,
     CheckpointError,
     FieldChecks,

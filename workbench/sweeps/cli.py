@@ -99,7 +99,7 @@ def parse_space_args(pairs: Sequence[str]) -> dict[str, Any]:
 
 
 def _load_function(target: str, env: str) -> tuple[Callable[..., Any], dict[str, Any]]:
-    from .agents import AGENTS
+    from ..agents import AGENTS
 
     if target.lower() in AGENTS:
         cls = AGENTS[target.lower()]
@@ -139,7 +139,7 @@ def _load_function(target: str, env: str) -> tuple[Callable[..., Any], dict[str,
 def run(args: argparse.Namespace) -> int:
     """Run ``workbench sweep``: print each trial as it ends, then the table and the best trial."""
     try:
-        from .sweeps import Sweep
+        from .sweep import Sweep
     except ImportError as exc:
         raise SystemExit(f"workbench: sweeps need Optuna: pip install 'rl-workbench[optuna]' ({exc})") from None
 

@@ -40,7 +40,7 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
-from .sweep_trials import (
+from .trials import (
     _POLL_S,
     _counted,
     _decode,
@@ -294,7 +294,7 @@ class Sweep:
         if backend not in ("optuna", "ray"):
             raise ValueError(f"backend must be 'optuna' (local worker processes) or 'ray' (Ray Tune), got {backend!r}")
         if backend == "ray":
-            from .sweeps_ray import check_ray_prune
+            from .ray_tune import check_ray_prune
 
             check_ray_prune(prune)
         self.dists, self.choices = parse_space(space)
@@ -568,7 +568,7 @@ class Sweep:
 
     def dashboard(self) -> Any:
         """The live notebook view of this sweep (an ipywidgets widget)."""
-        from .ui.sweep_view import SweepDashboard
+        from ..ui.sweep_view import SweepDashboard
 
         return SweepDashboard(self)
 
@@ -600,7 +600,7 @@ class Sweep:
     def _supervise(self) -> None:
         try:
             if self.backend == "ray":
-                from .sweeps_ray import run_tune
+                from .ray_tune import run_tune
 
                 run_tune(self, self._stop)
             elif self.parallel == 1:

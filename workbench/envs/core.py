@@ -171,10 +171,10 @@ def make_env(
     Atari (``"ALE/Breakout-v5"``, ``"BreakoutNoFrameskip-v4"``), as Stable-Baselines3's
     ``AtariWrapper`` for the rl-zoo's presets: the game without frame skipping, then gymnasium's
     ``AtariPreprocessing`` (up to ``noop_max`` no-ops at reset, ``frame_skip`` frames with the last
-    two max-pooled, ``screen_size`` square grayscale), :class:`workbench.atari.AtariTraining`
+    two max-pooled, ``screen_size`` square grayscale), :class:`workbench.envs.atari.AtariTraining`
     (``episodic_life``: a lost life ends the training episode, not the game; ``clip_rewards``: the
     agent learns from the rewards' signs; ``episode_reward`` still records each whole game's raw
-    score, and play and evaluation see whole games with raw rewards), :class:`workbench.atari.FireReset`
+    score, and play and evaluation see whole games with raw rewards), :class:`workbench.envs.atari.FireReset`
     (``fire_reset``; None: for the games whose action 1 is FIRE) and ``FrameStackObservation`` of
     ``frame_stack`` (0 or 1: no stack): ``uint8`` observations ``(4, 84, 84)``, channels first.
     For ``ALE/*-v5`` ids the sticky actions (repeat probability 0.25) stay. The options apply to
@@ -550,7 +550,7 @@ class VecEnv:
     session can say which env hangs. :meth:`rng_states` / :meth:`set_rng_states` carry every env's
     random stream (``env.np_random``) across a save and resume.
 
-    Action masks (``workbench.masks``): ``masks`` holds the mask of every env's current state
+    Action masks (``workbench.envs.masks``): ``masks`` holds the mask of every env's current state
     (the next decision's), ``final_masks`` those of the states the last ``step`` reached (the
     last state of an ended episode); both are None for envs that give no masks.
     """
@@ -583,7 +583,7 @@ class VecEnv:
         self._fresh = [False] * self.num_envs
         self._restore: list[dict[str, Any] | None] | None = None
         self._mask_readers = [MaskReader(env, self.action_space) for env in self.envs]
-        # Envs that end training episodes before the game (workbench.atari.AtariTraining) report
+        # Envs that end training episodes before the game (workbench.envs.atari.AtariTraining) report
         # each whole game's raw score: (score, length) rows, NaN where no game ended this step.
         self._reports_games = any(training_wrapper(env) is not None for env in self.envs)
         if self._reports_games:
@@ -821,9 +821,9 @@ class VectorEnvAdapter:
     ``info`` is read per env (gymnasium's ``_key`` flags): action masks (``info["action_mask"]``,
     a Dict observation's ``"action_mask"``, or the envs' ``action_masks`` method through the vector
     env's ``call``), and whole Atari games (``game_ends``): EnvPool's raw ``info["reward"]`` while
-    ``reward_clip=True`` clips the step's reward, or the ``workbench.atari.AtariTraining`` wrapper
+    ``reward_clip=True`` clips the step's reward, or the ``workbench.envs.atari.AtariTraining`` wrapper
     inside a gymnasium vector env's envs. ``episodic_life`` / ``clip_rewards`` apply
-    :class:`workbench.atari.AtariTraining`'s rules here, for an EnvPool Atari env made without its own
+    :class:`workbench.envs.atari.AtariTraining`'s rules here, for an EnvPool Atari env made without its own
     (``make_envpool`` does that): a lost life ends the training episode and the game goes on.
 
     What the env returns is checked (one row per env, the observation shape of the single space,
@@ -867,7 +867,7 @@ class VectorEnvAdapter:
                 )
         self.episodic_life, self.clip_rewards = episodic_life, clip_rewards
         self._lives = np.zeros(n, dtype=np.int64)
-        # Whole games (workbench.atari): EnvPool's Atari envs give the raw reward and the lives in info;
+        # Whole games (workbench.envs.atari): EnvPool's Atari envs give the raw reward and the lives in info;
         # a gymnasium vector env of make_env's Atari envs reports them through AtariTraining.
         self._envpool_games = self.envpool and (episodic_life or clip_rewards or bool(config.get("reward_clip")))
         self._wrapped_games = not self.envpool and _reports_game_ends(venv)
@@ -1191,7 +1191,7 @@ def _select_info(info: dict, which: np.ndarray) -> dict:
 
 
 def _reports_game_ends(venv: Any) -> bool:
-    """True when a gymnasium vector env's envs are wrapped in ``workbench.atari.AtariTraining``."""
+    """True when a gymnasium vector env's envs are wrapped in ``workbench.envs.atari.AtariTraining``."""
     envs = getattr(venv, "envs", None)
     if envs:
         return training_wrapper(envs[0]) is not None

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 import optuna
 from optuna.trial import TrialState
 
-from .parallel.ray_start import init_private_ray as _init_private_ray
-from .sweep_trials import _counted, _decode, _Interrupted, _Never, _open_storage, _Pruned, _run_trial, _Spec
+from ..parallel.ray_start import init_private_ray as _init_private_ray
+from .trials import _counted, _decode, _Interrupted, _Never, _open_storage, _Pruned, _run_trial, _Spec
 
 if TYPE_CHECKING:
-    from .sweeps import Sweep
+    from .sweep import Sweep
 
 __all__ = ["check_ray_prune", "run_tune"]
 

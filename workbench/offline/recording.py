@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from .agents.base import Agent, Transitions
+from ..agents.base import Agent, Transitions
 from .datasets import Dataset
 
 __all__ = ["Recorder", "behaviour_log_probs"]

@@ -4,7 +4,7 @@ stands as its env, and handing the dataset to the agent.
 The run itself is the one of every session (status, pause/resume/stop, signals, periodic
 evaluation on an env, checkpoints, ``stop_when``); its loop is ``workbench.run.loops.OfflineLoop``,
 where each step is one gradient step of an offline agent (``workbench.agents.offline``) on its
-dataset, and, with ``ope_every``, the off-policy estimates of ``workbench.ope`` on held-out episodes
+dataset, and, with ``ope_every``, the off-policy estimates of ``workbench.offline.ope`` on held-out episodes
 become signals (``workbench.run.periodic``). ``stop_when`` is asked after every evaluation and estimate.
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..envs.core import as_env_source, describe_space
 from .datasets import Dataset
-from .envs import as_env_source, describe_space
 
 __all__ = ["DatasetSource", "attach_dataset", "offline_source"]
 

@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from .agents.live import apply_edits, check_edits, editable
-from .exploration import Exploration
-from .schedules import Schedule
+from ..agents.live import apply_edits, check_edits, editable
+from ..exploration import Exploration
+from ..schedules import Schedule
 
 __all__ = ["SIGNAL_PREFIX", "Event", "LiveControl", "editable_hyperparameters"]
 

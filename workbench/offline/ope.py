@@ -33,9 +33,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .agents.networks import make_adam, mlp
+from ..agents.networks import make_adam, mlp
+from ..validation import check_arguments, integer, layer_widths, number, optional
 from .datasets import Dataset, DatasetError
-from .validation import check_arguments, integer, layer_widths, number, optional
 
 __all__ = [
     "ESTIMATORS",
@@ -342,7 +342,7 @@ def evaluate_offline(
     episodes of ``dataset`` (use episodes it did not train on): a dict ``{"ips", "wis", "dm",
     "dr", "sdr"}`` of :class:`Estimate` (value and bootstrap interval), each an estimate of the
     expected ``gamma``-discounted return from the logged start states. Discrete actions only;
-    see ``workbench.ope``. Without the behaviour's ``log_probs`` in the dataset a behaviour model
+    see ``workbench.offline.ope``. Without the behaviour's ``log_probs`` in the dataset a behaviour model
     is fitted first (``behaviour_steps`` gradient steps).
 
     Every argument is checked at the call: ``gamma`` in [0, 1], ``fqe_steps`` and

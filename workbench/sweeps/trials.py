@@ -1,6 +1,6 @@
 """One sweep trial, wherever it runs: a Session trained on sampled hyperparameters, reporting its
 metric to the study at a fixed grid of env steps (``workbench.sweeps`` runs trials in threads and
-worker processes, ``workbench.sweeps_ray`` as Ray Tune trainables; both call :func:`_run_trial`).
+worker processes, ``workbench.sweeps.ray_tune`` as Ray Tune trainables; both call :func:`_run_trial`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import optuna
 from optuna.distributions import BaseDistribution
 from optuna.trial import TrialState
 
-from .session import Session
+from ..session import Session
 
 _POLL_S = 0.2  # how often a worker checks its controls and reports the metric
 _PROGRESS_S = 2.0  # how often a running trial writes its step count to the study

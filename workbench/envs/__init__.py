@@ -1,0 +1,56 @@
+"""Envs: making them from an id, an instance or a factory, checking what they return, Atari and
+MinAtar preprocessing, action masks, and the small test tasks (:mod:`workbench.envs.testing`).
+
+The bottom layer: it imports nothing else of the package, so a worker process can load
+:mod:`workbench.envs.core` by path without importing torch (``workbench/parallel/_worker.py``).
+"""
+
+from .core import (
+    EnvMethodError,
+    EnvOutputError,
+    EnvSource,
+    MinAtarFrames,
+    VecEnv,
+    VectorEnvAdapter,
+    as_env_source,
+    autoreset_mode,
+    call_env_method,
+    check_env,
+    check_vector_session,
+    checked_reset,
+    checked_step,
+    describe_space,
+    env_action_converter,
+    flat_observation_space,
+    is_atari_id,
+    is_image_space,
+    is_minatar_id,
+    is_vector_env,
+    make_env,
+    make_envpool,
+)
+
+__all__ = [
+    "EnvMethodError",
+    "EnvOutputError",
+    "EnvSource",
+    "MinAtarFrames",
+    "VecEnv",
+    "VectorEnvAdapter",
+    "as_env_source",
+    "autoreset_mode",
+    "call_env_method",
+    "check_env",
+    "check_vector_session",
+    "checked_reset",
+    "checked_step",
+    "describe_space",
+    "env_action_converter",
+    "flat_observation_space",
+    "is_atari_id",
+    "is_image_space",
+    "is_minatar_id",
+    "is_vector_env",
+    "make_env",
+    "make_envpool",
+]
