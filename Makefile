@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # torch first, as the CPU build: with torch already installed, pip never fetches a CUDA build.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: demo test lint bench docs clean
+.PHONY: demo test test-fast lint bench docs clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,11 @@ test: $(VENV)/.installed
 	$(BIN)/ruff check workbench tests benchmarks examples notebooks
 	$(BIN)/pytest -q -ra --durations=15
 	cd notebooks && WB_QUICK=1 ../$(BIN)/pytest -q --nbmake --nbmake-timeout=600 *.ipynb
+
+# The inner loop: the unit tests only (no training runs, browser or Ray), stopping at the first failure.
+test-fast: $(VENV)/.installed
+	$(BIN)/ruff check workbench tests benchmarks examples notebooks
+	$(BIN)/pytest -q -x -m "not slow and not browser and not ray"
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check workbench tests benchmarks examples notebooks

@@ -3,6 +3,8 @@
 import subprocess
 import sys
 
+import pytest
+
 import workbench as wb
 
 
@@ -58,3 +60,14 @@ def test_unknown_attribute_error():
         assert "NoSuchThing" in str(exc)
     else:
         raise AssertionError("expected AttributeError")
+
+
+def test_the_old_testing_envs_spelling_still_imports_with_a_warning():
+    import importlib
+
+    import workbench.envs.testing as testing
+
+    sys.modules.pop("workbench.testing_envs", None)
+    with pytest.warns(DeprecationWarning, match="workbench.envs.testing"):
+        old = importlib.import_module("workbench.testing_envs")
+    assert old.MaskedTarget is testing.MaskedTarget and set(old.__all__) == set(testing.__all__)
