@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -51,9 +52,11 @@ N_ENVS = 8
 
 
 def cpu_seconds() -> float:
-    """User + system CPU time of this process and all its children, alive now."""
+    """User + system CPU time of this process and its children: the live ones (psutil) and those that
+    ended and were waited for (``os.times``; local workers exit when a run ends)."""
     me = psutil.Process()
-    total = sum(me.cpu_times()[:2])
+    ended = os.times()
+    total = sum(me.cpu_times()[:2]) + ended.children_user + ended.children_system
     for child in me.children(recursive=True):
         try:
             total += sum(child.cpu_times()[:2])
