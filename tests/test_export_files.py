@@ -174,3 +174,21 @@ def test_bad_export_arguments_name_the_argument_and_the_accepted_values(agent, t
 def test_export_policy_checks_overwrite(agent, tmp_path):
     with pytest.raises(TypeError, match="overwrite=1"):
         export_policy(agent, tmp_path / "p.onnx", overwrite=1)
+
+
+def test_agent_export_and_the_cli_take_overwrite(tmp_path):
+    from workbench.cli import main
+
+    agent = wb.PPO("CartPole-v1", n_steps=8, batch_size=8)
+    session = wb.Session(agent, "CartPole-v1", seed=0)
+    session.save(tmp_path / "run")
+    foreign = tmp_path / "report.onnx"
+    foreign.write_text("not a model")
+    with pytest.raises(SystemExit, match="not an ONNX model written by agent.export"):
+        main(["export", str(tmp_path / "run"), str(foreign)])
+    assert foreign.read_text() == "not a model"
+    assert main(["export", str(tmp_path / "run"), str(foreign), "--overwrite"]) == 0
+    assert foreign.read_bytes() != b"not a model"
+    foreign2 = tmp_path / "other.onnx"
+    foreign2.write_text("mine")
+    assert agent.export(foreign2, overwrite=True) == str(foreign2)

@@ -104,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="add a bool input action_mask (Discrete and MultiDiscrete actions): the best allowed action",
     )
+    export.add_argument(
+        "--overwrite", action="store_true", help="replace OUT even when it is not an earlier export"
+    )
     from .sweeps.cli import add_parser as add_sweep_parser
 
     add_sweep_parser(sub)
@@ -319,8 +322,8 @@ def _export(args: argparse.Namespace) -> int:
 
     agent = agent_from_run(read_saved(args.run)).eval()
     try:
-        path = agent.export(args.out, action_mask=args.action_mask)
-    except ImportError as exc:
+        path = agent.export(args.out, action_mask=args.action_mask, overwrite=args.overwrite)
+    except (ImportError, OSError) as exc:  # a missing extra, a file that is not an export, a full disk
         raise SystemExit(f"workbench: {exc}") from None
     print(f"exported the deterministic {agent.algorithm} policy to {path} (sidecar {path}.json)")
     return 0

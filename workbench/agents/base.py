@@ -679,7 +679,10 @@ class Agent:
             overwrite=overwrite,
         )
 
-    def export(self, path: str | os.PathLike[str], *, format: str | None = None, action_mask: bool = False) -> str:
+    def export(
+        self, path: str | os.PathLike[str], *, format: str | None = None, action_mask: bool = False,
+        overwrite: bool = False,
+    ) -> str:
         """Write the deterministic policy (what ``act(obs, deterministic=True)`` does, with the
         observation normalization and the action scaling baked in) to run without this library,
         plus a JSON sidecar ``<path>.json`` of spaces, input/output, observation layout and versions.
@@ -687,10 +690,11 @@ class Agent:
         The format follows the suffix: ``.onnx`` (needs ``pip install 'rl-workbench[export]'``;
         run it with onnxruntime); ``format=`` overrides it. ``action_mask=True`` (Discrete and
         MultiDiscrete actions) adds a bool input ``action_mask`` restricting the action to the allowed
-        ones. Returns the model's path. See ``workbench.agents.export``."""
+        ones. Written to temporary files and renamed into place; an earlier export is replaced, any
+        other file only with ``overwrite=True``. Returns the model's path. See ``workbench.agents.export``."""
         from .export import export_policy
 
-        return export_policy(self, path, format=format, action_mask=action_mask)
+        return export_policy(self, path, format=format, action_mask=action_mask, overwrite=overwrite)
 
     # -- play ---------------------------------------------------------------------------------
 
