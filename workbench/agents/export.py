@@ -634,7 +634,8 @@ def _check_replaceable(path: str, overwrite: bool) -> None:
             kind = "a symbolic link" if os.path.islink(target) else f"a file that is not {what}"
             raise FileExistsError(
                 f"{target}: exists and is {kind}; export() replaces only an earlier export (the model and its "
-                f"{SIDECAR_SUFFIX} sidecar). Choose another path, or pass overwrite=True (workbench export --overwrite) to replace it"
+                f"{SIDECAR_SUFFIX} sidecar). Choose another path, or pass overwrite=True (workbench export "
+                "--overwrite) to replace it"
             )
 
 
