@@ -146,3 +146,22 @@ def test_play_rejects_bad_arguments():
         agent.play("CartPole-v1", episodes=0)
     with pytest.raises(ValueError, match="render"):
         agent.play("CartPole-v1", render="human")
+
+
+def test_weights_from_read_only_buffers_load_without_a_warning():
+    # Ray workers receive the learner's weights in read-only buffers (issue 40: a UserWarning in notebooks).
+    import warnings
+
+    source, target = wb.PPO("CartPole-v1"), wb.PPO("CartPole-v1")
+    weights = source.network_weights()
+    for arrays in weights.values():
+        for array in arrays.values():
+            array.flags.writeable = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        target.load_networks(weights)
+    assert all(
+        np.array_equal(a, b)
+        for name in weights
+        for a, b in zip(weights[name].values(), target.network_weights()[name].values(), strict=True)
+    )

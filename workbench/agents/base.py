@@ -621,7 +621,9 @@ class Agent:
         as :meth:`network_weights` returns). Raises ``ValueError`` naming what does not fit."""
         for name, net in self.networks.items():
             if name in tensors and isinstance(tensors[name], dict):
-                sd = {k: torch.as_tensor(np.asarray(v)) for k, v in tensors[name].items()}
+                # Ray hands arrays over in read-only buffers; torch warns on those (and would share them),
+                # so a read-only array is copied first: the weights are loaded by copy anyway.
+                sd = {k: torch.as_tensor(_writable(v)) for k, v in tensors[name].items()}
             else:
                 prefix = f"net/{name}/"
                 sd = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
@@ -816,3 +818,8 @@ class Agent:
             f"fast={self.config.fast}, steps={self.num_timesteps}, {mode})"
         )
 
+
+def _writable(value: Any) -> np.ndarray:
+    """``value`` as an array torch can wrap without a warning: a read-only one is copied."""
+    array = np.asarray(value)
+    return array if array.flags.writeable else array.copy()
