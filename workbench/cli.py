@@ -227,7 +227,7 @@ def _serve(args: argparse.Namespace) -> int:
         if args.set or args.n_envs is not None:
             raise SystemExit("workbench: --set and --n-envs are for a new run; a saved run keeps its own")
         seed = {} if args.seed is None else {"seed": args.seed}
-        session = Session.resume(args.target, external=True, **seed)
+        session = Session.reopen(args.target, external=True, **seed)
     else:
         from .agents import AGENTS
         from .envs.core import as_env_source

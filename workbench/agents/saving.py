@@ -1,4 +1,4 @@
-"""Agents from saved runs: ``wb.load`` and what ``Session.resume`` builds on.
+"""Agents from saved runs: ``wb.load`` and what ``Session.reopen`` builds on.
 
 The file format is ``checkpoint.py``'s; what an agent saves is its own (``Agent.describe`` and
 ``Agent.state``). Here a saved run becomes an agent again: the class from the registry, the
@@ -52,7 +52,7 @@ def _user_encoder(path: str, allow: Sequence[str] | None, label: str) -> type:
         raise CheckpointError(
             f"{label}: the agent was saved with the custom encoder {path!r}; building it imports and runs that "
             f"code, so it is refused unless you allow it: wb.load(path, allow_encoders=[{path!r}]) "
-            "(or Session.resume(path, env, allow_encoders=[...]))"
+            "(or Session.reopen(path, env, allow_encoders=[...]))"
         )
     try:
         return import_encoder(path)

@@ -247,7 +247,7 @@ class Server:
         except (RuntimeError, AttributeError):
             raise ValueError(
                 "serve() serves act/feedback, which only a session driven by the application has: build it "
-                "with wb.Session.external(agent, ...) (or wb.Session.resume(path, external=True)), then serve it"
+                "with wb.Session.external(agent, ...) (or wb.Session.reopen(path, external=True)), then serve it"
             ) from None
         check_host(host, token)
         if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
