@@ -125,7 +125,7 @@ def test_save_load_round_trip_and_deterministic_play(name, tmp_path):
     first = loaded.play(env, episodes=2, seed=3)
     assert loaded.play(env, episodes=2, seed=3) == first  # play is deterministic
     assert agent.play(env, episodes=2, seed=3) == first  # and the loaded agent acts as the trained one
-    resumed = wb.Session.resume(tmp_path / "run", env)
+    resumed = wb.Session.reopen(tmp_path / "run", env)
     resumed.run(steps=50)
     assert resumed.status == "finished"
 

@@ -106,7 +106,7 @@ def _cartpole_with_three_actions():
 def test_resume_restores_counters_optimizer_schedule_signals_and_memory(tmp_path, name):
     session = trained_session(name, steps=600)
     path = session.save(tmp_path / "run", memory=True if name == "dqn" else False)
-    resumed = wb.Session.resume(path, "CartPole-v1")
+    resumed = wb.Session.reopen(path, "CartPole-v1")
     agent, original = resumed.agent, session.agent
     assert agent.training
     assert resumed.steps == session.steps and resumed.episodes == session.episodes
@@ -131,7 +131,7 @@ def test_resume_restores_counters_optimizer_schedule_signals_and_memory(tmp_path
 
 def test_resume_env_is_taken_from_the_saved_id(tmp_path):
     path = trained_session("ppo").save(tmp_path / "run")
-    assert wb.Session.resume(path).env_source.env_id == "CartPole-v1"
+    assert wb.Session.reopen(path).env_source.env_id == "CartPole-v1"
 
 
 def test_resume_of_an_app_env_run_needs_the_env(tmp_path):
@@ -140,8 +140,8 @@ def test_resume_of_an_app_env_run_needs_the_env(tmp_path):
     session.run(steps=64)
     path = session.save(tmp_path / "run")
     with pytest.raises(ValueError, match="pass it"):
-        wb.Session.resume(path)
-    resumed = wb.Session.resume(path, env)
+        wb.Session.reopen(path)
+    resumed = wb.Session.reopen(path, env)
     assert resumed.steps == 64
 
 
@@ -160,7 +160,7 @@ def test_resumed_run_matches_an_uninterrupted_run(tmp_path):
     first.run(steps=4000)
     assert first.steps == 2000
     path = first.save(tmp_path / "half")
-    second = wb.Session.resume(path, env2)
+    second = wb.Session.reopen(path, env2)
     second.run(steps=2000)
 
     assert second.steps == straight.steps
@@ -254,7 +254,7 @@ def test_a_pickled_memory_is_refused_and_runs_nothing(tmp_path, monkeypatch):
     arrays["obs"] = np.array([_Boom()], dtype=object)
     np.savez(os.path.join(path, "memory.npz"), **arrays)
     with pytest.raises(CheckpointError, match="pickle"):
-        wb.Session.resume(path)
+        wb.Session.reopen(path)
     assert not marker.exists()
 
 
@@ -353,5 +353,5 @@ def test_killing_the_process_mid_save_leaves_the_previous_checkpoint_loadable(tm
             proc.kill()
     agent = wb.load(tmp_path / "run")
     assert agent.num_timesteps >= 299_000
-    resumed = wb.Session.resume(tmp_path / "run")
+    resumed = wb.Session.reopen(tmp_path / "run")
     assert len(resumed.agent.memory) == 300_000

@@ -151,12 +151,12 @@ def test_custom_encoder_round_trips_only_when_allowed(tmp_path):
     with pytest.raises(CheckpointError, match=rf"custom encoder '{path}'.*allow_encoders=\['{path}'\]"):
         wb.load(tmp_path / "run")
     with pytest.raises(CheckpointError, match="allow_encoders"):
-        wb.Session.resume(tmp_path / "run", make)
+        wb.Session.reopen(tmp_path / "run", make)
     loaded = wb.load(tmp_path / "run", allow_encoders=[path])
     assert loaded.actor[0].net.linear.out_features == 6
     obs, _ = make().reset(seed=2)
     assert loaded.act(obs) == agent.eval().act(obs)
-    resumed = wb.Session.resume(tmp_path / "run", make, allow_encoders=[path])
+    resumed = wb.Session.reopen(tmp_path / "run", make, allow_encoders=[path])
     assert resumed.agent.num_timesteps == 32
 
 

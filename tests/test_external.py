@@ -335,8 +335,8 @@ def test_save_load_and_resume_an_external_session(tmp_path):
     assert agent.act(obs) == session.agent.act(obs, deterministic=True)
 
     with pytest.raises(ValueError, match="external=True"):
-        wb.Session.resume(path)
-    resumed = wb.Session.resume(path, external=True, max_lag=0)
+        wb.Session.reopen(path)
+    resumed = wb.Session.reopen(path, external=True, max_lag=0)
     assert resumed.steps == 300 and resumed.episodes == session.episodes
     assert list(resumed.signals["episode_reward"].values) == list(session.signals["episode_reward"].values)
     resumed.start(steps=100)
@@ -346,7 +346,7 @@ def test_save_load_and_resume_an_external_session(tmp_path):
     # A run trained on an env can continue driven by the application, too.
     normal = wb.Session(small_dqn(env), env, seed=0).run(steps=100)
     normal.save(tmp_path / "normal")
-    assert wb.Session.resume(tmp_path / "normal", external=True).steps == 100
+    assert wb.Session.reopen(tmp_path / "normal", external=True).steps == 100
 
 
 def test_save_while_running_keeps_serving():

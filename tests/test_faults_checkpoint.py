@@ -233,7 +233,7 @@ def test_load_never_extracts_the_memory_and_resume_refuses_a_bomb(dqn_run, tmp_p
     assert wb.load(bomb).algorithm == "DQN"
     assert "memory.npz" not in opened
     with pytest.raises(CheckpointError, match=r"bomb\.zip!memory\.npz: inflates to 67108864 bytes"):
-        wb.Session.resume(bomb)
+        wb.Session.reopen(bomb)
     assert "memory.npz" not in opened
 
 
@@ -257,7 +257,7 @@ def test_a_npy_header_declaring_a_huge_array_is_refused_before_allocation(dqn_ru
     with pytest.raises(CheckpointError, match=r"memory\.npz: .*'obs' declares shape \(100000000000, 4\)"):
         read_npz(path)
     with pytest.raises(CheckpointError, match=r"memory\.npz"):
-        wb.Session.resume(dqn_run)
+        wb.Session.reopen(dqn_run)
 
 
 def _edit_meta(run, edit):
@@ -368,7 +368,7 @@ def test_a_replay_memory_with_impossible_values_is_refused_on_resume(dqn_run, fi
     arrays[field][0] = value
     np.savez(path, **arrays)
     with pytest.raises(CheckpointError, match=r"memory\.npz: array " + match):
-        wb.Session.resume(dqn_run)
+        wb.Session.reopen(dqn_run)
 
 
 @pytest.mark.timeout(20)
@@ -387,7 +387,7 @@ def test_a_symlink_to_dev_zero_is_refused(dqn_run, name):
     os.unlink(target)
     os.symlink("/dev/zero", target)
     with pytest.raises(CheckpointError, match=rf"{name}: is a symbolic link"):
-        wb.Session.resume(dqn_run)
+        wb.Session.reopen(dqn_run)
 
 
 def test_no_error_echoes_a_file_outside_the_checkpoint(ppo_run, tmp_path):
@@ -398,13 +398,13 @@ def test_no_error_echoes_a_file_outside_the_checkpoint(ppo_run, tmp_path):
         os.unlink(os.path.join(run, name))
         os.symlink(secret, os.path.join(run, name))
         with pytest.raises(CheckpointError) as info:
-            wb.Session.resume(run)
+            wb.Session.reopen(run)
         assert "hunter2" not in str(info.value) and name in str(info.value)
     # A regular signals.csv that is not one: named, not quoted.
     run = shutil.copytree(ppo_run, tmp_path / "run-copy")
     shutil.copy(secret, os.path.join(run, "signals.csv"))
     with pytest.raises(CheckpointError, match=r"signals\.csv") as info:
-        wb.Session.resume(run)
+        wb.Session.reopen(run)
     assert "hunter2" not in str(info.value)
 
 
@@ -437,10 +437,10 @@ def test_a_zip_with_a_member_twice_is_refused(ppo_run, tmp_path):
 
 
 def test_a_good_checkpoint_still_loads_and_resumes(dqn_run, tmp_path):
-    session = wb.Session.resume(dqn_run)
+    session = wb.Session.reopen(dqn_run)
     assert len(session.agent.memory) > 0
     zipped = session.save(tmp_path / "again.zip", memory=True)
-    assert len(wb.Session.resume(zipped).agent.memory) == len(session.agent.memory)
+    assert len(wb.Session.reopen(zipped).agent.memory) == len(session.agent.memory)
 
 
 @pytest.fixture
@@ -528,7 +528,7 @@ def test_malformed_session_fields_are_a_checkpoint_error_naming_file_and_field(p
     _edit_meta(ppo_run, _set(dotted, value))
     state = np.random.get_state()[1][:4].copy()
     with pytest.raises(CheckpointError) as info:
-        session = wb.Session.resume(ppo_run, "CartPole-v1")
+        session = wb.Session.reopen(ppo_run, "CartPole-v1")
         session.run(steps=8)  # today's code failed here for some of them, or not at all
     message = str(info.value)
     assert "meta.json" in message and repr(field) in message, message
@@ -540,7 +540,7 @@ def test_valid_session_fields_resume(ppo_run):
     _edit_meta(ppo_run, _set("session.events", [EVENT, {**EVENT, "kind": "call_env", "name": "set_level",
                                                          "old": None, "new": {"args": [2], "kwargs": {}}}]))
     _edit_meta(ppo_run, _set("session.env_rng", [RNG, None]))
-    session = wb.Session.resume(ppo_run, "CartPole-v1")
+    session = wb.Session.reopen(ppo_run, "CartPole-v1")
     assert [e.kind for e in session.events] == ["set", "call_env"]
     session.run(steps=8)
 
@@ -626,7 +626,7 @@ def test_a_full_disk_during_save_raises_oserror_and_keeps_the_last_checkpoint(tm
     assert os.listdir(tmp_path) == [os.path.basename(path)]  # nothing half-written beside it
     again = wb.load(path)
     assert again.num_timesteps == before.num_timesteps == 100
-    assert len(wb.Session.resume(path, "CartPole-v1").agent.memory) == 100
+    assert len(wb.Session.reopen(path, "CartPole-v1").agent.memory) == 100
 
 
 def test_a_really_full_disk_while_writing_the_weights_is_an_oserror(small_disk):

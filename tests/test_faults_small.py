@@ -22,7 +22,7 @@ def test_a_logged_value_reads_back_exactly_as_given(tmp_path, value):
     sig = session.signals["compression_ratio"]
     assert sig.last == value and sig.values[0] == value and sig.mean() == value
     session.save(tmp_path / "run")
-    resumed = wb.Session.resume(tmp_path / "run", "CartPole-v1")
+    resumed = wb.Session.reopen(tmp_path / "run", "CartPole-v1")
     assert resumed.signals["compression_ratio"].last == value  # through signals.csv too
 
 

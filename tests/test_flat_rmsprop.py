@@ -128,7 +128,7 @@ def test_a2c_resumed_from_a_checkpoint_steps_as_torch_rmsprop_would(tmp_path):
     session.save(tmp_path / "run")
 
     def resumed_weights(flat: bool) -> list[torch.Tensor]:
-        resumed = wb.Session.resume(tmp_path / "run", "CartPole-v1")
+        resumed = wb.Session.reopen(tmp_path / "run", "CartPole-v1")
         if not flat:
             _without_flat(resumed.agent)
         resumed.run(steps=400)

@@ -79,7 +79,7 @@ def test_dqn_on_images_with_optimize_memory_usage_saves_and_resumes(tmp_path):
     session.run(steps=100)
     assert agent.memory.obs.dtype == np.uint8 and agent.memory.optimize_memory_usage
     session.save(tmp_path / "run", memory=True)
-    resumed = wb.Session.resume(tmp_path / "run", make)
+    resumed = wb.Session.reopen(tmp_path / "run", make)
     mem = resumed.agent.memory
     np.testing.assert_array_equal(mem.obs[: len(mem)], agent.memory.state_arrays()["obs"][-len(mem) :])
     resumed.run(steps=20)

@@ -186,7 +186,7 @@ def test_replay_masks_are_saved_as_bool(tmp_path):
     assert arrays["next_action_masks"].dtype == bool
     assert arrays["next_action_masks"].shape == (120, 6)
     assert (arrays["next_action_masks"].sum(axis=1) == 3).all()
-    resumed = wb.Session.resume(tmp_path / "run", masked())
+    resumed = wb.Session.reopen(tmp_path / "run", masked())
     np.testing.assert_array_equal(resumed.agent.memory.next_masks[:120], arrays["next_action_masks"])
     resumed.run(steps=200)
     assert resumed.status == "finished", resumed.error

@@ -60,7 +60,7 @@ def test_session_resume_continues_an_offline_run(tmp_path):
     session = wb.Session(wb.BCQ(dataset=ds, net_arch=(16,)), dataset=ds, eval_env="CartPole-v1", seed=0)
     session.run(steps=30)
     session.save(tmp_path / "run")
-    again = wb.Session.resume(tmp_path / "run", dataset=ds)
+    again = wb.Session.reopen(tmp_path / "run", dataset=ds)
     assert again.steps == 30 and len(again.signals["loss"].values) == 30
     again.run(steps=20)
     assert again.steps == 50 and again.evaluate(episodes=1) > 0

@@ -102,7 +102,7 @@ def test_save_load_keeps_weights_and_acting_state(tmp_path):
     fresh = _agent()
     fresh.restore(agent.state())
     torch.testing.assert_close(fresh._acting_states[True], agent._acting_states[True])
-    resumed = wb.Session.resume(tmp_path / "run", "CartPoleNoVel-v1")
+    resumed = wb.Session.reopen(tmp_path / "run", "CartPoleNoVel-v1")
     resumed.run(steps=64)
     assert resumed.status == "finished", resumed.error
 

@@ -54,7 +54,7 @@ def test_an_old_run_loads_with_every_tensor_in_place(name, tmp_path):
 @pytest.mark.parametrize("name", sorted(RUNS))
 def test_an_old_run_resumes_where_it_stopped(name):
     algorithm, env_id, steps = RUNS[name]
-    session = wb.Session.resume(FIXTURES / name)
+    session = wb.Session.reopen(FIXTURES / name)
     assert session.steps == steps and session.agent.algorithm == algorithm
     assert "loss" in session.signals or "critic_loss" in session.signals  # the signals came back
     if algorithm == "DQN":

@@ -85,7 +85,7 @@ def test_sigterm_stops_cleanly_and_saves_a_loadable_run_where_asked(tmp_path):
     assert "SIGTERM: stopping" in out and "saved to runs/served" in out
     agent = wb.load(tmp_path / "runs" / "served")
     assert agent.algorithm == "DQN" and agent.act(OBS) in (0, 1)
-    resumed = wb.Session.resume(tmp_path / "runs" / "served", external=True)
+    resumed = wb.Session.reopen(tmp_path / "runs" / "served", external=True)
     assert resumed.episodes == 4
 
 

@@ -227,7 +227,7 @@ def test_evaluation_on_a_separate_env_and_resume(tmp_path):
     with pytest.raises(ValueError, match="vector env .* cannot be copied"):
         agent.play(venv)
     session.save(tmp_path / "run")
-    resumed = wb.Session.resume(tmp_path / "run", venv)
+    resumed = wb.Session.reopen(tmp_path / "run", venv)
     assert resumed.steps == 64 and resumed.agent.num_envs == 2
     resumed.run(steps=32)
     assert resumed.steps == 96
