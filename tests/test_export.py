@@ -19,6 +19,7 @@ from gymnasium import spaces
 import workbench as wb
 from workbench.checkpoint import space_to_json
 from workbench.cli import main
+from workbench.envs.testing import MaskedTarget
 
 ort = pytest.importorskip("onnxruntime", reason="pip install -e '.[export]'")
 
@@ -356,7 +357,7 @@ MASK_CASES = [
 
 @pytest.mark.parametrize(("cls", "dims", "hyper"), MASK_CASES)
 def test_masked_onnx_policy_chooses_the_best_allowed_action(tmp_path, cls, dims, hyper):
-    env = lambda: wb.testing_envs.MaskedTarget(dims=dims)  # noqa: E731
+    env = lambda: MaskedTarget(dims=dims)  # noqa: E731
     agent = trained(cls, env, hyper)
     path = agent.export(tmp_path / "policy.onnx", action_mask=True)
     side = json.loads((tmp_path / "policy.onnx.json").read_text())
@@ -374,14 +375,14 @@ def test_masked_onnx_policy_chooses_the_best_allowed_action(tmp_path, cls, dims,
 
 
 def test_masked_recurrent_export_over_episodes(tmp_path):
-    env = lambda: wb.testing_envs.MaskedTarget(dims=2, episode_length=60)  # noqa: E731 - the limits stagger it
+    env = lambda: MaskedTarget(dims=2, episode_length=60)  # noqa: E731 - the limits stagger it
     agent = trained(wb.RecurrentPPO, env, RECURRENT).eval()
     path = agent.export(tmp_path / "policy.onnx", action_mask=True)
     assert assert_recurrent_parity(agent, env, path, steps=150, masks=True) > len(EPISODE_LIMITS)
 
 
 def test_cli_exports_a_mask_input(tmp_path, capsys):
-    wb.PPO(lambda: wb.testing_envs.MaskedTarget(dims=2), seed=0, **ON_POLICY).save(tmp_path / "run")
+    wb.PPO(lambda: MaskedTarget(dims=2), seed=0, **ON_POLICY).save(tmp_path / "run")
     assert main(["export", str(tmp_path / "run"), str(tmp_path / "p.onnx"), "--action-mask"]) == 0
     assert json.loads((tmp_path / "p.onnx.json").read_text())["action_mask"]["shape"] == ["batch", 12]
     wb.PPO("Pendulum-v1").save(tmp_path / "box")

@@ -71,3 +71,13 @@ def test_the_old_testing_envs_spelling_still_imports_with_a_warning():
     with pytest.warns(DeprecationWarning, match="workbench.envs.testing"):
         old = importlib.import_module("workbench.testing_envs")
     assert old.MaskedTarget is testing.MaskedTarget and set(old.__all__) == set(testing.__all__)
+
+
+def test_the_old_testing_envs_attribute_still_works_with_a_warning():
+    import importlib
+
+    sys.modules.pop("workbench.testing_envs", None)
+    vars(wb).pop("testing_envs", None)
+    with pytest.warns(DeprecationWarning, match="workbench.envs.testing"):
+        old = wb.testing_envs
+    assert old.MaskedTarget is importlib.import_module("workbench.envs.testing").MaskedTarget

@@ -148,6 +148,8 @@ def __getattr__(name: str) -> Any:
         value = getattr(module, attr)
         globals()[name] = value
         return value
+    if name == "testing_envs":  # the old home of workbench.envs.testing: importing it warns
+        return importlib.import_module(".testing_envs", __name__)
     raise AttributeError(f"module 'workbench' has no attribute {name!r}")
 
 
