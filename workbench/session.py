@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 
 from .agents.base import Agent
-from .envs.core import EnvSource, as_env_source, check_vector_session, describe_space
+from .envs.core import EnvSource, as_env_source, describe_space
+from .envs.vector import check_vector_session
 from .offline import source as offline_loop
 from .offline.recording import Recorder
 from .parallel import check_runner_options, check_worker_env

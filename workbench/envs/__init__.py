@@ -11,12 +11,9 @@ from .core import (
     EnvSource,
     MinAtarFrames,
     VecEnv,
-    VectorEnvAdapter,
     as_env_source,
-    autoreset_mode,
     call_env_method,
     check_env,
-    check_vector_session,
     checked_reset,
     checked_step,
     describe_space,
@@ -27,6 +24,11 @@ from .core import (
     is_minatar_id,
     is_vector_env,
     make_env,
+)
+from .vector import (
+    VectorEnvAdapter,
+    autoreset_mode,
+    check_vector_session,
     make_envpool,
 )
 

@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from ..envs.core import EnvSource, VectorEnvAdapter, check_vector_session, make_envpool
+from ..envs.core import EnvSource
+from ..envs.vector import VectorEnvAdapter, check_vector_session, make_envpool
 from ..loop import Transitions, env_step
 from .runner import Runner
 
