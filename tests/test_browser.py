@@ -639,3 +639,96 @@ def test_dashboard_stays_out_of_the_users_way_under_load(jupyter):
     # processes); the test catches a page that eats training's CPU (in every round measured), the
     # numbers go in the report.
     assert metrics["steps_per_s"]["ratio"] > 0.6, metrics["steps_per_s"]
+
+
+# -- "Interrupt Kernel" while a cell trains (issue 32, item 1) ----------------------------------------
+
+INTERRUPT_NOTEBOOK = "notebooks/interrupt.ipynb"
+INTERRUPT_CELLS = [
+    # 0: a long run; a helper thread drops a file once training has visibly progressed
+    "import os, threading, time\n"
+    "import workbench as wb\n"
+    "session = wb.Session(wb.PPO('CartPole-v1'), 'CartPole-v1', seed=0)\n"
+    "def _progressed():\n"
+    "    while session.steps < 2048:\n"
+    "        time.sleep(0.1)\n"
+    "    open('interrupt-progress.txt', 'w').write(str(session.steps))\n"
+    "threading.Thread(target=_progressed, daemon=True).start()\n"
+    "print('WB-PID', os.getpid(), flush=True)\n"
+    "session.run(steps=10_000_000)",
+    # 1: what the interrupted run left, in the same kernel
+    "print('WB-AFTER', os.getpid(), session.status, session.stop_reason, session.is_alive, session.steps)",
+    # 2: the session trains again
+    "before = session.steps\n"
+    "session.run(steps=200)\n"
+    "print('WB-AGAIN', session.status, session.stop_reason, session.steps - before)",
+]
+
+
+def _cell_text(page, index: int) -> str:
+    output = page.locator(".jp-Notebook .jp-CodeCell").nth(index).locator(".jp-OutputArea-output")
+    return "\n".join(output.all_inner_texts())
+
+
+def test_interrupt_kernel_stops_the_run_and_keeps_the_kernel(jupyter):
+    """JupyterLab's Kernel > Interrupt Kernel while a cell runs ``session.run(...)``: the cell ends with
+    KeyboardInterrupt, the same kernel lives on (same pid, execution count goes on), the run is stopped
+    with stop_reason "interrupted" and its thread joined, and the session trains again."""
+    from playwright.sync_api import sync_playwright
+
+    base, token, served = jupyter
+    notebook = _load_notebook()
+    notebook["cells"] = [{**notebook["cells"][0], "source": src} for src in INTERRUPT_CELLS]
+    (served / INTERRUPT_NOTEBOOK).write_text(json.dumps(notebook))
+    progress = served / "notebooks" / "interrupt-progress.txt"  # the kernel's cwd: the notebook's folder
+    progress.unlink(missing_ok=True)
+    ARTIFACTS.mkdir(exist_ok=True)
+    url = f"{base}/lab/workspaces/wbinterrupt/tree/{INTERRUPT_NOTEBOOK}?token={token}&reset"
+    with sync_playwright() as pw:
+        profile = ROOT / "test-artifacts" / ".chromium-profile-interrupt"
+        shutil.rmtree(profile, ignore_errors=True)
+        context = pw.chromium.launch_persistent_context(
+            str(profile), executable_path=CHROMIUM, headless=True, viewport={"width": 1300, "height": 1100}, args=ARGS
+        )
+        page = context.pages[0] if context.pages else context.new_page()
+        page.set_default_timeout(60_000)
+        kernel = page.locator("span.jp-StatusBar-TextItem[title^='Change kernel']")
+        try:
+            page.goto(url)
+            _wait_for_kernel(page)
+            _run_code_cell(page, 0)
+            _wait_for(page, lambda: "WB-PID" in _cell_text(page, 0), 60, "cell 0 to print its pid")
+            pid = re.search(r"WB-PID (\d+)", _cell_text(page, 0)).group(1)
+            _wait_for(page, progress.exists, 60, "training to pass 2048 steps")
+            assert "Busy" in kernel.first.inner_text(), "the kernel should be busy in session.run(...)"
+
+            page.get_by_role("menuitem", name="Kernel", exact=True).click()
+            page.get_by_role("menuitem", name=re.compile(r"^Interrupt Kernel")).click()
+            _wait_for(page, lambda: "KeyboardInterrupt" in _cell_text(page, 0), 30, "KeyboardInterrupt in cell 0")
+            _wait_for(page, lambda: "Idle" in kernel.first.inner_text(), 30, "the kernel to be idle again")
+
+            _run_code_cell(page, 1)
+            _wait_for(page, lambda: "WB-AFTER" in _cell_text(page, 1), 30, "cell 1's line")
+            after = re.search(r"WB-AFTER (\d+) (\S+) (\S+) (\S+) (\d+)", _cell_text(page, 1))
+            assert after is not None, _cell_text(page, 1)
+            assert after.group(1) == pid, "the kernel was restarted: its pid changed"
+            assert after.groups()[1:4] == ("stopped", "interrupted", "False"), after.group(0)
+            assert int(after.group(5)) >= 2048, after.group(0)
+            # The same kernel counts on: a restarted one would number cell 1 [1] again.
+            prompt = page.locator(".jp-Notebook .jp-CodeCell").nth(1).locator(".jp-InputPrompt")
+            assert "[2]" in prompt.inner_text(), prompt.inner_text()
+
+            _run_code_cell(page, 2)
+            _wait_for(page, lambda: "WB-AGAIN" in _cell_text(page, 2), 60, "cell 2's line")
+            again = re.search(r"WB-AGAIN (\S+) (\S+) (\d+)", _cell_text(page, 2))
+            assert again is not None and again.groups()[:2] == ("finished", "budget"), _cell_text(page, 2)
+            assert int(again.group(3)) >= 200, again.group(0)
+            # No "Kernel Restarting" or dead-kernel dialog at any point, and the kernel ends idle.
+            assert page.locator(".jp-Dialog").count() == 0, page.locator(".jp-Dialog").all_inner_texts()
+            _wait_for(page, lambda: "Idle" in kernel.first.inner_text(), 30, "the kernel to be idle at the end")
+        except BaseException:
+            page.screenshot(path=str(ARTIFACTS / "interrupt-failure.png"), full_page=True)
+            raise
+        finally:
+            context.close()
+            shutil.rmtree(profile, ignore_errors=True)
