@@ -485,9 +485,20 @@ def test_dashboard_stays_out_of_the_users_way_under_load(jupyter):
             phases = []
             for shown in (True, False) * 2:
                 if shown and page.url != url:
-                    page.goto(url)  # back to the notebook: also the reload check below
-                    _wait_for_kernel(page)
-                    _wait_for(page, lambda: _points(page) > 0, 60, "the plots after going back to the notebook")
+                    # Back to the notebook, loaded once more if the plots do not come, as the reload check
+                    # below does (a widget rebuild lost in a page load, seen once in a full suite run under
+                    # load); a dashboard that never comes back still fails on the second load.
+                    for attempt in range(2):
+                        page.goto(url)
+                        _wait_for_kernel(page)
+                        try:
+                            _wait_for(page, lambda: _points(page) > 0, 60, "the plots after going back to the notebook")
+                            break
+                        except AssertionError:
+                            metrics["loads_until_plots_in_speed_phases"] = attempt + 2
+                            if attempt == 1:
+                                raise
+                            page.goto("about:blank")
                     page.wait_for_timeout(5000)  # the page settles after loading JupyterLab
                 elif not shown:
                     page.goto("about:blank")
