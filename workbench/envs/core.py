@@ -692,23 +692,8 @@ class VecEnv:
         return f"{method} at step {self.step_count}{which}"
 
     def _flat(self, obs: Any, method: str, i: int) -> np.ndarray:
-        """One observation as the float32 array the agents read; an :class:`EnvOutputError` names
-        the method and step when it is missing or does not fit the observation space."""
-        try:
-            flat = self._flatten(obs)
-        except Exception as exc:
-            raise self._bad_observation(obs, method, i, f" ({type(exc).__name__}: {exc})") from exc
-        if flat.shape != self._obs_shape or obs is None:
-            raise self._bad_observation(obs, method, i, "")
-        return flat
-
-    def _bad_observation(self, obs: Any, method: str, i: int, why: str) -> EnvOutputError:
-        shape = getattr(obs, "shape", None)
-        got = f"an observation of shape {shape}" if shape is not None else f"observation {_show(obs)}"
-        return EnvOutputError(
-            f"{self._where(method, i)} returned {got}{why}, which does not fit the observation space "
-            f"{describe_space(self.observation_space)}: return observations of that space from reset() and step()."
-        )
+        """One observation as the float32 array the agents read (:func:`checked_observation`)."""
+        return checked_observation(self._flatten, obs, self._obs_shape, self.observation_space, self._where, method, i)
 
     def close(self) -> None:
         """Close every env."""
@@ -718,6 +703,37 @@ class VecEnv:
     def call(self, name: str, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None) -> list[Any]:
         """Call method ``name`` on every env, in order; the list of results (see :func:`call_env_method`)."""
         return [call_env_method(env, name, args, kwargs) for env in self.envs]
+
+
+def checked_observation(
+    flatten: Callable[[Any], np.ndarray],
+    obs: Any,
+    shape: tuple[int, ...],
+    space: spaces.Space,
+    where: Callable[[str, int], str],
+    method: str,
+    i: int,
+) -> np.ndarray:
+    """``flatten(obs)``, the float32 row the agents read; an :class:`EnvOutputError` saying
+    ``where(method, i)`` (method, step, env; built only on an error: this runs for every env step) when
+    the observation is missing or does not fit ``space``. Written once for the library's own
+    :class:`VecEnv` and a user's vector env (``workbench.envs.vector``)."""
+    try:
+        flat = flatten(obs)
+    except Exception as exc:
+        raise _bad_observation(obs, space, where(method, i), f" ({type(exc).__name__}: {exc})") from exc
+    if obs is None or flat.shape != shape:
+        raise _bad_observation(obs, space, where(method, i), "")
+    return flat
+
+
+def _bad_observation(obs: Any, space: spaces.Space, where: str, why: str) -> EnvOutputError:
+    shape = getattr(obs, "shape", None)
+    got = f"an observation of shape {shape}" if shape is not None else f"observation {_show(obs)}"
+    return EnvOutputError(
+        f"{where} returned {got}{why}, which does not fit the observation space {describe_space(space)}: "
+        "return observations of that space from reset() and step()."
+    )
 
 
 class EnvMethodError(AttributeError):

@@ -23,6 +23,7 @@ from .core import (
     _unpack_reset,
     _unpack_step,
     _vector_name,
+    checked_observation,
     describe_space,
     flat_observation_space,
     is_atari_id,
@@ -172,21 +173,7 @@ class VectorEnvAdapter:
         return out
 
     def _flat_one(self, obs: Any, method: str, i: int) -> np.ndarray:
-        try:
-            flat = self._flatten(obs)
-        except Exception as exc:
-            raise self._bad_one(obs, method, i, f" ({type(exc).__name__}: {exc})") from exc
-        if obs is None or flat.shape != self._obs_shape:
-            raise self._bad_one(obs, method, i, "")
-        return flat
-
-    def _bad_one(self, obs: Any, method: str, i: int, why: str) -> EnvOutputError:
-        shape = getattr(obs, "shape", None)
-        got = f"an observation of shape {shape}" if shape is not None else f"observation {_show(obs)}"
-        return EnvOutputError(
-            f"{self._where(method, i)} returned {got}{why}, which does not fit the observation space "
-            f"{describe_space(self.observation_space)}"
-        )
+        return checked_observation(self._flatten, obs, self._obs_shape, self.observation_space, self._where, method, i)
 
     # -- masks ----------------------------------------------------------------------------------
 
