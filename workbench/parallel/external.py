@@ -29,7 +29,7 @@ import math
 import threading
 import warnings
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -146,6 +146,82 @@ class ExternalRunner(Runner):
     def act(self, obs: Any, episode: Hashable = DEFAULT_EPISODE, action_mask: Any = None) -> Any:
         """The action for ``obs`` in ``episode`` (its first ``act`` starts it), in the env's format;
         ``action_mask`` (or a Dict observation's ``"action_mask"`` key) restricts it, as in ``decide``."""
+        return self.act_many([obs], [episode], None if action_mask is None else [action_mask])[0]
+
+    def act_many(
+        self,
+        observations: Sequence[Any],
+        episodes: Sequence[Hashable],
+        action_masks: Sequence[Any] | None = None,
+        *,
+        return_exceptions: bool = False,
+    ) -> list[Any]:
+        """The actions for several episodes at once, decided in one forward pass of the agent (one
+        ``decide`` on the batch of observations): ``observations[i]`` in ``episodes[i]``, restricted
+        by ``action_masks[i]`` when given (None: no mask). Each entry is checked as :meth:`act`
+        checks it, and the actions are those of :meth:`act` for a deterministic policy.
+
+        A refused entry (a bad observation, an episode awaiting its feedback, no free slot) raises
+        its error and no entry is decided; with ``return_exceptions=True`` the others are decided
+        and the refused entry's place in the list holds its exception instead (a server answering
+        many clients at once)."""
+        n = len(observations)
+        if len(episodes) != n:
+            raise ValueError(f"act_many() got {n} observations and {len(episodes)} episodes: give one episode each")
+        if action_masks is not None and len(action_masks) != n:
+            raise ValueError(f"act_many() got {n} observations and {len(action_masks)} action masks: give one each "
+                             "(None for an episode without a mask)")
+        results: list[Any] = [None] * n
+        failed = False
+        claimed: list[tuple[int, Hashable, _Live, np.ndarray, np.ndarray | None]] = []
+        for i in range(n):
+            episode = episodes[i]
+            try:
+                live = self._claim(episode)
+            except Exception as exc:
+                results[i], failed = exc, True
+                continue
+            try:
+                batch, mask = self._checked(observations[i], episode, None if action_masks is None else action_masks[i])
+            except Exception as exc:
+                self._release(episode, live)
+                results[i], failed = exc, True
+                continue
+            claimed.append((i, episode, live, batch, mask))
+        if failed and not return_exceptions:
+            for _, episode, live, _, _ in claimed:
+                self._release(episode, live)
+            raise next(r for r in results if isinstance(r, Exception))
+        if not claimed:
+            return results
+        try:
+            obs = np.concatenate([c[3] for c in claimed]) if len(claimed) > 1 else claimed[0][3]
+            if all(c[4] is None for c in claimed):
+                step = self.agent.decide(obs)
+            else:  # an episode without a mask allows every action
+                allowed = np.ones(mask_size(self.agent.action_space) or 0, dtype=bool)
+                masks = np.stack([allowed if c[4] is None else c[4] for c in claimed])
+                step = self.agent.decide(obs, action_mask=masks)
+        except BaseException as exc:
+            for _, episode, live, _, _ in claimed:
+                self._release(episode, live)
+            if not return_exceptions or not isinstance(exc, Exception):
+                raise
+            for c in claimed:
+                results[c[0]] = exc
+            return results
+        actions = np.asarray(step.actions)
+        extras = {key: np.asarray(value) for key, value in step.extras.items()}
+        with self._cond:
+            for row, (_, _, live, batch, mask) in enumerate(claimed):
+                mine = {key: value[row] for key, value in extras.items() if mask is not None or key != MASK_KEY}
+                live.pending = (batch[0], actions[row], mine)
+        for row, (i, *_) in enumerate(claimed):
+            results[i] = self._convert(actions[row])
+        return results
+
+    def _claim(self, episode: Hashable) -> _Live:
+        """Start ``episode`` or take its turn to act (a concurrent act or feedback for it now fails)."""
         _check_key(episode)
         with self._cond:
             live = self._live.get(episode)
@@ -157,28 +233,39 @@ class ExternalRunner(Runner):
                     "act must be followed by feedback(reward, next_obs, terminated, truncated) for the same "
                     "episode (use episode= ids to run several episodes at once)"
                 )
-            live.pending = _DECIDING  # a concurrent act (or feedback) for this episode now fails
-        try:
-            if obs is None:
-                raise TypeError(f"act() for {episode_name(episode)} got None as obs: pass the env's observation")
-            batch = _one_observation(self.agent, obs, "act()", episode)
-            if batch.dtype.kind == "f" and not np.isfinite(batch).all():
-                raise ValueError(
-                    f"act() for {episode_name(episode)} got a NaN or infinite observation: {obs!r}. Training on it "
-                    "would break the weights; fix or drop the observation in the application"
-                )
-            step = self.agent.decide(obs) if action_mask is None else self.agent.decide(obs, action_mask=action_mask)
-        except BaseException:
-            with self._cond:
-                live.pending = None
-                if live.length == 0:  # the episode never really started: free its slot
-                    self._end(episode, live)
-            raise
-        extras = {key: np.asarray(value)[0] for key, value in step.extras.items()}
-        action = np.asarray(step.actions)[0]
+            live.pending = _DECIDING
+            return live
+
+    def _release(self, episode: Hashable, live: _Live) -> None:
+        """An act that was refused or failed: the episode awaits an act again (and frees its slot if
+        it never really started)."""
         with self._cond:
-            live.pending = (batch[0], action, extras)
-        return self._convert(action)
+            live.pending = None
+            if live.length == 0 and self._live.get(episode) is live:
+                self._end(episode, live)
+
+    def _checked(self, obs: Any, episode: Hashable, action_mask: Any) -> tuple[np.ndarray, np.ndarray | None]:
+        """One observation as a batch of one, and its checked mask row (or None), as ``act`` takes them."""
+        if obs is None:
+            raise TypeError(f"act() for {episode_name(episode)} got None as obs: pass the env's observation")
+        batch = _one_observation(self.agent, obs, "act()", episode)
+        if batch.dtype.kind == "f" and not np.isfinite(batch).all():
+            raise ValueError(
+                f"act() for {episode_name(episode)} got a NaN or infinite observation: {obs!r}. Training on it "
+                "would break the weights; fix or drop the observation in the application"
+            )
+        if action_mask is None and isinstance(obs, dict) and MASK_KEY in obs:
+            action_mask = obs[MASK_KEY]
+        if action_mask is None:
+            return batch, None
+        agent = self.agent
+        if not agent.supports_action_masks:
+            raise TypeError(f"{agent.algorithm} does not take action masks: use an agent for Discrete actions")
+        mask = check_masks(action_mask, agent.action_space, f"{agent.algorithm}'s action_mask")
+        if len(mask) != 1:
+            raise ValueError(f"act() for {episode_name(episode)} got {len(mask)} action masks: give one, for its "
+                             "one observation")
+        return batch, mask[0]
 
     def _start(self, episode: Hashable) -> _Live:
         free = [i for i, owner in enumerate(self._slot_owner) if owner is None]

@@ -126,22 +126,31 @@ class _Record:
 
 
 class _Batcher:
-    """Acts that arrive together, run in one pass of one serving thread."""
+    """Calls that arrive together, run as one batch in one serving thread: ``run(list of args)``
+    returns one ``(ok, value)`` per call. One batch is in flight at a time; the calls that arrive
+    meanwhile form the next one, which waits at most ``wait`` seconds for more when the last
+    batch held several (more are likely on their way), and holds ``max_batch`` calls at most."""
 
-    def __init__(self, server: Server, max_batch: int, wait: float) -> None:
+    def __init__(self, server: Server, run: Callable[[list[tuple[Any, ...]]], list[tuple[bool, Any]]],
+                 max_batch: int, wait: float, record_sizes: bool) -> None:
         self.server = server
+        self.run = run
         self.max_batch = max_batch
         self.wait = wait
-        self.items: list[tuple[Callable[..., Any], tuple[Any, ...], asyncio.Future[Any]]] = []
+        self.record_sizes = record_sizes
+        self.items: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []
         self.event = asyncio.Event()
+        self.full = asyncio.Event()
         self.sizes: list[int] = []
         self.last_size = 1
         self.task = asyncio.get_running_loop().create_task(self._run())
 
-    async def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
+    async def submit(self, *args: Any) -> Any:
         future = asyncio.get_running_loop().create_future()
-        self.items.append((fn, args, future))
+        self.items.append((args, future))
         self.event.set()
+        if len(self.items) >= self.max_batch:
+            self.full.set()
         return await future
 
     async def _run(self) -> None:
@@ -150,16 +159,24 @@ class _Batcher:
             await self.event.wait()
             await asyncio.sleep(0)  # let requests already read from their sockets join
             if self.wait > 0 and self.last_size > 1 and len(self.items) < self.max_batch:
-                await asyncio.sleep(self.wait)  # more are likely on their way: wait for them, boundedly
+                self.full.clear()
+                try:  # more are likely on their way: wait for them, boundedly
+                    await asyncio.wait_for(self.full.wait(), self.wait)
+                except asyncio.TimeoutError:
+                    pass
             batch, self.items = self.items[: self.max_batch], self.items[self.max_batch :]
             if not self.items:
                 self.event.clear()
             self.last_size = len(batch)
-            self.sizes.append(len(batch))
-            self.server.metrics.batches += 1
-            self.server.metrics.batched_acts += len(batch)
-            results = await loop.run_in_executor(self.server.pool, _run_all, [(fn, args) for fn, args, _ in batch])
-            for (_, _, future), (ok, value) in zip(batch, results):
+            if self.record_sizes:
+                self.sizes.append(len(batch))
+                self.server.metrics.batches += 1
+                self.server.metrics.batched_acts += len(batch)
+            try:
+                results = await loop.run_in_executor(self.server.pool, self.run, [args for args, _ in batch])
+            except BaseException as exc:  # the pool was shut down (the server closes)
+                results = [(False, exc)] * len(batch)
+            for (_, future), (ok, value) in zip(batch, results):
                 if future.cancelled():
                     continue
                 if ok:
@@ -168,14 +185,19 @@ class _Batcher:
                     future.set_exception(value)
 
 
-def _run_all(calls: list[tuple[Callable[..., Any], tuple[Any, ...]]]) -> list[tuple[bool, Any]]:
-    out: list[tuple[bool, Any]] = []
-    for fn, args in calls:
-        try:
-            out.append((True, fn(*args)))
-        except Exception as exc:
-            out.append((False, exc))
-    return out
+def _each(fn: Callable[..., Any]) -> Callable[[list[tuple[Any, ...]]], list[tuple[bool, Any]]]:
+    """``fn`` called once per call of a batch, in order."""
+
+    def run(calls: list[tuple[Any, ...]]) -> list[tuple[bool, Any]]:
+        out: list[tuple[bool, Any]] = []
+        for args in calls:
+            try:
+                out.append((True, fn(*args)))
+            except Exception as exc:
+                out.append((False, exc))
+        return out
+
+    return run
 
 
 def _header_timeout_protocol(read_timeout: float) -> type[H11Protocol]:
@@ -277,7 +299,8 @@ class Server:
         # Feedback may wait for learning (max_lag): one thread per slot, so no slot's feedback waits
         # behind another's, plus a few for acts and expiries.
         self.pool = ThreadPoolExecutor(max_workers=self.agent.num_envs + 8, thread_name_prefix="workbench-serve")
-        self._batcher: _Batcher | None = None
+        self._acts: _Batcher | None = None  # acts answered together, one forward pass a batch
+        self._feedbacks: _Batcher | None = None  # feedbacks applied together, one thread hand-off a batch
         self._sock = _bind(host, port)
         self.host, self.port = self._sock.getsockname()[:2]
         shown = f"[{self.host}]" if ":" in self.host else self.host
@@ -441,23 +464,30 @@ class Server:
             ) from None
         return decode(b"".join(chunks))
 
-    async def _call(self, fn: Callable[..., Any], *args: Any, batched: bool = False) -> Any:
-        if batched and self.batch:
-            if self._batcher is None:
-                self._batcher = _Batcher(self, self.max_batch, self.batch_wait)
-                asyncio.get_running_loop().create_task(self._every_second())
-            return await self._batcher.submit(fn, *args)
-        return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+    async def _call_act(self, episode: Hashable | None, obs: Any, mask: Any, seq: int | None) -> dict[str, Any]:
+        if not self.batch:
+            return await asyncio.get_running_loop().run_in_executor(self.pool, self._act, episode, obs, mask, seq)
+        if self._acts is None:
+            self._acts = _Batcher(self, self._act_batch, self.max_batch, self.batch_wait, record_sizes=True)
+            asyncio.get_running_loop().create_task(self._every_second())
+        return await self._acts.submit(episode, obs, mask, seq)
+
+    async def _call_feedback(self, *args: Any) -> dict[str, Any]:
+        if not self.batch:
+            return await asyncio.get_running_loop().run_in_executor(self.pool, self._feedback, *args)
+        if self._feedbacks is None:
+            self._feedbacks = _Batcher(self, _each(self._feedback), self.max_batch, 0.0, record_sizes=False)
+        return await self._feedbacks.submit(*args)
 
     async def _act_request(self, request: Request) -> dict[str, Any]:
         episode, obs, mask, seq = check_act(self.agent, await self._body(request))
-        return await self._call(self._act, episode, obs, mask, seq, batched=True)
+        return await self._call_act(episode, obs, mask, seq)
 
     async def _feedback_request(self, request: Request) -> dict[str, Any]:
         episode, reward, next_obs, terminated, truncated, info, seq = check_feedback(
             self.agent, await self._body(request)
         )
-        return await self._call(self._feedback, episode, reward, next_obs, terminated, truncated, info, seq)
+        return await self._call_feedback(episode, reward, next_obs, terminated, truncated, info, seq)
 
     # -- the session's calls, in serving threads -------------------------------------------------
 
@@ -476,10 +506,8 @@ class Server:
             record.busy = True
             try:
                 action = self.session.act(obs, episode=episode, action_mask=mask)
-            except (TypeError, ValueError) as exc:
-                raise RequestError(str(exc), field="obs", kind=type(exc).__name__) from None
-            except RuntimeError as exc:
-                raise RequestError(str(exc), field="episode", kind="RuntimeError", status=409) from None
+            except (TypeError, ValueError, RuntimeError) as exc:
+                raise _act_error(exc) from None
             finally:
                 record.busy = False
                 record.time = time.monotonic()
@@ -488,6 +516,61 @@ class Server:
             record.awaiting_feedback, record.live, record.obs = True, True, obs
             record.seq, record.answer = ("act", seq) if seq is not None else None, {"action": action_to_json(action)}
             return record.answer
+
+    def _act_batch(self, calls: list[tuple[Any, ...]]) -> list[tuple[bool, Any]]:
+        """Acts that arrived together, ``(episode, obs, mask, seq)`` each, decided in one forward pass
+        (``session.act_many``); each answered as :meth:`_act` would answer it alone. An episode whose
+        record is busy (its feedback still running) or that comes twice in the batch is answered
+        after the batch, alone."""
+        out: list[tuple[bool, Any]] = [(False, None)] * len(calls)
+        held: list[tuple[int, _Record]] = []
+        later: list[int] = []
+        taken: set[int] = set()
+        try:
+            for i, (episode, _, _, seq) in enumerate(calls):
+                record = self._record(episode)
+                if id(record) in taken or not record.lock.acquire(blocking=False):
+                    later.append(i)
+                    continue
+                taken.add(id(record))
+                if seq is not None and record.seq == ("act", seq) and record.answer is not None:
+                    out[i] = (True, record.answer)  # a retried request: the same answer
+                    record.lock.release()
+                    continue
+                record.busy = True
+                held.append((i, record))
+            if held:
+                try:
+                    actions = self.session.act_many(
+                        [calls[i][1] for i, _ in held], [calls[i][0] for i, _ in held],
+                        [calls[i][2] for i, _ in held], return_exceptions=True,
+                    )
+                except Exception as exc:  # the batch as a whole was refused: each gets the error
+                    actions = [exc] * len(held)
+                now = time.monotonic()
+                for (i, record), action in zip(held, actions):
+                    episode, obs, _, seq = calls[i]
+                    record.busy, record.time = False, now
+                    if isinstance(action, Exception):
+                        out[i] = (False, _act_error(action))
+                        continue
+                    record.awaiting_feedback, record.live, record.obs = True, True, obs
+                    record.seq = ("act", seq) if seq is not None else None
+                    record.answer = {"action": action_to_json(action)}
+                    out[i] = (True, record.answer)
+                with self._records_lock:
+                    for i, _ in held:
+                        self.expired.pop(calls[i][0], None)
+        finally:
+            for _, record in held:
+                record.busy = False
+                record.lock.release()
+        for i in later:
+            try:
+                out[i] = (True, self._act(*calls[i]))
+            except Exception as exc:
+                out[i] = (False, exc)
+        return out
 
     def _feedback(
         self, episode: Hashable | None, reward: float, next_obs: Any, terminated: bool, truncated: bool,
@@ -548,7 +631,7 @@ class Server:
         """Write the batch sizes to the session's signals."""
         while True:
             await asyncio.sleep(_SIGNAL_EVERY_S)
-            batcher = self._batcher
+            batcher = self._acts
             if batcher is not None and batcher.sizes:
                 sizes, batcher.sizes = batcher.sizes, []
                 try:
@@ -639,7 +722,7 @@ class Server:
         return Response(encode({"ok": True, "status": self.session.status}), media_type="application/json")
 
     async def _metrics(self, request: Request) -> str:
-        batcher = self._batcher
+        batcher = self._acts
         return self.metrics.text({
             "workbench_serve_in_flight": ("Requests being answered now.", self._in_flight),
             "workbench_serve_queue": ("Acts waiting for their batch.", 0 if batcher is None else len(batcher.items)),
@@ -692,11 +775,11 @@ class Server:
                 request["episode"] = episode
                 if op == "act":
                     _, obs, mask, seq = check_act(self.agent, request)
-                    answer = await self._call(self._act, episode, obs, mask, seq, batched=True)
+                    answer = await self._call_act(episode, obs, mask, seq)
                 elif op == "feedback":
                     _, reward, next_obs, terminated, truncated, info, seq = check_feedback(self.agent, request)
-                    answer = await self._call(self._feedback, episode, reward, next_obs, terminated, truncated,
-                                              info, seq)
+                    answer = await self._call_feedback(episode, reward, next_obs, terminated, truncated, info,
+                                                       seq)
                 else:
                     raise RequestError(f"op must be 'act' or 'feedback', got {op!r}", field="op", kind="TypeError")
             except RequestError as exc:
@@ -719,6 +802,15 @@ class Server:
             )
         except RuntimeError:  # a server without the denial-response extension
             await websocket.close(code=1008, reason=exc.message[:120])
+
+
+def _act_error(exc: Exception) -> Exception:
+    """An act's error as the answer says it: bad input 400 (the observation), out of turn 409."""
+    if isinstance(exc, TypeError | ValueError):
+        return RequestError(str(exc), field="obs", kind=type(exc).__name__)
+    if isinstance(exc, RuntimeError):
+        return RequestError(str(exc), field="episode", kind="RuntimeError", status=409)
+    return exc
 
 
 def _field_of(message: str) -> str | None:
