@@ -52,6 +52,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from .._version import __version__
 from ..checkpoint import space_to_json
+from ..parallel.external import ExternalRunner
 from .metrics import Metrics
 from .protocol import (
     RequestError,
@@ -129,12 +130,15 @@ class _Batcher:
     """Calls that arrive together, run as one batch in one serving thread: ``run(list of args)``
     returns one ``(ok, value)`` per call. One batch is in flight at a time; the calls that arrive
     meanwhile form the next one, which waits at most ``wait`` seconds for more when the last
-    batch held several (more are likely on their way), and holds ``max_batch`` calls at most."""
+    batch held several (more are likely on their way), and holds ``max_batch`` calls at most.
+    A batch runs on the event loop itself when ``inline()`` says it cannot block for long, else in
+    one serving thread (one hand-off per batch)."""
 
     def __init__(self, server: Server, run: Callable[[list[tuple[Any, ...]]], list[tuple[bool, Any]]],
-                 max_batch: int, wait: float, record_sizes: bool) -> None:
+                 inline: Callable[[], bool], max_batch: int, wait: float, record_sizes: bool) -> None:
         self.server = server
         self.run = run
+        self.inline = inline  # run on the event loop (it cannot block for long now), else in a serving thread
         self.max_batch = max_batch
         self.wait = wait
         self.record_sizes = record_sizes
@@ -172,10 +176,14 @@ class _Batcher:
                 self.sizes.append(len(batch))
                 self.server.metrics.batches += 1
                 self.server.metrics.batched_acts += len(batch)
-            try:
-                results = await loop.run_in_executor(self.server.pool, self.run, [args for args, _ in batch])
-            except BaseException as exc:  # the pool was shut down (the server closes)
-                results = [(False, exc)] * len(batch)
+            calls = [args for args, _ in batch]
+            if self.inline():
+                results = self.run(calls)
+            else:
+                try:
+                    results = await loop.run_in_executor(self.server.pool, self.run, calls)
+                except BaseException as exc:  # the pool was shut down (the server closes)
+                    results = [(False, exc)] * len(batch)
             for (_, future), (ok, value) in zip(batch, results):
                 if future.cancelled():
                     continue
@@ -285,6 +293,7 @@ class Server:
             raise ValueError(f"serve() needs max_batch= as a positive integer, got {max_batch!r}")
         self.session = session
         self.agent = session.agent
+        self._runner: ExternalRunner = session.env_source.runner
         self.token = token
         self.max_body = max_body
         self.batch = batch
@@ -464,19 +473,35 @@ class Server:
             ) from None
         return decode(b"".join(chunks))
 
+    def _acts_inline(self) -> bool:
+        """Whether acts may run on the event loop: while the session does not learn, nothing holds
+        the agent for long (an update does, so during a run acts are decided in a serving thread and
+        the loop goes on answering everything else)."""
+        return self.session.status != "running"
+
+    def _feedback_inline(self) -> bool:
+        """Whether feedback may run on the event loop: it never waits unless ``max_lag`` is set."""
+        return self._runner.max_lag is None
+
     async def _call_act(self, episode: Hashable | None, obs: Any, mask: Any, seq: int | None) -> dict[str, Any]:
         if not self.batch:
+            if self._acts_inline():
+                return self._act(episode, obs, mask, seq)
             return await asyncio.get_running_loop().run_in_executor(self.pool, self._act, episode, obs, mask, seq)
         if self._acts is None:
-            self._acts = _Batcher(self, self._act_batch, self.max_batch, self.batch_wait, record_sizes=True)
+            self._acts = _Batcher(self, self._act_batch, self._acts_inline, self.max_batch, self.batch_wait,
+                                  record_sizes=True)
             asyncio.get_running_loop().create_task(self._every_second())
         return await self._acts.submit(episode, obs, mask, seq)
 
     async def _call_feedback(self, *args: Any) -> dict[str, Any]:
+        if self._feedback_inline():
+            return self._feedback(*args)
         if not self.batch:
             return await asyncio.get_running_loop().run_in_executor(self.pool, self._feedback, *args)
         if self._feedbacks is None:
-            self._feedbacks = _Batcher(self, _each(self._feedback), self.max_batch, 0.0, record_sizes=False)
+            self._feedbacks = _Batcher(self, _each(self._feedback), lambda: False, self.max_batch, 0.0,
+                                       record_sizes=False)
         return await self._feedbacks.submit(*args)
 
     async def _act_request(self, request: Request) -> dict[str, Any]:
@@ -500,7 +525,14 @@ class Server:
 
     def _act(self, episode: Hashable | None, obs: Any, mask: Any, seq: int | None) -> dict[str, Any]:
         record = self._record(episode)
-        with record.lock:
+        # On the event loop, never wait for another call of this episode (a feedback held by
+        # max_lag in a serving thread): that would stall every connection.
+        if not record.lock.acquire(blocking=threading.current_thread() is not self._thread):
+            raise RequestError(
+                f"a call for episode {episode!r} is still being answered: wait for its answer before the next",
+                field="episode", kind="RuntimeError", status=409,
+            )
+        with _Held(record.lock):
             if seq is not None and record.seq == ("act", seq) and record.answer is not None:
                 return record.answer  # a retried request (the client reconnected): the same answer
             record.busy = True
@@ -755,7 +787,7 @@ class Server:
             self._start_reaper()
         while True:
             try:
-                message = await asyncio.wait_for(websocket.receive(), self.idle_timeout)
+                message = await _within(websocket.receive(), self.idle_timeout)
             except asyncio.TimeoutError:
                 await websocket.close(code=1001, reason=f"idle for {self.idle_timeout:g} s")
                 return
@@ -802,6 +834,31 @@ class Server:
             )
         except RuntimeError:  # a server without the denial-response extension
             await websocket.close(code=1008, reason=exc.message[:120])
+
+
+class _Held:
+    """Release a lock already acquired when the block ends."""
+
+    __slots__ = ("lock",)
+
+    def __init__(self, lock: Any) -> None:
+        self.lock = lock
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        self.lock.release()
+
+
+async def _within(awaitable: Any, seconds: float) -> Any:
+    """``await awaitable``, or ``asyncio.TimeoutError`` after ``seconds`` (``asyncio.timeout`` where
+    there is one: no task per call, as ``wait_for`` makes on Python 3.10 and 3.11)."""
+    timeout = getattr(asyncio, "timeout", None)
+    if timeout is None:
+        return await asyncio.wait_for(awaitable, seconds)
+    async with timeout(seconds):
+        return await awaitable
 
 
 def _act_error(exc: Exception) -> Exception:
