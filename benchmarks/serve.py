@@ -1,12 +1,18 @@
 """A served session over loopback: act+feedback pairs per second and their p50/p99 latency.
 
 The server (``session.serve()``, an external DQN session on CartPole's spaces, idle so that only serving
-is measured; ``--train`` runs its learning too) lives in this process. The clients are threads spread
-over ``--procs`` separate processes (so that they do not share the server's interpreter lock), each a
-``wb.RemoteSession`` driving one episode stream: act, then feedback, as fast as answers come, for
-``--seconds`` after a warm-up. For 1, 16 and 64 clients, HTTP and WebSocket, batching on and off.
+is measured; ``--train`` runs its learning too) lives in this process. The clients are spread over
+``--procs`` separate processes (so that they do not share the server's interpreter lock), each driving
+one episode stream: act, then feedback, as fast as answers come, for ``--seconds`` after a warm-up. For
+1, 16 and 64 clients, HTTP and WebSocket, batching on and off.
 
-    nice python benchmarks/serve.py [--clients 1 16 64] [--seconds 3] [--procs 4] [--train]
+``--client async`` (the default) measures the server: each client is a coroutine on one asyncio loop per
+process with a plain keep-alive HTTP/1.1 connection or a ``websockets`` connection, so that the clients
+cost the shared CPUs little. ``--client remote``: each client is a thread with a ``wb.RemoteSession``, as
+an application would drive it (costlier on the client side: a thread per client, and for WebSocket the
+``websockets`` sync client's own reader thread).
+
+    nice python benchmarks/serve.py [--clients 1 16 64] [--seconds 3] [--procs 2] [--client async] [--train]
 
 Prints a markdown table (docs/serve.md keeps the last one measured, with the machine it ran on).
 """
@@ -62,13 +68,126 @@ def _clients(url: str, transport: str, names: list[str], times, ready, go, out) 
     out.put((sum(counts), latencies))
 
 
-def measure(url: str, transport: str, clients: int, procs: int, seconds: float, warmup: float) -> dict[str, float]:
+def _async_clients(url: str, transport: str, names: list[str], times, ready, go, out) -> None:
+    import asyncio
+    import json
+    import urllib.parse
+
+    import websockets
+
+    act = {"obs": OBS}
+    parsed = urllib.parse.urlsplit(url)
+
+    async def http_call(reader, writer, path: str, body: dict) -> dict:
+        data = json.dumps(body).encode()
+        writer.write(f"POST {path} HTTP/1.1\r\nHost: {parsed.netloc}\r\nContent-Type: application/json\r\n"
+                     f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+        answer = json.loads(await reader.readexactly(length))
+        if not head.startswith(b"HTTP/1.1 200"):
+            raise RuntimeError(f"{path}: {answer}")
+        return answer
+
+    async def one(name: str, mine: list[float]) -> None:
+        i = 0
+        if transport == "http":
+            reader, writer = await asyncio.open_connection(parsed.hostname, parsed.port)
+
+            async def pair(ended: bool) -> None:
+                await http_call(reader, writer, "/act", {**act, "episode": name})
+                await http_call(reader, writer, "/feedback", {"reward": 1.0, "next_obs": OBS, "terminated": False,
+                                                             "truncated": ended, "episode": name})
+        else:
+            path = "/" if transport == "echo" else f"/ws?episode={name}"
+            ws = await websockets.connect(f"ws://{parsed.netloc}{path}", compression=None)
+            act_text = json.dumps({"op": "act", **act})
+
+            async def pair(ended: bool) -> None:
+                await ws.send(act_text)
+                if "error" in json.loads(await ws.recv()):
+                    raise RuntimeError("act refused")
+                await ws.send(json.dumps({"op": "feedback", "reward": 1.0, "next_obs": OBS, "terminated": False,
+                                          "truncated": ended}))
+                if "error" in json.loads(await ws.recv()):
+                    raise RuntimeError("feedback refused")
+        await ready_event.wait()
+        start_at, stop_at = times[0], times[1]
+        while time.time() < stop_at:
+            t0 = time.perf_counter()
+            await pair(i % 200 == 199)
+            i += 1
+            if time.time() >= start_at:
+                mine.append(time.perf_counter() - t0)
+        await pair(True)  # end the episode: its slot is free for the next cell
+        if transport == "http":
+            writer.close()
+        else:
+            await ws.close()
+
+    async def main() -> list[float]:
+        latencies: list[float] = []
+        tasks = [asyncio.create_task(one(name, latencies)) for name in names]
+        await asyncio.sleep(0.2)  # connected
+        ready.put(len(names))
+        await asyncio.get_running_loop().run_in_executor(None, go.wait)
+        ready_event.set()
+        await asyncio.gather(*tasks)
+        return latencies
+
+    ready_event = None
+
+    async def run() -> list[float]:
+        nonlocal ready_event
+        ready_event = asyncio.Event()
+        return await main()
+
+    latencies = asyncio.run(run())
+    out.put((len(latencies), latencies))
+
+
+def _echo_server(port_out, stop) -> None:
+    """A bare ``websockets`` echo server: what this machine gives with no serving logic at all."""
+    import asyncio
+
+    import websockets
+
+    async def handler(ws) -> None:
+        async for message in ws:
+            await ws.send(message)
+
+    async def main() -> None:
+        async with websockets.serve(handler, "127.0.0.1", 0, compression=None) as server:
+            port_out.put(server.sockets[0].getsockname()[1])
+            await asyncio.get_running_loop().run_in_executor(None, stop.wait)
+
+    asyncio.run(main())
+
+
+def echo_baseline(clients: int, procs: int, seconds: float, warmup: float) -> dict[str, float]:
+    """Two echoed messages per "pair" (as act and feedback), with the asyncio clients: the ceiling the
+    machine sets now, to read the served session's figures against."""
+    ctx = mp.get_context("spawn")
+    port_out, stop = ctx.Queue(), ctx.Event()
+    server = ctx.Process(target=_echo_server, args=(port_out, stop))
+    server.start()
+    try:
+        port = port_out.get(timeout=120)
+        return measure(f"http://127.0.0.1:{port}", "echo", clients, procs, seconds, warmup)
+    finally:
+        stop.set()
+        server.join(10)
+
+
+def measure(url: str, transport: str, clients: int, procs: int, seconds: float, warmup: float,
+            client: str = "async") -> dict[str, float]:
     ctx = mp.get_context("spawn")
     out, ready, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     times = ctx.Array("d", 2)
     names = [f"{transport}-{clients}-{i}" for i in range(clients)]
     groups = [names[i::procs] for i in range(min(procs, clients))]
-    workers = [ctx.Process(target=_clients, args=(url, transport, g, times, ready, go, out)) for g in groups]
+    target = _async_clients if client == "async" else _clients
+    workers = [ctx.Process(target=target, args=(url, transport, g, times, ready, go, out)) for g in groups]
     for w in workers:
         w.start()
     for _ in workers:  # every process has imported the library and built its clients
@@ -94,8 +213,11 @@ def main() -> None:
     parser.add_argument("--transports", nargs="+", default=["http", "websocket"])
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--warmup", type=float, default=1.0)
-    parser.add_argument("--procs", type=int, default=4, help="client processes")
+    parser.add_argument("--procs", type=int, default=2, help="client processes")
+    parser.add_argument("--client", choices=["async", "remote"], default="async",
+                        help="asyncio clients (measure the server) or wb.RemoteSession threads")
     parser.add_argument("--train", action="store_true", help="the session learns while it serves")
+    parser.add_argument("--no-echo", action="store_true", help="skip the bare echo server's baseline")
     args = parser.parse_args()
 
     import gymnasium as gym
@@ -113,18 +235,34 @@ def main() -> None:
         with session.serve(batch=batch, max_batch=max(args.clients)) as server:
             for transport in args.transports:
                 for clients in args.clients:
-                    r = measure(server.url, transport, clients, args.procs, args.seconds, args.warmup)
+                    load = os.getloadavg()[0]
+                    r = measure(server.url, transport, clients, args.procs, args.seconds, args.warmup, args.client)
+                    r["load"] = (load + os.getloadavg()[0]) / 2
                     rows.append((transport, clients, "on" if batch else "off", r))
                     print(f"{transport:9s} {clients:3d} clients, batching {'on ' if batch else 'off'}: "
-                          f"{r['pairs_per_s']:8.0f} pairs/s  p50 {r['p50_ms']:6.2f} ms  p99 {r['p99_ms']:6.2f} ms",
+                          f"{r['pairs_per_s']:8.0f} pairs/s  p50 {r['p50_ms']:6.2f} ms  p99 {r['p99_ms']:6.2f} ms  "
+                          f"(load average {r['load']:.1f})",
                           flush=True)
         session.stop()
-    print(f"\n{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; {args.seconds:g} s per cell, "
-          f"{args.procs} client processes; session {'learning' if args.train else 'idle'}\n")
-    print("| transport | clients | batching | pairs/s | p50 (ms) | p99 (ms) |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    echoes = []
+    if not args.no_echo:
+        for clients in args.clients:
+            load = os.getloadavg()[0]
+            r = echo_baseline(clients, args.procs, args.seconds, args.warmup)
+            r["load"] = (load + os.getloadavg()[0]) / 2
+            echoes.append((clients, r))
+            print(f"bare echo {clients:3d} clients: {r['pairs_per_s']:8.0f} pairs/s  p50 {r['p50_ms']:6.2f} ms  "
+                  f"p99 {r['p99_ms']:6.2f} ms  (load average {r['load']:.1f})", flush=True)
+    print(f"\n{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end; {args.seconds:g} s per cell, "
+          f"{args.procs} client processes ({args.client} clients); session {'learning' if args.train else 'idle'}\n")
+    print("| transport | clients | batching | pairs/s | p50 (ms) | p99 (ms) | load average |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for transport, clients, batch, r in rows:
-        print(f"| {transport} | {clients} | {batch} | {r['pairs_per_s']:.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} |")
+        print(f"| {transport} | {clients} | {batch} | {r['pairs_per_s']:.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} "
+              f"| {r['load']:.1f} |")
+    for clients, r in echoes:
+        print(f"| bare websockets echo (the machine's ceiling) | {clients} | - | {r['pairs_per_s']:.0f} "
+              f"| {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['load']:.1f} |")
 
 
 if __name__ == "__main__":
