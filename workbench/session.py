@@ -438,19 +438,6 @@ class Session:
         """
         return self._loop.external_runner("act").act(obs, _episode_key(episode), action_mask)
 
-    def act_many(
-        self, observations: Sequence[Any], episodes: Sequence[Any], action_masks: Sequence[Any] | None = None,
-        *, return_exceptions: bool = False,
-    ) -> list[Any]:
-        """The actions for several episodes at once (an external session): ``observations[i]`` in
-        ``episodes[i]``, as :meth:`act` would answer each, decided in one forward pass of the agent
-        (what a server answering many clients uses). A refused entry raises and none is decided;
-        ``return_exceptions=True`` decides the others and puts the refused entry's exception in its
-        place in the list."""
-        return self._loop.external_runner("act_many").act_many(
-            observations, [_episode_key(e) for e in episodes], action_masks, return_exceptions=return_exceptions
-        )
-
     def feedback(
         self,
         reward: float,

@@ -52,7 +52,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from .._version import __version__
 from ..checkpoint import space_to_json
-from ..parallel.external import ExternalRunner
+from ..parallel.external import DEFAULT_EPISODE, ExternalRunner
 from .metrics import Metrics
 from .protocol import (
     RequestError,
@@ -161,7 +161,13 @@ class _Batcher:
         loop = asyncio.get_running_loop()
         while True:
             await self.event.wait()
-            await asyncio.sleep(0)  # let requests already read from their sockets join
+            # Let requests already read from their sockets join: a message takes a few turns of the
+            # loop from the socket to here, so yield while more keep coming (a few turns at most).
+            for _ in range(8):
+                before = len(self.items)
+                await asyncio.sleep(0)
+                if len(self.items) == before or len(self.items) >= self.max_batch:
+                    break
             if self.wait > 0 and self.last_size > 1 and len(self.items) < self.max_batch:
                 self.full.clear()
                 try:  # more are likely on their way: wait for them, boundedly
@@ -293,7 +299,7 @@ class Server:
             raise ValueError(f"serve() needs max_batch= as a positive integer, got {max_batch!r}")
         self.session = session
         self.agent = session.agent
-        self._runner: ExternalRunner = session.env_source.runner
+        self._runner: ExternalRunner = session.env_source.runner  # the session's act_many (one forward pass)
         self.token = token
         self.max_body = max_body
         self.batch = batch
@@ -551,8 +557,8 @@ class Server:
 
     def _act_batch(self, calls: list[tuple[Any, ...]]) -> list[tuple[bool, Any]]:
         """Acts that arrived together, ``(episode, obs, mask, seq)`` each, decided in one forward pass
-        (``session.act_many``); each answered as :meth:`_act` would answer it alone. An episode whose
-        record is busy (its feedback still running) or that comes twice in the batch is answered
+        (the external runner's ``act_many``); each answered as :meth:`_act` would answer it alone. An
+        episode whose record is busy (its feedback still running) or that comes twice in the batch is answered
         after the batch, alone."""
         out: list[tuple[bool, Any]] = [(False, None)] * len(calls)
         held: list[tuple[int, _Record]] = []
@@ -573,8 +579,9 @@ class Server:
                 held.append((i, record))
             if held:
                 try:
-                    actions = self.session.act_many(
-                        [calls[i][1] for i, _ in held], [calls[i][0] for i, _ in held],
+                    actions = self._runner.act_many(
+                        [calls[i][1] for i, _ in held],
+                        [DEFAULT_EPISODE if calls[i][0] is None else calls[i][0] for i, _ in held],
                         [calls[i][2] for i, _ in held], return_exceptions=True,
                     )
                 except Exception as exc:  # the batch as a whole was refused: each gets the error
