@@ -57,7 +57,7 @@ def _clients(url: str, transport: str, names: list[str], times, ready, go, out) 
         remote.feedback(1.0, OBS, False, True, episode=name)
         remote.close()
         with lock:
-            counts.append(len(mine))
+            counts.append(i + 1)
             latencies.extend(mine)
 
     threads = [threading.Thread(target=one, args=(n,)) for n in names]
@@ -65,7 +65,7 @@ def _clients(url: str, transport: str, names: list[str], times, ready, go, out) 
         t.start()
     for t in threads:
         t.join()
-    out.put((sum(counts), latencies))
+    out.put((sum(counts), latencies))  # every pair (warm-up included), the measured latencies
 
 
 def _async_clients(url: str, transport: str, names: list[str], times, ready, go, out) -> None:
@@ -90,6 +90,7 @@ def _async_clients(url: str, transport: str, names: list[str], times, ready, go,
         return answer
 
     async def one(name: str, mine: list[float]) -> None:
+        nonlocal total
         i = 0
         if transport == "http":
             reader, writer = await asyncio.open_connection(parsed.hostname, parsed.port)
@@ -120,6 +121,7 @@ def _async_clients(url: str, transport: str, names: list[str], times, ready, go,
             if time.time() >= start_at:
                 mine.append(time.perf_counter() - t0)
         await pair(True)  # end the episode: its slot is free for the next cell
+        total += i + 1
         if transport == "http":
             writer.close()
         else:
@@ -136,6 +138,7 @@ def _async_clients(url: str, transport: str, names: list[str], times, ready, go,
         return latencies
 
     ready_event = None
+    total = 0
 
     async def run() -> list[float]:
         nonlocal ready_event
@@ -143,7 +146,7 @@ def _async_clients(url: str, transport: str, names: list[str], times, ready, go,
         return await main()
 
     latencies = asyncio.run(run())
-    out.put((len(latencies), latencies))
+    out.put((total, latencies))  # every pair (warm-up included), the measured latencies
 
 
 def _echo_server(port_out, stop) -> None:
@@ -198,10 +201,10 @@ def measure(url: str, transport: str, clients: int, procs: int, seconds: float, 
     results = [out.get(timeout=120 + seconds) for _ in workers]
     for w in workers:
         w.join()
-    pairs = sum(r[0] for r in results)
     latencies = np.concatenate([np.asarray(r[1]) for r in results])
     return {
-        "pairs_per_s": pairs / seconds,
+        "pairs": sum(r[0] for r in results),
+        "pairs_per_s": len(latencies) / seconds,
         "p50_ms": float(np.percentile(latencies, 50) * 1000),
         "p99_ms": float(np.percentile(latencies, 99) * 1000),
     }
@@ -235,13 +238,16 @@ def main() -> None:
         with session.serve(batch=batch, max_batch=max(args.clients)) as server:
             for transport in args.transports:
                 for clients in args.clients:
-                    load = os.getloadavg()[0]
+                    load, cpu = os.getloadavg()[0], time.process_time()
                     r = measure(server.url, transport, clients, args.procs, args.seconds, args.warmup, args.client)
+                    # This process is the server (the clients are others): its CPU time per pair, which
+                    # the other jobs on the machine do not inflate as they do the wall-clock figures.
+                    r["cpu_us"] = (time.process_time() - cpu) / r["pairs"] * 1e6
                     r["load"] = (load + os.getloadavg()[0]) / 2
                     rows.append((transport, clients, "on" if batch else "off", r))
                     print(f"{transport:9s} {clients:3d} clients, batching {'on ' if batch else 'off'}: "
                           f"{r['pairs_per_s']:8.0f} pairs/s  p50 {r['p50_ms']:6.2f} ms  p99 {r['p99_ms']:6.2f} ms  "
-                          f"(load average {r['load']:.1f})",
+                          f"server CPU {r['cpu_us']:5.0f} us/pair  (load average {r['load']:.1f})",
                           flush=True)
         session.stop()
     echoes = []
@@ -255,14 +261,14 @@ def main() -> None:
                   f"p99 {r['p99_ms']:6.2f} ms  (load average {r['load']:.1f})", flush=True)
     print(f"\n{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end; {args.seconds:g} s per cell, "
           f"{args.procs} client processes ({args.client} clients); session {'learning' if args.train else 'idle'}\n")
-    print("| transport | clients | batching | pairs/s | p50 (ms) | p99 (ms) | load average |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| transport | clients | batching | pairs/s | p50 (ms) | p99 (ms) | server CPU/pair (us) | load average |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for transport, clients, batch, r in rows:
         print(f"| {transport} | {clients} | {batch} | {r['pairs_per_s']:.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} "
-              f"| {r['load']:.1f} |")
+              f"| {r['cpu_us']:.0f} | {r['load']:.1f} |")
     for clients, r in echoes:
         print(f"| bare websockets echo (the machine's ceiling) | {clients} | - | {r['pairs_per_s']:.0f} "
-              f"| {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['load']:.1f} |")
+              f"| {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | - | {r['load']:.1f} |")
 
 
 if __name__ == "__main__":
