@@ -184,3 +184,27 @@ def _get(server, path):
     out = response.status, response.read().decode()
     conn.close()
     return out
+
+
+def test_the_event_loop_never_waits_for_a_busy_episode_it_refuses_the_call():
+    # A feedback held by max_lag, or an expiry, keeps an episode's record in a serving thread; a call for
+    # that episode meanwhile (a client that did not wait for its answer) is refused, while the others are
+    # served, instead of stalling the loop that answers every connection.
+    pytest.importorskip("uvicorn")
+    session = _greedy_session(n_envs=2)
+    with session.serve() as server:
+        assert _post(server, "/act", {"obs": OBSERVATIONS[0].tolist(), "episode": "x"})[0] == 200
+        record = server._record("x")
+        record.lock.acquire()
+        try:
+            started = time.monotonic()
+            status, body = _post(server, "/feedback", {"reward": 1.0, "next_obs": OBSERVATIONS[1].tolist(),
+                                                       "terminated": False, "truncated": False, "episode": "x"})
+            assert status == 409 and body["field"] == "episode" and "still being answered" in body["error"]
+            assert _post(server, "/act", {"obs": OBSERVATIONS[2].tolist(), "episode": "y"})[0] == 200
+            assert time.monotonic() - started < 10
+        finally:
+            record.lock.release()
+        status, body = _post(server, "/feedback", {"reward": 1.0, "next_obs": OBSERVATIONS[1].tolist(),
+                                                   "terminated": False, "truncated": True, "episode": "x"})
+        assert status == 200 and body == {"ok": True, "ended": True}

@@ -529,15 +529,19 @@ class Server:
                 record = self.records[episode] = _Record()
             return record
 
-    def _act(self, episode: Hashable | None, obs: Any, mask: Any, seq: int | None) -> dict[str, Any]:
-        record = self._record(episode)
-        # On the event loop, never wait for another call of this episode (a feedback held by
-        # max_lag in a serving thread): that would stall every connection.
+    def _lock_record(self, record: _Record, episode: Hashable | None) -> None:
+        """Take an episode's record for one call. On the event loop, never wait for another call of the
+        same episode (a feedback held by max_lag in a serving thread, an expiry): that would stall
+        every connection; the call is refused instead (409)."""
         if not record.lock.acquire(blocking=threading.current_thread() is not self._thread):
             raise RequestError(
                 f"a call for episode {episode!r} is still being answered: wait for its answer before the next",
                 field="episode", kind="RuntimeError", status=409,
             )
+
+    def _act(self, episode: Hashable | None, obs: Any, mask: Any, seq: int | None) -> dict[str, Any]:
+        record = self._record(episode)
+        self._lock_record(record, episode)
         with _Held(record.lock):
             if seq is not None and record.seq == ("act", seq) and record.answer is not None:
                 return record.answer  # a retried request (the client reconnected): the same answer
@@ -616,7 +620,8 @@ class Server:
         info: dict[str, Any] | None, seq: int | None,
     ) -> dict[str, Any]:
         record = self._record(episode)
-        with record.lock:
+        self._lock_record(record, episode)
+        with _Held(record.lock):
             if seq is not None and record.seq == ("feedback", seq) and record.answer is not None:
                 return record.answer
             if not record.awaiting_feedback:
