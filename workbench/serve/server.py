@@ -20,9 +20,11 @@ whose request head stalls closed after ``read_timeout``; idle keep-alive connect
 ``idle_timeout``; an episode with no call for ``episode_timeout`` seconds ended by the server (it held
 one of the agent's ``n_envs`` slots) and counted in the signal ``serve_episodes_expired``.
 
-Batching: acts that arrive together are answered in one pass of one serving thread (one hand-off
-from the event loop per batch instead of one per act), waiting at most ``batch_wait`` seconds for
-more while other acts are in flight; the batch sizes go to the signal ``serve_batch_size``.
+Batching: acts that arrive together are decided by one forward pass (the external runner's
+``act_many``), waiting at most ``batch_wait`` seconds for more while other acts are in flight; the
+batch sizes go to the signal ``serve_batch_size``. While the session does not learn, acts run on the
+event loop itself; while it learns (an update holds the agent), a batch runs in a serving thread.
+Feedback runs on the event loop unless ``max_lag`` may hold it (then in a serving thread).
 """
 
 from __future__ import annotations
