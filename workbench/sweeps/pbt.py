@@ -733,7 +733,11 @@ class Population:
     def _supervise(self) -> None:
         try:
             os.makedirs(self.directory, exist_ok=True)
-            self._write_state()
+            with self._lock:
+                for m in self._members:  # every member on disk from the start: a stop at once still resumes
+                    if not os.path.exists(self._member_dir(m.index)):
+                        self._checkpoint(m)
+                self._write_state()
             threads = []
             for m in self._members:
                 if m.retired or m.failed or m.session.steps >= self.steps:
@@ -838,8 +842,9 @@ class Population:
 
     def _exploit_and_explore(self, m: _Member) -> None:
         ranked = self._ranked()
-        if len(ranked) < 2 or m not in ranked:
-            return
+        active = [x for x in self._members if not x.failed and not x.retired]
+        if len(ranked) < 2 or m not in ranked or len(ranked) < len(active):
+            return  # rank only once every member has been scored: a partial ranking would copy a poor one
         k = max(1, int(len(ranked) * self.quantile))
         if m not in ranked[-k:]:
             return
