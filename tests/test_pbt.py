@@ -250,3 +250,58 @@ def test_pbt_is_public_and_loads_without_optuna():
     assert out.stdout.strip() == "pbt Population", out.stderr
     assert wb.pbt.__module__ == "workbench.sweeps.pbt" and wb.Population.__name__ == "Population"
     assert "pbt" in wb.__all__ and "Population" in wb.__all__
+
+
+# -- the dashboard ------------------------------------------------------------------------------------
+
+
+def test_the_dashboard_draws_curves_lineage_and_rows_and_its_buttons_steer_members(tmp_path):
+    pytest.importorskip("ipywidgets")
+    import workbench.ui.population_view  # noqa: F401  (imported before the population runs: plotly loads slowly)
+
+    p = wb.pbt(tiny_ppo, "CartPole-v1", population=3, space=SPACE, steps=320, interval=64, quantile=0.34,
+               directory=tmp_path / "p", start=False, **RIGGED)
+    view = p.dashboard()
+    try:
+        assert len(view.rows) == 3 and view.buttons["Pause"].disabled and not view.buttons["Start"].disabled
+        view.rows[1].pause.click()  # member 1's own Pause button
+        assert p.member_status(1) == "paused" and view.rows[1].pause.description == "Resume"
+        view.rows[2].stop.click()  # member 2's own Stop button
+        assert p.member_status(2) == "retired" and view.rows[2].stop.disabled
+        view.buttons["Start"].click()
+        assert p.status == "running" and view.timer_alive and not view.buttons["Pause"].disabled
+        wait_until(lambda: p.members[0].steps >= 320)
+        view.rows[1].pause.click()  # Resume
+        p.wait(timeout=120)
+        view.refresh()
+        assert "finished" in view.status.value and "best rigged" in view.status.value
+        assert len(view.curves.data) == 3
+        assert max(t.line.width for t in view.curves.data) == 3  # the best member, bold
+        assert "learning_rate=" in view.rows[0].text.value and "ent_coef=" in view.rows[0].text.value
+        exploits = [e for e in p.events if e.kind == "exploit"]
+        arrows = view.lineage.data[-1]
+        assert len([x for x in arrows.x if x is not None]) == 2 * len(exploits)
+        assert all(y in (0, 1) for y in arrows.y if y is not None), (arrows.y, p.events)  # member 2 left alone
+    finally:
+        view.close()
+    assert not view.timer_alive
+    # reopened from its directory (another kernel, after a restart): the same curves and lineage
+    again = wb.Population.open(tmp_path / "p", session_kwargs={"stop_when": rigged}).dashboard()
+    try:
+        assert [list(t.y) for t in again.curves.data] == [list(t.y) for t in view.curves.data]
+        assert list(again.lineage.data[-1].y) == list(arrows.y)
+        assert "retired" in again.rows[2].text.value
+    finally:
+        again.close()
+
+
+def test_a_population_shows_its_dashboard_once_in_a_notebook(tmp_path, monkeypatch):
+    pytest.importorskip("IPython")
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
+    p = wb.pbt(tiny_ppo, "CartPole-v1", population=2, space=SPACE, steps=128, interval=64,
+               directory=tmp_path / "p", start=False)
+    p._ipython_display_()
+    p._ipython_display_()
+    assert len(shown) == 2 and type(shown[0]).__name__ == "PopulationDashboard"
+    shown[0].close()
