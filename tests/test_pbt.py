@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 
 import numpy as np
@@ -305,3 +306,37 @@ def test_a_population_shows_its_dashboard_once_in_a_notebook(tmp_path, monkeypat
     p._ipython_display_()
     assert len(shown) == 2 and type(shown[0]).__name__ == "PopulationDashboard"
     shown[0].close()
+
+
+# -- the command line ---------------------------------------------------------------------------------
+
+
+def test_workbench_pbt_runs_resumes_and_refuses_a_fixed_field(tmp_path, capsys, monkeypatch):
+    from workbench.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tune.py").write_text(
+        "import workbench as wb\n"
+        "def make_agent(**hp):\n"
+        "    return wb.PPO('CartPole-v1', n_steps=64, batch_size=64, n_epochs=1, net_arch=(8,), n_envs=1, **hp)\n"
+    )
+    args = ["pbt", "tune.py:make_agent", "CartPole-v1", "--space", "learning_rate=1e-4..1e-2", "--space",
+            "clip_range=[0.1, 0.2, 0.3]", "--population", "2", "--steps", "192", "--interval", "64",
+            "--eval-episodes", "1", "--dir", "pop"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "population 'pop'" in out and "finished: best eval_reward=" in out and "clip_range" in out
+    assert (tmp_path / "pop" / "population.json").exists() and (tmp_path / "pop" / "member-1").is_dir()
+    state = json.loads((tmp_path / "pop" / "population.json").read_text())
+    for e in state["events"]:  # each event printed as it happened
+        if e["kind"] == "exploit":
+            assert re.search(rf"step {e['step']}: member {e['member']} \(.*\) copied member {e['source']}", out)
+        else:
+            assert f"step {e['step']}: member {e['member']} explores: learning_rate" in out
+    assert main(args) == 0  # the same command again: resumes, nothing left to train
+    assert "finished" in capsys.readouterr().out
+    assert main(["pbt", "ppo", "CartPole-v1", "--space", "n_steps=[32, 64]", "--dir", "other"]) == 2
+    err = capsys.readouterr().err
+    assert "'n_steps'" in err and "learning_rate" in err
+    with pytest.raises(SystemExit, match="nothing to search"):
+        main(["pbt", "ppo", "CartPole-v1", "--dir", "other"])
