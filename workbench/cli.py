@@ -1,5 +1,4 @@
-"""The command line: ``workbench train``, ``play``, ``export``, ``sweep``, ``pbt`` and ``serve``, over the same
-public API."""
+"""The command line: ``workbench train``, ``play``, ``export``, ``sweep`` and ``serve``, over the same public API."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Hyperparameter search on live sessions.
+"""Hyperparameter search on live sessions: sweeps on Optuna (:func:`sweep`) and population-based training
+(:func:`pbt`).
 
 * :func:`sweep` returns a :class:`Sweep` that trains its trials as sessions on Optuna (locally in
   processes or on Ray Tune, :mod:`.ray_tune`); ``workbench sweep`` (:mod:`.cli`) runs one from the

@@ -1,4 +1,4 @@
-"""Population-based training (Jaderberg et al. 2017, arXiv:1711.09846) on live sessions.
+"""Population-based training on live sessions, after Jaderberg et al., 2017 (arXiv:1711.09846).
 
 ::
 
