@@ -46,7 +46,7 @@ RIGGED = dict(metric="rigged", window=1, session_kwargs={"stop_when": rigged})
 
 def test_a_field_that_is_not_live_is_refused_by_name_listing_the_editable_ones(tmp_path):
     for make in (wb.PPO, tiny_ppo):
-        with pytest.raises(wb.ArgumentError, match=r"'n_steps'.*cannot change while it trains.*learning_rate") as e:
+        with pytest.raises(wb.ArgumentError, match=r"'n_steps', which PPO cannot change while it trains.*learning_rate") as e:
             wb.pbt(make, "CartPole-v1", population=2, space={"learning_rate": (1e-4, 1e-3), "n_steps": [32, 64]},
                    steps=256, interval=128, directory=tmp_path / "p", start=False)
         assert "ent_coef" in str(e.value) and "clip_range" in str(e.value)

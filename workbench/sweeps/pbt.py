@@ -178,7 +178,7 @@ def _check_editable(agent_or_class: Any, dims: Mapping[str, _Dim]) -> None:
     """Every searched name is a live-editable hyperparameter of the agent (explore uses session.set)."""
     live = editable(agent_or_class)
     config = agent_or_class.Config
-    algorithm = getattr(agent_or_class, "algorithm", None) or getattr(agent_or_class, "__name__", "the agent")
+    algorithm = agent_or_class.__name__ if isinstance(agent_or_class, type) else agent_or_class.algorithm
     fields = {f.name for f in dataclasses.fields(config)}
     for name in dims:
         if name in live:
@@ -192,7 +192,7 @@ def _check_editable(agent_or_class: Any, dims: Mapping[str, _Dim]) -> None:
                 f"{', '.join(live)}."
             )
         raise ArgumentError(
-            f"pbt space names {name!r}, which {algorithm} cannot change while it trains ({why_fixed(name)}). "
+            f"pbt space names {name!r}, which {algorithm} cannot change while it trains: {why_fixed(name)}. "
             f"PBT explores through session.set, so only live-editable hyperparameters can be searched: "
             f"{', '.join(live)}. Fix {name} in make_agent instead."
         )
@@ -848,7 +848,9 @@ class Population:
         k = max(1, int(len(ranked) * self.quantile))
         if m not in ranked[-k:]:
             return
-        top = [d for d in ranked[:k] if d is not m]
+        # Only a strictly better member is worth copying: among tied scores (a task where every member
+        # still scores the minimum) a copy would throw a member's progress away on the index order.
+        top = [d for d in ranked[:k] if d is not m and self._better(d.score, m.score)]  # type: ignore[arg-type]
         if not top:
             return
         donor = top[int(self._rng.integers(len(top)))]
