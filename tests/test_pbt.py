@@ -50,6 +50,12 @@ def test_a_field_that_is_not_live_is_refused_by_name_listing_the_editable_ones(t
             wb.pbt(make, "CartPole-v1", population=2, space={"learning_rate": (1e-4, 1e-3), "n_steps": [32, 64]},
                    steps=256, interval=128, directory=tmp_path / "p", start=False)
         assert "ent_coef" in str(e.value) and "clip_range" in str(e.value)
+    def fixes_net_arch(**hp):  # the usual make_agent: a searched name it also fixes is given twice
+        return wb.PPO("CartPole-v1", net_arch=(8,), n_steps=64, **hp)
+
+    with pytest.raises(wb.ArgumentError, match=r"'net_arch', which PPO cannot change while it trains"):
+        wb.pbt(fixes_net_arch, "CartPole-v1", population=2, space={"net_arch": [(8,), (16,)]}, steps=256,
+               interval=128, directory=tmp_path / "p", start=False)
     with pytest.raises(wb.ArgumentError, match=r"'learning_rte'.*Did you mean learning_rate"):
         wb.pbt(wb.PPO, "CartPole-v1", population=2, space={"learning_rte": (1e-4, 1e-3)}, steps=256,
                interval=128, directory=tmp_path / "p", start=False)

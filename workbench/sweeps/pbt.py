@@ -415,12 +415,28 @@ class Population:
         members: list[_Member] = []
         for i in range(self.population_size):
             values = {name: dim.sample(self._rng) for name, dim in self.dims.items()}
-            agent = self._make(values)
             if i == 0:
+                try:
+                    agent = self._make(values)
+                except TypeError:
+                    self._check_without_values()  # a make_agent that fixes a searched name itself
+                    raise
                 _check_editable(type(agent), self.dims)
+            else:
+                agent = self._make(values)
             agent.total_timesteps = self.steps  # schedules count against the whole budget
             members.append(_Member(i, self._session(agent, i)))
         return members
+
+    def _check_without_values(self) -> None:
+        """When ``make_agent(**values)`` failed on a name it fixes itself (``net_arch=`` given twice), the
+        agent it builds with no values (if it can) says which searched names are not live-editable."""
+        try:
+            agent = self.make_agent()  # type: ignore[misc]
+        except Exception:
+            return
+        if isinstance(agent, Agent):
+            _check_editable(type(agent), self.dims)
 
     def _settings(self) -> dict[str, Any]:
         return {
