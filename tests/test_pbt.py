@@ -156,6 +156,12 @@ def test_exploit_by_hand_records_who_copied_whom_and_explores_through_set(tmp_pa
     assert p.lineage() == [[], [(64, 0)]]
     with pytest.raises(ValueError, match="cannot copy itself"):
         p.exploit(0, 0)
+    p.members[1].start(10_000)
+    try:
+        with pytest.raises(RuntimeError, match=r"member 1 is training: pause_member\(1\) first"):
+            p.exploit(1, 0)
+    finally:
+        p.members[1].stop()
 
 
 # -- the live population ----------------------------------------------------------------------------
@@ -346,3 +352,23 @@ def test_workbench_pbt_runs_resumes_and_refuses_a_fixed_field(tmp_path, capsys, 
     assert "'n_steps'" in err and "learning_rate" in err
     with pytest.raises(SystemExit, match="nothing to search"):
         main(["pbt", "ppo", "CartPole-v1", "--dir", "other"])
+
+
+# -- Ray -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_ray_backend_steps_each_members_envs_on_ray_actors(tmp_path):
+    ray = pytest.importorskip("ray")
+    try:
+        p = wb.pbt(tiny_ppo, "CartPole-v1", population=2, space=SPACE, steps=128, interval=64, backend="ray",
+                   directory=tmp_path / "p", eval_episodes=1, session_kwargs={"num_workers": 1})
+        assert all(s.backend == "ray" for s in p.members)
+        assert p.wait(timeout=500) and p.status == "finished", p.error
+        assert all(s.steps >= 128 for s in p.members) and len(p.curves()[0]) == 2
+    finally:
+        ray.shutdown()
+    with pytest.raises(ValueError, match="ray_address"):
+        wb.pbt(tiny_ppo, "CartPole-v1", population=2, space=SPACE, steps=128, interval=64,
+               ray_address="auto", directory=tmp_path / "q", start=False)

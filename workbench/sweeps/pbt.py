@@ -879,6 +879,8 @@ class Population:
         m, donor = self._member(member), self._member(source)
         if m is donor:
             raise ArgumentError(f"exploit: member {member} cannot copy itself")
+        if m.session.status == "running":
+            raise RuntimeError(f"member {member} is training: pause_member({member}) first, then exploit it")
         with self._lock:
             path = self._member_dir(donor.index)
             if not os.path.exists(path):
