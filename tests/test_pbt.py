@@ -363,10 +363,12 @@ def test_ray_backend_steps_each_members_envs_on_ray_actors(tmp_path):
     ray = pytest.importorskip("ray")
     try:
         p = wb.pbt(tiny_ppo, "CartPole-v1", population=2, space=SPACE, steps=128, interval=64, backend="ray",
-                   directory=tmp_path / "p", eval_episodes=1, session_kwargs={"num_workers": 1})
+                   directory=tmp_path / "p", eval_episodes=1, session_kwargs={"num_workers": 1, "ray_acting": "learner"})
         assert all(s.backend == "ray" for s in p.members)
         assert p.wait(timeout=500) and p.status == "finished", p.error
-        assert all(s.steps >= 128 for s in p.members) and len(p.curves()[0]) == 2
+        assert all(s.steps >= 128 for s in p.members), p.table()
+        assert len(p.curves()[0]) == 2
+        assert not ray.is_initialized()  # the population started Ray for all its members, and shut it down
     finally:
         ray.shutdown()
     with pytest.raises(ValueError, match="ray_address"):

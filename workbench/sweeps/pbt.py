@@ -619,8 +619,8 @@ class Population:
             rows.append({"member": m.index, "status": self.member_status(m.index), "steps": m.session.steps,
                          self.metric: m.score, **{k: _shown(v) for k, v in values.items()},
                          "exploits": len(m.parents),
-                         "copied_from": m.parents[-1][1] if m.parents else None})
-        columns = ["member", "status", "steps", self.metric, *self.dims, "exploits", "copied_from"]
+                         "copied_from": m.parents[-1][1] if m.parents else None, "note": m.error})
+        columns = ["member", "status", "steps", self.metric, *self.dims, "exploits", "copied_from", "note"]
         return pd.DataFrame(rows, columns=columns).set_index("member")
 
     def __repr__(self) -> str:
@@ -746,8 +746,22 @@ class Population:
 
     # -- the drivers ----------------------------------------------------------------------------
 
+    def _start_ray(self) -> bool:
+        """Start Ray for the whole population (True when this call started it). Left to the members'
+        runners, the first run to end would shut down the Ray the others still step their envs on."""
+        import ray
+
+        from ..parallel.ray_start import start_ray
+
+        kw = self.session_kwargs
+        workers = self.parallel * int(kw.get("num_workers", 1))
+        return start_ray(ray, workers, float(kw.get("cpus_per_worker", 1.0)), kw.get("ray_address"), kw.get("ray_init"))
+
     def _supervise(self) -> None:
+        owns_ray = False
         try:
+            if self.backend == "ray":
+                owns_ray = self._start_ray()
             os.makedirs(self.directory, exist_ok=True)
             with self._lock:
                 for m in self._members:  # every member on disk from the start: a stop at once still resumes
@@ -772,6 +786,10 @@ class Population:
             self.error = exc
             final = "failed"
         finally:
+            if owns_ray:
+                import ray
+
+                ray.shutdown()
             self._time_offset = self.elapsed
             self._clock = None
             try:
