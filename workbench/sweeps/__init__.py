@@ -3,26 +3,25 @@
 
 * :func:`sweep` returns a :class:`Sweep` that trains its trials as sessions on Optuna (locally in
   processes or on Ray Tune, :mod:`.ray_tune`); ``workbench sweep`` (:mod:`.cli`) runs one from the
-  command line. These names import Optuna when first used.
+  command line. They need Optuna.
 * :func:`pbt` returns a :class:`Population`: population-based training whose members are live
   sessions (:mod:`.pbt`, no Optuna needed); ``workbench pbt`` runs one from the command line.
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from .pbt import Population, PopulationEvent, pbt
 
 __all__ = ["Population", "PopulationEvent", "Sweep", "TrialResult", "parse_space", "pbt", "sweep"]
 
-_ON_OPTUNA = ("Sweep", "TrialResult", "parse_space", "sweep")
+try:
+    from .sweep import Sweep, TrialResult, parse_space, sweep
+except ImportError as _missing:  # Optuna is not installed: the sweeps need it, population-based training does not
+    _WHY = f"{type(_missing).__name__}: {_missing}"
 
-
-def __getattr__(name: str) -> Any:
-    if name in _ON_OPTUNA:  # the sweeps load Optuna; population-based training does not
-        value = getattr(importlib.import_module(".sweep", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'workbench.sweeps' has no attribute {name!r}")
+    def __getattr__(name: str) -> Any:
+        if name in ("Sweep", "TrialResult", "parse_space", "sweep"):
+            raise ImportError(f"workbench.sweeps.{name} needs Optuna: pip install 'rl-workbench[optuna]' ({_WHY})")
+        raise AttributeError(f"module 'workbench.sweeps' has no attribute {name!r}")
