@@ -15,8 +15,9 @@ values drawn from ``space``; a driver thread per member trains it ``interval`` e
 (``parallel`` members at once). At each of its boundaries a member is scored (``eval_reward``: the
 population evaluates it, ``eval_episodes`` deterministic episodes; another metric: the mean of the
 signal's last ``window`` points), saved to ``<directory>/member-<i>/`` in the checkpoint format, and
-ranked against the others' latest scores (asynchronous PBT, as Ray Tune's scheduler does). A member
-in the bottom ``quantile``:
+ranked against the others' latest scores (asynchronous PBT, as Ray Tune's scheduler does; ranking
+starts once every member has a score). A member in the bottom ``quantile`` whose score a member of
+the top ``quantile`` strictly beats:
 
 * **exploits**: it loads a top-``quantile`` member's last checkpoint (weights, optimizer moments,
   normalizers' statistics and, with ``copy_memory=True``, the replay memory) through
