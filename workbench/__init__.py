@@ -11,7 +11,8 @@ Everything public is importable from here::
     wb.load("runs/cartpole").play("CartPole-v1", episodes=3)
 
 The notebook parts (``Dashboard``, ``PlayViewer``, ``compare``), the experiment trackers
-(``TensorBoard``, ``MLflow``, ``WandB``, ``Sink``), the sweeps (``sweep``, ``Sweep``, on Optuna), the
+(``TensorBoard``, ``MLflow``, ``WandB``, ``Sink``), the sweeps (``sweep``, ``Sweep``, on Optuna),
+population-based training (``pbt``, ``Population``), the
 client of a served session (``RemoteSession``), the server stack and Ray load only when first used,
 so ``import workbench`` stays light.
 """
@@ -65,12 +66,14 @@ _LAZY: dict[str, tuple[str, str, str]] = {
     "Dashboard": (".ui", "Dashboard", "notebook"),
     "MLflow": (".tracking", "MLflow", "mlflow"),
     "PlayViewer": (".ui", "PlayViewer", "notebook"),
+    "Population": (".sweeps.pbt", "Population", "notebook"),
     "RemoteSession": (".serve", "RemoteSession", "serve"),
     "Sink": (".tracking", "Sink", "tracking"),
     "Sweep": (".sweeps", "Sweep", "optuna"),
     "TensorBoard": (".tracking", "TensorBoard", "tensorboard"),
     "WandB": (".tracking", "WandB", "wandb"),
     "compare": (".ui", "compare", "notebook"),
+    "pbt": (".sweeps.pbt", "pbt", "notebook"),
     "sweep": (".sweeps", "sweep", "optuna"),
 }
 
@@ -102,6 +105,7 @@ __all__ = [
     "PPO",
     "PRESETS",
     "PlayViewer",
+    "Population",
     "Preset",
     "PrioritizedReplayMemory",
     "QRDQN",
@@ -130,6 +134,7 @@ __all__ = [
     "evaluate_offline",
     "linear",
     "load",
+    "pbt",
     "preset",
     "sessions",
     "sweep",

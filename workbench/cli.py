@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="workbench",
         description="Train and play reinforcement-learning agents; every run is a live session.",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,play,export,sweep,serve}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,play,export,sweep,pbt,serve}")
 
     train = sub.add_parser(
         "train",
@@ -110,6 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .sweeps.cli import add_parser as add_sweep_parser
 
     add_sweep_parser(sub)
+    from .sweeps.pbt_cli import add_parser as add_pbt_parser
+
+    add_pbt_parser(sub)
     _add_serve_parser(sub, agents)
     return parser
 
@@ -344,6 +347,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .sweeps.cli import run as run_sweep
 
             return run_sweep(args)
+        if args.command == "pbt":
+            from .sweeps.pbt_cli import run as run_pbt
+
+            return run_pbt(args)
         return _play(args)
     except (ValueError, TypeError) as exc:
         print(f"workbench: error: {exc}", file=sys.stderr)

@@ -1,0 +1,1077 @@
+"""Population-based training on live sessions, after Jaderberg et al., 2017 (arXiv:1711.09846).
+
+::
+
+    population = wb.pbt(lambda **hp: wb.PPO("Pendulum-v1", **hp), "Pendulum-v1", population=8,
+                        space={"learning_rate": (1e-4, 1e-2), "ent_coef": (0.0, 0.05)},
+                        steps=200_000, interval=10_000)
+    population          # in a notebook: the population dashboard
+    population.members[3].pause()                       # each member is a Session
+    population.members[3].set(learning_rate=3e-4)       # ... edited by hand
+    population.wait(); population.best; population.events
+
+How it runs. Every member is a :class:`~workbench.Session` built from ``make_agent(**values)`` with
+values drawn from ``space``; a driver thread per member trains it ``interval`` env steps at a time
+(``parallel`` members at once). At each of its boundaries a member is scored (``eval_reward``: the
+population evaluates it, ``eval_episodes`` deterministic episodes; another metric: the mean of the
+signal's last ``window`` points), saved to ``<directory>/member-<i>/`` in the checkpoint format, and
+ranked against the others' latest scores (asynchronous PBT, as Ray Tune's scheduler does; ranking
+starts once every member has a score). A member in the bottom ``quantile`` whose score a member of
+the top ``quantile`` strictly beats:
+
+* **exploits**: it loads a top-``quantile`` member's last checkpoint (weights, optimizer moments,
+  normalizers' statistics and, with ``copy_memory=True``, the replay memory) through
+  ``workbench.checkpoint``, never pickle; it keeps its own step counter, random generators, signals
+  and events, so its curves go on where they were;
+* **explores**: it takes the donor's values of the searched hyperparameters, each multiplied by
+  one of ``perturb`` (a choice moves to a neighbouring item), or with probability ``resample_p``
+  drawn from ``space`` again, and applies them with ``session.set``. So only live-editable
+  hyperparameters can be searched (``wb.pbt`` refuses the others by name at the call).
+
+Each exploit and explore is a :class:`PopulationEvent` in ``population.events``; the members'
+hyperparameter edits are also in their own ``session.events`` and ``set/<name>`` signals.
+``<directory>/population.json`` (settings, members, scores, lineage, events; strict JSON) and the
+members' checkpoints make the population resumable: ``wb.pbt(...)`` with the same ``directory`` (or
+``wb.Population.open(directory)``) reopens every member where its last checkpoint left it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import math
+import os
+import threading
+import time
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from ..agents.base import Agent, AgentState
+from ..agents.live import editable, why_fixed
+from ..agents.saving import open_saved
+from ..checkpoint import CheckpointError, json_ready
+from ..session import Session
+from ..validation import ArgumentError
+
+__all__ = ["Population", "PopulationEvent", "pbt"]
+
+_STATE_FILE = "population.json"
+_FORMAT = 1
+_ACTIVE = ("running", "paused")
+_POLL_S = 0.1
+_SIDE_BY_SIDE = r".*other session\(s\) still training in this process"
+
+
+# -- the search space ---------------------------------------------------------------------------
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Dim:
+    """One searched hyperparameter: a float range (log-uniform when both ends are positive), an
+    integer range, or a list of choices."""
+
+    name: str
+    kind: str  # "float" | "int" | "choice"
+    low: float = 0.0
+    high: float = 0.0
+    choices: tuple[Any, ...] = ()
+
+    @property
+    def log(self) -> bool:
+        return self.kind == "float" and self.low > 0
+
+    def sample(self, rng: np.random.Generator) -> Any:
+        if self.kind == "choice":
+            return self.choices[int(rng.integers(len(self.choices)))]
+        if self.kind == "int":
+            return int(rng.integers(int(self.low), int(self.high) + 1))
+        if self.log:
+            return float(math.exp(rng.uniform(math.log(self.low), math.log(self.high))))
+        return float(rng.uniform(self.low, self.high))
+
+    def perturb(self, value: Any, factors: tuple[float, float], rng: np.random.Generator) -> Any:
+        """The value moved once: times one of ``factors`` (kept in the range), or a choice moved to a
+        neighbouring item (down for the first factor, up for the second)."""
+        up = bool(rng.integers(2))
+        if self.kind == "choice":
+            index = self._index(value)
+            if index is None:
+                return self.sample(rng)
+            index = min(max(index + (1 if up else -1), 0), len(self.choices) - 1)
+            return self.choices[index]
+        if not _is_number(value):  # a schedule set by hand: start again from the space
+            return self.sample(rng)
+        factor = factors[1] if up else factors[0]
+        moved = value * factor
+        if self.kind == "int":
+            step = round(moved)
+            if step == value:  # an integer too small to move by a factor still moves by one
+                step = value + (1 if up else -1)
+            return int(min(max(step, int(self.low)), int(self.high)))
+        if moved == value and value == 0:  # zero times a factor stays zero: move to a bit of the range
+            moved = self.low + (self.high - self.low) * (0.1 if up else 0.0)
+        return float(min(max(moved, self.low), self.high))
+
+    def _index(self, value: Any) -> int | None:
+        for i, c in enumerate(self.choices):
+            if c == value or json_ready(c) == json_ready(value):
+                return i
+        return None
+
+    def from_saved(self, value: Any) -> Any:
+        """A value as a checkpoint's JSON holds it, back as the space's own item (a tuple choice)."""
+        if self.kind == "choice":
+            index = self._index(value)
+            return value if index is None else self.choices[index]
+        if self.kind == "int" and _is_number(value):
+            return int(value)
+        return value
+
+    def describe(self) -> Any:
+        """The dimension as JSON data (what population.json records to check a resume)."""
+        if self.kind == "choice":
+            return {"choices": json_ready(list(self.choices))}
+        return {"kind": self.kind, "low": self.low, "high": self.high}
+
+
+def _parse_space(space: Any) -> dict[str, _Dim]:
+    if not isinstance(space, Mapping) or not space:
+        raise ArgumentError(
+            f"pbt needs space= as a non-empty dict of hyperparameter name to (low, high) or [choices], got {space!r}"
+        )
+    dims: dict[str, _Dim] = {}
+    for name, spec in space.items():
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ArgumentError(f"pbt space key {name!r} must be a hyperparameter name such as 'learning_rate'")
+        if isinstance(spec, tuple):
+            if len(spec) != 2 or not all(_is_number(x) for x in spec):
+                raise ArgumentError(
+                    f"pbt space[{name!r}] = {spec!r}: a tuple is a range and needs two numbers (low, high); "
+                    "use a list for a choice"
+                )
+            low, high = spec
+            if not low < high:
+                raise ArgumentError(f"pbt space[{name!r}] = {spec!r}: the range needs low < high")
+            kind = "int" if isinstance(low, int) and isinstance(high, int) else "float"
+            dims[name] = _Dim(name, kind, low=low if kind == "int" else float(low),
+                              high=high if kind == "int" else float(high))
+        elif isinstance(spec, list):
+            if not spec:
+                raise ArgumentError(f"pbt space[{name!r}] is an empty list: give at least one choice")
+            dims[name] = _Dim(name, "choice", choices=tuple(spec))
+        else:
+            raise ArgumentError(
+                f"pbt space[{name!r}] = {spec!r} is not a search range: give (low, high) for a range or "
+                "[a, b, ...] for a choice (fixed values belong in make_agent)"
+            )
+    return dims
+
+
+def _check_editable(agent_or_class: Any, dims: Mapping[str, _Dim]) -> None:
+    """Every searched name is a live-editable hyperparameter of the agent (explore uses session.set)."""
+    live = editable(agent_or_class)
+    config = agent_or_class.Config
+    algorithm = agent_or_class.__name__ if isinstance(agent_or_class, type) else agent_or_class.algorithm
+    fields = {f.name for f in dataclasses.fields(config)}
+    for name in dims:
+        if name in live:
+            continue
+        if name not in fields:
+            close = difflib.get_close_matches(name, live, n=3)
+            hint = f" Did you mean {', '.join(close)}?" if close else ""
+            raise ArgumentError(
+                f"pbt space names {name!r}, which is not a hyperparameter of {algorithm}.{hint} PBT explores "
+                f"through session.set, so space keys are {algorithm}'s live-editable hyperparameters: "
+                f"{', '.join(live)}."
+            )
+        raise ArgumentError(
+            f"pbt space names {name!r}, which {algorithm} cannot change while it trains: {why_fixed(name)}. "
+            f"PBT explores through session.set, so only live-editable hyperparameters can be searched: "
+            f"{', '.join(live)}. Fix {name} in make_agent instead."
+        )
+
+
+# -- records --------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class PopulationEvent:
+    """One step of the population's search.
+
+    ``kind`` is ``"exploit"`` (member ``member`` loaded member ``source``'s checkpoint; ``score``
+    and ``source_score`` their scores then) or ``"explore"`` (member ``member``'s hyperparameters
+    changed: ``changes`` maps each name to ``[old, new]``, old being the value before the exploit).
+    ``step`` is the member's env step, ``time`` seconds since the population first started.
+    """
+
+    kind: str
+    member: int
+    step: int
+    time: float
+    source: int | None = None
+    score: float | None = None
+    source_score: float | None = None
+    changes: dict[str, list[Any]] = dataclasses.field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Strict JSON data (what population.json stores)."""
+        return json_ready(dataclasses.asdict(self))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PopulationEvent:
+        """Read back what :meth:`to_dict` wrote."""
+        return cls(
+            kind=str(data["kind"]), member=int(data["member"]), step=int(data["step"]),
+            time=float(data.get("time", 0.0)),
+            source=None if data.get("source") is None else int(data["source"]),
+            score=_float_or_none(data.get("score")), source_score=_float_or_none(data.get("source_score")),
+            changes={str(k): list(v) for k, v in dict(data.get("changes") or {}).items()},
+        )
+
+
+def _float_or_none(value: Any) -> float | None:
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+class _Member:
+    """The population's bookkeeping of one member (the session is the member itself)."""
+
+    def __init__(self, index: int, session: Session) -> None:
+        self.index = index
+        self.session = session
+        self.scores: list[tuple[int, float]] = []  # (env step, score) at each boundary
+        self.parents: list[tuple[int, int]] = []  # (env step, source member) of each exploit
+        self.user_paused = False
+        self.retired = False  # stopped by hand: trains no more, copied from and into no more
+        self.failed = False
+        self.error: str = ""
+        self.thread: threading.Thread | None = None
+
+    @property
+    def score(self) -> float | None:
+        return self.scores[-1][1] if self.scores else None
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "index": self.index, "scores": [list(p) for p in self.scores], "parents": [list(p) for p in self.parents],
+            "retired": self.retired, "failed": self.failed, "error": self.error,
+        }
+
+
+# -- the live object ------------------------------------------------------------------------------
+
+
+class Population:
+    """A population-based training run whose members are live Sessions.
+
+    Build it with :func:`pbt` (which also starts it), or ``wb.Population(...)`` and :meth:`start`;
+    reopen a saved one with :meth:`Population.open`. See :func:`pbt` for the parameters.
+
+    Example::
+
+        p = wb.Population(make_agent, "CartPole-v1", population=4, space={"learning_rate": (1e-4, 1e-2)},
+                          steps=20_000, interval=2_000)
+        p.start(); p.pause(); p.resume(); p.stop(); p.start()     # start again: goes on
+        p.wait(); p.best, p.table(), p.events
+    """
+
+    def __init__(
+        self,
+        make_agent: Callable[..., Any] | None,
+        env: Any,
+        *,
+        population: int = 8,
+        space: Mapping[str, Any] | None = None,
+        steps: int = 100_000,
+        interval: int = 10_000,
+        metric: str = "eval_reward",
+        direction: str = "maximize",
+        quantile: float = 0.25,
+        perturb: tuple[float, float] = (0.8, 1.2),
+        resample_p: float = 0.25,
+        parallel: int | None = None,
+        backend: str = "local",
+        directory: str | os.PathLike[str] | None = None,
+        name: str | None = None,
+        seed: int = 0,
+        window: int | None = None,
+        eval_episodes: int = 5,
+        copy_memory: bool = False,
+        session_kwargs: Mapping[str, Any] | None = None,
+        ray_address: str | None = None,
+    ) -> None:
+        for label, value in (("population", population), ("steps", steps), ("interval", interval),
+                             ("eval_episodes", eval_episodes)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ArgumentError(f"pbt got {label}={value!r}: {label} must be a positive integer")
+        if population < 2:
+            raise ArgumentError(f"pbt got population={population}: a population needs at least 2 members to copy "
+                                "from one another")
+        if interval > steps:
+            raise ArgumentError(f"pbt got interval={interval} > steps={steps}: the interval is how many env steps a "
+                                "member trains between two exploit/explore decisions; make it smaller than steps")
+        if parallel is None:
+            parallel = population
+        if not isinstance(parallel, int) or isinstance(parallel, bool) or not 1 <= parallel <= population:
+            raise ArgumentError(f"pbt got parallel={parallel!r}: give the number of members that train at once, "
+                                f"1 to population ({population})")
+        if not isinstance(metric, str) or not metric:
+            raise ArgumentError(f"pbt got metric={metric!r}: give a signal name such as 'eval_reward'")
+        if direction not in ("maximize", "minimize"):
+            raise ArgumentError(f"pbt got direction={direction!r}: use 'maximize' or 'minimize'")
+        if not _is_number(quantile) or not 0 < quantile <= 0.5:
+            raise ArgumentError(f"pbt got quantile={quantile!r}: the fraction of the population that is copied "
+                                "(and copied from) must be in (0, 0.5]")
+        if (not isinstance(perturb, tuple | list) or len(perturb) != 2 or not all(_is_number(f) for f in perturb)
+                or not all(f > 0 for f in perturb)):
+            raise ArgumentError(f"pbt got perturb={perturb!r}: give two positive factors (down, up), e.g. (0.8, 1.2)")
+        if not _is_number(resample_p) or not 0 <= resample_p <= 1:
+            raise ArgumentError(f"pbt got resample_p={resample_p!r}: a probability from 0 to 1")
+        if backend not in ("local", "ray"):
+            raise ArgumentError(f"pbt got backend={backend!r}: use 'local' (members' envs in this process) or 'ray' "
+                                "(each member's envs on Ray actors)")
+        if window is not None and (not isinstance(window, int) or window < 1):
+            raise ArgumentError(f"pbt got window={window!r}: the number of the metric's last points to average, >= 1")
+        if ray_address is not None and backend != "ray":
+            raise ArgumentError(f"pbt got ray_address={ray_address!r} with backend={backend!r}: pass backend='ray'")
+        self.dims = _parse_space(space)
+        self.space = dict(space)  # type: ignore[arg-type]
+        self.make_agent = make_agent
+        self.env = env
+        self.population_size = population
+        self.steps, self.interval, self.metric, self.direction = steps, interval, metric, direction
+        self.quantile, self.resample_p = float(quantile), float(resample_p)
+        self.perturb = (float(perturb[0]), float(perturb[1]))
+        self.parallel, self.backend, self.seed = parallel, backend, int(seed)
+        self.window = window if window is not None else (1 if metric == "eval_reward" else 10)
+        self.eval_episodes, self.copy_memory = eval_episodes, bool(copy_memory)
+        self.session_kwargs = dict(session_kwargs or {})
+        for key in ("seed",):
+            if key in self.session_kwargs:
+                raise ArgumentError(f"pbt session_kwargs cannot set {key!r}: each member's seed is seed + its index")
+        if backend == "ray":
+            self.session_kwargs.setdefault("backend", "ray")
+            self.session_kwargs.setdefault("num_workers", 1)
+            if ray_address is not None:
+                self.session_kwargs.setdefault("ray_address", ray_address)
+        self.name = name or (os.path.basename(os.path.normpath(os.fspath(directory))) if directory is not None
+                             else f"pbt-{time.strftime('%Y%m%d-%H%M%S')}")
+        self.directory = os.path.abspath(os.fspath(directory) if directory is not None
+                                         else os.path.join("runs", "pbt", self.name))
+        self.events: list[PopulationEvent] = []
+        """The exploits and explores so far, oldest first."""
+        self.error: BaseException | None = None
+        self._rng = np.random.default_rng(self.seed)
+        self._lock = threading.RLock()
+        self._status = "idle"
+        self._stop = threading.Event()
+        self._pause = threading.Event()
+        self._slots = threading.Semaphore(parallel)
+        self._ended = threading.Event()
+        self._ended.set()
+        self._supervisor: threading.Thread | None = None
+        self._time_offset = 0.0
+        self._clock: float | None = None
+        if os.path.exists(os.path.join(self.directory, _STATE_FILE)):
+            self._members = self._reopen()
+        else:
+            if not callable(make_agent):
+                raise ArgumentError(f"pbt needs make_agent, a function that builds an agent from the searched "
+                                    f"values (or an agent class such as wb.PPO), got {make_agent!r}")
+            self._members = self._build()
+
+    # -- building and reopening -----------------------------------------------------------------
+
+    def _make(self, values: dict[str, Any]) -> Agent:
+        if isinstance(self.make_agent, type) and issubclass(self.make_agent, Agent):
+            return self.make_agent(self.env, **values)
+        agent = self.make_agent(**values)
+        if not isinstance(agent, Agent):
+            raise ArgumentError(
+                f"pbt's make_agent must return an agent such as wb.PPO(...), got {type(agent).__name__}"
+            )
+        return agent
+
+    def _session(self, agent: Agent, index: int) -> Session:
+        kwargs = dict(self.session_kwargs)
+        kwargs.setdefault("torch_threads", 1)
+        return Session(agent, self.env, seed=self.seed + index, **kwargs)
+
+    def _build(self) -> list[_Member]:
+        if isinstance(self.make_agent, type) and issubclass(self.make_agent, Agent):
+            _check_editable(self.make_agent, self.dims)  # before building anything
+        members: list[_Member] = []
+        for i in range(self.population_size):
+            values = {name: dim.sample(self._rng) for name, dim in self.dims.items()}
+            if i == 0:
+                try:
+                    agent = self._make(values)
+                except TypeError:
+                    self._check_without_values()  # a make_agent that fixes a searched name itself
+                    raise
+                _check_editable(type(agent), self.dims)
+            else:
+                agent = self._make(values)
+            agent.total_timesteps = self.steps  # schedules count against the whole budget
+            members.append(_Member(i, self._session(agent, i)))
+        return members
+
+    def _check_without_values(self) -> None:
+        """When ``make_agent(**values)`` failed on a name it fixes itself (``net_arch=`` given twice), the
+        agent it builds with no values (if it can) says which searched names are not live-editable."""
+        try:
+            agent = self.make_agent()  # type: ignore[misc]
+        except Exception:
+            return
+        if isinstance(agent, Agent):
+            _check_editable(type(agent), self.dims)
+
+    def _settings(self) -> dict[str, Any]:
+        return {
+            "population": self.population_size, "space": {n: d.describe() for n, d in self.dims.items()},
+            "steps": self.steps, "interval": self.interval, "metric": self.metric, "direction": self.direction,
+            "quantile": self.quantile, "perturb": list(self.perturb), "resample_p": self.resample_p,
+            "seed": self.seed, "window": self.window, "eval_episodes": self.eval_episodes,
+            "copy_memory": self.copy_memory,
+            "env": self.env if isinstance(self.env, str) else None,
+        }
+
+    def _reopen(self) -> list[_Member]:
+        path = os.path.join(self.directory, _STATE_FILE)
+        try:
+            with open(path, encoding="utf-8") as f:
+                saved = json.load(f)
+        except (OSError, json.JSONDecodeError) as exc:
+            raise CheckpointError(f"{path}: cannot read the population's state ({exc})") from None
+        if not isinstance(saved, dict) or saved.get("format") != _FORMAT:
+            raise CheckpointError(f"{path}: not a population state of format {_FORMAT}")
+        mine, theirs = self._settings(), saved.get("settings", {})
+        differ = [k for k in ("population", "space", "metric", "direction") if mine[k] != json_ready(theirs.get(k))]
+        if differ:
+            raise ArgumentError(
+                f"the population in {self.directory} was run with other settings ({', '.join(differ)} differ): pass "
+                "the same ones to resume it (or wb.Population.open(directory)), or another directory for a new one"
+            )
+        if self.env is None:
+            self.env = theirs.get("env")
+        members = []
+        for data in saved.get("members", []):
+            index = int(data["index"])
+            mpath = self._member_dir(index)
+            kwargs = dict(self.session_kwargs)
+            kwargs.setdefault("torch_threads", 1)
+            if os.path.exists(mpath):
+                session = Session.reopen(mpath, self.env, seed=self.seed + index, **kwargs)
+            else:  # stopped before its first checkpoint: a fresh member
+                if self.make_agent is None:
+                    raise CheckpointError(f"{mpath}: member {index} has no checkpoint; pass make_agent to rebuild it")
+                values = {name: dim.sample(self._rng) for name, dim in self.dims.items()}
+                agent = self._make(values)
+                agent.total_timesteps = self.steps
+                session = self._session(agent, index)
+            m = _Member(index, session)
+            m.scores = [(int(s), float(v)) for s, v in data.get("scores", [])]
+            m.parents = [(int(s), int(src)) for s, src in data.get("parents", [])]
+            m.retired, m.failed = bool(data.get("retired")), bool(data.get("failed"))
+            m.error = str(data.get("error", ""))
+            members.append(m)
+        self.events = [PopulationEvent.from_dict(e) for e in saved.get("events", [])]
+        self._time_offset = float(saved.get("elapsed", 0.0))
+        rng_state = saved.get("rng")
+        if rng_state:
+            self._rng.bit_generator.state = rng_state
+        return members
+
+    @classmethod
+    def open(
+        cls, directory: str | os.PathLike[str], env: Any = None, make_agent: Callable[..., Any] | None = None,
+        **overrides: Any,
+    ) -> Population:
+        """Reopen a population saved in ``directory`` (not started: call :meth:`start` to go on).
+
+        ``env`` is needed when the population trained on an env factory rather than a registered id;
+        ``make_agent`` only when a member was stopped before its first checkpoint. ``overrides`` are
+        :func:`pbt`'s other settings (``parallel``, ``session_kwargs``...); the saved ones by default."""
+        path = os.path.join(os.fspath(directory), _STATE_FILE)
+        try:
+            with open(path, encoding="utf-8") as f:
+                settings = dict(json.load(f).get("settings", {}))
+        except (OSError, json.JSONDecodeError, AttributeError) as exc:
+            raise CheckpointError(f"{path}: no population state to open there ({exc})") from None
+        space: dict[str, Any] = {}
+        for name, d in settings.get("space", {}).items():
+            if "choices" in d:
+                space[name] = [tuple(c) if isinstance(c, list) else c for c in d["choices"]]
+            else:
+                cast = int if d["kind"] == "int" else float
+                space[name] = (cast(d["low"]), cast(d["high"]))
+        kwargs: dict[str, Any] = {
+            "population": settings.get("population"), "space": space, "steps": settings.get("steps"),
+            "interval": settings.get("interval"), "metric": settings.get("metric"),
+            "direction": settings.get("direction", "maximize"), "quantile": settings.get("quantile"),
+            "perturb": tuple(settings.get("perturb", (0.8, 1.2))), "resample_p": settings.get("resample_p"),
+            "seed": settings.get("seed", 0), "window": settings.get("window"),
+            "eval_episodes": settings.get("eval_episodes", 5), "copy_memory": settings.get("copy_memory", False),
+        }
+        kwargs.update(overrides)
+        return cls(make_agent, env if env is not None else settings.get("env"), directory=directory, **kwargs)
+
+    # -- state ----------------------------------------------------------------------------------
+
+    @property
+    def members(self) -> list[Session]:
+        """The members, each a :class:`~workbench.Session` (pause, edit, save or play any of them)."""
+        return [m.session for m in self._members]
+
+    @property
+    def status(self) -> str:
+        """One of ``idle, running, paused, stopped, finished, failed``."""
+        return self._status
+
+    @property
+    def is_alive(self) -> bool:
+        """True while members train (also while paused)."""
+        return not self._ended.is_set()
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds of training so far (continues across reopening)."""
+        return self._time_offset + (0.0 if self._clock is None else time.perf_counter() - self._clock)
+
+    @property
+    def scores(self) -> list[float | None]:
+        """Each member's latest score (None before its first boundary)."""
+        return [m.score for m in self._members]
+
+    def curves(self) -> list[list[tuple[int, float]]]:
+        """Each member's scores so far, as ``(env step, score)`` points."""
+        return [list(m.scores) for m in self._members]
+
+    def lineage(self) -> list[list[tuple[int, int]]]:
+        """Each member's exploits, as ``(env step, member it copied)`` points, oldest first."""
+        return [list(m.parents) for m in self._members]
+
+    def values(self) -> list[dict[str, Any]]:
+        """Each member's current values of the searched hyperparameters (read from its agent)."""
+        return [{name: getattr(m.session.agent.config, name) for name in self.dims} for m in self._members]
+
+    def member_status(self, index: int) -> str:
+        """A member's state as the population sees it: its session's status, or ``retired``
+        (stopped by hand) / ``failed``, or ``waiting`` (between intervals, or for a free slot)."""
+        m = self._members[index]
+        if m.failed:
+            return "failed"
+        if m.retired:
+            return "retired"
+        status = m.session.status
+        if status in _ACTIVE:
+            return status
+        if m.user_paused:
+            return "paused"
+        if m.session.steps >= self.steps:
+            return "finished"
+        return "waiting" if self.is_alive else status
+
+    def _better(self, a: float, b: float) -> bool:
+        return a > b if self.direction == "maximize" else a < b
+
+    @property
+    def best_index(self) -> int | None:
+        """The index of the member with the best latest score (None before any score)."""
+        best = None
+        for m in self._members:
+            if m.score is None or m.failed or math.isnan(m.score):
+                continue
+            if best is None or self._better(m.score, self._members[best].score):  # type: ignore[arg-type]
+                best = m.index
+        return best
+
+    @property
+    def best(self) -> Session | None:
+        """The member (its Session) with the best latest score; None before any member was scored."""
+        index = self.best_index
+        return None if index is None else self._members[index].session
+
+    @property
+    def best_score(self) -> float | None:
+        """The best latest score of any member (None before any)."""
+        index = self.best_index
+        return None if index is None else self._members[index].score
+
+    def table(self) -> Any:
+        """The members as a pandas DataFrame: status, steps, latest score, current values, exploits."""
+        import pandas as pd
+
+        rows = []
+        for m, values in zip(self._members, self.values(), strict=True):
+            rows.append({"member": m.index, "status": self.member_status(m.index), "steps": m.session.steps,
+                         self.metric: m.score, **{k: _shown(v) for k, v in values.items()},
+                         "exploits": len(m.parents),
+                         "copied_from": m.parents[-1][1] if m.parents else None, "note": m.error})
+        columns = ["member", "status", "steps", self.metric, *self.dims, "exploits", "copied_from", "note"]
+        return pd.DataFrame(rows, columns=columns).set_index("member")
+
+    def __repr__(self) -> str:
+        best = self.best_index
+        best_text = "" if best is None else f", best {self.metric}={self._members[best].score:.4g} (member {best})"
+        steps = sum(m.session.steps for m in self._members)
+        return (f"<Population {self.name!r}: {self.status}, {len(self._members)} members, "
+                f"{steps}/{self.steps * len(self._members)} steps, {len(self.events)} events{best_text}>")
+
+    # -- commands -------------------------------------------------------------------------------
+
+    def start(self) -> Population:
+        """Train the members in the background and return at once; starting again after a stop goes on."""
+        with self._lock:
+            if self._status in _ACTIVE:
+                raise RuntimeError(f"this population is already {self._status}: stop() or wait() before starting again")
+            self._stop.clear()
+            self._pause.clear()
+            self.error = None
+            self._status = "running"
+            self._clock = time.perf_counter()
+            self._ended = threading.Event()
+            self._supervisor = threading.Thread(target=self._supervise, name="workbench-pbt", daemon=True)
+            self._supervisor.start()
+        return self
+
+    def run(self) -> Population:
+        """Start and block until every member has trained ``steps`` (re-raises an error)."""
+        if self._status not in _ACTIVE:
+            self.start()
+        self.wait()
+        return self
+
+    def pause(self) -> None:
+        """Pause every member (their sessions pause) until :meth:`resume`."""
+        with self._lock:
+            if self._status != "running":
+                return
+            self._pause.set()
+            self._status = "paused"
+            sessions = [m.session for m in self._members]
+        for s in sessions:
+            s.pause()
+
+    def resume(self) -> None:
+        """Continue after :meth:`pause` (members paused one by one stay paused)."""
+        with self._lock:
+            if self._status != "paused":
+                return
+            self._pause.clear()
+            self._status = "running"
+            sessions = [m.session for m in self._members if not m.user_paused]
+        for s in sessions:
+            s.resume()
+
+    def stop(self, timeout: float | None = 60.0) -> None:
+        """Stop every member; each is saved to the population's directory, and :meth:`start` goes on."""
+        if self._status not in _ACTIVE:
+            return
+        self._stop.set()
+        self._pause.clear()
+        for m in self._members:
+            m.session.stop()
+        self._ended.wait(timeout)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the population ends; re-raise its error. False when ``timeout`` passed first.
+        Ctrl-C stops it (members saved) before ``KeyboardInterrupt`` reaches the caller."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            while not self._ended.is_set():
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                self._ended.wait(_POLL_S if remaining is None else min(_POLL_S, remaining))
+        except KeyboardInterrupt:
+            self.stop()
+            raise
+        if self.error is not None:
+            raise self.error
+        return True
+
+    def pause_member(self, index: int) -> None:
+        """Pause one member (it holds its slot); the others go on."""
+        m = self._member(index)
+        m.user_paused = True
+        m.session.pause()
+
+    def resume_member(self, index: int) -> None:
+        """Let a member paused by :meth:`pause_member` (or its session's pause) go on."""
+        m = self._member(index)
+        m.user_paused = False
+        if not self._pause.is_set():
+            m.session.resume()
+
+    def stop_member(self, index: int) -> None:
+        """Stop one member for good: it trains no more, and is no longer copied from or into."""
+        m = self._member(index)
+        m.retired = True
+        m.user_paused = False
+        m.session.stop()
+        if not self.is_alive:
+            self._write_state()
+
+    def _member(self, index: int) -> _Member:
+        if not isinstance(index, int) or not 0 <= index < len(self._members):
+            raise ArgumentError(f"no member {index!r}: members are numbered 0 to {len(self._members) - 1}")
+        return self._members[index]
+
+    def dashboard(self) -> Any:
+        """The live notebook view of this population (an ipywidgets widget)."""
+        from ..ui.population_view import PopulationDashboard
+
+        return PopulationDashboard(self)
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        shown = getattr(self, "_shown_dashboard", None)
+        if shown is None or shown.closed or not shown.timer_alive:
+            shown = self._shown_dashboard = self.dashboard()
+        display(shown)
+
+    # -- the drivers ----------------------------------------------------------------------------
+
+    def _start_ray(self) -> bool:
+        """Start Ray for the whole population (True when this call started it). Left to the members'
+        runners, the first run to end would shut down the Ray the others still step their envs on."""
+        import ray
+
+        from ..parallel.ray_start import start_ray
+
+        kw = self.session_kwargs
+        workers = self.parallel * int(kw.get("num_workers", 1))
+        return start_ray(ray, workers, float(kw.get("cpus_per_worker", 1.0)), kw.get("ray_address"), kw.get("ray_init"))
+
+    def _supervise(self) -> None:
+        owns_ray = False
+        try:
+            if self.backend == "ray":
+                owns_ray = self._start_ray()
+            os.makedirs(self.directory, exist_ok=True)
+            with self._lock:
+                for m in self._members:  # every member on disk from the start: a stop at once still resumes
+                    if not os.path.exists(self._member_dir(m.index)):
+                        self._checkpoint(m)
+                self._write_state()
+            threads = []
+            for m in self._members:
+                if m.retired or m.failed or m.session.steps >= self.steps:
+                    continue
+                m.thread = threading.Thread(target=self._drive, args=(m,), name=f"workbench-pbt-{m.index}",
+                                            daemon=True)
+                m.thread.start()
+                threads.append(m.thread)
+            for t in threads:
+                t.join()
+            failed = [m for m in self._members if m.failed]
+            if failed and len(failed) == len(self._members):
+                raise RuntimeError(f"every member of population {self.name!r} failed; the first: {failed[0].error}")
+            final = "stopped" if self._stop.is_set() else "finished"
+        except BaseException as exc:
+            self.error = exc
+            final = "failed"
+        finally:
+            if owns_ray:
+                import ray
+
+                ray.shutdown()
+            self._time_offset = self.elapsed
+            self._clock = None
+            try:
+                self._write_state()
+            except Exception as exc:  # the run's own error matters more
+                if self.error is None:
+                    self.error = exc
+                    final = "failed"
+        self._status = final
+        self._ended.set()
+
+    def _drive(self, m: _Member) -> None:
+        """One member's driver: train an interval, score, checkpoint, exploit/explore; again."""
+        session = m.session
+        while not self._stop.is_set() and not m.retired:
+            if self._pause.is_set() or m.user_paused:
+                time.sleep(_POLL_S)
+                continue
+            left = self.steps - session.steps
+            if left <= 0:
+                break
+            with self._slots:
+                if self._stop.is_set() or m.retired:
+                    break
+                try:
+                    with self._lock, warnings.catch_warnings():
+                        # pause() pauses sessions under this lock: none starts unpaused after it. The
+                        # members train side by side by design: not worth the "other sessions" warning.
+                        warnings.filterwarnings("ignore", message=_SIDE_BY_SIDE, category=RuntimeWarning)
+                        session.start(min(self.interval, left))
+                        if self._pause.is_set() or m.user_paused:
+                            session.pause()
+                    session.wait()
+                except Exception as exc:
+                    m.failed, m.error = True, f"{type(exc).__name__}: {exc}"
+                    break
+                ended_as = session.status
+                if ended_as == "finished" and not m.retired:
+                    try:
+                        score = self._score(session)
+                    except Exception as exc:
+                        m.failed, m.error = True, f"{type(exc).__name__}: {exc}"
+                        break
+                else:
+                    score = None
+            with self._lock:
+                self._checkpoint(m)
+                if score is not None:
+                    m.scores.append((session.steps, score))
+                    if session.steps < self.steps and not self._stop.is_set():
+                        self._exploit_and_explore(m)
+                self._write_state()
+            if ended_as == "stopped" and not self._stop.is_set():
+                m.retired = True  # its session was stopped by hand
+        if m.failed:
+            with self._lock:
+                self._write_state()
+
+    def _score(self, session: Session) -> float | None:
+        if self.metric == "eval_reward":
+            return float(session.evaluate(self.eval_episodes))
+        signal = session.signals.get(self.metric)
+        if signal is None or len(signal) == 0:
+            if self.metric in ("loss", "episode_reward") or session.steps < self.steps:
+                return None  # none yet: not ranked this time
+            known = ", ".join(session.signals.names()) or "none"
+            raise ValueError(f"the member never recorded the metric {self.metric!r} (recorded: {known}); "
+                             "pick one of those, or metric='eval_reward'")
+        return float(signal.mean(last=self.window))
+
+    def _member_dir(self, index: int) -> str:
+        return os.path.join(self.directory, f"member-{index}")
+
+    def _checkpoint(self, m: _Member) -> None:
+        m.session.save(self._member_dir(m.index), memory=self.copy_memory and _has_memory(m.session.agent),
+                       overwrite=True)
+
+    # -- exploit and explore ----------------------------------------------------------------------
+
+    def _ranked(self) -> list[_Member]:
+        alive = [m for m in self._members if m.score is not None and not m.failed and not m.retired
+                 and not math.isnan(m.score)]
+        return sorted(alive, key=lambda m: (m.score, -m.index), reverse=self.direction == "maximize")
+
+    def _exploit_and_explore(self, m: _Member) -> None:
+        ranked = self._ranked()
+        active = [x for x in self._members if not x.failed and not x.retired]
+        if len(ranked) < 2 or m not in ranked or len(ranked) < len(active):
+            return  # rank only once every member has been scored: a partial ranking would copy a poor one
+        k = max(1, int(len(ranked) * self.quantile))
+        if m not in ranked[-k:]:
+            return
+        # Only a strictly better member is worth copying: among tied scores (a task where every member
+        # still scores the minimum) a copy would throw a member's progress away on the index order.
+        top = [d for d in ranked[:k] if d is not m and self._better(d.score, m.score)]  # type: ignore[arg-type]
+        if not top:
+            return
+        donor = top[int(self._rng.integers(len(top)))]
+        self.exploit(m.index, donor.index)
+
+    def exploit(self, member: int, source: int) -> dict[str, Any]:
+        """Copy member ``source``'s last checkpoint into member ``member`` and explore from there;
+        returns the new values. What the population does to a bottom member at its boundary; call it
+        by hand on a member that is not training (paused by :meth:`pause_member`, or idle)."""
+        m, donor = self._member(member), self._member(source)
+        if m is donor:
+            raise ArgumentError(f"exploit: member {member} cannot copy itself")
+        if m.session.status == "running":
+            raise RuntimeError(f"member {member} is training: pause_member({member}) first, then exploit it")
+        with self._lock:
+            path = self._member_dir(donor.index)
+            if not os.path.exists(path):
+                self._checkpoint(donor)
+            before = {name: getattr(m.session.agent.config, name) for name in self.dims}
+            donor_values = load_state(m.session.agent, path, memory=self.copy_memory, names=list(self.dims),
+                                      dims=self.dims)
+            step, now = m.session.steps, self.elapsed
+            m.parents.append((step, donor.index))
+            self.events.append(PopulationEvent("exploit", m.index, step, now, source=donor.index, score=m.score,
+                                               source_score=donor.score))
+            new = self._explore(donor_values)
+            applied = _apply(m.session, new, donor_values)
+            changes = {n: [json_ready(before[n]), json_ready(applied[n])] for n in self.dims}
+            self.events.append(PopulationEvent("explore", m.index, step, now, changes=changes))
+            return applied
+
+    def _explore(self, values: dict[str, Any]) -> dict[str, Any]:
+        out = {}
+        for name, dim in self.dims.items():
+            if self._rng.random() < self.resample_p:
+                out[name] = dim.sample(self._rng)
+            else:
+                out[name] = dim.perturb(values[name], self.perturb, self._rng)
+        return out
+
+    # -- persistence ----------------------------------------------------------------------------
+
+    def _write_state(self) -> None:
+        with self._lock:
+            data = {
+                "format": _FORMAT,
+                "name": self.name,
+                "settings": self._settings(),
+                "members": [m.state() | {"steps": m.session.steps,
+                                         "values": json_ready(v)}
+                            for m, v in zip(self._members, self.values(), strict=True)],
+                "events": [e.to_dict() for e in self.events],
+                "elapsed": self.elapsed,
+                "rng": json_ready(self._rng.bit_generator.state),
+            }
+            os.makedirs(self.directory, exist_ok=True)
+            path = os.path.join(self.directory, _STATE_FILE)
+            tmp = f"{path}.tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(data, f, indent=1, allow_nan=False)
+            os.replace(tmp, path)
+
+
+def _shown(value: Any) -> Any:
+    return value if isinstance(value, int | float | str | bool) or value is None else repr(value)
+
+
+def _has_memory(agent: Agent) -> bool:
+    return getattr(agent, "memory", None) is not None
+
+
+def load_state(
+    agent: Agent, path: str | os.PathLike[str], *, memory: bool = False, names: list[str] | None = None,
+    dims: Mapping[str, _Dim] | None = None,
+) -> dict[str, Any]:
+    """Load a saved run's learned state into a live ``agent`` in place, through the checkpoint
+    format (safetensors and JSON, never pickle): its networks' weights, the optimizers' moments
+    and settings, the normalizers' statistics and, with ``memory=True``, the replay memory. The
+    agent keeps its own step counters and random generators. Returns the saved values of the
+    hyperparameters ``names`` (as the saved config holds them). The agent must not be training."""
+    with open_saved(path) as run:
+        meta = run.meta
+        tensors = {k: v for k, v in run.tensors().items() if k != "rng/torch"}
+        if str(meta.get("algorithm", "")).lower() != agent.algorithm.lower():
+            raise CheckpointError(f"{path}: holds a {meta.get('algorithm')} agent, not {agent.algorithm}")
+        own = agent.state().data
+        data = {**meta, "counters": own["counters"], "rng": own["rng"], "agent_state": own["agent_state"]}
+        try:
+            agent.restore(AgentState(tensors, data))
+        except (KeyError, RuntimeError, ValueError) as exc:
+            raise CheckpointError(f"{path}: {exc}; it does not fit this {agent.algorithm} agent") from None
+        replay = getattr(agent, "memory", None)
+        if memory and replay is not None:
+            arrays = run.memory(replay.file_budget())
+            if arrays is not None:
+                replay.load_arrays(arrays, str(path), action_space=agent.action_space)
+    hyper = meta.get("hyperparameters", {})
+    out = {}
+    for name in names or []:
+        value = hyper.get(name, getattr(agent.config, name))
+        out[name] = dims[name].from_saved(value) if dims and name in dims else value
+    return out
+
+
+def _apply(session: Session, values: dict[str, Any], fallback: dict[str, Any]) -> dict[str, Any]:
+    """``session.set(**values)``; a value the agent refuses (a constraint narrower than the space)
+    falls back to ``fallback``'s (the donor's) for that name."""
+    try:
+        session.set(**values)
+        return dict(values)
+    except ValueError:
+        applied = {}
+        for name, value in values.items():
+            try:
+                session.set(**{name: value})
+                applied[name] = value
+            except ValueError:
+                session.set(**{name: fallback[name]})
+                applied[name] = fallback[name]
+        return applied
+
+
+def pbt(
+    make_agent: Callable[..., Any],
+    env: Any,
+    population: int = 8,
+    space: Mapping[str, Any] | None = None,
+    *,
+    steps: int = 100_000,
+    interval: int = 10_000,
+    metric: str = "eval_reward",
+    direction: str = "maximize",
+    quantile: float = 0.25,
+    perturb: tuple[float, float] = (0.8, 1.2),
+    resample_p: float = 0.25,
+    parallel: int | None = None,
+    backend: str = "local",
+    directory: str | os.PathLike[str] | None = None,
+    name: str | None = None,
+    seed: int = 0,
+    window: int | None = None,
+    eval_episodes: int = 5,
+    copy_memory: bool = False,
+    session_kwargs: Mapping[str, Any] | None = None,
+    ray_address: str | None = None,
+    start: bool = True,
+) -> Population:
+    """Population-based training: ``population`` live sessions that copy the best and perturb.
+
+    Returns the live :class:`Population`, already started (``start=False`` to start it yourself):
+    ``population.wait()``, ``.stop()``, ``.pause()``, ``.best`` (the best member's Session),
+    ``.members`` (each a Session), ``.events`` (exploits and explores), ``.table()``; in a notebook it
+    shows its dashboard. Arguments are checked here, before anything trains.
+
+    Parameters:
+        make_agent: builds an agent from keyword arguments named as in ``space``
+            (``lambda **hp: wb.PPO(env, **hp)``), or an agent class (called as ``cls(env, **values)``).
+        env: the env id or zero-argument factory every member's Session trains on.
+        population: how many members (at least 2).
+        space: ``{"learning_rate": (1e-4, 1e-2), "ent_coef": (0.0, 0.05), "n_epochs": [5, 10, 20]}``: a
+            pair of floats is a range (log-uniform when both ends are positive), a pair of integers an
+            integer range, a list a choice. Keys are live-editable hyperparameters of the agent
+            (``session.set`` applies them); any other is refused by name, listing the editable ones.
+        steps: env steps each member trains in all (the budget is ``population * steps``).
+        interval: env steps a member trains between two exploit/explore decisions.
+        metric: the score: ``eval_reward`` (the population evaluates each member, ``eval_episodes``
+            deterministic episodes, at each boundary) or any signal (mean of its last ``window`` points).
+        direction: ``maximize`` or ``minimize`` the metric.
+        quantile: a member in the bottom ``quantile`` copies one in the top ``quantile`` (at least one).
+        perturb: the factors a copied value is multiplied by, one of the two at random (kept in range;
+            a choice moves one item down or up).
+        resample_p: probability that a copied value is drawn from ``space`` again instead.
+        parallel: members training at once (default: all of them), each in a thread of this process.
+        backend: ``local`` (the members' envs step in this process, or in ``session_kwargs``'s local
+            workers) or ``ray`` (each member's envs step on Ray actors, at ``ray_address`` or a local
+            Ray; the learners stay here, so members stay live sessions).
+        directory: where the population's state and members' checkpoints go (default
+            ``runs/pbt/<name>``); a directory that holds one resumes it.
+        seed: seeds the sampling and each member's session (``seed + index``).
+        copy_memory: exploit copies the replay memory too (off-policy agents), and checkpoints keep it.
+        session_kwargs: more ``Session`` arguments for every member (``num_workers``, ``eval_env``...).
+    """
+    p = Population(
+        make_agent, env, population=population, space=space, steps=steps, interval=interval, metric=metric,
+        direction=direction, quantile=quantile, perturb=perturb, resample_p=resample_p, parallel=parallel,
+        backend=backend, directory=directory, name=name, seed=seed, window=window, eval_episodes=eval_episodes,
+        copy_memory=copy_memory, session_kwargs=session_kwargs, ray_address=ray_address,
+    )
+    return p.start() if start else p

@@ -1,0 +1,310 @@
+"""The live notebook view of a :class:`~workbench.Population`: the members' curves, their lineage,
+each member's current values with a pause/resume and a stop button, and the population's controls.
+
+Like the sweep view it only observes (the population's status, scores, lineage and values) and its
+buttons call the population's public commands. It redraws on a timer in a thread it owns, sending
+only what changed (``hold_sync`` for the controls and rows, ``batch_update`` for each figure). Its
+figures are :class:`~workbench.ui.live.LiveFigure`: a view that appears later (the notebook reloaded,
+the cell shown again) gets the full current data; and since everything it draws is also in the
+population's ``population.json``, a population reopened from its directory draws the same.
+"""
+
+from __future__ import annotations
+
+import html
+import threading
+from typing import TYPE_CHECKING, Any
+
+import ipywidgets as widgets
+import plotly.graph_objects as go
+
+from .live import LiveFigure
+
+if TYPE_CHECKING:
+    from ..sweeps.pbt import Population
+
+__all__ = ["PopulationDashboard"]
+
+_ACTIVE = ("running", "paused")
+_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+            "#bcbd22", "#17becf")
+_STATUS_COLORS = {"running": "#1a7f37", "paused": "#b35900", "waiting": "#555", "finished": "#0550ae",
+                  "retired": "#555", "failed": "#cf222e", "stopped": "#555", "idle": "#555"}
+
+
+def color(index: int) -> str:
+    """The colour member ``index`` has in every figure of the view."""
+    return _PALETTE[index % len(_PALETTE)]
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return html.escape(str(value))
+
+
+class _MemberRow(widgets.HBox):
+    """One member: its status, steps, score and values, and its Pause/Resume and Stop buttons."""
+
+    def __init__(self, view: PopulationDashboard, index: int) -> None:
+        self.index = index
+        self.text = widgets.HTML(layout=widgets.Layout(width="640px"))
+        self.pause = widgets.Button(description="Pause", layout=widgets.Layout(width="80px"))
+        self.stop = widgets.Button(description="Stop", layout=widgets.Layout(width="70px"))
+        self.pause.on_click(lambda _b: view._command(lambda: view._toggle(index)))
+        self.stop.on_click(lambda _b: view._command(lambda: view.population.stop_member(index)))
+        super().__init__([self.text, self.pause, self.stop])
+        self.add_class("wb-pbt-member")
+
+
+class PopulationDashboard(widgets.VBox):
+    """Start/Pause/Resume/Stop for the population, its members' score curves (the best drawn bold),
+    a lineage chart (a line per member over env steps; an arrow from the member copied to the one
+    that copied it at each exploit), and a row per member with its current values and its own
+    Pause/Resume and Stop buttons (``population.pause_member``/``resume_member``/``stop_member``).
+
+    Example::
+
+        view = wb.pbt(...).dashboard()   # or show the population itself in a cell
+        view.close()                     # stop its timer and remove its widgets
+
+    Parameters:
+        population: the population to show.
+        interval: seconds between refreshes while it runs.
+    """
+
+    def __init__(self, population: Population, interval: float = 1.0) -> None:
+        self.population = population
+        self.interval = float(interval)
+        self.refresh_count = 0
+        self._lock = threading.RLock()
+        self._closed = threading.Event()
+        self._timer: threading.Thread | None = None
+        self.buttons = {
+            name: widgets.Button(description=name, layout=widgets.Layout(width="90px"))
+            for name in ("Start", "Pause", "Resume", "Stop")
+        }
+        self.buttons["Start"].on_click(lambda _b: self._command(self.population.start))
+        self.buttons["Pause"].on_click(lambda _b: self._command(self.population.pause))
+        self.buttons["Resume"].on_click(lambda _b: self._command(self.population.resume))
+        self.buttons["Stop"].on_click(lambda _b: self._command(lambda: self.population.stop(timeout=0)))
+        self.status = widgets.HTML()
+        self.message = widgets.HTML()
+        margin = {"l": 55, "r": 15, "t": 35, "b": 40}
+        self.curves = LiveFigure(
+            layout=go.Layout(
+                title={"text": f"{population.metric} by member (best in bold)", "x": 0.02, "font": {"size": 14}},
+                height=300, width=520, template="plotly_white", margin=margin,
+                xaxis={"title": {"text": "env steps"}}, showlegend=False, uirevision="curves",
+            ),
+            classes=("wb-pbt-curves",),
+        )
+        self.lineage = LiveFigure(
+            layout=go.Layout(
+                title={"text": "lineage: who copied whom", "x": 0.02, "font": {"size": 14}},
+                height=300, width=420, template="plotly_white", margin=margin,
+                xaxis={"title": {"text": "env steps"}},
+                yaxis={"title": {"text": "member"}, "dtick": 1, "autorange": "reversed"},
+                showlegend=False, uirevision="lineage",
+            ),
+            classes=("wb-pbt-lineage",),
+        )
+        self.rows = [_MemberRow(self, i) for i in range(len(population.members))]
+        self._curve_key: tuple[Any, ...] = ()
+        self._lineage_key: tuple[Any, ...] = ()
+        super().__init__(
+            children=[
+                widgets.HBox([*self.buttons.values(), self.status]),
+                self.message,
+                widgets.HBox([self.curves, self.lineage]),
+                widgets.VBox(self.rows),
+            ]
+        )
+        self.add_class("wb-pbt-dashboard")
+        self.refresh()
+        self._ensure_timer()
+
+    # -- drawing --------------------------------------------------------------------------------
+
+    def refresh(self) -> None:
+        """Redraw everything from the population's current state (any thread)."""
+        if self._closed.is_set():
+            return
+        with self._lock:
+            p = self.population
+            best = p.best_index
+            self._draw_status(best)
+            self._draw_rows(best)
+            self._draw_curves(best)
+            self._draw_lineage()
+            self.refresh_count += 1
+
+    def _draw_status(self, best: int | None) -> None:
+        p = self.population
+        status = p.status
+        steps = sum(s.steps for s in p.members)
+        exploits = sum(e.kind == "exploit" for e in p.events)
+        best_text = "" if best is None else f", best {p.metric} <b>{p.scores[best]:.4g}</b> (member {best})"
+        value = (
+            f"<span class='wb-pbt-status'><b>{status}</b>: {len(p.members)} members, "
+            f"{steps} of {p.steps * len(p.members)} env steps, {exploits} exploits{best_text}</span>"
+        )
+        if value != self.status.value:
+            self.status.value = value
+        for name, button in self.buttons.items():
+            disabled = {
+                "Start": status in _ACTIVE or steps >= p.steps * len(p.members),
+                "Pause": status != "running",
+                "Resume": status != "paused",
+                "Stop": status not in _ACTIVE,
+            }[name]
+            if button.disabled != disabled:
+                button.disabled = disabled
+
+    def _draw_rows(self, best: int | None) -> None:
+        p = self.population
+        values = p.values()
+        for row, score, vals in zip(self.rows, p.scores, values, strict=True):
+            i = row.index
+            status = p.member_status(i)
+            parents = p.lineage()[i]
+            origin = f", copied member {parents[-1][1]} at step {parents[-1][0]}" if parents else ""
+            weight = "font-weight:bold;" if best == i else ""
+            shown = ", ".join(f"{html.escape(k)}={_fmt(v)}" for k, v in vals.items())
+            text = (
+                f"<span style='{weight}'><span style='color:{color(i)}'>&#9632;</span> member {i} "
+                f"<span style='color:{_STATUS_COLORS.get(status, '#555')}'>{status}</span>, "
+                f"{p.members[i].steps} steps, {p.metric} {'' if score is None else _fmt(score)}: {shown}"
+                f"{origin}</span>"
+            )
+            with row.hold_sync():
+                if row.text.value != text:
+                    row.text.value = text
+                paused = status == "paused"
+                label = "Resume" if paused else "Pause"
+                if row.pause.description != label:
+                    row.pause.description = label
+                can_pause = paused or status in ("running", "waiting")
+                if row.pause.disabled != (not can_pause):
+                    row.pause.disabled = not can_pause
+                can_stop = status in ("running", "paused", "waiting")
+                if row.stop.disabled != (not can_stop):
+                    row.stop.disabled = not can_stop
+
+    def _draw_curves(self, best: int | None) -> None:
+        curves = self.population.curves()
+        key = (*(len(c) for c in curves), best)
+        if key == self._curve_key:
+            return  # nothing new: send nothing
+        self._curve_key = key
+        traces = []
+        for i, curve in enumerate(curves):
+            steps, values = (list(x) for x in zip(*curve, strict=True)) if curve else ([], [])
+            traces.append(go.Scatter(
+                x=steps, y=values, mode="lines+markers", name=f"member {i}", marker={"size": 4},
+                line={"width": 3 if i == best else 1.5, "color": color(i)}, opacity=1.0 if i == best else 0.6,
+            ))
+        fig = self.curves
+        with fig.lock, fig.batch_update():
+            fig.data = ()
+            for trace in traces:
+                fig.add_trace(trace)
+        fig.sent()
+
+    def _draw_lineage(self) -> None:
+        p = self.population
+        lineage = p.lineage()
+        steps = [s.steps for s in p.members]
+        key = (tuple(len(x) for x in lineage), tuple(n // max(p.interval, 1) for n in steps))
+        if key == self._lineage_key:
+            return
+        self._lineage_key = key
+        traces = []
+        for i, n in enumerate(steps):  # each member's life, a line over the steps it trained
+            traces.append(go.Scatter(x=[0, n], y=[i, i], mode="lines", line={"color": color(i), "width": 4},
+                                     hoverinfo="skip", name=f"member {i}"))
+        xs: list[Any] = []
+        ys: list[Any] = []
+        texts: list[Any] = []
+        for i, parents in enumerate(lineage):
+            for step, source in parents:
+                xs += [step, step, None]
+                ys += [source, i, None]
+                texts += [f"member {i} copied member {source} at step {step}"] * 2 + [None]
+        traces.append(go.Scatter(
+            x=xs, y=ys, mode="lines+markers", line={"color": "#444", "width": 1},
+            marker={"symbol": "arrow", "size": 9, "angleref": "previous", "color": "#444"},
+            text=texts, hoverinfo="text", name="exploits",
+        ))
+        fig = self.lineage
+        with fig.lock, fig.batch_update():
+            fig.data = ()
+            for trace in traces:
+                fig.add_trace(trace)
+        fig.sent()
+
+    # -- the timer ------------------------------------------------------------------------------
+
+    @property
+    def timer_alive(self) -> bool:
+        """True while the refresh thread runs (it ends after drawing a population that ended)."""
+        return self._timer is not None and self._timer.is_alive()
+
+    def _ensure_timer(self) -> None:
+        with self._lock:
+            if self._closed.is_set() or self.timer_alive or self.population.status not in _ACTIVE:
+                return
+            self._timer = threading.Thread(target=self._tick, name="workbench-pbt-view", daemon=True)
+            self._timer.start()
+
+    def _tick(self) -> None:
+        while not self._closed.wait(self.interval):
+            status = self.population.status  # read first: once ended, this draw is the final state
+            try:
+                self.refresh()
+            except Exception as exc:  # keep the timer alive, say what went wrong
+                self.message.value = f"<span style='color:#cf222e'>refresh failed: {html.escape(repr(exc))}</span>"
+            if status not in _ACTIVE:
+                with self._lock:
+                    if self.population.status not in _ACTIVE:
+                        self._timer = None
+                        return
+
+    def _toggle(self, index: int) -> None:
+        p = self.population
+        if p.member_status(index) == "paused":
+            p.resume_member(index)
+        else:
+            p.pause_member(index)
+
+    def _command(self, action: Any) -> None:
+        try:
+            action()
+        except Exception as exc:
+            self.message.value = f"<span style='color:#cf222e'>{html.escape(f'{type(exc).__name__}: {exc}')}</span>"
+        else:
+            self.message.value = ""
+        self._ensure_timer()
+        self.refresh()
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` has run."""
+        return self._closed.is_set()
+
+    def close(self) -> None:
+        """Stop the refresh timer and close every widget of the view."""
+        closed = getattr(self, "_closed", None)
+        if closed is not None:
+            closed.set()
+        timer = getattr(self, "_timer", None)
+        if timer is not None and timer is not threading.current_thread():
+            timer.join(timeout=5)
+        for row in getattr(self, "rows", []):
+            for w in (row.text, row.pause, row.stop):
+                w.close()
+            row.close()
+        for value in [*getattr(self, "buttons", {}).values(), *vars(self).values()]:
+            if isinstance(value, widgets.Widget) and value is not self:
+                value.close()
+        super().close()
