@@ -93,7 +93,7 @@ class C51(DQN):
     def support(self) -> torch.Tensor:
         """The atoms' values, ``linspace(v_min, v_max, n_atoms)``."""
         c = self.config
-        return torch.linspace(c.v_min, c.v_max, c.n_atoms)
+        return torch.linspace(c.v_min, c.v_max, c.n_atoms, device=self.device)
 
     def _q_values(self, out: torch.Tensor) -> torch.Tensor:
         return (F.softmax(out, dim=-1) * self.support).sum(-1)
