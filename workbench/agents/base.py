@@ -26,7 +26,7 @@ import os
 import threading
 import time
 import warnings
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, Literal, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -84,6 +84,7 @@ finds saved agents in both registries."""
 _SEED = optional(integer(min=0))
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 """The ``torch.compile`` modes ``compile=`` takes by name (True is "default")."""
+CompileMode = Literal["default", "reduce-overhead", "max-autotune"]
 PRECISIONS = ("fp32", "bf16", "fp16")
 """What ``precision=`` takes."""
 _AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -115,7 +116,7 @@ class AgentConfig:
     """"auto": written-out passes of plain network bodies and fused optimizer steps where they apply
     (``workbench.agents.kernels``; the losses stay the torch ones, and only on the CPU, never with
     ``compile`` or a lower ``precision``); "off": the torch modules and optimizers called as they are."""
-    compile: bool | str = checked(False, any_of(flag(), choice(*COMPILE_MODES)))
+    compile: bool | CompileMode = checked(False, any_of(flag(), choice(*COMPILE_MODES)))
     """True (or a ``torch.compile`` mode: "default", "reduce-overhead" for CUDA graphs where shapes are
     static, "max-autotune"): the networks run through ``torch.compile`` in updates and acting; the
     compile time is reported as the ``compile_time`` signal; a network that fails to compile runs
@@ -378,7 +379,10 @@ class Agent:
 
     @staticmethod
     def _host(t: torch.Tensor) -> np.ndarray:
-        """A tensor (already detached) as a numpy array on the host: a view on the CPU, a copy from a GPU."""
+        """A tensor (already detached) as a numpy array on the host: a view on the CPU, a copy from a GPU;
+        float32 when it was computed in lower precision (under ``precision=``'s autocast)."""
+        if t.dtype in (torch.bfloat16, torch.float16):
+            t = t.float()
         return t.numpy() if t.device.type == "cpu" else t.cpu().numpy()
 
     def _check_precision_fits(self) -> None:
@@ -467,10 +471,10 @@ class Agent:
         mode = "default" if mode is True else str(mode)
         nets = {name: getattr(self, name) for name in self.network_names
                 if isinstance(getattr(self, name, None), nn.Module)}
+        start = time.perf_counter()
         for net in nets.values():
             net.compile(mode=mode)
         self._compiled = True  # the kernels' written-out passes would bypass the compiled forward
-        start = time.perf_counter()
         try:
             with self._autocast():
                 calls = self._probe_calls(nets, self.device, self._probe_batch_size())
@@ -494,7 +498,8 @@ class Agent:
             for net in nets.values():
                 for p in net.parameters():
                     p.grad = None
-        self.compile_time = time.perf_counter() - start
+        # Every compilation of this agent counts (a rebuild under the session's seed compiles again).
+        self.compile_time = (self.compile_time or 0.0) + time.perf_counter() - start
         self._compile_time_due = True
 
     @property

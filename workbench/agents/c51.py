@@ -50,6 +50,7 @@ def categorical_projection(
     is zero where the episode terminated. Each shifted atom is clipped into ``[v_min, v_max]`` and its
     mass split between the two atoms around it, in proportion to closeness.
     """
+    next_probs = next_probs.float()  # in float32 also under a lower precision's autocast
     n = support.shape[0]
     v_min, v_max = float(support[0]), float(support[-1])
     delta = (v_max - v_min) / (n - 1)

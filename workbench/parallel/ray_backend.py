@@ -123,7 +123,11 @@ class _RolloutWorker:
         self.id = worker_id
         self.vec = VecEnv([source.make() for _ in range(num_envs)], seed=env_seed)
         self.timed = _TimedEnvs(self.vec)
-        self.agent = agent_cls(observation_space=spaces[0], action_space=spaces[1], seed=agent_seed, **config)
+        # Replicas act on the CPU, eagerly, in fp32, whatever the learner's device: they load its weights.
+        eager = {k: v for k, v in (("compile", False), ("precision", "fp32")) if k in config}
+        self.agent = agent_cls(
+            observation_space=spaces[0], action_space=spaces[1], seed=agent_seed, device="cpu", **{**config, **eager}
+        )
         self.agent.train()
         self.obs: np.ndarray | None = None
         # collect and call_env take turns (with step_timeout the actor serves two calls at once).
