@@ -471,15 +471,16 @@ class Agent:
         mode = "default" if mode is True else str(mode)
         nets = {name: getattr(self, name) for name in self.network_names
                 if isinstance(getattr(self, name, None), nn.Module)}
+        with torch.no_grad():  # which networks take an observation batch, found eagerly
+            calls = self._probe_calls(nets, self.device, self._probe_batch_size())
         start = time.perf_counter()
         for net in nets.values():
             net.compile(mode=mode)
         self._compiled = True  # the kernels' written-out passes would bypass the compiled forward
         try:
+            if not calls:
+                raise RuntimeError("no network of this agent takes an observation batch to compile with")
             with self._autocast():
-                calls = self._probe_calls(nets, self.device, self._probe_batch_size())
-                if not calls:
-                    raise RuntimeError("no network of this agent takes an observation batch to compile with")
                 _run_probe(calls)
             synchronize(self.device)
         except Exception as exc:
@@ -491,7 +492,7 @@ class Agent:
                 f"{type(self).__name__}: compile={self.config.compile!r} failed ({self.compile_error}); "
                 "its networks run eagerly (compile=False gives the same results without trying)",
                 RuntimeWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
             return
         finally:
