@@ -455,3 +455,60 @@ def test_compile_and_export_from_a_gpu_agent(tmp_path):
     wb.Session(agent, "CartPole-v1", seed=0).run(steps=64)
     assert agent.compiled
     assert agent.export(tmp_path / "policy.onnx").endswith("policy.onnx")
+
+
+# -- moving an agent, and a Ray learner on a GPU -------------------------------------------------
+
+
+def test_an_agent_moves_with_its_optimizer_state():
+    agent = _trained("SAC", "cpu")
+    assert agent.to("cpu", reason="asked again") is agent
+    assert agent.device_choice.reason == "asked again" and foreign_tensors(agent, torch.device("cpu")) == []
+    with pytest.raises(ValueError, match="device='gpu'"):
+        agent.to("gpu")
+    with pytest.raises(ValueError, match="not 'auto'"):
+        agent.to("auto")
+
+
+def test_learner_gpus_is_checked_where_the_session_is_made():
+    agent = wb.PPO("CartPole-v1", device="cpu")
+    with pytest.raises(ValueError, match="learner_gpus=-1"):
+        wb.Session(agent, "CartPole-v1", backend="ray", learner_gpus=-1)
+    with pytest.raises(ValueError, match="only backend='ray' takes"):
+        wb.Session(agent, "CartPole-v1", backend="local", num_workers=2, learner_gpus=1)
+    session = wb.Session(agent, "CartPole-v1", backend="ray", learner_gpus=0)  # nothing asked, nothing started
+    assert session.status == "idle"
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="this machine has CUDA")
+def test_learner_gpus_on_a_machine_without_a_gpu_is_a_clear_error():
+    agent = wb.PPO("CartPole-v1")
+    with pytest.raises(ValueError, match=r"learner_gpus=1: the learner runs in the session's own process.*0 CUDA GPU"):
+        wb.Session(agent, "CartPole-v1", backend="ray", num_workers=2, learner_gpus=1)
+
+
+def test_a_ray_cluster_without_gpus_refuses_a_gpu_learner():
+    from workbench.parallel.ray_start import start_ray
+
+    class CPUCluster:  # a running Ray whose nodes have CPUs only
+        def is_initialized(self) -> bool:
+            return True
+
+        def cluster_resources(self) -> dict[str, float]:
+            return {"CPU": 8.0, "memory": 1e9}
+
+    with pytest.raises(ValueError, match=r"learner_gpus=1 .* 0 GPU\(s\) \(resources: CPU 8"):
+        start_ray(CPUCluster(), 2, 1.0, None, None, learner_gpus=1)
+    assert start_ray(CPUCluster(), 2, 1.0, None, None, learner_gpus=0) is False
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_learner_gpus_moves_an_auto_agent_to_the_gpu():
+    from workbench.parallel.ray_start import check_learner_gpus
+
+    agent = wb.PPO("CartPole-v1")
+    check_learner_gpus(1, agent)
+    assert agent.device.type == "cuda" and "learner_gpus=1" in agent.device_choice.reason
+    with pytest.raises(ValueError, match="device='cpu'"):
+        check_learner_gpus(1, wb.PPO("CartPole-v1", device="cpu"))

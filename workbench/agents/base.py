@@ -371,6 +371,27 @@ class Agent:
             elif isinstance(value, torch.Tensor) and value.device != device:
                 setattr(self, name, value.to(device))
 
+    def to(self, device: Any, *, reason: str = "moved there") -> Agent:
+        """Move the agent to ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``): networks,
+        optimizer state, every tensor it holds; its replay memory then samples onto it. Returns the
+        agent. Compiled networks stay compiled (they compile again for the new device at their next
+        call). Raises ``ValueError`` for an unknown or absent device, as ``device=`` does."""
+        target = parse_device(device, f"{self.algorithm}.to")
+        if target is None:
+            raise ValueError(f"{self.algorithm}.to() needs a device, not 'auto': auto is chosen when an agent is built")
+        with self._lock:
+            self.device = target
+            self.device_choice = DeviceChoice(str(device), target, reason, {})
+            self._check_precision_device()
+            self._place()
+            for opt in self.optimizers.values():
+                moves_step = _on_device_step(opt)
+                for state in opt.state.values():
+                    for key, value in state.items():
+                        if isinstance(value, torch.Tensor) and (key != "step" or moves_step):
+                            state[key] = value.to(target)
+        return self
+
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
         """A host array as a tensor on the agent's device: shared with the array on the CPU, copied
         through pinned memory (``non_blocking``) to a GPU."""
@@ -1043,6 +1064,11 @@ def _saved(t: torch.Tensor) -> torch.Tensor:
     trained on a GPU loads anywhere)."""
     t = t.detach()
     return t.contiguous().clone() if t.device.type == "cpu" else t.to("cpu").contiguous()
+
+
+def _on_device_step(opt: torch.optim.Optimizer) -> bool:
+    """Whether ``opt`` keeps its step counts with the parameters (fused or capturable), not on the CPU."""
+    return any(group.get("fused") or group.get("capturable") for group in opt.param_groups)
 
 
 def _run_probe(calls: list[Any]) -> None:

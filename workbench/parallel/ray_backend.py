@@ -246,6 +246,7 @@ class RayRunner(Runner):
         sync_every: int | None = None,
         cpus_per_worker: float = 1.0,
         ray_init: dict[str, Any] | None = None,
+        learner_gpus: int = 0,
     ) -> None:
         ray = import_ray(source)
         if sync_every is not None and (not isinstance(sync_every, int) or sync_every < 1):
@@ -265,8 +266,8 @@ class RayRunner(Runner):
             self.chunk = int(getattr(agent.config, "n_steps", sync_every or _DEFAULT_SYNC_EVERY))
         else:
             self.chunk = sync_every or _DEFAULT_SYNC_EVERY
-        self.owns_ray = start_ray(ray, num_workers, cpus_per_worker, ray_address, ray_init)
-        actor_options: dict[str, Any] = {"num_cpus": cpus_per_worker, "max_restarts": 0}
+        self.owns_ray = start_ray(ray, num_workers, cpus_per_worker, ray_address, ray_init, learner_gpus)
+        actor_options: dict[str, Any] = {"num_cpus": cpus_per_worker, "num_gpus": 0, "max_restarts": 0}
         if self.step_timeout is not None:
             actor_options["max_concurrency"] = 2  # stepping() answers while collect() runs
         self._actor_cls = ray.remote(_RolloutWorker).options(**actor_options)
