@@ -30,9 +30,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import torch  # noqa: E402
+import torch
 
-import workbench as wb  # noqa: E402
+import workbench as wb
 
 # name: (agent, env id, preset overrides, env steps, score for --score, at most this many steps for it)
 ROWS: dict[str, tuple[str, str, dict[str, Any], int, float, int]] = {
@@ -102,7 +102,7 @@ def sb3_ppo_breakout(device: str, steps: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated rows (default: all): {', '.join(ROWS)}")
+    parser.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated rows (default all): {','.join(ROWS)}")
     parser.add_argument("--steps", type=int, default=None, help="env steps per run (default: each row's)")
     parser.add_argument("--compile", choices=("auto", "on", "off"), default="auto",
                         help="compiled runs too: on, off, or auto (on where there is a GPU)")

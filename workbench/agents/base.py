@@ -35,7 +35,7 @@ from gymnasium import spaces
 from torch import nn
 
 from .. import checkpoint
-from ..devices import DeviceChoice, choose_device, parse_device, synchronize, to_device
+from ..devices import DeviceChoice, choose_device, parse_device, synchronize, to_device, uncompile
 from ..envs.core import as_env_source, describe_space, flat_observation_space, observation_flattener
 from ..envs.masks import MASK_KEY, check_masks, strip_mask_space
 from ..loop import NO_EXTRAS, Step, Transitions, play_episode
@@ -506,7 +506,7 @@ class Agent:
             synchronize(self.device)
         except Exception as exc:
             for net in nets.values():
-                _uncompile(net)
+                uncompile(net)
             self._compiled = False
             self.compile_error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
             warnings.warn(
@@ -1086,24 +1086,6 @@ def _run_probe(calls: list[Any]) -> None:
 
 def _torch_dtype(dtype: np.dtype) -> torch.dtype:
     return torch.from_numpy(np.zeros(1, dtype=dtype)).dtype
-
-
-def _uncompile(net: nn.Module) -> None:
-    """Undo ``net.compile()``: its calls run the eager module again."""
-    for module in net.modules():
-        if getattr(module, "_compiled_call_impl", None) is not None:
-            module._compiled_call_impl = None
-
-
-def eager_copy(net: nn.Module) -> nn.Module:
-    """A deep copy of ``net`` without its ``torch.compile`` wrappers (those stay bound to the original
-    module): what export and other copies of a compiled agent's networks use."""
-    memo: dict[int, Any] = {}
-    for module in net.modules():
-        compiled = getattr(module, "_compiled_call_impl", None)
-        if compiled is not None:
-            memo[id(compiled)] = None
-    return copy.deepcopy(net, memo)
 
 
 def _writable(value: Any) -> np.ndarray:
