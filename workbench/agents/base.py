@@ -312,6 +312,7 @@ class Agent:
         self._weights_loaded = False  # set by checkpoint loading; keeps reseed() from rebuilding
         # Networks are built on the CPU (the same initial weights whatever the device), then moved.
         self.device = torch.device("cpu")
+        self._moved = False
         self._compiled = False
         self.compile_time: float | None = None
         self._compile_time_due = False
@@ -356,10 +357,10 @@ class Agent:
         """Move the networks (and the normalizers' statistics, the optimizers' parameters) and every
         tensor the agent holds to :attr:`device`; the replay memory samples onto it."""
         device = self.device
-        memory = getattr(self, "memory", None)
-        if memory is not None and hasattr(memory, "device"):
-            memory.device = device
-        if device.type == "cpu":
+        for store in (getattr(self, "memory", None), getattr(self, "data", None)):  # replay, offline dataset
+            if store is not None and hasattr(store, "device"):
+                store.device = device  # it stays in host RAM; its minibatches go to the device
+        if device.type == "cpu" and not self._moved:
             return  # built there
         for net in self.networks.values():
             net.to(device)  # parameters keep their identity, so the optimizers still hold them
@@ -381,6 +382,7 @@ class Agent:
             raise ValueError(f"{self.algorithm}.to() needs a device, not 'auto': auto is chosen when an agent is built")
         with self._lock:
             self.device = target
+            self._moved = True  # a move back to the CPU moves everything back too
             self.device_choice = DeviceChoice(str(device), target, reason, {})
             self._check_precision_device()
             self._place()
