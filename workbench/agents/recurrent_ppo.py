@@ -15,8 +15,10 @@ boundary, and backpropagates through the whole rollout.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from itertools import pairwise
+from typing import Any
 
 import numpy as np
 import torch
@@ -140,6 +142,18 @@ class RecurrentPPO(OnPolicyAgent):
         self._lr = as_schedule(c.learning_rate)
         self._clip = as_schedule(c.clip_range)
         self.optimizer = make_adam(params, lr=self._lr(0.0), eps=1e-5)
+
+    def _probe_calls(self, nets: dict[str, nn.Module], device: torch.device, batch: int) -> list[Any]:
+        """The LSTM networks unrolled over ``n_steps`` for the envs of one minibatch (for ``device="auto"``
+        and ``compile``), from zero states."""
+        steps = self.config.n_steps
+        envs = max(1, batch // steps)
+        obs = torch.zeros((steps, envs, *self.obs_shape), dtype=torch.from_numpy(np.zeros(1, self.obs_dtype)).dtype,
+                          device=device)
+        state = torch.zeros(envs, self.config.lstm_hidden_size, device=device)
+        starts = torch.zeros(steps, envs, device=device)
+        return [functools.partial(net, obs, state, state, starts) for net in nets.values()
+                if isinstance(net, RecurrentNetwork)]
 
     # -- acting -------------------------------------------------------------------------------
 
