@@ -380,11 +380,11 @@ class Agent:
         target = parse_device(device, f"{self.algorithm}.to")
         if target is None:
             raise ValueError(f"{self.algorithm}.to() needs a device, not 'auto': auto is chosen when an agent is built")
+        choice = DeviceChoice(str(device), target, reason, {})
+        self._check_precision_device(choice)  # before anything moves
         with self._lock:
-            self.device = target
+            self.device, self.device_choice = target, choice
             self._moved = True  # a move back to the CPU moves everything back too
-            self.device_choice = DeviceChoice(str(device), target, reason, {})
-            self._check_precision_device()
             self._place()
             for opt in self.optimizers.values():
                 moves_step = _on_device_step(opt)
@@ -420,13 +420,14 @@ class Agent:
                 "gain nothing from lower precision and lose accuracy. Leave precision='fp32'"
             )
 
-    def _check_precision_device(self) -> None:
+    def _check_precision_device(self, choice: DeviceChoice | None = None) -> None:
         """fp16 (with a gradient scaler) needs a CUDA GPU; bf16 runs on the CPU or a CUDA GPU."""
-        p, device = self.config.precision, self.device
+        choice = self.device_choice if choice is None else choice
+        p, device = self.config.precision, choice.device
         if p == "fp16" and device.type != "cuda":
             raise ValueError(
                 f"{type(self).__name__} got precision='fp16' on device {str(device)!r} "
-                f"({self.device_choice.reason}): fp16 with a gradient scaler needs a CUDA GPU. "
+                f"({choice.reason}): fp16 with a gradient scaler needs a CUDA GPU. "
                 "Use precision='bf16' (CPU or GPU), precision='fp32', or device='cuda' on a machine with one"
             )
         if p == "bf16" and device.type not in ("cpu", "cuda"):
