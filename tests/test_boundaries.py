@@ -34,6 +34,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "workbench.schedules",
             "workbench.exploration",
             "workbench.normalization",
+            "workbench.devices",
             "workbench.checkpoint",
             "workbench.loop",
             "workbench.validation",

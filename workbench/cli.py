@@ -60,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-preset", action="store_true", help="ignore the tuned rl-baselines3-zoo preset for this env and agent"
     )
     train.add_argument("--seed", type=int, default=None, help="random seed")
+    train.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, mps or auto (default: measured)")
     train.add_argument("--out", default=None, help="save the run to this directory (or .zip) when done")
     train.add_argument("--memory", action="store_true", help="also save the replay memory")
     train.add_argument(
@@ -90,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     play.add_argument("--env", default=None, help="env id (default: the one the run was trained on)")
     play.add_argument("--episodes", type=int, default=1, help="episodes to play (default 1)")
     play.add_argument("--seed", type=int, default=None, help="seed of the first episode")
+    play.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N, mps or auto")
 
     export = sub.add_parser(
         "export",
@@ -183,7 +185,7 @@ def _train(args: argparse.Namespace) -> int:
     if sinks:
         kwargs["sinks"] = sinks
     if args.resume:
-        session = Session.reopen(args.resume, args.env, **kwargs)
+        session = Session.reopen(args.resume, args.env, device=args.device, **kwargs)
         if args.seed is not None:
             session.seed = args.seed
     else:
@@ -192,9 +194,11 @@ def _train(args: argparse.Namespace) -> int:
         if spec is not None:
             # Tuned settings first; --set still overrides single values.
             print(f"using the rl-baselines3-zoo preset for {args.agent} on {args.env} (--no-preset to skip)")
-            agent = preset(args.env, args.agent, seed=args.seed, **parse_hyperparameters(args.set)).agent
+            agent = preset(
+                args.env, args.agent, seed=args.seed, device=args.device, **parse_hyperparameters(args.set)
+            ).agent
         else:
-            agent = AGENTS[args.agent](args.env, seed=args.seed, **parse_hyperparameters(args.set))
+            agent = AGENTS[args.agent](args.env, seed=args.seed, device=args.device, **parse_hyperparameters(args.set))
         session = Session(agent, args.env, seed=args.seed, **kwargs)
     session.run(args.steps, progress=not args.no_progress)
     reward = session.signals.get("episode_reward")
@@ -309,7 +313,7 @@ def _play(args: argparse.Namespace) -> int:
     from .agents.saving import agent_from_run, read_saved
 
     run = read_saved(args.run)  # a directory or a .zip: the env id is in its meta.json either way
-    agent = agent_from_run(run).eval()
+    agent = agent_from_run(run, device=args.device).eval()
     env = args.env or run.meta.get("session", {}).get("env_id")
     if env is None:
         raise SystemExit("workbench: the run does not name its env; pass --env ID")

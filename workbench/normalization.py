@@ -3,6 +3,8 @@
 The statistics live in :class:`torch.nn.Module` buffers, so an agent that holds them saves and loads
 them with its networks (``weights.safetensors``) and nothing extra is needed in the file format.
 They are updated only while the agent trains: a loaded agent in play mode uses them frozen.
+They follow the agent's device like its networks; the arithmetic stays in numpy on the host, where
+the observations arrive (on a GPU the buffers are read back and written to once a call).
 
 Rewards are scaled as Stable-Baselines3's ``VecNormalize`` does: divided by the running standard
 deviation of the discounted return (not of the reward), never shifted, so the sign of every reward
@@ -33,17 +35,18 @@ class RunningMeanStd(nn.Module):
 
     # numpy views of the buffers' memory, so updates and lookups stay in numpy (no torch op per
     # step); made afresh on each use, so they stay right after loading, copying or unpickling.
+    # On another device (the agent's GPU) they are host copies, and update() writes the buffers back.
     @property
     def _mean(self) -> np.ndarray:
-        return self.mean.numpy()
+        return self.mean.numpy() if self.mean.device.type == "cpu" else self.mean.cpu().numpy()
 
     @property
     def _var(self) -> np.ndarray:
-        return self.var.numpy()
+        return self.var.numpy() if self.var.device.type == "cpu" else self.var.cpu().numpy()
 
     @property
     def _count(self) -> np.ndarray:
-        return self.count.numpy()
+        return self.count.numpy() if self.count.device.type == "cpu" else self.count.cpu().numpy()
 
     def update(self, batch: np.ndarray) -> None:
         """Merge a batch (leading axis = samples) into the statistics."""
@@ -55,12 +58,18 @@ class RunningMeanStd(nn.Module):
         b_var = batch.var(axis=0)
         count = float(self._count)
         total = count + n
-        delta = b_mean - self._mean
-        new_mean = self._mean + delta * n / total
-        m2 = self._var * count + b_var * n + delta**2 * count * n / total
-        self._mean[...] = new_mean
-        self._var[...] = m2 / total
-        self._count[...] = total
+        mean, var = self._mean, self._var
+        delta = b_mean - mean
+        new_mean = mean + delta * n / total
+        m2 = var * count + b_var * n + delta**2 * count * n / total
+        if self.mean.device.type == "cpu":
+            self._mean[...] = new_mean
+            self._var[...] = m2 / total
+            self._count[...] = total
+        else:
+            self.mean.copy_(torch.from_numpy(np.asarray(new_mean, dtype=np.float64)))
+            self.var.copy_(torch.from_numpy(np.asarray(m2 / total, dtype=np.float64)))
+            self.count.fill_(total)
 
     def std(self, epsilon: float = 1e-8) -> np.ndarray:
         """The running standard deviation."""

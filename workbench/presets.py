@@ -392,6 +392,7 @@ def preset(
     seed: int | None = None,
     reliable: bool = False,
     fast: bool = False,
+    device: Any = "auto",
     **overrides: Any,
 ) -> Preset:
     """An agent tuned by rl-baselines3-zoo for ``env_id``, the env id and the zoo's step budget.
@@ -401,7 +402,8 @@ def preset(
     CartPole DQN with a decaying learning rate, 3-step returns and a dueling head: 19 of 20 seeds
     solved), which aims at solving on more seeds than the zoo's; ``fast=True`` the variant of
     :data:`FAST_PRESETS` (for example Pendulum SAC with smaller networks), which aims at less time to
-    a good score. Raises ``ValueError`` listing the available presets when there is none.
+    a good score. ``device`` is the agent's (``"auto"``, ``"cpu"``, ``"cuda"``...; docs/devices.md).
+    Raises ``ValueError`` listing the available presets when there is none.
     """
     name = agent.__name__.lower() if isinstance(agent, type) else str(agent).lower()
     if fast and reliable:
@@ -429,6 +431,6 @@ def preset(
     hyper = {k: exploration_from_dict(v.to_dict()) if isinstance(v, Exploration) else v
              for k, v in spec.hyperparameters.items()}
     hyper.update(overrides)
-    built = AGENTS[name](env_id, seed=seed, **hyper)
+    built = AGENTS[name](env_id, seed=seed, device=device, **hyper)
     return Preset(built, env_id, spec.steps)
 

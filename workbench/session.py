@@ -365,6 +365,7 @@ class Session:
         *,
         external: bool = False,
         allow_encoders: Any = None,
+        device: Any = "auto",
         **kwargs: Any,
     ) -> Session:
         """Rebuild a saved session to continue training exactly where it stopped: counters,
@@ -372,9 +373,10 @@ class Session:
         ``Session.reopen(path, external=True)`` continues it as an env-less session driven by the
         application (:meth:`external`; any saved run, whatever trained it). ``allow_encoders``
         lists the custom encoders' import paths it may build (see ``wb.load``); ``kwargs`` are
-        :class:`Session`'s (the saved seed by default). ``Session.resume(path, env)`` is the old,
-        deprecated spelling."""
-        return reopen(cls, path, env, external=external, allow_encoders=allow_encoders, **kwargs)
+        :class:`Session`'s (the saved seed by default). ``device`` is where the agent trains on
+        (``"auto"`` by default; a saved run holds no device, see docs/devices.md).
+        ``Session.resume(path, env)`` is the old, deprecated spelling."""
+        return reopen(cls, path, env, external=external, allow_encoders=allow_encoders, device=device, **kwargs)
 
     # -- an env-less session, driven by the application ----------------------------------------
 

@@ -17,12 +17,16 @@ state (``state()`` / ``restore()``, used by checkpoints and by Ray's weight sync
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import dataclasses
 import difflib
+import functools
 import os
 import threading
+import time
 import warnings
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, Literal, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -31,11 +35,13 @@ from gymnasium import spaces
 from torch import nn
 
 from .. import checkpoint
+from ..devices import DeviceChoice, choose_device, parse_device, synchronize, to_device, uncompile
 from ..envs.core import as_env_source, describe_space, flat_observation_space, observation_flattener
 from ..envs.masks import MASK_KEY, check_masks, strip_mask_space
 from ..loop import NO_EXTRAS, Step, Transitions, play_episode
 from ..normalization import ObservationNormalizer, RewardNormalizer
 from ..validation import (
+    any_of,
     check_arguments,
     check_value,
     checked,
@@ -76,6 +82,12 @@ OFFLINE_AGENTS: dict[str, type[Agent]] = {}
 finds saved agents in both registries."""
 
 _SEED = optional(integer(min=0))
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
+"""The ``torch.compile`` modes ``compile=`` takes by name (True is "default")."""
+CompileMode = Literal["default", "reduce-overhead", "max-autotune"]
+PRECISIONS = ("fp32", "bf16", "fp16")
+"""What ``precision=`` takes."""
+_AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 _PLAY_CHECKS = {
     "episodes": integer(min=1),
     "render": optional(choice("rgb_array")),
@@ -102,8 +114,16 @@ class AgentConfig:
     """Keyword arguments of the encoder (JSON values: they are saved with the run)."""
     fast: str = checked("auto", choice("auto", "off"))
     """"auto": written-out passes of plain network bodies and fused optimizer steps where they apply
-    (``workbench.agents.kernels``; the losses stay the torch ones); "off": the torch modules and
-    optimizers called as they are."""
+    (``workbench.agents.kernels``; the losses stay the torch ones, and only on the CPU, never with
+    ``compile`` or a lower ``precision``); "off": the torch modules and optimizers called as they are."""
+    compile: bool | CompileMode = checked(False, any_of(flag(), choice(*COMPILE_MODES)))
+    """True (or a ``torch.compile`` mode: "default", "reduce-overhead" for CUDA graphs where shapes are
+    static, "max-autotune"): the networks run through ``torch.compile`` in updates and acting; the
+    compile time is reported as the ``compile_time`` signal; a network that fails to compile runs
+    eagerly, with a warning. False (the default): eager PyTorch. See docs/devices.md."""
+    precision: str = checked("fp32", choice(*PRECISIONS))
+    """"fp32" (the default); "bf16" (autocast, CPU or GPU) or "fp16" (autocast with a gradient
+    scaler, GPU only) for the updates of agents with a CNN encoder (image observations)."""
 
 
 def register(cls: type[Agent]) -> type[Agent]:
@@ -234,6 +254,7 @@ class Agent:
         observation_space: spaces.Space | None = None,
         action_space: spaces.Space | None = None,
         seed: int | None = None,
+        device: Any = "auto",
         **hyperparameters: Any,
     ) -> None:
         self.env_source = None
@@ -247,6 +268,7 @@ class Agent:
                 "observation_space= and action_space="
             )
         check_value(type(self).__name__, "seed", seed, _SEED, None)
+        parse_device(device, type(self).__name__)  # an unknown or absent device fails here, before building
         self._check_action_space(action_space)
         self.observation_space = observation_space
         self.action_space = action_space
@@ -259,6 +281,7 @@ class Agent:
             self.action_low = action_space.low.astype(np.float32)
             self.action_high = action_space.high.astype(np.float32)
         self.config = self._make_config(hyperparameters)
+        self._check_precision_fits()
         self._in_observe = False
         self.encoder_description = describe_encoder(
             strip_mask_space(observation_space), self.config.encoder, self.config.encoder_kwargs
@@ -287,11 +310,24 @@ class Agent:
         self.total_timesteps: int | None = None  # the budget schedules count against
         self.training = True
         self._weights_loaded = False  # set by checkpoint loading; keeps reseed() from rebuilding
+        # Networks are built on the CPU (the same initial weights whatever the device), then moved.
+        self.device = torch.device("cpu")
+        self._moved = False
+        self._compiled = False
+        self.compile_time: float | None = None
+        self._compile_time_due = False
+        self.compile_error: str | None = None
         # Build networks under a private seed without disturbing torch's global generator,
         # so a second run in the same kernel is not affected by this one.
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(self.generator.initial_seed()))
             self._build()
+        self.device_choice: DeviceChoice = choose_device(
+            device, self._device_probe, self._probe_key(), owner=type(self).__name__
+        )
+        self.device = self.device_choice.device
+        self._check_precision_device()
+        self._after_build()
 
     def reseed(self, seed: int) -> None:
         """Reseed the agent's random generators; an agent that has not learned or loaded anything
@@ -303,6 +339,198 @@ class Agent:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(self.seed)
                 self._build()
+            self._after_build()
+
+    # -- device, compile, precision -------------------------------------------------------------
+
+    def _after_build(self) -> None:
+        """Put what ``_build`` made on the agent's device, then compile it when asked."""
+        self._place()
+        self._compile()
+        if self.config.precision == "fp16":
+            from .kernels import set_grad_scaler
+
+            for opt in self.optimizers.values():
+                set_grad_scaler(opt, torch.amp.GradScaler(self.device.type))
+
+    def _place(self) -> None:
+        """Move the networks (and the normalizers' statistics, the optimizers' parameters) and every
+        tensor the agent holds to :attr:`device`; the replay memory samples onto it."""
+        device = self.device
+        for store in (getattr(self, "memory", None), getattr(self, "data", None)):  # replay, offline dataset
+            if store is not None and hasattr(store, "device"):
+                store.device = device  # it stays in host RAM; its minibatches go to the device
+        if device.type == "cpu" and not self._moved:
+            return  # built there
+        for net in self.networks.values():
+            net.to(device)  # parameters keep their identity, so the optimizers still hold them
+        for name, value in list(vars(self).items()):
+            if isinstance(value, nn.Module):  # networks not declared for saving (an averaged actor...)
+                value.to(device)
+            elif isinstance(value, nn.Parameter) and value.device != device:
+                value.data = value.data.to(device)
+            elif isinstance(value, torch.Tensor) and value.device != device:
+                setattr(self, name, value.to(device))
+
+    def to(self, device: Any, *, reason: str = "moved there") -> Agent:
+        """Move the agent to ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``): networks,
+        optimizer state, every tensor it holds; its replay memory then samples onto it. Returns the
+        agent. Compiled networks stay compiled (they compile again for the new device at their next
+        call). Raises ``ValueError`` for an unknown or absent device, as ``device=`` does."""
+        target = parse_device(device, f"{self.algorithm}.to")
+        if target is None:
+            raise ValueError(f"{self.algorithm}.to() needs a device, not 'auto': auto is chosen when an agent is built")
+        choice = DeviceChoice(str(device), target, reason, {})
+        self._check_precision_device(choice)  # before anything moves
+        with self._lock:
+            self.device, self.device_choice = target, choice
+            self._moved = True  # a move back to the CPU moves everything back too
+            self._place()
+            for opt in self.optimizers.values():
+                moves_step = _on_device_step(opt)
+                for state in opt.state.values():
+                    for key, value in state.items():
+                        if isinstance(value, torch.Tensor) and (key != "step" or moves_step):
+                            state[key] = value.to(target)
+        return self
+
+    def _tensor(self, array: np.ndarray) -> torch.Tensor:
+        """A host array as a tensor on the agent's device: shared with the array on the CPU, copied
+        through pinned memory (``non_blocking``) to a GPU."""
+        t = torch.from_numpy(array)
+        return t if self.device.type == "cpu" else to_device(t, self.device)
+
+    @staticmethod
+    def _host(t: torch.Tensor) -> np.ndarray:
+        """A tensor (already detached) as a numpy array on the host: a view on the CPU, a copy from a GPU;
+        float32 when it was computed in lower precision (under ``precision=``'s autocast)."""
+        if t.dtype in (torch.bfloat16, torch.float16):
+            t = t.float()
+        return t.numpy() if t.device.type == "cpu" else t.cpu().numpy()
+
+    def _check_precision_fits(self) -> None:
+        """``precision`` below fp32 is for CNN agents: refused, with why, for vector observations."""
+        p = self.config.precision
+        if p == "fp32":
+            return
+        if not (_has_image(self.observation_space) or isinstance(self.config.encoder, type)):
+            raise ValueError(
+                f"{type(self).__name__} got precision={p!r}, which is for agents with a CNN encoder (image "
+                f"observations), but {describe_space(self.observation_space)} holds no image: its small MLPs "
+                "gain nothing from lower precision and lose accuracy. Leave precision='fp32'"
+            )
+
+    def _check_precision_device(self, choice: DeviceChoice | None = None) -> None:
+        """fp16 (with a gradient scaler) needs a CUDA GPU; bf16 runs on the CPU or a CUDA GPU."""
+        choice = self.device_choice if choice is None else choice
+        p, device = self.config.precision, choice.device
+        if p == "fp16" and device.type != "cuda":
+            raise ValueError(
+                f"{type(self).__name__} got precision='fp16' on device {str(device)!r} "
+                f"({choice.reason}): fp16 with a gradient scaler needs a CUDA GPU. "
+                "Use precision='bf16' (CPU or GPU), precision='fp32', or device='cuda' on a machine with one"
+            )
+        if p == "bf16" and device.type not in ("cpu", "cuda"):
+            raise ValueError(
+                f"{type(self).__name__} got precision='bf16' on device {str(device)!r}: bf16 autocast runs on "
+                "the CPU or a CUDA GPU. Use precision='fp32' there, or device='cpu'/'cuda'"
+            )
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        """The update's autocast for ``precision`` (nothing for fp32)."""
+        p = self.config.precision
+        if p == "fp32":
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=_AUTOCAST[p])
+
+    def _probe_key(self) -> tuple:
+        """What a device measurement depends on: the networks, their sizes, and the batch."""
+        params = sum(p.numel() for net in self.networks.values() for p in net.parameters())
+        return (type(self).__name__, self.obs_shape, str(self.obs_dtype), self.encoder_description,
+                self._probe_batch_size(), params)
+
+    def _probe_batch_size(self) -> int:
+        """The batch an update's forward and backward passes see (``batch_size``, else a rollout)."""
+        c = self.config
+        size = getattr(c, "batch_size", None)
+        if not size:
+            size = int(getattr(c, "n_steps", 64)) * int(getattr(c, "n_envs", 1))
+        return max(1, int(size))
+
+    def _probe_calls(self, nets: dict[str, nn.Module], device: torch.device, batch: int) -> list[Any]:
+        """Calls running each network of ``nets`` that takes an observation batch (or an observation
+        and an action batch, as critics do) on zeros; networks taking other inputs are left out."""
+        obs = torch.zeros((batch, *self.obs_shape), dtype=_torch_dtype(self.obs_dtype), device=device)
+        act_dim = int(np.prod(self.action_space.shape)) if isinstance(self.action_space, spaces.Box) else 1
+        act = torch.zeros((batch, act_dim), device=device)
+        calls = []
+        for net in nets.values():
+            for args in ((obs,), (obs, act)):
+                try:
+                    net(*args)
+                except Exception:  # not this signature (or not a network with a forward)
+                    continue
+                calls.append(functools.partial(net, *args))
+                break
+        return calls
+
+    def _device_probe(self, device: torch.device) -> Any:
+        """A short update on ``device`` for ``"auto"`` to time: copies of the declared networks, one
+        forward and backward pass on a batch of the update's size (the agent itself is untouched)."""
+        nets = {name: copy.deepcopy(getattr(self, name)).to(device) for name in self.network_names
+                if isinstance(getattr(self, name, None), nn.Module)}
+        calls = self._probe_calls(nets, device, self._probe_batch_size())
+        if not calls:
+            raise RuntimeError("no network of this agent takes an observation batch")
+        return functools.partial(_run_probe, calls)
+
+    def _compile(self) -> None:
+        """``compile``: each declared network through ``torch.compile`` (``module.compile()``, so its
+        saved names stay), compiled at once by one probe pass whose time is ``compile_time``; when
+        that fails, the networks run eagerly and a warning says why."""
+        mode = self.config.compile
+        self._compiled = False
+        if mode is False:
+            return
+        mode = "default" if mode is True else str(mode)
+        nets = {name: getattr(self, name) for name in self.network_names
+                if isinstance(getattr(self, name, None), nn.Module)}
+        with torch.no_grad():  # which networks take an observation batch, found eagerly
+            calls = self._probe_calls(nets, self.device, self._probe_batch_size())
+        start = time.perf_counter()
+        for net in nets.values():
+            net.compile(mode=mode)
+        self._compiled = True  # the kernels' written-out passes would bypass the compiled forward
+        try:
+            if not calls:
+                raise RuntimeError("no network of this agent takes an observation batch to compile with")
+            with self._autocast():
+                _run_probe(calls)
+            synchronize(self.device)
+        except Exception as exc:
+            for net in nets.values():
+                uncompile(net)
+            self._compiled = False
+            self.compile_error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+            warnings.warn(
+                f"{type(self).__name__}: compile={self.config.compile!r} failed ({self.compile_error}); "
+                "its networks run eagerly (compile=False gives the same results without trying)",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+            return
+        finally:
+            for net in nets.values():
+                for p in net.parameters():
+                    p.grad = None
+        # Every compilation of this agent counts (a rebuild under the session's seed compiles again).
+        self.compile_time = (self.compile_time or 0.0) + time.perf_counter() - start
+        self._compile_time_due = True
+
+    @property
+    def compiled(self) -> bool:
+        """True when the networks run through ``torch.compile`` (``compile=`` set and it worked)."""
+        return self._compiled
 
     # -- construction helpers -----------------------------------------------------------------
 
@@ -371,8 +599,12 @@ class Agent:
 
     @property
     def _fast(self) -> bool:
-        """True unless the config says ``fast="off"``: the kernels of ``workbench.agents.kernels`` may run."""
-        return self.config.fast != "off"
+        """True unless the config says ``fast="off"``: the kernels of ``workbench.agents.kernels`` may run.
+        They are CPU-only fp32 passes, so never on another device, compiled or in lower precision."""
+        return (
+            self.config.fast != "off" and self.device.type == "cpu" and not self._compiled
+            and self.config.precision == "fp32"
+        )
 
     @property
     def progress(self) -> float:
@@ -518,7 +750,12 @@ class Agent:
         Calls the algorithm's :meth:`_update` under the agent's lock, so an ``act()`` from another
         thread never sees weights halfway through an update. Algorithms override :meth:`_update`."""
         with self._lock:
-            return self._update()
+            with self._autocast():
+                metrics = self._update()
+            if self._compile_time_due:  # the compile time once, as its own signal
+                self._compile_time_due = False
+                metrics = {**metrics, "compile_time": float(self.compile_time or 0.0)}
+            return metrics
 
     def _update(self) -> dict[str, float]:
         """The algorithm's part of :meth:`update`: learn, return the metrics."""
@@ -553,13 +790,13 @@ class Agent:
         groups: dict[str, Any] = {}
         for name, net in self.networks.items():
             for key, t in net.state_dict().items():
-                tensors[f"net/{name}/{key}"] = t.detach().contiguous().clone()
+                tensors[f"net/{name}/{key}"] = _saved(t)
         for name, opt in self.optimizers.items():
             saved = opt.state_dict()
             for idx, entry in saved["state"].items():
                 for key, t in entry.items():
                     t = t if isinstance(t, torch.Tensor) else torch.tensor(t)
-                    tensors[f"optim/{name}/{idx}/{key}"] = t.detach().contiguous().clone()
+                    tensors[f"optim/{name}/{idx}/{key}"] = _saved(t)
             groups[name] = checkpoint.json_ready(saved["param_groups"])
         tensors["rng/torch"] = self.generator.get_state().clone()
         data = {
@@ -812,11 +1049,46 @@ class Agent:
 
     def __repr__(self) -> str:
         mode = "training" if self.training else "play"
+        c = self.config
+        compiled = f"compile={c.compile!r}"
+        if c.compile is not False:
+            compiled += (f" ({self.compile_time:.1f} s to compile)" if self._compiled
+                         else f" (failed, eager: {self.compile_error})")
         return (
             f"{self.algorithm}(obs={describe_space(self.observation_space)}, "
             f"action={describe_space(self.action_space)}, encoder={self.encoder_description}, "
-            f"fast={self.config.fast}, steps={self.num_timesteps}, {mode})"
+            f"fast={c.fast}, device={self.device} [{self.device_choice.reason}], {compiled}, "
+            f"precision={c.precision}, steps={self.num_timesteps}, {mode})"
         )
+
+
+def _saved(t: torch.Tensor) -> torch.Tensor:
+    """A tensor as a checkpoint holds it: detached, contiguous, its own copy, on the CPU (so a run
+    trained on a GPU loads anywhere)."""
+    t = t.detach()
+    return t.contiguous().clone() if t.device.type == "cpu" else t.to("cpu").contiguous()
+
+
+def _on_device_step(opt: torch.optim.Optimizer) -> bool:
+    """Whether ``opt`` keeps its step counts with the parameters (fused or capturable), not on the CPU."""
+    return any(group.get("fused") or group.get("capturable") for group in opt.param_groups)
+
+
+def _run_probe(calls: list[Any]) -> None:
+    """One forward pass of each call and one backward pass of the sum of their outputs."""
+    total: torch.Tensor | None = None
+    for call in calls:
+        out = call()
+        for t in out if isinstance(out, tuple | list) else (out,):
+            if isinstance(t, torch.Tensor) and t.is_floating_point():
+                part = t.float().sum()
+                total = part if total is None else total + part
+    if total is not None and total.requires_grad:
+        total.backward()
+
+
+def _torch_dtype(dtype: np.dtype) -> torch.dtype:
+    return torch.from_numpy(np.zeros(1, dtype=dtype)).dtype
 
 
 def _writable(value: Any) -> np.ndarray:

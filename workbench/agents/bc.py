@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from .base import register
-from .networks import make_adam, mlp
+from .networks import make_adam, mlp, multinomial
 from .offline import OfflineAgent, OfflineBatch, OfflineConfig
 
 __all__ = ["BC", "BCConfig"]
@@ -51,12 +51,12 @@ class BC(OfflineAgent):
 
     @torch.no_grad()
     def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
-        out = self.policy(torch.from_numpy(obs))
+        out = self.policy(self._tensor(obs))
         if self.discrete:
             if deterministic:
-                return out.argmax(-1).numpy()
-            return torch.multinomial(torch.softmax(out, -1), 1, generator=self.generator).squeeze(1).numpy()
-        return self._scale_action(torch.tanh(out).numpy())
+                return self._host(out.argmax(-1))
+            return self._host(multinomial(torch.softmax(out, -1), self.generator))
+        return self._scale_action(self._host(torch.tanh(out)))
 
     def _learn(self, batch: OfflineBatch) -> dict[str, float]:
         out = self.policy(batch.obs)

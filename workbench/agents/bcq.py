@@ -89,7 +89,7 @@ class BCQ(OfflineAgent):
 
     @torch.no_grad()
     def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
-        return self._constrained_greedy(torch.from_numpy(obs)).numpy()
+        return self._host(self._constrained_greedy(self._tensor(obs)))
 
     def _learn(self, batch: OfflineBatch) -> dict[str, float]:
         c = self.config

@@ -50,6 +50,7 @@ def categorical_projection(
     is zero where the episode terminated. Each shifted atom is clipped into ``[v_min, v_max]`` and its
     mass split between the two atoms around it, in proportion to closeness.
     """
+    next_probs = next_probs.float()  # in float32 also under a lower precision's autocast
     n = support.shape[0]
     v_min, v_max = float(support[0]), float(support[-1])
     delta = (v_max - v_min) / (n - 1)
@@ -93,7 +94,7 @@ class C51(DQN):
     def support(self) -> torch.Tensor:
         """The atoms' values, ``linspace(v_min, v_max, n_atoms)``."""
         c = self.config
-        return torch.linspace(c.v_min, c.v_max, c.n_atoms)
+        return torch.linspace(c.v_min, c.v_max, c.n_atoms, device=self.device)
 
     def _q_values(self, out: torch.Tensor) -> torch.Tensor:
         return (F.softmax(out, dim=-1) * self.support).sum(-1)

@@ -126,13 +126,13 @@ class CQL(OfflineAgent):
 
     @torch.no_grad()
     def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
-        x = torch.from_numpy(obs)
+        x = self._tensor(obs)
         if self.discrete:
-            return self.q_net(x).argmax(-1).numpy()
+            return self._host(self.q_net(x).argmax(-1))
         actor = self.actor if self.actor_average is None else self.actor_average  # policy_average_tau
         if deterministic:
-            return self._scale_action(torch.tanh(actor(x)[0]).numpy())
-        return self._scale_action(actor.sample(x, self.generator)[0].numpy())
+            return self._scale_action(self._host(torch.tanh(actor(x)[0])))
+        return self._scale_action(self._host(actor.sample(x, self.generator)[0]))
 
     def _learn(self, batch: OfflineBatch) -> dict[str, float]:
         return self._learn_discrete(batch) if self.discrete else self._learn_continuous(batch)
@@ -168,12 +168,16 @@ class CQL(OfflineAgent):
         shape ``(b + 3 b n, obs_dim + act_dim)``: one pass of the critics covers them all."""
         b, d = obs.shape
         n, width = self.config.n_action_samples, d + self.act_dim
-        rows = torch.empty((b * (1 + 3 * n), width))
+        rows = torch.empty((b * (1 + 3 * n), width), device=obs.device)
         rows[:b, :d] = obs
         rows[:b, d:] = actions
         sampled = rows[b:].view(3, b, n, width)
         sampled[..., :d] = obs.unsqueeze(1)
-        sampled[0, ..., d:].uniform_(-1.0, 1.0, generator=self.generator)
+        uniform = sampled[0, ..., d:]
+        if uniform.device == self.generator.device:
+            uniform.uniform_(-1.0, 1.0, generator=self.generator)
+        else:  # drawn on the agent's CPU generator (the same numbers on every device), then copied
+            uniform.copy_(torch.empty(uniform.shape).uniform_(-1.0, 1.0, generator=self.generator))
         sampled[1, ..., d:] = pi_actions.view(b, n, self.act_dim)
         sampled[2, ..., d:] = next_pi_actions.view(b, n, self.act_dim)
         return rows
@@ -200,7 +204,8 @@ class CQL(OfflineAgent):
             rows = self._critic_rows(obs, actions, pi_a, npi_a)
             # each sampled action's log-density, subtracted from its value (importance sampling)
             log_density = torch.stack(
-                [torch.full((b, n), self.act_dim * math.log(0.5)), pi_logp.view(b, n), npi_logp.view(b, n)]
+                [torch.full((b, n), self.act_dim * math.log(0.5), device=obs.device), pi_logp.view(b, n),
+                 npi_logp.view(b, n)]
             )
         q_all = forward(self.critic, rows, fast=self._fast).squeeze(-1)  # the written-out pass, when it applies
         q = q_all[:, :b]

@@ -177,10 +177,10 @@ class DQN(OffPolicyAgent):
 
     @torch.no_grad()
     def _greedy(self, obs: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
-        q = self._q_values(self._outputs(self.q_net, torch.from_numpy(obs)))
+        q = self._q_values(self._outputs(self.q_net, self._tensor(obs)))
         if mask is not None:  # a masked action is never the greedy one
-            q = q.masked_fill(~torch.from_numpy(mask), -torch.inf)
-        return q.argmax(-1).numpy()
+            q = q.masked_fill(~self._tensor(mask), -torch.inf)
+        return self._host(q.argmax(-1))
 
     def _act(self, obs: np.ndarray, deterministic: bool, mask: np.ndarray | None = None) -> np.ndarray:
         if mask is not None:
@@ -254,8 +254,8 @@ class DQN(OffPolicyAgent):
         lr = self._lr(self.progress)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        loss_sum = torch.zeros(())
-        q_sum = torch.zeros(())
+        loss_sum = torch.zeros((), device=self.device)
+        q_sum = torch.zeros((), device=self.device)
         prioritized = isinstance(self.memory, PrioritizedReplayMemory)
         beta = self._beta(self.progress)
         self._reset_noise()
@@ -340,7 +340,7 @@ class DQN(OffPolicyAgent):
         if isinstance(self.memory, PrioritizedReplayMemory):
             # Importance weights undo the bias of prioritized sampling (Schaul et al. 2016).
             loss = (batch.weights * per_sample).mean()
-            self.memory.update_priorities(batch.indices, errors.numpy())
+            self.memory.update_priorities(batch.indices, self._host(errors))
         else:
             loss = per_sample.mean()
         gradient_step(self.optimizer, loss, c.max_grad_norm, fast=self._fast)

@@ -44,7 +44,6 @@ family to :data:`_HEADS`.
 from __future__ import annotations
 
 import contextlib
-import copy
 import glob
 import json
 import os
@@ -63,6 +62,7 @@ from torch import nn
 
 from .. import checkpoint
 from .._version import __version__
+from ..devices import eager_copy
 from ..envs.core import describe_space, flat_observation_space
 from ..envs.masks import mask_size, strip_mask_space
 from ..validation import ArgumentError
@@ -225,8 +225,9 @@ class _ScaledIntoBounds(nn.Module):
 
 
 def _frozen(net: nn.Module) -> nn.Module:
-    """A copy of ``net`` in eval mode without gradients, so exporting never touches the agent."""
-    net = copy.deepcopy(net).eval()
+    """A copy of ``net`` in eval mode without gradients, so exporting never touches the agent (eager
+    even when the agent's networks are compiled)."""
+    net = eager_copy(net).eval()
     net.requires_grad_(False)
     return net
 
@@ -399,7 +400,7 @@ def policy_module(agent: Any) -> ExportedPolicy | ExportedRecurrentPolicy:
     and comes out.
 
     The module holds copies of the networks and of the normalization statistics as they are now;
-    later training of the agent does not change it."""
+    later training of the agent does not change it. It is on the CPU whatever the agent's device."""
     _check_exportable(agent)
     normalizer = None
     if agent.config.normalize_observations:
@@ -408,9 +409,10 @@ def policy_module(agent: Any) -> ExportedPolicy | ExportedRecurrentPolicy:
     if _recurrent(agent):
         head, description = _on_policy_head(agent, nn.Identity())
         description = f"LSTM actor, then the {description}"
-        return ExportedRecurrentPolicy(_frozen(agent.actor), head, normalizer, action_shape, description).eval()
+        module = ExportedRecurrentPolicy(_frozen(agent.actor), head, normalizer, action_shape, description)
+        return module.eval().cpu()
     head, description = _HEADS[_family(agent)](agent)
-    return ExportedPolicy(head, normalizer, action_shape, description).eval()
+    return ExportedPolicy(head, normalizer, action_shape, description).eval().cpu()
 
 
 # -- the sidecar -------------------------------------------------------------------------------

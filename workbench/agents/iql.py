@@ -19,7 +19,7 @@ from torch import nn
 from ..validation import checked, number
 from .base import register
 from .kernels import polyak_update
-from .networks import EnsembleMLP, make_adam, mlp
+from .networks import EnsembleMLP, drawn_like, make_adam, mlp, multinomial
 from .offline import OfflineAgent, OfflineBatch, OfflineConfig
 
 __all__ = ["IQL", "IQLConfig"]
@@ -105,17 +105,18 @@ class IQL(OfflineAgent):
 
     @torch.no_grad()
     def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
-        x = torch.from_numpy(obs)
+        x = self._tensor(obs)
         if self.discrete:
             logits = self.actor(x)
             if deterministic:
-                return logits.argmax(-1).numpy()
-            return torch.multinomial(torch.softmax(logits, -1), 1, generator=self.generator).squeeze(1).numpy()
+                return self._host(logits.argmax(-1))
+            return self._host(multinomial(torch.softmax(logits, -1), self.generator))
         mean = self.actor(x)
         if not deterministic:
             std = self.actor.log_std.clamp(-5.0, 2.0).exp()
-            mean = (mean + std * torch.randn(mean.shape, generator=self.generator)).clamp(-1.0, 1.0)
-        return self._scale_action(mean.numpy())
+            noise = drawn_like(torch.randn(mean.shape, generator=self.generator), mean)
+            mean = (mean + std * noise).clamp(-1.0, 1.0)
+        return self._scale_action(self._host(mean))
 
     def _learn(self, batch: OfflineBatch) -> dict[str, float]:
         c = self.config

@@ -166,7 +166,7 @@ def _set_sac_alpha(agent: Any, ent_coef: float | str) -> None:
             agent.alpha_optimizer = make_adam(agent.log_alpha.parameters(), lr=agent._lr(agent.progress))
         agent._auto_alpha = True
     else:
-        agent._fixed_alpha = torch.tensor(float(ent_coef))
+        agent._fixed_alpha = torch.tensor(float(ent_coef), device=agent.device)
         agent._auto_alpha = False
         # A SAC built with a fixed coefficient has neither: a save now loads like one.
         agent.log_alpha = None

@@ -15,9 +15,11 @@ __all__ = [
     "EnsembleMLP",
     "NoisyLinear",
     "ScalarParameter",
+    "drawn_like",
     "gaussian_policy_terms",
     "make_adam",
     "mlp",
+    "multinomial",
     "noise_off",
     "reset_noise",
 ]
@@ -243,3 +245,17 @@ def gaussian_policy_terms(
     log_prob = (-0.5 * z.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
     entropy = (0.5 + 0.5 * math.log(2 * math.pi) + log_std).sum(-1)
     return log_prob, entropy
+
+
+def drawn_like(drawn: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """Random numbers drawn from an agent's generator (which stays on the CPU, saved with the agent,
+    so a run draws the same numbers on every device), on ``like``'s device."""
+    return drawn if drawn.device == like.device else drawn.to(like.device)
+
+
+def multinomial(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """One index per row of ``probs``: ``torch.multinomial(probs, 1, generator=generator).squeeze(1)``,
+    drawn on the CPU generator's device and moved back when ``probs`` is elsewhere."""
+    if probs.device == generator.device:
+        return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+    return torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(1).to(probs.device)

@@ -89,6 +89,7 @@ class OffPolicyAgent(Agent):
         super().reseed(seed)
         if len(memory):
             self.memory = memory
+            memory.device = self.device
 
     def ready(self) -> bool:
         c = self.config

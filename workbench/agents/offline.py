@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..devices import to_device
 from ..offline.datasets import Dataset
 from ..validation import checked, integer, layer_widths, number
 from .base import Agent, AgentConfig, Transitions
@@ -54,10 +55,12 @@ class OfflineBatch(NamedTuple):
 
 
 class OfflineData:
-    """A dataset as tensors, sampled uniformly with the agent's generator."""
+    """A dataset as tensors in host RAM, sampled uniformly with the agent's generator; minibatches go
+    to ``device`` (the agent's)."""
 
     def __init__(self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray, next_obs: np.ndarray,
-                 dones: np.ndarray) -> None:
+                 dones: np.ndarray, device: torch.device | None = None) -> None:
+        self.device = torch.device("cpu") if device is None else device
         self.obs = torch.as_tensor(obs, dtype=torch.float32)
         self.actions = torch.as_tensor(actions)
         self.rewards = torch.as_tensor(rewards, dtype=torch.float32)
@@ -70,7 +73,10 @@ class OfflineData:
     def sample(self, batch_size: int, rng: np.random.Generator) -> OfflineBatch:
         """A uniform minibatch (with replacement)."""
         idx = torch.from_numpy(rng.integers(0, len(self), size=batch_size))
-        return OfflineBatch(self.obs[idx], self.actions[idx], self.rewards[idx], self.next_obs[idx], self.dones[idx])
+        batch = OfflineBatch(self.obs[idx], self.actions[idx], self.rewards[idx], self.next_obs[idx], self.dones[idx])
+        if self.device.type == "cpu":
+            return batch
+        return OfflineBatch(*(to_device(t, self.device) for t in batch))
 
 
 class SquashedGaussianActor(nn.Module):
@@ -98,6 +104,7 @@ class SquashedGaussianActor(nn.Module):
         gives them (repeat them to draw several actions per state from one forward pass)."""
         std = log_std.exp()
         noise = torch.randn(mean.shape, generator=generator)
+        noise = noise if noise.device == mean.device else noise.to(mean.device)
         pre = mean + std * noise
         action = torch.tanh(pre)
         log_prob = (-0.5 * noise.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
@@ -145,7 +152,9 @@ class OfflineAgent(Agent):
                 self.obs_normalizer.update(obs)
             obs, next_obs = self.obs_normalizer(obs), self.obs_normalizer(next_obs)
         actions = dataset.actions if self.discrete else self._unscale_action(dataset.actions)
-        self.data = OfflineData(obs, actions, dataset.rewards, next_obs, dataset.terminated.astype(np.float32))
+        self.data = OfflineData(
+            obs, actions, dataset.rewards, next_obs, dataset.terminated.astype(np.float32), device=self.device
+        )
 
     def _observe(self, transitions: Transitions) -> None:
         raise TypeError(

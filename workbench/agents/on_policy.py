@@ -38,6 +38,7 @@ from .base import Agent, AgentConfig, Step, Transitions
 from .encoders import DictEncoder, ImageEncoder, orthogonal_init, with_encoder
 from .kernels import forward, gradient_step
 from .networks import ACTIVATIONS, gaussian_policy_terms, mlp
+from .networks import drawn_like as _from_generator
 
 __all__ = [
     "OnPolicyAgent",
@@ -77,8 +78,8 @@ def categorical_terms(
         parts, acts = [logits], [actions.long().reshape(-1, 1)]
     else:
         parts, acts = list(torch.split(logits, list(nvec), dim=-1)), list(actions.long().unbind(-1))
-    log_prob = torch.zeros(logits.shape[0])
-    entropy = torch.zeros(logits.shape[0])
+    log_prob = torch.zeros(logits.shape[0], device=logits.device)
+    entropy = torch.zeros(logits.shape[0], device=logits.device)
     for part, a in zip(parts, acts, strict=True):
         log_p = torch.log_softmax(part, dim=-1)
         log_prob = log_prob + log_p.gather(1, a.reshape(-1, 1)).squeeze(1)
@@ -94,11 +95,11 @@ def sample_categorical(
     if kind == "multibinary":
         if deterministic:
             return (logits > 0).long(), None
-        draws = torch.rand(logits.shape, generator=generator) < torch.sigmoid(logits)
+        draws = _from_generator(torch.rand(logits.shape, generator=generator), logits) < torch.sigmoid(logits)
         actions = draws.long()
         return actions, -F.binary_cross_entropy_with_logits(logits, draws.float(), reduction="none").sum(-1)
     parts = [logits] if kind == "discrete" else list(torch.split(logits, list(nvec), dim=-1))
-    chosen, log_prob = [], torch.zeros(logits.shape[0])
+    chosen, log_prob = [], torch.zeros(logits.shape[0], device=logits.device)
     for part in parts:
         if deterministic:
             chosen.append(part.argmax(-1))
@@ -119,7 +120,10 @@ def sample_index(probs: torch.Tensor, generator: torch.Generator) -> torch.Tenso
     probabilities (two reductions and two host syncs, more than half its time at acting sizes).
     The probabilities here come from a softmax of finite logits: NaN logits cannot reach acting in a
     session (the env's observations and every update's loss are checked)."""
-    q = torch.empty_like(probs).exponential_(1, generator=generator)
+    if probs.device == generator.device:
+        q = torch.empty_like(probs).exponential_(1, generator=generator)
+    else:  # the agent's generator stays on the CPU (saved with it): draw there, then move
+        q = torch.empty(probs.shape, dtype=probs.dtype).exponential_(1, generator=generator).to(probs.device)
     return probs.div_(q).argmax(-1)
 
 
@@ -329,7 +333,7 @@ class OnPolicyAgent(Agent):
         period = c.sde_sample_freq if c.sde_sample_freq > 0 else c.n_steps
         if self._sde_weights is None or self._sde_weights.shape[0] != n or self._sde_steps % period == 0:
             std = self.log_std.exp()
-            self._sde_weights = torch.randn((n, *std.shape), generator=self.generator) * std
+            self._sde_weights = _from_generator(torch.randn((n, *std.shape), generator=self.generator), std) * std
             self._sde_steps = 0
         self._sde_steps += 1
         return torch.bmm(latent.unsqueeze(1), self._sde_weights).squeeze(1)
@@ -338,23 +342,23 @@ class OnPolicyAgent(Agent):
 
     @torch.no_grad()
     def _decide(self, obs: np.ndarray, deterministic: bool, mask: np.ndarray | None = None) -> Step:
-        x = torch.from_numpy(obs)
+        x = self._tensor(obs)  # one observation batch per step to the device
         # Deterministic actions (play, evaluation) run the module itself, as export does.
         policy = self.actor if deterministic else functools.partial(self._forward, self.actor)
         if mask is not None or self.action_kind in ("multidiscrete", "multibinary"):
-            logits = masked_logits(policy(x), None if mask is None else torch.from_numpy(mask))
+            logits = masked_logits(policy(x), None if mask is None else self._tensor(mask))
             actions, chosen = sample_categorical(logits, self.action_kind, self.nvec, deterministic, self.generator)
             if chosen is None:
-                return Step(actions.numpy())
-            return Step(actions.numpy(), {"values": self._values(x).numpy(), "log_probs": chosen.numpy()})
+                return Step(self._host(actions))
+            return Step(self._host(actions), {"values": self._host(self._values(x)), "log_probs": self._host(chosen)})
         if self.use_sde:
             latent, out = self._latent_and_mean(x)
         else:
             out = policy(x)
         if deterministic:
             if self.discrete:
-                return Step(out.argmax(-1).numpy())
-            return Step(np.clip(out.numpy(), self.action_low, self.action_high))
+                return Step(self._host(out.argmax(-1)))
+            return Step(np.clip(self._host(out), self.action_low, self.action_high))
         if self.discrete:
             log_p = F.log_softmax(out, dim=-1)
             actions = sample_index(log_p.exp(), self.generator)
@@ -364,12 +368,12 @@ class OnPolicyAgent(Agent):
             chosen, _ = gaussian_policy_terms(out, self._sde_action_std(latent).log(), actions, False)
         else:
             assert self.log_std is not None
-            noise = torch.randn(out.shape, generator=self.generator)
+            noise = _from_generator(torch.randn(out.shape, generator=self.generator), out)
             actions = out + self.log_std.exp() * noise
             chosen = (-0.5 * noise.pow(2) - self.log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
         # What observe() stores with this step travels with it, as the step's extras.
-        extras = {"values": self._values(x).numpy(), "log_probs": chosen.numpy()}
-        return Step(actions.numpy(), extras)
+        extras = {"values": self._host(self._values(x)), "log_probs": self._host(chosen)}
+        return Step(self._host(actions), extras)
 
     # -- storing ------------------------------------------------------------------------------
 
@@ -390,7 +394,7 @@ class OnPolicyAgent(Agent):
         if cut.any():
             # A time limit is not a real end: bootstrap from the value of the last observation.
             with torch.no_grad():
-                final_values = self._values(torch.from_numpy(next_obs[cut])).numpy()
+                final_values = self._host(self._values(self._tensor(next_obs[cut])))
             rewards[cut] += self.config.gamma * final_values
         dones = (terminated | truncated).astype(np.float32)
         self.rollout.add(obs, actions, rewards, dones, extras["values"], extras["log_probs"], extras.get(MASK_KEY))
@@ -413,20 +417,20 @@ class OnPolicyAgent(Agent):
         rollout = self.rollout
         assert rollout is not None and rollout.full, "update() called before a rollout was full"
         with torch.no_grad():
-            last_values = self._values(torch.from_numpy(self._next_obs)).numpy()
+            last_values = self._host(self._values(self._tensor(self._next_obs)))
         advantages, returns = compute_gae(
             rollout.rewards, rollout.values, rollout.dones, last_values, c.gamma, c.gae_lambda
         )
         n_rows = rollout.n_steps * rollout.n_envs
         return RolloutBatch(
-            obs=torch.from_numpy(rollout.obs.reshape(-1, *self.obs_shape)),
-            actions=torch.from_numpy(rollout.actions.reshape(-1, *rollout.actions.shape[2:])),
-            log_probs=torch.from_numpy(rollout.log_probs.reshape(-1)),
-            advantages=torch.from_numpy(advantages.reshape(-1)),
-            returns=torch.from_numpy(returns.reshape(-1)),
+            obs=self._tensor(rollout.obs.reshape(-1, *self.obs_shape)),
+            actions=self._tensor(rollout.actions.reshape(-1, *rollout.actions.shape[2:])),
+            log_probs=self._tensor(rollout.log_probs.reshape(-1)),
+            advantages=self._tensor(advantages.reshape(-1)),
+            returns=self._tensor(returns.reshape(-1)),
             values=rollout.values.copy(),
             returns_np=returns,
-            masks=None if rollout.masks is None else torch.from_numpy(rollout.masks.reshape(n_rows, -1)),
+            masks=None if rollout.masks is None else self._tensor(rollout.masks.reshape(n_rows, -1)),
         )
 
     def _scheduled_lr(self) -> float:

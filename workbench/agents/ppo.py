@@ -99,16 +99,18 @@ def clipped_epochs(
     the epochs stop early when an epoch's last minibatch's approximate KL passes ``1.5 * target_kl``.
     Returns the mean of the rows."""
     c = agent.config
-    stats = torch.zeros(6)  # policy, value, entropy, kl, clip fraction, total loss
+    stats = torch.zeros(6, device=agent.device)  # policy, value, entropy, kl, clip fraction, total loss
     n_minibatches = 0
     for _ in range(c.n_epochs):
-        perm = torch.randperm(n, generator=agent.generator)
-        epoch_kl = 0.0
+        # Drawn on the agent's CPU generator (the same permutation on every device), then moved.
+        perm = torch.randperm(n, generator=agent.generator).to(agent.device)
+        row = None
         for start in range(0, n, batch_size):
             row = minibatch(perm[start : start + batch_size])
             stats += row
             n_minibatches += 1
-            epoch_kl = float(row[3])
+        # The epoch's last minibatch's KL, read once an epoch (a GPU waits for it only here).
+        epoch_kl = 0.0 if row is None else float(row[3])
         if c.target_kl is not None and epoch_kl > 1.5 * c.target_kl:
             break
     return stats / n_minibatches

@@ -53,7 +53,7 @@ def quantile_huber_loss(quantiles: torch.Tensor, targets: torch.Tensor, kappa: f
     ``|u|``); the sum over ``i`` is averaged over ``j``, as sb3-contrib does.
     """
     n = quantiles.shape[-1]
-    tau, one_minus_tau = _quantile_levels(n, quantiles.dtype)
+    tau, one_minus_tau = _quantile_levels(n, quantiles.dtype, quantiles.device)
     shape = (*quantiles.shape, targets.shape[-1])  # (batch, N, M)
     estimates = quantiles.unsqueeze(-1).expand(shape)
     samples = targets.unsqueeze(-2).expand(shape)
@@ -71,9 +71,10 @@ def quantile_huber_loss(quantiles: torch.Tensor, targets: torch.Tensor, kappa: f
 
 
 @functools.lru_cache(maxsize=32)
-def _quantile_levels(n: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """``tau_i = (2i + 1) / (2N)`` and ``1 - tau_i`` as ``(N, 1)`` columns (constants, never written)."""
-    tau = ((torch.arange(n, dtype=dtype) + 0.5) / n).unsqueeze(-1)
+def _quantile_levels(n: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``tau_i = (2i + 1) / (2N)`` and ``1 - tau_i`` as ``(N, 1)`` columns on ``device`` (constants,
+    never written)."""
+    tau = ((torch.arange(n, dtype=dtype, device=device) + 0.5) / n).unsqueeze(-1)
     return tau, (tau - 1.0).abs()
 
 

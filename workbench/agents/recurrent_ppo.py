@@ -15,8 +15,10 @@ boundary, and backpropagates through the whole rollout.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from itertools import pairwise
+from typing import Any
 
 import numpy as np
 import torch
@@ -29,7 +31,9 @@ from ..memory.rollout import RolloutBuffer, compute_gae
 from ..schedules import as_schedule
 from ..validation import checked, integer
 from .base import AgentState, Step, Transitions, register
+from .networks import drawn_like as _from_generator
 from .networks import gaussian_policy_terms, make_adam, mlp
+from .networks import multinomial as _multinomial
 from .on_policy import OnPolicyAgent, categorical_terms, masked_logits, sample_categorical
 from .ppo import PPOConfig, clipped_epochs, clipped_metrics, clipped_step
 
@@ -139,13 +143,25 @@ class RecurrentPPO(OnPolicyAgent):
         self._clip = as_schedule(c.clip_range)
         self.optimizer = make_adam(params, lr=self._lr(0.0), eps=1e-5)
 
+    def _probe_calls(self, nets: dict[str, nn.Module], device: torch.device, batch: int) -> list[Any]:
+        """The LSTM networks unrolled over ``n_steps`` for the envs of one minibatch (for ``device="auto"``
+        and ``compile``), from zero states."""
+        steps = self.config.n_steps
+        envs = max(1, batch // steps)
+        obs = torch.zeros((steps, envs, *self.obs_shape), dtype=torch.from_numpy(np.zeros(1, self.obs_dtype)).dtype,
+                          device=device)
+        state = torch.zeros(envs, self.config.lstm_hidden_size, device=device)
+        starts = torch.zeros(steps, envs, device=device)
+        return [functools.partial(net, obs, state, state, starts) for net in nets.values()
+                if isinstance(net, RecurrentNetwork)]
+
     # -- acting -------------------------------------------------------------------------------
 
     def _state_for(self, n: int) -> torch.Tensor:
         """The running state of ``n`` envs in the current mode (zeros for a new batch size)."""
         state = self._acting_states.get(self.training)
         if state is None or state.shape[0] != n:
-            state = torch.zeros(n, 4, self.config.lstm_hidden_size)
+            state = torch.zeros(n, 4, self.config.lstm_hidden_size, device=self.device)
             self._acting_states[self.training] = state
         return state
 
@@ -153,39 +169,41 @@ class RecurrentPPO(OnPolicyAgent):
         """Zero the LSTM state of the envs whose episode just ended (in the current mode)."""
         state = self._acting_states.get(self.training)
         if state is not None and state.shape[0] == len(done):
-            state[torch.as_tensor(np.asarray(done, dtype=bool))] = 0.0
+            state[self._tensor(np.asarray(done, dtype=bool))] = 0.0
 
     @torch.no_grad()
     def _decide(self, obs: np.ndarray, deterministic: bool, mask: np.ndarray | None = None) -> Step:
         state = self._state_for(obs.shape[0])
         used = state.clone()
-        x = torch.from_numpy(obs).unsqueeze(0)
-        no_starts = torch.zeros(1, obs.shape[0])
+        x = self._tensor(obs).unsqueeze(0)
+        no_starts = torch.zeros(1, obs.shape[0], device=self.device)
         out, state[:, 0], state[:, 1] = self.actor(x, used[:, 0], used[:, 1], no_starts)
         out = out[0]
         categorical = mask is not None or self.action_kind in ("multidiscrete", "multibinary")
-        masks = None if mask is None else torch.from_numpy(mask)
+        masks = None if mask is None else self._tensor(mask)
         if categorical:
             kind, nvec = self.action_kind, self.nvec
             actions, _ = sample_categorical(masked_logits(out, masks), kind, nvec, deterministic, self.generator)
         elif deterministic:
             actions = out.argmax(-1) if self.discrete else out.clamp(
-                torch.as_tensor(self.action_low), torch.as_tensor(self.action_high))
+                self._tensor(self.action_low), self._tensor(self.action_high))
         elif self.discrete:
             log_p = F.log_softmax(out, dim=-1)
-            actions = torch.multinomial(log_p.exp(), 1, generator=self.generator).squeeze(1)
+            actions = _multinomial(log_p.exp(), self.generator)
         else:
             assert self.log_std is not None
-            actions = out + self.log_std.exp() * torch.randn(out.shape, generator=self.generator)
+            noise = _from_generator(torch.randn(out.shape, generator=self.generator), out)
+            actions = out + self.log_std.exp() * noise
         if not self.training:  # play: the policy alone, nothing to store
-            return Step(actions.numpy())
+            return Step(self._host(actions))
         values, state[:, 2], state[:, 3] = self.critic(x, used[:, 2], used[:, 3], no_starts)
         if categorical:
             chosen, _ = categorical_terms(out, actions, self.action_kind, self.nvec, masks)
         else:
             chosen, _ = gaussian_policy_terms(out, self.log_std, actions, self.discrete)
-        extras = {"values": values[0, :, 0].numpy(), "log_probs": chosen.numpy(), "lstm_states": used.numpy()}
-        return Step(actions.numpy(), extras)
+        extras = {"values": self._host(values[0, :, 0]), "log_probs": self._host(chosen),
+                  "lstm_states": self._host(used)}
+        return Step(self._host(actions), extras)
 
     # -- storing ------------------------------------------------------------------------------
 
@@ -212,11 +230,11 @@ class RecurrentPPO(OnPolicyAgent):
             # A time limit is not a real end: bootstrap from the value of the last observation,
             # seen with the critic's state after this step.
             with torch.no_grad():
-                s = torch.from_numpy(states[cut])
-                zero = torch.zeros(1, int(cut.sum()))
-                _, h, cc = self.critic(torch.from_numpy(np.asarray(obs[cut], np.float32))[None], s[:, 2], s[:, 3], zero)
-                final, _, _ = self.critic(torch.from_numpy(np.asarray(next_obs[cut], np.float32))[None], h, cc, zero)
-            rewards[cut] += c.gamma * final[0, :, 0].numpy()
+                s = self._tensor(states[cut])
+                zero = torch.zeros(1, int(cut.sum()), device=self.device)
+                _, h, cc = self.critic(self._tensor(np.asarray(obs[cut], np.float32))[None], s[:, 2], s[:, 3], zero)
+                final, _, _ = self.critic(self._tensor(np.asarray(next_obs[cut], np.float32))[None], h, cc, zero)
+            rewards[cut] += c.gamma * self._host(final[0, :, 0])
         self.rollout_states[self.rollout.pos] = states
         dones = (terminated | truncated).astype(np.float32)
         self.rollout.add(obs, actions, rewards, dones, extras["values"], extras["log_probs"], extras.get(MASK_KEY))
@@ -229,20 +247,20 @@ class RecurrentPPO(OnPolicyAgent):
         rollout, states = self.rollout, self.rollout_states
         assert rollout is not None and rollout.full and states is not None, "update() called before a rollout was full"
         steps, n_envs = rollout.rewards.shape
-        obs = torch.from_numpy(rollout.obs)
-        actions = torch.from_numpy(rollout.actions)
-        starts = torch.zeros(steps, n_envs)
-        starts[1:] = torch.from_numpy(rollout.dones[:-1])  # an episode begins after each end
-        first = torch.from_numpy(states[0])  # (n_envs, 4, H): where each sequence starts
+        obs = self._tensor(rollout.obs)
+        actions = self._tensor(rollout.actions)
+        starts = torch.zeros(steps, n_envs, device=self.device)
+        starts[1:] = self._tensor(rollout.dones[:-1])  # an episode begins after each end
+        first = self._tensor(states[0])  # (n_envs, 4, H): where each sequence starts
         with torch.no_grad():
             _, h, cc = self.critic(obs, first[:, 2], first[:, 3], starts)
-            last_starts = torch.from_numpy(rollout.dones[-1:])
-            last, _, _ = self.critic(torch.from_numpy(np.asarray(self._next_obs, np.float32))[None], h, cc, last_starts)
+            last_starts = self._tensor(rollout.dones[-1:])
+            last, _, _ = self.critic(self._tensor(np.asarray(self._next_obs, np.float32))[None], h, cc, last_starts)
         advantages, returns = compute_gae(
-            rollout.rewards, rollout.values, rollout.dones, last[0, :, 0].numpy(), c.gamma, c.gae_lambda
+            rollout.rewards, rollout.values, rollout.dones, self._host(last[0, :, 0]), c.gamma, c.gae_lambda
         )
-        adv_all, ret_all = torch.from_numpy(advantages), torch.from_numpy(returns)
-        old_log_probs = torch.from_numpy(rollout.log_probs)
+        adv_all, ret_all = self._tensor(advantages), self._tensor(returns)
+        old_log_probs = self._tensor(rollout.log_probs)
 
         lr, clip = self._scheduled_lr(), self._clip(self.progress)
         # Minibatches are whole env sequences: batch_size // n_steps envs each (at least one).
@@ -253,7 +271,7 @@ class RecurrentPPO(OnPolicyAgent):
             values, _, _ = self.critic(obs[:, e], first[e, 2], first[e, 3], starts[:, e])
             mb_actions = actions[:, e].reshape(-1, *actions.shape[2:])
             if rollout.masks is not None or self.action_kind in ("multidiscrete", "multibinary"):
-                mb_masks = None if rollout.masks is None else torch.from_numpy(rollout.masks[:, e.numpy()])
+                mb_masks = None if rollout.masks is None else self._tensor(rollout.masks[:, self._host(e)])
                 mb_masks = None if mb_masks is None else mb_masks.reshape(-1, mb_masks.shape[-1])
                 flat_out = out.flatten(0, 1)
                 log_prob, entropy = categorical_terms(flat_out, mb_actions, self.action_kind, self.nvec, mb_masks)
@@ -286,10 +304,10 @@ class RecurrentPPO(OnPolicyAgent):
         state = super().state()
         training_state = self._acting_states.get(True)
         if training_state is not None:
-            state.tensors["acting/lstm_states"] = training_state.clone()
+            state.tensors["acting/lstm_states"] = training_state.detach().to("cpu", copy=True)
         return state
 
     def restore(self, state: AgentState) -> None:
         super().restore(state)
         saved = state.tensors.get("acting/lstm_states")
-        self._acting_states = {} if saved is None else {True: saved.clone().float()}
+        self._acting_states = {} if saved is None else {True: saved.clone().float().to(self.device)}

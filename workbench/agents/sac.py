@@ -23,7 +23,7 @@ from ..validation import Constraint, any_of, checked, flag, integer, number, opt
 from .base import register
 from .encoders import with_encoder
 from .kernels import gradient_step, polyak_update
-from .networks import EnsembleMLP, ScalarParameter, make_adam, mlp
+from .networks import EnsembleMLP, ScalarParameter, drawn_like, make_adam, mlp
 from .off_policy import OffPolicyAgent, OffPolicyConfig
 
 __all__ = ["SAC", "SACConfig"]
@@ -150,7 +150,7 @@ class SAC(OffPolicyAgent):
     def _sample_sde_weights(self, *batch: int) -> torch.Tensor:
         """Noise weights ``W ~ N(0, std^2)``, reparameterized so gradients reach ``log_std``."""
         std = self.actor.log_std.exp()
-        return std * torch.randn((*batch, *std.shape), generator=self.generator)
+        return std * drawn_like(torch.randn((*batch, *std.shape), generator=self.generator), std)
 
     def _policy(self, obs: torch.Tensor, sde_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Reparameterized squashed-Gaussian actions in [-1, 1] and their log-probabilities."""
@@ -169,7 +169,7 @@ class SAC(OffPolicyAgent):
         else:
             mean, log_std = self.actor(obs).chunk(2, dim=-1)
             log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
-            z = torch.randn(mean.shape, generator=self.generator)
+            z = drawn_like(torch.randn(mean.shape, generator=self.generator), mean)
             u = mean + log_std.exp() * z
         # log N(u) minus log|d tanh(u)/du|, the latter written stably as 2 (log 2 - u - softplus(-2u)).
         log_prob = (-0.5 * z.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
@@ -190,7 +190,7 @@ class SAC(OffPolicyAgent):
     def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
         c = self.config
         if deterministic:
-            return self._scale_action(self._mean_action(torch.from_numpy(obs)).numpy())
+            return self._scale_action(self._host(self._mean_action(self._tensor(obs))))
         if self.num_timesteps < c.learning_starts:
             squashed = self.rng.uniform(-1.0, 1.0, size=(obs.shape[0], self.act_dim))
         elif c.use_sde:
@@ -198,9 +198,9 @@ class SAC(OffPolicyAgent):
             if resample or self._sde_weights is None or len(self._sde_weights) != len(obs):
                 self._sde_weights = self._sample_sde_weights(len(obs))
             self._sde_steps += 1
-            squashed = self._policy(torch.from_numpy(obs), self._sde_weights)[0].numpy()
+            squashed = self._host(self._policy(self._tensor(obs), self._sde_weights)[0])
         else:
-            squashed = self._policy(torch.from_numpy(obs))[0].numpy()
+            squashed = self._host(self._policy(self._tensor(obs))[0])
         return self._scale_action(squashed).reshape(obs.shape[0], *self.action_space.shape)
 
     # -- learning -----------------------------------------------------------------------------
@@ -212,7 +212,7 @@ class SAC(OffPolicyAgent):
         for opt in self.optimizers.values():
             for group in opt.param_groups:
                 group["lr"] = lr
-        stats = torch.zeros(5)  # critic loss, actor loss, q mean, entropy, alpha
+        stats = torch.zeros(5, device=self.device)  # critic loss, actor loss, q mean, entropy, alpha
         for _ in range(steps):
             batch = self.memory.sample(c.batch_size, self.rng)
             obs = batch.obs

@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
+import torch
+
 from ..checkpoint import MEMORY, META, WEIGHTS, CheckpointError, OpenRun, SavedRun, open_run, read_run, space_from_json
+from ..devices import parse_device
 from ..exploration import exploration_from_dict
 from ..schedules import schedule_from_dict
 from .base import AGENTS, OFFLINE_AGENTS, Agent, AgentState
@@ -91,16 +95,37 @@ def _decode_hyperparameters(
     return out
 
 
+def _precision_for(hyper: dict[str, Any], target: Any, label: str) -> dict[str, Any]:
+    """The saved hyperparameters with ``precision="fp16"`` (which needs a CUDA GPU) made "fp32" when
+    the run is loaded elsewhere, with a warning: a run trained on a GPU still loads and plays."""
+    if hyper.get("precision") != "fp16":
+        return hyper
+    on_cuda = torch.cuda.is_available() if target is None else target.type == "cuda"
+    if on_cuda:
+        return hyper
+    warnings.warn(
+        f"{label}: the run was trained with precision='fp16', which needs a CUDA GPU; "
+        f"it is loaded on {'the CPU' if target is None else str(target)} with precision='fp32'",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+    return {**hyper, "precision": "fp32"}
+
+
 def agent_from_run(
     run: OpenRun | SavedRun,
     expected: type[Agent] | None = None,
     *,
     memory: bool = False,
     allow_encoders: Sequence[str] | None = None,
+    device: Any = "cpu",
 ) -> Agent:
     """Rebuild the agent of a saved run (in training mode) with its state restored, and with
     ``memory=True`` its replay memory (from a run opened with :func:`open_saved`).
-    ``allow_encoders`` lists the import paths of custom encoders it may import and build."""
+    ``allow_encoders`` lists the import paths of custom encoders it may import and build.
+    ``device``: where the rebuilt agent lives (a saved run holds CPU tensors and no device, so a run
+    trained on a GPU loads on a CPU-only machine and the reverse)."""
+    target = parse_device(device, "wb.load")  # a bad device is the caller's error, not the file's
     meta = run.meta
     name = str(meta.get("algorithm", "")).lower()
     cls = AGENTS.get(name) or OFFLINE_AGENTS.get(name)
@@ -112,7 +137,8 @@ def agent_from_run(
         obs_space = space_from_json(meta["observation_space"])
         act_space = space_from_json(meta["action_space"])
         hyper = _decode_hyperparameters(cls, meta.get("hyperparameters", {}), allow_encoders, run.label(META))
-        agent = cls(observation_space=obs_space, action_space=act_space, seed=meta.get("seed"), **hyper)
+        hyper = _precision_for(hyper, target, run.label(META))
+        agent = cls(observation_space=obs_space, action_space=act_space, seed=meta.get("seed"), device=device, **hyper)
     except CheckpointError:
         raise
     except (KeyError, TypeError, ValueError) as exc:
@@ -139,8 +165,11 @@ def agent_from_run(
     return agent
 
 
-def load(path: str | os.PathLike[str], *, allow_encoders: Sequence[str] | None = None) -> Agent:
+def load(path: str | os.PathLike[str], *, allow_encoders: Sequence[str] | None = None, device: Any = "cpu") -> Agent:
     """Load a saved agent in play mode: deterministic, no exploration, no learning.
+
+    ``device`` (default ``"cpu"``): where it lives, ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"`` or
+    ``"auto"``; a saved run is device-free, so one trained on a GPU loads and plays on a CPU-only machine.
 
     ``path`` is a directory written by ``session.save`` or a ``.zip`` of one. Raises
     :class:`~workbench.checkpoint.CheckpointError` naming the file and the problem when it cannot be read.
@@ -148,4 +177,5 @@ def load(path: str | os.PathLike[str], *, allow_encoders: Sequence[str] | None =
     that code, so it happens only when the path is in ``allow_encoders``
     (``wb.load(path, allow_encoders=["mypkg.encoders.MyEncoder"])``).
     """
-    return agent_from_run(read_saved(path), allow_encoders=allow_encoders).eval()
+    parse_device(device, "wb.load")
+    return agent_from_run(read_saved(path), allow_encoders=allow_encoders, device=device).eval()

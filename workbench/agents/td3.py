@@ -21,7 +21,7 @@ from ..schedules import Schedule, as_schedule
 from ..validation import Constraint, checked, integer, number, optional
 from .base import AgentState, register
 from .kernels import gradient_step, polyak_update
-from .networks import EnsembleMLP, make_adam, mlp
+from .networks import EnsembleMLP, drawn_like, make_adam, mlp
 from .off_policy import OffPolicyAgent, OffPolicyConfig
 
 __all__ = ["TD3", "TD3Config"]
@@ -130,11 +130,11 @@ class TD3(OffPolicyAgent):
     def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
         n = obs.shape[0]
         if deterministic:
-            squashed = self.actor(torch.from_numpy(obs)).numpy()
+            squashed = self._host(self.actor(self._tensor(obs)))
         elif self.num_timesteps < self.config.learning_starts:
             squashed = self.rng.uniform(-1.0, 1.0, size=(n, self.act_dim))
         else:
-            squashed = self.actor(torch.from_numpy(obs)).numpy()
+            squashed = self._host(self.actor(self._tensor(obs)))
             if self.config.exploration is not None:
                 one = np.ones(self.act_dim, dtype=np.float32)
                 squashed = self.config.exploration.perturb(squashed, -one, one, self.rng, self.progress)
@@ -154,8 +154,8 @@ class TD3(OffPolicyAgent):
             group["lr"] = actor_lr
         for group in self.critic_optimizer.param_groups:
             group["lr"] = critic_lr
-        critic_sum, q_sum = torch.zeros(()), torch.zeros(())
-        actor_sum, actor_updates = torch.zeros(()), 0
+        critic_sum, q_sum = torch.zeros((), device=self.device), torch.zeros((), device=self.device)
+        actor_sum, actor_updates = torch.zeros((), device=self.device), 0
         for _ in range(steps):
             batch = self.memory.sample(c.batch_size, self.rng)
             obs = batch.obs
@@ -163,7 +163,8 @@ class TD3(OffPolicyAgent):
             with torch.no_grad():
                 next_actions = self.actor_target(batch.next_obs)
                 if c.target_policy_noise > 0:  # target policy smoothing
-                    noise = torch.randn(next_actions.shape, generator=self.generator) * c.target_policy_noise
+                    noise = drawn_like(torch.randn(next_actions.shape, generator=self.generator), next_actions)
+                    noise = noise * c.target_policy_noise
                     next_actions = (next_actions + noise.clamp(-c.target_noise_clip, c.target_noise_clip)).clamp(-1, 1)
                 next_q = self.critic_target(batch.next_obs, next_actions).min(0).values.squeeze(-1)
                 target = batch.rewards + batch.discounts * (1.0 - batch.dones) * next_q

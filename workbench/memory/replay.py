@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from ..checkpoint import read_npz, write_npz
+from ..devices import to_device
 
 __all__ = ["ReplayBatch", "ReplayMemory", "check_transitions"]
 
@@ -128,6 +129,8 @@ class ReplayMemory:
         self.next_masks: np.ndarray | None = None
         self.pos = 0
         self.size = 0
+        self.device = torch.device("cpu")
+        """Where sampled minibatches go (the agent's device); the memory itself stays in host RAM."""
 
     def __len__(self) -> int:
         return self.size
@@ -231,8 +234,9 @@ class ReplayMemory:
         return self.gather(idx, np.ones(batch_size, dtype=np.float32))
 
     def gather(self, idx: np.ndarray, weights: np.ndarray) -> ReplayBatch:
-        """The transitions at ``idx`` as tensors."""
-        return ReplayBatch(
+        """The transitions at ``idx`` as tensors on :attr:`device` (moved through pinned memory with
+        ``non_blocking`` to a GPU; the rows are gathered on the host either way)."""
+        batch = ReplayBatch(
             torch.from_numpy(self.obs[idx]),
             torch.from_numpy(self.actions[idx]),
             torch.from_numpy(self.rewards[idx]),
@@ -243,6 +247,12 @@ class ReplayMemory:
             idx,
             None if self.next_masks is None else torch.from_numpy(self.next_masks[idx]),
         )
+        if self.device.type == "cpu":
+            return batch
+        device = self.device
+        return ReplayBatch(*(
+            to_device(t, device) if isinstance(t, torch.Tensor) else t for t in batch
+        ))
 
     # -- saving ---------------------------------------------------------------------------------
 

@@ -43,6 +43,7 @@ from ..loop import Transitions, env_step
 from ..validation import ArgumentError, Constraint, check_value, choice, flag, integer, number, optional
 from .errors import EnvStepError, WorkerError
 from .local import LocalRunner, check_step_timeout, split_envs
+from .ray_start import check_learner_gpus
 from .runner import Runner
 
 __all__ = [
@@ -82,6 +83,7 @@ _RAY_OPTIONS: dict[str, Constraint] = {
     "cpus_per_worker": number(0, min_open=True),
     "ray_init": optional(Constraint("a dict of ray.init() keyword arguments", lambda v: isinstance(v, dict))),
     "ray_acting": choice(*RAY_ACTING),
+    "learner_gpus": integer(min=0),
 }
 
 
@@ -231,6 +233,7 @@ def check_runner_options(backend: Any, num_workers: Any, options: dict[str, Any]
                 f"backend={backend!r}): pass backend='ray' or leave {name} out"
             )
         check_value(owner, name, value, known[name])
+    check_learner_gpus(int(options.get("learner_gpus") or 0))
     if options.get("ray_acting") == "learner" and options.get("sync_every") is not None:
         raise ArgumentError(
             f"{owner} got sync_every={options['sync_every']!r} with ray_acting='learner': the learner acts at "
@@ -307,6 +310,7 @@ def make_runner(
         return LocalRunner(
             source, num_workers, per, seed=seed, restart_workers=restart_workers, step_timeout=step_timeout
         )
+    check_learner_gpus(int(options.get("learner_gpus") or 0), agent)
     if options.pop("ray_acting", "workers") == "learner":
         from .ray_envs import RayEnvRunner
 

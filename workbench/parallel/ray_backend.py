@@ -123,7 +123,11 @@ class _RolloutWorker:
         self.id = worker_id
         self.vec = VecEnv([source.make() for _ in range(num_envs)], seed=env_seed)
         self.timed = _TimedEnvs(self.vec)
-        self.agent = agent_cls(observation_space=spaces[0], action_space=spaces[1], seed=agent_seed, **config)
+        # Replicas act on the CPU, eagerly, in fp32, whatever the learner's device: they load its weights.
+        eager = {k: v for k, v in (("compile", False), ("precision", "fp32")) if k in config}
+        self.agent = agent_cls(
+            observation_space=spaces[0], action_space=spaces[1], seed=agent_seed, device="cpu", **{**config, **eager}
+        )
         self.agent.train()
         self.obs: np.ndarray | None = None
         # collect and call_env take turns (with step_timeout the actor serves two calls at once).
@@ -242,6 +246,7 @@ class RayRunner(Runner):
         sync_every: int | None = None,
         cpus_per_worker: float = 1.0,
         ray_init: dict[str, Any] | None = None,
+        learner_gpus: int = 0,
     ) -> None:
         ray = import_ray(source)
         if sync_every is not None and (not isinstance(sync_every, int) or sync_every < 1):
@@ -261,8 +266,8 @@ class RayRunner(Runner):
             self.chunk = int(getattr(agent.config, "n_steps", sync_every or _DEFAULT_SYNC_EVERY))
         else:
             self.chunk = sync_every or _DEFAULT_SYNC_EVERY
-        self.owns_ray = start_ray(ray, num_workers, cpus_per_worker, ray_address, ray_init)
-        actor_options: dict[str, Any] = {"num_cpus": cpus_per_worker, "max_restarts": 0}
+        self.owns_ray = start_ray(ray, num_workers, cpus_per_worker, ray_address, ray_init, learner_gpus)
+        actor_options: dict[str, Any] = {"num_cpus": cpus_per_worker, "num_gpus": 0, "max_restarts": 0}
         if self.step_timeout is not None:
             actor_options["max_concurrency"] = 2  # stepping() answers while collect() runs
         self._actor_cls = ray.remote(_RolloutWorker).options(**actor_options)

@@ -173,14 +173,15 @@ class RayEnvRunner(LocalRunner):
         ray_address: str | None = None,
         cpus_per_worker: float = 1.0,
         ray_init: dict[str, Any] | None = None,
+        learner_gpus: int = 0,
     ) -> None:
         ray = import_ray(source)
         self._ray = ray
-        self._owns_ray = start_ray(ray, num_workers, cpus_per_worker, ray_address, ray_init)
+        self._owns_ray = start_ray(ray, num_workers, cpus_per_worker, ray_address, ray_init, learner_gpus)
         # The actor's class travels by value (with the rest of _worker.py it uses), so an actor
         # never imports the workbench package, and with it torch, to unpickle it.
         ray.cloudpickle.register_pickle_by_value(_worker)
-        options: dict[str, Any] = {"num_cpus": cpus_per_worker, "max_restarts": 0}
+        options: dict[str, Any] = {"num_cpus": cpus_per_worker, "num_gpus": 0, "max_restarts": 0}
         if step_timeout is not None:
             options["max_concurrency"] = 2  # stepping() answers while handle() steps
         self._actor_cls = ray.remote(_worker.RayEnvWorker).options(**options)

@@ -73,11 +73,13 @@ def import_ray(source: EnvSource) -> Any:
 
 
 def start_ray(
-    ray: Any, num_workers: int, cpus_per_worker: float, ray_address: str | None, ray_init: dict[str, Any] | None
+    ray: Any, num_workers: int, cpus_per_worker: float, ray_address: str | None, ray_init: dict[str, Any] | None,
+    learner_gpus: int = 0,
 ) -> bool:
     """Start Ray unless it runs already; True when this call started it (the runner then shuts it
     down when it closes). ``ray_address=None`` starts a private Ray on this machine (loopback
-    only); an address joins a cluster. A cluster with too few CPUs for the workers is a ValueError."""
+    only); an address joins a cluster. A cluster with too few CPUs for the workers, or fewer GPUs
+    than ``learner_gpus``, is a ValueError."""
     owns_ray = False
     if not ray.is_initialized():
         options: dict[str, Any] = {"ignore_reinit_error": True, "include_dashboard": False, "logging_level": "warning"}
@@ -101,4 +103,45 @@ def start_ray(
             f"{num_workers * cpus_per_worker:g} Ray CPUs, but the cluster has {total:g}: lower "
             "cpus_per_worker (e.g. 0.25 for workers that mostly wait) or start Ray with more num_cpus"
         )
+    gpus = ray.cluster_resources().get("GPU", 0.0)
+    if learner_gpus > gpus:
+        if owns_ray:
+            ray.shutdown()
+        raise ValueError(
+            f"learner_gpus={learner_gpus} asks for a learner on a GPU, but the Ray cluster has {gpus:g} GPU(s) "
+            f"(resources: {_resources_text(ray.cluster_resources())}): join a cluster with a GPU node "
+            "(ray_address=...) or leave learner_gpus out"
+        )
     return owns_ray
+
+
+def _resources_text(resources: dict[str, float]) -> str:
+    shown = {k: v for k, v in resources.items() if k in ("CPU", "GPU", "memory")}
+    return ", ".join(f"{k} {v:g}" for k, v in shown.items()) or "none"
+
+
+def check_learner_gpus(learner_gpus: int, agent: Any = None) -> None:
+    """Where the learner of ``learner_gpus > 0`` runs: in the session's process, which must see that
+    many CUDA GPUs; its agent then trains on ``cuda`` (an agent built with ``device="auto"`` is moved
+    there; one built for another device is a ValueError). Env actors never ask Ray for a GPU."""
+    if not learner_gpus:
+        return
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count < learner_gpus:
+        raise ValueError(
+            f"learner_gpus={learner_gpus}: the learner runs in the session's own process, and this machine has "
+            f"{count} CUDA GPU(s) (torch.cuda.is_available() is {torch.cuda.is_available()}). Start the session "
+            "on a GPU node of the cluster (it joins with ray_address=...), or leave learner_gpus out to learn "
+            "on the CPU"
+        )
+    if agent is None or getattr(agent, "device", None) is None or agent.device.type == "cuda":
+        return
+    if agent.device_choice.requested != "auto":
+        raise ValueError(
+            f"learner_gpus={learner_gpus} puts the learner on a GPU, but the agent was built with "
+            f"device={agent.device_choice.requested!r}: build it with device='cuda' (or 'auto'), or leave "
+            "learner_gpus out"
+        )
+    agent.to("cuda", reason=f"learner_gpus={learner_gpus}: the Ray learner trains on the GPU")

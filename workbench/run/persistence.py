@@ -78,6 +78,8 @@ def write_run(
             # continues the streams instead of replaying its first episodes.
             "env_rng": rng_states(runner) if runner is not None else ctx.counters.env_rng,
             "external": ctx.loop.external,
+            # Where it trained and why (information only: loading chooses its own device).
+            "device": agent.device_choice.to_dict() if hasattr(agent, "device_choice") else None,
             # Live edits and env calls (workbench.run.live_edits.Event), plain JSON.
             "events": [event.to_dict() for event in session.events],
         },
@@ -99,11 +101,12 @@ def reopen(
     *,
     external: bool = False,
     allow_encoders: Any = None,
+    device: Any = "auto",
     **kwargs: Any,
 ) -> Any:
     """Rebuild a saved session of class ``cls`` (see ``Session.reopen``)."""
     with open_saved(path) as run:
-        agent = agent_from_run(run, memory=True, allow_encoders=allow_encoders).train()
+        agent = agent_from_run(run, memory=True, allow_encoders=allow_encoders, device=device).train()
         signals = run.signals()
     saved = run.meta.get("session", {})
     if env is not None and external:

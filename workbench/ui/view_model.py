@@ -169,6 +169,10 @@ class DashboardView:
     plotted: tuple[str, ...]
     enabled: Mapping[str, bool]
     series: Mapping[str, SeriesView] = field(default_factory=dict)
+    device: str = ""
+    """Where the agent trains (``"cpu"``, ``"cuda:0"``...; empty when unknown), shown in the header."""
+    device_reason: str = ""
+    """Why that device (``agent.device_choice.reason``), e.g. what ``device="auto"`` measured."""
 
     @property
     def active(self) -> bool:
@@ -187,6 +191,7 @@ class DashboardView:
             self.status,
             f"steps {self.steps:,}{target}",
             f"episodes {self.episodes:,}",
+            *((f"on {self.device}",) if self.device else ()),
             *(() if self.ended else (format_rate(self.steps_per_second),)),
             f"elapsed {format_duration(self.elapsed)}",
         ]
@@ -278,6 +283,7 @@ def snapshot(
     signals = session.signals
     names = tuple(sorted(signals.names()))
     algorithm = str(getattr(getattr(session, "agent", None), "algorithm", ""))
+    choice = getattr(getattr(session, "agent", None), "device_choice", None)
     plots = tuple(plotted) if plotted is not None else default_signals(algorithm, names)
 
     rate = steps_per_second
@@ -321,6 +327,8 @@ def snapshot(
         "save": steps > 0,
     }
     return DashboardView(
+        device="" if choice is None else str(choice.device),
+        device_reason="" if choice is None else str(choice.reason),
         algorithm=algorithm,
         status=status,
         steps=steps,

@@ -24,6 +24,7 @@ from .optim import (
     gradient_step,
     optimizer_step,
     polyak_update,
+    set_grad_scaler,
 )
 
 __all__ = [
@@ -39,4 +40,5 @@ __all__ = [
     "optimizer_step",
     "polyak_update",
     "private_torch",
+    "set_grad_scaler",
 ]

@@ -105,6 +105,19 @@ def _stepper(optimizer: torch.optim.Optimizer, fast: bool) -> _Stepper | FlatRMS
     return stepper
 
 
+_SCALERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def set_grad_scaler(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None) -> None:
+    """Make :func:`gradient_step` scale ``optimizer``'s losses with ``scaler`` (``precision="fp16"``):
+    the loss scaled before backward, the gradients unscaled before clipping, the step skipped when
+    they overflowed. None removes it."""
+    if scaler is None:
+        _SCALERS.pop(optimizer, None)
+    else:
+        _SCALERS[optimizer] = scaler
+
+
 def gradient_step(
     optimizer: torch.optim.Optimizer,
     loss: torch.Tensor,
@@ -117,6 +130,10 @@ def gradient_step(
     clip the gradients' total norm to ``max_grad_norm`` (when given), step. ``only_optimized``
     computes gradients for the optimizer's own trainable parameters only (``backward(inputs=...)``),
     so other networks the loss went through get none. ``fast=False``: PyTorch's public calls only."""
+    scaler = _SCALERS.get(optimizer)
+    if scaler is not None:
+        _scaled_step(optimizer, scaler, loss, max_grad_norm, only_optimized)
+        return
     stepper = _stepper(optimizer, fast)
     stepper.clear()
     if only_optimized:
@@ -128,6 +145,27 @@ def gradient_step(
     if max_grad_norm is not None:
         stepper.clip(max_grad_norm)
     stepper.step()
+
+
+def _scaled_step(
+    optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, loss: torch.Tensor,
+    max_grad_norm: float | None, only_optimized: bool,
+) -> None:
+    """:func:`gradient_step` through a gradient scaler, with PyTorch's public calls only."""
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    optimizer.zero_grad(set_to_none=True)
+    scaled = scaler.scale(loss)
+    if only_optimized:
+        trained = [p for p in params if p.requires_grad]
+        if trained:
+            scaled.backward(inputs=trained)
+    else:
+        scaled.backward()
+    if max_grad_norm is not None:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(params, max_grad_norm, foreach=True)
+    scaler.step(optimizer)
+    scaler.update()
 
 
 # -- RMSprop on flat buffers ----------------------------------------------------------------------------

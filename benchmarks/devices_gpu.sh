@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# On a machine with a CUDA GPU, from the repository root: the cuda-marked tests, then the device benchmark
+# (every row on cpu and cuda, eager and compiled, with SB3's PPO on Breakout for the ratios).
+#   bash benchmarks/devices_gpu.sh            # PYTHON=/path/to/python to pick an interpreter
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-python}"
+"$PYTHON" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'no CUDA GPU: torch.cuda.is_available() is False')"
+"$PYTHON" -m pytest -q -m cuda tests/test_devices.py
+"$PYTHON" benchmarks/devices.py --compile on --sb3 "$@"
