@@ -109,11 +109,23 @@ class SessionMedia:
         being written. Recorded by ``video_every`` and ``evaluate(record_video=True)``."""
         return self._ctx.videos.videos  # type: ignore[attr-defined]
 
-    def card(self, path: str | os.PathLike[str] | None = None) -> Any:
-        """Write the run's model card, ``README.md`` in ``path`` (default: the checkpoint directory,
-        saving the run to its ``latest/`` first when nothing was saved there): what was trained, the
-        evaluation table, curves, the last video, how to load and play it. Returns the
-        :class:`~workbench.card.ModelCard` (shown as Markdown in a notebook)."""
-        from ..card import session_card
+    def card(self, path: str | os.PathLike[str] | None = None, *, episodes: int | None = None, seed: int = 0) -> Any:
+        """Write the run's model card, ``README.md`` in ``path`` (default: ``checkpoint_dir``) and
+        return it (a :class:`~workbench.card.ModelCard`, shown as Markdown in a notebook): agent, env,
+        hyperparameters, device, versions; ``episodes`` deterministic episodes (default
+        ``eval_episodes``) from ``seed`` as the evaluation table; the curves; the last video; how to
+        load and play it. Unless ``path`` holds a saved run, the run is saved to ``path/latest`` first."""
+        from ..card import CARD_NAME, write_card
 
-        return session_card(self, path)
+        session: Any = self
+        folder = os.fspath(path) if path is not None else os.path.dirname(video_folder(session))
+        if not os.path.isfile(os.path.join(folder, "meta.json")):
+            session.save(os.path.join(folder, "latest"))
+        session.videos.wait()
+        source = session._eval_source
+        if source is None and session.env_source.can_copy:
+            source = session.env_source
+        card = write_card(folder, env=source, episodes=episodes or session.eval_episodes, seed=seed,
+                          evaluate=source is not None, signals=session.signals, videos=list(session.videos))
+        assert card.path.endswith(CARD_NAME)
+        return card
