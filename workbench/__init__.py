@@ -10,7 +10,7 @@ Everything public is importable from here::
     session.save("runs/cartpole")
     wb.load("runs/cartpole").play("CartPole-v1", episodes=3)
 
-The notebook parts (``Dashboard``, ``PlayViewer``, ``compare``), the experiment trackers
+The notebook parts (``Dashboard``, ``PlayViewer``, ``HumanPlay``, ``compare``), the experiment trackers
 (``TensorBoard``, ``MLflow``, ``WandB``, ``Sink``), the sweeps (``sweep``, ``Sweep``, on Optuna), the
 client of a served session (``RemoteSession``), the server stack and Ray load only when first used,
 so ``import workbench`` stays light.
@@ -63,6 +63,7 @@ from .validation import ArgumentError, NonFiniteLossError
 # Each: (module, attribute, the extra that installs what it needs).
 _LAZY: dict[str, tuple[str, str, str]] = {
     "Dashboard": (".ui", "Dashboard", "notebook"),
+    "HumanPlay": (".human", "HumanPlay", "notebook"),
     "MLflow": (".tracking", "MLflow", "mlflow"),
     "PlayViewer": (".ui", "PlayViewer", "notebook"),
     "RemoteSession": (".serve", "RemoteSession", "serve"),
@@ -95,6 +96,7 @@ __all__ = [
     "EpisodeReturns",
     "EpsilonGreedy",
     "GaussianNoise",
+    "HumanPlay",
     "IQL",
     "MLflow",
     "NonFiniteLossError",
