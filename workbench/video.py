@@ -412,8 +412,8 @@ class Videos(Sequence[Video]):
     def _end(self, video: Video | None, error: BaseException | None = None, dropped: bool = False) -> None:
         with self._lock:
             self.pending -= 1
-            if video is not None:
-                self._items.append(video)
+            if video is not None:  # a second video at the same step replaced the file: and the entry
+                self._items = [v for v in self._items if v.path != video.path] + [video]
             if error is not None:
                 self.errors.append(error)
             self.dropped += dropped
