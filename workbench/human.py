@@ -200,8 +200,8 @@ class HumanPlay:
         self._episodes: list[dict[str, list[Any]]] = []
         self._current: dict[str, list[Any]] = {}
         self.episode_return = 0.0
-        self.frame: np.ndarray | None = None
-        """The latest rendered frame (RGB)."""
+        self._frame: np.ndarray | None = None
+        self._stale = True
         self.steps = 0
         """Env steps played, over all episodes."""
         self._thread: threading.Thread | None = None
@@ -253,7 +253,17 @@ class HumanPlay:
         self.episode_return = 0.0
         self.episode_steps = 0
         self._current = {k: [] for k in ("obs", "actions", "rewards", "next_obs", "terminated", "truncated")}
-        self.frame = np.asarray(self.env.render())
+        self._stale = True
+
+    @property
+    def frame(self) -> np.ndarray:
+        """The env's frame now (RGB), rendered when first asked for after a step (a test driving
+        HumanPlay from code renders nothing)."""
+        with self._lock:
+            if self._stale:
+                self._frame = np.asarray(self.env.render())
+                self._stale = False
+            return self._frame
 
     def step(self) -> float:
         """One env step with the action of the keys (nothing when the mapping waits for a key and
@@ -278,7 +288,7 @@ class HumanPlay:
             c["truncated"].append(truncated and not terminated)
             self.episode_return += float(reward)
             self.obs = next_obs
-            self.frame = np.asarray(self.env.render())
+            self._stale = True
             if terminated or truncated:
                 self._episodes.append(c)
                 self.returns.append(self.episode_return)

@@ -62,7 +62,10 @@ function render({ model, el }) {
     model.send({ event: "up", key: e.key });
   });
   const release = () => { held.forEach((k) => model.send({ event: "up", key: k })); held.clear(); };
-  box.addEventListener("focus", () => { box.style.borderColor = "#1a7f37"; hint.textContent = model.get("keys"); });
+  box.addEventListener("focus", () => {
+    box.style.borderColor = "#1a7f37";
+    hint.textContent = model.get("help_text");
+  });
   box.addEventListener("blur", () => {
     box.style.borderColor = "#ccc";
     release();
@@ -78,7 +81,7 @@ export default { render };
 class _Frame(anywidget.AnyWidget):
     _esm = traitlets.Unicode(_ESM).tag(sync=True)
     frame = traitlets.Bytes(b"").tag(sync=True)
-    keys = traitlets.Unicode("").tag(sync=True)
+    help_text = traitlets.Unicode("").tag(sync=True)
 
 
 class HumanPlayView(widgets.VBox):
@@ -86,7 +89,7 @@ class HumanPlayView(widgets.VBox):
 
     def __init__(self, play: Any) -> None:
         self.play = play
-        self.frame_view = _Frame(keys=f"keys: {play.keys.describe()}")
+        self.frame_view = _Frame(help_text=f"keys: {play.keys.describe()}")
         self.frame_view.add_class("wb-human")
         self.status = widgets.HTML()
         self.status.add_class("wb-human-status")
