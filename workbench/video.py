@@ -254,7 +254,8 @@ def encode_video(frames: Sequence[np.ndarray], path: str, fps: int) -> None:
             writer = imageio_ffmpeg.write_frames(
                 tmp, (w, h), fps=fps, codec="libx264", pix_fmt_in="rgb24", pix_fmt_out="yuv420p",
                 macro_block_size=1, ffmpeg_log_level="error", quality=None,
-                output_params=["-f", "mp4", "-crf", "28", "-preset", "veryfast", "-movflags", "+faststart"],
+                output_params=["-f", "mp4", "-crf", "28", "-preset", "veryfast", "-threads", "1",
+                               "-movflags", "+faststart"],
             )
             writer.send(None)
             for frame in frames:
