@@ -25,6 +25,7 @@ function render({ model, el }) {
   const box = document.createElement("div");
   box.className = "wb-human-frame";
   box.tabIndex = 0;
+  box.setAttribute("data-lm-suppress-shortcuts", "true");  // JupyterLab's shortcuts leave the game's keys alone
   box.style.cssText =
     "display:inline-block;outline:none;border:3px solid #ccc;border-radius:4px;padding:2px;cursor:pointer";
   const img = document.createElement("img");
