@@ -74,10 +74,12 @@ def main() -> None:
                 walls[name].append(wall)
                 print(f"round {r + 1} {name:8s} {wall:6.2f} s  videos written {written}, dropped {dropped}")
     base = statistics.median(walls["instant"])
-    print(f"\n{args.steps} steps of PPO CartPole, a video every {every} steps, {args.rounds} rounds (median wall time)")
+    print(f"\n{args.steps} steps of PPO CartPole, a video every {every} steps, {args.rounds} rounds")
+    print("  encoder  median wall   against instant (medians)   (median of the rounds' ratios)")
     for name, values in walls.items():
         median = statistics.median(values)
-        print(f"  {name:8s} {median:6.2f} s  {100 * (median / base - 1):+5.1f}% against instant")
+        paired = statistics.median(v / b for v, b in zip(values, walls["instant"]))
+        print(f"  {name:8s} {median:8.2f} s   {100 * (median / base - 1):+6.1f}%{'':20s}{100 * (paired - 1):+6.1f}%")
 
 
 if __name__ == "__main__":
