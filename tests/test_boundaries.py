@@ -38,6 +38,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "workbench.checkpoint",
             "workbench.loop",
             "workbench.validation",
+            "workbench.video",
             "workbench.offline",
             "workbench.offline.datasets",
         ),
@@ -46,9 +47,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("agents", ("workbench.agents", "workbench.presets", "workbench.offline.ope")),
     ("parallel", ("workbench.parallel",)),
     ("tracking", ("workbench.tracking",)),
-    ("run", ("workbench.run", "workbench.offline.recording", "workbench.offline.source")),
+    ("run", ("workbench.run", "workbench.offline.recording", "workbench.offline.source", "workbench.card")),
     ("session", ("workbench.session",)),
-    ("front ends", ("workbench.ui", "workbench.cli", "workbench.__main__", "workbench.sweeps", "workbench.serve")),
+    ("front ends", ("workbench.ui", "workbench.human", "workbench.cli", "workbench.__main__", "workbench.sweeps", "workbench.serve")),
     ("package", ("workbench",)),
 ]
 

@@ -10,7 +10,7 @@ Everything public is importable from here::
     session.save("runs/cartpole")
     wb.load("runs/cartpole").play("CartPole-v1", episodes=3)
 
-The notebook parts (``Dashboard``, ``PlayViewer``, ``compare``), the experiment trackers
+The notebook parts (``Dashboard``, ``PlayViewer``, ``HumanPlay``, ``compare``), the experiment trackers
 (``TensorBoard``, ``MLflow``, ``WandB``, ``Sink``), the sweeps (``sweep``, ``Sweep``, on Optuna),
 population-based training (``pbt``, ``Population``), the
 client of a served session (``RemoteSession``), the server stack and Ray load only when first used,
@@ -64,6 +64,7 @@ from .validation import ArgumentError, NonFiniteLossError
 # Each: (module, attribute, the extra that installs what it needs).
 _LAZY: dict[str, tuple[str, str, str]] = {
     "Dashboard": (".ui", "Dashboard", "notebook"),
+    "HumanPlay": (".human", "HumanPlay", "notebook"),
     "MLflow": (".tracking", "MLflow", "mlflow"),
     "PlayViewer": (".ui", "PlayViewer", "notebook"),
     "Population": (".sweeps.pbt", "Population", "notebook"),
@@ -98,6 +99,7 @@ __all__ = [
     "EpisodeReturns",
     "EpsilonGreedy",
     "GaussianNoise",
+    "HumanPlay",
     "IQL",
     "MLflow",
     "NonFiniteLossError",

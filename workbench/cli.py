@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="workbench",
         description="Train and play reinforcement-learning agents; every run is a live session.",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,play,export,sweep,pbt,serve}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,play,export,sweep,pbt,serve,card}")
 
     train = sub.add_parser(
         "train",
@@ -92,6 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
     play.add_argument("--episodes", type=int, default=1, help="episodes to play (default 1)")
     play.add_argument("--seed", type=int, default=None, help="seed of the first episode")
     play.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N, mps or auto")
+    play.add_argument("--human", action="store_true",
+                      help="play it yourself: RUN is an env id, keys move (a pygame window); see docs/videos.md")
+    play.add_argument("--record", default=None, metavar="DIR",
+                      help="with --human: save the episodes played as a wb.Dataset in DIR")
+    play.add_argument("--fps", type=float, default=None, help="with --human: env steps per second")
 
     export = sub.add_parser(
         "export",
@@ -109,6 +114,16 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument(
         "--overwrite", action="store_true", help="replace OUT even when it is not an earlier export"
     )
+    card = sub.add_parser(
+        "card", help="write a run's model card (README.md)",
+        description="Write README.md in a run's folder: what was trained, an evaluation table, curves, the last "
+        "video, how to load and play it. RUN is a saved run or a session's checkpoint_dir (its latest/ is read).",
+    )
+    card.add_argument("run", help="a saved run, or a checkpoint_dir holding latest/")
+    card.add_argument("--env", default=None, help="env id to evaluate on (default: the one the run was trained on)")
+    card.add_argument("--episodes", type=int, default=10, help="evaluation episodes (default 10)")
+    card.add_argument("--seed", type=int, default=0, help="seed of the first evaluation episode (default 0)")
+    card.add_argument("--no-eval", action="store_true", help="play no episodes: show the last eval_reward")
     from .sweeps.cli import add_parser as add_sweep_parser
 
     add_sweep_parser(sub)
@@ -309,8 +324,27 @@ def _sinks(args: argparse.Namespace) -> list[Any]:
     return sinks
 
 
+def _card(args: argparse.Namespace) -> int:
+    from .card import write_card
+
+    try:
+        card = write_card(args.run, env=args.env, episodes=args.episodes, seed=args.seed, evaluate=not args.no_eval)
+    except FileNotFoundError as exc:
+        raise SystemExit(f"workbench: {exc}") from None
+    if card.evaluation is not None:
+        e = card.evaluation
+        print(f"mean return {e.mean:.2f} +- {e.std:.2f} over {e.episodes} episodes (seed {e.seed})")
+    print(f"wrote {card.path}")
+    return 0
+
+
 def _play(args: argparse.Namespace) -> int:
     from .agents.saving import agent_from_run, read_saved
+
+    if args.human:
+        from .human import play_in_window
+
+        return play_in_window(args.run, record=args.record, fps=args.fps, seed=args.seed, episodes=args.episodes)
 
     run = read_saved(args.run)  # a directory or a .zip: the env id is in its meta.json either way
     agent = agent_from_run(run, device=args.device).eval()
@@ -347,6 +381,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _export(args)
         if args.command == "serve":
             return _serve(args)
+        if args.command == "card":
+            return _card(args)
         if args.command == "sweep":
             from .sweeps.cli import run as run_sweep
 

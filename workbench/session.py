@@ -22,8 +22,6 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
-import numpy as np
-
 from .agents.base import Agent
 from .envs.core import EnvSource, as_env_source, describe_space
 from .envs.vector import check_vector_session
@@ -36,6 +34,7 @@ from .run.control import CONTROL_TIMEOUT_S
 from .run.interrupts import interruptible
 from .run.live_edits import Event, LiveControl
 from .run.persistence import reopen, write_run
+from .run.videos import SessionMedia, evaluate
 from .signals import DEFAULT_MAX_POINTS, SignalSet
 from .validation import (
     ArgumentError,
@@ -47,6 +46,7 @@ from .validation import (
     optional,
     path_like,
 )
+from .video import video_settings
 
 __all__ = ["STATUSES", "Session"]
 
@@ -64,6 +64,7 @@ _ARGUMENT_CHECKS = {
     "max_signal_points": integer(min=2),
     "record": optional(path_like()),
     "ope_every": optional(integer(min=1)),
+    "video_every": optional(integer(min=1)),
 }
 _STEPS = integer(min=1)
 
@@ -88,7 +89,7 @@ class _ResumeMethod:
         return resume
 
 
-class Session:
+class Session(SessionMedia):
     """A training run you can start, pause, resume, stop, inspect and save while it trains.
 
     Example::
@@ -130,6 +131,8 @@ class Session:
         record: a directory to record the run's transitions to, as a dataset (``workbench.offline.recording``).
         ope_every: an offline agent's off-policy estimates (``ope_dr``...) every this many steps,
             on ``ope_dataset`` or else on 10% of ``dataset``'s episodes held out (docs/offline.md).
+        video_every, video_options: an evaluation with a video every this many env steps, written to
+            ``checkpoint_dir/videos`` and listed in :attr:`videos`; bounds in ``video_options`` (docs/videos.md).
     """
 
     resume = _ResumeMethod()
@@ -156,6 +159,7 @@ class Session:
         record: str | os.PathLike[str] | None = None,
         ope_every: int | None = None,
         ope_dataset: Any = None,
+        video_every: int | None = None, video_options: Any = None,
         **backend_options: Any,
     ) -> None:
         if not isinstance(agent, Agent):
@@ -168,12 +172,13 @@ class Session:
         check_runner_options(backend, num_workers, backend_options, owner="Session")
         check_vector_session(source, agent.num_envs, num_workers, backend)  # vector envs, backend="envpool"
         check_worker_env(source, num_workers)
-        self._eval_source = _eval_source(source, eval_env, eval_every)
+        self._eval_source = _eval_source(source, eval_env, eval_every or video_every)
 
         self.agent, self.env_source, self.seed, self.stop_when = agent, source, seed, stop_when
         self.eval_every, self.eval_episodes, self.keep_best = eval_every, eval_episodes, keep_best
-        self.checkpoint_every = checkpoint_every
-        self.checkpoint_dir = _checkpoint_dir(agent, checkpoint_every, checkpoint_dir)
+        self.checkpoint_every, self.video_every = checkpoint_every, video_every
+        self.video_options = video_settings(video_options)  # a VideoSettings (workbench.video)
+        self.checkpoint_dir = _checkpoint_dir(agent, checkpoint_every or video_every, checkpoint_dir)
         self.num_workers, self.backend, self.backend_options = num_workers, backend, backend_options
         self.torch_threads = torch_threads
         self.signals = SignalSet(max_points=max_signal_points)
@@ -326,19 +331,11 @@ class Session:
         check_value("Session.log", "step", step, optional(integer(min=0)))
         self.signals.record(name, self.steps if step is None else int(step), _log_value(name, value), self.elapsed)
 
-    def evaluate(self, episodes: int | None = None) -> float:
-        """Play ``episodes`` deterministic episodes on the evaluation env; record and return the mean."""
-        source = self._eval_source
-        if source is None:
-            if not self.env_source.can_copy:
-                raise ValueError(self._loop.no_eval_env())
-            source = self.env_source
-        seed = None if self.seed is None else self.seed + 10_000 + self.steps
-        with interruptible(self, self._control):  # Ctrl-C while a run trains beside it: the run stops too
-            returns = self.agent.play(source, episodes=episodes or self.eval_episodes, seed=seed)
-        mean = float(np.mean(returns))
-        self.signals.record("eval_reward", self.steps, mean, self.elapsed)
-        return mean
+    def evaluate(self, episodes: int | None = None, *, record_video: bool = False) -> float:
+        """Play ``episodes`` deterministic episodes on the evaluation env; record and return the mean.
+        ``record_video=True`` renders the first one into a video (:attr:`videos`, docs/videos.md)."""
+        check_value("Session.evaluate", "record_video", record_video, flag())
+        return evaluate(self, self._ctx, episodes, record_video)
 
     def save(self, path: str | os.PathLike[str], *, memory: bool = False, overwrite: bool = False) -> str:
         """Save the run (weights, optimizer, counters, schedules, signals; replay memory with

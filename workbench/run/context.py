@@ -25,8 +25,11 @@ from .loops import Loop
 from .periodic import Periodic
 from .persistence import Counters, rng_states
 from .registry import ControlError, start_thread
+from .videos import VideoJobs
 
 __all__ = ["SPS_INTERVAL_S", "RunContext", "StepRate"]
+
+_VIDEO_WAIT_S = 30.0  # at a run's end, how long the sinks wait for videos still being written
 
 SPS_INTERVAL_S = 1.0
 """How often ``steps_per_second`` is recorded."""
@@ -69,6 +72,7 @@ class RunContext:
             self.tracking = SinkFeed(session, sinks)
         self.control = RunControl(session, lambda: self.runner)
         self.periodic = Periodic(session)
+        self.videos = VideoJobs(session, self)  # session.videos and the thread writing them
         self.counters = Counters()
         self.live: Any = None  # set by the session (workbench.run.live_edits.LiveControl)
         self.runner: Runner | None = None
@@ -231,4 +235,5 @@ class RunContext:
             self.live.serve()  # edits and calls that arrived as the run ended: carried out now
             control.cond.notify_all()
         if self.tracking is not None:
+            self.videos.videos.wait(_VIDEO_WAIT_S)  # the last evaluation's video reaches the sinks too
             self.tracking.run_ended(final, session.stop_reason, session.error)

@@ -2,9 +2,9 @@
 
 :class:`Periodic` keeps the step at which each job last ran and runs what is due after a step
 (:meth:`Periodic.after_step`), in that order: evaluation (``eval_every``, ``eval_reward``; with
-``keep_best`` the best checkpoint), an offline agent's off-policy estimates (``ope_every``), the
-checkpoint to ``checkpoint_dir/latest`` (``checkpoint_every``). The intervals are read from the
-session's public attributes each time.
+``keep_best`` the best checkpoint; every ``video_every`` steps with a video), an offline agent's
+off-policy estimates (``ope_every``), the checkpoint to ``checkpoint_dir/latest`` (``checkpoint_every``).
+The intervals are read from the session's public attributes each time.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ class Periodic:
         self.last_eval_step = steps
         self.last_ope_step = steps
         self.last_checkpoint_step = steps
+        self.last_video_step = steps
         self.ope: Any = None  # the off-policy evaluator, built on first use
 
     def after_step(self, ctx: Any) -> bool:
@@ -34,9 +35,12 @@ class Periodic:
         s = self.session
         steps = s.steps
         asked = False
-        if s.eval_every is not None and steps - self.last_eval_step >= s.eval_every:
+        video = s.video_every is not None and steps - self.last_video_step >= s.video_every
+        if video or (s.eval_every is not None and steps - self.last_eval_step >= s.eval_every):
             self.last_eval_step = steps
-            self.evaluate()
+            if video:
+                self.last_video_step = steps
+            self.evaluate(record_video=video)
             asked = True
         if s.ope_every is not None and steps - self.last_ope_step >= s.ope_every:
             self.last_ope_step = steps
@@ -47,10 +51,11 @@ class Periodic:
             s.save(os.path.join(s.checkpoint_dir, "latest"))
         return asked
 
-    def evaluate(self) -> None:
-        """A periodic evaluation; keeps the best checkpoint with ``keep_best``."""
+    def evaluate(self, record_video: bool = False) -> None:
+        """A periodic evaluation (with a video every ``video_every`` steps); keeps the best
+        checkpoint with ``keep_best``."""
         s = self.session
-        mean = s.evaluate()
+        mean = s.evaluate(record_video=record_video)
         if s.best_eval_reward is None or mean > s.best_eval_reward:
             s.best_eval_reward = mean
             if s.keep_best and s.checkpoint_dir is not None:

@@ -73,6 +73,7 @@ def write_run(
             "env_name": session.env_source.name,
             "best_eval_reward": session.best_eval_reward,
             "last_eval_step": ctx.periodic.last_eval_step,
+            "last_video_step": ctx.periodic.last_video_step,
             "target_steps": session.target_steps,
             # Each env's random stream (None where the env has no np_random), so a resumed run
             # continues the streams instead of replaying its first episodes.
@@ -137,6 +138,7 @@ def reopen(
     ctx.counters.seeded = True  # the generators continue from their saved states
     session.best_eval_reward = saved.get("best_eval_reward")
     ctx.periodic.last_eval_step = int(saved.get("last_eval_step", session.steps))
+    ctx.periodic.last_video_step = int(saved.get("last_video_step", session.steps))
     ctx.periodic.last_checkpoint_step = session.steps
     session.target_steps = saved.get("target_steps")
     ctx.counters.env_rng = saved.get("env_rng")

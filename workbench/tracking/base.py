@@ -75,6 +75,10 @@ class Sink:
     def log_event(self, step: int, name: str, old: Any, new: Any) -> None:
         """Record a live edit: setting ``name`` changed from ``old`` to ``new`` at env step ``step``."""
 
+    def log_video(self, step: int, video: Any) -> None:
+        """Record an evaluation video (a :class:`~workbench.video.Video`: ``path``, ``fps``...) recorded
+        at env step ``step``; sinks whose tool shows videos override this (the default ignores it)."""
+
     def log_end(self, step: int, status: str, reason: str | None) -> None:
         """Record how the run ended: ``status`` (finished, stopped, failed) and ``reason`` at ``step``."""
 

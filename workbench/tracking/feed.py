@@ -6,9 +6,9 @@ database or a network. A flusher thread wakes every ``flush_every`` seconds, tak
 queued and hands it to each sink as one batch. When the run ends the flusher is stopped, the rest
 is written, the end is logged, and each sink is closed (flushed).
 
-The session calls three methods: :meth:`SinkFeed.run_started` (from ``start``),
-:meth:`SinkFeed.run_ended` (from the end of the training thread), and :meth:`SinkFeed.log_event`
-for live edits (``session.set``).
+The session calls four methods: :meth:`SinkFeed.run_started` (from ``start``),
+:meth:`SinkFeed.run_ended` (from the end of the training thread), :meth:`SinkFeed.log_event`
+for live edits (``session.set``) and :meth:`SinkFeed.log_video` for each evaluation video written.
 """
 
 from __future__ import annotations
@@ -30,6 +30,9 @@ __all__ = ["SinkFeed", "check_sinks"]
 
 _MAX_QUEUED = 1_000_000  # points held while the sinks lag; the oldest go first beyond this
 _CLOSE_TIMEOUT_S = 60.0
+
+
+_METHODS = {"edit": "log_event", "end": "log_end", "video": "log_video"}
 
 
 class _Event(tuple):
@@ -127,6 +130,10 @@ class SinkFeed:
         """Queue a live edit (``session.set``): setting ``name`` went from ``old`` to ``new``."""
         self._queue.append(_Event(("edit", int(step), name, old, new)))
 
+    def log_video(self, step: int, video: Any) -> None:
+        """Queue an evaluation video written at ``step`` (the video writer's thread calls this)."""
+        self._queue.append(_Event(("video", int(step), video)))
+
     def run_ended(self, status: str, reason: str | None, error: BaseException | None = None) -> None:
         """Write what is queued, log the end, and close every sink (the training thread calls this last)."""
         if error is not None and reason is None:
@@ -180,7 +187,7 @@ class SinkFeed:
                     batch = []
                 kind, *args = item
                 for sink in list(self._active):
-                    self._call(sink, "log_event" if kind == "edit" else "log_end", *args)
+                    self._call(sink, _METHODS[kind], *args)
             if batch:
                 self._write(batch)
 

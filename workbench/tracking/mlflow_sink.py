@@ -116,6 +116,10 @@ class MLflow(Sink):
         if isinstance(new, int | float) and not isinstance(new, bool):
             self._client.log_metric(self.run_id, f"settings.{name}", float(new), int(time.time() * 1000), step)
 
+    def log_video(self, step: int, video: Any) -> None:
+        """An evaluation video as an artifact under ``videos/`` (MLflow shows MP4 and GIF artifacts)."""
+        self._client.log_artifact(self.run_id, video.path, artifact_path="videos")
+
     def log_end(self, step: int, status: str, reason: str | None) -> None:
         """The end: tags ``status`` and ``stop_reason``, and the run's MLflow status."""
         self._client.set_tag(self.run_id, "status", status)

@@ -1,4 +1,4 @@
-"""TensorBoard: scalars, live edits and run ends as event files; hyperparameters in the HParams tab.
+"""TensorBoard: scalars, live edits, run ends and evaluation videos as event files; hyperparameters in the HParams tab.
 
 Each session writes to ``<log_dir>/<run name>``, so ``tensorboard --logdir <log_dir>`` shows runs
 side by side. The event files are written by the tensorboard package's own writer (through
@@ -97,6 +97,18 @@ class TensorBoard(Sink):
         self._writer.add_text("edits", f"`{name}`: {old!r} → {new!r}", global_step=step)
         if isinstance(new, int | float) and not isinstance(new, bool):
             self._writer.add_scalar(f"settings/{name}", float(new), global_step=step)
+
+    def log_video(self, step: int, video: Any) -> None:
+        """An evaluation video under the tag ``eval_video`` (an animated GIF in the Images tab, as
+        ``SummaryWriter.add_video`` writes it, without needing moviepy)."""
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        from ..video import gif_of
+
+        data, width, height = gif_of(video)
+        image = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=data)
+        self._writer.file_writer.add_summary(Summary(value=[Summary.Value(tag="eval_video", image=image)]), step)
+        self._writer.flush()
 
     def log_end(self, step: int, status: str, reason: str | None) -> None:
         """The run's end: a text entry ``run_end`` and the HParams session status."""

@@ -175,6 +175,12 @@ class WandB(Sink):
             self._run.log({"env_step": step, f"settings/{name}": float(new)})
         self._run.config.update({name: new}, allow_val_change=True)
 
+    def log_video(self, step: int, video: Any) -> None:
+        """An evaluation video as ``eval_video`` (a ``wandb.Video`` of the file) at its env step."""
+        import wandb
+
+        self._run.log({"env_step": step, "eval_video": wandb.Video(video.path, format=video.format)})
+
     def log_end(self, step: int, status: str, reason: str | None) -> None:
         """The end: ``status``, ``stop_reason`` and ``steps`` in the run's summary."""
         self._run.summary.update({"status": status, "stop_reason": reason or "", "steps": step})

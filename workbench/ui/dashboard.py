@@ -29,6 +29,7 @@ from .heartbeat import Heartbeat
 from .live_plot import LivePlot
 from .picture import svg_picture
 from .plots import MAX_POINTS, X_AXES
+from .video_panel import VideoPanel
 from .view_model import (
     ACTIVE,
     COMPANIONS,
@@ -319,6 +320,7 @@ class Dashboard(widgets.VBox):
         self.log_scale.add_class("wb-log-scale")
         self.plots = widgets.Box(layout={"display": "flex", "flex_flow": "row wrap", "width": "100%"})
         self.plots.add_class("wb-plots")
+        self.video_panel = VideoPanel(session)  # the latest evaluation video beside the plots (session.videos)
         self.signal_select.observe(self._on_view_change, names="value")
         self.smoothing.observe(self._on_view_change, names="value")
         self.x_axis.observe(self._on_view_change, names="value")
@@ -342,7 +344,8 @@ class Dashboard(widgets.VBox):
             layout={"align_items": "flex-start", "flex_flow": "row wrap"},
         )
         super().__init__(
-            [self.status_row, self.progress, controls, self.message, self.edit_box, self.error_box, view, self.plots]
+            [self.status_row, self.progress, controls, self.message, self.edit_box, self.error_box, view,
+             widgets.HBox([self.plots, self.video_panel], layout={"width": "100%", "align_items": "flex-start"})]
         )
         self.add_class("wb-dashboard")
         # The first paint needs no plotly and no anywidget; the plots join on the timer's first tick.
@@ -561,6 +564,7 @@ class Dashboard(widgets.VBox):
         self._mark_events(episode_steps)
         for name in self.signal_select.value:
             self._draw_panel(self._panels[name], force, episode_steps)
+        self.video_panel.refresh()
 
     def _mark_events(self, episode_steps: np.ndarray) -> None:
         """Keep a marker on every plot for each live edit and env call (``session.events``).
