@@ -255,3 +255,22 @@ def test_cql_box_losses_follow_the_formula_with_and_without_the_entropy_backup(e
     metrics = agent._learn(batch)
     assert metrics["critic_loss"] == pytest.approx(float(td), rel=1e-5)
     assert metrics["cql_loss"] == pytest.approx(float(conservative), rel=1e-5, abs=1e-6)
+
+
+def test_offline_run_records_a_final_steps_per_second():
+    # A run shorter than the signal's interval still ends with one steps_per_second, as the env loop's does.
+    ds = _dataset("CartPole-v1", n=100)
+    session = wb.Session(wb.BC(dataset=ds, net_arch=(8,), batch_size=16), dataset=ds, seed=0)
+    session.run(steps=20)
+    sps = session.signals["steps_per_second"]
+    assert list(sps.steps) == [20] and sps.last > 0
+    session.run(steps=30)  # a second run (30 more steps) adds the rate of its own steps, at its end
+    assert list(session.signals["steps_per_second"].steps) == [20, 50]
+
+
+def test_offline_evaluate_without_eval_env_says_what_to_pass():
+    ds = _dataset("CartPole-v1", n=100)
+    session = wb.Session(wb.BC(dataset=ds, net_arch=(8,)), dataset=ds, seed=0)
+    with pytest.raises(ValueError, match="offline session has none") as err:
+        session.evaluate(episodes=1)
+    assert "eval_env=" in str(err.value) and "registered id" in str(err.value)
