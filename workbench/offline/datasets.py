@@ -230,6 +230,9 @@ class Dataset:
         self.observation_space = observation_space
         self.action_space = action_space
         self.metadata: dict[str, Any] = dict(metadata or {})
+        self.path: str | None = None
+        """The directory this dataset was loaded from or last saved to (None for one built in memory):
+        what a saved session names as the data it learned from (:meth:`from_run`)."""
 
     # -- shape -----------------------------------------------------------------------------------
 
@@ -616,6 +619,7 @@ class Dataset:
         with open(tmp, "w") as f:
             json.dump(meta, f, indent=1)
         os.replace(tmp, os.path.join(path, "dataset.json"))
+        self.path = os.path.abspath(path)
         return path
 
     @classmethod
@@ -669,7 +673,7 @@ class Dataset:
         missing = [f for f in _FIELDS if f not in arrays]
         if missing:
             raise DatasetError(f"{path}/arrays.npz: lacks the array {missing[0]!r}")
-        return cls(
+        loaded = cls(
             *(arrays[f] for f in _FIELDS),
             arrays.get("log_probs"),
             observation_space=observation_space,
@@ -677,3 +681,28 @@ class Dataset:
             metadata=metadata,
             source=path,
         )
+        loaded.path = os.path.abspath(path)
+        return loaded
+
+    @classmethod
+    def from_run(cls, run: str | os.PathLike[str], *, which: str = "dataset") -> Dataset:
+        """The dataset a saved session learned from (``which="dataset"``) or estimated on
+        (``"ope_dataset"``), as the run names it in ``meta.json`` (the directory it was loaded from or
+        saved to), so a loaded run can be evaluated again::
+
+            agent = wb.load("runs/cql")
+            wb.evaluate_offline(agent, wb.Dataset.from_run("runs/cql", which="ope_dataset"))
+
+        A :class:`DatasetError` when the run names none (its dataset was built in memory and never
+        saved: ``ds.save(path)`` before training names it)."""
+        from ..checkpoint import read_meta
+
+        if which not in ("dataset", "ope_dataset"):
+            raise ValueError(f"which= is 'dataset' or 'ope_dataset', got {which!r}")
+        named = read_meta(run).get("session", {}).get(which)
+        if not named:
+            raise DatasetError(
+                f"{os.fspath(run)}: the run names no {which}: the session's data was built in memory and never saved; "
+                "save a dataset (ds.save(path)) before training on it so the run can name it"
+            )
+        return cls.load(named)
