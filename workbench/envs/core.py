@@ -441,6 +441,13 @@ def byte_columns(space: spaces.Space) -> np.ndarray | None:
     return np.concatenate(columns).astype(np.int64)
 
 
+def _columns_index(columns: np.ndarray) -> slice | np.ndarray:
+    """A slice for a run of consecutive columns, else the index array itself."""
+    if len(columns) and int(columns[-1]) - int(columns[0]) == len(columns) - 1:
+        return slice(int(columns[0]), int(columns[-1]) + 1)
+    return columns
+
+
 class ObservationCodec:
     """Rows of flat observations of ``space`` as bytes, every column in its own dtype: a uint8 frame
     as one byte a pixel, a Dict's uint8 columns (:func:`byte_columns`) as bytes and the rest as float32.
@@ -460,14 +467,16 @@ class ObservationCodec:
             keep[self.byte_columns] = False
             self.float_columns = np.flatnonzero(keep)
             self.row_bytes = len(self.byte_columns) + 4 * len(self.float_columns)
+            # A run of consecutive columns (one frame key) is a slice: a view, no index array to gather by.
+            self._b, self._f = _columns_index(self.byte_columns), _columns_index(self.float_columns)
 
     def encode(self, rows: np.ndarray) -> bytes:
         """``rows`` (``(k, *shape)``) as bytes."""
         if self.byte_columns is None:
             return np.ascontiguousarray(rows, dtype=self.dtype).tobytes()
         flat = np.asarray(rows).reshape(len(rows), -1)
-        return (np.ascontiguousarray(flat[:, self.byte_columns], dtype=np.uint8).tobytes()
-                + np.ascontiguousarray(flat[:, self.float_columns], dtype=np.float32).tobytes())
+        return (np.ascontiguousarray(flat[:, self._b], dtype=np.uint8).tobytes()
+                + np.ascontiguousarray(flat[:, self._f], dtype=np.float32).tobytes())
 
     def decode(self, buffer: Any, offset: int, k: int) -> np.ndarray:
         """``k`` rows encoded at ``offset`` of ``buffer``, as an array of ``(k, *shape)`` and the flat dtype."""
@@ -475,10 +484,10 @@ class ObservationCodec:
             return np.frombuffer(buffer, dtype=self.dtype, count=k * self.size, offset=offset).reshape(k, *self.shape)
         nb = len(self.byte_columns)
         out = np.empty((k, self.size), dtype=self.dtype)
-        out[:, self.byte_columns] = np.frombuffer(buffer, dtype=np.uint8, count=k * nb, offset=offset).reshape(k, nb)
+        out[:, self._b] = np.frombuffer(buffer, dtype=np.uint8, count=k * nb, offset=offset).reshape(k, nb)
         nf = self.size - nb
         floats = np.frombuffer(buffer, dtype=np.float32, count=k * nf, offset=offset + k * nb)
-        out[:, self.float_columns] = floats.reshape(k, nf)
+        out[:, self._f] = floats.reshape(k, nf)
         return out.reshape(k, *self.shape)
 
 
