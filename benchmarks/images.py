@@ -14,11 +14,18 @@
    time (``time.process_time``, every thread) and wall time per run, under one torch thread.
 3. The memory of a 100k-transition DQN replay of Atari frame stacks (4x84x84 uint8), ours and SB3's,
    with and without ``optimize_memory_usage`` (the bytes its arrays take when full).
+4. ``--dtypes``: what each observation's own dtype saves (issue 41), on an Atari-sized frame stack
+   (4x84x84 uint8, cheap synthetic frames so the env does not hide the transport) and on a Dict of that
+   frame stack and an 8-float vector: bytes per transition in a DQN replay memory and in a saved dataset,
+   bytes per env step a local worker sends, and env steps per second through 2 local workers x 4 envs
+   (no agent, random actions; the median of ``--seeds`` rounds). Run it on a tree before the change
+   (``PYTHONPATH=/path/to/old/tree``) to get the "before" column.
 
     python benchmarks/images.py --steps 100000 --seeds 3      # the full run (about 10 minutes a run here)
     python benchmarks/images.py --steps 10000 --seeds 1 --agents ppo
     python benchmarks/images.py --memory-only
     nice python benchmarks/images.py --atari-sps --steps 2048 --seeds 3
+    python benchmarks/images.py --dtypes --steps 2000 --seeds 3
 
 Not part of the test suite: speed is measured here, not asserted in tests.
 """
@@ -29,6 +36,7 @@ import argparse
 import statistics
 import time
 
+import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
@@ -182,6 +190,95 @@ def replay_memory_bytes() -> None:
           f"{int(np.prod(shape)):,} bytes per episode)")
 
 
+class FrameStackEnv(gym.Env):
+    """Atari-sized observations without an emulator: 4x84x84 uint8 frame stacks (one moving bar), or with
+    ``vector=True`` a Dict of that stack and 8 floats; 4 actions, 100-step episodes."""
+
+    def __init__(self, vector: bool = False) -> None:
+        from gymnasium import spaces
+
+        frames = spaces.Box(0, 255, (4, 84, 84), np.uint8)
+        self.observation_space = (
+            spaces.Dict({"frames": frames, "vector": spaces.Box(-1.0, 1.0, (8,), np.float32)}) if vector else frames
+        )
+        self.action_space = spaces.Discrete(4)
+        self.vector, self.t = vector, 0
+        self.frames = np.zeros((4, 84, 84), np.uint8)
+
+    def _obs(self):  # type: ignore[no-untyped-def]
+        self.frames[:-1] = self.frames[1:]
+        self.frames[-1] = 0
+        self.frames[-1, :, self.t % 84] = 255
+        frames = self.frames.copy()
+        if self.vector:
+            return {"frames": frames, "vector": np.full(8, self.t / 100, np.float32)}
+        return frames
+
+    def reset(self, *, seed=None, options=None):  # type: ignore[no-untyped-def]
+        self.t = 0
+        self.frames[:] = 0
+        return self._obs(), {}
+
+    def step(self, action):  # type: ignore[no-untyped-def]
+        self.t += 1
+        return self._obs(), 0.0, False, self.t >= 100, {}
+
+
+def _make_frame_env(vector: bool):  # type: ignore[no-untyped-def]
+    return lambda: FrameStackEnv(vector)
+
+
+def dtype_savings(steps: int, rounds: int) -> None:
+    """Bytes per transition (replay memory, dataset, worker messages) and local workers' throughput."""
+    import os
+    import tempfile
+
+    from workbench.envs.core import as_env_source, flat_observation_space
+    from workbench.parallel import make_runner
+
+    print(f"workbench from {os.path.dirname(wb.__file__)}")
+    for vector in (False, True):
+        make = _make_frame_env(vector)
+        env = make()
+        name = "Dict(4x84x84 uint8 frames, 8 floats)" if vector else "4x84x84 uint8 frame stack"
+        flat = flat_observation_space(env.observation_space)
+        agent = wb.DQN(make, buffer_size=1000, learning_starts=10**9, net_arch=(8,), encoder="small")
+        # Every slot written, so both layouts hold what they would when full.
+        obs = np.stack([np.asarray(flat.sample()) for _ in range(8)])
+        for _ in range(1000 // 8):
+            agent.memory.add(obs, np.zeros(8, np.int64), np.zeros(8, np.float32), obs, np.zeros(8), 0.99)
+        per_transition = agent.memory.nbytes() / 1000
+        rows = 200
+        ds = wb.Dataset(np.repeat(obs[:1], rows, 0), np.zeros(rows, np.int64), np.zeros(rows),
+                        np.repeat(obs[:1], rows, 0), np.zeros(rows, bool), np.arange(rows) % 100 == 99,
+                        observation_space=env.observation_space, action_space=env.action_space)
+        with tempfile.TemporaryDirectory() as tmp:
+            ds.save(os.path.join(tmp, "ds"))
+            npz = os.path.getsize(os.path.join(tmp, "ds", "arrays.npz")) / rows
+        rates, sent = [], None
+        for _ in range(rounds):
+            runner = make_runner(as_env_source(make), 8, seed=0, num_workers=2, backend="local")
+            try:
+                first = runner.reset()
+                rng = np.random.default_rng(0)
+                runner.step(rng.integers(0, 4, 8))
+                t0 = time.perf_counter()
+                for _ in range(steps // 8):
+                    out = runner.step(rng.integers(0, 4, 8))
+                rates.append((steps // 8) * 8 / (time.perf_counter() - t0))
+                sent = out[0].dtype.itemsize if sent is None else sent
+            finally:
+                runner.close()
+        codec = getattr(__import__("workbench.envs.core", fromlist=["x"]), "ObservationCodec", None)
+        wire = codec(env.observation_space).row_bytes if codec is not None else 4 * int(np.prod(flat.shape))
+        print(f"\n{name}: flat rows of {int(np.prod(flat.shape)):,} columns, runner observations {first.dtype}")
+        print(f"  replay memory (DQN, 1000 transitions):  {per_transition:12,.0f} bytes/transition")
+        print(f"  dataset on disk (arrays.npz):           {npz:12,.0f} bytes/transition")
+        print(f"  worker message, observation part:       {wire:12,.0f} bytes/env step")
+        print(f"  2 local workers x 4 envs:               {statistics.median(rates):12,.0f} env steps/s "
+              f"(rounds: {', '.join(f'{r:,.0f}' for r in rates)})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=100_000, help="env steps per run (default 100000)")
@@ -191,8 +288,13 @@ def main() -> None:
     parser.add_argument("--memory-only", action="store_true", help="only the replay memory sizes")
     parser.add_argument("--threads", type=int, default=1, help="torch threads for both libraries")
     parser.add_argument("--atari-sps", action="store_true", help="only PPO steps per second on Atari frame stacks")
+    parser.add_argument("--dtypes", action="store_true",
+                        help="only bytes per transition and worker throughput, frames as bytes (issue 41)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.dtypes:
+        dtype_savings(args.steps, args.seeds)
+        return
     if args.atari_sps:
         atari_sps(args.steps, args.seeds)
         return

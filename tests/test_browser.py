@@ -343,7 +343,7 @@ LOAD_CELLS = [
     "session = wb.Session(wb.PPO('CartPole-v1'), 'CartPole-v1', seed=0)\n"
     "def _sample():\n"
     "    while True:\n"
-    "        samples.append((time.time(), session.steps))\n"
+    "        samples.append((time.time(), session.steps, time.process_time()))\n"
     "        time.sleep(0.25)\n"
     "threading.Thread(target=_sample, daemon=True).start()",
     # 2: training with its dashboard (the first paint is timed from running this cell)
@@ -433,30 +433,40 @@ def _quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
 
 
-def _rate(samples: list[list[float]], start: float, end: float) -> float:
-    inside = [(t, s) for t, s in samples if start <= t <= end]
+def _rate(samples: list[list[float]], start: float, end: float, cpu: bool = False) -> float:
+    """Steps per second between ``start`` and ``end`` (wall-clock times): per second of the wall clock,
+    or with ``cpu`` per second of the kernel process's CPU time (training's and the dashboard's, never
+    another process's: the machine's load does not move it, a dashboard that costs the kernel CPU does)."""
+    inside = [row for row in samples if start <= row[0] <= end]
     if len(inside) < 2:
         return float("nan")
-    (t0, s0), (t1, s1) = inside[0], inside[-1]
-    return (s1 - s0) / (t1 - t0)
+    first, last = inside[0], inside[-1]
+    clock = 2 if cpu else 0
+    return (last[1] - first[1]) / max(last[clock] - first[clock], 1e-9)
 
 
 def _speed_ratio(samples: list[list[float]], phases: list[tuple[bool, float, float]]) -> dict:
     """Steps per second with the page showing the dashboard against showing none: the median over
     the pairs of phases of each shown phase's rate over the rate of the no-page phase right after it
     (a same-run reference, close in time, so the machine's load drifts little within a pair)."""
-    rates = [_rate(samples, begin + 1, end) for _, begin, end in phases]
-    shown = [r for (on, _, _), r in zip(phases, rates) if on]
-    none = [r for (on, _, _), r in zip(phases, rates) if not on]
-    ratios = [a / b for a, b in zip(shown, none)]
-    return {"page_showing_dashboard": [round(r) for r in shown], "no_page": [round(r) for r in none],
-            "pair_ratios": [round(r, 3) for r in ratios], "ratio": round(_quantile(ratios, 0.5), 3)}
+    out: dict = {}
+    for cpu, prefix in ((False, ""), (True, "cpu_")):
+        rates = [_rate(samples, begin + 1, end, cpu) for _, begin, end in phases]
+        shown = [r for (on, _, _), r in zip(phases, rates) if on]
+        none = [r for (on, _, _), r in zip(phases, rates) if not on]
+        ratios = [a / b for a, b in zip(shown, none)]
+        out.update({f"{prefix}page_showing_dashboard": [round(r) for r in shown],
+                    f"{prefix}no_page": [round(r) for r in none],
+                    f"{prefix}pair_ratios": [round(r, 3) for r in ratios],
+                    f"{prefix}ratio": round(_quantile(ratios, 0.5), 3)})
+    return out
 
 
 def _cpu_hog() -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
 
 
+@pytest.mark.timing
 def test_dashboard_stays_out_of_the_users_way_under_load(jupyter):
     """Issue 14's measurements: keystrokes, event-loop lag, bytes per refresh, training speed with the
     page showing the dashboard against none, a reload, a clean console, and the first paint."""
@@ -574,13 +584,14 @@ def test_dashboard_stays_out_of_the_users_way_under_load(jupyter):
             # round whose ratio is low is measured again (up to twice); a page that eats training's
             # CPU fails every round.
             rounds = [_speed_ratio(kernel_metrics(phases[-1][2])["samples"], phases)]
-            while rounds[-1]["ratio"] <= 0.6 and len(rounds) < 3:
+            while rounds[-1]["cpu_ratio"] <= 0.6 and len(rounds) < 3:
                 page.goto("about:blank")  # the round starts as the first did: the notebook loaded, settled
                 phases = speed_phases()
                 page.goto(url)
                 _wait_for_kernel(page)
                 rounds.append(_speed_ratio(kernel_metrics(phases[-1][2])["samples"], phases))
-            metrics["steps_per_s"] = {**rounds[-1], "rounds": [r["ratio"] for r in rounds]}
+            metrics["steps_per_s"] = {**rounds[-1], "rounds": [r["ratio"] for r in rounds],
+                                      "cpu_rounds": [r["cpu_ratio"] for r in rounds]}
 
             # Reload: the plots keep growing. Saved first and left through a blank page, as the speed phases
             # do: a notebook with unsaved outputs asks before it unloads, and the navigation could stall there.
@@ -646,10 +657,11 @@ def test_dashboard_stays_out_of_the_users_way_under_load(jupyter):
     assert metrics["first_paint_s"] < 8.0
     assert metrics["plotly_loads"] == 1
     assert metrics["lag_ms"]["longest_task"] < 1000 and metrics["lag_ms"]["p90"] < 100
-    # Training speed on a shared machine moves by more than the 10% target between phases (other
-    # processes); the test catches a page that eats training's CPU (in every round measured), the
-    # numbers go in the report.
-    assert metrics["steps_per_s"]["ratio"] > 0.6, metrics["steps_per_s"]
+    # Training speed by the wall clock on a shared machine moves by more than the 10% target between
+    # phases (other processes): it goes in the report. What is asserted is steps per second of the kernel's
+    # own CPU time, which other processes' load does not move and a page that makes the kernel work for it
+    # does (the dashboard's sending is kernel CPU), in every round measured.
+    assert metrics["steps_per_s"]["cpu_ratio"] > 0.6, metrics["steps_per_s"]
 
 
 # -- "Interrupt Kernel" while a cell trains (issue 32, item 1) ----------------------------------------

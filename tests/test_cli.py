@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from workbench.cli import main
 
@@ -76,3 +77,40 @@ def test_python_dash_m_and_progress_bar(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "finished: 300 steps" in proc.stdout
     assert "step" in proc.stderr and "%" in proc.stderr  # the tqdm bar
+
+
+class CliEncoder(torch.nn.Module):
+    """A user's encoder for a vector observation: one linear layer."""
+
+    def __init__(self, observation_space, width: int = 8) -> None:
+        super().__init__()
+        self.features_dim = width
+        self.linear = torch.nn.Linear(int(observation_space.shape[0]), width)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.linear(obs))
+
+
+def test_play_and_export_allow_a_custom_encoder(tmp_path, capsys):
+    import workbench as wb
+
+    agent = wb.PPO("CartPole-v1", n_steps=16, n_envs=1, batch_size=16, n_epochs=1, net_arch=(8,),
+                   encoder=CliEncoder, encoder_kwargs={"width": 5})
+    agent.save(tmp_path / "run")
+    path = f"{CliEncoder.__module__}.CliEncoder"
+    # Refused unless allowed, and the error names the option with the path to pass.
+    assert main(["play", str(tmp_path / "run"), "--env", "CartPole-v1"]) == 2
+    assert f"--allow-encoder {path}" in capsys.readouterr().err
+    assert main(["export", str(tmp_path / "run"), str(tmp_path / "p.onnx")]) == 2
+    assert "--allow-encoder" in capsys.readouterr().err
+    # MODULE:CLASS and the stored dotted path both allow it.
+    colon = f"{CliEncoder.__module__}:CliEncoder"
+    assert main(["play", str(tmp_path / "run"), "--env", "CartPole-v1", "--allow-encoder", colon]) == 0
+    assert "mean return" in capsys.readouterr().out
+    pytest.importorskip("onnxruntime", reason="pip install -e '.[export]'")
+    assert main(["export", str(tmp_path / "run"), str(tmp_path / "p.onnx"), "--allow-encoder", path]) == 0
+    assert (tmp_path / "p.onnx").exists()
+    # Another encoder's path does not allow this one; a value that is no import path is an error.
+    assert main(["play", str(tmp_path / "run"), "--env", "CartPole-v1", "--allow-encoder", "other:Thing"]) == 2
+    assert main(["play", str(tmp_path / "run"), "--env", "CartPole-v1", "--allow-encoder", "Thing"]) == 2
+    assert "MODULE:CLASS" in capsys.readouterr().err

@@ -313,8 +313,10 @@ def test_eval_with_an_eval_env():
 
 def test_evaluate_needs_an_eval_env_and_says_so():
     session = wb.Session.external(small_dqn(app_env()), seed=0)
-    with pytest.raises(ValueError, match="external session has none"):
+    with pytest.raises(ValueError, match="external session has none") as err:
         session.evaluate(episodes=1)
+    # It says what to pass: eval_env= and what it may be (not "an env instance" alone).
+    assert "eval_env=" in str(err.value) and "zero-argument factory" in str(err.value)
     session = wb.Session.external(small_dqn(app_env()), seed=0, eval_env=app_env())
     assert np.isfinite(session.evaluate(episodes=1))
 

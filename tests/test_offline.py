@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -255,3 +257,48 @@ def test_cql_box_losses_follow_the_formula_with_and_without_the_entropy_backup(e
     metrics = agent._learn(batch)
     assert metrics["critic_loss"] == pytest.approx(float(td), rel=1e-5)
     assert metrics["cql_loss"] == pytest.approx(float(conservative), rel=1e-5, abs=1e-6)
+
+
+def test_offline_run_records_a_final_steps_per_second():
+    # A run shorter than the signal's interval still ends with one steps_per_second, as the env loop's does.
+    ds = _dataset("CartPole-v1", n=100)
+    session = wb.Session(wb.BC(dataset=ds, net_arch=(8,), batch_size=16), dataset=ds, seed=0)
+    session.run(steps=20)
+    sps = session.signals["steps_per_second"]
+    assert list(sps.steps) == [20] and sps.last > 0
+    session.run(steps=30)  # a second run (30 more steps) adds the rate of its own steps, at its end
+    assert list(session.signals["steps_per_second"].steps) == [20, 50]
+
+
+def test_offline_evaluate_without_eval_env_says_what_to_pass():
+    ds = _dataset("CartPole-v1", n=100)
+    session = wb.Session(wb.BC(dataset=ds, net_arch=(8,)), dataset=ds, seed=0)
+    with pytest.raises(ValueError, match="offline session has none") as err:
+        session.evaluate(episodes=1)
+    assert "eval_env=" in str(err.value) and "registered id" in str(err.value)
+
+
+def test_a_saved_offline_run_names_its_dataset_so_it_can_be_evaluated_again(tmp_path):
+    ds = _dataset("Pendulum-v1", n=120)
+    ds = wb.Dataset.from_arrays(ds.observations, ds.actions, ds.rewards, ds.next_observations, ds.terminated,
+                                ds.truncated, np.full(len(ds), -1.0), action_space=ds.action_space)
+    ds.save(tmp_path / "data")
+    data = wb.Dataset.load(tmp_path / "data")
+    assert data.path == str((tmp_path / "data").resolve()) or data.path == os.path.abspath(tmp_path / "data")
+    session = wb.Session(wb.BC(dataset=data, net_arch=(8,), batch_size=16), dataset=data, seed=0)
+    session.run(steps=5)
+    session.save(tmp_path / "run")
+    again = wb.Dataset.from_run(tmp_path / "run")
+    np.testing.assert_array_equal(again.observations, data.observations)
+    # The loaded agent is evaluated again on the data the run names (Box actions: FQE and DR).
+    est = wb.evaluate_offline(wb.load(tmp_path / "run"), again, fqe_steps=10, n_bootstrap=5)
+    assert set(est) == {"dm", "dr", "sdr"} and all(np.isfinite(e.value) for e in est.values())
+    # Reopened without dataset=, the session learns from the dataset the run names.
+    reopened = wb.Session.reopen(tmp_path / "run")
+    reopened.run(steps=3)
+    assert reopened.steps == 8
+    # A run whose data never touched the disk names none, and says so.
+    memory_only = wb.Session(wb.BC(dataset=ds, net_arch=(8,)), dataset=_dataset("Pendulum-v1", n=50), seed=0)
+    memory_only.save(tmp_path / "run2")
+    with pytest.raises(wb.DatasetError, match="names no dataset"):
+        wb.Dataset.from_run(tmp_path / "run2")

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 import gymnasium as gym
 import numpy as np
 import pytest
 
 import workbench as wb
 from workbench.offline.datasets import DatasetError
-from workbench.offline.ope import behaviour_probabilities, estimate
+from workbench.offline.ope import behaviour_probabilities, estimate, estimate_continuous
 
 
 def _bandit(n=400, seed=0):
@@ -104,8 +106,14 @@ def test_errors():
     with pytest.raises(TypeError, match="wb.Dataset"):
         wb.evaluate_offline(_Always(1), {"obs": 1})
     box = wb.Dataset.from_arrays(np.zeros((5, 2)), np.zeros((5, 1)), np.zeros(5))
-    with pytest.raises(DatasetError, match="Discrete actions"):
+    with pytest.raises(DatasetError, match="differs from the dataset's"):  # a Discrete agent on Box actions
         wb.evaluate_offline(_Always(1), box)
+    with pytest.raises(DatasetError, match="log-density of each logged action"):  # Box actions need log_probs
+        wb.evaluate_offline(_Fixed(0.0), box)
+    multi = wb.Dataset.from_arrays(np.zeros((5, 2)), np.zeros((5, 2)), np.zeros(5),
+                                   action_space=gym.spaces.MultiBinary(2))
+    with pytest.raises(DatasetError, match="Discrete or Box actions"):
+        wb.evaluate_offline(_Always(1), multi)
     with pytest.raises(DatasetError, match="rows"):
         estimate(ds, _one_hot(19, 1), np.full(20, 0.5), np.zeros((20, 2)), _one_hot(20, 1), np.zeros((20, 2)))
 
@@ -183,3 +191,64 @@ def test_edge_values_still_pass():
     assert est["ips"].low == est["ips"].value == est["ips"].high
     est = wb.evaluate_offline(_Always(1), _bandit(n=20), gamma=0.0, fqe_steps=np.int64(2), n_bootstrap=3)
     assert set(est) == {"ips", "wis", "dm", "dr", "sdr"}
+
+
+# -- Box actions ----------------------------------------------------------------------------------
+
+
+class _Fixed:
+    """A continuous policy stub: always the same action in Box(-1, 1, (1,))."""
+
+    action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def __init__(self, action):
+        self.action = action
+
+    def act(self, obs, deterministic=True):
+        return np.full((len(obs), 1), self.action, dtype=np.float32)
+
+
+def test_continuous_dr_and_sdr_by_hand():
+    # Two episodes: row 0 (terminated); rows 1, 2 (row 2 terminated). Actions in Box(-1, 1), the behaviour
+    # uniform on it (density 1/2), the target always 0, a kernel of bandwidth 0.5 (sigma 0.5 here).
+    space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    ds = wb.Dataset.from_arrays(np.zeros((3, 2)), np.array([[0.1], [-0.5], [0.3]]), np.array([1.0, 0.2, 0.4]),
+                                terminated=[True, False, True], log_probs=np.full(3, math.log(0.5)),
+                                action_space=space)
+    target = np.zeros((3, 1))
+    q, v, v_next = np.array([0.8, 0.5, 0.3]), np.array([0.9, 0.6, 0.35]), np.array([7.0, 0.45, 9.0])
+
+    def rho(a):  # N(a; 0, 0.5**2) / (1/2)
+        return math.exp(-0.5 * (a / 0.5) ** 2) / (0.5 * math.sqrt(2 * math.pi)) / 0.5
+
+    gamma = 0.9
+    dr1 = 0.9 + rho(0.1) * (1.0 - 0.8)  # terminated: no next value (the 7.0 is never read)
+    dr2 = 0.6 + rho(-0.5) * (0.2 + gamma * 0.45 - 0.5)
+    sdr2 = 0.6 + rho(-0.5) * (0.2 + gamma * (0.35 + rho(0.3) * (0.4 - 0.3)) - 0.5)
+    est = estimate_continuous(ds, target, ds.log_probs, q, v, v_next, gamma=gamma, bandwidth=0.5, n_bootstrap=0)
+    assert set(est) == {"dm", "dr", "sdr"}
+    assert est["dm"].value == pytest.approx((0.9 + 0.6) / 2)
+    assert est["dr"].value == pytest.approx((dr1 + dr2) / 2)
+    assert est["sdr"].value == pytest.approx((dr1 + sdr2) / 2)
+    assert rho(0.1) == pytest.approx(1.5642, abs=1e-4)  # exp(-0.02) / (0.5 * sqrt(2 pi)) / 0.5
+
+
+def _continuous_bandit(n=600, seed=0):
+    """One-step episodes, actions from N(0, 0.5) clipped to [-1, 1] (their log-densities logged),
+    reward -(a - 0.3)**2: the policy "always c" is worth -(c - 0.3)**2."""
+    rng = np.random.default_rng(seed)
+    a = np.clip(rng.normal(0.0, 0.5, size=n), -1, 1)
+    log_probs = -0.5 * (a / 0.5) ** 2 - math.log(0.5 * math.sqrt(2 * math.pi))
+    return wb.Dataset.from_arrays(rng.normal(size=(n, 2)), a[:, None], -((a - 0.3) ** 2), terminated=np.ones(n),
+                                  log_probs=log_probs, action_space=gym.spaces.Box(-1.0, 1.0, (1,), np.float32))
+
+
+def test_continuous_fqe_and_dr_recover_a_known_value():
+    ds = _continuous_bandit()
+    for c in (0.3, -0.5):
+        est = wb.evaluate_offline(_Fixed(c), ds, fqe_steps=600, n_bootstrap=50)
+        truth = -((c - 0.3) ** 2)
+        assert set(est) == {"dm", "dr", "sdr"}
+        assert est["dm"].value == pytest.approx(truth, abs=0.1), est
+        assert est["dr"].value == pytest.approx(truth, abs=0.1), est
+        assert est["dr"].low <= est["dr"].value <= est["dr"].high

@@ -155,3 +155,47 @@ def test_fast_preset_builds_cartpole_dqn_as_the_reliable_one_with_small_networks
     assert wb.preset("CartPole-v1", "dqn", fast=True).steps == 50_000
     docs = (Path(__file__).resolve().parents[1] / "docs" / "speed.md").read_text(encoding="utf-8")
     assert 'wb.preset("CartPole-v1", "dqn", fast=True)' in docs
+
+
+def test_dqn_presets_bootstrap_as_the_zoo_without_double_q():
+    # The zoo's algorithm is SB3's DQN: the target network's own max, no double Q, on every task.
+    dqn_specs = [s for (_, agent), s in wb.PRESETS.items() if agent == "dqn"]
+    assert {s.env_id for s in dqn_specs} >= {"CartPole-v1", "Acrobot-v1", "MountainCar-v0"}
+    for spec in dqn_specs:
+        assert spec.hyperparameters.get("double_q") is False, spec.env_id
+    for env_id in ("Acrobot-v1", "MountainCar-v0"):
+        assert wb.preset(env_id, "dqn").agent.config.double_q is False
+
+
+def test_atari_a2c_preset_steps_with_the_zoos_tensorflow_rmsprop():
+    import numpy as np
+    import torch
+    from gymnasium import spaces
+
+    from workbench.agents.a2c import RMSpropTFLike
+
+    spec = wb.PRESETS[("BreakoutNoFrameskip-v4", "a2c")]
+    agent = wb.A2C(observation_space=spaces.Box(0, 255, (4, 84, 84), np.uint8), action_space=spaces.Discrete(4),
+                   **spec.hyperparameters)
+    opt = agent.optimizer
+    assert isinstance(opt, RMSpropTFLike) and opt.defaults["eps"] == 1e-5 and opt.defaults["alpha"] == 0.99
+    # The classic-control presets keep PyTorch's RMSprop (the zoo's default A2C optimizer there).
+    assert type(wb.preset("CartPole-v1", "a2c").agent.optimizer) is torch.optim.RMSprop
+
+
+def test_rmsprop_tf_like_step_by_hand():
+    import torch
+
+    from workbench.agents.a2c import RMSpropTFLike
+
+    p = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
+    opt = RMSpropTFLike([p], lr=0.1, alpha=0.9, eps=0.01)
+    v, x = torch.ones(2), torch.tensor([1.0, -2.0])
+    for g in (torch.tensor([0.5, -3.0]), torch.tensor([2.0, 1.0])):
+        p.grad = g.clone()
+        opt.step()
+        v = 0.9 * v + 0.1 * g * g  # the squared average starts at one, not zero
+        x = x - 0.1 * g / torch.sqrt(v + 0.01)  # epsilon inside the square root
+        torch.testing.assert_close(p.detach(), x)
+    # First step of [0.5, -3.0]: v = [0.925, 1.8], so the step is 0.1 * g / sqrt(v + eps), far below torch's.
+    torch.testing.assert_close(opt.state[p]["square_avg"], v)

@@ -672,6 +672,8 @@ def validate_session(session: Any, label: str) -> None:
     f.integer(session.get("seed"), "session.seed", 0, 2**64 - 1, optional=True)
     f.text(session.get("env_id"), "session.env_id", optional=True)
     f.text(session.get("env_name"), "session.env_name", optional=True)
+    f.text(session.get("dataset"), "session.dataset", optional=True)
+    f.text(session.get("ope_dataset"), "session.ope_dataset", optional=True)
     f.num(session.get("best_eval_reward"), "session.best_eval_reward", optional=True)
     f.integer(session.get("target_steps"), "session.target_steps", optional=True)
     external = session.get("external", False)

@@ -97,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     play.add_argument("--record", default=None, metavar="DIR",
                       help="with --human: save the episodes played as a wb.Dataset in DIR")
     play.add_argument("--fps", type=float, default=None, help="with --human: env steps per second")
+    _add_allow_encoder(play)
 
     export = sub.add_parser(
         "export",
@@ -114,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument(
         "--overwrite", action="store_true", help="replace OUT even when it is not an earlier export"
     )
+    _add_allow_encoder(export)
     card = sub.add_parser(
         "card", help="write a run's model card (README.md)",
         description="Write README.md in a run's folder: what was trained, an evaluation table, curves, the last "
@@ -132,6 +134,33 @@ def build_parser() -> argparse.ArgumentParser:
     add_pbt_parser(sub)
     _add_serve_parser(sub, agents)
     return parser
+
+
+def _add_allow_encoder(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--allow-encoder",
+        action="append",
+        default=[],
+        metavar="MODULE:CLASS",
+        help="import and build the custom encoder the run was saved with (its import path, e.g. "
+        "mypkg.encoders:MyEncoder or mypkg.encoders.MyEncoder); loading runs that code, so it is refused "
+        "unless allowed; repeat for several",
+    )
+
+
+def _allowed_encoders(values: Sequence[str]) -> list[str]:
+    """``--allow-encoder`` values as the import paths a saved run stores (``module.Class``):
+    ``module:Class`` (the entry-point spelling) and ``module.Class`` both name the class."""
+    out = []
+    for value in values:
+        module, colon, name = value.strip().rpartition(":")
+        path = f"{module}.{name}" if colon else value.strip()
+        if not path or "." not in path or path.startswith(".") or path.endswith("."):
+            raise ValueError(
+                f"--allow-encoder {value!r} is not an import path: write MODULE:CLASS, e.g. mypkg.encoders:MyEncoder"
+            )
+        out.append(path)
+    return out
 
 
 SERVE_TOKEN_ENV = "WORKBENCH_SERVE_TOKEN"
@@ -347,7 +376,7 @@ def _play(args: argparse.Namespace) -> int:
         return play_in_window(args.run, record=args.record, fps=args.fps, seed=args.seed, episodes=args.episodes)
 
     run = read_saved(args.run)  # a directory or a .zip: the env id is in its meta.json either way
-    agent = agent_from_run(run, device=args.device).eval()
+    agent = agent_from_run(run, device=args.device, allow_encoders=_allowed_encoders(args.allow_encoder)).eval()
     env = args.env or run.meta.get("session", {}).get("env_id")
     if env is None:
         raise SystemExit("workbench: the run does not name its env; pass --env ID")
@@ -361,7 +390,8 @@ def _play(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from .agents.saving import agent_from_run, read_saved
 
-    agent = agent_from_run(read_saved(args.run)).eval()
+    run = read_saved(args.run)
+    agent = agent_from_run(run, allow_encoders=_allowed_encoders(args.allow_encoder)).eval()
     try:
         path = agent.export(args.out, action_mask=args.action_mask, overwrite=args.overwrite)
     except (ImportError, OSError) as exc:  # a missing extra, a file that is not an export, a full disk

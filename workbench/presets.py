@@ -14,6 +14,10 @@ Keyword arguments override single hyperparameters. :data:`PRESETS` holds every
 :class:`PresetSpec` (settings, budget, the zoo's published score and the score counted as solved);
 the CLI (``workbench train Pendulum-v1 --agent sac``) and ``benchmarks/sample_efficiency.py`` use it.
 Sources: rl-baselines3-zoo ``hyperparams/*.yml`` and ``benchmark.md`` (see docs/algorithms.md).
+Where the zoo's algorithm differs from this library's default, the preset takes the zoo's: every DQN
+preset bootstraps without double Q (``double_q=False``, as SB3's DQN), A2C on Atari steps with
+TensorFlow's RMSprop (``rms_prop_tf_like=True``, SB3's ``RMSpropTFLike``). The reliable and fast
+variants name their own deviations.
 """
 
 from __future__ import annotations
@@ -142,7 +146,9 @@ def _specs() -> list[PresetSpec]:
             "Acrobot-v1",
             "dqn",
             100_000,
-            acrobot_dqn,  # preset() copies the exploration object for each agent it builds
+            # preset() copies the exploration object for each agent it builds. No double Q: the zoo's
+            # algorithm, SB3's DQN, bootstraps from the target network's own max.
+            {**acrobot_dqn, "double_q": False},
             zoo_score=-76.639,
             solved=-100.0,
         ),
@@ -161,6 +167,7 @@ def _specs() -> list[PresetSpec]:
                 "gradient_steps": 8,
                 "exploration": EpsilonGreedy(start=1.0, end=0.07, fraction=0.2),
                 "net_arch": (256, 256),
+                "double_q": False,  # as SB3's DQN, the zoo's algorithm
             },
             zoo_score=-100.849,
             solved=-110.0,
@@ -310,13 +317,17 @@ def _atari_specs() -> list[PresetSpec]:
     rewards clipped to their sign for learning, while ``episode_reward`` records each whole game's raw
     score; 4 stacked frames) and the Nature CNN (``encoder="auto"`` picks it), shared by PPO's and
     A2C's policy and value heads as in SB3. SB3's ``CnnPolicy`` has no hidden layers after the CNN
-    (``net_arch=()``). Budgets are the zoo's 10M steps."""
+    (``net_arch=()``). A2C steps with the zoo's optimizer, SB3's ``RMSpropTFLike`` (epsilon 1e-5 inside
+    the square root, squared averages starting at one); DQN bootstraps from the target network's own max,
+    as SB3's DQN. Budgets are the zoo's 10M steps."""
     ppo = {
         "n_envs": 8, "n_steps": 128, "n_epochs": 4, "batch_size": 256, "learning_rate": linear(2.5e-4, 0.0),
         "clip_range": linear(0.1, 0.0), "vf_coef": 0.5, "ent_coef": 0.01, "gamma": 0.99, "gae_lambda": 0.95,
         "net_arch": (),
     }
-    a2c = {"n_envs": 16, "ent_coef": 0.01, "vf_coef": 0.25, "net_arch": ()}
+    # The zoo's a2c.yml atari row: RMSpropTFLike(eps=1e-5), TensorFlow's RMSprop (A2CConfig.rms_prop_tf_like).
+    a2c = {"n_envs": 16, "ent_coef": 0.01, "vf_coef": 0.25, "net_arch": (), "rms_prop_tf_like": True,
+           "rms_prop_eps": 1e-5}
     dqn = {
         "buffer_size": 100_000, "learning_rate": 1e-4, "batch_size": 32, "learning_starts": 100_000,
         "target_update_interval": 1000, "train_freq": 4, "gradient_steps": 1, "double_q": False,

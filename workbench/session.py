@@ -185,6 +185,7 @@ class Session(SessionMedia):
         # Learning from logged data (workbench.offline.source) and recording a dataset (workbench.offline.recording).
         self.ope_every = ope_every
         self.ope_dataset = offline_loop.attach_dataset(agent, dataset, ope_every, ope_dataset)
+        self.dataset = dataset  # what a saved run names as its data (Dataset.path; Dataset.from_run)
         self.recorder = None if record is None else Recorder(record, agent)
         self.episodes = 0
         self.error: BaseException | None = None

@@ -19,7 +19,7 @@ from .base import register
 from .networks import make_adam
 from .on_policy import OnPolicyAgent, OnPolicyConfig, RolloutBatch
 
-__all__ = ["A2C", "A2CConfig"]
+__all__ = ["A2C", "A2CConfig", "RMSpropTFLike"]
 
 
 @dataclass
@@ -31,6 +31,43 @@ class A2CConfig(OnPolicyConfig):
     """RMSprop (alpha 0.99) as in the A3C paper; False uses Adam."""
     rms_prop_eps: float = checked(1e-5, number(0, min_open=True))
     """RMSprop epsilon."""
+    rms_prop_tf_like: bool = checked(False, flag())
+    """With ``use_rms_prop``: Stable-Baselines3's ``RMSpropTFLike`` (TensorFlow's RMSprop, which the
+    zoo's Atari A2C uses) instead of PyTorch's: epsilon inside the square root, squared averages
+    starting at one (:class:`RMSpropTFLike`)."""
+
+
+class RMSpropTFLike(torch.optim.Optimizer):
+    """RMSprop as TensorFlow (and the original Stable-Baselines) computes it, as SB3's
+    ``sb2_compat.RMSpropTFLike`` does without momentum or centering: ``v = alpha * v + (1 - alpha) * g**2``
+    with ``v`` starting at one, then ``p -= lr * g / sqrt(v + eps)``. PyTorch's RMSprop starts ``v``
+    at zero and divides by ``sqrt(v) + eps``, so its first steps are about ``1 / sqrt(1 - alpha)`` = 10
+    times larger; the zoo tuned its Atari A2C with this one."""
+
+    def __init__(self, params, lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(params, {"lr": lr, "alpha": alpha, "eps": eps})
+
+    @torch.no_grad()
+    def step(self, closure=None):  # type: ignore[no-untyped-def, override]
+        """One update of every parameter with a gradient."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            alpha, eps, lr = group["alpha"], group["eps"], group["lr"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["step"] = torch.zeros(())
+                    state["square_avg"] = torch.ones_like(p)
+                state["step"] += 1
+                square_avg = state["square_avg"]
+                square_avg.mul_(alpha).addcmul_(p.grad, p.grad, value=1 - alpha)
+                p.addcdiv_(p.grad, square_avg.add(eps).sqrt_(), value=-lr)
+        return loss
 
 
 @register
@@ -52,8 +89,12 @@ class A2C(OnPolicyAgent):
         c = self.config
         params = self._build_actor_critic()
         self._lr = as_schedule(c.learning_rate)
-        if c.use_rms_prop:
-            self.optimizer: torch.optim.Optimizer = torch.optim.RMSprop(
+        if c.use_rms_prop and c.rms_prop_tf_like:
+            self.optimizer: torch.optim.Optimizer = RMSpropTFLike(
+                params, lr=self._lr(0.0), alpha=0.99, eps=c.rms_prop_eps
+            )
+        elif c.use_rms_prop:
+            self.optimizer = torch.optim.RMSprop(
                 params, lr=self._lr(0.0), alpha=0.99, eps=c.rms_prop_eps, foreach=True
             )
         else:

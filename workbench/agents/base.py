@@ -37,7 +37,7 @@ from torch import nn
 from .. import checkpoint
 from ..devices import DeviceChoice, choose_device, parse_device, synchronize, to_device, uncompile
 from ..envs.core import as_env_source, describe_space, flat_observation_space, observation_flattener
-from ..envs.masks import MASK_KEY, check_masks, strip_mask_space
+from ..envs.masks import MASK_KEY, check_masks, mask_size, strip_mask_space
 from ..loop import NO_EXTRAS, Step, Transitions, play_episode
 from ..normalization import ObservationNormalizer, RewardNormalizer
 from ..validation import (
@@ -193,6 +193,35 @@ def _check_moments(opt: torch.optim.Optimizer, moments: dict[int, dict[str, torc
 def _agents_for(action_space: spaces.Space) -> list[str]:
     return sorted(
         cls.__name__ for cls in AGENTS.values() if isinstance(action_space, cls.action_spaces)
+    )
+
+
+class ActionMaskError(TypeError, ValueError):
+    """An action mask given to an agent or action space that takes none (a ``TypeError`` for the
+    agent, a ``ValueError`` for the space: either ``except`` catches it)."""
+
+
+def mask_refusal(algorithm: str, action_space: spaces.Space) -> ActionMaskError:
+    """The one refusal of an action mask that ``algorithm`` cannot apply in ``action_space``, naming
+    the agents that take masks there (or, for a space no mask fits, such as MultiBinary, the spaces
+    and agents that take them)."""
+
+    def takers(space: spaces.Space) -> str:
+        names = sorted(
+            c.__name__ for c in AGENTS.values() if c.supports_action_masks and isinstance(space, c.action_spaces)
+        )
+        return ", ".join(names) or "none of the built-in agents"
+
+    if mask_size(action_space) is None:
+        return ActionMaskError(
+            f"{algorithm} does not take action masks in the action space {describe_space(action_space)}: "
+            f"action masks need a Discrete or MultiDiscrete action space (agents that take them: Discrete: "
+            f"{takers(spaces.Discrete(2))}; MultiDiscrete: {takers(spaces.MultiDiscrete([2]))}). Leave the mask "
+            "out, or make the forbidden choices part of a Discrete or MultiDiscrete action space"
+        )
+    return ActionMaskError(
+        f"{algorithm} does not take action masks: agents that take them in the action space "
+        f"{describe_space(action_space)}: {takers(action_space)}"
     )
 
 
@@ -686,8 +715,8 @@ class Agent:
             if not (isinstance(obs, dict) and MASK_KEY in obs):
                 return None
             action_mask = obs[MASK_KEY]
-        if not self.supports_action_masks:
-            raise TypeError(f"{self.algorithm} does not take action masks: use an agent for Discrete actions")
+        if not self.supports_action_masks or mask_size(self.action_space) is None:
+            raise mask_refusal(self.algorithm, self.action_space)
         mask = check_masks(action_mask, self.action_space, f"{self.algorithm}'s action_mask")
         if len(mask) != n:
             raise ValueError(f"action_mask has {len(mask)} rows for {n} observations: give one mask per observation")

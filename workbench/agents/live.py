@@ -54,6 +54,7 @@ _FIXED: dict[str, str] = {
     "use_sde": "the actor was built with or without state-dependent exploration",
     "use_rms_prop": "the optimizer was built as RMSprop or Adam",
     "rms_prop_eps": "the optimizer was built with it",
+    "rms_prop_tf_like": "the optimizer was built as PyTorch's or TensorFlow's RMSprop",
     "normalize_observations": "the observation normalizer is built with the agent",
     "normalize_rewards": "the reward normalizer is built with the agent",
 }

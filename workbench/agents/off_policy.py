@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..envs.core import byte_columns
 from ..schedules import Schedule
 from ..validation import checked, flag, integer, layer_widths, number
 from .base import Agent, AgentConfig, AgentState, Transitions
@@ -59,9 +60,12 @@ class OffPolicyAgent(Agent):
     _steps_since_update: int
 
     def _memory_options(self) -> dict:
-        """The replay memory's observation options: dtype, optimize_memory_usage, rows per add."""
+        """The replay memory's observation options: dtype, optimize_memory_usage, rows per add, and the
+        columns a Dict's frames take in its float32 rows (held as uint8; not for standardized observations)."""
         c = self.config
-        return {"obs_dtype": self.obs_dtype, "optimize_memory_usage": c.optimize_memory_usage, "stride": c.n_envs}
+        columns = None if c.normalize_observations else byte_columns(self.observation_space)
+        return {"obs_dtype": self.obs_dtype, "optimize_memory_usage": c.optimize_memory_usage, "stride": c.n_envs,
+                "obs_byte_columns": columns}
 
     def _observe(self, transitions: Transitions) -> None:
         t = transitions

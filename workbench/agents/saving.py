@@ -56,7 +56,8 @@ def _user_encoder(path: str, allow: Sequence[str] | None, label: str) -> type:
         raise CheckpointError(
             f"{label}: the agent was saved with the custom encoder {path!r}; building it imports and runs that "
             f"code, so it is refused unless you allow it: wb.load(path, allow_encoders=[{path!r}]) "
-            "(or Session.reopen(path, env, allow_encoders=[...]))"
+            "(or Session.reopen(path, env, allow_encoders=[...]); on the command line "
+            f"`workbench play/export RUN --allow-encoder {path}`)"
         )
     try:
         return import_encoder(path)

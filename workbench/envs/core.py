@@ -45,8 +45,10 @@ __all__ = [
     "EnvOutputError",
     "EnvSource",
     "MinAtarFrames",
+    "ObservationCodec",
     "VecEnv",
     "as_env_source",
+    "byte_columns",
     "call_env_method",
     "check_env",
     "checked_reset",
@@ -409,6 +411,84 @@ def flat_observation_space(space: spaces.Space) -> spaces.Box:
         f"unsupported observation space {describe_space(space)}: use Box, Discrete, "
         "MultiBinary, MultiDiscrete, or a Dict/Tuple of those"
     )
+
+
+def byte_columns(space: spaces.Space) -> np.ndarray | None:
+    """The columns of :func:`flat_observation_space`'s float32 rows that hold ``uint8`` Box parts of a
+    Dict/Tuple that mixes them with other parts (an image beside a float vector), so those columns can
+    be stored and sent as one byte each, the rest as float32 (:class:`ObservationCodec`, replay memory,
+    datasets); None when every column has one dtype (a Box, an image-only Dict: uint8 already)."""
+    space = strip_mask_space(space)
+    if not isinstance(space, spaces.Dict | spaces.Tuple) or _keeps_uint8(space):
+        return None
+    columns: list[np.ndarray] = []
+    at = 0
+
+    def walk(part: spaces.Space) -> None:
+        nonlocal at
+        if isinstance(part, spaces.Dict | spaces.Tuple):
+            for sub in _parts(part):
+                walk(sub)
+            return
+        width = int(spaces.flatdim(part))
+        if isinstance(part, spaces.Box) and part.dtype == np.uint8:
+            columns.append(np.arange(at, at + width))
+        at += width
+
+    walk(space)
+    if not columns:
+        return None
+    return np.concatenate(columns).astype(np.int64)
+
+
+def _columns_index(columns: np.ndarray) -> slice | np.ndarray:
+    """A slice for a run of consecutive columns, else the index array itself."""
+    if len(columns) and int(columns[-1]) - int(columns[0]) == len(columns) - 1:
+        return slice(int(columns[0]), int(columns[-1]) + 1)
+    return columns
+
+
+class ObservationCodec:
+    """Rows of flat observations of ``space`` as bytes, every column in its own dtype: a uint8 frame
+    as one byte a pixel, a Dict's uint8 columns (:func:`byte_columns`) as bytes and the rest as float32.
+    Local and Ray workers send their observations with it (``workbench/parallel/_worker.py``)."""
+
+    def __init__(self, space: spaces.Space) -> None:
+        flat = flat_observation_space(space)
+        self.shape: tuple[int, ...] = tuple(flat.shape)
+        self.dtype = np.dtype(flat.dtype)
+        self.size = int(np.prod(self.shape))
+        self.byte_columns = byte_columns(space)
+        if self.byte_columns is None:
+            self.float_columns = None
+            self.row_bytes = self.size * self.dtype.itemsize
+        else:
+            keep = np.ones(self.size, dtype=bool)
+            keep[self.byte_columns] = False
+            self.float_columns = np.flatnonzero(keep)
+            self.row_bytes = len(self.byte_columns) + 4 * len(self.float_columns)
+            # A run of consecutive columns (one frame key) is a slice: a view, no index array to gather by.
+            self._b, self._f = _columns_index(self.byte_columns), _columns_index(self.float_columns)
+
+    def encode(self, rows: np.ndarray) -> bytes:
+        """``rows`` (``(k, *shape)``) as bytes."""
+        if self.byte_columns is None:
+            return np.ascontiguousarray(rows, dtype=self.dtype).tobytes()
+        flat = np.asarray(rows).reshape(len(rows), -1)
+        return (np.ascontiguousarray(flat[:, self._b], dtype=np.uint8).tobytes()
+                + np.ascontiguousarray(flat[:, self._f], dtype=np.float32).tobytes())
+
+    def decode(self, buffer: Any, offset: int, k: int) -> np.ndarray:
+        """``k`` rows encoded at ``offset`` of ``buffer``, as an array of ``(k, *shape)`` and the flat dtype."""
+        if self.byte_columns is None:
+            return np.frombuffer(buffer, dtype=self.dtype, count=k * self.size, offset=offset).reshape(k, *self.shape)
+        nb = len(self.byte_columns)
+        out = np.empty((k, self.size), dtype=self.dtype)
+        out[:, self._b] = np.frombuffer(buffer, dtype=np.uint8, count=k * nb, offset=offset).reshape(k, nb)
+        nf = self.size - nb
+        floats = np.frombuffer(buffer, dtype=np.float32, count=k * nf, offset=offset + k * nb)
+        out[:, self._f] = floats.reshape(k, nf)
+        return out.reshape(k, *self.shape)
 
 
 def observation_flattener(space: spaces.Space) -> Callable[[Any], np.ndarray]:

@@ -106,12 +106,13 @@ class PrioritizedReplayMemory(ReplayMemory):
         obs_dtype: np.dtype | type = np.float32,
         optimize_memory_usage: bool = False,
         stride: int = 1,
+        obs_byte_columns: np.ndarray | None = None,
     ) -> None:
         if alpha < 0:
             raise ValueError(f"prioritized replay alpha must be >= 0, got {alpha}")
         super().__init__(
             capacity, obs_shape, action_shape, action_dtype, obs_dtype=obs_dtype,
-            optimize_memory_usage=optimize_memory_usage, stride=stride,
+            optimize_memory_usage=optimize_memory_usage, stride=stride, obs_byte_columns=obs_byte_columns,
         )
         self.alpha = float(alpha)
         self.epsilon = float(epsilon)

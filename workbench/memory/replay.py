@@ -11,6 +11,7 @@ import torch
 
 from ..checkpoint import read_npz, write_npz
 from ..devices import to_device
+from ..envs.columns import ColumnStore, join_columns, split_columns
 
 __all__ = ["ReplayBatch", "ReplayMemory", "check_transitions"]
 
@@ -81,6 +82,9 @@ class ReplayMemory:
     allocated at the first ``add`` that brings masks), saved as the array ``next_action_masks``.
 
     Observations keep ``obs_dtype`` (uint8 frames stay 1 byte a pixel, in memory and in the file).
+    With ``obs_byte_columns`` (``workbench.envs.core.byte_columns``: a Dict of an image and a float
+    vector, float32 rows) those columns are held and saved as uint8, the rest as float32
+    (:class:`~workbench.envs.columns.ColumnStore`); sampled batches are float32 rows as before.
     With ``optimize_memory_usage=True`` (Stable-Baselines3's option) next observations are not stored
     twice: rows arrive ``stride`` at a time (one per env, each add the envs' next step), so the next
     observation of row ``i`` is the observation of row ``i + stride``; where it is not (an episode
@@ -102,6 +106,7 @@ class ReplayMemory:
         obs_dtype: np.dtype | type = np.float32,
         optimize_memory_usage: bool = False,
         stride: int = 1,
+        obs_byte_columns: np.ndarray | None = None,
     ) -> None:
         if capacity < 1:
             raise ValueError(f"replay capacity must be at least 1, got {capacity}")
@@ -111,7 +116,10 @@ class ReplayMemory:
         self.obs_dtype = np.dtype(obs_dtype)
         self.optimize_memory_usage = bool(optimize_memory_usage)
         self.stride = int(stride)
-        self.obs = np.zeros((self.capacity, *self.obs_shape), dtype=self.obs_dtype)
+        self.obs_byte_columns = None
+        if obs_byte_columns is not None and len(self.obs_shape) == 1 and self.obs_dtype == np.float32:
+            self.obs_byte_columns = np.asarray(obs_byte_columns, dtype=np.int64)
+        self.obs = self._obs_rows()
         if self.optimize_memory_usage:
             if self.capacity < 2 * self.stride:
                 raise ValueError(
@@ -121,7 +129,7 @@ class ReplayMemory:
             self._finals: dict[int, np.ndarray] = {}  # next observations that are not the following row's
             self._has_final = np.zeros(self.capacity, dtype=bool)
         else:
-            self.next_obs = np.zeros((self.capacity, *self.obs_shape), dtype=self.obs_dtype)
+            self.next_obs = self._obs_rows()
         self.actions = np.zeros((self.capacity, *self.action_shape), dtype=action_dtype)
         self.rewards = np.zeros(self.capacity, dtype=np.float32)
         self.dones = np.zeros(self.capacity, dtype=np.float32)
@@ -134,6 +142,13 @@ class ReplayMemory:
 
     def __len__(self) -> int:
         return self.size
+
+    def _obs_rows(self) -> np.ndarray | ColumnStore:
+        """Storage for ``capacity`` observations: an array of ``obs_dtype``, or with byte columns a
+        :class:`ColumnStore` (a Dict's frame columns as uint8 beside its float32 ones)."""
+        if self.obs_byte_columns is not None:
+            return ColumnStore(self.capacity, self.obs_shape[0], self.obs_byte_columns)
+        return np.zeros((self.capacity, *self.obs_shape), dtype=self.obs_dtype)
 
     def add(
         self,
@@ -269,6 +284,9 @@ class ReplayMemory:
             arrays[self.MASKS] = self.next_masks[order]
         if self.optimize_memory_usage:  # how many rows an add held, for a memory that loads this one
             arrays["obs_stride"] = np.array([self.stride], dtype=np.int64)
+        # A Dict's frame columns are written as uint8 beside its float32 ones (memory.npz keeps each dtype).
+        for name in ("obs", "next_obs"):
+            arrays = split_columns(arrays, name, self.obs_byte_columns)
         return arrays
 
     def load_arrays(
@@ -279,8 +297,11 @@ class ReplayMemory:
         Every array is checked before anything is replaced: shapes against this memory's, values
         for what a transition can hold (finite numbers, ``dones`` 0 or 1, ``discounts`` in [0, 1]) and,
         given ``action_space``, every action against it. A ``ValueError`` names ``source``, the array
-        and the first bad row.
+        and the first bad row. Observations saved by columns (``obs_uint8``, ``obs_float32``,
+        ``obs_byte_columns``; see :meth:`state_arrays`) and as one array (older files) both load.
         """
+        for name in ("obs", "next_obs"):
+            arrays = join_columns(arrays, name, source)
         missing = [f for f in self.FIELDS if f not in arrays]
         if missing:
             raise ValueError(f"{source}: missing arrays {', '.join(missing)}")

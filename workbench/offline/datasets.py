@@ -37,6 +37,8 @@ from ..checkpoint import (
     space_to_json,
     write_npz,
 )
+from ..envs.columns import join_columns, split_columns
+from ..envs.core import byte_columns
 
 __all__ = ["DATASET_FORMAT", "Dataset", "DatasetError"]
 
@@ -84,6 +86,11 @@ def _numeric(source: str, name: str, value: Any) -> np.ndarray:
             "integers, parse numbers written as text)"
         )
     return arr
+
+
+def _observation_rows(arr: np.ndarray) -> np.ndarray:
+    """Observations in their own dtype where it is ``uint8`` (frames stay one byte a pixel), else float32."""
+    return arr if arr.dtype == np.uint8 else arr.astype(np.float32)
 
 
 def _first(mask: np.ndarray) -> int:
@@ -138,13 +145,15 @@ class Dataset:
         arrays = {name: _numeric(source, name, value) for name, value in arrays.items()}
         if log_probs is not None:
             log_probs = _numeric(source, "log_probs", log_probs)
-        obs = arrays["observations"].astype(np.float32)
+        obs = _observation_rows(arrays["observations"])
         if obs.ndim == 0:
             raise DatasetError(f"{source}: 'observations' is a single number; pass one row per step")
         if obs.ndim == 1:
             obs = obs[:, None]
         n = len(obs)
-        next_obs = arrays["next_observations"].astype(np.float32)
+        next_obs = _observation_rows(arrays["next_observations"])
+        if obs.dtype != next_obs.dtype:  # one of them not uint8: both as float32
+            obs, next_obs = obs.astype(np.float32), next_obs.astype(np.float32)
         if next_obs.ndim == 1:
             next_obs = next_obs[:, None]
         act = arrays["actions"]
@@ -221,8 +230,23 @@ class Dataset:
         self.observation_space = observation_space
         self.action_space = action_space
         self.metadata: dict[str, Any] = dict(metadata or {})
+        self.path: str | None = None
+        """The directory this dataset was loaded from or last saved to (None for one built in memory):
+        what a saved session names as the data it learned from (:meth:`from_run`)."""
 
     # -- shape -----------------------------------------------------------------------------------
+
+    def _byte_columns(self) -> np.ndarray | None:
+        """The columns of the float32 observation rows that hold a Dict's uint8 parts (saved as bytes)."""
+        if self.observations.dtype != np.float32 or self.observations.ndim != 2:
+            return None
+        try:
+            columns = byte_columns(self.observation_space)
+        except (ValueError, TypeError):
+            return None
+        if columns is None or columns.max() >= self.observations.shape[1]:
+            return None
+        return columns
 
     def __len__(self) -> int:
         return len(self.rewards)
@@ -344,7 +368,7 @@ class Dataset:
         source = "Dataset.from_arrays"
         if observations is None:
             raise DatasetError(f"{source}: the field 'observations' is missing")
-        obs = _numeric(source, "observations", observations).astype(np.float32)
+        obs = _observation_rows(_numeric(source, "observations", observations))
         if obs.ndim == 0:
             raise DatasetError(f"{source}: 'observations' is a single number; pass one row per step")
         n = len(obs)
@@ -386,7 +410,7 @@ class Dataset:
             next_obs[-1:] = obs[-1:]
             next_obs[done] = obs[done]
         else:
-            next_obs = _numeric(source, "next_observations", next_observations).astype(np.float32)
+            next_obs = _observation_rows(_numeric(source, "next_observations", next_observations))
         return cls(
             obs, actions, rewards, next_obs, term, trunc, log_probs,
             observation_space=observation_space, action_space=action_space, metadata=metadata,
@@ -576,6 +600,10 @@ class Dataset:
         arrays = {f: getattr(self, f) for f in _FIELDS}
         if self.log_probs is not None:
             arrays["log_probs"] = self.log_probs
+        # A Dict of an image and a float vector: its frame columns written as uint8 beside the float32 ones.
+        columns = self._byte_columns()
+        for name in ("observations", "next_observations"):
+            arrays = split_columns(arrays, name, columns)
         write_npz(os.path.join(path, "arrays.npz"), arrays)
         meta = {
             "format": DATASET_FORMAT,
@@ -591,6 +619,7 @@ class Dataset:
         with open(tmp, "w") as f:
             json.dump(meta, f, indent=1)
         os.replace(tmp, os.path.join(path, "dataset.json"))
+        self.path = os.path.abspath(path)
         return path
 
     @classmethod
@@ -636,10 +665,15 @@ class Dataset:
             arrays = read_npz(os.path.join(path, "arrays.npz"), f"{path}/arrays.npz")
         except CheckpointError as exc:
             raise DatasetError(str(exc)) from None
+        try:
+            for name in ("observations", "next_observations"):
+                arrays = join_columns(arrays, name, f"{path}/arrays.npz")
+        except ValueError as exc:
+            raise DatasetError(str(exc)) from None
         missing = [f for f in _FIELDS if f not in arrays]
         if missing:
             raise DatasetError(f"{path}/arrays.npz: lacks the array {missing[0]!r}")
-        return cls(
+        loaded = cls(
             *(arrays[f] for f in _FIELDS),
             arrays.get("log_probs"),
             observation_space=observation_space,
@@ -647,3 +681,28 @@ class Dataset:
             metadata=metadata,
             source=path,
         )
+        loaded.path = os.path.abspath(path)
+        return loaded
+
+    @classmethod
+    def from_run(cls, run: str | os.PathLike[str], *, which: str = "dataset") -> Dataset:
+        """The dataset a saved session learned from (``which="dataset"``) or estimated on
+        (``"ope_dataset"``), as the run names it in ``meta.json`` (the directory it was loaded from or
+        saved to), so a loaded run can be evaluated again::
+
+            agent = wb.load("runs/cql")
+            wb.evaluate_offline(agent, wb.Dataset.from_run("runs/cql", which="ope_dataset"))
+
+        A :class:`DatasetError` when the run names none (its dataset was built in memory and never
+        saved: ``ds.save(path)`` before training names it)."""
+        from ..checkpoint import read_meta
+
+        if which not in ("dataset", "ope_dataset"):
+            raise ValueError(f"which= is 'dataset' or 'ope_dataset', got {which!r}")
+        named = read_meta(run).get("session", {}).get(which)
+        if not named:
+            raise DatasetError(
+                f"{os.fspath(run)}: the run names no {which}: the session's data was built in memory and never saved; "
+                "save a dataset (ds.save(path)) before training on it so the run can name it"
+            )
+        return cls.load(named)

@@ -20,8 +20,17 @@ over episodes (Coach's batch-RL estimators; Precup et al. 2000, Dudik et al. 201
 
 The importance weights need the behaviour policy's probability of each logged action: the
 dataset's ``log_probs`` when it has them, else a behaviour model (a classifier of the logged
-actions) fitted here. Discrete actions only; the target policy is the agent's deterministic one.
+actions) fitted here. The target policy is the agent's deterministic one.
 The interval resamples episodes (the fitted Q-model is kept fixed across resamples).
+
+**Box actions** give ``dm``, ``dr`` and ``sdr`` (:func:`estimate_continuous`): FQE learns ``Q(s, a)``
+with the action as an input (:class:`ContinuousFittedQEvaluation`), and the importance ratio of a
+deterministic target policy, whose density is a point, is taken with a Gaussian kernel around its
+action (Kallus & Zhou 2018): ``rho = N(a; pi(s), (h * half_range)**2) / mu(a|s)`` per action dimension,
+``h`` the ``bandwidth`` (0.2 by default: a fifth of each dimension's half range). ``mu(a|s)`` is the
+behaviour's density of the logged action, the dataset's ``log_probs`` as log-densities (recorded from
+PPO and A2C, which log them); there is no behaviour model for Box actions, so a dataset without them is
+refused. ``ips``/``wis`` (products of such ratios over whole episodes) are left out for Box actions.
 """
 
 from __future__ import annotations
@@ -40,11 +49,13 @@ from .datasets import Dataset, DatasetError
 __all__ = [
     "ESTIMATORS",
     "MAX_BOOTSTRAP",
+    "ContinuousFittedQEvaluation",
     "Estimate",
     "FittedQEvaluation",
     "OffPolicyEvaluator",
     "evaluate_offline",
     "estimate",
+    "estimate_continuous",
 ]
 
 ESTIMATORS = ("ips", "wis", "dm", "dr", "sdr")
@@ -81,7 +92,12 @@ _CHECKS = {
     "target_every": integer(min=1),
     "obs_dim": integer(min=1),
     "n_actions": integer(min=1),
+    "act_dim": integer(min=1),
+    "bandwidth": number(0, min_open=True),
 }
+
+CONTINUOUS_ESTIMATORS = ("dm", "dr", "sdr")
+"""The estimators for Box actions (see the module docstring)."""
 
 
 def _check(owner: str, values: dict[str, Any], **special: Any) -> None:
@@ -201,16 +217,16 @@ def greedy_probabilities(agent: Any, observations: np.ndarray, batch: int = 4096
     return out
 
 
-def _per_episode(dataset: Dataset, rho: np.ndarray, q: np.ndarray, v: np.ndarray, v_next: np.ndarray,
+def _per_episode(dataset: Dataset, rho: np.ndarray, acted_q: np.ndarray, v: np.ndarray, v_next: np.ndarray,
                  gamma: float) -> dict[str, np.ndarray]:
-    """Per-episode terms of each estimator; ``wis`` as padded matrices (weights, weighted rewards)."""
+    """Per-episode terms of each estimator; ``wis`` as padded matrices (weights, weighted rewards).
+    ``acted_q``: the Q-model's value of each logged action."""
     bounds = dataset.episode_bounds()
     longest = max(b - a for a, b in bounds)
     n_ep = len(bounds)
     weights = np.zeros((n_ep, longest))
     rewards = np.zeros((n_ep, longest))
     ips, dm, dr, sdr = (np.zeros(n_ep) for _ in range(4))
-    acted_q = q[np.arange(len(q)), dataset.actions]
     for i, (a, b) in enumerate(bounds):
         w = np.cumprod(rho[a:b])
         r = dataset.rewards[a:b].astype(np.float64)
@@ -269,20 +285,29 @@ def estimate(
     rho = pi_taken / behaviour_probs
     v = (target_probs * q_values).sum(-1)
     v_next = (next_target_probs * next_q_values).sum(-1)
-    terms = _per_episode(dataset, rho, q_values, v, v_next, gamma)
-    point = {k: float(terms[k].mean()) for k in ("ips", "dm", "dr", "sdr")}
-    point["wis"] = _wis(terms["w"], terms["r"], gamma)
+    terms = _per_episode(dataset, rho, q_values[np.arange(n), dataset.actions], v, v_next, gamma)
+    return _with_intervals(terms, ESTIMATORS, gamma, n_bootstrap, confidence, seed)
+
+
+def _with_intervals(terms: dict[str, np.ndarray], names: tuple[str, ...], gamma: float, n_bootstrap: int,
+                    confidence: float, seed: int | None) -> dict[str, Estimate]:
+    """The point estimates ``names`` of per-episode ``terms`` and their bootstrap percentile intervals."""
+    plain = [k for k in names if k != "wis"]
+    point = {k: float(terms[k].mean()) for k in plain}
+    if "wis" in names:
+        point["wis"] = _wis(terms["w"], terms["r"], gamma)
     rng = np.random.default_rng(seed)
-    n_ep = len(terms["ips"])
-    samples: dict[str, list[float]] = {k: [] for k in ESTIMATORS}
+    n_ep = len(terms["dm"])
+    samples: dict[str, list[float]] = {k: [] for k in names}
     for _ in range(int(n_bootstrap)):
         idx = rng.integers(0, n_ep, size=n_ep)
-        for k in ("ips", "dm", "dr", "sdr"):
+        for k in plain:
             samples[k].append(float(terms[k][idx].mean()))
-        samples["wis"].append(_wis(terms["w"][idx], terms["r"][idx], gamma))
+        if "wis" in names:
+            samples["wis"].append(_wis(terms["w"][idx], terms["r"][idx], gamma))
     alpha = (1.0 - confidence) / 2.0
     out = {}
-    for k in ESTIMATORS:
+    for k in names:
         if samples[k]:
             low, high = np.quantile(samples[k], [alpha, 1.0 - alpha])
         else:
@@ -291,23 +316,166 @@ def estimate(
     return out
 
 
+def _action_scale(space: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``(middle, half_range)`` of a Box action space per dimension (0 and 1 where a bound is infinite)."""
+    low, high = np.asarray(space.low, dtype=np.float64), np.asarray(space.high, dtype=np.float64)
+    finite = np.isfinite(low) & np.isfinite(high)
+    middle = np.where(finite, (low + high) / 2, 0.0)
+    half = np.where(finite, (high - low) / 2, 1.0)
+    return middle.reshape(-1), np.maximum(half, 1e-12).reshape(-1)
+
+
+def kernel_log_density(actions: np.ndarray, target_actions: np.ndarray, space: Any, bandwidth: float) -> np.ndarray:
+    """``log N(a; pi(s), (bandwidth * half_range)**2)`` summed over action dimensions: the smoothed
+    density of a deterministic target policy at each logged action (in the action space's units)."""
+    _, half = _action_scale(space)
+    sigma = float(bandwidth) * half
+    a = np.asarray(actions, dtype=np.float64).reshape(len(actions), -1)
+    mu = np.asarray(target_actions, dtype=np.float64).reshape(len(actions), -1)
+    z = (a - mu) / sigma
+    return np.sum(-0.5 * z * z - np.log(sigma) - 0.5 * np.log(2 * np.pi), axis=1)
+
+
+def estimate_continuous(
+    dataset: Dataset,
+    target_actions: np.ndarray,
+    behaviour_log_probs: np.ndarray,
+    acted_q: np.ndarray,
+    values: np.ndarray,
+    next_values: np.ndarray,
+    *,
+    gamma: float = 0.99,
+    bandwidth: float = 0.2,
+    n_bootstrap: int = 200,
+    confidence: float = 0.95,
+    seed: int | None = 0,
+) -> dict[str, Estimate]:
+    """``dm``, ``dr`` and ``sdr`` for Box actions from arrays with one row per step of ``dataset``: the
+    target policy's action in each state, the behaviour's log-density of each logged action, a
+    Q-model's value of the logged action ``Q(s, a)``, of the target's action ``V(s) = Q(s, pi(s))`` and
+    of the target's action in the next state ``V(s')``. The importance ratio is
+    ``exp(kernel_log_density(a, pi(s)) - behaviour_log_prob)``; ``dr`` is
+    ``V(s_0) + rho_0 (r_0 + gamma V(s_1) - Q(s_0, a_0))`` per episode (no ``V(s_1)`` after a termination)."""
+    _check("estimate_continuous", dict(gamma=gamma, bandwidth=bandwidth, n_bootstrap=n_bootstrap,
+                                       confidence=confidence, seed=seed), seed=optional(integer(min=0)))
+    n = len(dataset)
+    for name, arr in (("target_actions", target_actions), ("behaviour_log_probs", behaviour_log_probs),
+                      ("acted_q", acted_q), ("values", values), ("next_values", next_values)):
+        if len(arr) != n:
+            raise DatasetError(f"estimate_continuous: {name} has {len(arr)} rows, the dataset {n}")
+    log_rho = kernel_log_density(dataset.actions, target_actions, dataset.action_space, bandwidth)
+    log_rho = log_rho - np.asarray(behaviour_log_probs, dtype=np.float64).reshape(-1)
+    rho = np.exp(np.clip(log_rho, -50.0, 50.0))
+    terms = _per_episode(dataset, rho, np.asarray(acted_q, dtype=np.float64).reshape(-1),
+                         np.asarray(values, dtype=np.float64).reshape(-1),
+                         np.asarray(next_values, dtype=np.float64).reshape(-1), gamma)
+    return _with_intervals(terms, CONTINUOUS_ESTIMATORS, gamma, n_bootstrap, confidence, seed)
+
+
+class ContinuousFittedQEvaluation:
+    """Fitted Q evaluation for Box actions: ``Q(s, a)`` of a fixed deterministic target policy, the
+    action an input (scaled to [-1, 1] by the space's bounds), learned by regression onto
+    ``r + gamma * Q_target(s', pi(s'))``, as :class:`FittedQEvaluation` does for Discrete actions."""
+
+    def __init__(self, obs_dim: int, action_space: Any, *, gamma: float = 0.99, net_arch: tuple[int, ...] = (64, 64),
+                 lr: float = 1e-3, batch_size: int = 256, target_every: int = 10, seed: int = 0) -> None:
+        act_dim = int(np.prod(action_space.shape))
+        _check("ContinuousFittedQEvaluation", dict(obs_dim=obs_dim, act_dim=act_dim, gamma=gamma, net_arch=net_arch,
+                                                   lr=lr, batch_size=batch_size, target_every=target_every, seed=seed))
+        self.gamma, self.batch_size, self.target_every = float(gamma), int(batch_size), int(target_every)
+        middle, half = _action_scale(action_space)
+        self._middle = torch.as_tensor(middle, dtype=torch.float32)
+        self._half = torch.as_tensor(half, dtype=torch.float32)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            self.q = mlp(obs_dim + act_dim, net_arch, 1)
+            self.q_target = mlp(obs_dim + act_dim, net_arch, 1)
+        self.q_target.load_state_dict(self.q.state_dict())
+        self.optimizer = make_adam(self.q.parameters(), lr=lr)
+        self.rng = np.random.default_rng(seed)
+        self.steps = 0
+        self._norm: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def _in(self, obs: Any, actions: Any) -> torch.Tensor:
+        assert self._norm is not None
+        n = len(obs)
+        o = (torch.as_tensor(np.asarray(obs), dtype=torch.float32).reshape(n, -1) - self._norm[0]) / self._norm[1]
+        a = (torch.as_tensor(np.asarray(actions), dtype=torch.float32).reshape(n, -1) - self._middle) / self._half
+        return torch.cat([o, a], dim=1)
+
+    def fit(self, dataset: Dataset, next_actions: np.ndarray, steps: int = 2000) -> ContinuousFittedQEvaluation:
+        """``steps`` gradient steps on ``dataset``, where ``next_actions[i]`` is the target policy's
+        action in ``next_observations[i]``."""
+        _check("ContinuousFittedQEvaluation.fit", {"steps": steps})
+        if self._norm is None:
+            flat = np.asarray(dataset.observations, dtype=np.float32).reshape(len(dataset), -1)
+            self._norm = _standardizer(flat)
+        taken = self._in(dataset.observations, dataset.actions)
+        following = self._in(dataset.next_observations, next_actions)
+        rewards = torch.as_tensor(dataset.rewards)
+        alive = torch.as_tensor(1.0 - dataset.terminated.astype(np.float32))
+        n = len(dataset)
+        horizon = 1.0 / max(1.0 - self.gamma, 1e-3)  # targets clipped to what a return can be (FittedQEvaluation)
+        low = min(0.0, float(dataset.rewards.min())) * horizon
+        high = max(0.0, float(dataset.rewards.max())) * horizon
+        for _ in range(int(steps)):
+            idx = torch.from_numpy(self.rng.integers(0, n, size=self.batch_size))
+            with torch.no_grad():
+                v_next = self.q_target(following[idx]).squeeze(1)
+                target = (rewards[idx] + self.gamma * alive[idx] * v_next).clamp(low, high)
+            loss = F.smooth_l1_loss(self.q(taken[idx]).squeeze(1), target)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            self.optimizer.step()
+            self.steps += 1
+            if self.steps % self.target_every == 0:
+                self.q_target.load_state_dict(self.q.state_dict())
+        return self
+
+    @torch.no_grad()
+    def __call__(self, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
+        """``Q(s, a)`` of each row ``(n,)``."""
+        return self.q(self._in(obs, actions)).squeeze(1).numpy().astype(np.float64)
+
+
+def greedy_actions(agent: Any, observations: np.ndarray, batch: int = 4096) -> np.ndarray:
+    """``agent``'s deterministic actions ``(n, *action_shape)`` for Box actions, in the space's units."""
+    return np.concatenate(
+        [np.asarray(agent.act(observations[i : i + batch], deterministic=True), dtype=np.float64)
+         .reshape(len(observations[i : i + batch]), -1) for i in range(0, len(observations), batch)]
+    )
+
+
+def _needs_log_densities(dataset: Dataset) -> None:
+    if dataset.log_probs is None:
+        raise DatasetError(
+            f"off-policy evaluation for the Box actions {dataset.action_space} needs the behaviour's log-density of "
+            "each logged action (the dataset's log_probs): record the data with an agent that logs them (PPO, A2C: "
+            "Session(..., record=path)) or pass log_probs= to wb.Dataset.from_arrays"
+        )
+
+
 class OffPolicyEvaluator:
     """Estimates for a changing policy on fixed held-out episodes: the behaviour probabilities are
     computed once, the FQE model is warm-started from one call to the next (what a session uses to
     plot the estimates while an offline agent trains)."""
 
     def __init__(self, dataset: Dataset, *, gamma: float = 0.99, fqe_steps: int = 2000,
-                 n_bootstrap: int = 200, behaviour_steps: int = 1000, seed: int = 0) -> None:
+                 n_bootstrap: int = 200, behaviour_steps: int = 1000, seed: int = 0, bandwidth: float = 0.2) -> None:
         if not isinstance(dataset, Dataset):
             raise TypeError(f"OffPolicyEvaluator needs a wb.Dataset, got {type(dataset).__name__}")
         _check("OffPolicyEvaluator", dict(gamma=gamma, fqe_steps=fqe_steps, n_bootstrap=n_bootstrap,
                                           behaviour_steps=behaviour_steps, seed=seed))
-        if not dataset.discrete:
-            raise DatasetError(
-                f"off-policy evaluation here needs Discrete actions; this dataset has {dataset.action_space}"
-            )
+        _check("OffPolicyEvaluator", {"bandwidth": bandwidth})
+        _check_action_space(dataset)
         self.dataset, self.gamma, self.fqe_steps, self.n_bootstrap = dataset, float(gamma), int(fqe_steps), n_bootstrap
-        self.seed = seed
+        self.seed, self.bandwidth = seed, float(bandwidth)
+        obs_dim = int(np.prod(dataset.observations.shape[1:]))
+        if not dataset.discrete:  # Box actions: FQE with the action as an input, kernel-weighted DR
+            _needs_log_densities(dataset)
+            self.behaviour = None
+            self.fqe: Any = ContinuousFittedQEvaluation(obs_dim, dataset.action_space, gamma=gamma, seed=seed)
+            return
         self.behaviour = behaviour_probabilities(dataset, steps=behaviour_steps, seed=seed)
         self.fqe = FittedQEvaluation(dataset.observations.shape[1], int(dataset.action_space.n),  # type: ignore[attr-defined]
                                      gamma=gamma, seed=seed)
@@ -316,14 +484,25 @@ class OffPolicyEvaluator:
         self, policy: Any | Callable[[np.ndarray], np.ndarray], fqe_steps: int | None = None
     ) -> dict[str, Estimate]:
         """Estimates for ``policy``: an agent (its greedy actions) or a function from observations
-        to action probabilities ``(n, n_actions)``."""
+        to action probabilities ``(n, n_actions)`` (Box actions: to actions ``(n, *action_shape)``)."""
         if fqe_steps is not None:
             _check("OffPolicyEvaluator", {"fqe_steps": fqe_steps})
         ds = self.dataset
+        steps = self.fqe_steps if fqe_steps is None else fqe_steps
+        if not ds.discrete:
+            act = policy if not hasattr(policy, "act") else (lambda o: greedy_actions(policy, o))
+            pi = np.asarray(act(ds.observations), dtype=np.float64).reshape(len(ds), -1)
+            pi_next = np.asarray(act(ds.next_observations), dtype=np.float64).reshape(len(ds), -1)
+            self.fqe.fit(ds, pi_next, steps=steps)
+            return estimate_continuous(
+                ds, pi, ds.log_probs, self.fqe(ds.observations, ds.actions),  # type: ignore[arg-type]
+                self.fqe(ds.observations, pi), self.fqe(ds.next_observations, pi_next),
+                gamma=self.gamma, bandwidth=self.bandwidth, n_bootstrap=self.n_bootstrap, seed=self.seed,
+            )
         probs_of = policy if not hasattr(policy, "act") else (lambda o: greedy_probabilities(policy, o))
         pi = np.asarray(probs_of(ds.observations), dtype=np.float64)
         pi_next = np.asarray(probs_of(ds.next_observations), dtype=np.float64)
-        self.fqe.fit(ds, pi_next, steps=self.fqe_steps if fqe_steps is None else fqe_steps)
+        self.fqe.fit(ds, pi_next, steps=steps)
         return estimate(ds, pi, self.behaviour, self.fqe(ds.observations), pi_next, self.fqe(ds.next_observations),
                         gamma=self.gamma, n_bootstrap=self.n_bootstrap, seed=self.seed)
 
@@ -337,13 +516,16 @@ def evaluate_offline(
     n_bootstrap: int = 200,
     behaviour_steps: int = 1000,
     seed: int = 0,
+    bandwidth: float = 0.2,
 ) -> dict[str, Estimate]:
     """Off-policy estimates of ``agent``'s value (its deterministic policy) from the logged
     episodes of ``dataset`` (use episodes it did not train on): a dict ``{"ips", "wis", "dm",
     "dr", "sdr"}`` of :class:`Estimate` (value and bootstrap interval), each an estimate of the
-    expected ``gamma``-discounted return from the logged start states. Discrete actions only;
-    see ``workbench.offline.ope``. Without the behaviour's ``log_probs`` in the dataset a behaviour model
-    is fitted first (``behaviour_steps`` gradient steps).
+    expected ``gamma``-discounted return from the logged start states; see ``workbench.offline.ope``.
+    Without the behaviour's ``log_probs`` in the dataset a behaviour model is fitted first
+    (``behaviour_steps`` gradient steps). For Box actions ``{"dm", "dr", "sdr"}``, with the dataset's
+    ``log_probs`` as the behaviour's log-densities (required) and the target's deterministic action
+    smoothed by a Gaussian kernel of ``bandwidth`` times each dimension's half range.
 
     Every argument is checked at the call: ``gamma`` in [0, 1], ``fqe_steps`` and
     ``behaviour_steps`` integers >= 0, ``n_bootstrap`` an integer from 0 to :data:`MAX_BOOTSTRAP`,
@@ -354,14 +536,15 @@ def evaluate_offline(
     if not hasattr(agent, "act") or not hasattr(agent, "action_space"):
         raise TypeError(f"evaluate_offline needs an agent such as wb.BCQ(...), got {type(agent).__name__}")
     _check("evaluate_offline", dict(gamma=gamma, fqe_steps=fqe_steps, n_bootstrap=n_bootstrap,
-                                    behaviour_steps=behaviour_steps, seed=seed))
-    if not dataset.discrete:
+                                    behaviour_steps=behaviour_steps, seed=seed, bandwidth=bandwidth))
+    _check_action_space(dataset)
+    if dataset.discrete and agent.action_space != dataset.action_space and getattr(
+        agent.action_space, "n", None
+    ) != getattr(dataset.action_space, "n", -1):
         raise DatasetError(
-            f"off-policy evaluation here needs Discrete actions; this dataset has {dataset.action_space}"
+            f"the agent's action space {agent.action_space} differs from the dataset's {dataset.action_space}"
         )
-    if agent.action_space != dataset.action_space and getattr(agent.action_space, "n", None) != getattr(
-        dataset.action_space, "n", -1
-    ):
+    if not dataset.discrete and getattr(agent.action_space, "shape", None) != dataset.action_space.shape:
         raise DatasetError(
             f"the agent's action space {agent.action_space} differs from the dataset's {dataset.action_space}"
         )
@@ -372,5 +555,14 @@ def evaluate_offline(
             f"{tuple(obs_shape)}: evaluate on episodes of the env the agent was built for"
         )
     evaluator = OffPolicyEvaluator(dataset, gamma=gamma, fqe_steps=fqe_steps, n_bootstrap=n_bootstrap,
-                                   behaviour_steps=behaviour_steps, seed=seed)
+                                   behaviour_steps=behaviour_steps, seed=seed, bandwidth=bandwidth)
     return evaluator(agent)
+
+
+def _check_action_space(dataset: Dataset) -> None:
+    from gymnasium import spaces
+
+    if not isinstance(dataset.action_space, spaces.Discrete | spaces.Box):
+        raise DatasetError(
+            f"off-policy evaluation needs Discrete or Box actions; this dataset has {dataset.action_space}"
+        )

@@ -52,10 +52,10 @@ class Recorder:
     """Collects a session's transitions per env and writes them as a dataset to ``path``."""
 
     def __init__(self, path: str | os.PathLike[str], agent: Agent) -> None:
-        if not isinstance(agent.observation_space, spaces.Box):
+        if not isinstance(agent.observation_space, spaces.Box | spaces.Dict | spaces.Tuple):
             raise ValueError(
-                f"record= keeps observations as flat arrays and needs a Box observation space; this agent's is "
-                f"{agent.observation_space}"
+                f"record= keeps observations as flat arrays and needs a Box, Dict or Tuple observation space; "
+                f"this agent's is {agent.observation_space}"
             )
         self.path = os.fspath(path)
         self.agent = agent
@@ -72,8 +72,10 @@ class Recorder:
             log_probs = np.zeros(n)
         while len(self._open) < n:
             self._open.append({f: [] for f in _FIELDS})
-        obs = np.asarray(t.obs, dtype=np.float32).reshape(n, -1)
-        next_obs = np.asarray(t.next_obs, dtype=np.float32).reshape(n, -1)
+        # Each observation in its own dtype: uint8 frames stay one byte a pixel (a Dict's flat rows are
+        # float32 here; the dataset writes their frame columns as bytes).
+        obs = np.asarray(t.obs).reshape(n, -1)
+        next_obs = np.asarray(t.next_obs).reshape(n, -1)
         actions = np.asarray(t.actions)
         for i in range(n):
             ep = self._open[i]
@@ -99,7 +101,8 @@ class Recorder:
                 parts["truncated"][-1] = parts["truncated"][-1] or not parts["terminated"][-1]
         if not parts["rewards"]:
             return None
-        shape = self.agent.observation_space.shape
+        space = self.agent.observation_space
+        shape = space.shape if isinstance(space, spaces.Box) else self.agent.obs_shape  # a Dict's flat rows
         return Dataset(
             np.stack(parts["observations"]).reshape(-1, *shape),
             np.stack(parts["actions"]),

@@ -10,9 +10,11 @@ Protocol over the connection on file descriptor FD (messages are tuples, pickled
 * ``("init", factory_blob, env_id, num_envs, seed)``: build ``num_envs`` envs; ``factory_blob`` is
   the user's zero-argument factory serialised with cloudpickle (None when ``env_id`` is given).
 * ``("reset",)`` -> ``("ok", obs)``
-* a step: ``b"S"`` + the actions' raw bytes (int64 for Discrete, float32 for Box) -> ``b"K"`` + one float32
-  buffer ``[busy_s, ended, rewards, terminated, truncated, obs, final_obs if ended, masks and
-  final_masks if the envs give action masks]``; the hot path skips pickle entirely. Actions are
+* a step: ``b"S"`` + the actions' raw bytes (int64 for Discrete, float32 for Box) -> ``b"K"`` + a float32
+  head ``[busy_s, ended, rewards, terminated, truncated, masks and final_masks if the envs give action
+  masks, game ends if the envs report them]``, then ``obs`` and, if ended, ``final_obs``, each in its
+  own dtype (``ObservationCodec`` of ``envs/core.py``: uint8 frames as one byte a pixel, a Dict's uint8
+  columns as bytes beside its float32 ones); the hot path skips pickle entirely. Actions are
   int64 for Discrete, float32 (cast to the space's dtype by the envs) for everything else.
 * ``("masks",)`` -> ``("ok", masks)``: the envs' current action masks (``VecEnv.masks``; None
   for envs without masks), asked for after a reset.
@@ -44,7 +46,7 @@ import time
 import traceback
 
 STEP = b"S"  # first byte of a step request: raw action bytes follow
-STEP_REPLY = b"K"  # first byte of a step answer: a float32 buffer follows (pickled messages start with 0x80)
+STEP_REPLY = b"K"  # first byte of a step answer: a float32 head and the observations follow (pickle starts 0x80)
 
 
 def _load_envs_module(here: str | None = None):  # type: ignore[no-untyped-def]
@@ -98,6 +100,7 @@ class Server:
         self.vec = None
         self.where = "starting"
         self.action_dtype, self.action_shape = np.float32, ()
+        self.codec = None  # how observations travel (envs/core.py's ObservationCodec), set at init
 
     @property
     def stepping(self) -> int:
@@ -129,15 +132,17 @@ class Server:
         obs, rewards, terminated, truncated, final_obs = vec.step(actions)
         busy = time.perf_counter() - start
         ended = final_obs is not obs
-        parts = [np.array([busy, ended], dtype=np.float32), rewards, terminated, truncated, obs]
-        if ended:
-            parts.append(final_obs)
+        parts = [np.array([busy, ended], dtype=np.float32), rewards, terminated, truncated]
         if vec.masks is not None:
             parts += [vec.masks, vec.final_masks]
         if vec.game_ends is not None:  # whole games' raw scores (workbench.envs.atari)
             parts.append(vec.game_ends)
-        flat = np.concatenate([p.ravel().astype(np.float32) for p in parts])
-        return STEP_REPLY + flat.tobytes()
+        head = np.concatenate([p.ravel().astype(np.float32) for p in parts])
+        # Observations in their own dtypes: a uint8 frame costs one byte a pixel on the way, not four.
+        codec = self.codec
+        return b"".join(
+            (STEP_REPLY, head.tobytes(), codec.encode(obs), codec.encode(final_obs) if ended else b"")
+        )
 
     def _command(self, command: str, message: tuple) -> tuple:
         vec = self.vec
@@ -147,6 +152,7 @@ class Server:
         if command == "init":
             self.where = "building the env (the factory)"
             vec = self.vec = _build(message, self.envs_module)
+            self.codec = self.envs_module.ObservationCodec(vec.observation_space)
             if type(vec.action_space).__name__ == "Discrete":  # the parent sends int64 actions
                 self.action_dtype, self.action_shape = self.np.int64, ()
             else:

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from ..envs.core import EnvMethodError, EnvSource, flat_observation_space
+from ..envs.core import EnvMethodError, EnvSource, ObservationCodec, flat_observation_space
 from ..envs.masks import mask_size
 from ..loop import Transitions, env_step
 from ._worker import STEP, STEP_REPLY
@@ -205,8 +205,11 @@ class LocalRunner(Runner):
                 ) from exc
         obs_space, action_space = source.spaces()
         self.observation_space, self.action_space = obs_space, action_space
-        shape = flat_observation_space(obs_space).shape
+        flat = flat_observation_space(obs_space)
+        shape = flat.shape
         self._obs_shape, self._obs_size = shape, int(np.prod(shape))
+        # Observations arrive in their own dtypes (uint8 frames as bytes), decoded as the worker encoded them.
+        self._codec = ObservationCodec(obs_space)
         self._action_dtype = np.int64 if isinstance(action_space, spaces.Discrete) else np.float32
         # Action masks (workbench.envs.masks): asked for after each reset when the space can have them.
         self._maskable = mask_size(action_space) is not None
@@ -214,7 +217,7 @@ class LocalRunner(Runner):
         self.masks: np.ndarray | None = None
         self.final_masks: np.ndarray | None = None
         self.game_ends: np.ndarray | None = None
-        self._obs = np.zeros((self.num_envs, *shape), dtype=np.float32)
+        self._obs = np.zeros((self.num_envs, *shape), dtype=flat.dtype)  # uint8 frames stay uint8, as VecEnv's
         self._pending: list[tuple[str, float]] = []
         self._window_start = time.perf_counter()
         self._workers = [self._new_worker(w, w * envs_per_worker, envs_per_worker) for w in range(num_workers)]
@@ -277,7 +280,7 @@ class LocalRunner(Runner):
         except (EOFError, OSError) as exc:
             raise WorkerError(w.id, w.death(), envs=w.envs, died=True) from exc
         if raw[:1] == STEP_REPLY:
-            return np.frombuffer(raw, dtype=np.float32, offset=1)
+            return raw  # parsed by _unpack
         message = ForkingPickler.loads(raw)
         if message[0] == "error":
             _, where, tb = message
@@ -402,25 +405,27 @@ class LocalRunner(Runner):
         self._track()
         return obs.copy(), rewards, terminated, truncated, final_obs
 
-    def _unpack(self, buf: np.ndarray, k: int) -> tuple[Any, ...]:
-        """Split a worker's step answer (see ``_worker.py``) into its arrays."""
+    def _unpack(self, raw: bytes, k: int) -> tuple[Any, ...]:
+        """Split a worker's step answer (see ``_worker.py``) into its arrays: a float32 head, then the
+        observations in their own dtypes."""
+        m = k * self._mask_size
+        head_len = 2 + 3 * k + 2 * m + (2 * k if self.game_ends is not None else 0)
+        buf = np.frombuffer(raw, dtype=np.float32, count=head_len, offset=1)
         busy, ended = float(buf[0]), buf[1] > 0
-        d = self._obs_size
         at = 2
         rewards = buf[at : at + k]
         terminated = buf[at + k : at + 2 * k] > 0
         truncated = buf[at + 2 * k : at + 3 * k] > 0
         at += 3 * k
-        obs = buf[at : at + k * d].reshape(k, *self._obs_shape)
-        final = buf[at + k * d : at + 2 * k * d].reshape(k, *self._obs_shape) if ended else None
         masks = games = None
-        at += (2 if ended else 1) * k * d
         if self._mask_size:
-            m = k * self._mask_size
             masks = (buf[at : at + m].reshape(k, -1) > 0, buf[at + m : at + 2 * m].reshape(k, -1) > 0)
             at += 2 * m
         if self.game_ends is not None:
             games = buf[at : at + 2 * k].reshape(k, 2).astype(np.float64)
+        codec, start = self._codec, 1 + 4 * head_len
+        obs = codec.decode(raw, start, k)
+        final = codec.decode(raw, start + k * codec.row_bytes, k) if ended else None
         return obs, rewards, terminated, truncated, final, busy, masks, games
 
     def _track(self) -> None:

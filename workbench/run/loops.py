@@ -68,7 +68,10 @@ class Loop:
 
     def no_eval_env(self) -> str:
         """Why ``evaluate()`` has no env to play on, for a session whose env cannot be copied."""
-        return "evaluate() needs eval_env= when the session's env is an instance"
+        return (
+            "evaluate() needs eval_env= when the session's env is an instance, which it cannot copy to play "
+            "on: pass eval_env= (an env instance, a registered id or a zero-argument factory) to the Session"
+        )
 
 
 class EnvLoop(Loop):
@@ -182,7 +185,8 @@ class ExternalLoop(EnvLoop):
         """An external session has no env of its own to copy."""
         return (
             "evaluate() needs an env to play on, and an external session has none (the application owns "
-            "it): build the session with Session.external(agent, eval_env=make_env)"
+            "it): build the session with Session.external(agent, eval_env=...), where eval_env is an env "
+            "instance, a registered id or a zero-argument factory such as `lambda: MyEnv(cfg)`"
         )
 
 
@@ -198,12 +202,22 @@ class OfflineLoop(Loop):
         if not agent.ready():
             raise RuntimeError(f"{agent.algorithm} has no dataset to learn from: pass dataset= to the session")
         losses = LossWatch(agent.algorithm)
+        ended = "finished"
         while session.steps < target_steps:
             if ctx.between_steps():  # live edits (session.set), pause and stop as in the env loop
-                return "stopped"
+                ended = "stopped"
+                break
             ctx.update_once(losses)
             asked = ctx.after_step()  # steps_per_second, evaluation, estimates, checkpoint
             if asked and session.stop_when is not None and ctx.ask_stop_when():
                 session.stop_reason = "stop_when"
                 break
-        return "finished"
+        ctx.rate.tick(final=True)  # the rate since the last one, as the env loop records at its end
+        return ended
+
+    def no_eval_env(self) -> str:
+        """An offline session learns from its dataset and has no env to copy."""
+        return (
+            "evaluate() needs an env to play on, and an offline session has none (it learns from its dataset): "
+            "pass eval_env= (an env instance, a registered id or a zero-argument factory) to the Session"
+        )

@@ -15,6 +15,7 @@ from typing import Any
 
 from .. import checkpoint
 from ..agents.saving import agent_from_run, open_saved
+from ..offline.datasets import Dataset
 from .live_edits import Event
 
 __all__ = ["Counters", "reopen", "rng_states", "write_run"]
@@ -83,6 +84,10 @@ def write_run(
             "device": agent.device_choice.to_dict() if hasattr(agent, "device_choice") else None,
             # Live edits and env calls (workbench.run.live_edits.Event), plain JSON.
             "events": [event.to_dict() for event in session.events],
+            # The datasets an offline run learned from and estimated on, where they are on disk
+            # (workbench.Dataset.from_run reads them back to evaluate the loaded agent again).
+            "dataset": getattr(getattr(session, "dataset", None), "path", None),
+            "ope_dataset": getattr(session.ope_dataset, "path", None),
         },
     }
     return checkpoint.write_run(
@@ -116,6 +121,10 @@ def reopen(
     if offline:  # it learns from dataset=; the saved env was its evaluation env
         if env is not None or saved.get("env_id"):
             kwargs.setdefault("eval_env", env if env is not None else saved.get("env_id"))
+        # The dataset the run names (where it was on disk) when none is given and it is still there.
+        named = saved.get("dataset")
+        if kwargs.get("dataset") is None and named and os.path.isfile(os.path.join(named, "dataset.json")):
+            kwargs["dataset"] = Dataset.load(named)
     elif env is None and not external:
         env = saved.get("env_id")
         if env is None:
