@@ -45,10 +45,11 @@ from .agents import (
     Transitions,
     load,
 )
+from .agents.intrinsic import ICM, RND
 from .checkpoint import CheckpointError
 from .envs.core import EnvMethodError, EnvOutputError, check_env
 from .exploration import EpsilonGreedy, GaussianNoise, OrnsteinUhlenbeckNoise, TruncatedNormalNoise
-from .memory import PrioritizedReplayMemory, ReplayMemory, RolloutBuffer
+from .memory import HerReplay, PrioritizedReplayMemory, ReplayMemory, RolloutBuffer
 from .offline.datasets import Dataset, DatasetError
 from .offline.ope import evaluate_offline
 from .parallel import WorkerError
@@ -95,6 +96,8 @@ __all__ = [
     "EpisodeReturns",
     "EpsilonGreedy",
     "GaussianNoise",
+    "HerReplay",
+    "ICM",
     "IQL",
     "MLflow",
     "NonFiniteLossError",
@@ -105,6 +108,7 @@ __all__ = [
     "Preset",
     "PrioritizedReplayMemory",
     "QRDQN",
+    "RND",
     "Rainbow",
     "RecurrentPPO",
     "RemoteSession",

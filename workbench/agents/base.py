@@ -292,6 +292,7 @@ class Agent:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(self.generator.initial_seed()))
             self._build()
+            self._build_plug_ins()
 
     def reseed(self, seed: int) -> None:
         """Reseed the agent's random generators; an agent that has not learned or loaded anything
@@ -303,6 +304,7 @@ class Agent:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(self.seed)
                 self._build()
+                self._build_plug_ins()
 
     # -- construction helpers -----------------------------------------------------------------
 
@@ -336,6 +338,7 @@ class Agent:
         unknown = [k for k in hyperparameters if k not in names]
         if unknown:
             key = unknown[0]
+            _refuse_plug_in(type(self), key)
             close = difflib.get_close_matches(key, names, n=3)
             hint = f" Did you mean {', '.join(close)}?" if close else ""
             raise TypeError(
@@ -352,6 +355,13 @@ class Agent:
         """Create networks, optimizers and storage (called under the agent's private seed)."""
         raise NotImplementedError
 
+    def _build_plug_ins(self) -> None:
+        """After :meth:`_build`, under the same seed: what a config plugs in on top of the algorithm.
+        Here the intrinsic reward (``intrinsic=wb.RND()``, ``workbench.agents.intrinsic``); the off-policy
+        agents add their replay memory's kind (``replay=wb.HerReplay()``)."""
+        spec = getattr(self.config, "intrinsic", None)
+        self.intrinsic = None if spec is None else spec.build(self)
+
     @property
     def algorithm(self) -> str:
         """The algorithm's name, e.g. ``"PPO"``."""
@@ -361,13 +371,17 @@ class Agent:
     def networks(self) -> dict[str, nn.Module]:
         """The agent's torch modules by name, as its class declares them (``network_names``, plus
         the normalizers' running statistics): saved in checkpoints, sent to Ray workers."""
-        names = (*self.network_names, "obs_normalizer", "reward_normalizer")
+        names = (*self.network_names, "obs_normalizer", "reward_normalizer", "intrinsic")
         return {name: getattr(self, name) for name in names if getattr(self, name, None) is not None}
 
     @property
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
-        """The agent's optimizers by name, as its class declares them (``optimizer_names``)."""
-        return {name: getattr(self, name) for name in self.optimizer_names if getattr(self, name, None) is not None}
+        """The agent's optimizers by name, as its class declares them (``optimizer_names``), and an
+        intrinsic reward's (``intrinsic_optimizer``)."""
+        opts = {name: getattr(self, name) for name in self.optimizer_names if getattr(self, name, None) is not None}
+        if getattr(self, "intrinsic", None) is not None:
+            opts["intrinsic_optimizer"] = self.intrinsic.optimizer
+        return opts
 
     @property
     def _fast(self) -> bool:
@@ -499,7 +513,10 @@ class Agent:
                 return
             self._in_observe = True
             try:
-                self._observe(self._normalize_transitions(transitions))
+                t = self._normalize_transitions(transitions)
+                if self.intrinsic is not None and self.training:  # the exploration bonus (agents/intrinsic.py)
+                    t = self.intrinsic.add_bonus(t, float(self.config.intrinsic_coef))
+                self._observe(t)
             finally:
                 self._in_observe = False
             self.num_timesteps += len(transitions.rewards)
@@ -518,7 +535,10 @@ class Agent:
         Calls the algorithm's :meth:`_update` under the agent's lock, so an ``act()`` from another
         thread never sees weights halfway through an update. Algorithms override :meth:`_update`."""
         with self._lock:
-            return self._update()
+            metrics = self._update()
+            if self.intrinsic is not None:  # the intrinsic reward learns from the steps since the last update
+                metrics.update(self.intrinsic.learn(float(self.config.intrinsic_coef)))
+            return metrics
 
     def _update(self) -> dict[str, float]:
         """The algorithm's part of :meth:`update`: learn, return the metrics."""
@@ -816,6 +836,18 @@ class Agent:
             f"{self.algorithm}(obs={describe_space(self.observation_space)}, "
             f"action={describe_space(self.action_space)}, encoder={self.encoder_description}, "
             f"fast={self.config.fast}, steps={self.num_timesteps}, {mode})"
+        )
+
+
+def _refuse_plug_in(cls: type[Agent], key: str) -> None:
+    """A clear ``TypeError`` for ``replay=`` or ``intrinsic=`` on an agent that does not take it."""
+    if key in ("replay", "intrinsic", "intrinsic_coef"):
+        takers = [a.__name__ for a in AGENTS.values() if key in {f.name for f in dataclasses.fields(a.Config)}]
+        what = "a replay memory's kind (wb.HerReplay)" if key == "replay" else "an intrinsic reward (wb.RND, wb.ICM)"
+        why = " (it is on-policy: it learns from its own rollouts, not from a replay memory)" if (
+            key == "replay" and cls.on_policy) else ""
+        raise TypeError(
+            f"{cls.__name__} does not take {key}=: {what} plugs into {', '.join(sorted(takers))}{why}"
         )
 
 
