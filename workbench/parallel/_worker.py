@@ -11,8 +11,9 @@ Protocol over the connection on file descriptor FD (messages are tuples, pickled
   the user's zero-argument factory serialised with cloudpickle (None when ``env_id`` is given).
 * ``("reset",)`` -> ``("ok", obs)``
 * a step: ``b"S"`` + the actions' raw bytes (int64 for Discrete, float32 for Box) -> ``b"K"`` + one float32
-  buffer ``[busy_s, ended, rewards, terminated, truncated, obs, final_obs if ended, masks and
-  final_masks if the envs give action masks]``; the hot path skips pickle entirely. Actions are
+  buffer ``[busy_s, ended, has_successes, rewards, terminated, truncated, obs, final_obs if ended, masks
+  and final_masks if the envs give action masks, game ends (Atari), successes (goal envs)]``; the hot
+  path skips pickle entirely. Actions are
   int64 for Discrete, float32 (cast to the space's dtype by the envs) for everything else.
 * ``("masks",)`` -> ``("ok", masks)``: the envs' current action masks (``VecEnv.masks``; None
   for envs without masks), asked for after a reset.
@@ -129,13 +130,16 @@ class Server:
         obs, rewards, terminated, truncated, final_obs = vec.step(actions)
         busy = time.perf_counter() - start
         ended = final_obs is not obs
-        parts = [np.array([busy, ended], dtype=np.float32), rewards, terminated, truncated, obs]
+        successes = vec.successes  # goal envs' info["is_success"] (NaN where no episode ended), last in the buffer
+        parts = [np.array([busy, ended, successes is not None], dtype=np.float32), rewards, terminated, truncated, obs]
         if ended:
             parts.append(final_obs)
         if vec.masks is not None:
             parts += [vec.masks, vec.final_masks]
         if vec.game_ends is not None:  # whole games' raw scores (workbench.envs.atari)
             parts.append(vec.game_ends)
+        if successes is not None:
+            parts.append(successes)
         flat = np.concatenate([p.ravel().astype(np.float32) for p in parts])
         return STEP_REPLY + flat.tobytes()
 

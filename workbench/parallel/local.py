@@ -214,6 +214,8 @@ class LocalRunner(Runner):
         self.masks: np.ndarray | None = None
         self.final_masks: np.ndarray | None = None
         self.game_ends: np.ndarray | None = None
+        self.successes: np.ndarray | None = None  # goal envs' info["is_success"] (see VecEnv.successes)
+        self._worker_successes: np.ndarray | None = None
         self._obs = np.zeros((self.num_envs, *shape), dtype=np.float32)
         self._pending: list[tuple[str, float]] = []
         self._window_start = time.perf_counter()
@@ -370,6 +372,8 @@ class LocalRunner(Runner):
             self.masks, self.final_masks = self.masks.copy(), np.ones_like(self.masks)
         if self.game_ends is not None:
             self.game_ends = np.full((n, 2), np.nan)
+        if self.successes is not None:  # goal envs: a new array every step (it travels in the extras)
+            self.successes = np.full(n, np.nan)
         for w in workers:
             s = w.envs
             try:
@@ -391,6 +395,9 @@ class LocalRunner(Runner):
                 self.masks[s], self.final_masks[s] = masks  # type: ignore[index]
             if games is not None:
                 self.game_ends[s] = games  # type: ignore[index]
+            found, self._worker_successes = self._worker_successes, None
+            if found is not None:
+                self.successes[s] = found  # type: ignore[index]
             w.steps += w.num_envs
             w.busy += busy
         self._obs = obs
@@ -405,8 +412,12 @@ class LocalRunner(Runner):
     def _unpack(self, buf: np.ndarray, k: int) -> tuple[Any, ...]:
         """Split a worker's step answer (see ``_worker.py``) into its arrays."""
         busy, ended = float(buf[0]), buf[1] > 0
+        if buf[2] > 0:  # goal envs' info["is_success"], at the end of the buffer
+            if self.successes is None:
+                self.successes = np.full(self.num_envs, np.nan)
+            self._worker_successes = buf[len(buf) - k :].astype(np.float64)
         d = self._obs_size
-        at = 2
+        at = 3
         rewards = buf[at : at + k]
         terminated = buf[at + k : at + 2 * k] > 0
         truncated = buf[at + 2 * k : at + 3 * k] > 0
