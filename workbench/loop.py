@@ -85,6 +85,7 @@ class _VectorEnv(Protocol):
     masks: np.ndarray | None  # the envs' action masks, None when they give none (workbench.envs.masks)
     final_masks: np.ndarray | None
     game_ends: np.ndarray | None  # Atari training envs: whole games' raw scores (workbench.envs.atari)
+    successes: np.ndarray | None  # goal envs: info["is_success"] of the episodes that ended (NaN elsewhere)
 
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]: ...
 
@@ -109,7 +110,7 @@ def env_step(agent: _Decider, envs: _VectorEnv, obs: np.ndarray) -> tuple[Transi
     game_ends = envs.game_ends
     if game_ends is not None:  # Atari training envs: whole games' raw scores (workbench.envs.atari)
         extras = {**extras, GAME_END_KEY: game_ends}
-    successes = getattr(envs, "successes", None)
+    successes = envs.successes
     if successes is not None:  # goal envs: info["is_success"] of the episodes that ended (NaN elsewhere)
         extras = {**extras, SUCCESS_KEY: successes}
     done = terminated | truncated
