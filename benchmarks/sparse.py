@@ -10,6 +10,7 @@
 
     python benchmarks/sparse.py her --seeds 3 --steps 20000
     python benchmarks/sparse.py rnd --seeds 3 --steps 100000
+    python benchmarks/sparse.py rnd --seeds 3 --steps 30000 --raw-rewards   # no reward normalisation
     python benchmarks/sparse.py her --bits 8 --steps 3000 --no-sb3     # a quick look
 
 Not part of the test suite: results are pasted into docs/sparse.md with the budget they had.
@@ -87,12 +88,13 @@ def run_sb3_her(n_bits: int, steps: int, seed: int) -> tuple[float, float]:
     return wall, success_rate(lambda obs: int(model.predict(obs, deterministic=True)[0]), n_bits)
 
 
-def run_rnd(steps: int, seed: int, rnd: bool) -> tuple[float, float, int]:
-    # rl-baselines3-zoo's MountainCar-v0 PPO settings (normalize, 16 envs, n_steps 16, lambda 0.98, 4 epochs).
+def run_rnd(steps: int, seed: int, rnd: bool, raw_rewards: bool = False) -> tuple[float, float, int]:
+    # rl-baselines3-zoo's MountainCar-v0 PPO settings (normalize, 16 envs, n_steps 16, lambda 0.98, 4 epochs);
+    # raw_rewards: without the zoo's reward normalisation (the observations stay normalised).
     agent = wb.PPO(
         "MountainCar-v0", seed=seed, n_envs=16, n_steps=16, gae_lambda=0.98, gamma=0.99, n_epochs=4, ent_coef=0.0,
-        batch_size=64, learning_rate=3e-4, clip_range=0.2, normalize_observations=True, normalize_rewards=True,
-        intrinsic=wb.RND() if rnd else None, intrinsic_coef=1.0,
+        batch_size=64, learning_rate=3e-4, clip_range=0.2, normalize_observations=True,
+        normalize_rewards=not raw_rewards, intrinsic=wb.RND() if rnd else None, intrinsic_coef=1.0,
     )
     session = wb.Session(agent, "MountainCar-v0", seed=seed)
     t0 = time.perf_counter()
@@ -109,6 +111,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=None, help="env steps per run (her: 20000, rnd: 100000)")
     parser.add_argument("--bits", type=int, default=15)
     parser.add_argument("--no-sb3", action="store_true")
+    parser.add_argument("--raw-rewards", action="store_true", help="rnd: without the zoo's reward normalisation")
     args = parser.parse_args()
     torch.set_num_threads(1)
     rows: dict[str, list[tuple]] = {}
@@ -121,8 +124,11 @@ def main() -> None:
         print(f"bit flipping, {args.bits} bits, {steps} env steps per run, success rate of 100 episodes")
     else:
         steps = args.steps or 100_000
-        runs = {"PPO+RND": lambda seed: run_rnd(steps, seed, True), "PPO": lambda seed: run_rnd(steps, seed, False)}
-        print(f"MountainCar-v0, {steps} env steps per run, eval of 10 episodes")
+        raw = args.raw_rewards
+        runs = {"PPO+RND": lambda seed: run_rnd(steps, seed, True, raw),
+                "PPO": lambda seed: run_rnd(steps, seed, False, raw)}
+        print(f"MountainCar-v0, {steps} env steps per run, eval of 10 episodes"
+              + (", rewards not normalised" if raw else ""))
     for seed in range(args.seeds):
         for name, run in runs.items():
             result = run(seed)
