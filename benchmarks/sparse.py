@@ -108,6 +108,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("task", choices=["her", "rnd"])
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1")
     parser.add_argument("--steps", type=int, default=None, help="env steps per run (her: 20000, rnd: 100000)")
     parser.add_argument("--bits", type=int, default=15)
     parser.add_argument("--no-sb3", action="store_true")
@@ -129,7 +130,7 @@ def main() -> None:
                 "PPO": lambda seed: run_rnd(steps, seed, False, raw)}
         print(f"MountainCar-v0, {steps} env steps per run, eval of 10 episodes"
               + (", rewards not normalised" if raw else ""))
-    for seed in range(args.seeds):
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
         for name, run in runs.items():
             result = run(seed)
             rows.setdefault(name, []).append(result)
