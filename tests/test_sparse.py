@@ -206,6 +206,7 @@ def test_her_memory_refuses_bad_saved_episode_lengths():
 # -- HER in the agents ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # about 4 s on an idle 2-core machine, 17 s on a loaded one
 def test_dqn_with_her_learns_bit_flipping_and_records_success_rate():
     env = _bits(4)
     agent = wb.DQN(env, replay=wb.HerReplay(strategy="future", n_sampled_goal=4), **SMALL_DQN)
