@@ -46,10 +46,11 @@ from .agents import (
     Transitions,
     load,
 )
+from .agents.intrinsic import ICM, RND
 from .checkpoint import CheckpointError
 from .envs.core import EnvMethodError, EnvOutputError, check_env
 from .exploration import EpsilonGreedy, GaussianNoise, OrnsteinUhlenbeckNoise, TruncatedNormalNoise
-from .memory import PrioritizedReplayMemory, ReplayMemory, RolloutBuffer
+from .memory import HerReplay, PrioritizedReplayMemory, ReplayMemory, RolloutBuffer
 from .offline.datasets import Dataset, DatasetError
 from .offline.ope import evaluate_offline
 from .parallel import WorkerError
@@ -100,6 +101,8 @@ __all__ = [
     "EpsilonGreedy",
     "GaussianNoise",
     "HumanPlay",
+    "HerReplay",
+    "ICM",
     "IQL",
     "MLflow",
     "NonFiniteLossError",
@@ -111,6 +114,7 @@ __all__ = [
     "Preset",
     "PrioritizedReplayMemory",
     "QRDQN",
+    "RND",
     "Rainbow",
     "RecurrentPPO",
     "RemoteSession",

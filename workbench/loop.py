@@ -27,7 +27,7 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 
 from .envs.atari import GAME_END_KEY, real_episodes
-from .envs.core import checked_reset, checked_step, env_action_converter
+from .envs.core import SUCCESS_KEY, checked_reset, checked_step, env_action_converter
 from .envs.masks import NEXT_MASK_KEY, MaskReader
 
 __all__ = [
@@ -85,6 +85,7 @@ class _VectorEnv(Protocol):
     masks: np.ndarray | None  # the envs' action masks, None when they give none (workbench.envs.masks)
     final_masks: np.ndarray | None
     game_ends: np.ndarray | None  # Atari training envs: whole games' raw scores (workbench.envs.atari)
+    successes: np.ndarray | None  # goal envs: info["is_success"] of the episodes that ended (NaN elsewhere)
 
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]: ...
 
@@ -109,6 +110,9 @@ def env_step(agent: _Decider, envs: _VectorEnv, obs: np.ndarray) -> tuple[Transi
     game_ends = envs.game_ends
     if game_ends is not None:  # Atari training envs: whole games' raw scores (workbench.envs.atari)
         extras = {**extras, GAME_END_KEY: game_ends}
+    successes = envs.successes
+    if successes is not None:  # goal envs: info["is_success"] of the episodes that ended (NaN elsewhere)
+        extras = {**extras, SUCCESS_KEY: successes}
     done = terminated | truncated
     if done.any():
         agent.begin_episode(done)
@@ -130,14 +134,22 @@ def stack_transitions(rows: list[Transitions]) -> Transitions:
     """Rows of one step each, stacked along a new leading time axis."""
     first = rows[0]
     fields = [np.stack([np.asarray(getattr(r, name)) for r in rows]) for name in Transitions._fields[:-1]]
-    extras = {key: np.stack([r.extras[key] for r in rows]) for key in first.extras}
+    extras = {key: np.stack([r.extras[key] for r in rows]) for key in first.extras if key != SUCCESS_KEY}
+    if any(SUCCESS_KEY in r.extras for r in rows):  # reported from some step on: NaN (no episode ended) before
+        n = len(first.rewards)
+        extras[SUCCESS_KEY] = np.stack([r.extras.get(SUCCESS_KEY, np.full(n, np.nan)) for r in rows])
     return Transitions(*fields, extras=extras)
 
 
 def concat_envs(parts: list[Transitions]) -> Transitions:
     """Stacked transitions of several groups of envs (one per worker) joined along the env axis."""
     fields = [np.concatenate([getattr(p, name) for p in parts], axis=1) for name in Transitions._fields[:-1]]
-    extras = {key: np.concatenate([p.extras[key] for p in parts], axis=1) for key in parts[0].extras}
+    extras = {key: np.concatenate([p.extras[key] for p in parts], axis=1) for key in parts[0].extras
+              if key != SUCCESS_KEY}
+    if any(SUCCESS_KEY in p.extras for p in parts):  # a group whose envs reported none: NaN rows
+        extras[SUCCESS_KEY] = np.concatenate(
+            [p.extras.get(SUCCESS_KEY, np.full(p.rewards.shape, np.nan)) for p in parts], axis=1
+        )
     return Transitions(*fields, extras=extras)
 
 

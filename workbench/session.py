@@ -167,6 +167,9 @@ class Session(SessionMedia):
                 f"Session needs an agent such as wb.PPO(env) as its first argument, got {type(agent).__name__}"
             )
         source, loop = _source_and_loop(agent, env, dataset, eval_env)
+        bind_env = getattr(agent, "bind_env", None)
+        if bind_env is not None and isinstance(source, EnvSource):  # HER takes the env's compute_reward
+            bind_env(source)
         arguments = {name: value for name, value in locals().items() if name in _ARGUMENT_CHECKS}
         check_arguments("Session", arguments, _ARGUMENT_CHECKS, _session_defaults())
         check_runner_options(backend, num_workers, backend_options, owner="Session")

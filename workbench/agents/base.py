@@ -351,6 +351,7 @@ class Agent:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(self.generator.initial_seed()))
             self._build()
+            self._build_plug_ins()
         self.device_choice: DeviceChoice = choose_device(
             device, self._device_probe, self._probe_key(), owner=type(self).__name__
         )
@@ -368,6 +369,7 @@ class Agent:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(self.seed)
                 self._build()
+                self._build_plug_ins()
             self._after_build()
 
     # -- device, compile, precision -------------------------------------------------------------
@@ -593,6 +595,7 @@ class Agent:
         unknown = [k for k in hyperparameters if k not in names]
         if unknown:
             key = unknown[0]
+            _refuse_plug_in(type(self), key)
             close = difflib.get_close_matches(key, names, n=3)
             hint = f" Did you mean {', '.join(close)}?" if close else ""
             raise TypeError(
@@ -609,6 +612,13 @@ class Agent:
         """Create networks, optimizers and storage (called under the agent's private seed)."""
         raise NotImplementedError
 
+    def _build_plug_ins(self) -> None:
+        """After :meth:`_build`, under the same seed: what a config plugs in on top of the algorithm.
+        Here the intrinsic reward (``intrinsic=wb.RND()``, ``workbench.agents.intrinsic``); the off-policy
+        agents add their replay memory's kind (``replay=wb.HerReplay()``)."""
+        spec = getattr(self.config, "intrinsic", None)
+        self.intrinsic = None if spec is None else spec.build(self)
+
     @property
     def algorithm(self) -> str:
         """The algorithm's name, e.g. ``"PPO"``."""
@@ -618,13 +628,17 @@ class Agent:
     def networks(self) -> dict[str, nn.Module]:
         """The agent's torch modules by name, as its class declares them (``network_names``, plus
         the normalizers' running statistics): saved in checkpoints, sent to Ray workers."""
-        names = (*self.network_names, "obs_normalizer", "reward_normalizer")
+        names = (*self.network_names, "obs_normalizer", "reward_normalizer", "intrinsic")
         return {name: getattr(self, name) for name in names if getattr(self, name, None) is not None}
 
     @property
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
-        """The agent's optimizers by name, as its class declares them (``optimizer_names``)."""
-        return {name: getattr(self, name) for name in self.optimizer_names if getattr(self, name, None) is not None}
+        """The agent's optimizers by name, as its class declares them (``optimizer_names``), and an
+        intrinsic reward's (``intrinsic_optimizer``)."""
+        opts = {name: getattr(self, name) for name in self.optimizer_names if getattr(self, name, None) is not None}
+        if getattr(self, "intrinsic", None) is not None:
+            opts["intrinsic_optimizer"] = self.intrinsic.optimizer
+        return opts
 
     @property
     def _fast(self) -> bool:
@@ -760,7 +774,10 @@ class Agent:
                 return
             self._in_observe = True
             try:
-                self._observe(self._normalize_transitions(transitions))
+                t = self._normalize_transitions(transitions)
+                if self.intrinsic is not None and self.training:  # the exploration bonus (agents/intrinsic.py)
+                    t = self.intrinsic.add_bonus(t, float(self.config.intrinsic_coef))
+                self._observe(t)
             finally:
                 self._in_observe = False
             self.num_timesteps += len(transitions.rewards)
@@ -781,6 +798,8 @@ class Agent:
         with self._lock:
             with self._autocast():
                 metrics = self._update()
+            if self.intrinsic is not None:  # the intrinsic reward learns from the steps since the last update
+                metrics.update(self.intrinsic.learn(float(self.config.intrinsic_coef)))
             if self._compile_time_due:  # the compile time once, as its own signal
                 self._compile_time_due = False
                 metrics = {**metrics, "compile_time": float(self.compile_time or 0.0)}
@@ -1118,6 +1137,18 @@ def _run_probe(calls: list[Any]) -> None:
 
 def _torch_dtype(dtype: np.dtype) -> torch.dtype:
     return torch.from_numpy(np.zeros(1, dtype=dtype)).dtype
+
+
+def _refuse_plug_in(cls: type[Agent], key: str) -> None:
+    """A clear ``TypeError`` for ``replay=`` or ``intrinsic=`` on an agent that does not take it."""
+    if key in ("replay", "intrinsic", "intrinsic_coef"):
+        takers = [a.__name__ for a in AGENTS.values() if key in {f.name for f in dataclasses.fields(a.Config)}]
+        what = "a replay memory's kind (wb.HerReplay)" if key == "replay" else "an intrinsic reward (wb.RND, wb.ICM)"
+        why = " (it is on-policy: it learns from its own rollouts, not from a replay memory)" if (
+            key == "replay" and cls.on_policy) else ""
+        raise TypeError(
+            f"{cls.__name__} does not take {key}=: {what} plugs into {', '.join(sorted(takers))}{why}"
+        )
 
 
 def _writable(value: Any) -> np.ndarray:

@@ -23,12 +23,14 @@ from torch import nn
 
 from ..envs.masks import NEXT_MASK_KEY, masked_choice
 from ..exploration import EpsilonGreedy
+from ..memory.her import HerMemory
 from ..memory.nstep import NStepAccumulator
 from ..memory.prioritized import PrioritizedReplayMemory
 from ..memory.replay import ReplayBatch, ReplayMemory
 from ..schedules import Schedule, as_schedule, linear
 from ..validation import Constraint, checked, flag, integer, number
 from .base import AgentState, Transitions, register
+from .intrinsic import INTRINSIC, IntrinsicReward
 from .kernels import gradient_step, polyak_update
 from .networks import DuelingQNetwork, make_adam, mlp, noise_off, reset_noise
 from .off_policy import OffPolicyAgent, OffPolicyConfig
@@ -77,6 +79,11 @@ class DQNConfig(OffPolicyConfig):
     noisy: bool = checked(False, flag())
     """Noisy networks: learned weight noise explores (new noise every step and gradient step); set
     ``exploration=wb.EpsilonGreedy(0.0, 0.0)`` to explore by the noise alone."""
+    intrinsic: IntrinsicReward | None = checked(None, INTRINSIC)
+    """An intrinsic reward for exploration: wb.RND(...) or wb.ICM(...) (None: the env's reward alone).
+    Its bonus is added to the rewards while training, never used in play (``workbench.agents.intrinsic``)."""
+    intrinsic_coef: float = checked(1.0, number(0), live=True)
+    """Weight of the intrinsic reward's normalised bonus in the rewards learned from."""
 
 
 @register
@@ -227,7 +234,9 @@ class DQN(OffPolicyAgent):
         # The next states' masks (from the loop) keep the targets' max among allowed actions.
         next_masks = t.extras.get(NEXT_MASK_KEY)
         # Only a real termination stops bootstrapping; a time-limit truncation does not.
-        if self._n_step is None:
+        if isinstance(self.memory, HerMemory):  # whole episodes (workbench.memory.her): truncations too
+            self.memory.add_steps(t.obs, t.actions, t.rewards, t.next_obs, t.terminated, t.truncated)
+        elif self._n_step is None:
             self.memory.add(
                 t.obs, t.actions, t.rewards, t.next_obs, t.terminated.astype(np.float32), self.config.gamma,
                 **({} if next_masks is None else {"next_masks": next_masks}),

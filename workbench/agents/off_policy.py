@@ -18,8 +18,11 @@ from typing import Any
 import numpy as np
 
 from ..envs.core import byte_columns
+from ..envs.goals import goal_env_problem
+from ..envs.masks import strip_mask_space
+from ..memory.her import HerMemory, HerReplay, env_compute_reward
 from ..schedules import Schedule
-from ..validation import checked, flag, integer, layer_widths, number
+from ..validation import Constraint, checked, flag, integer, layer_widths, number, optional
 from .base import Agent, AgentConfig, AgentState, Transitions
 
 __all__ = ["OffPolicyAgent", "OffPolicyConfig"]
@@ -52,6 +55,11 @@ class OffPolicyConfig(AgentConfig):
     optimize_memory_usage: bool = checked(False, flag())
     """Store each observation once in the replay memory (the next observation is the following row's),
     as SB3's option: about half the memory for image observations."""
+    replay: HerReplay | None = checked(
+        None, optional(Constraint("a wb.HerReplay(...)", lambda v: isinstance(v, HerReplay)))
+    )
+    """The replay memory's kind: None for uniform replay, ``wb.HerReplay(...)`` for Hindsight Experience
+    Replay on a goal env (``workbench.memory.her``)."""
 
 
 class OffPolicyAgent(Agent):
@@ -67,10 +75,68 @@ class OffPolicyAgent(Agent):
         return {"obs_dtype": self.obs_dtype, "optimize_memory_usage": c.optimize_memory_usage, "stride": c.n_envs,
                 "obs_byte_columns": columns}
 
+    def _build_plug_ins(self) -> None:
+        super()._build_plug_ins()
+        spec = self.config.replay
+        if spec is not None:
+            self._use_her(spec)
+
+    def _use_her(self, spec: HerReplay) -> None:
+        """Replace the memory ``_build`` made with a :class:`~workbench.memory.her.HerMemory` of the same
+        capacity and action layout; refuse what HER cannot combine with, naming it."""
+        c = self.config
+        owner = f"{self.algorithm}(replay=HerReplay(...))"
+        clashes = [
+            (getattr(c, "prioritized", False), "prioritized=True"),
+            (getattr(c, "n_step", 1) > 1, f"n_step={getattr(c, 'n_step', 1)}"),
+            (c.optimize_memory_usage, "optimize_memory_usage=True"),
+            (c.normalize_observations, "normalize_observations=True (goals are relabelled in the raw observations)"),
+        ]
+        for clash, name in clashes:
+            if clash:
+                raise ValueError(f"{owner} cannot be combined with {name}: leave it out, or use the default replay")
+        problem = goal_env_problem(strip_mask_space(self.observation_space))
+        if problem is not None:
+            raise ValueError(
+                f"{owner} needs a goal env (a Dict observation with 'observation', 'achieved_goal' and "
+                f"'desired_goal', and compute_reward), but {problem}: drop replay= for this env"
+            )
+        fn = spec.compute_reward or getattr(self, "_compute_reward", None)
+        if fn is None and self.env_source is not None:
+            fn = env_compute_reward(self.env_source)
+            if fn is None:
+                raise ValueError(
+                    f"{owner} relabels rewards with the env's compute_reward(achieved_goal, desired_goal, info), "
+                    f"and the env {self.env_source.name} has none: add one to the env, or pass "
+                    "HerReplay(compute_reward=...)"
+                )
+        self._compute_reward = fn
+        old = self.memory
+        self.memory = HerMemory(
+            spec, c.buffer_size, self.observation_space, self.obs_shape, old.action_shape, old.actions.dtype,
+            obs_dtype=self.obs_dtype, compute_reward=fn, gamma=c.gamma,
+        )
+
+    def bind_env(self, source: Any) -> None:
+        """The session tells the agent which env it trains on (an ``EnvSource``): a HER memory without a
+        ``compute_reward`` (an agent built from spaces, a loaded run) takes the env's."""
+        memory = getattr(self, "memory", None)
+        if isinstance(memory, HerMemory) and memory.compute_reward is None:
+            fn = env_compute_reward(source)
+            if fn is None:
+                raise ValueError(
+                    f"{self.algorithm} with HerReplay relabels rewards with the env's compute_reward, and the env "
+                    f"{source.name} has none: add one, or build the agent with HerReplay(compute_reward=...)"
+                )
+            memory.compute_reward = self._compute_reward = fn
+
     def _observe(self, transitions: Transitions) -> None:
         t = transitions
         stored = t.actions if self.discrete else self._unscale_action(np.asarray(t.actions, dtype=np.float32))
-        self.memory.add(t.obs, stored, t.rewards, t.next_obs, t.terminated.astype(np.float32), self.config.gamma)
+        if isinstance(self.memory, HerMemory):  # whole episodes: it needs the truncations too
+            self.memory.add_steps(t.obs, stored, t.rewards, t.next_obs, t.terminated, t.truncated)
+        else:
+            self.memory.add(t.obs, stored, t.rewards, t.next_obs, t.terminated.astype(np.float32), self.config.gamma)
         self._steps_since_update += len(t.rewards)
 
     def load_dataset(self, dataset: Any) -> None:

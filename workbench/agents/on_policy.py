@@ -36,6 +36,7 @@ from ..schedules import Schedule
 from ..validation import checked, choice, flag, integer, layer_widths, number
 from .base import Agent, AgentConfig, Step, Transitions
 from .encoders import DictEncoder, ImageEncoder, orthogonal_init, with_encoder
+from .intrinsic import INTRINSIC, IntrinsicReward
 from .kernels import forward, gradient_step
 from .networks import ACTIVATIONS, gaussian_policy_terms, mlp
 from .networks import drawn_like as _from_generator
@@ -165,6 +166,11 @@ class OnPolicyConfig(AgentConfig):
     """Box actions: state-dependent exploration (gSDE), noise smooth in time instead of per step."""
     sde_sample_freq: int = checked(-1, integer(min=1, also=(-1,)), live=True)
     """With use_sde, env steps between new noise weights; -1: once per rollout."""
+    intrinsic: IntrinsicReward | None = checked(None, INTRINSIC)
+    """An intrinsic reward for exploration: wb.RND(...) or wb.ICM(...) (None: the env's reward alone).
+    Its bonus is added to the rewards while training, never used in play (``workbench.agents.intrinsic``)."""
+    intrinsic_coef: float = checked(1.0, number(0), live=True)
+    """Weight of the intrinsic reward's normalised bonus in the rewards learned from."""
 
 
 class RolloutBatch(NamedTuple):

@@ -19,9 +19,11 @@ import torch
 from ..checkpoint import MEMORY, META, WEIGHTS, CheckpointError, OpenRun, SavedRun, open_run, read_run, space_from_json
 from ..devices import parse_device
 from ..exploration import exploration_from_dict
+from ..memory.her import replay_from_dict
 from ..schedules import schedule_from_dict
 from .base import AGENTS, OFFLINE_AGENTS, Agent, AgentState
 from .encoders import BUILTIN_ENCODERS, import_encoder
+from .intrinsic import intrinsic_from_dict
 
 __all__ = ["agent_from_run", "config_of", "known_algorithms", "load", "open_saved", "read_saved"]
 
@@ -81,8 +83,13 @@ def _decode_hyperparameters(
     for key, value in hyper.items():
         if key not in fields:
             continue  # a field dropped in a later version: keep the new default
-        if isinstance(value, dict) and "type" in value:  # exploration objects name their type
-            value = exploration_from_dict(value)
+        if isinstance(value, dict) and "type" in value:  # exploration objects (and plug-ins) name their type
+            if key == "replay":
+                value = replay_from_dict(value)
+            elif key == "intrinsic":
+                value = intrinsic_from_dict(value)
+            else:
+                value = exploration_from_dict(value)
         elif isinstance(value, dict) and "schedule" in value:
             value = schedule_from_dict(value)
         elif isinstance(value, list):

@@ -46,6 +46,7 @@ __all__ = [
     "EnvSource",
     "MinAtarFrames",
     "ObservationCodec",
+    "SUCCESS_KEY",
     "VecEnv",
     "as_env_source",
     "byte_columns",
@@ -534,6 +535,10 @@ class EnvOutputError(ValueError):
 
 # The types a well-behaved env returns, tested by identity on the hot path; anything else goes
 # through the slower checks below, which accept every number and bool-like value and refuse the rest.
+SUCCESS_KEY = "is_success"
+"""The info key of a goal env's success (gymnasium-robotics' convention): read when an episode ends,
+it travels in the step's extras under this name, and the session records ``success_rate`` from it."""
+
 _FAST_REWARDS = frozenset({float, int, np.float64, np.float32})
 _FAST_FLAGS = frozenset({bool, np.bool_})
 _GYMNASIUM_API = (
@@ -635,6 +640,9 @@ class VecEnv:
     masks: np.ndarray | None = None
     final_masks: np.ndarray | None = None
     game_ends: np.ndarray | None = None
+    successes: np.ndarray | None = None
+    """``info["is_success"]`` of the episodes the last step ended (NaN elsewhere); None until an env
+    has reported one, then a new array every step."""
 
     def __init__(self, envs: Sequence[gym.Env], *, seed: int | None = None) -> None:
         if not envs:
@@ -723,6 +731,8 @@ class VecEnv:
             self.game_ends = np.full((self.num_envs, 2), np.nan)  # a new array: it travels in the extras
         fresh = self._fresh
         self.step_count += 1
+        if self.successes is not None:
+            self.successes = np.full(self.num_envs, np.nan)  # a new array: it travels in the extras
         for i, env in enumerate(self.envs):
             self.stepping = i
             result = env.step(self.env_action(actions[i]))
@@ -742,6 +752,10 @@ class VecEnv:
             if games and GAME_END_KEY in info:
                 self.game_ends[i] = info[GAME_END_KEY]  # type: ignore[index]
             if term or trunc:
+                if isinstance(info, dict) and SUCCESS_KEY in info:  # a goal env's success, read when its episode ends
+                    if self.successes is None:
+                        self.successes = np.full(self.num_envs, np.nan)
+                    self.successes[i] = float(bool(info[SUCCESS_KEY]))
                 finals.append((i, self._flat(o, "env.step", i)))
                 self._pre_reset[i] = _rng_state(env)
                 reset = env.reset()

@@ -102,6 +102,7 @@ class VectorEnvAdapter:
     masks: np.ndarray | None = None
     final_masks: np.ndarray | None = None
     game_ends: np.ndarray | None = None
+    successes: np.ndarray | None = None  # info["is_success"] is not read from a user's vector env (yet)
 
     def __init__(self, venv: Any, *, episodic_life: bool = False, clip_rewards: bool = False) -> None:
         self.venv = venv

@@ -11,10 +11,11 @@ Protocol over the connection on file descriptor FD (messages are tuples, pickled
   the user's zero-argument factory serialised with cloudpickle (None when ``env_id`` is given).
 * ``("reset",)`` -> ``("ok", obs)``
 * a step: ``b"S"`` + the actions' raw bytes (int64 for Discrete, float32 for Box) -> ``b"K"`` + a float32
-  head ``[busy_s, ended, rewards, terminated, truncated, masks and final_masks if the envs give action
-  masks, game ends if the envs report them]``, then ``obs`` and, if ended, ``final_obs``, each in its
-  own dtype (``ObservationCodec`` of ``envs/core.py``: uint8 frames as one byte a pixel, a Dict's uint8
-  columns as bytes beside its float32 ones); the hot path skips pickle entirely. Actions are
+  head ``[busy_s, ended, has_successes, rewards, terminated, truncated, masks and final_masks if the envs
+  give action masks, game ends if the envs report them, successes (goal envs) if has_successes]``, then
+  ``obs`` and, if ended, ``final_obs``, each in its own dtype (``ObservationCodec`` of ``envs/core.py``:
+  uint8 frames as one byte a pixel, a Dict's uint8 columns as bytes beside its float32 ones); the hot
+  path skips pickle entirely. Actions are
   int64 for Discrete, float32 (cast to the space's dtype by the envs) for everything else.
 * ``("masks",)`` -> ``("ok", masks)``: the envs' current action masks (``VecEnv.masks``; None
   for envs without masks), asked for after a reset.
@@ -132,11 +133,14 @@ class Server:
         obs, rewards, terminated, truncated, final_obs = vec.step(actions)
         busy = time.perf_counter() - start
         ended = final_obs is not obs
-        parts = [np.array([busy, ended], dtype=np.float32), rewards, terminated, truncated]
+        successes = vec.successes  # goal envs' info["is_success"] (NaN where no episode ended), last in the head
+        parts = [np.array([busy, ended, successes is not None], dtype=np.float32), rewards, terminated, truncated]
         if vec.masks is not None:
             parts += [vec.masks, vec.final_masks]
         if vec.game_ends is not None:  # whole games' raw scores (workbench.envs.atari)
             parts.append(vec.game_ends)
+        if successes is not None:
+            parts.append(successes)
         head = np.concatenate([p.ravel().astype(np.float32) for p in parts])
         # Observations in their own dtypes: a uint8 frame costs one byte a pixel on the way, not four.
         codec = self.codec

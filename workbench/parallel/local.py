@@ -217,6 +217,8 @@ class LocalRunner(Runner):
         self.masks: np.ndarray | None = None
         self.final_masks: np.ndarray | None = None
         self.game_ends: np.ndarray | None = None
+        self.successes: np.ndarray | None = None  # goal envs' info["is_success"] (see VecEnv.successes)
+        self._worker_successes: np.ndarray | None = None
         self._obs = np.zeros((self.num_envs, *shape), dtype=flat.dtype)  # uint8 frames stay uint8, as VecEnv's
         self._pending: list[tuple[str, float]] = []
         self._window_start = time.perf_counter()
@@ -373,6 +375,8 @@ class LocalRunner(Runner):
             self.masks, self.final_masks = self.masks.copy(), np.ones_like(self.masks)
         if self.game_ends is not None:
             self.game_ends = np.full((n, 2), np.nan)
+        if self.successes is not None:  # goal envs: a new array every step (it travels in the extras)
+            self.successes = np.full(n, np.nan)
         for w in workers:
             s = w.envs
             try:
@@ -394,6 +398,9 @@ class LocalRunner(Runner):
                 self.masks[s], self.final_masks[s] = masks  # type: ignore[index]
             if games is not None:
                 self.game_ends[s] = games  # type: ignore[index]
+            found, self._worker_successes = self._worker_successes, None
+            if found is not None:
+                self.successes[s] = found  # type: ignore[index]
             w.steps += w.num_envs
             w.busy += busy
         self._obs = obs
@@ -409,10 +416,15 @@ class LocalRunner(Runner):
         """Split a worker's step answer (see ``_worker.py``) into its arrays: a float32 head, then the
         observations in their own dtypes."""
         m = k * self._mask_size
-        head_len = 2 + 3 * k + 2 * m + (2 * k if self.game_ends is not None else 0)
+        has_successes = np.frombuffer(raw, dtype=np.float32, count=3, offset=1)[2] > 0
+        head_len = 3 + 3 * k + 2 * m + (2 * k if self.game_ends is not None else 0) + (k if has_successes else 0)
         buf = np.frombuffer(raw, dtype=np.float32, count=head_len, offset=1)
         busy, ended = float(buf[0]), buf[1] > 0
-        at = 2
+        if has_successes:  # goal envs' info["is_success"], at the end of the head
+            if self.successes is None:
+                self.successes = np.full(self.num_envs, np.nan)
+            self._worker_successes = buf[head_len - k :].astype(np.float64)
+        at = 3
         rewards = buf[at : at + k]
         terminated = buf[at + k : at + 2 * k] > 0
         truncated = buf[at + 2 * k : at + 3 * k] > 0

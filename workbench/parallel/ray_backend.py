@@ -95,6 +95,11 @@ class _TimedEnvs:
         """The masks of the last step's next states (``VecEnv.final_masks``)."""
         return self.vec.final_masks
 
+    @property
+    def successes(self) -> np.ndarray | None:
+        """Goal envs' ``info["is_success"]`` of the episodes the last step ended (``VecEnv.successes``)."""
+        return self.vec.successes
+
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         self.started = time.monotonic()
         try:

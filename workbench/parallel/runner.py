@@ -51,6 +51,8 @@ class Runner:
     """The masks of the states the last step reached; None for envs that give none."""
     game_ends: np.ndarray | None = None
     """Atari training envs: the raw score and length of whole games that ended (``workbench.envs.atari``)."""
+    successes: np.ndarray | None = None
+    """Goal envs: ``info["is_success"]`` of the episodes the last step ended (NaN elsewhere), once reported."""
 
     def reset(self) -> np.ndarray:
         """Reset every env; the first observations, one row per env."""

@@ -14,16 +14,21 @@ The end reason is ``"finished"`` (the budget was reached, or ``stop_when`` said 
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 import numpy as np
 
 from ..envs.atari import GAME_END_KEY
+from ..envs.core import SUCCESS_KEY
 from ..loop import EpisodeTracker
 from ..parallel import Runner, make_runner
 from ..validation import LossWatch, check_env_batch
 
-__all__ = ["FEEDBACK_WAIT_S", "EnvLoop", "ExternalLoop", "Loop", "OfflineLoop"]
+__all__ = ["FEEDBACK_WAIT_S", "SUCCESS_WINDOW", "EnvLoop", "ExternalLoop", "Loop", "OfflineLoop"]
+
+SUCCESS_WINDOW = 100
+"""``success_rate`` is the share of successes among this many last episodes that reported one (SB3's)."""
 
 FEEDBACK_WAIT_S = 0.05
 """An external session's loop checks pause and stop this often while it waits for feedback."""
@@ -144,6 +149,10 @@ class EnvLoop(Loop):
                         ctx.update_once(losses)
                     break
 
+            successes = t.extras.get(SUCCESS_KEY)
+            if successes is not None:  # goal envs: info["is_success"] of the episodes that ended
+                self._record_successes(session, successes)
+
             for name, value in runner.drain_signals():
                 record(name, session.steps, value, session.elapsed)
 
@@ -154,6 +163,20 @@ class EnvLoop(Loop):
         ctx.rate.tick(final=True)
         ctx.close_runner()
         return ended
+
+    def _record_successes(self, session: Any, successes: np.ndarray) -> None:
+        """Record ``success_rate`` (over the last :data:`SUCCESS_WINDOW` episodes) for each episode that
+        ended with ``info["is_success"]`` (the non-NaN entries)."""
+        ended = successes[~np.isnan(successes)]
+        if not ended.size:
+            return
+        window = getattr(self, "_successes", None)
+        if window is None:
+            window = self._successes = deque(maxlen=SUCCESS_WINDOW)
+        now = session.elapsed
+        for value in ended.tolist():
+            window.append(value)
+            session.signals.record("success_rate", session.steps, float(np.mean(window)), now)
 
 
 class ExternalLoop(EnvLoop):

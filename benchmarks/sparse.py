@@ -1,0 +1,149 @@
+"""Sparse rewards: Hindsight Experience Replay on bit flipping, and RND on MountainCar.
+
+* ``her``: the HER paper's bit-flipping task (``BitFlipping-v0``, 15 bits by default): DQN with
+  ``wb.HerReplay(strategy="future", n_sampled_goal=4)``, DQN alone, and Stable-Baselines3's DQN with its
+  ``HerReplayBuffer`` at the same settings (when stable-baselines3 is installed), interleaved seed by seed
+  in this same run. Prints per run the success rate of 100 deterministic episodes and the wall time.
+  (The issue's FetchReach comparison needs gymnasium-robotics and mujoco; bit flipping is what runs here.)
+* ``rnd``: ``MountainCar-v0`` with PPO plus ``wb.RND()`` against PPO alone: the eval return of 10
+  deterministic episodes and how many of them reached the flag (return > -200), and the wall time.
+
+    python benchmarks/sparse.py her --seeds 3 --steps 20000
+    python benchmarks/sparse.py rnd --seeds 3 --steps 100000
+    python benchmarks/sparse.py rnd --seeds 3 --steps 30000 --raw-rewards   # no reward normalisation
+    python benchmarks/sparse.py her --bits 8 --steps 3000 --no-sb3     # a quick look
+
+Not part of the test suite: results are pasted into docs/sparse.md with the budget they had.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+import torch
+
+import workbench as wb
+from workbench.envs.goals import BitFlippingEnv
+
+# DQN settings shared by both libraries on bit flipping.
+HER_SETTINGS = dict(
+    learning_rate=1e-3, batch_size=256, buffer_size=100_000, learning_starts=1000, gamma=0.98, train_freq=16,
+    gradient_steps=8, target_update_interval=1000, tau=1.0, exploration_fraction=0.2, exploration_final_eps=0.05,
+    net_arch=(256,),
+)
+
+
+def success_rate(act, n_bits: int, episodes: int = 100, seed: int = 10_000) -> float:
+    """The share of ``episodes`` that end with ``info["is_success"]`` under ``act(obs) -> action``."""
+    env = BitFlippingEnv(n_bits)
+    wins = 0
+    for i in range(episodes):
+        obs, _ = env.reset(seed=seed + i)
+        done, info = False, {}
+        while not done:
+            obs, _, terminated, truncated, info = env.step(act(obs))
+            done = terminated or truncated
+        wins += bool(info.get("is_success"))
+    return wins / episodes
+
+
+def run_workbench_her(n_bits: int, steps: int, seed: int, her: bool) -> tuple[float, float]:
+    s = HER_SETTINGS
+    env = BitFlippingEnv(n_bits)
+    agent = wb.DQN(
+        env, seed=seed, learning_rate=s["learning_rate"], batch_size=s["batch_size"], buffer_size=s["buffer_size"],
+        learning_starts=s["learning_starts"], gamma=s["gamma"], train_freq=s["train_freq"],
+        gradient_steps=s["gradient_steps"], target_update_interval=s["target_update_interval"], tau=s["tau"],
+        exploration=wb.EpsilonGreedy(1.0, s["exploration_final_eps"], s["exploration_fraction"]),
+        net_arch=s["net_arch"], replay=wb.HerReplay(strategy="future", n_sampled_goal=4) if her else None,
+    )
+    session = wb.Session(agent, env, seed=seed)
+    t0 = time.perf_counter()
+    session.run(steps=steps)
+    wall = time.perf_counter() - t0
+    agent.eval()
+    return wall, success_rate(lambda obs: agent.act(obs), n_bits)
+
+
+def run_sb3_her(n_bits: int, steps: int, seed: int) -> tuple[float, float]:
+    from stable_baselines3 import DQN, HerReplayBuffer
+
+    s = HER_SETTINGS
+    env = BitFlippingEnv(n_bits)  # SB3's vector env turns its truncation into TimeLimit.truncated
+    model = DQN(
+        "MultiInputPolicy", env, replay_buffer_class=HerReplayBuffer,
+        replay_buffer_kwargs=dict(n_sampled_goal=4, goal_selection_strategy="future"),
+        learning_rate=s["learning_rate"], batch_size=s["batch_size"], buffer_size=s["buffer_size"],
+        learning_starts=s["learning_starts"], gamma=s["gamma"], train_freq=s["train_freq"],
+        gradient_steps=s["gradient_steps"], target_update_interval=s["target_update_interval"], tau=s["tau"],
+        exploration_fraction=s["exploration_fraction"], exploration_final_eps=s["exploration_final_eps"],
+        policy_kwargs=dict(net_arch=list(s["net_arch"])), seed=seed, device="cpu",
+    )
+    t0 = time.perf_counter()
+    model.learn(total_timesteps=steps)
+    wall = time.perf_counter() - t0
+    return wall, success_rate(lambda obs: int(model.predict(obs, deterministic=True)[0]), n_bits)
+
+
+def run_rnd(steps: int, seed: int, rnd: bool, raw_rewards: bool = False) -> tuple[float, float, int]:
+    # rl-baselines3-zoo's MountainCar-v0 PPO settings (normalize, 16 envs, n_steps 16, lambda 0.98, 4 epochs);
+    # raw_rewards: without the zoo's reward normalisation (the observations stay normalised).
+    agent = wb.PPO(
+        "MountainCar-v0", seed=seed, n_envs=16, n_steps=16, gae_lambda=0.98, gamma=0.99, n_epochs=4, ent_coef=0.0,
+        batch_size=64, learning_rate=3e-4, clip_range=0.2, normalize_observations=True,
+        normalize_rewards=not raw_rewards, intrinsic=wb.RND() if rnd else None, intrinsic_coef=1.0,
+    )
+    session = wb.Session(agent, "MountainCar-v0", seed=seed)
+    t0 = time.perf_counter()
+    session.run(steps=steps)
+    wall = time.perf_counter() - t0
+    returns = agent.play("MountainCar-v0", episodes=10, seed=10_000 + seed)
+    return wall, float(np.mean(returns)), int(sum(r > -200 for r in returns))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("task", choices=["her", "rnd"])
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1")
+    parser.add_argument("--steps", type=int, default=None, help="env steps per run (her: 20000, rnd: 100000)")
+    parser.add_argument("--bits", type=int, default=15)
+    parser.add_argument("--no-sb3", action="store_true")
+    parser.add_argument("--raw-rewards", action="store_true", help="rnd: without the zoo's reward normalisation")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    rows: dict[str, list[tuple]] = {}
+    if args.task == "her":
+        steps = args.steps or 20_000
+        runs = {"workbench DQN+HER": lambda seed: run_workbench_her(args.bits, steps, seed, True),
+                "workbench DQN": lambda seed: run_workbench_her(args.bits, steps, seed, False)}
+        if not args.no_sb3:
+            runs["SB3 DQN+HerReplayBuffer"] = lambda seed: run_sb3_her(args.bits, steps, seed)
+        print(f"bit flipping, {args.bits} bits, {steps} env steps per run, success rate of 100 episodes")
+    else:
+        steps = args.steps or 100_000
+        raw = args.raw_rewards
+        runs = {"PPO+RND": lambda seed: run_rnd(steps, seed, True, raw),
+                "PPO": lambda seed: run_rnd(steps, seed, False, raw)}
+        print(f"MountainCar-v0, {steps} env steps per run, eval of 10 episodes"
+              + (", rewards not normalised" if raw else ""))
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
+        for name, run in runs.items():
+            result = run(seed)
+            rows.setdefault(name, []).append(result)
+            print(f"  {name:26s} seed {seed}: " + ", ".join(f"{v:.3g}" for v in result), flush=True)
+    print("\n| run | " + ("success rate per seed" if args.task == "her" else "eval return per seed (flag reached /10)")
+          + " | median wall (s) |\n|---|---|---|")
+    for name, results in rows.items():
+        if args.task == "her":
+            per_seed = ", ".join(f"{r[1]:.2f}" for r in results)
+        else:
+            per_seed = ", ".join(f"{r[1]:.0f} ({r[2]})" for r in results)
+        print(f"| {name} | {per_seed} | {statistics.median(r[0] for r in results):.0f} |")
+
+
+if __name__ == "__main__":
+    main()
