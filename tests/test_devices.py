@@ -512,3 +512,21 @@ def test_learner_gpus_moves_an_auto_agent_to_the_gpu():
     assert agent.device.type == "cuda" and "learner_gpus=1" in agent.device_choice.reason
     with pytest.raises(ValueError, match="device='cpu'"):
         check_learner_gpus(1, wb.PPO("CartPole-v1", device="cpu"))
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[pytest.mark.cuda, needs_cuda])])
+def test_her_and_intrinsic_plug_ins_follow_the_agents_device(device):
+    """HER's relabelled minibatches and RND's/ICM's networks go where the agent is."""
+    from workbench.envs.goals import BitFlippingEnv
+
+    target = torch.device(device, 0) if device == "cuda" else torch.device("cpu")
+    her = wb.DQN(lambda: BitFlippingEnv(4), replay=wb.HerReplay(), learning_starts=16, batch_size=8,
+                 device=device)
+    her_session = wb.Session(her, lambda: BitFlippingEnv(4), seed=0)
+    her_session.run(64)
+    batch = her.memory.sample(8, np.random.default_rng(0))
+    assert batch.obs.device == target and batch.rewards.device == target
+    for make in (wb.RND, wb.ICM):
+        agent = wb.PPO("CartPole-v1", intrinsic=make(), n_steps=32, batch_size=32, device=device)
+        wb.Session(agent, "CartPole-v1", seed=0).run(64)
+        assert foreign_tensors(agent, target) == []

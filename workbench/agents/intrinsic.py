@@ -204,10 +204,15 @@ class IntrinsicModule(nn.Module):
         """Observations flattened and standardised by the running statistics, clipped to [-5, 5]."""
         flat = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
         std = self.obs_rms.std().astype(np.float32)
-        return torch.from_numpy(np.clip((flat - self.obs_rms._mean.astype(np.float32)) / std, -5.0, 5.0))
+        inputs = torch.from_numpy(np.clip((flat - self.obs_rms._mean.astype(np.float32)) / std, -5.0, 5.0))
+        return inputs.to(self._device())
 
     def _actions(self, actions: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(np.asarray(actions))
+        return torch.from_numpy(np.asarray(actions)).to(self._device())
+
+    def _device(self) -> torch.device:
+        """Where the module's networks are (the agent's device: they move with its networks)."""
+        return next(self.parameters()).device
 
     def errors(self, obs: torch.Tensor, actions: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
         """Per-step prediction errors (what the bonus is made of), with gradients."""
@@ -223,7 +228,7 @@ class IntrinsicModule(nn.Module):
         next_flat = np.asarray(t.next_obs, dtype=np.float32).reshape(len(t.rewards), -1)
         self.obs_rms.update(next_flat)
         with torch.no_grad():
-            raw = self.errors(self._inputs(t.obs), self._actions(t.actions), self._inputs(t.next_obs)).numpy()
+            raw = self.errors(self._inputs(t.obs), self._actions(t.actions), self._inputs(t.next_obs)).cpu().numpy()
         raw = raw.astype(np.float64)
         if self.spec.normalize:
             # Intrinsic returns do not end with episodes (Burda et al.): no dones reset them.
@@ -309,7 +314,7 @@ class ICMModule(IntrinsicModule):
         self._finish()
 
     def _actions(self, actions: np.ndarray) -> torch.Tensor:
-        a = torch.from_numpy(np.asarray(actions))
+        a = torch.from_numpy(np.asarray(actions)).to(self._device())
         if self.discrete:
             return a.long().reshape(-1)
         return a.float().reshape(len(a), -1)

@@ -278,7 +278,7 @@ class HerMemory(ReplayMemory):
             obs[her, self.desired] = goals
             next_obs[her, self.desired] = goals
             rewards[her] = self._rewards(next_obs[her, self.achieved], goals)
-        return ReplayBatch(
+        return self.on_device(ReplayBatch(
             torch.from_numpy(obs),
             torch.from_numpy(self.actions[idx]),
             torch.from_numpy(np.ascontiguousarray(rewards, dtype=np.float32)),
@@ -287,7 +287,7 @@ class HerMemory(ReplayMemory):
             torch.from_numpy(self.discounts[idx]),
             torch.ones(batch_size, dtype=torch.float32),
             idx,
-        )
+        ))
 
     def _goal_rows(self, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """For each row, the row whose next achieved goal becomes its new goal (by the strategy)."""

@@ -262,6 +262,10 @@ class ReplayMemory:
             idx,
             None if self.next_masks is None else torch.from_numpy(self.next_masks[idx]),
         )
+        return self.on_device(batch)
+
+    def on_device(self, batch: ReplayBatch) -> ReplayBatch:
+        """``batch`` (host tensors) with its tensors on :attr:`device` (unchanged on the CPU)."""
         if self.device.type == "cpu":
             return batch
         device = self.device
