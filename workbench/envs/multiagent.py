@@ -1,0 +1,306 @@
+"""PettingZoo's parallel API as the library's vector of envs: one slot per agent.
+
+A PettingZoo ``ParallelEnv`` steps several agents at once with dicts keyed by agent name. The
+library's loop steps vectors of envs (``workbench.loop.env_step``), so :class:`ParallelEnvAdapter`
+presents the ParallelEnv as one *slot* per possible agent (``env.possible_agents``, in order):
+row ``i`` of every batch is agent ``i``'s observation, action, reward and episode end. One policy
+deciding for every row is parameter sharing (``wb.PPO``); ``wb.IPPO`` and ``wb.MAPPO``
+(``workbench.agents.multiagent``) route rows to per-group networks and give the critic the global
+state, through the :class:`Layout` of the observations the adapter builds.
+
+Agents that are not in ``env.agents`` (not yet arrived, or gone mid-episode) keep their slot: its
+observation is zeros, its action is not sent to the env, its reward is 0, and every step it is dead
+is marked terminated, with the extras key ``"alive"`` 0, so on-policy agents leave those rows out of
+their updates. An agent's own end (terminated, truncated, or dropped from ``env.agents``) ends its
+slot's episode; the env is reset when no agent is left (same-step autoreset, as the library's
+``VecEnv``).
+
+Action masks: ``info[agent]["action_mask"]`` or a Dict observation's ``"action_mask"`` key.
+Observations: each agent's space flattened (``flat_observation_space``; a Dict's mask key left out).
+
+Episodes: the team's return (the sum over agents) and length are what ``episode_reward`` and
+``episode_length`` record; each agent's return is the signal ``episode_reward/<agent>``, and with
+``groups`` each group's sum is ``episode_reward/<group>``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from .masks import MASK_KEY, check_masks, mask_size, strip_mask_space
+
+__all__ = [
+    "ALIVE_KEY",
+    "Layout",
+    "ParallelEnvAdapter",
+    "check_parallel_env",
+    "is_aec_env",
+    "is_parallel_env",
+    "parallel_spaces",
+]
+
+ALIVE_KEY = "alive"
+"""The extras key that marks the rows of agents present in the env when the step was decided (1) or
+absent (0: their slot's transition is filler, left out of on-policy updates)."""
+
+
+def is_parallel_env(env: Any) -> bool:
+    """True for a PettingZoo ``ParallelEnv`` (or anything with its API: ``possible_agents``,
+    ``observation_space(agent)``, ``action_space(agent)``, dict-valued ``reset``/``step``)."""
+    try:
+        from pettingzoo.utils.env import ParallelEnv
+    except ImportError:  # pettingzoo is an extra: recognise the API without it
+        ParallelEnv = None
+    if ParallelEnv is not None and isinstance(env, ParallelEnv):
+        return True
+    return (
+        hasattr(env, "possible_agents") and callable(getattr(env, "observation_space", None))
+        and callable(getattr(env, "action_space", None)) and not hasattr(env, "agent_selection")
+        and hasattr(env, "step") and hasattr(env, "reset")
+    )
+
+
+def is_aec_env(env: Any) -> bool:
+    """True for a PettingZoo AEC env (agents take turns: ``agent_selection``, ``last()``)."""
+    return hasattr(env, "possible_agents") and hasattr(env, "agent_selection") and hasattr(env, "last")
+
+
+def check_parallel_env(env: Any) -> None:
+    """Raise a ``TypeError`` that says how to convert an AEC env; a ``ValueError`` for a ParallelEnv
+    with no agents."""
+    if is_aec_env(env):
+        raise TypeError(
+            f"{type(env).__name__} is a PettingZoo AEC env (agents take turns); the workbench trains on the "
+            "parallel API: convert it with `from pettingzoo.utils import aec_to_parallel; "
+            "env = aec_to_parallel(env)` (or build it with the module's parallel_env())"
+        )
+    if not list(getattr(env, "possible_agents", [])):
+        raise ValueError(f"the ParallelEnv {type(env).__name__} has no possible_agents: it must list its agents")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What one slot's observation row holds, in order: the agent's own observation (padded with
+    zeros to ``obs_dim``), then the global state when ``state`` is ``"state"`` (``env.state()``) or
+    ``"concat"`` (every agent's observation), then the agent's one-hot id when ``agent_ids``."""
+
+    obs_dim: int
+    n_agents: int
+    agent_ids: bool = False
+    state: str | None = None
+    state_dim: int = 0
+
+    @property
+    def size(self) -> int:
+        """The length of a row."""
+        return self.obs_dim + self.state_dim + (self.n_agents if self.agent_ids else 0)
+
+
+def _agent_spaces(env: Any) -> tuple[list[str], list[spaces.Space], list[spaces.Space]]:
+    agents = list(env.possible_agents)
+    return agents, [env.observation_space(a) for a in agents], [env.action_space(a) for a in agents]
+
+
+def _flat_dim(space: spaces.Space) -> int:
+    space = strip_mask_space(space)
+    if isinstance(space, spaces.Dict) and "observation" in space.spaces and len(space.spaces) == 1:
+        space = space.spaces["observation"]
+    return int(spaces.flatdim(space))
+
+
+def parallel_spaces(
+    env: Any, *, agent_ids: bool = False, state: str | None = None, same_obs: bool = True
+) -> tuple[spaces.Box, spaces.Space, Layout]:
+    """The slot spaces of a ParallelEnv: a flat float32 Box for the rows the adapter builds, the
+    agents' (common) action space, and the :class:`Layout`. ``same_obs`` (parameter sharing) asks
+    every agent to have the same observation size; otherwise rows are padded to the largest."""
+    check_parallel_env(env)
+    agents, obs_spaces, act_spaces = _agent_spaces(env)
+    first = act_spaces[0]
+    for a, s in zip(agents, act_spaces):
+        if s != first:
+            raise ValueError(
+                f"the agents' action spaces differ ({agents[0]}: {first}, {a}: {s}): one policy head serves every "
+                "slot here; wrap the env so the agents share an action space (pad Discrete actions and mask them)"
+            )
+    if not isinstance(first, spaces.Discrete | spaces.Box | spaces.MultiDiscrete | spaces.MultiBinary):
+        raise ValueError(f"the agents' action space {first} is not supported: use Discrete, Box or MultiDiscrete")
+    dims = [_flat_dim(s) for s in obs_spaces]
+    if same_obs and len(set(dims)) > 1:
+        sizes = ", ".join(f"{a}: {d}" for a, d in zip(agents, dims))
+        raise ValueError(
+            f"parameter sharing (wb.PPO) needs every agent's observation to have one size, got {sizes}: "
+            "use wb.IPPO(env, groups={...}) with one group per observation size, or wb.MAPPO(env)"
+        )
+    if state not in (None, "state", "concat"):
+        raise ValueError(f"state must be None, 'state' (env.state()) or 'concat' (every agent's observation), got {state!r}")
+    state_dim = 0
+    if state == "state":
+        space = getattr(env, "state_space", None)
+        if space is None:
+            raise ValueError(
+                f"the ParallelEnv {type(env).__name__} has no state_space, so env.state() cannot be the critic's "
+                "input: use critic_input='concat' (the agents' observations side by side)"
+            )
+        state_dim = int(spaces.flatdim(space))
+    elif state == "concat":
+        state_dim = len(agents) * max(dims)
+    layout = Layout(max(dims), len(agents), agent_ids, state, state_dim)
+    box = spaces.Box(-np.inf, np.inf, (layout.size,), np.float32)
+    return box, first, layout
+
+
+def _flatten_obs(space: spaces.Space, obs: Any, dim: int) -> np.ndarray:
+    stripped = strip_mask_space(space)
+    if isinstance(obs, Mapping) and MASK_KEY in obs:
+        obs = {k: v for k, v in obs.items() if k != MASK_KEY}
+        if isinstance(stripped, spaces.Dict) and list(stripped.spaces) == ["observation"]:
+            stripped, obs = stripped.spaces["observation"], obs["observation"]
+    flat = np.asarray(spaces.flatten(stripped, obs), dtype=np.float32).reshape(-1)
+    if flat.shape[0] < dim:
+        flat = np.concatenate([flat, np.zeros(dim - flat.shape[0], np.float32)])
+    return flat
+
+
+class ParallelEnvAdapter:
+    """A ParallelEnv stepped as one slot per possible agent (see the module docstring).
+
+    ``step(actions)`` returns ``(obs, rewards, terminated, truncated, final_obs)`` as the library's
+    ``VecEnv`` does; ``masks``/``final_masks`` hold the action masks when the env gives them;
+    ``alive`` says which slots' current observations belong to an agent in the env; ``ended`` lists
+    the team episodes that the last step ended as ``(team_return, length, {agent: return})``.
+    """
+
+    game_ends = None
+
+    def __init__(self, env: Any, layout: Layout, *, seed: int | None = None) -> None:
+        check_parallel_env(env)
+        self.env = env
+        self.layout = layout
+        self.agents, self.obs_spaces, act_spaces = _agent_spaces(env)
+        self.action_space = act_spaces[0]
+        self.num_envs = len(self.agents)
+        self.step_count = 0
+        self._seed = seed
+        self._convert = _action_converter(self.action_space)
+        self._mask_n = mask_size(self.action_space)
+        self._uses_masks: bool | None = None
+        self.masks: np.ndarray | None = None
+        self.final_masks: np.ndarray | None = None
+        self.alive = np.zeros(self.num_envs, dtype=bool)
+        self.returns = np.zeros(self.num_envs, dtype=np.float64)
+        self.length = 0
+        self.ended: list[tuple[float, int, dict[str, float]]] = []
+        self._eye = np.eye(self.num_envs, dtype=np.float32)
+
+    # -- rows ------------------------------------------------------------------------------------
+
+    def _rows(self, obs: Mapping[str, Any], present: Sequence[str]) -> np.ndarray:
+        lay = self.layout
+        local = np.zeros((self.num_envs, lay.obs_dim), np.float32)
+        for i, a in enumerate(self.agents):
+            if a in present and a in obs:
+                local[i] = _flatten_obs(self.obs_spaces[i], obs[a], lay.obs_dim)
+        parts = [local]
+        if lay.state == "state":
+            state = np.asarray(self.env.state(), np.float32).reshape(-1)
+            parts.append(np.broadcast_to(state, (self.num_envs, state.shape[0])))
+        elif lay.state == "concat":
+            parts.append(np.broadcast_to(local.reshape(-1), (self.num_envs, lay.state_dim)))
+        if lay.agent_ids:
+            parts.append(self._eye)
+        return np.ascontiguousarray(np.concatenate(parts, axis=1), dtype=np.float32)
+
+    def _read_masks(self, obs: Mapping[str, Any], info: Mapping[str, Any], present: Sequence[str], *,
+                    final: bool) -> np.ndarray | None:
+        if self._mask_n is None:
+            return None
+        rows = np.ones((self.num_envs, self._mask_n), dtype=bool)
+        found = False
+        for i, a in enumerate(self.agents):
+            if a not in present:
+                continue
+            mask = None
+            agent_info = info.get(a) if isinstance(info, Mapping) else None
+            if isinstance(agent_info, Mapping) and MASK_KEY in agent_info:
+                mask = agent_info[MASK_KEY]
+            elif isinstance(obs.get(a), Mapping) and MASK_KEY in obs[a]:
+                mask = obs[a][MASK_KEY]
+            if mask is not None:
+                found = True
+                rows[i] = check_masks(mask, self.action_space, f"{a}'s action mask at step {self.step_count}",
+                                      allow_empty=final)[0]
+        if self._uses_masks is None:
+            self._uses_masks = found
+        return rows if self._uses_masks else None
+
+    # -- the VecEnv interface -------------------------------------------------------------------
+
+    def reset(self, seed: int | None = None) -> np.ndarray:
+        """Reset the env (seeded with ``seed``, or the adapter's seed the first time) and return the rows."""
+        if seed is None:
+            seed, self._seed = self._seed, None
+        result = self.env.reset(seed=seed)
+        obs, info = result if isinstance(result, tuple) else (result, {})
+        present = list(self.env.agents)
+        self.alive = np.array([a in present for a in self.agents])
+        self.returns[:] = 0.0
+        self.length = 0
+        self.masks = self._read_masks(obs, info, present, final=False)
+        return self._rows(obs, present)
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Step the live agents with their rows' actions; same-step reset when no agent is left."""
+        self.step_count += 1
+        self.ended = []
+        before = self.alive.copy()
+        act = {a: self._convert(actions[i]) for i, a in enumerate(self.agents) if before[i]}
+        obs, rew, term, trunc, info = self.env.step(act)
+        present = list(self.env.agents)
+        n = self.num_envs
+        rewards = np.zeros(n, np.float32)
+        terminated = np.zeros(n, bool)
+        truncated = np.zeros(n, bool)
+        for i, a in enumerate(self.agents):
+            if not before[i]:
+                terminated[i] = True  # filler: no bootstrapping through a slot nobody acts in
+                continue
+            rewards[i] = float(rew.get(a, 0.0))
+            terminated[i] = bool(term.get(a, False)) or (a not in present and not trunc.get(a, False))
+            truncated[i] = bool(trunc.get(a, False))
+        self.returns += rewards
+        self.length += 1
+        # An agent that left keeps reporting nothing: its row is the last observation it had.
+        final_obs = self._rows(obs, [a for i, a in enumerate(self.agents) if before[i]])
+        self.final_masks = self._read_masks(obs, info, present, final=True)
+        if not present:  # everyone is done: the team's episode ends, the env starts another
+            per_agent = {a: float(self.returns[i]) for i, a in enumerate(self.agents)}
+            self.ended.append((float(self.returns.sum()), self.length, per_agent))
+            next_obs = self.reset()
+            return next_obs, rewards, terminated, truncated, final_obs
+        self.alive = np.array([a in present for a in self.agents])
+        self.masks = self._read_masks(obs, info, present, final=False)
+        next_obs = self._rows(obs, present)
+        return next_obs, rewards, terminated, truncated, final_obs
+
+    def call(self, name: str, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None) -> list[Any]:
+        """``env.name(*args, **kwargs)`` (or the attribute) on the ParallelEnv; one result."""
+        attr = getattr(self.env, name)
+        return [attr(*args, **(kwargs or {})) if callable(attr) else attr]
+
+    def close(self) -> None:
+        """Close the ParallelEnv."""
+        self.env.close()
+
+
+def _action_converter(space: spaces.Space) -> Any:
+    if isinstance(space, spaces.Discrete):
+        return lambda a: int(a) + int(space.start)
+    if isinstance(space, spaces.Box):
+        return lambda a: np.clip(np.asarray(a, dtype=space.dtype), space.low, space.high)
+    return lambda a: np.asarray(a).astype(space.dtype, copy=False)
