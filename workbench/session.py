@@ -506,7 +506,12 @@ def _source_and_loop(agent: Agent, env: Any, dataset: Any, eval_env: Any) -> tup
             raise TypeError("Session needs an env: the agent was built from spaces alone")
         return agent.env_source, EnvLoop()
     source = as_env_source(env)
-    _check_same_spaces(agent, *source.spaces())
+    if source.parallel is not None:  # a PettingZoo ParallelEnv: the agent's rows must fit its agents
+        from .parallel.multiagent import check_agent_fits
+
+        check_agent_fits(agent, source.parallel)
+    else:
+        _check_same_spaces(agent, *source.spaces())
     return source, EnvLoop()
 
 

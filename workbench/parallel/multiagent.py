@@ -18,7 +18,7 @@ from ..envs.multiagent import ALIVE_KEY, Layout, ParallelEnvAdapter, parallel_sp
 from ..loop import Episode, Transitions, env_step
 from .runner import Runner
 
-__all__ = ["MultiAgentRunner", "layout_for"]
+__all__ = ["MultiAgentRunner", "check_agent_fits", "layout_for"]
 
 
 def layout_for(agent: Any, env: Any) -> Layout:
@@ -38,6 +38,30 @@ def layout_for(agent: Any, env: Any) -> Layout:
         f"{type(agent).__name__} observes rows of {size} numbers, but the ParallelEnv {type(env).__name__} gives "
         f"{plain.size} per agent ({plain.size + plain.n_agents} with agent ids): build the agent on this env"
     )
+
+
+def check_agent_fits(agent: Any, env: Any) -> None:
+    """Raise a ``ValueError`` when ``agent`` was not built for the ParallelEnv ``env`` (its agents, its
+    action space, the size of its observation rows)."""
+    lay = layout_for(agent, env)
+    own = getattr(getattr(agent, "config", None), "layout", None)
+    agents = list(env.possible_agents)
+    if isinstance(own, dict) and list(own.get("agents", [])) != agents:
+        raise ValueError(
+            f"{type(agent).__name__} was built for the agents {own['agents']}, the env has {agents}: "
+            "build the agent from the same env"
+        )
+    _, act_space, _ = parallel_spaces(env, same_obs=False)
+    if act_space != agent.action_space:
+        raise ValueError(
+            f"the agents' action space {act_space} differs from {type(agent).__name__}'s {agent.action_space}: "
+            "build the agent from the same env"
+        )
+    if int(np.prod(agent.obs_shape)) != lay.size:
+        raise ValueError(
+            f"{type(agent).__name__} observes rows of {int(np.prod(agent.obs_shape))} numbers, the env's agents give "
+            f"{lay.size}: build the agent from the same env"
+        )
 
 
 class MultiAgentRunner(Runner):
