@@ -138,7 +138,9 @@ def parallel_spaces(
             "use wb.IPPO(env, groups={...}) with one group per observation size, or wb.MAPPO(env)"
         )
     if state not in (None, "state", "concat"):
-        raise ValueError(f"state must be None, 'state' (env.state()) or 'concat' (every agent's observation), got {state!r}")
+        raise ValueError(
+            f"state must be None, 'state' (env.state()) or 'concat' (every agent's observation), got {state!r}"
+        )
     state_dim = 0
     if state == "state":
         space = getattr(env, "state_space", None)

@@ -9,7 +9,7 @@ step 3), and ``state_space``/``state()`` for a centralised critic.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from gymnasium import spaces
@@ -20,7 +20,7 @@ __all__ = ["MatchTarget"]
 class MatchTarget:
     """``n_agents`` agents, episodes of ``length`` steps (see the module docstring)."""
 
-    metadata: dict[str, Any] = {"name": "match_target_v0", "render_modes": ["rgb_array"]}
+    metadata: ClassVar[dict[str, Any]] = {"name": "match_target_v0", "render_modes": ["rgb_array"]}
 
     def __init__(self, n_agents: int = 2, length: int = 8, *, masks: bool = False, dict_obs: bool = False,
                  leave: bool = False, box: bool = False, render_mode: str | None = None) -> None:
