@@ -149,3 +149,27 @@ def test_pettingzoo_parallel_env_is_accepted():
 
     env = Wrapped(n_agents=2, length=4)
     wb.Session(wb.PPO(env, seed=0, **SMALL), env).run(steps=32)
+
+
+@pytest.mark.parametrize("cls", ["PPO", "IPPO", "MAPPO"])
+def test_play_gives_team_and_per_agent_returns_and_frames(cls):
+    env = MatchTarget(n_agents=2, length=4, leave=True, render_mode="rgb_array")
+    agent = getattr(wb, cls)(env, seed=0, **SMALL)
+    result = agent.play(env, episodes=2, seed=1)
+    assert result.lengths == [4, 4] and len(result.per_agent) == 2
+    assert result == [sum(r.values()) for r in result.per_agent]
+    result, frames = agent.play(env, episodes=1, render="rgb_array")
+    assert len(frames[0]) == 5 and frames[0][0].shape == (16, 32, 3)
+
+
+def test_export_of_a_routed_policy_matches_act(tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    env = MatchTarget(n_agents=3)
+    agent = wb.IPPO(env, groups={"red": ["agent_0"], "blue": ["agent_1", "agent_2"]}, seed=0, **SMALL)
+    path = agent.export(str(tmp_path / "ippo.onnx"))
+    session = ort.InferenceSession(path)
+    obs = np.random.default_rng(0).random((3, agent.obs_shape[0])).astype(np.float32)
+    obs[:, -3:] = np.eye(3)
+    out = session.run(None, {session.get_inputs()[0].name: obs})[0]
+    assert np.array_equal(out, agent.act(obs, deterministic=True))

@@ -41,7 +41,9 @@ __all__ = [
     "check_parallel_env",
     "is_aec_env",
     "is_parallel_env",
+    "layout_for",
     "parallel_spaces",
+    "play_parallel",
 ]
 
 ALIVE_KEY = "alive"
@@ -169,6 +171,25 @@ def _flatten_obs(space: spaces.Space, obs: Any, dim: int) -> np.ndarray:
     return flat
 
 
+def layout_for(agent: Any, env: Any) -> Layout:
+    """The row layout ``agent`` was built for on ``env``: the agent's own (IPPO, MAPPO: its
+    ``multiagent_layout``), else plain observations, with one-hot ids when the agent's observation
+    size says so (a shared policy built on ``wb.with_agent_ids(env)``)."""
+    own = getattr(agent, "multiagent_layout", None)
+    if own is not None:
+        return own
+    _, _, plain = parallel_spaces(env)
+    size = int(np.prod(agent.obs_shape)) if agent is not None else plain.size
+    if size == plain.size:
+        return plain
+    if size == plain.size + plain.n_agents:
+        return Layout(plain.obs_dim, plain.n_agents, agent_ids=True)
+    raise ValueError(
+        f"{type(agent).__name__} observes rows of {size} numbers, but the ParallelEnv {type(env).__name__} gives "
+        f"{plain.size} per agent ({plain.size + plain.n_agents} with agent ids): build the agent on this env"
+    )
+
+
 class ParallelEnvAdapter:
     """A ParallelEnv stepped as one slot per possible agent (see the module docstring).
 
@@ -198,6 +219,8 @@ class ParallelEnvAdapter:
         self.returns = np.zeros(self.num_envs, dtype=np.float64)
         self.length = 0
         self.ended: list[tuple[float, int, dict[str, float]]] = []
+        self.finished = False  # the last step ended the team's episode
+        self.autoreset = True
         self._eye = np.eye(self.num_envs, dtype=np.float32)
 
     # -- rows ------------------------------------------------------------------------------------
@@ -256,6 +279,14 @@ class ParallelEnvAdapter:
         self.masks = self._read_masks(obs, info, present, final=False)
         return self._rows(obs, present)
 
+    def _step_no_reset(self, actions: np.ndarray) -> np.ndarray:
+        """Play: one step, no reset at the end (``finished`` says whether every agent is done)."""
+        self.autoreset = False
+        try:
+            return self.step(actions)[0]
+        finally:
+            self.autoreset = True
+
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Step the live agents with their rows' actions; same-step reset when no agent is left."""
         self.step_count += 1
@@ -280,6 +311,9 @@ class ParallelEnvAdapter:
         # An agent that left keeps reporting nothing: its row is the last observation it had.
         final_obs = self._rows(obs, [a for i, a in enumerate(self.agents) if before[i]])
         self.final_masks = self._read_masks(obs, info, present, final=True)
+        self.finished = not present
+        if not present and not self.autoreset:
+            return final_obs, rewards, terminated, truncated, final_obs
         if not present:  # everyone is done: the team's episode ends, the env starts another
             per_agent = {a: float(self.returns[i]) for i, a in enumerate(self.agents)}
             self.ended.append((float(self.returns.sum()), self.length, per_agent))
@@ -306,3 +340,36 @@ def _action_converter(space: spaces.Space) -> Any:
     if isinstance(space, spaces.Box):
         return lambda a: np.clip(np.asarray(a, dtype=space.dtype), space.low, space.high)
     return lambda a: np.asarray(a).astype(space.dtype, copy=False)
+
+
+def play_parallel(
+    agent: Any, env: Any, episodes: int, *, seed: int | None = None, deterministic: bool = True,
+    max_steps: int | None = None, render: bool = False,
+) -> tuple[list[float], list[int], list[list[np.ndarray]] | None, list[dict[str, float]]]:
+    """Play ``episodes`` team episodes of the ParallelEnv ``env`` with ``agent`` deciding for every agent
+    (``Agent.play`` on a ParallelEnv). Returns the team returns, the lengths, the frames (``render``:
+    ``env.render()`` after the reset and after every step) and each agent's returns."""
+    adapter = ParallelEnvAdapter(env, layout_for(agent, env))
+    returns: list[float] = []
+    lengths: list[int] = []
+    per_agent: list[dict[str, float]] = []
+    frames: list[list[np.ndarray]] | None = [] if render else None
+    for episode in range(episodes):
+        obs = adapter.reset(None if seed is None else seed + episode)
+        shots = [np.asarray(env.render())] if render else []
+        t = 0
+        while True:
+            masks = adapter.masks
+            step = agent.decide(obs, deterministic=deterministic, action_mask=masks)
+            obs = adapter._step_no_reset(step.actions)
+            t += 1
+            if render:
+                shots.append(np.asarray(env.render()))
+            if adapter.finished or (max_steps is not None and t >= max_steps):
+                break
+        returns.append(float(adapter.returns.sum()))
+        lengths.append(t)
+        per_agent.append({a: float(adapter.returns[i]) for i, a in enumerate(adapter.agents)})
+        if frames is not None:
+            frames.append(shots)
+    return returns, lengths, frames, per_agent

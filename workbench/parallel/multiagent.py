@@ -14,30 +14,11 @@ from typing import Any
 import numpy as np
 
 from ..envs.core import EnvSource
-from ..envs.multiagent import ALIVE_KEY, Layout, ParallelEnvAdapter, parallel_spaces
+from ..envs.multiagent import ALIVE_KEY, ParallelEnvAdapter, layout_for, parallel_spaces
 from ..loop import Episode, Transitions, env_step
 from .runner import Runner
 
 __all__ = ["MultiAgentRunner", "check_agent_fits", "layout_for"]
-
-
-def layout_for(agent: Any, env: Any) -> Layout:
-    """The row layout ``agent`` was built for on ``env``: the agent's own (IPPO, MAPPO: its
-    ``multiagent_layout``), else plain observations, with one-hot ids when the agent's observation
-    size says so (a shared policy built on ``wb.with_agent_ids(env)``)."""
-    own = getattr(agent, "multiagent_layout", None)
-    if own is not None:
-        return own
-    _, _, plain = parallel_spaces(env)
-    size = int(np.prod(agent.obs_shape)) if agent is not None else plain.size
-    if size == plain.size:
-        return plain
-    if size == plain.size + plain.n_agents:
-        return Layout(plain.obs_dim, plain.n_agents, agent_ids=True)
-    raise ValueError(
-        f"{type(agent).__name__} observes rows of {size} numbers, but the ParallelEnv {type(env).__name__} gives "
-        f"{plain.size} per agent ({plain.size + plain.n_agents} with agent ids): build the agent on this env"
-    )
 
 
 def check_agent_fits(agent: Any, env: Any) -> None:
