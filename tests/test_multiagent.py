@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -173,3 +175,27 @@ def test_export_of_a_routed_policy_matches_act(tmp_path):
     obs[:, -3:] = np.eye(3)
     out = session.run(None, {session.get_inputs()[0].name: obs})[0]
     assert np.array_equal(out, agent.act(obs, deterministic=True))
+
+
+@pytest.mark.parametrize("cls", ["PPO", "IPPO", "MAPPO"])
+def test_external_session_takes_dicts_of_agents(cls):
+    env = MatchTarget(n_agents=2, length=4, masks=True)
+    kwargs = {"critic_input": "concat"} if cls == "MAPPO" else {}
+    agent = getattr(wb, cls)(env, seed=0, **SMALL, **kwargs)
+    session = wb.Session.external(agent)
+    session.start(steps=10**6)
+    obs, info = env.reset(seed=0)
+    for _ in range(2):
+        for t in range(4):
+            masks = {a: info[a]["action_mask"] for a in obs}
+            actions = session.act(obs, episode="match", action_mask=masks)
+            assert set(actions) == set(obs) and all(a in (0, 1) for a in actions.values())  # 2 is masked
+            next_obs, rewards, terminated, truncated, info = env.step(actions)
+            session.feedback(rewards, next_obs, terminated, truncated, episode="match", info=info)
+            obs = next_obs
+        obs, info = env.reset()
+    deadline = time.monotonic() + 20
+    while session.episodes < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    session.stop()
+    assert session.episodes == 4  # one per agent and match

@@ -9,16 +9,19 @@ each agent's return is the signal ``episode_reward/<agent>`` and each group's (I
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+from gymnasium import spaces
 
 from ..envs.core import EnvSource
+from ..envs.masks import MASK_KEY
 from ..envs.multiagent import ALIVE_KEY, ParallelEnvAdapter, layout_for, parallel_spaces
 from ..loop import Episode, Transitions, env_step
 from .runner import Runner
 
-__all__ = ["MultiAgentRunner", "check_agent_fits", "layout_for"]
+__all__ = ["MultiAgentRunner", "check_agent_fits", "external_act", "external_feedback", "is_agent_dict"]
 
 
 def check_agent_fits(agent: Any, env: Any) -> None:
@@ -101,3 +104,91 @@ class MultiAgentRunner(Runner):
 
     def close(self) -> None:
         """The ParallelEnv belongs to the application: it stays open."""
+
+
+# -- an external session with several agents (Session.act / Session.feedback with dicts) ------------
+
+
+def is_agent_dict(agent: Any, obs: Any) -> bool:
+    """True when ``obs`` given to an external session's ``act`` is ``{agent_id: observation}`` rather
+    than one observation (a Dict observation has the observation space's keys)."""
+    if not isinstance(obs, Mapping):
+        return False
+    space = agent.observation_space
+    return not (isinstance(space, spaces.Dict) and set(obs) == set(space.spaces))
+
+
+def _rows(agent: Any, obs: Mapping[Any, Any]) -> dict[Any, Any]:
+    """Each agent's row as ``agent`` reads it: the observation itself for a shared policy; for IPPO
+    and MAPPO the padded observation, the state (the observations side by side) and the one-hot id."""
+    lay = getattr(agent, "multiagent_layout", None)
+    if lay is None:
+        return dict(obs)
+    names = list(agent.config.layout["agents"])
+    unknown = [a for a in obs if a not in names]
+    if unknown:
+        raise ValueError(f"{agent.algorithm} was built for the agents {names}; got observations of {unknown}")
+    if lay.state == "state":
+        raise ValueError(
+            f"{agent.algorithm}'s critic reads env.state(), which an external session does not receive: build it "
+            "with critic_input='concat' (the agents' observations side by side) to drive it through act/feedback"
+        )
+    local = np.zeros((len(names), lay.obs_dim), np.float32)
+    for a, o in obs.items():
+        if isinstance(o, Mapping) and MASK_KEY in o:
+            o = o["observation"] if "observation" in o else {k: v for k, v in o.items() if k != MASK_KEY}
+        flat = np.asarray(o, np.float32).reshape(-1)
+        local[names.index(a), : flat.shape[0]] = flat
+    eye = np.eye(len(names), dtype=np.float32)
+    out = {}
+    for a in obs:
+        i = names.index(a)
+        parts = [local[i]]
+        if lay.state == "concat":
+            parts.append(local.reshape(-1))
+        parts.append(eye[i])
+        out[a] = np.concatenate(parts)
+    return out
+
+
+def _mask_of(obs: Any, info: Any) -> Any:
+    if isinstance(info, Mapping) and MASK_KEY in info:
+        return info[MASK_KEY]
+    if isinstance(obs, Mapping) and MASK_KEY in obs:
+        return obs[MASK_KEY]
+    return None
+
+
+def _per_agent(value: Any, agent_id: Any, name: str) -> Any:
+    if isinstance(value, Mapping):
+        if agent_id not in value:
+            raise ValueError(f"feedback(): {name} has no entry for agent {agent_id!r}: give one per agent, or one bool")
+        return value[agent_id]
+    return value
+
+
+def external_act(runner: Any, agent: Any, obs: Mapping[Any, Any], episode: Any,
+                 action_mask: Mapping[Any, Any] | None) -> dict[Any, Any]:
+    """``{agent_id: action}`` for ``{agent_id: obs}``: each agent of ``episode`` is the external episode
+    ``(episode, agent_id)`` of ``runner`` (one slot each)."""
+    rows = _rows(agent, obs)
+    masks = action_mask or {}
+    return {a: runner.act(row, (episode, a), masks.get(a, _mask_of(obs[a], None))) for a, row in rows.items()}
+
+
+def external_feedback(runner: Any, agent: Any, rewards: Mapping[Any, Any], next_obs: Mapping[Any, Any],
+                      terminated: Any, truncated: Any, episode: Any, info: Mapping[Any, Any] | None) -> None:
+    """What followed :func:`external_act`: per agent, its reward, next observation and end (a bool for all
+    agents, or a dict per agent), ``info`` per agent (its ``"action_mask"``)."""
+    if set(rewards) != set(next_obs):
+        raise ValueError(
+            f"feedback(): rewards are for {sorted(map(str, rewards))} and next observations for "
+            f"{sorted(map(str, next_obs))}: give both for the agents that acted"
+        )
+    rows = _rows(agent, next_obs)
+    for a, reward in rewards.items():
+        agent_info = (info or {}).get(a)
+        mask = _mask_of(next_obs[a], agent_info)
+        runner.feedback(reward, rows[a], bool(_per_agent(terminated, a, "terminated")),
+                        bool(_per_agent(truncated, a, "truncated")), (episode, a),
+                        None if mask is None else {MASK_KEY: mask})
