@@ -186,7 +186,7 @@ def test_external_session_takes_dicts_of_agents(cls):
     session.start(steps=10**6)
     obs, info = env.reset(seed=0)
     for _ in range(2):
-        for t in range(4):
+        for _t in range(4):
             masks = {a: info[a]["action_mask"] for a in obs}
             actions = session.act(obs, episode="match", action_mask=masks)
             assert set(actions) == set(obs) and all(a in (0, 1) for a in actions.values())  # 2 is masked
