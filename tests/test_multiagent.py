@@ -199,3 +199,14 @@ def test_external_session_takes_dicts_of_agents(cls):
         time.sleep(0.05)
     session.stop()
     assert session.episodes == 4  # one per agent and match
+
+
+def test_shared_ppo_with_agent_ids_sees_which_agent_it_is(tmp_path):
+    env = MatchTarget(n_agents=2, length=4)
+    agent = wb.PPO(wb.with_agent_ids(env), seed=0, **SMALL)
+    assert agent.observation_space.shape == (3 + 2,)
+    session = wb.Session(agent, env, seed=0)  # the plain env: the rows follow the agent
+    session.run(steps=64)
+    reopened = wb.Session.reopen(session.save(tmp_path / "ids"), env)
+    reopened.run(steps=32)
+    assert reopened.steps == 96

@@ -49,6 +49,7 @@ from .agents import (
 )
 from .checkpoint import CheckpointError
 from .envs.core import EnvMethodError, EnvOutputError, check_env
+from .envs.multiagent import with_agent_ids
 from .exploration import EpsilonGreedy, GaussianNoise, OrnsteinUhlenbeckNoise, TruncatedNormalNoise
 from .memory import PrioritizedReplayMemory, ReplayMemory, RolloutBuffer
 from .offline.datasets import Dataset, DatasetError
@@ -137,6 +138,7 @@ __all__ = [
     "preset",
     "sessions",
     "sweep",
+    "with_agent_ids",
 ]
 
 

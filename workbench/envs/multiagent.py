@@ -44,6 +44,7 @@ __all__ = [
     "layout_for",
     "parallel_spaces",
     "play_parallel",
+    "with_agent_ids",
 ]
 
 ALIVE_KEY = "alive"
@@ -103,6 +104,31 @@ class Layout:
         return self.obs_dim + self.state_dim + (self.n_agents if self.agent_ids else 0)
 
 
+class _WithAgentIds:
+    """A ParallelEnv whose agents' rows end with their one-hot id (see :func:`with_agent_ids`)."""
+
+    agent_ids = True
+
+    def __init__(self, env: Any) -> None:
+        check_parallel_env(env)
+        self.env = env
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.env, name)
+
+    @property
+    def unwrapped(self) -> Any:
+        """The ParallelEnv itself."""
+        return getattr(self.env, "unwrapped", self.env)
+
+
+def with_agent_ids(env: Any) -> Any:
+    """``env`` (a PettingZoo ParallelEnv) for an agent that should see which agent it decides for: a
+    shared-parameter ``wb.PPO(wb.with_agent_ids(env))`` gets each agent's one-hot id appended to its
+    observation. The session may be given either ``env`` or the wrapped one: the rows follow the agent."""
+    return env if getattr(env, "agent_ids", False) else _WithAgentIds(env)
+
+
 def _agent_spaces(env: Any) -> tuple[list[str], list[spaces.Space], list[spaces.Space]]:
     agents = list(env.possible_agents)
     return agents, [env.observation_space(a) for a in agents], [env.action_space(a) for a in agents]
@@ -122,6 +148,7 @@ def parallel_spaces(
     agents' (common) action space, and the :class:`Layout`. ``same_obs`` (parameter sharing) asks
     every agent to have the same observation size; otherwise rows are padded to the largest."""
     check_parallel_env(env)
+    agent_ids = agent_ids or bool(getattr(env, "agent_ids", False))
     agents, obs_spaces, act_spaces = _agent_spaces(env)
     first = act_spaces[0]
     for a, s in zip(agents, act_spaces):
