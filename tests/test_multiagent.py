@@ -210,3 +210,11 @@ def test_shared_ppo_with_agent_ids_sees_which_agent_it_is(tmp_path):
     reopened = wb.Session.reopen(session.save(tmp_path / "ids"), env)
     reopened.run(steps=32)
     assert reopened.steps == 96
+
+
+def test_evaluation_plays_on_another_parallel_env():
+    env = MatchTarget(n_agents=2, length=4)
+    session = wb.Session(wb.PPO(env, seed=0, **SMALL), env, seed=0, eval_env=MatchTarget(n_agents=2, length=4))
+    session.run(steps=32)
+    mean = session.evaluate(episodes=2)
+    assert 0.0 <= mean <= 8.0 and session.signals["eval_reward"].last == mean
