@@ -31,7 +31,7 @@ from .offline import source as offline_loop
 from .offline.recording import Recorder
 from .parallel import check_runner_options, check_worker_env
 from .parallel.external import DEFAULT_EPISODE, ExternalSource, external_source
-from .parallel.multiagent import external_act, external_feedback, is_agent_dict
+from .parallel.multiagent import external_act, external_feedback
 from .run import STATUSES, EnvLoop, ExternalLoop, Loop, OfflineLoop, RunContext, RunControl
 from .run.control import CONTROL_TIMEOUT_S
 from .run.interrupts import interruptible
@@ -436,13 +436,9 @@ class Session:
         status: also while paused, stopped or before ``start`` (nothing waits for the loop).
         ``action_mask`` (True where allowed), or a Dict observation's ``"action_mask"`` key,
         restricts the action as in ``agent.decide``.
-        Several agents (docs/multi_agent.md): ``act({agent_id: obs, ...}, episode=...)`` returns
-        ``{agent_id: action}``; each agent is the episode ``(episode, agent_id)``.
+        Several agents: ``act({agent_id: obs}, episode=...)`` -> ``{agent_id: action}`` (docs/multi_agent.md).
         """
-        external = self._loop.external_runner("act")
-        if is_agent_dict(self.agent, obs):  # several agents: {agent_id: obs} -> {agent_id: action}
-            return external_act(external, self.agent, obs, episode, action_mask)
-        return external.act(obs, _episode_key(episode), action_mask)
+        return external_act(self._loop.external_runner("act"), self.agent, obs, _episode_key(episode), action_mask)
 
     def feedback(
         self,
@@ -463,15 +459,12 @@ class Session:
         ``info`` is the env's info dict: its ``"action_mask"`` is the mask of ``next_obs`` for an
         episode whose actions are masked (see :meth:`act`).
         A feedback without an ``act`` awaiting it is a ``RuntimeError`` naming the episode.
-        Several agents: ``feedback({agent_id: reward}, {agent_id: next_obs}, terminated, truncated,
-        episode=...)``, the ends a bool for all or a dict per agent, ``info`` a dict per agent.
+        Several agents: ``feedback({agent_id: reward}, {agent_id: next_obs}, ...)`` (docs/multi_agent.md).
         """
         external = self._loop.external_runner("feedback")
         if info is not None and not isinstance(info, dict):
             raise TypeError(f"feedback() got info={info!r}: pass the env's info dict or leave it out")
-        if isinstance(reward, dict):  # several agents: per-agent rewards and next observations
-            return external_feedback(external, self.agent, reward, next_obs, terminated, truncated, episode, info)
-        external.feedback(reward, next_obs, terminated, truncated, _episode_key(episode), info)
+        external_feedback(external, self.agent, reward, next_obs, terminated, truncated, _episode_key(episode), info)
 
     @property
     def live_episodes(self) -> list[Any]:

@@ -167,19 +167,26 @@ def _per_agent(value: Any, agent_id: Any, name: str) -> Any:
     return value
 
 
-def external_act(runner: Any, agent: Any, obs: Mapping[Any, Any], episode: Any,
-                 action_mask: Mapping[Any, Any] | None) -> dict[Any, Any]:
-    """``{agent_id: action}`` for ``{agent_id: obs}``: each agent of ``episode`` is the external episode
-    ``(episode, agent_id)`` of ``runner`` (one slot each)."""
+def external_act(runner: Any, agent: Any, obs: Any, episode: Any, action_mask: Any) -> Any:
+    """``Session.act``: ``{agent_id: action}`` for ``{agent_id: obs}``, each agent of ``episode`` being the
+    external episode ``(episode, agent_id)`` of ``runner`` (one slot each); one observation's action otherwise."""
+    if not is_agent_dict(agent, obs):
+        return runner.act(obs, episode, action_mask)
     rows = _rows(agent, obs)
     masks = action_mask or {}
     return {a: runner.act(row, (episode, a), masks.get(a, _mask_of(obs[a], None))) for a, row in rows.items()}
 
 
-def external_feedback(runner: Any, agent: Any, rewards: Mapping[Any, Any], next_obs: Mapping[Any, Any],
-                      terminated: Any, truncated: Any, episode: Any, info: Mapping[Any, Any] | None) -> None:
-    """What followed :func:`external_act`: per agent, its reward, next observation and end (a bool for all
-    agents, or a dict per agent), ``info`` per agent (its ``"action_mask"``)."""
+def external_feedback(runner: Any, agent: Any, rewards: Any, next_obs: Any, terminated: Any, truncated: Any,
+                      episode: Any, info: Any) -> None:
+    """``Session.feedback``: what followed :func:`external_act`; with ``rewards`` a dict, per agent its reward,
+    next observation and end (a bool for all agents, or a dict per agent), ``info`` per agent (its
+    ``"action_mask"``)."""
+    if not isinstance(rewards, Mapping):
+        runner.feedback(rewards, next_obs, terminated, truncated, episode, info)
+        return
+    if not isinstance(next_obs, Mapping):
+        raise TypeError(f"feedback() got rewards per agent, so next_obs must be a dict per agent too, got {next_obs!r}")
     if set(rewards) != set(next_obs):
         raise ValueError(
             f"feedback(): rewards are for {sorted(map(str, rewards))} and next observations for "
