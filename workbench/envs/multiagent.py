@@ -55,6 +55,8 @@ absent (0: their slot's transition is filler, left out of on-policy updates)."""
 def is_parallel_env(env: Any) -> bool:
     """True for a PettingZoo ``ParallelEnv`` (or anything with its API: ``possible_agents``,
     ``observation_space(agent)``, ``action_space(agent)``, dict-valued ``reset``/``step``)."""
+    if not hasattr(env, "possible_agents"):  # not a PettingZoo env: pettingzoo is not imported for it
+        return False
     try:
         from pettingzoo.utils.env import ParallelEnv
     except ImportError:  # pettingzoo is an extra: recognise the API without it
