@@ -32,7 +32,9 @@ from .agents import (
     CQL,
     DDPG,
     DQN,
+    IPPO,
     IQL,
+    MAPPO,
     PPO,
     QRDQN,
     SAC,
@@ -49,6 +51,7 @@ from .agents import (
 from .agents.intrinsic import ICM, RND
 from .checkpoint import CheckpointError
 from .envs.core import EnvMethodError, EnvOutputError, check_env
+from .envs.multiagent import with_agent_ids
 from .exploration import EpsilonGreedy, GaussianNoise, OrnsteinUhlenbeckNoise, TruncatedNormalNoise
 from .memory import HerReplay, PrioritizedReplayMemory, ReplayMemory, RolloutBuffer
 from .offline.datasets import Dataset, DatasetError
@@ -103,7 +106,9 @@ __all__ = [
     "HerReplay",
     "HumanPlay",
     "ICM",
+    "IPPO",
     "IQL",
+    "MAPPO",
     "MLflow",
     "NonFiniteLossError",
     "OrnsteinUhlenbeckNoise",
@@ -144,6 +149,7 @@ __all__ = [
     "preset",
     "sessions",
     "sweep",
+    "with_agent_ids",
 ]
 
 

@@ -29,6 +29,7 @@ from .offline import source as offline_loop
 from .offline.recording import Recorder
 from .parallel import check_runner_options, check_worker_env
 from .parallel.external import DEFAULT_EPISODE, ExternalSource, external_source
+from .parallel.multiagent import external_act, external_feedback
 from .run import STATUSES, EnvLoop, ExternalLoop, Loop, OfflineLoop, RunContext, RunControl
 from .run.control import CONTROL_TIMEOUT_S
 from .run.interrupts import interruptible
@@ -438,8 +439,9 @@ class Session(SessionMedia):
         status: also while paused, stopped or before ``start`` (nothing waits for the loop).
         ``action_mask`` (True where allowed), or a Dict observation's ``"action_mask"`` key,
         restricts the action as in ``agent.decide``.
+        Several agents: ``act({agent_id: obs}, episode=...)`` -> ``{agent_id: action}`` (docs/multi_agent.md).
         """
-        return self._loop.external_runner("act").act(obs, _episode_key(episode), action_mask)
+        return external_act(self._loop.external_runner("act"), self.agent, obs, _episode_key(episode), action_mask)
 
     def feedback(
         self,
@@ -460,11 +462,12 @@ class Session(SessionMedia):
         ``info`` is the env's info dict: its ``"action_mask"`` is the mask of ``next_obs`` for an
         episode whose actions are masked (see :meth:`act`).
         A feedback without an ``act`` awaiting it is a ``RuntimeError`` naming the episode.
+        Several agents: ``feedback({agent_id: reward}, {agent_id: next_obs}, ...)`` (docs/multi_agent.md).
         """
         external = self._loop.external_runner("feedback")
         if info is not None and not isinstance(info, dict):
             raise TypeError(f"feedback() got info={info!r}: pass the env's info dict or leave it out")
-        external.feedback(reward, next_obs, terminated, truncated, _episode_key(episode), info)
+        external_feedback(external, self.agent, reward, next_obs, terminated, truncated, _episode_key(episode), info)
 
     @property
     def live_episodes(self) -> list[Any]:
@@ -509,7 +512,12 @@ def _source_and_loop(agent: Agent, env: Any, dataset: Any, eval_env: Any) -> tup
             raise TypeError("Session needs an env: the agent was built from spaces alone")
         return agent.env_source, EnvLoop()
     source = as_env_source(env)
-    _check_same_spaces(agent, *source.spaces())
+    if source.parallel is not None:  # a PettingZoo ParallelEnv: the agent's rows must fit its agents
+        from .parallel.multiagent import check_agent_fits
+
+        check_agent_fits(agent, source.parallel)
+    else:
+        _check_same_spaces(agent, *source.spaces())
     return source, EnvLoop()
 
 

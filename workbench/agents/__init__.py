@@ -9,6 +9,7 @@ from .cql import CQL, CQLConfig
 from .ddpg import DDPG, DDPGConfig
 from .dqn import DQN, DQNConfig
 from .iql import IQL, IQLConfig
+from .multiagent import IPPO, MAPPO, IPPOConfig, MAPPOConfig
 from .ppo import PPO, PPOConfig
 from .qrdqn import QRDQN, QRDQNConfig
 from .rainbow import Rainbow, RainbowConfig
@@ -37,8 +38,12 @@ __all__ = [
     "DQN",
     "DQNConfig",
     "EpisodeReturns",
+    "IPPO",
+    "IPPOConfig",
     "IQL",
     "IQLConfig",
+    "MAPPO",
+    "MAPPOConfig",
     "PPO",
     "PPOConfig",
     "QRDQN",

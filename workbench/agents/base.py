@@ -1029,6 +1029,8 @@ class Agent:
 
             return PlayViewer(self, env, episodes=episodes, seed=seed)
         source = as_env_source(env)
+        if source.parallel is not None:  # a PettingZoo ParallelEnv: the agent decides for every agent
+            return self._play_parallel(source.parallel, episodes, render, deterministic, seed, max_steps)
         if source.instance is not None:
             instance, owned = source.instance, False
             if render and instance.render_mode != render:
@@ -1073,6 +1075,30 @@ class Agent:
         if frames is not None:
             return result, frames
         return result
+
+    def _play_parallel(self, env: Any, episodes: int, render: str | None, deterministic: bool, seed: int | None,
+                       max_steps: int | None) -> Any:
+        """``play`` on a PettingZoo ParallelEnv (``workbench.envs.multiagent``): team returns, each
+        agent's in ``result.per_agent``."""
+        from ..envs.multiagent import play_parallel
+
+        if render and getattr(env, "render_mode", None) != render:
+            raise ValueError(
+                f"render={render!r} needs a ParallelEnv made with render_mode={render!r}, "
+                f"this one has render_mode={getattr(env, 'render_mode', None)!r}"
+            )
+        was_training = self.training
+        self.training = False
+        try:
+            returns, lengths, frames, per_agent = play_parallel(
+                self, env, episodes, seed=seed, deterministic=deterministic, max_steps=max_steps,
+                render=bool(render),
+            )
+        finally:
+            self.training = was_training
+        result = EpisodeReturns(returns, lengths, frames)
+        result.per_agent = per_agent
+        return (result, frames) if frames is not None else result
 
     def _require_bounded_actions(self) -> None:
         """For agents whose policy ends in tanh: the Box must have finite bounds to scale into."""

@@ -31,6 +31,7 @@ from gymnasium import spaces
 from torch import nn
 
 from ..envs.masks import MASK_KEY
+from ..envs.multiagent import ALIVE_KEY
 from ..memory.rollout import RolloutBuffer, compute_gae
 from ..schedules import Schedule
 from ..validation import checked, choice, flag, integer, layer_widths, number
@@ -403,6 +404,11 @@ class OnPolicyAgent(Agent):
                 final_values = self._host(self._values(self._tensor(next_obs[cut])))
             rewards[cut] += self.config.gamma * final_values
         dones = (terminated | truncated).astype(np.float32)
+        alive = extras.get(ALIVE_KEY)  # multi-agent slots of absent agents (workbench.envs.multiagent)
+        if alive is not None:
+            if getattr(self, "_alive", None) is None or self._alive.shape != self.rollout.rewards.shape:
+                self._alive = np.ones_like(self.rollout.rewards)
+            self._alive[self.rollout.pos] = alive
         self.rollout.add(obs, actions, rewards, dones, extras["values"], extras["log_probs"], extras.get(MASK_KEY))
         self._next_obs = next_obs
 
@@ -428,7 +434,7 @@ class OnPolicyAgent(Agent):
             rollout.rewards, rollout.values, rollout.dones, last_values, c.gamma, c.gae_lambda
         )
         n_rows = rollout.n_steps * rollout.n_envs
-        return RolloutBatch(
+        batch = RolloutBatch(
             obs=self._tensor(rollout.obs.reshape(-1, *self.obs_shape)),
             actions=self._tensor(rollout.actions.reshape(-1, *rollout.actions.shape[2:])),
             log_probs=self._tensor(rollout.log_probs.reshape(-1)),
@@ -438,6 +444,16 @@ class OnPolicyAgent(Agent):
             returns_np=returns,
             masks=None if rollout.masks is None else self._tensor(rollout.masks.reshape(n_rows, -1)),
         )
+        alive = getattr(self, "_alive", None)
+        if alive is not None and alive.shape == rollout.rewards.shape and not alive.all():
+            # Rows of absent agents are filler (their slot's steps are cut as episode ends): left out.
+            keep = torch.from_numpy(np.flatnonzero(alive.reshape(-1)))
+            batch = batch._replace(**{
+                name: getattr(batch, name)[keep]
+                for name in ("obs", "actions", "log_probs", "advantages", "returns", "masks")
+                if getattr(batch, name) is not None
+            })
+        return batch
 
     def _scheduled_lr(self) -> float:
         """This update's learning rate (the schedule ``_lr`` at the current progress), set on the optimizer."""

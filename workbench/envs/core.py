@@ -214,6 +214,7 @@ class EnvSource:
     factory: Callable[[], gym.Env] | None = None
     env_id: str | None = None
     vector: Any = None
+    parallel: Any = None  # a PettingZoo ParallelEnv: one slot per agent (workbench.envs.multiagent)
 
     @property
     def can_copy(self) -> bool:
@@ -222,13 +223,21 @@ class EnvSource:
 
     @property
     def num_envs(self) -> int | None:
-        """The vector env's number of envs (None for other sources: the agent's ``n_envs`` decides)."""
+        """The vector env's number of envs, a ParallelEnv's number of agents (None for other sources:
+        the agent's ``n_envs`` decides)."""
+        if self.parallel is not None:
+            return len(self.parallel.possible_agents)
         return None if self.vector is None else int(self.vector.num_envs)
 
     def make(self, **kwargs: Any) -> gym.Env:
         """A fresh env from the id or factory (``kwargs`` go to ``gym.make`` for ids)."""
         if self.env_id is not None:  # first: a Ray worker receives the id alone, not the factory
             return make_env(self.env_id, **kwargs)
+        if self.parallel is not None:
+            raise ValueError(
+                f"the PettingZoo ParallelEnv {self.name} cannot be copied into a single-agent env: play it with "
+                "agent.play(parallel_env) and evaluate with Session(..., eval_env=another_parallel_env)"
+            )
         if self.vector is not None:
             raise ValueError(
                 f"the vector env {self.name} steps its own {self.num_envs} envs and cannot be copied into one env: "
@@ -255,6 +264,10 @@ class EnvSource:
         """
         if self.vector is not None:
             return _single_spaces(self.vector)
+        if self.parallel is not None:
+            from .multiagent import parallel_spaces
+
+            return parallel_spaces(self.parallel)[:2]
         if self.instance is not None:
             return self.instance.observation_space, self.instance.action_space
         env = self.make()
@@ -322,6 +335,11 @@ def as_env_source(env: Any) -> EnvSource:
         return env
     if is_vector_env(env):
         return EnvSource(name=_vector_name(env), vector=env)
+    from .multiagent import check_parallel_env, is_aec_env, is_parallel_env
+
+    if is_aec_env(env) or (not isinstance(env, gym.Env) and is_parallel_env(env)):
+        check_parallel_env(env)  # an AEC env: says how to convert it
+        return EnvSource(name=type(getattr(env, "unwrapped", env)).__name__, parallel=env)
     if isinstance(env, gym.Env):
         spec = getattr(env, "spec", None)
         name = spec.id if spec is not None and spec.id else type(env.unwrapped).__name__

@@ -283,6 +283,15 @@ def make_runner(
         backend, num_workers, {"envs_per_worker": envs_per_worker, "restart_workers": restart_workers, **options}
     )
     check_step_timeout(step_timeout)
+    if source.parallel is not None:  # a PettingZoo ParallelEnv: one slot per agent
+        from .multiagent import MultiAgentRunner
+
+        if num_workers != 1 or backend not in ("auto", "inprocess"):
+            raise ValueError(
+                f"a PettingZoo ParallelEnv instance ({source.name}) is stepped in the training thread: "
+                f"num_workers={num_workers!r} and backend={backend!r} are not supported for it yet; leave them out"
+            )
+        return MultiAgentRunner(source, agent, seed=seed)
     if source.vector is not None or backend == "envpool":  # a vector env steps its own envs
         from .vector import make_vector_runner
 

@@ -1,0 +1,220 @@
+"""Multi-agent training on a PettingZoo-style ParallelEnv: shared PPO, IPPO, MAPPO (workbench.envs.multiagent)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+import workbench as wb
+from workbench.envs.multiagent import ParallelEnvAdapter, parallel_spaces
+from workbench.envs.multiagent_toy import MatchTarget
+
+SMALL = {"n_steps": 16, "batch_size": 32, "n_epochs": 4, "net_arch": (16,), "learning_rate": 3e-3}
+
+
+def test_shared_ppo_learns_and_records_per_agent_and_team_returns():
+    env = MatchTarget(n_agents=2, length=8)
+    agent = wb.PPO(env, seed=0, **SMALL)
+    assert agent.num_envs == 2
+    session = wb.Session(agent, env, seed=0)
+    session.run(steps=1600)
+    names = session.signals.names()
+    assert {"episode_reward", "episode_reward/agent_0", "episode_reward/agent_1"} <= set(names)
+    team = session.signals["episode_reward"]
+    a0, a1 = session.signals["episode_reward/agent_0"], session.signals["episode_reward/agent_1"]
+    # The team's return is the sum of the agents' returns, episode by episode.
+    assert np.allclose(np.asarray(team.values), np.asarray(a0.values) + np.asarray(a1.values))
+    assert session.episodes == len(team.values) == 1600 // (2 * 8)
+    assert team.mean(last=5) > 2 * 8 * 0.6  # chance is 1/3 per step
+
+
+def test_stop_when_and_save_reopen_continue(tmp_path):
+    env = MatchTarget(n_agents=2, length=4)
+    agent = wb.PPO(env, seed=0, **SMALL)
+    session = wb.Session(agent, env, seed=0, stop_when=lambda s: s.episodes >= 3)
+    session.run(steps=10_000)
+    assert session.stop_reason == "stop_when" and session.episodes == 3
+    path = session.save(tmp_path / "run")
+    loaded = wb.load(path)
+    assert loaded.observation_space == agent.observation_space
+    again = wb.Session.reopen(path, env)
+    again.run(steps=64)
+    assert again.steps == session.steps + 64
+
+
+def test_pause_and_stop_from_another_thread():
+    env = MatchTarget(n_agents=2, length=4)
+    session = wb.Session(wb.PPO(env, seed=0, **SMALL), env)
+    session.start(steps=10**7)
+    session.pause()
+    assert session.status == "paused"
+    session.resume()
+    session.stop()
+    assert session.status == "stopped"
+
+
+@pytest.mark.parametrize("dict_obs", [False, True])
+def test_action_masks_from_info_or_dict_observation_are_honoured(dict_obs):
+    env = MatchTarget(n_agents=2, length=4, masks=True, dict_obs=dict_obs)  # the env raises on the masked action
+    agent = wb.PPO(env, seed=0, **SMALL)
+    assert agent.observation_space.shape == (3,)
+    wb.Session(agent, env, seed=0).run(steps=256)
+
+
+def test_agents_leaving_mid_episode_are_masked_out_of_the_update():
+    env = MatchTarget(n_agents=3, length=6, leave=True)
+    adapter = ParallelEnvAdapter(env, parallel_spaces(env)[2], seed=0)
+    adapter.reset()
+    for _ in range(3):
+        _, rewards, terminated, _, _ = adapter.step(np.zeros(3, dtype=np.int64))
+    assert terminated.tolist() == [False, False, True] and not adapter.alive[2]
+    obs, rewards, terminated, _, _ = adapter.step(np.zeros(3, dtype=np.int64))
+    assert rewards[2] == 0 and terminated[2] and not obs[2].any()  # a dead slot: filler
+    agent = wb.PPO(env, seed=0, **SMALL)
+    session = wb.Session(agent, env, seed=0)
+    session.run(steps=3 * 16)  # one rollout; it holds dead rows
+    assert agent.num_updates == 1
+    assert agent._alive.min() == 0  # the dead rows were seen and left out
+
+
+def test_box_actions_train():
+    env = MatchTarget(n_agents=2, length=4, box=True)
+    agent = wb.PPO(env, seed=0, **SMALL)
+    session = wb.Session(agent, env, seed=0)
+    session.run(steps=128)
+    assert session.episodes == 128 // 8
+
+
+def test_ippo_groups_have_their_own_networks_and_signals(tmp_path):
+    env = MatchTarget(n_agents=3, length=4)
+    agent = wb.IPPO(env, groups={"red": ["agent_0"], "blue": ["agent_1", "agent_2"]}, seed=0, **SMALL)
+    assert len(agent.actor.nets) == 2 and len(agent.critic.nets) == 2
+    session = wb.Session(agent, env, seed=0)
+    session.run(steps=3 * 16)
+    assert {"episode_reward/red", "episode_reward/blue"} <= set(session.signals.names())
+    red = np.asarray(session.signals["episode_reward/red"].values)
+    assert np.allclose(red, session.signals["episode_reward/agent_0"].values)
+    loaded = wb.load(session.save(tmp_path / "ippo"))
+    assert isinstance(loaded, wb.IPPO) and loaded.config.groups == agent.config.groups
+    obs = np.zeros((3, agent.obs_shape[0]), np.float32)
+    obs[:, -3:] = np.eye(3)
+    assert np.array_equal(loaded.act(obs), agent.eval().act(obs))
+
+
+def test_ippo_rejects_bad_groups():
+    env = MatchTarget(n_agents=2)
+    with pytest.raises(ValueError, match="not one of the env's agents"):
+        wb.IPPO(env, groups={"a": ["agent_0", "nobody"]})
+    with pytest.raises(ValueError, match="exactly one group"):
+        wb.IPPO(env, groups={"a": ["agent_0"]})
+
+
+@pytest.mark.parametrize("critic_input", ["state", "concat"])
+def test_mappo_critic_reads_the_global_state(critic_input):
+    env = MatchTarget(n_agents=2, length=4)
+    agent = wb.MAPPO(env, critic_input=critic_input, seed=0, **SMALL)
+    lay = agent.multiagent_layout
+    assert lay.state == critic_input and lay.state_dim == 6
+    # The critic reads the state and the id, the actor the own observation and the id.
+    assert agent.critic.columns.tolist() == list(range(3, 3 + 6 + 2))
+    assert agent.actor.columns.tolist() == [0, 1, 2, 9, 10]
+    wb.Session(agent, env, seed=0).run(steps=64)
+
+
+def test_clear_errors_for_wrong_input():
+    class AEC:
+        possible_agents = ["a"]
+        agent_selection = "a"
+
+        def last(self):
+            return None
+
+    with pytest.raises(TypeError, match="aec_to_parallel"):
+        wb.PPO(AEC())
+    with pytest.raises(TypeError, match="ParallelEnv"):
+        wb.IPPO("CartPole-v1")
+    env = MatchTarget(n_agents=2)
+    with pytest.raises(ValueError, match="build the agent from the same env"):
+        wb.Session(wb.IPPO(MatchTarget(n_agents=3)), env)
+    with pytest.raises(ValueError, match="num_workers"):
+        wb.Session(wb.PPO(env), env, num_workers=2).run(steps=8)
+
+
+def test_pettingzoo_parallel_env_is_accepted():
+    pytest.importorskip("pettingzoo")
+    from pettingzoo.utils.env import ParallelEnv
+
+    class Wrapped(MatchTarget, ParallelEnv):
+        pass
+
+    env = Wrapped(n_agents=2, length=4)
+    wb.Session(wb.PPO(env, seed=0, **SMALL), env).run(steps=32)
+
+
+@pytest.mark.parametrize("cls", ["PPO", "IPPO", "MAPPO"])
+def test_play_gives_team_and_per_agent_returns_and_frames(cls):
+    env = MatchTarget(n_agents=2, length=4, leave=True, render_mode="rgb_array")
+    agent = getattr(wb, cls)(env, seed=0, **SMALL)
+    result = agent.play(env, episodes=2, seed=1)
+    assert result.lengths == [4, 4] and len(result.per_agent) == 2
+    assert result == [sum(r.values()) for r in result.per_agent]
+    result, frames = agent.play(env, episodes=1, render="rgb_array")
+    assert len(frames[0]) == 5 and frames[0][0].shape == (16, 32, 3)
+
+
+def test_export_of_a_routed_policy_matches_act(tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    env = MatchTarget(n_agents=3)
+    agent = wb.IPPO(env, groups={"red": ["agent_0"], "blue": ["agent_1", "agent_2"]}, seed=0, **SMALL)
+    path = agent.export(str(tmp_path / "ippo.onnx"))
+    session = ort.InferenceSession(path)
+    obs = np.random.default_rng(0).random((3, agent.obs_shape[0])).astype(np.float32)
+    obs[:, -3:] = np.eye(3)
+    out = session.run(None, {session.get_inputs()[0].name: obs})[0]
+    assert np.array_equal(out, agent.act(obs, deterministic=True))
+
+
+@pytest.mark.parametrize("cls", ["PPO", "IPPO", "MAPPO"])
+def test_external_session_takes_dicts_of_agents(cls):
+    env = MatchTarget(n_agents=2, length=4, masks=True)
+    kwargs = {"critic_input": "concat"} if cls == "MAPPO" else {}
+    agent = getattr(wb, cls)(env, seed=0, **SMALL, **kwargs)
+    session = wb.Session.external(agent)
+    session.start(steps=10**6)
+    obs, info = env.reset(seed=0)
+    for _ in range(2):
+        for _t in range(4):
+            masks = {a: info[a]["action_mask"] for a in obs}
+            actions = session.act(obs, episode="match", action_mask=masks)
+            assert set(actions) == set(obs) and all(a in (0, 1) for a in actions.values())  # 2 is masked
+            next_obs, rewards, terminated, truncated, info = env.step(actions)
+            session.feedback(rewards, next_obs, terminated, truncated, episode="match", info=info)
+            obs = next_obs
+        obs, info = env.reset()
+    deadline = time.monotonic() + 20
+    while session.episodes < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    session.stop()
+    assert session.episodes == 4  # one per agent and match
+
+
+def test_shared_ppo_with_agent_ids_sees_which_agent_it_is(tmp_path):
+    env = MatchTarget(n_agents=2, length=4)
+    agent = wb.PPO(wb.with_agent_ids(env), seed=0, **SMALL)
+    assert agent.observation_space.shape == (3 + 2,)
+    session = wb.Session(agent, env, seed=0)  # the plain env: the rows follow the agent
+    session.run(steps=64)
+    reopened = wb.Session.reopen(session.save(tmp_path / "ids"), env)
+    reopened.run(steps=32)
+    assert reopened.steps == 96
+
+
+def test_evaluation_plays_on_another_parallel_env():
+    env = MatchTarget(n_agents=2, length=4)
+    session = wb.Session(wb.PPO(env, seed=0, **SMALL), env, seed=0, eval_env=MatchTarget(n_agents=2, length=4))
+    session.run(steps=32)
+    mean = session.evaluate(episodes=2)
+    assert 0.0 <= mean <= 8.0 and session.signals["eval_reward"].last == mean

@@ -1,0 +1,404 @@
+"""PettingZoo's parallel API as the library's vector of envs: one slot per agent.
+
+A PettingZoo ``ParallelEnv`` steps several agents at once with dicts keyed by agent name. The
+library's loop steps vectors of envs (``workbench.loop.env_step``), so :class:`ParallelEnvAdapter`
+presents the ParallelEnv as one *slot* per possible agent (``env.possible_agents``, in order):
+row ``i`` of every batch is agent ``i``'s observation, action, reward and episode end. One policy
+deciding for every row is parameter sharing (``wb.PPO``); ``wb.IPPO`` and ``wb.MAPPO``
+(``workbench.agents.multiagent``) route rows to per-group networks and give the critic the global
+state, through the :class:`Layout` of the observations the adapter builds.
+
+Agents that are not in ``env.agents`` (not yet arrived, or gone mid-episode) keep their slot: its
+observation is zeros, its action is not sent to the env, its reward is 0, and every step it is dead
+is marked terminated, with the extras key ``"alive"`` 0, so on-policy agents leave those rows out of
+their updates. An agent's own end (terminated, truncated, or dropped from ``env.agents``) ends its
+slot's episode; the env is reset when no agent is left (same-step autoreset, as the library's
+``VecEnv``).
+
+Action masks: ``info[agent]["action_mask"]`` or a Dict observation's ``"action_mask"`` key.
+Observations: each agent's space flattened (``flat_observation_space``; a Dict's mask key left out).
+
+Episodes: the team's return (the sum over agents) and length are what ``episode_reward`` and
+``episode_length`` record; each agent's return is the signal ``episode_reward/<agent>``, and with
+``groups`` each group's sum is ``episode_reward/<group>``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from .masks import MASK_KEY, check_masks, mask_size, strip_mask_space
+
+__all__ = [
+    "ALIVE_KEY",
+    "Layout",
+    "ParallelEnvAdapter",
+    "check_parallel_env",
+    "is_aec_env",
+    "is_parallel_env",
+    "layout_for",
+    "parallel_spaces",
+    "play_parallel",
+    "with_agent_ids",
+]
+
+ALIVE_KEY = "alive"
+"""The extras key that marks the rows of agents present in the env when the step was decided (1) or
+absent (0: their slot's transition is filler, left out of on-policy updates)."""
+
+
+def is_parallel_env(env: Any) -> bool:
+    """True for a PettingZoo ``ParallelEnv`` (or anything with its API: ``possible_agents``,
+    ``observation_space(agent)``, ``action_space(agent)``, dict-valued ``reset``/``step``)."""
+    if not hasattr(env, "possible_agents"):  # not a PettingZoo env: pettingzoo is not imported for it
+        return False
+    try:
+        from pettingzoo.utils.env import ParallelEnv
+    except ImportError:  # pettingzoo is an extra: recognise the API without it
+        ParallelEnv = None
+    if ParallelEnv is not None and isinstance(env, ParallelEnv):
+        return True
+    return (
+        hasattr(env, "possible_agents") and callable(getattr(env, "observation_space", None))
+        and callable(getattr(env, "action_space", None)) and not hasattr(env, "agent_selection")
+        and hasattr(env, "step") and hasattr(env, "reset")
+    )
+
+
+def is_aec_env(env: Any) -> bool:
+    """True for a PettingZoo AEC env (agents take turns: ``agent_selection``, ``last()``)."""
+    return hasattr(env, "possible_agents") and hasattr(env, "agent_selection") and hasattr(env, "last")
+
+
+def check_parallel_env(env: Any) -> None:
+    """Raise a ``TypeError`` that says how to convert an AEC env; a ``ValueError`` for a ParallelEnv
+    with no agents."""
+    if is_aec_env(env):
+        raise TypeError(
+            f"{type(env).__name__} is a PettingZoo AEC env (agents take turns); the workbench trains on the "
+            "parallel API: convert it with `from pettingzoo.utils import aec_to_parallel; "
+            "env = aec_to_parallel(env)` (or build it with the module's parallel_env())"
+        )
+    if not list(getattr(env, "possible_agents", [])):
+        raise ValueError(f"the ParallelEnv {type(env).__name__} has no possible_agents: it must list its agents")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What one slot's observation row holds, in order: the agent's own observation (padded with
+    zeros to ``obs_dim``), then the global state when ``state`` is ``"state"`` (``env.state()``) or
+    ``"concat"`` (every agent's observation), then the agent's one-hot id when ``agent_ids``."""
+
+    obs_dim: int
+    n_agents: int
+    agent_ids: bool = False
+    state: str | None = None
+    state_dim: int = 0
+
+    @property
+    def size(self) -> int:
+        """The length of a row."""
+        return self.obs_dim + self.state_dim + (self.n_agents if self.agent_ids else 0)
+
+
+class _WithAgentIds:
+    """A ParallelEnv whose agents' rows end with their one-hot id (see :func:`with_agent_ids`)."""
+
+    agent_ids = True
+
+    def __init__(self, env: Any) -> None:
+        check_parallel_env(env)
+        self.env = env
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.env, name)
+
+    @property
+    def unwrapped(self) -> Any:
+        """The ParallelEnv itself."""
+        return getattr(self.env, "unwrapped", self.env)
+
+
+def with_agent_ids(env: Any) -> Any:
+    """``env`` (a PettingZoo ParallelEnv) for an agent that should see which agent it decides for: a
+    shared-parameter ``wb.PPO(wb.with_agent_ids(env))`` gets each agent's one-hot id appended to its
+    observation. The session may be given either ``env`` or the wrapped one: the rows follow the agent."""
+    return env if getattr(env, "agent_ids", False) else _WithAgentIds(env)
+
+
+def _agent_spaces(env: Any) -> tuple[list[str], list[spaces.Space], list[spaces.Space]]:
+    agents = list(env.possible_agents)
+    return agents, [env.observation_space(a) for a in agents], [env.action_space(a) for a in agents]
+
+
+def _flat_dim(space: spaces.Space) -> int:
+    space = strip_mask_space(space)
+    if isinstance(space, spaces.Dict) and "observation" in space.spaces and len(space.spaces) == 1:
+        space = space.spaces["observation"]
+    return int(spaces.flatdim(space))
+
+
+def parallel_spaces(
+    env: Any, *, agent_ids: bool = False, state: str | None = None, same_obs: bool = True
+) -> tuple[spaces.Box, spaces.Space, Layout]:
+    """The slot spaces of a ParallelEnv: a flat float32 Box for the rows the adapter builds, the
+    agents' (common) action space, and the :class:`Layout`. ``same_obs`` (parameter sharing) asks
+    every agent to have the same observation size; otherwise rows are padded to the largest."""
+    check_parallel_env(env)
+    agent_ids = agent_ids or bool(getattr(env, "agent_ids", False))
+    agents, obs_spaces, act_spaces = _agent_spaces(env)
+    first = act_spaces[0]
+    for a, s in zip(agents, act_spaces):
+        if s != first:
+            raise ValueError(
+                f"the agents' action spaces differ ({agents[0]}: {first}, {a}: {s}): one policy head serves every "
+                "slot here; wrap the env so the agents share an action space (pad Discrete actions and mask them)"
+            )
+    if not isinstance(first, spaces.Discrete | spaces.Box | spaces.MultiDiscrete | spaces.MultiBinary):
+        raise ValueError(f"the agents' action space {first} is not supported: use Discrete, Box or MultiDiscrete")
+    dims = [_flat_dim(s) for s in obs_spaces]
+    if same_obs and len(set(dims)) > 1:
+        sizes = ", ".join(f"{a}: {d}" for a, d in zip(agents, dims))
+        raise ValueError(
+            f"parameter sharing (wb.PPO) needs every agent's observation to have one size, got {sizes}: "
+            "use wb.IPPO(env, groups={...}) with one group per observation size, or wb.MAPPO(env)"
+        )
+    if state not in (None, "state", "concat"):
+        raise ValueError(
+            f"state must be None, 'state' (env.state()) or 'concat' (every agent's observation), got {state!r}"
+        )
+    state_dim = 0
+    if state == "state":
+        space = getattr(env, "state_space", None)
+        if space is None:
+            raise ValueError(
+                f"the ParallelEnv {type(env).__name__} has no state_space, so env.state() cannot be the critic's "
+                "input: use critic_input='concat' (the agents' observations side by side)"
+            )
+        state_dim = int(spaces.flatdim(space))
+    elif state == "concat":
+        state_dim = len(agents) * max(dims)
+    layout = Layout(max(dims), len(agents), agent_ids, state, state_dim)
+    box = spaces.Box(-np.inf, np.inf, (layout.size,), np.float32)
+    return box, first, layout
+
+
+def _flatten_obs(space: spaces.Space, obs: Any, dim: int) -> np.ndarray:
+    stripped = strip_mask_space(space)
+    if isinstance(obs, Mapping) and MASK_KEY in obs:
+        obs = {k: v for k, v in obs.items() if k != MASK_KEY}
+        if isinstance(stripped, spaces.Dict) and list(stripped.spaces) == ["observation"]:
+            stripped, obs = stripped.spaces["observation"], obs["observation"]
+    flat = np.asarray(spaces.flatten(stripped, obs), dtype=np.float32).reshape(-1)
+    if flat.shape[0] < dim:
+        flat = np.concatenate([flat, np.zeros(dim - flat.shape[0], np.float32)])
+    return flat
+
+
+def layout_for(agent: Any, env: Any) -> Layout:
+    """The row layout ``agent`` was built for on ``env``: the agent's own (IPPO, MAPPO: its
+    ``multiagent_layout``), else plain observations, with one-hot ids when the agent's observation
+    size says so (a shared policy built on ``wb.with_agent_ids(env)``)."""
+    own = getattr(agent, "multiagent_layout", None)
+    if own is not None:
+        return own
+    _, _, plain = parallel_spaces(env)
+    size = int(np.prod(agent.obs_shape)) if agent is not None else plain.size
+    if size == plain.size:
+        return plain
+    if size == plain.size + plain.n_agents:
+        return Layout(plain.obs_dim, plain.n_agents, agent_ids=True)
+    raise ValueError(
+        f"{type(agent).__name__} observes rows of {size} numbers, but the ParallelEnv {type(env).__name__} gives "
+        f"{plain.size} per agent ({plain.size + plain.n_agents} with agent ids): build the agent on this env"
+    )
+
+
+class ParallelEnvAdapter:
+    """A ParallelEnv stepped as one slot per possible agent (see the module docstring).
+
+    ``step(actions)`` returns ``(obs, rewards, terminated, truncated, final_obs)`` as the library's
+    ``VecEnv`` does; ``masks``/``final_masks`` hold the action masks when the env gives them;
+    ``alive`` says which slots' current observations belong to an agent in the env; ``ended`` lists
+    the team episodes that the last step ended as ``(team_return, length, {agent: return})``.
+    """
+
+    game_ends = None
+
+    def __init__(self, env: Any, layout: Layout, *, seed: int | None = None) -> None:
+        check_parallel_env(env)
+        self.env = env
+        self.layout = layout
+        self.agents, self.obs_spaces, act_spaces = _agent_spaces(env)
+        self.action_space = act_spaces[0]
+        self.num_envs = len(self.agents)
+        self.step_count = 0
+        self._seed = seed
+        self._convert = _action_converter(self.action_space)
+        self._mask_n = mask_size(self.action_space)
+        self._uses_masks: bool | None = None
+        self.masks: np.ndarray | None = None
+        self.final_masks: np.ndarray | None = None
+        self.alive = np.zeros(self.num_envs, dtype=bool)
+        self.returns = np.zeros(self.num_envs, dtype=np.float64)
+        self.length = 0
+        self.ended: list[tuple[float, int, dict[str, float]]] = []
+        self.finished = False  # the last step ended the team's episode
+        self.autoreset = True
+        self._eye = np.eye(self.num_envs, dtype=np.float32)
+
+    # -- rows ------------------------------------------------------------------------------------
+
+    def _rows(self, obs: Mapping[str, Any], present: Sequence[str]) -> np.ndarray:
+        lay = self.layout
+        local = np.zeros((self.num_envs, lay.obs_dim), np.float32)
+        for i, a in enumerate(self.agents):
+            if a in present and a in obs:
+                local[i] = _flatten_obs(self.obs_spaces[i], obs[a], lay.obs_dim)
+        parts = [local]
+        if lay.state == "state":
+            state = np.asarray(self.env.state(), np.float32).reshape(-1)
+            parts.append(np.broadcast_to(state, (self.num_envs, state.shape[0])))
+        elif lay.state == "concat":
+            parts.append(np.broadcast_to(local.reshape(-1), (self.num_envs, lay.state_dim)))
+        if lay.agent_ids:
+            parts.append(self._eye)
+        return np.ascontiguousarray(np.concatenate(parts, axis=1), dtype=np.float32)
+
+    def _read_masks(self, obs: Mapping[str, Any], info: Mapping[str, Any], present: Sequence[str], *,
+                    final: bool) -> np.ndarray | None:
+        if self._mask_n is None:
+            return None
+        rows = np.ones((self.num_envs, self._mask_n), dtype=bool)
+        found = False
+        for i, a in enumerate(self.agents):
+            if a not in present:
+                continue
+            mask = None
+            agent_info = info.get(a) if isinstance(info, Mapping) else None
+            if isinstance(agent_info, Mapping) and MASK_KEY in agent_info:
+                mask = agent_info[MASK_KEY]
+            elif isinstance(obs.get(a), Mapping) and MASK_KEY in obs[a]:
+                mask = obs[a][MASK_KEY]
+            if mask is not None:
+                found = True
+                rows[i] = check_masks(mask, self.action_space, f"{a}'s action mask at step {self.step_count}",
+                                      allow_empty=final)[0]
+        if self._uses_masks is None:
+            self._uses_masks = found
+        return rows if self._uses_masks else None
+
+    # -- the VecEnv interface -------------------------------------------------------------------
+
+    def reset(self, seed: int | None = None) -> np.ndarray:
+        """Reset the env (seeded with ``seed``, or the adapter's seed the first time) and return the rows."""
+        if seed is None:
+            seed, self._seed = self._seed, None
+        result = self.env.reset(seed=seed)
+        obs, info = result if isinstance(result, tuple) else (result, {})
+        present = list(self.env.agents)
+        self.alive = np.array([a in present for a in self.agents])
+        self.returns[:] = 0.0
+        self.length = 0
+        self.masks = self._read_masks(obs, info, present, final=False)
+        return self._rows(obs, present)
+
+    def _step_no_reset(self, actions: np.ndarray) -> np.ndarray:
+        """Play: one step, no reset at the end (``finished`` says whether every agent is done)."""
+        self.autoreset = False
+        try:
+            return self.step(actions)[0]
+        finally:
+            self.autoreset = True
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Step the live agents with their rows' actions; same-step reset when no agent is left."""
+        self.step_count += 1
+        self.ended = []
+        before = self.alive.copy()
+        act = {a: self._convert(actions[i]) for i, a in enumerate(self.agents) if before[i]}
+        obs, rew, term, trunc, info = self.env.step(act)
+        present = list(self.env.agents)
+        n = self.num_envs
+        rewards = np.zeros(n, np.float32)
+        terminated = np.zeros(n, bool)
+        truncated = np.zeros(n, bool)
+        for i, a in enumerate(self.agents):
+            if not before[i]:
+                terminated[i] = True  # filler: no bootstrapping through a slot nobody acts in
+                continue
+            rewards[i] = float(rew.get(a, 0.0))
+            terminated[i] = bool(term.get(a, False)) or (a not in present and not trunc.get(a, False))
+            truncated[i] = bool(trunc.get(a, False))
+        self.returns += rewards
+        self.length += 1
+        # An agent that left keeps reporting nothing: its row is the last observation it had.
+        final_obs = self._rows(obs, [a for i, a in enumerate(self.agents) if before[i]])
+        self.final_masks = self._read_masks(obs, info, present, final=True)
+        self.finished = not present
+        if not present and not self.autoreset:
+            return final_obs, rewards, terminated, truncated, final_obs
+        if not present:  # everyone is done: the team's episode ends, the env starts another
+            per_agent = {a: float(self.returns[i]) for i, a in enumerate(self.agents)}
+            self.ended.append((float(self.returns.sum()), self.length, per_agent))
+            next_obs = self.reset()
+            return next_obs, rewards, terminated, truncated, final_obs
+        self.alive = np.array([a in present for a in self.agents])
+        self.masks = self._read_masks(obs, info, present, final=False)
+        next_obs = self._rows(obs, present)
+        return next_obs, rewards, terminated, truncated, final_obs
+
+    def call(self, name: str, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None) -> list[Any]:
+        """``env.name(*args, **kwargs)`` (or the attribute) on the ParallelEnv; one result."""
+        attr = getattr(self.env, name)
+        return [attr(*args, **(kwargs or {})) if callable(attr) else attr]
+
+    def close(self) -> None:
+        """Close the ParallelEnv."""
+        self.env.close()
+
+
+def _action_converter(space: spaces.Space) -> Any:
+    if isinstance(space, spaces.Discrete):
+        return lambda a: int(a) + int(space.start)
+    if isinstance(space, spaces.Box):
+        return lambda a: np.clip(np.asarray(a, dtype=space.dtype), space.low, space.high)
+    return lambda a: np.asarray(a).astype(space.dtype, copy=False)
+
+
+def play_parallel(
+    agent: Any, env: Any, episodes: int, *, seed: int | None = None, deterministic: bool = True,
+    max_steps: int | None = None, render: bool = False,
+) -> tuple[list[float], list[int], list[list[np.ndarray]] | None, list[dict[str, float]]]:
+    """Play ``episodes`` team episodes of the ParallelEnv ``env`` with ``agent`` deciding for every agent
+    (``Agent.play`` on a ParallelEnv). Returns the team returns, the lengths, the frames (``render``:
+    ``env.render()`` after the reset and after every step) and each agent's returns."""
+    adapter = ParallelEnvAdapter(env, layout_for(agent, env))
+    returns: list[float] = []
+    lengths: list[int] = []
+    per_agent: list[dict[str, float]] = []
+    frames: list[list[np.ndarray]] | None = [] if render else None
+    for episode in range(episodes):
+        obs = adapter.reset(None if seed is None else seed + episode)
+        shots = [np.asarray(env.render())] if render else []
+        t = 0
+        while True:
+            masks = adapter.masks
+            step = agent.decide(obs, deterministic=deterministic, action_mask=masks)
+            obs = adapter._step_no_reset(step.actions)
+            t += 1
+            if render:
+                shots.append(np.asarray(env.render()))
+            if adapter.finished or (max_steps is not None and t >= max_steps):
+                break
+        returns.append(float(adapter.returns.sum()))
+        lengths.append(t)
+        per_agent.append({a: float(adapter.returns[i]) for i, a in enumerate(adapter.agents)})
+        if frames is not None:
+            frames.append(shots)
+    return returns, lengths, frames, per_agent
