@@ -149,8 +149,23 @@ def test_every_agent_built_on_the_cpu_keeps_every_tensor_there(name):
     assert "device=cpu" in repr(agent)
 
 
+MULTI_AGENT = {"IPPO", "MAPPO"}  # PPO over a PettingZoo ParallelEnv: tried on its own env below
+
+
 def test_every_registered_agent_takes_device():
-    assert set(SMALL) == {cls.__name__ for cls in (*AGENTS.values(), *OFFLINE_AGENTS.values())}
+    assert set(SMALL) | MULTI_AGENT == {cls.__name__ for cls in (*AGENTS.values(), *OFFLINE_AGENTS.values())}
+
+
+@pytest.mark.parametrize("name", sorted(MULTI_AGENT))
+def test_multi_agent_ppo_built_on_the_cpu_keeps_every_tensor_there(name):
+    from workbench.envs.multiagent_toy import MatchTarget
+
+    cls = AGENTS[name.lower()]
+    env = MatchTarget(n_agents=2, length=4)
+    agent = cls(env, device="cpu", seed=0, n_steps=8, batch_size=8, n_epochs=1, net_arch=(16,))
+    wb.Session(agent, env, seed=0).run(steps=32)
+    assert agent.num_updates > 0 and agent.device == torch.device("cpu")
+    assert foreign_tensors(agent, torch.device("cpu")) == []
 
 
 # -- auto, and refused devices -----------------------------------------------------------------

@@ -229,6 +229,7 @@ class ParallelEnvAdapter:
     """
 
     game_ends = None
+    successes = None  # no goal envs' info["is_success"] per agent (the step protocol's attribute)
 
     def __init__(self, env: Any, layout: Layout, *, seed: int | None = None) -> None:
         check_parallel_env(env)
