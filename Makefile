@@ -32,9 +32,10 @@ test-fast: $(VENV)/.installed
 lint: $(VENV)/.installed
 	$(BIN)/ruff check workbench tests benchmarks examples notebooks
 
-# The API reference, HTML from the docstrings of the public namespace (pdoc): open build/docs/index.html.
+# The documentation site (mkdocs.yml): the guides of docs/ and the API reference from the docstrings, built with
+# warnings as errors (a broken link or reference fails): open build/site/index.html, or `$(BIN)/mkdocs serve`.
 docs: $(VENV)/.installed
-	$(BIN)/pdoc ./workbench --docformat restructuredtext -o build/docs
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 bench: $(VENV)/.installed
 	$(BIN)/pip install -q -e ".[bench]"

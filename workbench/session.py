@@ -114,7 +114,8 @@ class Session:
         checkpoint_dir: where periodic checkpoints go (``latest/`` and, with ``keep_best``, ``best/``);
             default ``runs/<algorithm>-<date>-<time>``.
         keep_best: also keep the checkpoint with the best ``eval_reward``.
-        num_workers, backend: where env steps run (see ``workbench.parallel`` and docs/parallel.md):
+        num_workers: how many workers step the envs (1: in the training thread).
+        backend: where env steps run (see ``workbench.parallel`` and docs/parallel.md):
             ``"auto"``, ``"inprocess"``, ``"local"`` (worker processes) or ``"ray"``.
         backend_options: ``envs_per_worker``, ``restart_workers`` (start a dead worker again instead
             of failing), ``step_timeout`` (seconds: kill a worker whose env's step hangs), and for
@@ -133,6 +134,7 @@ class Session:
     """
 
     resume = _ResumeMethod()
+    """``session.resume()`` continues a paused run (the Resume button calls it)."""
 
     def __init__(
         self,

@@ -93,7 +93,9 @@ class WandB(Sink):
         offline: write locally only (the default); False logs online (needs ``wandb login``).
         dir: where W&B writes its files.
         run_name: the run's name (default: algorithm, env and start time).
-        entity, group, tags: passed to ``wandb.init``.
+        entity: passed to ``wandb.init``.
+        group: passed to ``wandb.init``.
+        tags: passed to ``wandb.init``.
     """
 
     def __init__(
