@@ -76,15 +76,22 @@ class Transitions(NamedTuple):
 
 
 class _Decider(Protocol):
-    def decide(self, obs: Any, deterministic: bool = False) -> Step: ...
+    def decide(self, obs: Any, deterministic: bool = False, action_mask: Any = None) -> Step: ...
 
     def begin_episode(self, done: np.ndarray) -> None: ...
 
 
 class _VectorEnv(Protocol):
-    masks: np.ndarray | None  # the envs' action masks, None when they give none (workbench.envs.masks)
-    final_masks: np.ndarray | None
-    game_ends: np.ndarray | None  # Atari training envs: whole games' raw scores (workbench.envs.atari)
+    # Read only here: the envs' action masks, None when they give none (workbench.envs.masks), and
+    # Atari training envs' whole games' raw scores (workbench.envs.atari).
+    @property
+    def masks(self) -> np.ndarray | None: ...
+
+    @property
+    def final_masks(self) -> np.ndarray | None: ...
+
+    @property
+    def game_ends(self) -> np.ndarray | None: ...
 
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]: ...
 
@@ -103,7 +110,7 @@ def env_step(agent: _Decider, envs: _VectorEnv, obs: np.ndarray) -> tuple[Transi
     masks = envs.masks
     step = agent.decide(obs) if masks is None else agent.decide(obs, action_mask=masks)
     next_obs, rewards, terminated, truncated, final_obs = envs.step(step.actions)
-    extras = step.extras
+    extras: Mapping[str, Any] = step.extras
     if masks is not None:
         extras = {**extras, NEXT_MASK_KEY: envs.final_masks}
     game_ends = envs.game_ends
@@ -131,19 +138,19 @@ def stack_transitions(rows: list[Transitions]) -> Transitions:
     first = rows[0]
     fields = [np.stack([np.asarray(getattr(r, name)) for r in rows]) for name in Transitions._fields[:-1]]
     extras = {key: np.stack([r.extras[key] for r in rows]) for key in first.extras}
-    return Transitions(*fields, extras=extras)
+    return Transitions(*fields, extras=extras)  # type: ignore[misc, arg-type]  # the fields before extras
 
 
 def concat_envs(parts: list[Transitions]) -> Transitions:
     """Stacked transitions of several groups of envs (one per worker) joined along the env axis."""
     fields = [np.concatenate([getattr(p, name) for p in parts], axis=1) for name in Transitions._fields[:-1]]
     extras = {key: np.concatenate([p.extras[key] for p in parts], axis=1) for key in parts[0].extras}
-    return Transitions(*fields, extras=extras)
+    return Transitions(*fields, extras=extras)  # type: ignore[misc, arg-type]  # the fields before extras
 
 
 def row(stacked: Transitions, t: int) -> Transitions:
     """Step ``t`` of stacked transitions."""
-    return Transitions(
+    return Transitions(  # type: ignore[misc]  # the fields before extras
         *(getattr(stacked, name)[t] for name in Transitions._fields[:-1]),
         extras={key: value[t] for key, value in stacked.extras.items()},
     )

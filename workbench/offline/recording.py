@@ -99,7 +99,7 @@ class Recorder:
                 parts["truncated"][-1] = parts["truncated"][-1] or not parts["terminated"][-1]
         if not parts["rewards"]:
             return None
-        shape = self.agent.observation_space.shape
+        shape: Any = self.agent.observation_space.shape
         return Dataset(
             np.stack(parts["observations"]).reshape(-1, *shape),
             np.stack(parts["actions"]),

@@ -55,7 +55,7 @@ def read_run_file(path: str | os.PathLike[str]) -> list[Any]:
             parts.append(chunk)
         elif kind == 4:
             raw.append(b"".join([*parts, chunk]))
-    return [wandb_internal_pb2.Record.FromString(r) for r in raw]
+    return [wandb_internal_pb2.Record.FromString(r) for r in raw]  # type: ignore[attr-defined]  # generated protobuf
 
 
 def _wait_until_written(run_dir: str, timeout: float = _WRITE_TIMEOUT_S) -> None:
