@@ -56,7 +56,7 @@ def test_the_site_builds_strictly_and_shows_the_public_names(tmp_path):
     reference = "".join(p.read_text() for p in (site / "reference").rglob("index.html"))
     for name in ("workbench.session.Session", "workbench.session.Session.start", "workbench.agents.PPO",
                  "workbench.agents.DQN", "workbench.offline.datasets.Dataset", "workbench.agents.load",
-                 "workbench.schedules.linear", "workbench.checkpoint.CheckpointError", "workbench.sweeps.sweep",
+                 "workbench.schedules.linear", "workbench.checkpoint.CheckpointError", "workbench.sweeps.sweep.sweep",
                  "workbench.serve.RemoteSession", "workbench.tracking.TensorBoard"):
         assert f'id="{name}"' in reference, name
     # Docstrings are rendered, their reST roles as code (no raw ":class:`" left), parameters as a table.
