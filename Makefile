@@ -19,22 +19,26 @@ $(VENV)/.installed: $(BIN)/activate pyproject.toml
 demo: $(VENV)/.installed
 	$(BIN)/python examples/demo.py
 
+# ruff, then the type check of workbench/ (mypy, configured in pyproject.toml), then the tests and the notebooks.
 test: $(VENV)/.installed
-	$(BIN)/ruff check workbench tests benchmarks examples notebooks
+	$(BIN)/ruff check workbench tests benchmarks examples notebooks tools
+	$(BIN)/mypy
 	$(BIN)/pytest -q -ra --durations=15
 	cd notebooks && WB_QUICK=1 ../$(BIN)/pytest -q --nbmake --nbmake-timeout=600 *.ipynb
 
 # The inner loop: the unit tests only (no training runs, browser or Ray), stopping at the first failure.
 test-fast: $(VENV)/.installed
-	$(BIN)/ruff check workbench tests benchmarks examples notebooks
+	$(BIN)/ruff check workbench tests benchmarks examples notebooks tools
 	$(BIN)/pytest -q -x -m "not slow and not browser and not ray"
 
 lint: $(VENV)/.installed
-	$(BIN)/ruff check workbench tests benchmarks examples notebooks
+	$(BIN)/ruff check workbench tests benchmarks examples notebooks tools
+	$(BIN)/mypy
 
-# The API reference, HTML from the docstrings of the public namespace (pdoc): open build/docs/index.html.
+# The documentation site (mkdocs.yml): the guides of docs/ and the API reference from the docstrings, built with
+# warnings as errors (a broken link or reference fails): open build/site/index.html, or `$(BIN)/mkdocs serve`.
 docs: $(VENV)/.installed
-	$(BIN)/pdoc ./workbench --docformat restructuredtext -o build/docs
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 bench: $(VENV)/.installed
 	$(BIN)/pip install -q -e ".[bench]"

@@ -225,7 +225,7 @@ def write_card(
             lines.append("Not evaluated.")
     if curves is not None:
         lines += ["", "## Curves", "", f"![training curves]({curves_name})"]
-    if video_path is not None:
+    if video is not None and video_path is not None:
         rel = os.path.relpath(video_path, card_dir)
         ret = "" if math.isnan(video.episode_return) else f", return {video.episode_return:g}"
         kind = (f'<video src="{rel}" controls autoplay muted loop width="{video.width or 320}"></video>'

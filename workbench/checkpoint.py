@@ -167,7 +167,7 @@ def write_npz(path: str | os.PathLike[str], arrays: dict[str, np.ndarray]) -> No
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
+            np.savez(f, **arrays)  # type: ignore[arg-type]  # numpy's stub reads allow_pickle into **kwds
         _follow_umask(tmp)  # mkstemp made it 0600
         os.replace(tmp, path)
     except BaseException:
@@ -1035,7 +1035,7 @@ def _write_run(
     if signals is not None:
         signals.to_csv(os.path.join(directory, SIGNALS))
     if memory is not None:
-        np.savez(os.path.join(directory, MEMORY), **memory)
+        np.savez(os.path.join(directory, MEMORY), **memory)  # type: ignore[arg-type]  # as above
 
 
 def _umask() -> int:

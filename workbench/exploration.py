@@ -94,7 +94,7 @@ class EpsilonGreedy(Exploration):
     ) -> np.ndarray:
         """Replace each greedy action by a uniform random one with probability epsilon."""
         eps = self.value(progress)
-        explore = rng.random(greedy.shape[0]) < eps
+        explore = np.asarray(rng.random(greedy.shape[0]) < eps)
         if explore.any():
             greedy = greedy.copy()
             greedy[explore] = rng.integers(0, n_actions, size=int(explore.sum()))
@@ -270,7 +270,7 @@ def exploration_from_dict(data: dict[str, Any]) -> Exploration:
     if kind not in _TYPES:
         shown = repr(kind) if isinstance(kind, str) and len(kind) <= 40 else f"a {type(kind).__name__}"
         raise ValueError(f"unknown exploration type {shown}; known: {', '.join(sorted(_TYPES))}")
-    fields = [f.name for f in dataclasses.fields(_TYPES[kind]) if not f.name.startswith("_")]
+    fields = [f.name for f in dataclasses.fields(_TYPES[kind]) if not f.name.startswith("_")]  # type: ignore[arg-type]
     for key, value in data.items():
         if key not in fields:
             shown = repr(key) if len(key) <= 40 else f"a key of {len(key)} characters"

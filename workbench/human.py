@@ -263,7 +263,7 @@ class HumanPlay:
             if self._stale:
                 self._frame = np.asarray(self.env.render())
                 self._stale = False
-            return self._frame
+            return self._frame  # type: ignore[return-value]  # rendered just above when stale
 
     def step(self) -> float:
         """One env step with the action of the keys (nothing when the mapping waits for a key and

@@ -76,16 +76,25 @@ class Transitions(NamedTuple):
 
 
 class _Decider(Protocol):
-    def decide(self, obs: Any, deterministic: bool = False) -> Step: ...
+    def decide(self, obs: Any, deterministic: bool = False, action_mask: Any = None) -> Step: ...
 
     def begin_episode(self, done: np.ndarray) -> None: ...
 
 
 class _VectorEnv(Protocol):
-    masks: np.ndarray | None  # the envs' action masks, None when they give none (workbench.envs.masks)
-    final_masks: np.ndarray | None
-    game_ends: np.ndarray | None  # Atari training envs: whole games' raw scores (workbench.envs.atari)
-    successes: np.ndarray | None  # goal envs: info["is_success"] of the episodes that ended (NaN elsewhere)
+    # Read only here: the envs' action masks, None when they give none (workbench.envs.masks), and
+    # Atari training envs' whole games' raw scores (workbench.envs.atari).
+    @property
+    def masks(self) -> np.ndarray | None: ...
+
+    @property
+    def final_masks(self) -> np.ndarray | None: ...
+
+    @property
+    def game_ends(self) -> np.ndarray | None: ...
+
+    @property
+    def successes(self) -> np.ndarray | None: ...  # goal envs: info["is_success"] of the ended episodes (NaN elsewhere)
 
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]: ...
 
@@ -104,7 +113,7 @@ def env_step(agent: _Decider, envs: _VectorEnv, obs: np.ndarray) -> tuple[Transi
     masks = envs.masks
     step = agent.decide(obs) if masks is None else agent.decide(obs, action_mask=masks)
     next_obs, rewards, terminated, truncated, final_obs = envs.step(step.actions)
-    extras = step.extras
+    extras: Mapping[str, Any] = step.extras
     if masks is not None:
         extras = {**extras, NEXT_MASK_KEY: envs.final_masks}
     game_ends = envs.game_ends
@@ -138,7 +147,7 @@ def stack_transitions(rows: list[Transitions]) -> Transitions:
     if any(SUCCESS_KEY in r.extras for r in rows):  # reported from some step on: NaN (no episode ended) before
         n = len(first.rewards)
         extras[SUCCESS_KEY] = np.stack([r.extras.get(SUCCESS_KEY, np.full(n, np.nan)) for r in rows])
-    return Transitions(*fields, extras=extras)
+    return Transitions(*fields, extras=extras)  # type: ignore[misc, arg-type]  # the fields before extras
 
 
 def concat_envs(parts: list[Transitions]) -> Transitions:
@@ -150,12 +159,12 @@ def concat_envs(parts: list[Transitions]) -> Transitions:
         extras[SUCCESS_KEY] = np.concatenate(
             [p.extras.get(SUCCESS_KEY, np.full(p.rewards.shape, np.nan)) for p in parts], axis=1
         )
-    return Transitions(*fields, extras=extras)
+    return Transitions(*fields, extras=extras)  # type: ignore[misc, arg-type]  # the fields before extras
 
 
 def row(stacked: Transitions, t: int) -> Transitions:
     """Step ``t`` of stacked transitions."""
-    return Transitions(
+    return Transitions(  # type: ignore[misc]  # the fields before extras
         *(getattr(stacked, name)[t] for name in Transitions._fields[:-1]),
         extras={key: value[t] for key, value in stacked.extras.items()},
     )

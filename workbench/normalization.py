@@ -27,6 +27,10 @@ class RunningMeanStd(nn.Module):
     so the first batch is taken almost at face value without dividing by zero.
     """
 
+    mean: torch.Tensor
+    var: torch.Tensor
+    count: torch.Tensor
+
     def __init__(self, shape: tuple[int, ...] = ()) -> None:
         super().__init__()
         self.register_buffer("mean", torch.zeros(shape, dtype=torch.float64))

@@ -442,6 +442,6 @@ def preset(
     hyper = {k: exploration_from_dict(v.to_dict()) if isinstance(v, Exploration) else v
              for k, v in spec.hyperparameters.items()}
     hyper.update(overrides)
-    built = AGENTS[name](env_id, seed=seed, device=device, **hyper)
+    built = AGENTS[name](env_id, seed=seed, device=device, **hyper)  # type: ignore[arg-type]  # hyperparameters by name
     return Preset(built, env_id, spec.steps)
 

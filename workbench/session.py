@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import inspect
 import os
+import sys
+import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -116,7 +118,8 @@ class Session(SessionMedia):
         checkpoint_dir: where periodic checkpoints go (``latest/`` and, with ``keep_best``, ``best/``);
             default ``runs/<algorithm>-<date>-<time>``.
         keep_best: also keep the checkpoint with the best ``eval_reward``.
-        num_workers, backend: where env steps run (see ``workbench.parallel`` and docs/parallel.md):
+        num_workers: how many workers step the envs (1: in the training thread).
+        backend: where env steps run (see ``workbench.parallel`` and docs/parallel.md):
             ``"auto"``, ``"inprocess"``, ``"local"`` (worker processes) or ``"ray"``.
         backend_options: ``envs_per_worker``, ``restart_workers`` (start a dead worker again instead
             of failing), ``step_timeout`` (seconds: kill a worker whose env's step hangs), and for
@@ -137,6 +140,7 @@ class Session(SessionMedia):
     """
 
     resume = _ResumeMethod()
+    """``session.resume()`` continues a paused run (the Resume button calls it)."""
 
     def __init__(
         self,
@@ -204,6 +208,7 @@ class Session(SessionMedia):
         self._loop: Loop = loop
         self._control: RunControl = self._ctx.control
         self._live = self._ctx.live = LiveControl(self, self._ctx)
+        _warm_views()
 
     # -- state ----------------------------------------------------------------------------------
 
@@ -531,6 +536,32 @@ def _checkpoint_dir(agent: Agent, every: int | None, directory: str | os.PathLik
 
 def _episode_key(episode: Any) -> Any:
     return DEFAULT_EPISODE if episode is None else episode
+
+
+_WARMING: list[threading.Thread] = []  # the one thread that imports the dashboard's modules, once started
+
+
+def _warm_views() -> None:
+    """In a Jupyter kernel, import the dashboard's modules (ipywidgets, anywidget, ``workbench.ui.dashboard``)
+    in a background thread when the first session is made, once per kernel: showing a session then only
+    builds its widgets, and the import does not compete with a run that starts in the same cell as the
+    dashboard (``session.start(...); session``). Outside a kernel (scripts, the command line, tests)
+    nothing is imported. A failed import is left for showing the session to report (it names the extra)."""
+    if _WARMING or "ipykernel" not in sys.modules or "workbench.ui.dashboard" in sys.modules:
+        return
+    shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
+    if getattr(shell, "kernel", None) is None:
+        return
+    thread = threading.Thread(target=_import_views, name="workbench-import-views", daemon=True)
+    _WARMING.append(thread)
+    thread.start()
+
+
+def _import_views() -> None:
+    try:
+        _views().Dashboard  # noqa: B018 (the name is loaded on first use, with ipywidgets and anywidget)
+    except Exception:
+        pass  # showing a session imports it again and says what is missing
 
 
 def _views() -> ModuleType:

@@ -386,8 +386,8 @@ class SignalSet:
                     ) from exc
         for name, (steps, values, times) in columns.items():
             sig = out.signal(name)
-            for s, v, t in zip(steps, values, times):
-                sig.append(s, v, t)
+            for step_, value_, time_ in zip(steps, values, times):
+                sig.append(step_, value_, time_)
         return out
 
     def to_pandas(self) -> pd.DataFrame:

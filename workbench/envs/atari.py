@@ -99,7 +99,7 @@ class AtariTraining(gym.Wrapper):
         self._lives = _lives(self.env)
         return obs, info
 
-    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict]:
         """Step the game; in training, clip the reward and end the episode on a lost life."""
         obs, reward, terminated, truncated, info = self.env.step(action)
         self._score += float(reward)
@@ -114,17 +114,18 @@ class AtariTraining(gym.Wrapper):
             terminated = True
         self._lives = lives
         if self.clip_rewards:
-            reward = float(np.sign(reward))
+            reward = float(np.sign(float(reward)))
         return obs, reward, terminated, truncated, info
 
 
 def training_wrapper(env: gym.Env) -> Any:
     """The :class:`AtariTraining` wrapper inside ``env``'s wrapper chain, or None (found by its
     ``reports_game_ends`` mark, so a copy of this module loaded elsewhere is found too)."""
-    while env is not None:
-        if getattr(type(env), "reports_game_ends", False):
-            return env
-        env = getattr(env, "env", None)
+    inner: Any = env
+    while inner is not None:
+        if getattr(type(inner), "reports_game_ends", False):
+            return inner
+        inner = getattr(inner, "env", None)
     return None
 
 

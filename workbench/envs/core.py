@@ -143,7 +143,8 @@ class MinAtarFrames(gym.ObservationWrapper):
         without MinAtar's own renderer (which needs seaborn)."""
         if self.render_mode != "rgb_array":
             return self.env.render()
-        state = np.asarray(self.env.unwrapped.game.state(), dtype=bool)
+        game: Any = self.env.unwrapped.game  # type: ignore[attr-defined]  # MinAtar's env
+        state = np.asarray(game.state(), dtype=np.bool_)
         palette = np.array([[230, 60, 60], [60, 200, 90], [70, 120, 240], [240, 200, 60],
                             [200, 80, 220], [60, 210, 210], [250, 140, 40], [170, 170, 170],
                             [255, 255, 255], [120, 80, 40]], dtype=np.uint8)
@@ -419,7 +420,7 @@ def flat_observation_space(space: spaces.Space) -> spaces.Box:
     if isinstance(space, spaces.Box):
         return spaces.Box(low=space.low.astype(dtype), high=space.high.astype(dtype), dtype=dtype)
     if isinstance(space, spaces.Discrete | spaces.MultiBinary | spaces.MultiDiscrete):
-        flat = spaces.flatten_space(space)
+        flat: Any = spaces.flatten_space(space)  # a Box for these spaces
         return spaces.Box(flat.low.astype(np.float32), flat.high.astype(np.float32), dtype=np.float32)
     if isinstance(space, spaces.Dict | spaces.Tuple):
         flat = spaces.flatten_space(space)
@@ -786,7 +787,7 @@ class VecEnv:
                 fresh[i] = False
                 obs[i] = self._flat(o, "env.step", i)
                 if masked:
-                    self.masks[i] = self._final_masks[i]
+                    self.masks[i] = self._final_masks[i]  # type: ignore[index]  # masked: masks is an array
         self.stepping = None
         if self.masks is not None:
             self.final_masks = self._final_masks
@@ -881,7 +882,7 @@ def _rng_state(env: gym.Env) -> dict[str, Any] | None:
     generator = getattr(env.unwrapped, "_np_random", None)
     if not isinstance(generator, np.random.Generator):
         return None
-    return generator.bit_generator.state
+    return dict(generator.bit_generator.state)
 
 
 def _set_rng_state(env: gym.Env, state: dict[str, Any]) -> bool:

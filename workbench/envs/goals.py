@@ -56,7 +56,7 @@ class BitFlippingEnv(gym.Env):
     :meth:`compute_reward` takes batches, as HER needs.
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}  # type: ignore[misc]  # gymnasium declares it per instance
 
     def __init__(self, n_bits: int = 8, continuous: bool = False, max_steps: int | None = None) -> None:
         if not isinstance(n_bits, int | np.integer) or isinstance(n_bits, bool) or n_bits < 1:
@@ -116,4 +116,5 @@ class BitFlippingEnv(gym.Env):
 
 if "BitFlipping-v0" not in gym.registry:
     # The env truncates itself after max_steps; no checker on top (its Dict space is checked by the tests).
-    gym.register("BitFlipping-v0", entry_point=BitFlippingEnv, disable_env_checker=True)
+    gym.register("BitFlipping-v0", entry_point=BitFlippingEnv,  # type: ignore[arg-type]
+                disable_env_checker=True)

@@ -28,7 +28,7 @@ class MatchTarget:
         self.agents: list[str] = []
         self.length, self.masks, self.dict_obs, self.leave, self.box = length, masks, dict_obs, leave, box
         self.render_mode = render_mode
-        obs = spaces.Box(0.0, 1.0, (3,), np.float32)
+        obs: spaces.Space = spaces.Box(0.0, 1.0, (3,), np.float32)
         if dict_obs:
             obs = spaces.Dict({"observation": obs, "action_mask": spaces.MultiBinary(3)})
         self._obs_space = obs

@@ -169,7 +169,7 @@ class VectorEnvAdapter:
 
         space = self._vector_obs_space if rows == self.num_envs else batch_space(self.observation_space, rows)
         out = np.empty((rows, *self._obs_shape), dtype=self._obs_dtype)
-        for i, one in enumerate(iterate(space, obs)):
+        for i, one in enumerate(iterate(space, obs)):  # type: ignore[arg-type]  # set in __init__
             out[i] = self._flat_one(one, method, i)
         return out
 
@@ -347,11 +347,11 @@ class VectorEnvAdapter:
         if self._box:
             obs = np.asarray(obs)[which]
         else:
-            obs = [o for o, keep in zip(iterate(self._vector_obs_space, obs), which, strict=True) if keep]
+            obs = [o for o, keep in zip(iterate(self._vector_obs_space, obs), which, strict=True) if keep]  # type: ignore[arg-type]
             from gymnasium.vector.utils import concatenate, create_empty_array
 
             space = self.observation_space
-            obs = concatenate(space, obs, create_empty_array(space, len(obs)))
+            obs = concatenate(space, obs, create_empty_array(space, len(obs)))  # type: ignore[arg-type]
         if isinstance(info, dict):
             info = _select_info(info, which)
         return obs, info

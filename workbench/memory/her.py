@@ -168,12 +168,12 @@ class HerMemory(ReplayMemory):
             slices[key] = slice(at, at + width)
             at += width
         self.achieved, self.desired = slices["achieved_goal"], slices["desired_goal"]
-        self.goal_shape = tuple(space.spaces["desired_goal"].shape)
+        self.goal_shape = tuple(space.spaces["desired_goal"].shape or ())
         self.episode_start = np.zeros(self.capacity, dtype=np.int64)  # ring index of each row's first step
         self.episode_length = np.zeros(self.capacity, dtype=np.int64)
         self.valid = np.zeros(self.capacity, dtype=bool)
         self.n_valid = 0
-        self._pending: list[list[tuple]] = []  # each env's episode so far: (obs, action, reward, next_obs, done)
+        self._open_episodes: list[list[tuple]] = []  # each env's episode so far: (obs, action, reward, next_obs, done)
 
     def __len__(self) -> int:
         return self.n_valid
@@ -198,20 +198,20 @@ class HerMemory(ReplayMemory):
     ) -> None:
         """One step of every env (rows in env order); an episode that ends enters the memory whole."""
         n = len(rewards)
-        if len(self._pending) != n:
-            if any(self._pending):
-                raise ValueError(f"HerReplay got {n} envs' steps after {len(self._pending)} envs' steps")
-            self._pending = [[] for _ in range(n)]
+        if len(self._open_episodes) != n:
+            if any(self._open_episodes):
+                raise ValueError(f"HerReplay got {n} envs' steps after {len(self._open_episodes)} envs' steps")
+            self._open_episodes = [[] for _ in range(n)]
         for i in range(n):
-            pending = self._pending[i]
+            pending = self._open_episodes[i]
             if pending and not np.array_equal(pending[-1][3], obs[i]):
                 # The envs were reset under it (a new runner): the episode so far ends where it was cut.
                 self._store_episode(pending)
-                pending = self._pending[i] = []
+                pending = self._open_episodes[i] = []
             pending.append((obs[i], actions[i], float(rewards[i]), next_obs[i], float(bool(terminated[i]))))
             if terminated[i] or truncated[i]:
-                self._store_episode(self._pending[i])
-                self._pending[i] = []
+                self._store_episode(self._open_episodes[i])
+                self._open_episodes[i] = []
 
     def _store_episode(self, steps: list[tuple]) -> None:
         o, a, r, no, d = zip(*steps)
@@ -247,7 +247,7 @@ class HerMemory(ReplayMemory):
 
     def clear_pending(self) -> None:
         """Forget every env's episode in progress (the envs were reset)."""
-        self._pending = []
+        self._open_episodes = []
 
     # -- sampling ---------------------------------------------------------------------------------
 
@@ -351,7 +351,7 @@ class HerMemory(ReplayMemory):
             "dones": self.dones[order],
             "discounts": self.discounts[order],
         }
-        pending = [steps for steps in self._pending if steps]
+        pending = [steps for steps in self._open_episodes if steps]
         if pending:
             parts = {k: [v] for k, v in arrays.items()}
             for steps in pending:
@@ -403,7 +403,7 @@ class HerMemory(ReplayMemory):
             )
         self.pos = self.size = self.n_valid = 0
         self.valid[:] = False
-        self._pending = []
+        self._open_episodes = []
         at = 0
         for length in lengths.tolist():
             part = slice(at, at + length)

@@ -269,7 +269,7 @@ class ReplayMemory:
         if self.device.type == "cpu":
             return batch
         device = self.device
-        return ReplayBatch(*(
+        return ReplayBatch(*(  # type: ignore[arg-type]  # the same fields, moved
             to_device(t, device) if isinstance(t, torch.Tensor) else t for t in batch
         ))
 

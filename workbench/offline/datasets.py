@@ -274,7 +274,7 @@ class Dataset:
             out.append(float(np.sum(self.rewards[a:b] * gamma ** np.arange(b - a))))
         return np.asarray(out)
 
-    def episodes(self, indices: Sequence[int]) -> Dataset:
+    def episodes(self, indices: Sequence[int] | np.ndarray) -> Dataset:
         """A dataset of the episodes at ``indices`` (in that order; repeats allowed)."""
         bounds = self.episode_bounds()
         rows = np.concatenate([np.arange(*bounds[i]) for i in indices]) if len(indices) else np.arange(0)
@@ -308,7 +308,7 @@ class Dataset:
         has_lp = all(d.log_probs is not None for d in datasets)
         return Dataset(
             *(np.concatenate([getattr(d, f) for d in datasets]) for f in _FIELDS),
-            np.concatenate([d.log_probs for d in datasets]) if has_lp else None,  # type: ignore[misc]
+            np.concatenate([d.log_probs for d in datasets]) if has_lp else None,  # type: ignore[misc, arg-type]
             observation_space=first.observation_space, action_space=first.action_space, metadata=first.metadata,
         )
 
@@ -478,7 +478,7 @@ class Dataset:
             raise DatasetError(f"{path}: no column {missing[0]!r}; the file has columns {', '.join(header)}")
 
         def column(name: str, dtype: Any = np.float64) -> np.ndarray:
-            values = []
+            values: list[float | bool] = []
             for i, row in enumerate(rows):
                 text = (row[name] or "").strip()
                 if dtype is bool:
@@ -508,8 +508,8 @@ class Dataset:
         elif probability is not None:
             p = column(probability)
             if ((p <= 0) | (p > 1)).any():
-                row = _first((p <= 0) | (p > 1)) + 1
-                raise DatasetError(f"{path}: column {probability!r} row {row} is not in (0, 1]")
+                bad_row = _first((p <= 0) | (p > 1)) + 1
+                raise DatasetError(f"{path}: column {probability!r} row {bad_row} is not in (0, 1]")
             lp = np.log(p)
         return cls.from_arrays(
             obs,
@@ -673,9 +673,9 @@ class Dataset:
         missing = [f for f in _FIELDS if f not in arrays]
         if missing:
             raise DatasetError(f"{path}/arrays.npz: lacks the array {missing[0]!r}")
-        loaded = cls(
+        loaded = cls(  # type: ignore[misc]  # the fields, then log_probs
             *(arrays[f] for f in _FIELDS),
-            arrays.get("log_probs"),
+            arrays.get("log_probs"),  # type: ignore[arg-type]
             observation_space=observation_space,
             action_space=action_space,
             metadata=metadata,

@@ -503,7 +503,8 @@ class OffPolicyEvaluator:
         pi = np.asarray(probs_of(ds.observations), dtype=np.float64)
         pi_next = np.asarray(probs_of(ds.next_observations), dtype=np.float64)
         self.fqe.fit(ds, pi_next, steps=steps)
-        return estimate(ds, pi, self.behaviour, self.fqe(ds.observations), pi_next, self.fqe(ds.next_observations),
+        return estimate(ds, pi, self.behaviour, self.fqe(ds.observations),  # type: ignore[arg-type]
+                        pi_next, self.fqe(ds.next_observations),
                         gamma=self.gamma, n_bootstrap=self.n_bootstrap, seed=self.seed)
 
 

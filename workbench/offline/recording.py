@@ -102,7 +102,7 @@ class Recorder:
         if not parts["rewards"]:
             return None
         space = self.agent.observation_space
-        shape = space.shape if isinstance(space, spaces.Box) else self.agent.obs_shape  # a Dict's flat rows
+        shape: Any = space.shape if isinstance(space, spaces.Box) else self.agent.obs_shape  # a Dict's flat rows
         return Dataset(
             np.stack(parts["observations"]).reshape(-1, *shape),
             np.stack(parts["actions"]),

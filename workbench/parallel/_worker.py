@@ -45,6 +45,7 @@ import signal
 import sys
 import time
 import traceback
+from typing import Any
 
 STEP = b"S"  # first byte of a step request: raw action bytes follow
 STEP_REPLY = b"K"  # first byte of a step answer: a float32 head and the observations follow (pickle starts 0x80)
@@ -98,10 +99,11 @@ class Server:
 
         self.np = np
         self.envs_module = envs_module
-        self.vec = None
+        self.vec: Any = None  # the envs module's vector of envs, built by the "init" command
         self.where = "starting"
-        self.action_dtype, self.action_shape = np.float32, ()
-        self.codec = None  # how observations travel (envs/core.py's ObservationCodec), set at init
+        self.action_dtype: type[Any] = np.float32
+        self.action_shape: tuple[int, ...] = ()
+        self.codec: Any = None  # how observations travel (envs/core.py's ObservationCodec), set at init
 
     @property
     def stepping(self) -> int:

@@ -270,10 +270,10 @@ class ExternalRunner(Runner):
     def _start(self, episode: Hashable) -> _Live:
         free = [i for i, owner in enumerate(self._slot_owner) if owner is None]
         if not free:
-            live = ", ".join(episode_name(e) for e in self._slot_owner)
+            holders = ", ".join(episode_name(e) for e in self._slot_owner)
             raise RuntimeError(
                 f"{episode_name(episode)} cannot start: the agent learns from {self.num_envs} env slot(s) "
-                f"(n_envs={self.num_envs}) and every one holds a live episode ({live}). Build the agent with "
+                f"(n_envs={self.num_envs}) and every one holds a live episode ({holders}). Build the agent with "
                 "n_envs= at least the number of concurrent episodes, or end an episode first with "
                 "feedback(..., terminated=True or truncated=True)"
             )
@@ -420,7 +420,7 @@ class ExternalRunner(Runner):
         with self._cond:
             return sum(len(q) for q in self._queues)
 
-    def call(self, name: str, args: tuple, kwargs: dict[str, Any]) -> list[Any]:
+    def call(self, name: str, args: Any = (), kwargs: dict[str, Any] | None = None) -> list[Any]:
         """``session.call_env`` has no env copies to reach here: a clear error."""
         raise ValueError(
             f"call_env({name!r}) calls a method on the session's env copies, but an external session has "

@@ -233,6 +233,8 @@ class RayRunner(Runner):
     current step has run (actors then answer from a second thread).
     """
 
+    envs_per_worker: int  # set by __init__ (the base class allows None for runners without workers)
+
     persistent = False  # actors never outlive a run: stop() leaves nothing behind
     backend = "ray"
     can_interrupt = True  # interrupt() kills the actors

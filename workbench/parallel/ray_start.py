@@ -8,18 +8,57 @@ processes' ``PYTHONPATH``. Every use of Ray's private modules in this package is
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 from ..envs.core import EnvSource
 
-__all__ = ["LEAN_IMPORTS_DIR", "import_ray", "init_private_ray", "start_ray"]
+__all__ = ["LEAN_IMPORTS_DIR", "RAY_NOTICES", "import_ray", "init_private_ray", "quiet_ray_notices", "start_ray"]
 
 # First on the PYTHONPATH of a private Ray's processes: stands in for packages whose import costs a
 # Ray process far more than it uses them (see the folder's rfc3987_syntax/__init__.py).
 LEAN_IMPORTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ray_lean_imports")
+
+
+# Notices Ray logs while the project starts it, that ask nothing of the user (logger name: start of
+# the message). The SIGTERM one comes from ray.init in a session's training thread (Ray sets its
+# handler only from the main thread; a session stops its workers itself). The token one says that
+# Ray turned token authentication on by default for a new local cluster, which stays on: only the
+# notice goes (RAY_AUTH_MODE set by the user is respected, and Ray prints nothing then).
+RAY_NOTICES = {
+    "ray._private.worker": "SIGTERM handler is not set because current thread is not the main thread",
+    "ray._private.authentication.authentication_token_setup": "Token authentication is enabled for this Ray cluster",
+}
+
+
+class _DropNotice(logging.Filter):
+    """Drops the log records whose message starts with ``prefix``."""
+
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.prefix = prefix
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(self.prefix)
+
+
+@contextlib.contextmanager
+def quiet_ray_notices() -> Iterator[None]:
+    """While Ray starts: :data:`RAY_NOTICES` are not logged (every other record is, warnings and
+    errors included)."""
+    installed = [(logging.getLogger(name), _DropNotice(prefix)) for name, prefix in RAY_NOTICES.items()]
+    for logger, notice in installed:
+        logger.addFilter(notice)
+    try:
+        yield
+    finally:
+        for logger, notice in installed:
+            logger.removeFilter(notice)
 
 
 def init_private_ray(ray: Any, options: dict[str, Any]) -> None:
@@ -35,6 +74,7 @@ def init_private_ray(ray: Any, options: dict[str, Any]) -> None:
     ``LEAN_IMPORTS_DIR`` first on ``PYTHONPATH``: where JupyterLab's dependencies are installed,
     that halves each Ray process's start (2.3 to 0.7 CPU seconds an actor, measured in
     ``benchmarks/ray_start.py``). This process's environment is restored once Ray has started.
+    Ray's start-up notices that ask nothing of the user are not logged (:func:`quiet_ray_notices`).
     """
     from ray._private import ray_constants
 
@@ -46,7 +86,8 @@ def init_private_ray(ray: Any, options: dict[str, Any]) -> None:
         os.environ[name] = "0"
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (LEAN_IMPORTS_DIR, saved_env["PYTHONPATH"]) if p)
     try:
-        ray.init(**options)
+        with quiet_ray_notices():
+            ray.init(**options)
     finally:
         ray_constants.ENABLE_RAY_CLUSTER = saved_flag
         for key, value in saved_env.items():
@@ -92,7 +133,8 @@ def start_ray(
         else:
             options["address"] = ray_address
             options.update(ray_init or {})
-            ray.init(**options)
+            with quiet_ray_notices():
+                ray.init(**options)
         owns_ray = True
     total = ray.cluster_resources().get("CPU", 0.0)
     if total < num_workers * cpus_per_worker:

@@ -172,7 +172,7 @@ class EnvLoop(Loop):
             return
         window = getattr(self, "_successes", None)
         if window is None:
-            window = self._successes = deque(maxlen=SUCCESS_WINDOW)
+            window = self._successes = deque(maxlen=SUCCESS_WINDOW)  # type: ignore[var-annotated]
         now = session.elapsed
         for value in ended.tolist():
             window.append(value)

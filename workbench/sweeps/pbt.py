@@ -398,7 +398,7 @@ class Population:
     def _make(self, values: dict[str, Any]) -> Agent:
         if isinstance(self.make_agent, type) and issubclass(self.make_agent, Agent):
             return self.make_agent(self.env, **values)
-        agent = self.make_agent(**values)
+        agent = self.make_agent(**values)  # type: ignore[misc]  # given (checked at construction) when building
         if not isinstance(agent, Agent):
             raise ArgumentError(
                 f"pbt's make_agent must return an agent such as wb.PPO(...), got {type(agent).__name__}"

@@ -707,8 +707,8 @@ def sweep(
         direction: ``maximize`` or ``minimize``.
         prune: ``True``/``"median"`` (Optuna's median rule), ``"asha"`` (asynchronous successive
             halving), ``"hyperband"``, ``False``, or an ``optuna.pruners`` object.
-        name, storage: the study's name and its SQLite file (default ``runs/sweeps/<name>.db``) or
-            database URL. The same name and storage resume a stopped sweep.
+        name: the study's name. The same name and storage resume a stopped sweep.
+        storage: the study's SQLite file (default ``runs/sweeps/<name>.db``) or database URL.
         seed: seeds the sampler and each trial's session (``seed + trial number``).
         window: the trial's score is the mean of the metric's last ``window`` points (default 1 for
             ``eval_reward``, else 10), reported to the pruner every ``report_every`` env steps.

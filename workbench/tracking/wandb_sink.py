@@ -55,7 +55,7 @@ def read_run_file(path: str | os.PathLike[str]) -> list[Any]:
             parts.append(chunk)
         elif kind == 4:
             raw.append(b"".join([*parts, chunk]))
-    return [wandb_internal_pb2.Record.FromString(r) for r in raw]
+    return [wandb_internal_pb2.Record.FromString(r) for r in raw]  # type: ignore[attr-defined]  # generated protobuf
 
 
 def _wait_until_written(run_dir: str, timeout: float = _WRITE_TIMEOUT_S) -> None:
@@ -93,7 +93,9 @@ class WandB(Sink):
         offline: write locally only (the default); False logs online (needs ``wandb login``).
         dir: where W&B writes its files.
         run_name: the run's name (default: algorithm, env and start time).
-        entity, group, tags: passed to ``wandb.init``.
+        entity: passed to ``wandb.init``.
+        group: passed to ``wandb.init``.
+        tags: passed to ``wandb.init``.
     """
 
     def __init__(
