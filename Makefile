@@ -23,8 +23,11 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(BIN)/ruff check workbench tests benchmarks examples notebooks tools
 	$(BIN)/mypy
-	$(BIN)/pytest -q -ra --durations=15
-	cd notebooks && WB_QUICK=1 ../$(BIN)/pytest -q --nbmake --nbmake-timeout=600 *.ipynb
+	# Two workers, a test file each at a time; the browser, Ray and timing tests after, alone, so that the
+	# other worker's load can neither slow a browser page past its waits nor skew a measurement.
+	$(BIN)/pytest -q -ra --durations=15 -n 2 --dist loadfile -m "not browser and not ray and not timing"
+	$(BIN)/pytest -q -ra --durations=10 -m "browser or ray or timing"
+	cd notebooks && WB_QUICK=1 ../$(BIN)/pytest -q -n 2 --nbmake --nbmake-timeout=600 *.ipynb
 
 # The inner loop: the unit tests only (no training runs, browser or Ray), stopping at the first failure.
 test-fast: $(VENV)/.installed

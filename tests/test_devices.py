@@ -153,14 +153,18 @@ MULTI_AGENT = {"IPPO", "MAPPO"}  # PPO over a PettingZoo ParallelEnv: tried on i
 
 
 def test_every_registered_agent_takes_device():
-    assert set(SMALL) | MULTI_AGENT == {cls.__name__ for cls in (*AGENTS.values(), *OFFLINE_AGENTS.values())}
+    from workbench.agents import MULTI_AGENTS
+
+    registered = (*AGENTS.values(), *OFFLINE_AGENTS.values(), *MULTI_AGENTS.values())
+    assert set(SMALL) | MULTI_AGENT == {cls.__name__ for cls in registered}
 
 
 @pytest.mark.parametrize("name", sorted(MULTI_AGENT))
 def test_multi_agent_ppo_built_on_the_cpu_keeps_every_tensor_there(name):
+    from workbench.agents import MULTI_AGENTS
     from workbench.envs.multiagent_toy import MatchTarget
 
-    cls = AGENTS[name.lower()]
+    cls = MULTI_AGENTS[name.lower()]
     env = MatchTarget(n_agents=2, length=4)
     agent = cls(env, device="cpu", seed=0, n_steps=8, batch_size=8, n_epochs=1, net_arch=(16,))
     wb.Session(agent, env, seed=0).run(steps=32)

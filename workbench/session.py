@@ -135,8 +135,9 @@ class Session(SessionMedia):
         record: a directory to record the run's transitions to, as a dataset (``workbench.offline.recording``).
         ope_every: an offline agent's off-policy estimates (``ope_dr``...) every this many steps,
             on ``ope_dataset`` or else on 10% of ``dataset``'s episodes held out (docs/offline.md).
-        video_every, video_options: an evaluation with a video every this many env steps, written to
-            ``checkpoint_dir/videos`` and listed in :attr:`videos`; bounds in ``video_options`` (docs/videos.md).
+        video_every: an evaluation with a video every this many env steps, written to
+            ``checkpoint_dir/videos`` and listed in :attr:`videos`.
+        video_options: the videos' bounds (frame skip, size, seconds, fps; docs/videos.md).
     """
 
     resume = _ResumeMethod()
@@ -448,15 +449,8 @@ class Session(SessionMedia):
         """
         return external_act(self._loop.external_runner("act"), self.agent, obs, _episode_key(episode), action_mask)
 
-    def feedback(
-        self,
-        reward: float,
-        next_obs: Any,
-        terminated: bool,
-        truncated: bool,
-        episode: Any = None,
-        info: dict[str, Any] | None = None,
-    ) -> None:
+    def feedback(self, reward: float, next_obs: Any, terminated: bool, truncated: bool, episode: Any = None,
+                 info: dict[str, Any] | None = None) -> None:
         """Report what followed the last :meth:`act` of ``episode`` (an external session).
 
         ``terminated``/``truncated`` as gymnasium's ``step`` returns them: either ends the episode

@@ -1,7 +1,7 @@
 """The algorithms, one file each, and the registry of agents by name."""
 
 from .a2c import A2C, A2CConfig
-from .base import AGENTS, Agent, AgentConfig, AgentState, EpisodeReturns, Step, Transitions, register
+from .base import AGENTS, MULTI_AGENTS, Agent, AgentConfig, AgentState, EpisodeReturns, Step, Transitions, register
 from .bc import BC, BCConfig
 from .bcq import BCQ, BCQConfig
 from .c51 import C51, C51Config
@@ -22,6 +22,7 @@ __all__ = [
     "A2C",
     "A2CConfig",
     "AGENTS",
+    "MULTI_AGENTS",
     "Agent",
     "AgentConfig",
     "AgentState",

@@ -64,6 +64,7 @@ from .encoders import (
 
 __all__ = [
     "AGENTS",
+    "MULTI_AGENTS",
     "OFFLINE_AGENTS",
     "Agent",
     "AgentConfig",
@@ -79,7 +80,10 @@ AGENTS: dict[str, type[Agent]] = {}
 :func:`register`."""
 OFFLINE_AGENTS: dict[str, type[Agent]] = {}
 """The agents that learn from a dataset instead (``"bc"``, ``"bcq"``, ``"cql"``, ``"iql"``); ``wb.load``
-finds saved agents in both registries."""
+finds saved agents in every registry."""
+MULTI_AGENTS: dict[str, type[Agent]] = {}
+"""The agents made for a PettingZoo ``ParallelEnv`` only (``"ippo"``, ``"mappo"``): apart from
+:data:`AGENTS`, whose agents each fit a single-agent env (and the lists of agents that fit a space)."""
 
 _SEED = optional(integer(min=0))
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
@@ -142,7 +146,13 @@ def register(cls: type[Agent]) -> type[Agent]:
         cls.Config.__doc__ = (cls.Config.__doc__ or "").rstrip() + (
             f"\n\n    Live (``session.set`` changes them mid-run, from the next update): {', '.join(live)}.\n"
         )
-    (OFFLINE_AGENTS if getattr(cls, "offline", False) else AGENTS)[cls.__name__.lower()] = cls
+    if getattr(cls, "offline", False):
+        registry = OFFLINE_AGENTS
+    elif getattr(cls, "multi_agent_only", False):
+        registry = MULTI_AGENTS
+    else:
+        registry = AGENTS
+    registry[cls.__name__.lower()] = cls
     return cls
 
 

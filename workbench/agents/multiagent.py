@@ -26,7 +26,7 @@ from torch import nn
 
 from ..envs.core import as_env_source
 from ..envs.multiagent import Layout, parallel_spaces
-from ..validation import checked, choice
+from ..validation import Constraint, checked, choice
 from .base import register
 from .networks import mlp
 from .ppo import PPO, PPOConfig
@@ -80,13 +80,21 @@ def _is_layout_dict(value: Any) -> bool:
     return value is None or (isinstance(value, dict) and "agents" in value)
 
 
+_LAYOUT = Constraint(
+    "None or the env's layout dict (filled in from the env; leave it out)", lambda v: _is_layout_dict(v)
+)
+
+
 @dataclass
 class IPPOConfig(PPOConfig):
     """IPPO's hyperparameters: PPO's, plus the groups."""
 
-    groups: dict | None = None
+    groups: dict | None = checked(None, Constraint(
+        "None or a dict of group name -> list of agent names",
+        lambda v: v is None or (isinstance(v, dict) and all(isinstance(a, list | tuple) for a in v.values())),
+    ))
     """Group name -> agent names; each group has its own actor and critic (None: one group per agent)."""
-    layout: dict | None = None
+    layout: dict | None = checked(None, _LAYOUT)
     """The env's row layout (agents, observation and state sizes), filled in from the env; saved with the run."""
 
 
@@ -97,13 +105,14 @@ class MAPPOConfig(PPOConfig):
     critic_input: str = checked("auto", choice("auto", "state", "concat"))
     """The critic's input: "state" (env.state()), "concat" (every agent's observation), "auto" (state when the
     env has a state_space)."""
-    layout: dict | None = None
+    layout: dict | None = checked(None, _LAYOUT)
     """The env's row layout (agents, observation and state sizes), filled in from the env; saved with the run."""
 
 
 class _MultiAgentPPO(PPO):
     """What IPPO and MAPPO share: the layout from the env (or the saved config), routed networks."""
 
+    multi_agent_only = True  # registered in MULTI_AGENTS: never offered for a single-agent env
     _state: str | None = None
     config: Any
 

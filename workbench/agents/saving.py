@@ -21,7 +21,7 @@ from ..devices import parse_device
 from ..exploration import exploration_from_dict
 from ..memory.her import replay_from_dict
 from ..schedules import schedule_from_dict
-from .base import AGENTS, OFFLINE_AGENTS, Agent, AgentState
+from .base import AGENTS, MULTI_AGENTS, OFFLINE_AGENTS, Agent, AgentState
 from .encoders import BUILTIN_ENCODERS, import_encoder
 from .intrinsic import intrinsic_from_dict
 
@@ -30,13 +30,19 @@ __all__ = ["agent_from_run", "config_of", "known_algorithms", "load", "open_save
 
 def config_of(algorithm: str) -> type | None:
     """The config dataclass of a saved algorithm name (None when no registered agent has it)."""
-    cls = AGENTS.get(algorithm.lower()) or OFFLINE_AGENTS.get(algorithm.lower())
+    cls = _registered(algorithm.lower())
     return None if cls is None else cls.Config
+
+
+def _registered(name: str) -> type[Agent] | None:
+    """The agent class saved under ``name`` (lower case), in whichever registry holds it."""
+    return AGENTS.get(name) or OFFLINE_AGENTS.get(name) or MULTI_AGENTS.get(name)
 
 
 def known_algorithms() -> str:
     """The registered agents' names, for messages."""
-    return ", ".join(sorted(c.__name__ for c in (*AGENTS.values(), *OFFLINE_AGENTS.values())))
+    registries = (AGENTS, OFFLINE_AGENTS, MULTI_AGENTS)
+    return ", ".join(sorted(c.__name__ for registry in registries for c in registry.values()))
 
 
 def open_saved(path: str | os.PathLike[str]) -> Any:
@@ -136,7 +142,7 @@ def agent_from_run(
     target = parse_device(device, "wb.load")  # a bad device is the caller's error, not the file's
     meta = run.meta
     name = str(meta.get("algorithm", "")).lower()
-    cls = AGENTS.get(name) or OFFLINE_AGENTS.get(name)
+    cls = _registered(name)
     if cls is None:
         raise CheckpointError(f"{run.label(META)}: unknown algorithm; known: {known_algorithms()}")
     if expected is not None and cls is not expected:
