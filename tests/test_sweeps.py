@@ -158,6 +158,7 @@ def test_cli_space_syntax_errors():
 
 
 @pytest.mark.slow
+@pytest.mark.timing  # its worker processes' heartbeats: once, beside a second test worker, a trial ran again
 def test_cli_sweep_over_a_function_in_a_file_in_worker_processes(tmp_path, capsys, monkeypatch):
     from workbench.cli import main
 
