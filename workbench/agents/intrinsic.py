@@ -37,7 +37,7 @@ from gymnasium import spaces
 from torch import nn
 
 from ..loop import Transitions
-from ..normalization import RewardNormalizer, RunningMeanStd
+from ..normalization import ObservationNormalizer, RewardNormalizer
 from ..validation import ArgumentError, Constraint, optional
 from .networks import make_adam, mlp
 
@@ -189,7 +189,7 @@ class IntrinsicModule(nn.Module):
         super().__init__()
         self.spec = spec
         self.obs_dim = obs_dim
-        self.obs_rms = RunningMeanStd((obs_dim,))
+        self.obs_norm = ObservationNormalizer((obs_dim,), clip=5.0)  # RND's inputs: standardised, in [-5, 5]
         self.return_norm = RewardNormalizer(spec.gamma, clip=float("inf"))
         self._rows: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self._stats = np.zeros(3)  # bonus sum (coefficient applied), raw error sum, count
@@ -203,9 +203,7 @@ class IntrinsicModule(nn.Module):
     def _inputs(self, obs: np.ndarray) -> torch.Tensor:
         """Observations flattened and standardised by the running statistics, clipped to [-5, 5]."""
         flat = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
-        std = self.obs_rms.std().astype(np.float32)
-        inputs = torch.from_numpy(np.clip((flat - self.obs_rms._mean.astype(np.float32)) / std, -5.0, 5.0))
-        return inputs.to(self._device())
+        return torch.from_numpy(self.obs_norm(flat)).to(self._device())
 
     def _actions(self, actions: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.asarray(actions)).to(self._device())
@@ -226,7 +224,7 @@ class IntrinsicModule(nn.Module):
         """``t`` with ``coef`` times the normalised bonus added to its rewards; the steps are kept for
         the next :meth:`learn`."""
         next_flat = np.asarray(t.next_obs, dtype=np.float32).reshape(len(t.rewards), -1)
-        self.obs_rms.update(next_flat)
+        self.obs_norm.update(next_flat)
         with torch.no_grad():
             raw = self.errors(self._inputs(t.obs), self._actions(t.actions), self._inputs(t.next_obs)).cpu().numpy()
         raw = raw.astype(np.float64)
@@ -262,7 +260,7 @@ class IntrinsicModule(nn.Module):
         for group in self.optimizer.param_groups:  # its own rate, whatever edits set on the agent's
             group["lr"] = self.spec.learning_rate
         total, steps = 0.0, 0
-        generator = torch.Generator().manual_seed(int(self.obs_rms.count.item() * 1000) % (2**31))
+        generator = torch.Generator().manual_seed(int(self.obs_norm.rms.count.item() * 1000) % (2**31))
         for _ in range(self.spec.epochs):
             perm = torch.randperm(n, generator=generator)
             for start in range(0, n, self.spec.batch_size):
