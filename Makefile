@@ -19,9 +19,10 @@ $(VENV)/.installed: $(BIN)/activate pyproject.toml
 demo: $(VENV)/.installed
 	$(BIN)/python examples/demo.py
 
-# ruff, then the type check of workbench/ (mypy, configured in pyproject.toml), then the tests and the notebooks.
+# ruff (lint and format), then the type check of workbench/ (mypy, configured in pyproject.toml), then the tests and the notebooks.
 test: $(VENV)/.installed
 	$(BIN)/ruff check workbench tests benchmarks examples notebooks tools
+	$(BIN)/ruff format --check workbench tests benchmarks examples notebooks tools
 	$(BIN)/mypy
 	# Two workers, a test file each at a time; the browser, Ray and timing tests after, alone, so that the
 	# other worker's load can neither slow a browser page past its waits nor skew a measurement.
@@ -32,10 +33,12 @@ test: $(VENV)/.installed
 # The inner loop: the unit tests only (no training runs, browser or Ray), stopping at the first failure.
 test-fast: $(VENV)/.installed
 	$(BIN)/ruff check workbench tests benchmarks examples notebooks tools
+	$(BIN)/ruff format --check workbench tests benchmarks examples notebooks tools
 	$(BIN)/pytest -q -x -m "not slow and not browser and not ray"
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check workbench tests benchmarks examples notebooks tools
+	$(BIN)/ruff format --check workbench tests benchmarks examples notebooks tools
 	$(BIN)/mypy
 
 # The documentation site (mkdocs.yml): the guides of docs/ and the API reference from the docstrings, built with

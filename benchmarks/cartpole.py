@@ -48,14 +48,39 @@ def run_sb3(algo: str, seed: int) -> tuple[float, float]:
 
     if algo == "ppo":
         env = make_vec_env("CartPole-v1", n_envs=8, seed=seed)
-        model = PPO("MlpPolicy", env, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
-                    ent_coef=0.0, learning_rate=lin(1e-3), clip_range=lin(0.2), seed=seed, device="cpu")
+        model = PPO(
+            "MlpPolicy",
+            env,
+            n_steps=32,
+            batch_size=256,
+            gae_lambda=0.8,
+            gamma=0.98,
+            n_epochs=20,
+            ent_coef=0.0,
+            learning_rate=lin(1e-3),
+            clip_range=lin(0.2),
+            seed=seed,
+            device="cpu",
+        )
     else:
         env = make_vec_env("CartPole-v1", n_envs=1, seed=seed)
-        model = DQN("MlpPolicy", env, learning_rate=2.3e-3, batch_size=64, buffer_size=100_000,
-                    learning_starts=1000, gamma=0.99, target_update_interval=10, train_freq=256,
-                    gradient_steps=128, exploration_fraction=0.16, exploration_final_eps=0.04,
-                    policy_kwargs=dict(net_arch=[256, 256]), seed=seed, device="cpu")
+        model = DQN(
+            "MlpPolicy",
+            env,
+            learning_rate=2.3e-3,
+            batch_size=64,
+            buffer_size=100_000,
+            learning_starts=1000,
+            gamma=0.99,
+            target_update_interval=10,
+            train_freq=256,
+            gradient_steps=128,
+            exploration_fraction=0.16,
+            exploration_final_eps=0.04,
+            policy_kwargs=dict(net_arch=[256, 256]),
+            seed=seed,
+            device="cpu",
+        )
     t0 = time.perf_counter()
     model.learn(total_timesteps=BUDGET[algo])
     wall = time.perf_counter() - t0
@@ -97,8 +122,10 @@ def main() -> None:
         solved = sum(s >= SOLVED for s in scores)
         base = medians.get((algo, "sb3"))
         ratio = f"{median / base:6.2f}" if base else "     -"
-        print(f"{algo:5s} {lib:9s} {BUDGET[algo]:7d} {np.mean(scores):7.1f}±{np.std(scores):<4.0f}"
-              f"{solved:>4d}/{len(scores):<2d} {median:10.1f} s {ratio}")
+        print(
+            f"{algo:5s} {lib:9s} {BUDGET[algo]:7d} {np.mean(scores):7.1f}±{np.std(scores):<4.0f}"
+            f"{solved:>4d}/{len(scores):<2d} {median:10.1f} s {ratio}"
+        )
     print("\nratio = median wall time / SB3's median wall time in this same run (lower is faster)")
 
 

@@ -69,9 +69,11 @@ def train(row: str, device: str, compile_mode: bool | str, steps: int, score: bo
     agent = build(row, device, compile_mode)
     stop_when = None
     if score:
+
         def stop_when(s: Any) -> bool:
             rewards = s.signals.get("episode_reward")
             return rewards is not None and len(rewards) >= 10 and rewards.mean(last=10) >= target
+
     session = wb.Session(agent, env_id, seed=0, stop_when=stop_when)
     session.run(steps=cap if score else steps)
     wall = time.perf_counter() - start
@@ -93,8 +95,20 @@ def sb3_ppo_breakout(device: str, steps: int) -> float:
     from workbench.envs import make_env
 
     env = DummyVecEnv([lambda: make_env("BreakoutNoFrameskip-v4") for _ in range(8)])
-    model = PPO("CnnPolicy", env, n_steps=128, n_epochs=4, batch_size=256, learning_rate=2.5e-4, clip_range=0.1,
-                vf_coef=0.5, ent_coef=0.01, device=device, seed=0, verbose=0)
+    model = PPO(
+        "CnnPolicy",
+        env,
+        n_steps=128,
+        n_epochs=4,
+        batch_size=256,
+        learning_rate=2.5e-4,
+        clip_range=0.1,
+        vf_coef=0.5,
+        ent_coef=0.01,
+        device=device,
+        seed=0,
+        verbose=0,
+    )
     start = time.perf_counter()
     model.learn(total_timesteps=steps)
     return steps / (time.perf_counter() - start)
@@ -104,8 +118,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated rows (default all): {','.join(ROWS)}")
     parser.add_argument("--steps", type=int, default=None, help="env steps per run (default: each row's)")
-    parser.add_argument("--compile", choices=("auto", "on", "off"), default="auto",
-                        help="compiled runs too: on, off, or auto (on where there is a GPU)")
+    parser.add_argument(
+        "--compile",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="compiled runs too: on, off, or auto (on where there is a GPU)",
+    )
     parser.add_argument("--score", action="store_true", help="also the time to the row's score (long)")
     parser.add_argument("--sb3", action="store_true", help="also SB3's PPO on Breakout on each device")
     args = parser.parse_args()
@@ -117,11 +135,15 @@ def main() -> None:
     targets = ["cpu", "cuda"] if has_cuda else ["cpu"]
     compiled = args.compile == "on" or (args.compile == "auto" and has_cuda)
     modes: list[bool | str] = [False, True] if compiled else [False]
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; devices: {', '.join(targets)}"
-          + (f" ({torch.cuda.get_device_name(0)})" if has_cuda else ""))
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads; devices: {', '.join(targets)}"
+        + (f" ({torch.cuda.get_device_name(0)})" if has_cuda else "")
+    )
     if not has_cuda:
-        print("the GPU rows need CUDA (torch.cuda.is_available() is False): only the CPU rows run here; "
-              "on a GPU machine run benchmarks/devices_gpu.sh")
+        print(
+            "the GPU rows need CUDA (torch.cuda.is_available() is False): only the CPU rows run here; "
+            "on a GPU machine run benchmarks/devices_gpu.sh"
+        )
     print(f"{'row':<16} {'device':<6} {'mode':<8} {'steps/s':>9} {'wall s':>8} {'compile s':>9}  auto picks")
     results: dict[tuple[str, str, bool | str], dict[str, Any]] = {}
     for row in rows:
@@ -137,12 +159,18 @@ def main() -> None:
                 results[(row, device, mode)] = r
                 label = "compiled" if mode and r["compiled"] else ("eager" if not mode else "eager*")
                 comp = f"{r['compile']:.1f}" if r["compile"] else "-"
-                print(f"{row:<16} {device:<6} {label:<8} {r['sps']:>9.0f} {r['wall']:>8.1f} {comp:>9}  "
-                      f"{auto.device} ({auto.reason})", flush=True)
+                print(
+                    f"{row:<16} {device:<6} {label:<8} {r['sps']:>9.0f} {r['wall']:>8.1f} {comp:>9}  "
+                    f"{auto.device} ({auto.reason})",
+                    flush=True,
+                )
                 if args.score:
                     s = train(row, device, mode, steps, score=True)
-                    reached = f"reached {ROWS[row][4]:g} in {s['wall']:.0f} s, {s['steps']} steps" if s["reached"] \
+                    reached = (
+                        f"reached {ROWS[row][4]:g} in {s['wall']:.0f} s, {s['steps']} steps"
+                        if s["reached"]
                         else f"did not reach {ROWS[row][4]:g} in {s['steps']} steps ({s['wall']:.0f} s)"
+                    )
                     print(f"{'':<16} {device:<6} {label:<8} time to score: {reached}", flush=True)
     if args.sb3 and "ppo-breakout" in rows and available("ppo-breakout") is None:
         steps = args.steps or ROWS["ppo-breakout"][3]
@@ -151,8 +179,9 @@ def main() -> None:
             results[("sb3-ppo-breakout", device, False)] = {"sps": sps}
             print(f"{'sb3 ppo-breakout':<16} {device:<6} {'eager':<8} {sps:>9.0f}", flush=True)
     ours_cpu = results.get(("ppo-breakout", "cpu", False))
-    best_gpu = max((r["sps"] for (row, dev, _), r in results.items() if row == "ppo-breakout" and dev == "cuda"),
-                   default=None)
+    best_gpu = max(
+        (r["sps"] for (row, dev, _), r in results.items() if row == "ppo-breakout" and dev == "cuda"), default=None
+    )
     if ours_cpu and best_gpu:
         print(f"PPO-Atari on the GPU: {best_gpu / ours_cpu['sps']:.1f}x this project's CPU throughput (goal >= 5x)")
         sb3_gpu = results.get(("sb3-ppo-breakout", "cuda", False))

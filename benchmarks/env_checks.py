@@ -137,7 +137,11 @@ def main() -> None:
                 env = {**os.environ, "PYTHONPATH": tree}
                 out = subprocess.run(
                     [sys.executable, __file__, "--one", workload, "--steps", str(args.steps)],
-                    env=env, capture_output=True, text=True, check=True, cwd="/",
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                    cwd="/",
                 )
                 results.setdefault((workload, label), []).append(json.loads(out.stdout.strip().splitlines()[-1]))
     for workload in WORKLOADS:

@@ -93,10 +93,23 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--algorithm", default="DQN")
     args = parser.parse_args()
-    rows: dict[str, list[float]] = {k: [] for k in (
-        "normal", "external_lag0", "external_free", "pair_lag0", "pair_free",
-        "normal_cpu", "external_lag0_cpu", "external_free_cpu",
-        "act_lock", "act_nolock", "normal_lock", "normal_nolock")}
+    rows: dict[str, list[float]] = {
+        k: []
+        for k in (
+            "normal",
+            "external_lag0",
+            "external_free",
+            "pair_lag0",
+            "pair_free",
+            "normal_cpu",
+            "external_lag0_cpu",
+            "external_free_cpu",
+            "act_lock",
+            "act_nolock",
+            "normal_lock",
+            "normal_nolock",
+        )
+    }
     for r in range(args.rounds):
         cpu0 = time.process_time()
         rows["normal"].append(normal_run(args.algorithm, args.steps))
@@ -116,16 +129,27 @@ def main() -> None:
     us = 1e6
     print(f"\n{args.algorithm} on CartPole-v1, {args.steps} transitions, {args.rounds} interleaved rounds, medians")
     print("per transition learned:          wall us (ratio)     CPU us (ratio)")
-    for key, label in (("normal", "normal session"), ("external_lag0", "external, max_lag=0"),
-                       ("external_free", "external, feedback never waits")):
-        print(f"{label:32s} {med[key] * us:8.1f} ({med[key] / med['normal']:.2f})   "
-              f"{med[key + '_cpu'] * us:8.1f} ({med[key + '_cpu'] / med['normal_cpu']:.2f})")
-    print(f"one act+feedback pair (calls only): {med['pair_free'] * us:6.1f} us free, {med['pair_lag0'] * us:6.1f} us "
-          f"with max_lag=0 (free pair / a normal step's CPU time: {med['pair_free'] / med['normal_cpu']:.3f})")
-    print(f"agent.act with the lock / without: {med['act_lock'] * us:.2f} / {med['act_nolock'] * us:.2f} us CPU "
-          f"(ratio {med['act_lock'] / med['act_nolock']:.3f})")
-    print(f"normal run with the lock / without: {med['normal_lock'] * us:.1f} / {med['normal_nolock'] * us:.1f} us "
-          f"CPU per step (ratio {med['normal_lock'] / med['normal_nolock']:.3f})")
+    for key, label in (
+        ("normal", "normal session"),
+        ("external_lag0", "external, max_lag=0"),
+        ("external_free", "external, feedback never waits"),
+    ):
+        print(
+            f"{label:32s} {med[key] * us:8.1f} ({med[key] / med['normal']:.2f})   "
+            f"{med[key + '_cpu'] * us:8.1f} ({med[key + '_cpu'] / med['normal_cpu']:.2f})"
+        )
+    print(
+        f"one act+feedback pair (calls only): {med['pair_free'] * us:6.1f} us free, {med['pair_lag0'] * us:6.1f} us "
+        f"with max_lag=0 (free pair / a normal step's CPU time: {med['pair_free'] / med['normal_cpu']:.3f})"
+    )
+    print(
+        f"agent.act with the lock / without: {med['act_lock'] * us:.2f} / {med['act_nolock'] * us:.2f} us CPU "
+        f"(ratio {med['act_lock'] / med['act_nolock']:.3f})"
+    )
+    print(
+        f"normal run with the lock / without: {med['normal_lock'] * us:.1f} / {med['normal_nolock'] * us:.1f} us "
+        f"CPU per step (ratio {med['normal_lock'] / med['normal_nolock']:.3f})"
+    )
 
 
 if __name__ == "__main__":

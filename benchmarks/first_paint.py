@@ -50,8 +50,10 @@ READ = "session.stop()\nprint('WB-KERNEL', round(_kernel_s, 3))"
 
 def _notebook(cells: list[str]) -> dict:
     return {
-        "cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": s}
-                  for s in [*cells, READ]],
+        "cells": [
+            {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": s}
+            for s in [*cells, READ]
+        ],
         "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
         "nbformat": 4,
         "nbformat_minor": 5,
@@ -66,14 +68,30 @@ def _start_jupyter(tmp: Path) -> tuple[subprocess.Popen, str, str]:
     for i, cells in enumerate(CELLS.values()):
         (served / f"fp{i}.ipynb").write_text(json.dumps(_notebook(cells)))
     env = {k: v for k, v in os.environ.items() if k != "WB_QUICK"}
-    env.update(JUPYTER_CONFIG_DIR=str(tmp / "config"), JUPYTER_RUNTIME_DIR=str(tmp / "runtime"),
-               IPYTHONDIR=str(tmp / "ipython"), PYTHONPATH=os.pathsep.join(
-                   p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    env.update(
+        JUPYTER_CONFIG_DIR=str(tmp / "config"),
+        JUPYTER_RUNTIME_DIR=str(tmp / "runtime"),
+        IPYTHONDIR=str(tmp / "ipython"),
+        PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+    )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", "--ip=127.0.0.1", f"--port={port}",
-         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={served}",
-         f"--LabApp.user_settings_dir={tmp / 'settings'}", f"--LabApp.workspaces_dir={tmp / 'workspaces'}"],
-        env=env, stdout=open(tmp / "jupyter.log", "w"), stderr=subprocess.STDOUT, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            "--allow-root",
+            "--ip=127.0.0.1",
+            f"--port={port}",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={served}",
+            f"--LabApp.user_settings_dir={tmp / 'settings'}",
+            f"--LabApp.workspaces_dir={tmp / 'workspaces'}",
+        ],
+        env=env,
+        stdout=open(tmp / "jupyter.log", "w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
@@ -128,8 +146,12 @@ def main() -> None:
         try:
             with sync_playwright() as pw:
                 context = pw.chromium.launch_persistent_context(
-                    str(Path(tmp) / "profile"), executable_path=CHROMIUM, headless=True,
-                    viewport={"width": 1300, "height": 1000}, args=ARGS)
+                    str(Path(tmp) / "profile"),
+                    executable_path=CHROMIUM,
+                    headless=True,
+                    viewport={"width": 1300, "height": 1000},
+                    args=ARGS,
+                )
                 page = context.pages[0] if context.pages else context.new_page()
                 page.set_default_timeout(120_000)
                 for _ in range(args.rounds):
@@ -147,10 +169,13 @@ def main() -> None:
     for name, rows in results.items():
         paints = [r["first_paint_s"] for r in rows]
         kernels = [r["kernel_s"] for r in rows]
-        print(f"{name:16s} first paint median {statistics.median(paints):.2f} s {paints}, "
-              f"kernel share median {statistics.median(kernels):.2f} s {kernels}")
-    print(f"busy processes beside it: {args.busy}; load average (1 min) at the end: {load:.1f} "
-          f"on {os.cpu_count()} cores")
+        print(
+            f"{name:16s} first paint median {statistics.median(paints):.2f} s {paints}, "
+            f"kernel share median {statistics.median(kernels):.2f} s {kernels}"
+        )
+    print(
+        f"busy processes beside it: {args.busy}; load average (1 min) at the end: {load:.1f} on {os.cpu_count()} cores"
+    )
 
 
 if __name__ == "__main__":

@@ -45,10 +45,30 @@ import workbench as wb
 
 ENV = "MinAtar/Breakout-v1"
 
-PPO_SETTINGS = dict(n_envs=8, n_steps=128, batch_size=256, n_epochs=4, learning_rate=2.5e-4, clip_range=0.1,
-                    ent_coef=0.01, vf_coef=0.5, gamma=0.99, gae_lambda=0.95, max_grad_norm=0.5)
-DQN_SETTINGS = dict(buffer_size=100_000, learning_rate=1e-4, batch_size=32, learning_starts=5_000,
-                    target_update_interval=1_000, train_freq=4, gradient_steps=1, gamma=0.99, max_grad_norm=10.0)
+PPO_SETTINGS = dict(
+    n_envs=8,
+    n_steps=128,
+    batch_size=256,
+    n_epochs=4,
+    learning_rate=2.5e-4,
+    clip_range=0.1,
+    ent_coef=0.01,
+    vf_coef=0.5,
+    gamma=0.99,
+    gae_lambda=0.95,
+    max_grad_norm=0.5,
+)
+DQN_SETTINGS = dict(
+    buffer_size=100_000,
+    learning_rate=1e-4,
+    batch_size=32,
+    learning_starts=5_000,
+    target_update_interval=1_000,
+    train_freq=4,
+    gradient_steps=1,
+    gamma=0.99,
+    max_grad_norm=10.0,
+)
 DQN_EPS = (1.0, 0.01, 0.1)  # start, end, fraction of the budget
 
 
@@ -56,8 +76,16 @@ def run_workbench(algo: str, seed: int, steps: int) -> tuple[float, float]:
     if algo == "ppo":
         agent = wb.PPO(ENV, seed=seed, net_arch=(), encoder="small", **PPO_SETTINGS)
     else:
-        agent = wb.DQN(ENV, seed=seed, net_arch=(), encoder="small", double_q=False, tau=1.0,
-                       exploration=wb.EpsilonGreedy(*DQN_EPS), **DQN_SETTINGS)
+        agent = wb.DQN(
+            ENV,
+            seed=seed,
+            net_arch=(),
+            encoder="small",
+            double_q=False,
+            tau=1.0,
+            exploration=wb.EpsilonGreedy(*DQN_EPS),
+            **DQN_SETTINGS,
+        )
     session = wb.Session(agent, ENV, seed=seed)
     t0 = time.perf_counter()
     session.run(steps=steps)
@@ -99,9 +127,18 @@ def run_sb3(algo: str, seed: int, steps: int) -> tuple[float, float]:
     else:
         env = make_vec_env(lambda: make_env(ENV), n_envs=1, seed=seed)
         start, end, fraction = DQN_EPS
-        model = DQN("CnnPolicy", env, seed=seed, device="cpu", policy_kwargs=policy_kwargs, tau=1.0,
-                    exploration_initial_eps=start, exploration_final_eps=end, exploration_fraction=fraction,
-                    **DQN_SETTINGS)
+        model = DQN(
+            "CnnPolicy",
+            env,
+            seed=seed,
+            device="cpu",
+            policy_kwargs=policy_kwargs,
+            tau=1.0,
+            exploration_initial_eps=start,
+            exploration_final_eps=end,
+            exploration_fraction=fraction,
+            **DQN_SETTINGS,
+        )
     t0 = time.perf_counter()
     model.learn(total_timesteps=steps)
     wall = time.perf_counter() - t0
@@ -147,16 +184,21 @@ def atari_sps(steps: int, rounds: int) -> None:
             c, w = atari_ppo_run(which, r, steps)
             cpu[which].append(c)
             wall[which].append(w)
-            print(f"  round {r} {which:9s} cpu {c:6.1f} s ({steps / c:5.0f} steps per CPU-s)  wall {w:6.1f} s",
-                  flush=True)
+            print(
+                f"  round {r} {which:9s} cpu {c:6.1f} s ({steps / c:5.0f} steps per CPU-s)  wall {w:6.1f} s", flush=True
+            )
     med = {k: statistics.median(v) for k, v in cpu.items()}
     medw = {k: statistics.median(v) for k, v in wall.items()}
     for k in cpu:
         print(f"  {k:9s} median {steps / med[k]:5.0f} steps per CPU-second, {steps / medw[k]:5.0f} per wall-second")
-    print(f"  CPU time shared / separate: {med['shared'] / med['separate']:.2f}, "
-          f"shared / SB3: {med['shared'] / med['sb3']:.2f}, separate / SB3: {med['separate'] / med['sb3']:.2f}")
-    print(f"  wall time shared / separate: {medw['shared'] / medw['separate']:.2f}, "
-          f"shared / SB3: {medw['shared'] / medw['sb3']:.2f}")
+    print(
+        f"  CPU time shared / separate: {med['shared'] / med['separate']:.2f}, "
+        f"shared / SB3: {med['shared'] / med['sb3']:.2f}, separate / SB3: {med['separate'] / med['sb3']:.2f}"
+    )
+    print(
+        f"  wall time shared / separate: {medw['shared'] / medw['separate']:.2f}, "
+        f"shared / SB3: {medw['shared'] / medw['sb3']:.2f}"
+    )
 
 
 def replay_memory_bytes() -> None:
@@ -175,8 +217,14 @@ def replay_memory_bytes() -> None:
 
         obs_space = spaces.Box(0, 255, shape, np.uint8)
         for optimize in (False, True):
-            buf = ReplayBuffer(n, obs_space, spaces.Discrete(4), device="cpu", optimize_memory_usage=optimize,
-                               handle_timeout_termination=not optimize)
+            buf = ReplayBuffer(
+                n,
+                obs_space,
+                spaces.Discrete(4),
+                device="cpu",
+                optimize_memory_usage=optimize,
+                handle_timeout_termination=not optimize,
+            )
             names = ("observations", "next_observations", "actions", "rewards", "dones", "timeouts")
             total = sum(getattr(buf, name).nbytes for name in names if getattr(buf, name, None) is not None)
             rows.append(("sb3", optimize, total))
@@ -184,10 +232,14 @@ def replay_memory_bytes() -> None:
         print("(stable-baselines3 not installed: its replay memory is not measured)")
     print(f"\nDQN replay memory, {n:,} transitions of {'x'.join(map(str, shape))} uint8 frames (arrays when full):")
     for lib, optimize, total in rows:
-        print(f"  {lib:10s} optimize_memory_usage={optimize!s:5s}  {total / 2**30:6.2f} GiB  "
-              f"{total / n:9,.0f} bytes/transition")
-    print("  (workbench with optimize_memory_usage also keeps the final frame stack of each ended episode: "
-          f"{int(np.prod(shape)):,} bytes per episode)")
+        print(
+            f"  {lib:10s} optimize_memory_usage={optimize!s:5s}  {total / 2**30:6.2f} GiB  "
+            f"{total / n:9,.0f} bytes/transition"
+        )
+    print(
+        "  (workbench with optimize_memory_usage also keeps the final frame stack of each ended episode: "
+        f"{int(np.prod(shape)):,} bytes per episode)"
+    )
 
 
 class FrameStackEnv(gym.Env):
@@ -249,9 +301,16 @@ def dtype_savings(steps: int, rounds: int) -> None:
             agent.memory.add(obs, np.zeros(8, np.int64), np.zeros(8, np.float32), obs, np.zeros(8), 0.99)
         per_transition = agent.memory.nbytes() / 1000
         rows = 200
-        ds = wb.Dataset(np.repeat(obs[:1], rows, 0), np.zeros(rows, np.int64), np.zeros(rows),
-                        np.repeat(obs[:1], rows, 0), np.zeros(rows, bool), np.arange(rows) % 100 == 99,
-                        observation_space=env.observation_space, action_space=env.action_space)
+        ds = wb.Dataset(
+            np.repeat(obs[:1], rows, 0),
+            np.zeros(rows, np.int64),
+            np.zeros(rows),
+            np.repeat(obs[:1], rows, 0),
+            np.zeros(rows, bool),
+            np.arange(rows) % 100 == 99,
+            observation_space=env.observation_space,
+            action_space=env.action_space,
+        )
         with tempfile.TemporaryDirectory() as tmp:
             ds.save(os.path.join(tmp, "ds"))
             npz = os.path.getsize(os.path.join(tmp, "ds", "arrays.npz")) / rows
@@ -275,8 +334,10 @@ def dtype_savings(steps: int, rounds: int) -> None:
         print(f"  replay memory (DQN, 1000 transitions):  {per_transition:12,.0f} bytes/transition")
         print(f"  dataset on disk (arrays.npz):           {npz:12,.0f} bytes/transition")
         print(f"  worker message, observation part:       {wire:12,.0f} bytes/env step")
-        print(f"  2 local workers x 4 envs:               {statistics.median(rates):12,.0f} env steps/s "
-              f"(rounds: {', '.join(f'{r:,.0f}' for r in rates)})")
+        print(
+            f"  2 local workers x 4 envs:               {statistics.median(rates):12,.0f} env steps/s "
+            f"(rounds: {', '.join(f'{r:,.0f}' for r in rates)})"
+        )
 
 
 def main() -> None:
@@ -288,8 +349,11 @@ def main() -> None:
     parser.add_argument("--memory-only", action="store_true", help="only the replay memory sizes")
     parser.add_argument("--threads", type=int, default=1, help="torch threads for both libraries")
     parser.add_argument("--atari-sps", action="store_true", help="only PPO steps per second on Atari frame stacks")
-    parser.add_argument("--dtypes", action="store_true",
-                        help="only bytes per transition and worker throughput, frames as bytes (issue 41)")
+    parser.add_argument(
+        "--dtypes",
+        action="store_true",
+        help="only bytes per transition and worker throughput, frames as bytes (issue 41)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.dtypes:
@@ -311,8 +375,10 @@ def main() -> None:
             for lib, run in libs:
                 wall, ret = run(algo, seed, args.steps)
                 walls[lib].append(wall)
-                print(f"  seed {seed} {lib:10s} eval {ret:7.2f}  wall {wall:7.1f} s  "
-                      f"({args.steps / wall:,.0f} steps/s)", flush=True)
+                print(
+                    f"  seed {seed} {lib:10s} eval {ret:7.2f}  wall {wall:7.1f} s  ({args.steps / wall:,.0f} steps/s)",
+                    flush=True,
+                )
         if walls["sb3"]:
             ratio = statistics.median(walls["workbench"]) / statistics.median(walls["sb3"])
             print(f"  median wall time, workbench / SB3: {ratio:.2f}")

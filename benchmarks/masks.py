@@ -33,8 +33,18 @@ from workbench.envs.testing import MaskedTarget
 
 N_ACTIONS, N_INVALID = 20, 10
 EVAL_EPISODES = 20
-PPO_SETTINGS = dict(n_steps=32, batch_size=64, n_epochs=4, learning_rate=3e-4, clip_range=0.2, gamma=0.99,
-                    gae_lambda=0.95, ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5)
+PPO_SETTINGS = dict(
+    n_steps=32,
+    batch_size=64,
+    n_epochs=4,
+    learning_rate=3e-4,
+    clip_range=0.2,
+    gamma=0.99,
+    gae_lambda=0.95,
+    ent_coef=0.0,
+    vf_coef=0.5,
+    max_grad_norm=0.5,
+)
 N_ENVS = 4
 
 
@@ -59,9 +69,18 @@ def run_workbench(algo: str, seed: int, steps: int) -> tuple[float, float]:
     if algo == "ppo":
         agent = wb.PPO(make_env, seed=seed, n_envs=N_ENVS, net_arch=(64, 64), normalize_advantage=True, **PPO_SETTINGS)
     else:
-        agent = wb.DQN(make_env, seed=seed, learning_starts=200, train_freq=4, gradient_steps=1, batch_size=64,
-                       target_update_interval=250, learning_rate=1e-3, net_arch=(64, 64),
-                       exploration=wb.EpsilonGreedy(1.0, 0.05, 0.3))
+        agent = wb.DQN(
+            make_env,
+            seed=seed,
+            learning_starts=200,
+            train_freq=4,
+            gradient_steps=1,
+            batch_size=64,
+            target_update_interval=250,
+            learning_rate=1e-3,
+            net_arch=(64, 64),
+            exploration=wb.EpsilonGreedy(1.0, 0.05, 0.3),
+        )
     session = wb.Session(agent, make_env, seed=seed)
     t0 = time.perf_counter()
     session.run(steps=steps)
@@ -77,8 +96,15 @@ def run_sb3(seed: int, steps: int) -> tuple[float, float]:
     from stable_baselines3.common.env_util import make_vec_env
 
     env = make_vec_env(make_env, n_envs=N_ENVS, seed=seed)
-    model = MaskablePPO("MlpPolicy", env, seed=seed, device="cpu", normalize_advantage=True,
-                        policy_kwargs=dict(net_arch=[64, 64]), **PPO_SETTINGS)
+    model = MaskablePPO(
+        "MlpPolicy",
+        env,
+        seed=seed,
+        device="cpu",
+        normalize_advantage=True,
+        policy_kwargs=dict(net_arch=[64, 64]),
+        **PPO_SETTINGS,
+    )
     t0 = time.perf_counter()
     model.learn(total_timesteps=steps)
     wall = time.perf_counter() - t0
@@ -102,24 +128,34 @@ def main() -> None:
             results["sb3-contrib MaskablePPO"].append(run_sb3(seed, args.steps))
         if not args.no_dqn:
             results["workbench DQN"].append(run_workbench("dqn", seed, args.steps))
-        print(f"seed {seed}: " + "; ".join(
-            f"{name} return {rows[-1][1]:.2f} in {rows[-1][0]:.1f} s" for name, rows in results.items() if rows
-        ), flush=True)
+        print(
+            f"seed {seed}: "
+            + "; ".join(
+                f"{name} return {rows[-1][1]:.2f} in {rows[-1][0]:.1f} s" for name, rows in results.items() if rows
+            ),
+            flush=True,
+        )
 
-    print(f"\nMaskedTarget({N_ACTIONS} actions, {N_INVALID} masked per state), {args.steps} steps, "
-          f"{args.seeds} seeds (random allowed play: {10 / (N_ACTIONS - N_INVALID):.1f}, best: 10)")
+    print(
+        f"\nMaskedTarget({N_ACTIONS} actions, {N_INVALID} masked per state), {args.steps} steps, "
+        f"{args.seeds} seeds (random allowed play: {10 / (N_ACTIONS - N_INVALID):.1f}, best: 10)"
+    )
     medians = {}
     for name, rows in results.items():
         if not rows:
             continue
         walls, returns = zip(*rows)
         medians[name] = (statistics.median(walls), statistics.median(returns))
-        print(f"{name:26s} median return {medians[name][1]:5.2f}  median wall {medians[name][0]:6.2f} s  "
-              f"returns {[round(r, 2) for r in returns]}")
+        print(
+            f"{name:26s} median return {medians[name][1]:5.2f}  median wall {medians[name][0]:6.2f} s  "
+            f"returns {[round(r, 2) for r in returns]}"
+        )
     if "sb3-contrib MaskablePPO" in medians:
         ours, theirs = medians["workbench PPO"], medians["sb3-contrib MaskablePPO"]
-        print(f"PPO wall-time ratio (workbench / sb3-contrib, medians): {ours[0] / theirs[0]:.2f}; "
-              f"return ratio: {ours[1] / theirs[1]:.2f}")
+        print(
+            f"PPO wall-time ratio (workbench / sb3-contrib, medians): {ours[0] / theirs[0]:.2f}; "
+            f"return ratio: {ours[1] / theirs[1]:.2f}"
+        )
 
 
 if __name__ == "__main__":

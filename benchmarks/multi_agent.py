@@ -24,8 +24,15 @@ import numpy as np
 
 import workbench as wb
 
-SETTINGS = {"n_steps": 128, "batch_size": 384, "n_epochs": 5, "gamma": 0.99, "gae_lambda": 0.95,
-            "learning_rate": 7e-4, "ent_coef": 0.01}
+SETTINGS = {
+    "n_steps": 128,
+    "batch_size": 384,
+    "n_epochs": 5,
+    "gamma": 0.99,
+    "gae_lambda": 0.95,
+    "learning_rate": 7e-4,
+    "ent_coef": 0.01,
+}
 
 
 def make(task: str):
@@ -76,8 +83,10 @@ def main() -> None:
                 walls.append(wall)
                 rets.append(ret)
             per = ", ".join(f"{r:.1f}" for r in rets)
-            print(f"| {task} | {method} | {per} | {statistics.mean(rets):.1f} | {statistics.median(walls):.1f} |",
-                  flush=True)
+            print(
+                f"| {task} | {method} | {per} | {statistics.mean(rets):.1f} | {statistics.median(walls):.1f} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

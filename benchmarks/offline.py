@@ -82,8 +82,11 @@ def collect(seed: int, transitions: int, epsilon: float, teacher_steps: int, cac
         for k, v in zip(rows, (obs, a, r, nxt, te, tr, np.log(p)), strict=True):
             rows[k].append(v)
         obs = env.reset()[0] if te or tr else nxt
-    data = wb.Dataset(*(np.array(rows[k]) for k in ("o", "a", "r", "n", "te", "tr", "lp")),
-                      observation_space=env.observation_space, action_space=env.action_space)
+    data = wb.Dataset(
+        *(np.array(rows[k]) for k in ("o", "a", "r", "n", "te", "tr", "lp")),
+        observation_space=env.observation_space,
+        action_space=env.action_space,
+    )
     if path:
         data.save(path)
     return data
@@ -109,16 +112,24 @@ def collect_pendulum(transitions: int, teacher_steps: int, cache: str | None = N
         for k, v in zip(rows, (obs, a, r, nxt, te, tr), strict=True):
             rows[k].append(v)
         obs = env.reset()[0] if te or tr else nxt
-    data = wb.Dataset(*(np.array(rows[k]) for k in ("o", "a", "r", "n", "te", "tr")),
-                      observation_space=env.observation_space, action_space=env.action_space)
+    data = wb.Dataset(
+        *(np.array(rows[k]) for k in ("o", "a", "r", "n", "te", "tr")),
+        observation_space=env.observation_space,
+        action_space=env.action_space,
+    )
     if path:
         data.save(path)
     return data
 
 
 def d3rlpy_cql(
-    data: wb.Dataset, seed: int, steps: int, lr: float | None = None, net_arch: tuple[int, ...] = (256, 256),
-    tau: float = 0.005, entropy_backup: bool = False,
+    data: wb.Dataset,
+    seed: int,
+    steps: int,
+    lr: float | None = None,
+    net_arch: tuple[int, ...] = (256, 256),
+    tau: float = 0.005,
+    entropy_backup: bool = False,
 ) -> tuple[float, float, float]:
     """d3rlpy's CQL with ``wb.CQL``'s hyperparameters on ``data`` (``lr``: every learning rate, as
     ``--cql-lr``; ``net_arch``, ``tau`` and ``entropy_backup`` as the other ``--cql-`` options): (return over 10
@@ -128,16 +139,30 @@ def d3rlpy_cql(
 
     low, high = data.action_space.low, data.action_space.high
     mdp = d3rlpy.dataset.MDPDataset(
-        data.observations, data.actions, data.rewards.astype(np.float32), data.terminated.astype(np.float32),
-        timeouts=data.truncated.astype(np.float32), action_space=d3rlpy.constants.ActionSpace.CONTINUOUS,
+        data.observations,
+        data.actions,
+        data.rewards.astype(np.float32),
+        data.terminated.astype(np.float32),
+        timeouts=data.truncated.astype(np.float32),
+        action_space=d3rlpy.constants.ActionSpace.CONTINUOUS,
     )
     d3rlpy.seed(seed)
     config = d3rlpy.algos.CQLConfig(
         actor_encoder_factory=d3rlpy.models.encoders.VectorEncoderFactory(hidden_units=list(net_arch)),
         critic_encoder_factory=d3rlpy.models.encoders.VectorEncoderFactory(hidden_units=list(net_arch)),
-        batch_size=256, gamma=0.99, tau=tau, actor_learning_rate=lr or 1e-4, critic_learning_rate=lr or 3e-4,
-        temp_learning_rate=lr or 1e-4, alpha_learning_rate=0.0, initial_alpha=1.0, alpha_threshold=0.0,
-        conservative_weight=5.0, n_action_samples=10, initial_temperature=1.0, soft_q_backup=entropy_backup,
+        batch_size=256,
+        gamma=0.99,
+        tau=tau,
+        actor_learning_rate=lr or 1e-4,
+        critic_learning_rate=lr or 3e-4,
+        temp_learning_rate=lr or 1e-4,
+        alpha_learning_rate=0.0,
+        initial_alpha=1.0,
+        alpha_threshold=0.0,
+        conservative_weight=5.0,
+        n_action_samples=10,
+        initial_temperature=1.0,
+        soft_q_backup=entropy_backup,
         action_scaler=d3rlpy.preprocessing.MinMaxActionScaler(minimum=low, maximum=high),
     )
     cql = config.create(device="cpu:0")
@@ -145,8 +170,14 @@ def d3rlpy_cql(
     torch.set_num_threads(1)  # as a wb.Session trains (torch_threads=1)
     try:
         wall, cpu = time.perf_counter(), time.process_time()
-        cql.fit(mdp, n_steps=steps, n_steps_per_epoch=steps, show_progress=False, save_interval=steps + 1,
-                logger_adapter=d3rlpy.logging.NoopAdapterFactory())
+        cql.fit(
+            mdp,
+            n_steps=steps,
+            n_steps_per_epoch=steps,
+            show_progress=False,
+            save_interval=steps + 1,
+            logger_adapter=d3rlpy.logging.NoopAdapterFactory(),
+        )
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     finally:
         torch.set_num_threads(threads)
@@ -202,8 +233,15 @@ def pendulum(args: argparse.Namespace) -> None:
             line.append(f"{cls.__name__} {ret:7.1f} (wall {wall:.0f}s cpu {cpu:.0f}s)")
         if args.d3rlpy:
             settings = cql_settings(args)
-            ret, wall, cpu = d3rlpy_cql(data, seed, steps, args.cql_lr, settings.get("net_arch", (256, 256)),
-                                        settings.get("tau", 0.005), settings.get("entropy_backup", False))
+            ret, wall, cpu = d3rlpy_cql(
+                data,
+                seed,
+                steps,
+                args.cql_lr,
+                settings.get("net_arch", (256, 256)),
+                settings.get("tau", 0.005),
+                settings.get("entropy_backup", False),
+            )
             results.setdefault("d3rlpy CQL", []).append((ret, wall, cpu))
             line.append(f"d3rlpy CQL {ret:7.1f} (wall {wall:.0f}s cpu {cpu:.0f}s)")
         line.append(f"cpu {time.process_time() - t0:.0f}s")
@@ -211,14 +249,20 @@ def pendulum(args: argparse.Namespace) -> None:
     for name, rows in results.items():
         ret, wall, cpu = (np.median([r[i] for r in rows]) for i in range(3))
         better = sum(r[0] > behaviour for r in rows)
-        print(f"{name}: median return {ret:7.1f}, beats the behaviour on {better}/{len(rows)} seeds, "
-              f"median wall {wall:.0f}s cpu {cpu:.0f}s", flush=True)
+        print(
+            f"{name}: median return {ret:7.1f}, beats the behaviour on {better}/{len(rows)} seeds, "
+            f"median wall {wall:.0f}s cpu {cpu:.0f}s",
+            flush=True,
+        )
     if args.d3rlpy and "CQL" in results:
         ours, theirs = results["CQL"], results["d3rlpy CQL"]
         wins = sum(a[0] >= b[0] for a, b in zip(ours, theirs, strict=True))
-        print(f"wb.CQL / d3rlpy CQL: return >= d3rlpy's on {wins}/{len(ours)} seeds; median wall ratio "
-              f"{np.median([a[1] / b[1] for a, b in zip(ours, theirs, strict=True)]):.2f}, median CPU ratio "
-              f"{np.median([a[2] / b[2] for a, b in zip(ours, theirs, strict=True)]):.2f}", flush=True)
+        print(
+            f"wb.CQL / d3rlpy CQL: return >= d3rlpy's on {wins}/{len(ours)} seeds; median wall ratio "
+            f"{np.median([a[1] / b[1] for a, b in zip(ours, theirs, strict=True)]):.2f}, median CPU ratio "
+            f"{np.median([a[2] / b[2] for a, b in zip(ours, theirs, strict=True)]):.2f}",
+            flush=True,
+        )
 
 
 def discounted(lengths: list[int], gamma: float) -> float:
@@ -238,18 +282,33 @@ def main() -> None:
     parser.add_argument("--pendulum", action="store_true", help="the Pendulum setting instead of CartPole")
     parser.add_argument("--agents", default="CQL,IQL", help="--pendulum: which agents (comma-separated)")
     parser.add_argument("--d3rlpy", action="store_true", help="--pendulum: d3rlpy's CQL side by side")
-    parser.add_argument("--cql-lr", type=float, default=None,
-                        help="--pendulum: CQL's learning rates (critics, policy, temperature; d3rlpy's too)")
-    parser.add_argument("--cql-net", default=None,
-                        help="--pendulum: CQL's hidden layer sizes, comma-separated (its default 256,256)")
+    parser.add_argument(
+        "--cql-lr",
+        type=float,
+        default=None,
+        help="--pendulum: CQL's learning rates (critics, policy, temperature; d3rlpy's too)",
+    )
+    parser.add_argument(
+        "--cql-net", default=None, help="--pendulum: CQL's hidden layer sizes, comma-separated (its default 256,256)"
+    )
     parser.add_argument("--cql-tau", type=float, default=None, help="--pendulum: CQL's target update rate")
-    parser.add_argument("--cql-bc-steps", type=int, default=None,
-                        help="--pendulum: wb.CQL's first steps imitating the logged actions (no d3rlpy option)")
-    parser.add_argument("--cql-policy-average", default=None,
-                        help="--pendulum: wb.CQL's policy_average_tau, a rate or 'none' (the trained policy acts; "
-                             "d3rlpy has no such option)")
-    parser.add_argument("--cql-entropy-backup", action="store_true",
-                        help="--pendulum: CQL's soft (SAC) backup in the TD target (d3rlpy's soft_q_backup too)")
+    parser.add_argument(
+        "--cql-bc-steps",
+        type=int,
+        default=None,
+        help="--pendulum: wb.CQL's first steps imitating the logged actions (no d3rlpy option)",
+    )
+    parser.add_argument(
+        "--cql-policy-average",
+        default=None,
+        help="--pendulum: wb.CQL's policy_average_tau, a rate or 'none' (the trained policy acts; "
+        "d3rlpy has no such option)",
+    )
+    parser.add_argument(
+        "--cql-entropy-backup",
+        action="store_true",
+        help="--pendulum: CQL's soft (SAC) backup in the TD target (d3rlpy's soft_q_backup too)",
+    )
     args = parser.parse_args()
     if args.pendulum:
         pendulum(args)

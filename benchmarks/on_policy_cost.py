@@ -56,8 +56,10 @@ def main() -> None:
         agent.update()
         acting += t1 - t0
         learning += time.process_time() - t1
-    print(f"{args.algo} fast={args.fast or 'default'}: acting {acting / args.reps * 1e3:.2f} ms, "
-          f"update {learning / args.reps * 1e3:.2f} ms (CPU, per rollout)")
+    print(
+        f"{args.algo} fast={args.fast or 'default'}: acting {acting / args.reps * 1e3:.2f} ms, "
+        f"update {learning / args.reps * 1e3:.2f} ms (CPU, per rollout)"
+    )
 
 
 if __name__ == "__main__":

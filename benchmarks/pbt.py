@@ -57,15 +57,25 @@ def run_pbt(args: argparse.Namespace, seed: int, base: dict, directory: str) -> 
         return wb.PPO(args.env, **{**base, **hp})
 
     start = time.perf_counter()
-    population = wb.pbt(make_agent, args.env, population=args.population, space=SPACE, steps=args.steps,
-                        interval=args.interval, eval_episodes=args.eval_episodes, seed=seed,
-                        directory=f"{directory}/pbt-{seed}")
+    population = wb.pbt(
+        make_agent,
+        args.env,
+        population=args.population,
+        space=SPACE,
+        steps=args.steps,
+        interval=args.interval,
+        eval_episodes=args.eval_episodes,
+        seed=seed,
+        directory=f"{directory}/pbt-{seed}",
+    )
     population.wait()
     wall = time.perf_counter() - start
     best = population.best
     assert best is not None
-    info = {"exploits": sum(e.kind == "exploit" for e in population.events),
-            "best_values": population.values()[population.best_index]}
+    info = {
+        "exploits": sum(e.kind == "exploit" for e in population.events),
+        "best_values": population.values()[population.best_index],
+    }
     return final_eval(best, args.final_episodes, seed), wall, info
 
 
@@ -125,14 +135,29 @@ def main() -> None:
                 else:
                     score, wall, info = run_preset(args, seed)
                 results[method].append((score, wall))
-                print(json.dumps({"seed": seed, "method": method, "final_eval": round(score, 2),
-                                  "wall_s": round(wall, 1), **info}, default=str), flush=True)
+                print(
+                    json.dumps(
+                        {
+                            "seed": seed,
+                            "method": method,
+                            "final_eval": round(score, 2),
+                            "wall_s": round(wall, 1),
+                            **info,
+                        },
+                        default=str,
+                    ),
+                    flush=True,
+                )
     budget = args.population * args.steps
-    names = {"pbt": f"PBT, {args.population} x {args.steps:,} steps (interval {args.interval:,})",
-             "sweep": f"random sweep, {args.population} x {args.steps:,} steps",
-             "preset": f"zoo preset, 1 x {budget:,} steps"}
-    print(f"\n{args.env}, PPO, total budget {budget:,} env steps per method and seed, {args.seeds} seeds, "
-          f"final evaluation {args.final_episodes} episodes\n")
+    names = {
+        "pbt": f"PBT, {args.population} x {args.steps:,} steps (interval {args.interval:,})",
+        "sweep": f"random sweep, {args.population} x {args.steps:,} steps",
+        "preset": f"zoo preset, 1 x {budget:,} steps",
+    }
+    print(
+        f"\n{args.env}, PPO, total budget {budget:,} env steps per method and seed, {args.seeds} seeds, "
+        f"final evaluation {args.final_episodes} episodes\n"
+    )
     print("| method | final evaluation (mean ± std over seeds) | per seed | wall time per seed |")
     print("|---|---|---|---|")
     for method, rows in results.items():

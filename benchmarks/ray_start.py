@@ -33,8 +33,15 @@ def child(n: int, mode: str) -> None:
 
     agent = wb.PPO("CartPole-v1", n_envs=n)
     t0 = time.perf_counter()
-    _init_private_ray(ray, {"include_dashboard": False, "logging_level": "warning", "num_cpus": max(n, 2),
-                            "_node_ip_address": "127.0.0.1"})
+    _init_private_ray(
+        ray,
+        {
+            "include_dashboard": False,
+            "logging_level": "warning",
+            "num_cpus": max(n, 2),
+            "_node_ip_address": "127.0.0.1",
+        },
+    )
     t1 = time.perf_counter()
     if mode == "workers":
         runner = RayRunner(as_env_source("CartPole-v1"), agent, n, 1, seed=0)
@@ -71,21 +78,33 @@ def main() -> None:
     for _ in range(args.repeats):
         for n in args.workers:
             for mode in args.modes:
-                out = subprocess.run([sys.executable, __file__, "--child", str(n), "--mode", mode],
-                                     capture_output=True, text=True, env=dict(os.environ), check=False)
+                out = subprocess.run(
+                    [sys.executable, __file__, "--child", str(n), "--mode", mode],
+                    capture_output=True,
+                    text=True,
+                    env=dict(os.environ),
+                    check=False,
+                )
                 line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
                 if not line:
                     raise RuntimeError(out.stdout[-2000:] + out.stderr[-3000:])
                 r = json.loads(line[0][7:])
                 results[mode, n].append(r)
-                print(f"  {mode:8s} {n:2d} workers: ray.init {r['init']:5.1f} s, actors ready {r['actors']:5.1f} s, "
-                      f"actors' cpu {r['actor_cpu']:5.1f} s   (load {os.getloadavg()[0]:.1f})", flush=True)
-    print(f"\n{'ray_acting':>10s} {'workers':>7s} {'ray.init s':>10s} {'actors s':>9s} {'total s':>8s} "
-          f"{'actor cpu s':>11s} {'per actor':>9s}")
+                print(
+                    f"  {mode:8s} {n:2d} workers: ray.init {r['init']:5.1f} s, actors ready {r['actors']:5.1f} s, "
+                    f"actors' cpu {r['actor_cpu']:5.1f} s   (load {os.getloadavg()[0]:.1f})",
+                    flush=True,
+                )
+    print(
+        f"\n{'ray_acting':>10s} {'workers':>7s} {'ray.init s':>10s} {'actors s':>9s} {'total s':>8s} "
+        f"{'actor cpu s':>11s} {'per actor':>9s}"
+    )
     for (mode, n), rs in results.items():
         med = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
-        print(f"{mode:>10s} {n:7d} {med['init']:10.1f} {med['actors']:9.1f} {med['init'] + med['actors']:8.1f} "
-              f"{med['actor_cpu']:11.1f} {med['actor_cpu'] / n:9.2f}")
+        print(
+            f"{mode:>10s} {n:7d} {med['init']:10.1f} {med['actors']:9.1f} {med['init'] + med['actors']:8.1f} "
+            f"{med['actor_cpu']:11.1f} {med['actor_cpu'] / n:9.2f}"
+        )
     print("\nmedians over repeats; 'actors' = the runner built: every actor started and its envs (and replica) made")
 
 

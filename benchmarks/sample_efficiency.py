@@ -104,29 +104,51 @@ def sb3_kwargs(agent: wb.Agent) -> tuple[dict, int, bool]:
     name = type(agent).__name__.lower()
     if name in ("dqn", "qrdqn"):
         if c.double_q or c.n_step > 1 or c.dueling or c.prioritized or c.noisy:
-            raise ValueError(f"SB3's {name.upper()} has no double Q, n-step, dueling, prioritized or noisy option: "
-                             "compare it at settings without them")
+            raise ValueError(
+                f"SB3's {name.upper()} has no double Q, n-step, dueling, prioritized or noisy option: "
+                "compare it at settings without them"
+            )
         kw = dict(
-            learning_rate=_sb3_schedule(c.learning_rate), buffer_size=c.buffer_size, learning_starts=c.learning_starts,
-            batch_size=c.batch_size, tau=c.tau, gamma=c.gamma, train_freq=c.train_freq,
-            gradient_steps=c.gradient_steps, target_update_interval=c.target_update_interval,
-            exploration_fraction=c.exploration.fraction, exploration_initial_eps=c.exploration.start,
-            exploration_final_eps=c.exploration.end, max_grad_norm=c.max_grad_norm,
+            learning_rate=_sb3_schedule(c.learning_rate),
+            buffer_size=c.buffer_size,
+            learning_starts=c.learning_starts,
+            batch_size=c.batch_size,
+            tau=c.tau,
+            gamma=c.gamma,
+            train_freq=c.train_freq,
+            gradient_steps=c.gradient_steps,
+            target_update_interval=c.target_update_interval,
+            exploration_fraction=c.exploration.fraction,
+            exploration_initial_eps=c.exploration.start,
+            exploration_final_eps=c.exploration.end,
+            max_grad_norm=c.max_grad_norm,
             policy_kwargs=dict(net_arch=list(c.net_arch)),
         )
         if name == "qrdqn":
             kw["policy_kwargs"]["n_quantiles"] = c.n_quantiles
         return kw, 1, False
     activation = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU, "elu": torch.nn.ELU}[c.activation]
-    policy_kwargs = dict(net_arch=dict(pi=list(c.net_arch), vf=list(c.net_arch)), activation_fn=activation,
-                         ortho_init=c.ortho_init, log_std_init=c.log_std_init)
+    policy_kwargs = dict(
+        net_arch=dict(pi=list(c.net_arch), vf=list(c.net_arch)),
+        activation_fn=activation,
+        ortho_init=c.ortho_init,
+        log_std_init=c.log_std_init,
+    )
     if name == "recurrentppo":
         policy_kwargs.update(lstm_hidden_size=c.lstm_hidden_size, enable_critic_lstm=True, shared_lstm=False)
     kw = dict(
-        learning_rate=_sb3_schedule(c.learning_rate), n_steps=c.n_steps, batch_size=c.batch_size,
-        n_epochs=c.n_epochs, gamma=c.gamma, gae_lambda=c.gae_lambda, clip_range=_sb3_schedule(c.clip_range),
-        ent_coef=c.ent_coef, vf_coef=c.vf_coef, max_grad_norm=c.max_grad_norm,
-        normalize_advantage=c.normalize_advantage, policy_kwargs=policy_kwargs,
+        learning_rate=_sb3_schedule(c.learning_rate),
+        n_steps=c.n_steps,
+        batch_size=c.batch_size,
+        n_epochs=c.n_epochs,
+        gamma=c.gamma,
+        gae_lambda=c.gae_lambda,
+        clip_range=_sb3_schedule(c.clip_range),
+        ent_coef=c.ent_coef,
+        vf_coef=c.vf_coef,
+        max_grad_norm=c.max_grad_norm,
+        normalize_advantage=c.normalize_advantage,
+        policy_kwargs=policy_kwargs,
     )
     return kw, c.n_envs, bool(c.normalize_observations or c.normalize_rewards)
 
@@ -144,15 +166,19 @@ def run_one_sb3(env_id: str, agent_name: str, seed: int, eval_episodes: int) -> 
         venv = VecNormalize(venv, norm_obs=c.normalize_observations, norm_reward=c.normalize_rewards, gamma=c.gamma)
     if agent_name == "dqn":
         from stable_baselines3 import DQN as Algo
+
         policy = "MlpPolicy"
     elif agent_name == "ppo":
         from stable_baselines3 import PPO as Algo
+
         policy = "MlpPolicy"
     elif agent_name == "qrdqn":
         from sb3_contrib import QRDQN as Algo
+
         policy = "MlpPolicy"
     else:
         from sb3_contrib import RecurrentPPO as Algo
+
         policy = "MlpLstmPolicy"
     model = Algo(policy, venv, seed=seed, device="cpu", **kw)
     start, cpu = time.perf_counter(), time.process_time()
@@ -212,8 +238,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--issue19", action="store_true", help="the DQN family and RecurrentPPO targets (issue 19)")
     parser.add_argument("--sb3", action="store_true", help="also train SB3 / sb3-contrib at the same settings")
     parser.add_argument("--reliable", action="store_true", help="the reliable=True variants")
-    parser.add_argument("--single", nargs=4, metavar=("TASK", "AGENT", "SIDE", "SEED"),
-                        help="one run only (SIDE ours or sb3); print its result as one JSON line")
+    parser.add_argument(
+        "--single",
+        nargs=4,
+        metavar=("TASK", "AGENT", "SIDE", "SEED"),
+        help="one run only (SIDE ours or sb3); print its result as one JSON line",
+    )
     args = parser.parse_args(argv)
     if args.single:
         torch.set_num_threads(1)
@@ -245,13 +275,20 @@ def main(argv: list[str] | None = None) -> int:
             evals.append(score)
             walls.append(wall)
             cpus.append(cpu)
-            print(f"  {env_id} {agent} seed {seed}: eval {score:.1f} in {wall:.1f} s ({cpu:.1f} s CPU)",
-                  file=sys.stderr, flush=True)
+            print(
+                f"  {env_id} {agent} seed {seed}: eval {score:.1f} in {wall:.1f} s ({cpu:.1f} s CPU)",
+                file=sys.stderr,
+                flush=True,
+            )
             if args.sb3 and agent in SB3_AGENTS:
                 theirs = run_one_sb3(env_id, agent, seed, args.eval_episodes)
                 sb3.append(theirs)
-                print(f"  {env_id} {agent} seed {seed} SB3: eval {theirs[0]:.1f} in {theirs[1]:.1f} s "
-                      f"({theirs[2]:.1f} s CPU)", file=sys.stderr, flush=True)
+                print(
+                    f"  {env_id} {agent} seed {seed} SB3: eval {theirs[0]:.1f} in {theirs[1]:.1f} s "
+                    f"({theirs[2]:.1f} s CPU)",
+                    file=sys.stderr,
+                    flush=True,
+                )
         solved = sum(e >= spec.solved for e in evals) if spec.solved is not None else 0
         sb3_solved = sum(e >= spec.solved for e, _, _ in sb3) if sb3 and spec.solved is not None else None
         rows.append(
@@ -275,15 +312,19 @@ def main(argv: list[str] | None = None) -> int:
             }
         )
 
-    header = ("| task | agent | budget | final eval (mean ± std) | seeds solved | target | wall / run | CPU / run "
-              "| SB3 solved | SB3 wall / CPU | zoo published |")
+    header = (
+        "| task | agent | budget | final eval (mean ± std) | seeds solved | target | wall / run | CPU / run "
+        "| SB3 solved | SB3 wall / CPU | zoo published |"
+    )
     print(header)
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         theirs = "—", "—"
         if r["sb3_solved"] is not None:
-            theirs = (f"{r['sb3_solved']}/{len(r['sb3_evals'])}",
-                      f"{r['sb3_wall_mean']:.0f} s / {r['sb3_cpu_mean']:.0f} s")
+            theirs = (
+                f"{r['sb3_solved']}/{len(r['sb3_evals'])}",
+                f"{r['sb3_wall_mean']:.0f} s / {r['sb3_cpu_mean']:.0f} s",
+            )
         print(
             f"| {r['task']} | {r['agent'].upper()} | {r['budget'] // 1000}k | {r['mean']:.1f} ± {r['std']:.1f} "
             f"| {r['solved']}/{len(r['seeds'])} | ≥ {fmt(r['target'])} | {r['wall_mean']:.0f} s "
@@ -291,8 +332,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     if overrides:
         print(f"\noverrides on top of the presets: {overrides}")
-    print(f"\nseeds {seeds}; eval = {args.eval_episodes} deterministic episodes after the full budget; "
-          f"torch {torch.__version__}, 1 thread")
+    print(
+        f"\nseeds {seeds}; eval = {args.eval_episodes} deterministic episodes after the full budget; "
+        f"torch {torch.__version__}, 1 thread"
+    )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(rows, f, indent=1)

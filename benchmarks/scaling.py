@@ -97,7 +97,11 @@ def scaling(backends: list[str], workers: list[int], envs: int, seconds: float) 
             if envs % w:
                 continue
             sps, startup = measure(
-                sleep_ppo(envs), SleepEnv, seconds, num_workers=w, backend=backend,
+                sleep_ppo(envs),
+                SleepEnv,
+                seconds,
+                num_workers=w,
+                backend=backend,
                 envs_per_worker=envs // w,
             )
             base = base or sps

@@ -29,8 +29,20 @@ _lock = threading.Lock()
 
 def run_child(task: str, agent: str, side: str, seed: int, nice: int, eval_episodes: int) -> dict:
     """Run one training + evaluation in a child process; return its result with wall and CPU time."""
-    cmd = ["nice", "-n", str(nice), sys.executable, os.path.join(HERE, "sample_efficiency.py"), "--single",
-           task, agent, side, str(seed), "--eval-episodes", str(eval_episodes)]
+    cmd = [
+        "nice",
+        "-n",
+        str(nice),
+        sys.executable,
+        os.path.join(HERE, "sample_efficiency.py"),
+        "--single",
+        task,
+        agent,
+        side,
+        str(seed),
+        "--eval-episodes",
+        str(eval_episodes),
+    ]
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     # os.wait4 gives this child's own rusage (RUSAGE_CHILDREN would mix concurrent children).
@@ -41,8 +53,9 @@ def run_child(task: str, agent: str, side: str, seed: int, nice: int, eval_episo
     if status != 0:
         raise RuntimeError(f"{cmd} failed with status {status}")
     result = json.loads(out.strip().splitlines()[-1])
-    result.update(task=task, agent=agent, side=side, seed=seed, process_wall=wall,
-                  process_cpu=usage.ru_utime + usage.ru_stime)
+    result.update(
+        task=task, agent=agent, side=side, seed=seed, process_wall=wall, process_cpu=usage.ru_utime + usage.ru_stime
+    )
     return result
 
 
@@ -56,8 +69,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nice", type=int, default=5)
     parser.add_argument("--eval-episodes", type=int, default=10)
     parser.add_argument("--out", required=True, help="JSON lines file (appended)")
-    parser.add_argument("--sides", nargs="+", default=["ours", "sb3"], choices=["ours", "sb3"],
-                        help="which libraries to run (default both, interleaved)")
+    parser.add_argument(
+        "--sides",
+        nargs="+",
+        default=["ours", "sb3"],
+        choices=["ours", "sb3"],
+        help="which libraries to run (default both, interleaved)",
+    )
     args = parser.parse_args(argv)
     runs = [(side, s) for s in range(args.first_seed, args.first_seed + args.seeds) for side in args.sides]
 
@@ -66,8 +84,11 @@ def main(argv: list[str] | None = None) -> int:
         r = run_child(args.task, args.agent, side, seed, args.nice, args.eval_episodes)
         with _lock, open(args.out, "a", encoding="utf-8") as f:
             f.write(json.dumps(r) + "\n")
-        print(f"{args.task} {args.agent} {side} seed {seed}: eval {r['eval']:.1f}, "
-              f"CPU {r['process_cpu']:.1f} s, wall {r['process_wall']:.1f} s", flush=True)
+        print(
+            f"{args.task} {args.agent} {side} seed {seed}: eval {r['eval']:.1f}, "
+            f"CPU {r['process_cpu']:.1f} s, wall {r['process_wall']:.1f} s",
+            flush=True,
+        )
 
     with ThreadPoolExecutor(args.jobs) as pool:
         list(pool.map(go, runs))

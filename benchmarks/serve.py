@@ -80,8 +80,11 @@ def _async_clients(url: str, transport: str, names: list[str], times, ready, go,
 
     async def http_call(reader, writer, path: str, body: dict) -> dict:
         data = json.dumps(body).encode()
-        writer.write(f"POST {path} HTTP/1.1\r\nHost: {parsed.netloc}\r\nContent-Type: application/json\r\n"
-                     f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+        writer.write(
+            f"POST {path} HTTP/1.1\r\nHost: {parsed.netloc}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\n\r\n".encode()
+            + data
+        )
         head = await reader.readuntil(b"\r\n\r\n")
         length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
         answer = json.loads(await reader.readexactly(length))
@@ -97,8 +100,12 @@ def _async_clients(url: str, transport: str, names: list[str], times, ready, go,
 
             async def pair(ended: bool) -> None:
                 await http_call(reader, writer, "/act", {**act, "episode": name})
-                await http_call(reader, writer, "/feedback", {"reward": 1.0, "next_obs": OBS, "terminated": False,
-                                                             "truncated": ended, "episode": name})
+                await http_call(
+                    reader,
+                    writer,
+                    "/feedback",
+                    {"reward": 1.0, "next_obs": OBS, "terminated": False, "truncated": ended, "episode": name},
+                )
         else:
             path = "/" if transport == "echo" else f"/ws?episode={name}"
             ws = await websockets.connect(f"ws://{parsed.netloc}{path}", compression=None)
@@ -108,10 +115,14 @@ def _async_clients(url: str, transport: str, names: list[str], times, ready, go,
                 await ws.send(act_text)
                 if "error" in json.loads(await ws.recv()):
                     raise RuntimeError("act refused")
-                await ws.send(json.dumps({"op": "feedback", "reward": 1.0, "next_obs": OBS, "terminated": False,
-                                          "truncated": ended}))
+                await ws.send(
+                    json.dumps(
+                        {"op": "feedback", "reward": 1.0, "next_obs": OBS, "terminated": False, "truncated": ended}
+                    )
+                )
                 if "error" in json.loads(await ws.recv()):
                     raise RuntimeError("feedback refused")
+
         await ready_event.wait()
         start_at, stop_at = times[0], times[1]
         while time.time() < stop_at:
@@ -182,8 +193,9 @@ def echo_baseline(clients: int, procs: int, seconds: float, warmup: float) -> di
         server.join(10)
 
 
-def measure(url: str, transport: str, clients: int, procs: int, seconds: float, warmup: float,
-            client: str = "async") -> dict[str, float]:
+def measure(
+    url: str, transport: str, clients: int, procs: int, seconds: float, warmup: float, client: str = "async"
+) -> dict[str, float]:
     ctx = mp.get_context("spawn")
     out, ready, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     times = ctx.Array("d", 2)
@@ -217,8 +229,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--warmup", type=float, default=1.0)
     parser.add_argument("--procs", type=int, default=2, help="client processes")
-    parser.add_argument("--client", choices=["async", "remote"], default="async",
-                        help="asyncio clients (measure the server) or wb.RemoteSession threads")
+    parser.add_argument(
+        "--client",
+        choices=["async", "remote"],
+        default="async",
+        help="asyncio clients (measure the server) or wb.RemoteSession threads",
+    )
     parser.add_argument("--train", action="store_true", help="the session learns while it serves")
     parser.add_argument("--no-echo", action="store_true", help="skip the bare echo server's baseline")
     args = parser.parse_args()
@@ -230,8 +246,9 @@ def main() -> None:
     env = gym.make("CartPole-v1")
     rows = []
     for batch in (True, False):
-        agent = wb.DQN(observation_space=env.observation_space, action_space=env.action_space,
-                       n_envs=max(args.clients), seed=0)
+        agent = wb.DQN(
+            observation_space=env.observation_space, action_space=env.action_space, n_envs=max(args.clients), seed=0
+        )
         session = wb.Session.external(agent, seed=0, torch_threads=1)
         if args.train:
             session.start(steps=10**9)
@@ -245,10 +262,12 @@ def main() -> None:
                     r["cpu_us"] = (time.process_time() - cpu) / r["pairs"] * 1e6
                     r["load"] = (load + os.getloadavg()[0]) / 2
                     rows.append((transport, clients, "on" if batch else "off", r))
-                    print(f"{transport:9s} {clients:3d} clients, batching {'on ' if batch else 'off'}: "
-                          f"{r['pairs_per_s']:8.0f} pairs/s  p50 {r['p50_ms']:6.2f} ms  p99 {r['p99_ms']:6.2f} ms  "
-                          f"server CPU {r['cpu_us']:5.0f} us/pair  (load average {r['load']:.1f})",
-                          flush=True)
+                    print(
+                        f"{transport:9s} {clients:3d} clients, batching {'on ' if batch else 'off'}: "
+                        f"{r['pairs_per_s']:8.0f} pairs/s  p50 {r['p50_ms']:6.2f} ms  p99 {r['p99_ms']:6.2f} ms  "
+                        f"server CPU {r['cpu_us']:5.0f} us/pair  (load average {r['load']:.1f})",
+                        flush=True,
+                    )
         session.stop()
     echoes = []
     if not args.no_echo:
@@ -257,18 +276,27 @@ def main() -> None:
             r = echo_baseline(clients, args.procs, args.seconds, args.warmup)
             r["load"] = (load + os.getloadavg()[0]) / 2
             echoes.append((clients, r))
-            print(f"bare echo {clients:3d} clients: {r['pairs_per_s']:8.0f} pairs/s  p50 {r['p50_ms']:6.2f} ms  "
-                  f"p99 {r['p99_ms']:6.2f} ms  (load average {r['load']:.1f})", flush=True)
-    print(f"\n{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end; {args.seconds:g} s per cell, "
-          f"{args.procs} client processes ({args.client} clients); session {'learning' if args.train else 'idle'}\n")
+            print(
+                f"bare echo {clients:3d} clients: {r['pairs_per_s']:8.0f} pairs/s  p50 {r['p50_ms']:6.2f} ms  "
+                f"p99 {r['p99_ms']:6.2f} ms  (load average {r['load']:.1f})",
+                flush=True,
+            )
+    print(
+        f"\n{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end; {args.seconds:g} s per cell, "
+        f"{args.procs} client processes ({args.client} clients); session {'learning' if args.train else 'idle'}\n"
+    )
     print("| transport | clients | batching | pairs/s | p50 (ms) | p99 (ms) | server CPU/pair (us) | load average |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for transport, clients, batch, r in rows:
-        print(f"| {transport} | {clients} | {batch} | {r['pairs_per_s']:.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} "
-              f"| {r['cpu_us']:.0f} | {r['load']:.1f} |")
+        print(
+            f"| {transport} | {clients} | {batch} | {r['pairs_per_s']:.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} "
+            f"| {r['cpu_us']:.0f} | {r['load']:.1f} |"
+        )
     for clients, r in echoes:
-        print(f"| bare websockets echo (the machine's ceiling) | {clients} | - | {r['pairs_per_s']:.0f} "
-              f"| {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | - | {r['load']:.1f} |")
+        print(
+            f"| bare websockets echo (the machine's ceiling) | {clients} | - | {r['pairs_per_s']:.0f} "
+            f"| {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | - | {r['load']:.1f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -35,8 +35,13 @@ DRIVERS = 4  # application threads (and env slots) of the external case
 SAVE_EVERY = 50_000
 
 
-def _sampler(stop: threading.Event, samples: list[tuple[float, float, int, str, int]], label: list[str],
-             steps: list[int], every: float) -> None:
+def _sampler(
+    stop: threading.Event,
+    samples: list[tuple[float, float, int, str, int]],
+    label: list[str],
+    steps: list[int],
+    every: float,
+) -> None:
     proc = psutil.Process()
     start = time.perf_counter()
     while not stop.wait(every):

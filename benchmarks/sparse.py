@@ -30,8 +30,17 @@ from workbench.envs.goals import BitFlippingEnv
 
 # DQN settings shared by both libraries on bit flipping.
 HER_SETTINGS = dict(
-    learning_rate=1e-3, batch_size=256, buffer_size=100_000, learning_starts=1000, gamma=0.98, train_freq=16,
-    gradient_steps=8, target_update_interval=1000, tau=1.0, exploration_fraction=0.2, exploration_final_eps=0.05,
+    learning_rate=1e-3,
+    batch_size=256,
+    buffer_size=100_000,
+    learning_starts=1000,
+    gamma=0.98,
+    train_freq=16,
+    gradient_steps=8,
+    target_update_interval=1000,
+    tau=1.0,
+    exploration_fraction=0.2,
+    exploration_final_eps=0.05,
     net_arch=(256,),
 )
 
@@ -54,11 +63,20 @@ def run_workbench_her(n_bits: int, steps: int, seed: int, her: bool) -> tuple[fl
     s = HER_SETTINGS
     env = BitFlippingEnv(n_bits)
     agent = wb.DQN(
-        env, seed=seed, learning_rate=s["learning_rate"], batch_size=s["batch_size"], buffer_size=s["buffer_size"],
-        learning_starts=s["learning_starts"], gamma=s["gamma"], train_freq=s["train_freq"],
-        gradient_steps=s["gradient_steps"], target_update_interval=s["target_update_interval"], tau=s["tau"],
+        env,
+        seed=seed,
+        learning_rate=s["learning_rate"],
+        batch_size=s["batch_size"],
+        buffer_size=s["buffer_size"],
+        learning_starts=s["learning_starts"],
+        gamma=s["gamma"],
+        train_freq=s["train_freq"],
+        gradient_steps=s["gradient_steps"],
+        target_update_interval=s["target_update_interval"],
+        tau=s["tau"],
         exploration=wb.EpsilonGreedy(1.0, s["exploration_final_eps"], s["exploration_fraction"]),
-        net_arch=s["net_arch"], replay=wb.HerReplay(strategy="future", n_sampled_goal=4) if her else None,
+        net_arch=s["net_arch"],
+        replay=wb.HerReplay(strategy="future", n_sampled_goal=4) if her else None,
     )
     session = wb.Session(agent, env, seed=seed)
     t0 = time.perf_counter()
@@ -74,13 +92,24 @@ def run_sb3_her(n_bits: int, steps: int, seed: int) -> tuple[float, float]:
     s = HER_SETTINGS
     env = BitFlippingEnv(n_bits)  # SB3's vector env turns its truncation into TimeLimit.truncated
     model = DQN(
-        "MultiInputPolicy", env, replay_buffer_class=HerReplayBuffer,
+        "MultiInputPolicy",
+        env,
+        replay_buffer_class=HerReplayBuffer,
         replay_buffer_kwargs=dict(n_sampled_goal=4, goal_selection_strategy="future"),
-        learning_rate=s["learning_rate"], batch_size=s["batch_size"], buffer_size=s["buffer_size"],
-        learning_starts=s["learning_starts"], gamma=s["gamma"], train_freq=s["train_freq"],
-        gradient_steps=s["gradient_steps"], target_update_interval=s["target_update_interval"], tau=s["tau"],
-        exploration_fraction=s["exploration_fraction"], exploration_final_eps=s["exploration_final_eps"],
-        policy_kwargs=dict(net_arch=list(s["net_arch"])), seed=seed, device="cpu",
+        learning_rate=s["learning_rate"],
+        batch_size=s["batch_size"],
+        buffer_size=s["buffer_size"],
+        learning_starts=s["learning_starts"],
+        gamma=s["gamma"],
+        train_freq=s["train_freq"],
+        gradient_steps=s["gradient_steps"],
+        target_update_interval=s["target_update_interval"],
+        tau=s["tau"],
+        exploration_fraction=s["exploration_fraction"],
+        exploration_final_eps=s["exploration_final_eps"],
+        policy_kwargs=dict(net_arch=list(s["net_arch"])),
+        seed=seed,
+        device="cpu",
     )
     t0 = time.perf_counter()
     model.learn(total_timesteps=steps)
@@ -92,9 +121,21 @@ def run_rnd(steps: int, seed: int, rnd: bool, raw_rewards: bool = False) -> tupl
     # rl-baselines3-zoo's MountainCar-v0 PPO settings (normalize, 16 envs, n_steps 16, lambda 0.98, 4 epochs);
     # raw_rewards: without the zoo's reward normalisation (the observations stay normalised).
     agent = wb.PPO(
-        "MountainCar-v0", seed=seed, n_envs=16, n_steps=16, gae_lambda=0.98, gamma=0.99, n_epochs=4, ent_coef=0.0,
-        batch_size=64, learning_rate=3e-4, clip_range=0.2, normalize_observations=True,
-        normalize_rewards=not raw_rewards, intrinsic=wb.RND() if rnd else None, intrinsic_coef=1.0,
+        "MountainCar-v0",
+        seed=seed,
+        n_envs=16,
+        n_steps=16,
+        gae_lambda=0.98,
+        gamma=0.99,
+        n_epochs=4,
+        ent_coef=0.0,
+        batch_size=64,
+        learning_rate=3e-4,
+        clip_range=0.2,
+        normalize_observations=True,
+        normalize_rewards=not raw_rewards,
+        intrinsic=wb.RND() if rnd else None,
+        intrinsic_coef=1.0,
     )
     session = wb.Session(agent, "MountainCar-v0", seed=seed)
     t0 = time.perf_counter()
@@ -118,25 +159,34 @@ def main() -> None:
     rows: dict[str, list[tuple]] = {}
     if args.task == "her":
         steps = args.steps or 20_000
-        runs = {"workbench DQN+HER": lambda seed: run_workbench_her(args.bits, steps, seed, True),
-                "workbench DQN": lambda seed: run_workbench_her(args.bits, steps, seed, False)}
+        runs = {
+            "workbench DQN+HER": lambda seed: run_workbench_her(args.bits, steps, seed, True),
+            "workbench DQN": lambda seed: run_workbench_her(args.bits, steps, seed, False),
+        }
         if not args.no_sb3:
             runs["SB3 DQN+HerReplayBuffer"] = lambda seed: run_sb3_her(args.bits, steps, seed)
         print(f"bit flipping, {args.bits} bits, {steps} env steps per run, success rate of 100 episodes")
     else:
         steps = args.steps or 100_000
         raw = args.raw_rewards
-        runs = {"PPO+RND": lambda seed: run_rnd(steps, seed, True, raw),
-                "PPO": lambda seed: run_rnd(steps, seed, False, raw)}
-        print(f"MountainCar-v0, {steps} env steps per run, eval of 10 episodes"
-              + (", rewards not normalised" if raw else ""))
+        runs = {
+            "PPO+RND": lambda seed: run_rnd(steps, seed, True, raw),
+            "PPO": lambda seed: run_rnd(steps, seed, False, raw),
+        }
+        print(
+            f"MountainCar-v0, {steps} env steps per run, eval of 10 episodes"
+            + (", rewards not normalised" if raw else "")
+        )
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         for name, run in runs.items():
             result = run(seed)
             rows.setdefault(name, []).append(result)
             print(f"  {name:26s} seed {seed}: " + ", ".join(f"{v:.3g}" for v in result), flush=True)
-    print("\n| run | " + ("success rate per seed" if args.task == "her" else "eval return per seed (flag reached /10)")
-          + " | median wall (s) |\n|---|---|---|")
+    print(
+        "\n| run | "
+        + ("success rate per seed" if args.task == "her" else "eval return per seed (flag reached /10)")
+        + " | median wall (s) |\n|---|---|---|"
+    )
     for name, results in rows.items():
         if args.task == "her":
             per_seed = ", ".join(f"{r[1]:.2f}" for r in results)

@@ -39,8 +39,14 @@ import sys
 import time
 from pathlib import Path
 
-ENV = {"ppo": "CartPole-v1", "a2c": "CartPole-v1", "dqn": "CartPole-v1",
-       "sac": "Pendulum-v1", "td3": "Pendulum-v1", "ddpg": "Pendulum-v1"}
+ENV = {
+    "ppo": "CartPole-v1",
+    "a2c": "CartPole-v1",
+    "dqn": "CartPole-v1",
+    "sac": "Pendulum-v1",
+    "td3": "Pendulum-v1",
+    "ddpg": "Pendulum-v1",
+}
 OFF_POLICY = ("dqn", "sac", "td3", "ddpg")
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -114,28 +120,58 @@ def run_sb3(algo: str, seed: int, steps: int, over: dict) -> dict:
     arch = list(h["net_arch"])
     if algo in ("ppo", "a2c"):
         env = make_vec_env(env_id, n_envs=h["n_envs"], seed=seed)
-        kw = dict(n_steps=h["n_steps"], gae_lambda=h["gae_lambda"], ent_coef=h["ent_coef"], vf_coef=h["vf_coef"],
-                  max_grad_norm=h["max_grad_norm"], normalize_advantage=h["normalize_advantage"],
-                  policy_kwargs=dict(net_arch=arch), **common)
+        kw = dict(
+            n_steps=h["n_steps"],
+            gae_lambda=h["gae_lambda"],
+            ent_coef=h["ent_coef"],
+            vf_coef=h["vf_coef"],
+            max_grad_norm=h["max_grad_norm"],
+            normalize_advantage=h["normalize_advantage"],
+            policy_kwargs=dict(net_arch=arch),
+            **common,
+        )
         if algo == "ppo":
-            model = sb3.PPO("MlpPolicy", env, batch_size=h["batch_size"], n_epochs=h["n_epochs"],
-                            clip_range=sched(h["clip_range"]), **kw)
+            model = sb3.PPO(
+                "MlpPolicy",
+                env,
+                batch_size=h["batch_size"],
+                n_epochs=h["n_epochs"],
+                clip_range=sched(h["clip_range"]),
+                **kw,
+            )
         else:
             model = sb3.A2C("MlpPolicy", env, **kw)
     elif algo == "dqn":
         env = make_vec_env(env_id, n_envs=1, seed=seed)
         e = h["exploration"]
-        model = sb3.DQN("MlpPolicy", env, batch_size=h["batch_size"], buffer_size=h["buffer_size"],
-                        learning_starts=h["learning_starts"], target_update_interval=h["target_update_interval"],
-                        train_freq=h["train_freq"], gradient_steps=h["gradient_steps"],
-                        exploration_fraction=e.fraction, exploration_initial_eps=e.start,
-                        exploration_final_eps=e.end, max_grad_norm=h["max_grad_norm"],
-                        policy_kwargs=dict(net_arch=arch), **common)
+        model = sb3.DQN(
+            "MlpPolicy",
+            env,
+            batch_size=h["batch_size"],
+            buffer_size=h["buffer_size"],
+            learning_starts=h["learning_starts"],
+            target_update_interval=h["target_update_interval"],
+            train_freq=h["train_freq"],
+            gradient_steps=h["gradient_steps"],
+            exploration_fraction=e.fraction,
+            exploration_initial_eps=e.start,
+            exploration_final_eps=e.end,
+            max_grad_norm=h["max_grad_norm"],
+            policy_kwargs=dict(net_arch=arch),
+            **common,
+        )
     else:
         env = make_vec_env(env_id, n_envs=1, seed=seed)
-        kw = dict(batch_size=h["batch_size"], buffer_size=h["buffer_size"], learning_starts=h["learning_starts"],
-                  tau=h["tau"], train_freq=h["train_freq"], gradient_steps=h["gradient_steps"],
-                  policy_kwargs=dict(net_arch=arch), **common)
+        kw = dict(
+            batch_size=h["batch_size"],
+            buffer_size=h["buffer_size"],
+            learning_starts=h["learning_starts"],
+            tau=h["tau"],
+            train_freq=h["train_freq"],
+            gradient_steps=h["gradient_steps"],
+            policy_kwargs=dict(net_arch=arch),
+            **common,
+        )
         if algo == "sac":
             model = sb3.SAC("MlpPolicy", env, **kw)
         else:
@@ -202,8 +238,11 @@ def run_floor(algo: str, seed: int, steps: int, over: dict) -> dict:
     if algo in ("ppo", "a2c"):
         actor, critic = net(obs_dim, 2, nn.Tanh), net(obs_dim, 1, nn.Tanh)
         params = list(actor.parameters()) + list(critic.parameters())
-        opt = (adam(actor, critic, eps=1e-5) if algo == "ppo"
-               else torch.optim.RMSprop(params, lr=7e-4, alpha=0.99, eps=1e-5, foreach=True))
+        opt = (
+            adam(actor, critic, eps=1e-5)
+            if algo == "ppo"
+            else torch.optim.RMSprop(params, lr=7e-4, alpha=0.99, eps=1e-5, foreach=True)
+        )
         act, adv, old_lp, ret = torch.randint(0, 2, (b,)), torch.randn(b), torch.randn(b) - 1, torch.randn(b)
 
         def step() -> None:
@@ -340,8 +379,14 @@ def run_floor(algo: str, seed: int, steps: int, over: dict) -> dict:
             if term or trunc:
                 e.reset()
     env_wall, env_cpu = time.perf_counter() - w0, time.process_time() - c0
-    return {"wall": grad_wall + env_wall, "cpu": grad_cpu + env_cpu, "eval": math.nan, "updates": n_grad,
-            "grad_wall": grad_wall, "env_wall": env_wall}
+    return {
+        "wall": grad_wall + env_wall,
+        "cpu": grad_cpu + env_cpu,
+        "eval": math.nan,
+        "updates": n_grad,
+        "grad_wall": grad_wall,
+        "env_wall": env_wall,
+    }
 
 
 def child(args: argparse.Namespace) -> None:
@@ -359,8 +404,18 @@ def child(args: argparse.Namespace) -> None:
 
 
 def launch(kind: str, path: Path, algo: str, seed: int, threads: int, args: argparse.Namespace) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", kind, "--algo", algo, "--seed", str(seed),
-           "--threads", str(threads)]
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--child",
+        kind,
+        "--algo",
+        algo,
+        "--seed",
+        str(seed),
+        "--threads",
+        str(threads),
+    ]
     if args.short:
         cmd += ["--short", str(args.short)]
     if args.short_on:
@@ -386,8 +441,12 @@ def main() -> None:
     parser.add_argument("--candidate", default=str(ROOT), help="the workbench checkout timed as wb (default: this)")
     parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1")
     parser.add_argument("--json", default=None, help="write every result here")
-    parser.add_argument("--report", nargs="*", default=None,
-                        help="print the table of these --json files (runs of other seeds, merged) and exit")
+    parser.add_argument(
+        "--report",
+        nargs="*",
+        default=None,
+        help="print the table of these --json files (runs of other seeds, merged) and exit",
+    )
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--algo", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
@@ -419,12 +478,15 @@ def main() -> None:
         agents = [a for a in agents if any((a, lab) in results for lab in labels)]
     for seed in range(args.first_seed, args.first_seed + args.seeds) if args.report is None else ():
         for algo in agents:
-            order = libs[seed % len(libs):] + libs[: seed % len(libs)]  # rotate: no library always first
+            order = libs[seed % len(libs) :] + libs[: seed % len(libs)]  # rotate: no library always first
             for label, kind, path, threads in order:
                 r = launch(kind, path, algo, seed, threads, args)
                 results.setdefault((algo, label), []).append(r)
-                print(f"  {algo:4s} {label:8s} seed {seed}: wall {r['wall']:7.2f} s  cpu {r['cpu']:7.2f} s  "
-                      f"eval {r['eval']:8.1f}  updates {r['updates']}  steps {r['steps']}", flush=True)
+                print(
+                    f"  {algo:4s} {label:8s} seed {seed}: wall {r['wall']:7.2f} s  cpu {r['cpu']:7.2f} s  "
+                    f"eval {r['eval']:8.1f}  updates {r['updates']}  steps {r['steps']}",
+                    flush=True,
+                )
     if args.json:
         Path(args.json).write_text(json.dumps({f"{a}|{lib}": v for (a, lib), v in results.items()}, indent=1))
 
@@ -432,8 +494,10 @@ def main() -> None:
         return statistics.median(r[key] for r in results[(algo, label)])
 
     print()
-    print(f"{'agent':5s} {'library':8s} {'steps':>7s} {'wall':>8s} {'cpu':>8s} {'eval':>8s} "
-          f"{'wall/sb3':>8s} {'cpu/sb3':>8s} {'wall/floor':>10s} {'cpu/floor':>9s}")
+    print(
+        f"{'agent':5s} {'library':8s} {'steps':>7s} {'wall':>8s} {'cpu':>8s} {'eval':>8s} "
+        f"{'wall/sb3':>8s} {'cpu/sb3':>8s} {'wall/floor':>10s} {'cpu/floor':>9s}"
+    )
     for algo in agents:
         sb3_labels = [lab for lab, kind, _, _ in libs if kind == "sb3"]
         best = min(sb3_labels, key=lambda lab: med(algo, lab, "wall")) if sb3_labels else None

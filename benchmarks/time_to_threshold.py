@@ -69,14 +69,27 @@ def main() -> None:
         for seed in range(args.seeds):
             reached = one(algo, seed, args.fast, overrides)
             runs.append(reached)
-            shown = "  ".join(f"{th:g}: " + (f"{r[0]} steps {r[1]:.1f} s (cpu {r[2]:.1f})" if r else "not reached")
-                              for th in thresholds for r in [reached.get(th)])
+            shown = "  ".join(
+                f"{th:g}: " + (f"{r[0]} steps {r[1]:.1f} s (cpu {r[2]:.1f})" if r else "not reached")
+                for th in thresholds
+                for r in [reached.get(th)]
+            )
             print(f"  {algo} seed {seed}: {shown}", flush=True)
         for th in thresholds:
             hits = [r[th] for r in runs if th in r]
             if hits:
-                rows.append((algo, env_id, th, len(hits), len(runs), statistics.mean(h[0] for h in hits),
-                             statistics.mean(h[1] for h in hits), statistics.mean(h[2] for h in hits)))
+                rows.append(
+                    (
+                        algo,
+                        env_id,
+                        th,
+                        len(hits),
+                        len(runs),
+                        statistics.mean(h[0] for h in hits),
+                        statistics.mean(h[1] for h in hits),
+                        statistics.mean(h[2] for h in hits),
+                    )
+                )
             else:
                 rows.append((algo, env_id, th, 0, len(runs), float("nan"), float("nan"), float("nan")))
     print(f"\n{'agent':5s} {'env':12s} {'threshold':>9s} {'reached':>7s} {'steps':>8s} {'wall s':>7s} {'cpu s':>7s}")

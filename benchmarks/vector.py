@@ -171,19 +171,34 @@ def measure_ppo(way: str, env_id: str, steps: int) -> dict[str, float]:
 
         venv = _sb3(env_id, way == "sb3-subproc")
         policy = "CnnPolicy" if env_id.endswith("NoFrameskip-v4") else "MlpPolicy"
-        model = sb3.PPO(policy, venv, n_steps=h["n_steps"], batch_size=h["batch_size"], n_epochs=h["n_epochs"],
-                        gamma=h["gamma"], gae_lambda=h["gae_lambda"], ent_coef=h["ent_coef"], vf_coef=h["vf_coef"],
-                        clip_range=sched(h["clip_range"]), learning_rate=sched(h["learning_rate"]),
-                        max_grad_norm=h["max_grad_norm"], seed=0, device="cpu",
-                        policy_kwargs={"net_arch": list(h["net_arch"])} if policy == "MlpPolicy" else None)
+        model = sb3.PPO(
+            policy,
+            venv,
+            n_steps=h["n_steps"],
+            batch_size=h["batch_size"],
+            n_epochs=h["n_epochs"],
+            gamma=h["gamma"],
+            gae_lambda=h["gae_lambda"],
+            ent_coef=h["ent_coef"],
+            vf_coef=h["vf_coef"],
+            clip_range=sched(h["clip_range"]),
+            learning_rate=sched(h["learning_rate"]),
+            max_grad_norm=h["max_grad_norm"],
+            seed=0,
+            device="cpu",
+            policy_kwargs={"net_arch": list(h["net_arch"])} if policy == "MlpPolicy" else None,
+        )
         model.learn(total_timesteps=warm)
         w0, c0 = time.perf_counter(), cpu_seconds()
         model.learn(total_timesteps=steps, reset_num_timesteps=False)
         wall, cpu = time.perf_counter() - w0, cpu_seconds() - c0
         venv.close()
         return {"sps": steps / wall, "per_cpu": steps / max(cpu, 1e-9)}
-    agent_args = {k: v for k, v in wb.PRESETS[(env_id, "ppo")].hyperparameters.items()} if (
-        (env_id, "ppo") in wb.PRESETS) else {"n_envs": N_ENVS}
+    agent_args = (
+        {k: v for k, v in wb.PRESETS[(env_id, "ppo")].hyperparameters.items()}
+        if ((env_id, "ppo") in wb.PRESETS)
+        else {"n_envs": N_ENVS}
+    )
     agent_args["n_envs"] = N_ENVS
     venv = None
     options: dict[str, Any] = {}
@@ -217,8 +232,11 @@ PPO_WAYS = ["wb-inprocess", "wb-local", "gym-async", "envpool", "sb3-dummy", "sb
 
 
 def table(title: str, results: dict[str, list[dict[str, float]]]) -> None:
-    med = {w: (statistics.median(r["sps"] for r in rs), statistics.median(r["per_cpu"] for r in rs))
-           for w, rs in results.items() if rs}
+    med = {
+        w: (statistics.median(r["sps"] for r in rs), statistics.median(r["per_cpu"] for r in rs))
+        for w, rs in results.items()
+        if rs
+    }
     sb3 = [med[w] for w in ("sb3-dummy", "sb3-subproc") if w in med]
     best_sps = max((m[0] for m in sb3), default=float("nan"))
     best_cpu = max((m[1] for m in sb3), default=float("nan"))
@@ -246,19 +264,24 @@ def main() -> None:
             ways = [w for w in ENV_WAYS if (envpool_ok or "envpool" not in w) and (not chosen or w in chosen)]
             results: dict[str, list[dict[str, float]]] = {w: [] for w in ways}
             for r in range(args.rounds):
-                for way in ways[r % len(ways):] + ways[: r % len(ways)]:
+                for way in ways[r % len(ways) :] + ways[: r % len(ways)]:
                     results[way].append(measure_env(way, env_id, args.seconds))
-            table(f"env part, {env_id}, {N_ENVS} envs, random actions ({args.rounds} x {args.seconds:g} s, medians)",
-                  results)
+            table(
+                f"env part, {env_id}, {N_ENVS} envs, random actions ({args.rounds} x {args.seconds:g} s, medians)",
+                results,
+            )
         if args.part in ("ppo", "both"):
             steps = args.ppo_steps or (16_384 if game == "cartpole" else 2048)
             ways = [w for w in PPO_WAYS if (envpool_ok or "envpool" not in w) and (not chosen or w in chosen)]
             results = {w: [] for w in ways}
             for r in range(args.rounds):
-                for way in ways[r % len(ways):] + ways[: r % len(ways)]:
+                for way in ways[r % len(ways) :] + ways[: r % len(ways)]:
                     results[way].append(measure_ppo(way, env_id, steps))
-            table(f"PPO (zoo settings), {env_id}, {N_ENVS} envs, {steps} steps after one update "
-                  f"({args.rounds} rounds, medians)", results)
+            table(
+                f"PPO (zoo settings), {env_id}, {N_ENVS} envs, {steps} steps after one update "
+                f"({args.rounds} rounds, medians)",
+                results,
+            )
 
 
 if __name__ == "__main__":

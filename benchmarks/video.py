@@ -66,8 +66,15 @@ VideoWriter.submit = _timed_submit(VideoWriter.submit)  # counted, not changed
 
 def run(encoder, steps: int, every: int, folder: str) -> tuple[float, int, int]:
     agent = wb.PPO("CartPole-v1", seed=0)
-    session = wb.Session(agent, "CartPole-v1", seed=0, eval_episodes=1, video_every=every, checkpoint_dir=folder,
-                         video_options={"max_seconds": 3.0})
+    session = wb.Session(
+        agent,
+        "CartPole-v1",
+        seed=0,
+        eval_episodes=1,
+        video_every=every,
+        checkpoint_dir=folder,
+        video_options={"max_seconds": 3.0},
+    )
     session._ctx.videos.encoder = encoder  # the benchmark's encoder (a hook for measuring, not an API)
     HANDOFF[0] = 0.0
     t0 = time.perf_counter()
@@ -91,7 +98,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         names = list(encoders)
         for r in range(args.rounds):
-            for name in names[r % 3:] + names[: r % 3]:  # each encoder goes first in turn
+            for name in names[r % 3 :] + names[: r % 3]:  # each encoder goes first in turn
                 encoder = encoders[name]
                 wall, written, dropped = run(encoder, args.steps, every, os.path.join(tmp, f"{name}-{r}"))
                 walls[name].append(wall)
@@ -103,8 +110,10 @@ def main() -> None:
         median = statistics.median(values)
         paired = statistics.median(v / b for v, b in zip(values, walls["instant"]))
         print(f"  {name:8s} {median:8.2f} s   {100 * (median / base - 1):+6.1f}%{'':20s}{100 * (paired - 1):+6.1f}%")
-    print(f"the training thread's time in VideoWriter.submit (the hand-over to the writer thread): at most "
-          f"{100 * max(HANDOFFS):.4f}% of a run's wall time")
+    print(
+        f"the training thread's time in VideoWriter.submit (the hand-over to the writer thread): at most "
+        f"{100 * max(HANDOFFS):.4f}% of a run's wall time"
+    )
 
 
 if __name__ == "__main__":

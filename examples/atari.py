@@ -19,14 +19,26 @@ import workbench as wb
 env_id = sys.argv[1] if len(sys.argv) > 1 else "ALE/Breakout-v5"
 steps = int(sys.argv[2]) if len(sys.argv) > 2 else 5_000
 
-agent = wb.DQN(env_id, buffer_size=20_000, learning_starts=1_000, train_freq=4, gradient_steps=1,
-               target_update_interval=500, learning_rate=1e-4, batch_size=32, net_arch=(),
-               optimize_memory_usage=True, exploration=wb.EpsilonGreedy(1.0, 0.05, 0.5))
+agent = wb.DQN(
+    env_id,
+    buffer_size=20_000,
+    learning_starts=1_000,
+    train_freq=4,
+    gradient_steps=1,
+    target_update_interval=500,
+    learning_rate=1e-4,
+    batch_size=32,
+    net_arch=(),
+    optimize_memory_usage=True,
+    exploration=wb.EpsilonGreedy(1.0, 0.05, 0.5),
+)
 print(agent)  # ... encoder=nature_cnn(4x84x84 CHW uint8) ...
 session = wb.Session(agent, env_id, seed=0)
 session.run(steps=steps, progress=True)
-print(f"trained {session.steps} steps, {session.episodes} episodes; "
-      f"replay memory {agent.memory.nbytes() / 2**20:.0f} MiB of {agent.memory.obs.dtype} frames")
+print(
+    f"trained {session.steps} steps, {session.episodes} episodes; "
+    f"replay memory {agent.memory.nbytes() / 2**20:.0f} MiB of {agent.memory.obs.dtype} frames"
+)
 
 path = session.save("runs/atari")
 player = wb.load(path)

@@ -50,29 +50,41 @@ def main() -> None:
         parser.error("run with --selftest, or serve with: workbench serve CartPole-v1 --agent ppo (see the docstring)")
 
     env = gym.make("CartPole-v1")
-    agent = wb.PPO(observation_space=env.observation_space, action_space=env.action_space,
-                   n_envs=args.clients, n_steps=128, batch_size=128, seed=0)
+    agent = wb.PPO(
+        observation_space=env.observation_space,
+        action_space=env.action_space,
+        n_envs=args.clients,
+        n_steps=128,
+        batch_size=128,
+        seed=0,
+    )
     session = wb.Session.external(agent, seed=0).start(steps=args.steps)
     with session.serve() as server:  # loopback, a free port
         print(f"serving on {server.url}")
         keep_going = threading.Event()
         keep_going.set()
-        clients = [threading.Thread(target=client_loop, args=(server.url, f"client-{i}", i, keep_going))
-                   for i in range(args.clients)]
+        clients = [
+            threading.Thread(target=client_loop, args=(server.url, f"client-{i}", i, keep_going))
+            for i in range(args.clients)
+        ]
         for c in clients:
             c.start()
         remote = wb.RemoteSession(server.url)
         while not session.wait(timeout=2.0):
             rewards = remote.signals.get("episode_reward")
-            print(f"{remote.status}: {remote.steps} steps, mean reward (last 20) "
-                  f"{rewards.mean(last=20) if rewards is not None and len(rewards) else float('nan'):.1f}")
+            print(
+                f"{remote.status}: {remote.steps} steps, mean reward (last 20) "
+                f"{rewards.mean(last=20) if rewards is not None and len(rewards) else float('nan'):.1f}"
+            )
         keep_going.clear()
         for c in clients:
             c.join()
     with tempfile.TemporaryDirectory() as tmp:  # the self-test leaves nothing behind
         returns = wb.load(session.save(f"{tmp}/service")).play("CartPole-v1", episodes=5, seed=100)
-    print(f"{session.status}: {session.steps} steps, {session.episodes} episodes; "
-          f"play return of the saved agent {np.mean(returns):.1f}")
+    print(
+        f"{session.status}: {session.steps} steps, {session.episodes} episodes; "
+        f"play return of the saved agent {np.mean(returns):.1f}"
+    )
 
 
 if __name__ == "__main__":

@@ -71,24 +71,51 @@ def test_ppo_bootstraps_truncated_episodes_only():
     obs = np.zeros((2, 4), dtype=np.float32)
     step = agent.decide(obs)
     final = np.ones((2, 4), dtype=np.float32)
-    agent.observe(Transitions(obs, step.actions, np.ones(2, np.float32), final,
-                              np.array([True, False]), np.array([False, True]), step.extras))
+    agent.observe(
+        Transitions(
+            obs,
+            step.actions,
+            np.ones(2, np.float32),
+            final,
+            np.array([True, False]),
+            np.array([False, True]),
+            step.extras,
+        )
+    )
     with torch.no_grad():
         v_final = agent.critic(torch.from_numpy(final[1:])).item()
     np.testing.assert_allclose(agent.rollout.rewards[0], [1.0, 1.0 + 0.98 * v_final], rtol=1e-5)
     assert agent.ready()
     metrics = agent.update()
-    assert {"loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "learning_rate"} <= set(metrics)
+    assert {"loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "learning_rate"} <= set(
+        metrics
+    )
     assert not agent.ready()
 
 
 def test_dqn_update_uses_double_q_target():
     space = spaces.Box(-1, 1, (2,), dtype=np.float32)
-    agent = wb.DQN(observation_space=space, action_space=spaces.Discrete(2), learning_starts=0, batch_size=4,
-                   train_freq=4, gradient_steps=1, buffer_size=16, seed=0)
+    agent = wb.DQN(
+        observation_space=space,
+        action_space=spaces.Discrete(2),
+        learning_starts=0,
+        batch_size=4,
+        train_freq=4,
+        gradient_steps=1,
+        buffer_size=16,
+        seed=0,
+    )
     obs = np.zeros((4, 2), dtype=np.float32)
-    agent.observe(Transitions(obs, np.zeros(4, np.int64), np.ones(4, np.float32), obs,
-                              np.array([True, True, False, False]), np.zeros(4, bool)))
+    agent.observe(
+        Transitions(
+            obs,
+            np.zeros(4, np.int64),
+            np.ones(4, np.float32),
+            obs,
+            np.array([True, True, False, False]),
+            np.zeros(4, bool),
+        )
+    )
     assert agent.ready()
     batch = agent.memory.sample(4, np.random.default_rng(0))
     assert batch.dones.sum() <= 4

@@ -16,8 +16,16 @@ CONTINUOUS = ["a2c", "ddpg", "ppo", "sac", "td3"]
 
 # Small, quick settings for the tiny tasks: the defaults are tuned for real tasks and budgets.
 FAST: dict[str, dict] = {
-    "dqn": dict(learning_starts=64, train_freq=1, gradient_steps=1, batch_size=32, target_update_interval=32,
-                net_arch=(32,), learning_rate=3e-3, exploration=wb.EpsilonGreedy(1.0, 0.02, 0.4)),
+    "dqn": dict(
+        learning_starts=64,
+        train_freq=1,
+        gradient_steps=1,
+        batch_size=32,
+        target_update_interval=32,
+        net_arch=(32,),
+        learning_rate=3e-3,
+        exploration=wb.EpsilonGreedy(1.0, 0.02, 0.4),
+    ),
     "ppo": dict(n_envs=4, n_steps=16, batch_size=32, n_epochs=4, net_arch=(32,), learning_rate=3e-3, log_std_init=-1.0),
     "a2c": dict(n_envs=4, n_steps=4, net_arch=(32,), learning_rate=3e-3, log_std_init=-1.0),
     "sac": dict(learning_starts=64, batch_size=64, net_arch=(32, 32), learning_rate=3e-3),
@@ -28,10 +36,28 @@ FAST: dict[str, dict] = {
 FAST["qrdqn"] = dict(FAST["dqn"], n_quantiles=8)
 FAST["c51"] = dict(FAST["dqn"], n_atoms=11, v_min=-1.0, v_max=2.0)
 FAST["rainbow"] = dict(FAST["c51"], exploration=wb.EpsilonGreedy(0.0, 0.0, 0.1))
-FAST["recurrentppo"] = dict(n_envs=4, n_steps=16, batch_size=64, n_epochs=4, net_arch=(32,), lstm_hidden_size=16,
-                            learning_rate=3e-3, log_std_init=-1.0)
-STEPS = {"dqn": 800, "ppo": 1600, "a2c": 1600, "sac": 600, "td3": 600, "ddpg": 600,
-         "qrdqn": 800, "c51": 800, "rainbow": 800, "recurrentppo": 1600}
+FAST["recurrentppo"] = dict(
+    n_envs=4,
+    n_steps=16,
+    batch_size=64,
+    n_epochs=4,
+    net_arch=(32,),
+    lstm_hidden_size=16,
+    learning_rate=3e-3,
+    log_std_init=-1.0,
+)
+STEPS = {
+    "dqn": 800,
+    "ppo": 1600,
+    "a2c": 1600,
+    "sac": 600,
+    "td3": 600,
+    "ddpg": 600,
+    "qrdqn": 800,
+    "c51": 800,
+    "rainbow": 800,
+    "recurrentppo": 1600,
+}
 DQN_FAMILY = {"dqn", "qrdqn", "c51", "rainbow"}
 
 
@@ -71,7 +97,8 @@ def test_learns_the_continuous_chain(name):
 
 
 @pytest.mark.parametrize(
-    "options", [dict(dueling=True), dict(n_step=3), dict(prioritized=True), dict(dueling=True, n_step=2, prioritized=True)]
+    "options",
+    [dict(dueling=True), dict(n_step=3), dict(prioritized=True), dict(dueling=True, n_step=2, prioritized=True)],
 )
 def test_dqn_options_learn_the_chain(options):
     agent = train("dqn", TwoStateChain, steps=1600, **options)
@@ -108,7 +135,6 @@ def test_smoke_on_its_classic_control_task(name):
 # -- saving, loading, playing ----------------------------------------------------------------------
 
 
-
 @pytest.mark.parametrize("name", sorted(AGENTS))
 def test_save_load_round_trip_and_deterministic_play(name, tmp_path):
     env = "Pendulum-v1" if name in ("sac", "td3", "ddpg") else "CartPole-v1"
@@ -132,8 +158,14 @@ def test_save_load_round_trip_and_deterministic_play(name, tmp_path):
 
 def test_exploration_and_schedules_round_trip(tmp_path):
     noise = wb.OrnsteinUhlenbeckNoise(theta=0.2, sigma=wb.linear(0.5, 0.1))
-    agent = wb.DDPG("Pendulum-v1", seed=0, exploration=noise, actor_lr=wb.linear(1e-3, 1e-4), **{
-        k: v for k, v in FAST["ddpg"].items() if k != "learning_starts"}, learning_starts=10)
+    agent = wb.DDPG(
+        "Pendulum-v1",
+        seed=0,
+        exploration=noise,
+        actor_lr=wb.linear(1e-3, 1e-4),
+        **{k: v for k, v in FAST["ddpg"].items() if k != "learning_starts"},
+        learning_starts=10,
+    )
     session = wb.Session(agent, "Pendulum-v1", seed=0)
     session.run(steps=60)
     session.save(tmp_path / "run")
@@ -157,9 +189,11 @@ def test_sac_fixed_entropy_coefficient_is_reported():
 @pytest.mark.parametrize("name", sorted(AGENTS))
 def test_normalization_statistics_are_saved_and_frozen_in_play(name, tmp_path):
     env = "Pendulum-v1"
-    agent = AGENTS[name](env, seed=0, normalize_observations=True, normalize_rewards=True, **FAST[name]) \
-        if name not in DQN_FAMILY else AGENTS[name]("CartPole-v1", seed=0, normalize_observations=True,
-                                                      normalize_rewards=True, **FAST[name])
+    agent = (
+        AGENTS[name](env, seed=0, normalize_observations=True, normalize_rewards=True, **FAST[name])
+        if name not in DQN_FAMILY
+        else AGENTS[name]("CartPole-v1", seed=0, normalize_observations=True, normalize_rewards=True, **FAST[name])
+    )
     env = "CartPole-v1" if name in DQN_FAMILY else env
     session = wb.Session(agent, env, seed=0)
     session.run(steps=200)

@@ -75,8 +75,15 @@ def test_episodic_life_ends_training_episodes_per_life_and_reports_the_whole_gam
 
 
 def test_session_records_raw_game_scores_while_the_agent_learns_clipped_rewards():
-    agent = wb.PPO(lambda: AtariTraining(FakeGame()), n_steps=15, n_envs=1, batch_size=15, n_epochs=1,
-                   net_arch=(8,), encoder="small")
+    agent = wb.PPO(
+        lambda: AtariTraining(FakeGame()),
+        n_steps=15,
+        n_envs=1,
+        batch_size=15,
+        n_epochs=1,
+        net_arch=(8,),
+        encoder="small",
+    )
     seen: list[np.ndarray] = []
     observe = agent.observe
     agent.observe = lambda t: (seen.append(t.rewards.copy()), observe(t))[1]  # type: ignore[method-assign]
@@ -93,8 +100,15 @@ def test_session_records_raw_game_scores_while_the_agent_learns_clipped_rewards(
 
 
 def test_local_workers_carry_the_raw_game_scores():
-    agent = wb.PPO(lambda: AtariTraining(FakeGame()), n_steps=15, n_envs=2, batch_size=30, n_epochs=1,
-                   net_arch=(8,), encoder="small")
+    agent = wb.PPO(
+        lambda: AtariTraining(FakeGame()),
+        n_steps=15,
+        n_envs=2,
+        batch_size=30,
+        n_epochs=1,
+        net_arch=(8,),
+        encoder="small",
+    )
     session = wb.Session(agent, lambda: AtariTraining(FakeGame()), num_workers=2, backend="local", seed=0)
     session.run(steps=60)
     scores = session.signals["episode_reward"].values
@@ -149,8 +163,9 @@ def test_make_env_builds_the_zoo_preprocessing_with_options():
     assert chain[:4] == ["FrameStackObservation", "FireReset", "AtariTraining", "AtariPreprocessing"]
     pre = env.env.env.env
     assert pre.noop_max == 30 and pre.frame_skip == 4 and not pre.terminal_on_life_loss
-    bare = make_env("BreakoutNoFrameskip-v4", episodic_life=False, clip_rewards=False, fire_reset=False,
-                    frame_stack=1, noop_max=0)
+    bare = make_env(
+        "BreakoutNoFrameskip-v4", episodic_life=False, clip_rewards=False, fire_reset=False, frame_stack=1, noop_max=0
+    )
     assert bare.observation_space.shape == (84, 84) and type(bare).__name__ == "AtariPreprocessing"
 
 

@@ -49,7 +49,17 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("tracking", ("workbench.tracking",)),
     ("run", ("workbench.run", "workbench.offline.recording", "workbench.offline.source", "workbench.card")),
     ("session", ("workbench.session",)),
-    ("front ends", ("workbench.ui", "workbench.human", "workbench.cli", "workbench.__main__", "workbench.sweeps", "workbench.serve")),
+    (
+        "front ends",
+        (
+            "workbench.ui",
+            "workbench.human",
+            "workbench.cli",
+            "workbench.__main__",
+            "workbench.sweeps",
+            "workbench.serve",
+        ),
+    ),
     ("package", ("workbench",)),
 ]
 
@@ -267,10 +277,14 @@ def _private_session_reads(source: str, private: set[str]) -> list[tuple[int, st
             if _is_session_expr(node.value) or (node.attr in private and not on_self):
                 found.append((node.lineno, ast.unparse(node)))
         if (
-            isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-            and node.func.id in ("getattr", "setattr", "hasattr") and len(node.args) >= 2
-            and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
-            and node.args[1].value.startswith("_") and not node.args[1].value.startswith("__")
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "setattr", "hasattr")
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+            and node.args[1].value.startswith("_")
+            and not node.args[1].value.startswith("__")
             and (
                 _is_session_expr(node.args[0])
                 or (node.args[1].value in private and ast.unparse(node.args[0]) not in ("self", "cls"))
@@ -282,7 +296,8 @@ def _private_session_reads(source: str, private: set[str]) -> list[tuple[int, st
 
 def _outside_session_and_run() -> dict[str, Path]:
     return {
-        m: p for m, p in MODULES.items()
+        m: p
+        for m, p in MODULES.items()
         if m != "workbench.session" and m != "workbench.run" and not m.startswith("workbench.run.")
     }
 
@@ -321,7 +336,13 @@ def test_the_private_state_scan_lets_public_reads_and_own_state_pass():
 # -- runners: members called, never probed ------------------------------------------------------
 
 # The modules that drive runners: the facade, the run's machinery, live edits, the step function.
-_RUNNER_USERS = ("workbench.session", "workbench.run", "workbench.run.live_edits", "workbench.loop", "workbench.run.registry")
+_RUNNER_USERS = (
+    "workbench.session",
+    "workbench.run",
+    "workbench.run.live_edits",
+    "workbench.loop",
+    "workbench.run.registry",
+)
 
 
 def _runner_probes(source: str) -> list[tuple[int, str]]:
@@ -339,7 +360,8 @@ def test_no_runner_is_probed_with_getattr_or_hasattr():
     probes = [
         f"{path.relative_to(PACKAGE.parent)}:{line}: {text}"
         for module, path in MODULES.items()
-        if any(module == m or module.startswith(m + ".") for m in _RUNNER_USERS) or module.startswith("workbench.parallel")
+        if any(module == m or module.startswith(m + ".") for m in _RUNNER_USERS)
+        or module.startswith("workbench.parallel")
         for line, text in _runner_probes(path.read_text(encoding="utf-8"))
     ]
     assert not probes, "runners probed instead of called (declare the member on parallel.Runner):\n" + "\n".join(probes)

@@ -96,11 +96,22 @@ def jupyter(browser_ready, tmp_path_factory):
     log = open(tmp / "jupyter.log", "w")
     proc = subprocess.Popen(
         [
-            sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", "--ip=127.0.0.1",
-            f"--port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={served}",
-            f"--LabApp.user_settings_dir={settings}", f"--LabApp.workspaces_dir={tmp / 'workspaces'}",
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            "--allow-root",
+            "--ip=127.0.0.1",
+            f"--port={port}",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={served}",
+            f"--LabApp.user_settings_dir={settings}",
+            f"--LabApp.workspaces_dir={tmp / 'workspaces'}",
         ],
-        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -212,8 +223,14 @@ def test_dashboard_trains_pauses_and_stops_in_a_real_browser(jupyter):
             headless=True,
             viewport={"width": 1300, "height": 1100},
             args=[
-                "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
             ],
         )
         try:
@@ -308,7 +325,9 @@ def test_dashboard_trains_pauses_and_stops_in_a_real_browser(jupyter):
             # this replaced), so 15 separates the two with room for a busy machine.
             if fps["fps"] < 15:  # a 3-s window the busy machine starved: one more window
                 fps = max(fps, page.evaluate(FPS_JS), key=lambda f: f["fps"])
-            print(f"\nplay viewer: {fps['frames']} frames in {fps['seconds']:.2f} s = {fps['fps']:.1f} fps (nominal 30)")
+            print(
+                f"\nplay viewer: {fps['frames']} frames in {fps['seconds']:.2f} s = {fps['fps']:.1f} fps (nominal 30)"
+            )
             assert fps["frames"] >= 10 and fps["fps"] >= 15, f"the play viewer played at {fps}"
             stderr = page.locator(".jp-Notebook .jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
             assert "XDG_RUNTIME_DIR" not in " ".join(stderr.all_inner_texts())
@@ -332,8 +351,14 @@ def test_dashboard_trains_pauses_and_stops_in_a_real_browser(jupyter):
 
 LOAD_NOTEBOOK = "notebooks/dashboard_load.ipynb"
 ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 TYPED = "abcdefghij" * 20  # 200 characters, none that an editor completes or closes
 LOAD_CELLS = [
@@ -455,10 +480,14 @@ def _speed_ratio(samples: list[list[float]], phases: list[tuple[bool, float, flo
         shown = [r for (on, _, _), r in zip(phases, rates) if on]
         none = [r for (on, _, _), r in zip(phases, rates) if not on]
         ratios = [a / b for a, b in zip(shown, none)]
-        out.update({f"{prefix}page_showing_dashboard": [round(r) for r in shown],
-                    f"{prefix}no_page": [round(r) for r in none],
-                    f"{prefix}pair_ratios": [round(r, 3) for r in ratios],
-                    f"{prefix}ratio": round(_quantile(ratios, 0.5), 3)})
+        out.update(
+            {
+                f"{prefix}page_showing_dashboard": [round(r) for r in shown],
+                f"{prefix}no_page": [round(r) for r in none],
+                f"{prefix}pair_ratios": [round(r, 3) for r in ratios],
+                f"{prefix}ratio": round(_quantile(ratios, 0.5), 3),
+            }
+        )
     return out
 
 
@@ -590,8 +619,11 @@ def test_dashboard_stays_out_of_the_users_way_under_load(jupyter):
                 page.goto(url)
                 _wait_for_kernel(page)
                 rounds.append(_speed_ratio(kernel_metrics(phases[-1][2])["samples"], phases))
-            metrics["steps_per_s"] = {**rounds[-1], "rounds": [r["ratio"] for r in rounds],
-                                      "cpu_rounds": [r["cpu_ratio"] for r in rounds]}
+            metrics["steps_per_s"] = {
+                **rounds[-1],
+                "rounds": [r["ratio"] for r in rounds],
+                "cpu_rounds": [r["cpu_ratio"] for r in rounds],
+            }
 
             # Reload: the plots keep growing. Saved first and left through a blank page, as the speed phases
             # do: a notebook with unsaved outputs asks before it unloads, and the navigation could stall there.
@@ -626,8 +658,11 @@ def test_dashboard_stays_out_of_the_users_way_under_load(jupyter):
             kernel = kernel_metrics(before_second)
             _run_and_wait(page, 7)
             sizes = [size for sent in kernel["sent"].values() for size in sent[1:]]
-            metrics["bytes_per_refresh_per_plot"] = {"median": int(_quantile(sizes, 0.5)),
-                                                     "p90": int(_quantile(sizes, 0.9)), "max": max(sizes, default=0)}
+            metrics["bytes_per_refresh_per_plot"] = {
+                "median": int(_quantile(sizes, 0.5)),
+                "p90": int(_quantile(sizes, 0.9)),
+                "max": max(sizes, default=0),
+            }
             metrics["held_back_updates"] = kernel["skipped"]
             metrics["widgets_rebuilt"] = kernel["replaced"]  # a busy page's unstarted widgets (anywidget's 2 s)
             metrics["js_heap_mb"] = page.evaluate("() => Math.round(performance.memory.usedJSHeapSize / 1e6)")

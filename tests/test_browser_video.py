@@ -90,16 +90,31 @@ def jupyter(browser_ready, tmp_path_factory):  # noqa: F811
     (served / NOTEBOOK).write_text(json.dumps(notebook))
     (served / HUMAN_NOTEBOOK).write_text(json.dumps({**notebook, "cells": notebook["cells"][2:]}))
     env = {k: v for k, v in os.environ.items() if k != "WB_QUICK"}
-    env.update(JUPYTER_CONFIG_DIR=str(tmp / "config"), JUPYTER_RUNTIME_DIR=str(tmp / "runtime"),
-               IPYTHONDIR=str(tmp / "ipython"), PYTHONPATH=os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]))
+    env.update(
+        JUPYTER_CONFIG_DIR=str(tmp / "config"),
+        JUPYTER_RUNTIME_DIR=str(tmp / "runtime"),
+        IPYTHONDIR=str(tmp / "ipython"),
+        PYTHONPATH=os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]),
+    )
     log = open(tmp / "jupyter.log", "w")
     proc = subprocess.Popen(
         [
-            sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", "--ip=127.0.0.1",
-            f"--port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={served}",
-            f"--LabApp.user_settings_dir={settings}", f"--LabApp.workspaces_dir={tmp / 'workspaces'}",
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            "--allow-root",
+            "--ip=127.0.0.1",
+            f"--port={port}",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={served}",
+            f"--LabApp.user_settings_dir={settings}",
+            f"--LabApp.workspaces_dir={tmp / 'workspaces'}",
         ],
-        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -150,7 +165,10 @@ def test_videos_play_in_the_dashboard_and_in_a_reloaded_page(jupyter):
         profile = ARTIFACTS / ".chromium-profile-video"
         shutil.rmtree(profile, ignore_errors=True)
         context = pw.chromium.launch_persistent_context(
-            str(profile), executable_path=CHROMIUM, headless=True, viewport={"width": 1400, "height": 1100},
+            str(profile),
+            executable_path=CHROMIUM,
+            headless=True,
+            viewport={"width": 1400, "height": 1100},
             args=[*ARGS, "--autoplay-policy=no-user-gesture-required"],
         )
         page = context.pages[0] if context.pages else context.new_page()
@@ -219,9 +237,14 @@ def test_human_play_records_real_key_presses(jupyter):
             _run_code_cell(page, 0)
             frame = page.locator(".wb-human-frame").first
             frame.wait_for(state="visible", timeout=60_000)
-            _wait_for(page, lambda: page.evaluate(
-                "() => { const i = document.querySelector('.wb-human-frame img'); return !!(i && i.naturalWidth); }"
-            ), 60, "the first frame")
+            _wait_for(
+                page,
+                lambda: page.evaluate(
+                    "() => { const i = document.querySelector('.wb-human-frame img'); return !!(i && i.naturalWidth); }"
+                ),
+                60,
+                "the first frame",
+            )
             frame.click()
             page.keyboard.down("ArrowLeft")
             page.wait_for_timeout(700)

@@ -55,7 +55,11 @@ def test_save_writes_the_documented_files(tmp_path, name):
     assert meta["counters"]["num_timesteps"] == session.steps
     assert meta["session"]["env_id"] == "CartPole-v1"
     assert {"torch", "gymnasium", "numpy", "workbench"} <= set(meta["versions"])
-    assert meta["observation_space"]["type"] == "Box" and meta["action_space"] == {"type": "Discrete", "n": 2, "start": 0}
+    assert meta["observation_space"]["type"] == "Box" and meta["action_space"] == {
+        "type": "Discrete",
+        "n": 2,
+        "start": 0,
+    }
     assert "rng" in meta and "hyperparameters" in meta
 
 
@@ -89,8 +93,13 @@ def test_play_refuses_other_spaces_saying_which(tmp_path):
     with pytest.raises(ValueError, match="observation space"):
         agent.play("Acrobot-v1")
     with pytest.raises(ValueError, match="action space"):
-        agent.play(lambda: __import__("gymnasium").make("CartPole-v1").unwrapped.__class__(render_mode=None)
-                   if False else _cartpole_with_three_actions())
+        agent.play(
+            lambda: (
+                __import__("gymnasium").make("CartPole-v1").unwrapped.__class__(render_mode=None)
+                if False
+                else _cartpole_with_three_actions()
+            )
+        )
 
 
 def _cartpole_with_three_actions():
@@ -210,8 +219,16 @@ def test_checkpoint_dir_has_a_default(tmp_path, monkeypatch):
 
 def test_periodic_checkpoints_keep_latest_and_best(tmp_path):
     agent = make_agent("ppo")
-    session = wb.Session(agent, "CartPole-v1", seed=0, eval_every=256, eval_episodes=1,
-                         checkpoint_every=256, checkpoint_dir=tmp_path / "ckpt", keep_best=True)
+    session = wb.Session(
+        agent,
+        "CartPole-v1",
+        seed=0,
+        eval_every=256,
+        eval_episodes=1,
+        checkpoint_every=256,
+        checkpoint_dir=tmp_path / "ckpt",
+        keep_best=True,
+    )
     session.run(steps=1024)
     latest, best = tmp_path / "ckpt" / "latest", tmp_path / "ckpt" / "best"
     assert (latest / "meta.json").exists() and (best / "meta.json").exists()
@@ -336,10 +353,10 @@ def test_killing_the_process_mid_save_leaves_the_previous_checkpoint_loadable(tm
         agent = wb.DQN("CartPole-v1", buffer_size=300_000, learning_starts=10**9)
         session = wb.Session(agent, "CartPole-v1", seed=0)
         session.run(steps=300_000 // 8 * 8)
-        session.save({str(tmp_path / 'run')!r}, memory=True)
+        session.save({str(tmp_path / "run")!r}, memory=True)
         print("saved", flush=True)
         while True:
-            session.save({str(tmp_path / 'run')!r}, memory=True)
+            session.save({str(tmp_path / "run")!r}, memory=True)
         """
     )
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)

@@ -20,8 +20,25 @@ def test_help_lists_agents_and_options(capsys):
 
 def test_train_save_play_and_resume(tmp_path, capsys):
     out_dir = tmp_path / "run"
-    code = main(["train", "CartPole-v1", "--agent", "ppo", "--steps", "512", "--seed", "0", "--out", str(out_dir),
-                 "--no-progress", "--set", "n_steps=16", "--set", "n_epochs=2"])
+    code = main(
+        [
+            "train",
+            "CartPole-v1",
+            "--agent",
+            "ppo",
+            "--steps",
+            "512",
+            "--seed",
+            "0",
+            "--out",
+            str(out_dir),
+            "--no-progress",
+            "--set",
+            "n_steps=16",
+            "--set",
+            "n_epochs=2",
+        ]
+    )
     assert code == 0
     assert (out_dir / "meta.json").exists()
     out = capsys.readouterr().out
@@ -31,15 +48,33 @@ def test_train_save_play_and_resume(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.count("episode ") == 2 and "mean return" in out
 
-    assert main(["train", "CartPole-v1", "--resume", str(out_dir), "--steps", "256", "--out", str(out_dir),
-                 "--no-progress"]) == 0
+    assert (
+        main(
+            ["train", "CartPole-v1", "--resume", str(out_dir), "--steps", "256", "--out", str(out_dir), "--no-progress"]
+        )
+        == 0
+    )
     assert "768 steps" in capsys.readouterr().out
 
 
 def test_train_summary_says_when_no_episode_finished(capsys):
     # MountainCar's episodes last 999 steps: none ends within 100, and the summary says so (not "nan").
-    assert main(["train", "MountainCarContinuous-v0", "--agent", "sac", "--steps", "100", "--no-progress",
-                 "--set", "learning_starts=1000"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "MountainCarContinuous-v0",
+                "--agent",
+                "sac",
+                "--steps",
+                "100",
+                "--no-progress",
+                "--set",
+                "learning_starts=1000",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "100 steps, 0 episodes, no episode finished yet" in out and "nan" not in out
 
@@ -53,8 +88,24 @@ def test_unknown_agent_and_bad_hyperparameter(capsys):
 
 @pytest.mark.slow
 def test_train_with_local_workers(capsys):
-    assert main(["train", "CartPole-v1", "--agent", "ppo", "--steps", "512", "--num-workers", "2",
-                 "--backend", "local", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "CartPole-v1",
+                "--agent",
+                "ppo",
+                "--steps",
+                "512",
+                "--num-workers",
+                "2",
+                "--backend",
+                "local",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     assert "finished" in capsys.readouterr().out
 
 
@@ -72,7 +123,11 @@ def test_python_dash_m_and_progress_bar(tmp_path):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.run(
         [sys.executable, "-m", "workbench", "train", "CartPole-v1", "--agent", "dqn", "--steps", "300"],
-        capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr
     assert "finished: 300 steps" in proc.stdout
@@ -94,8 +149,16 @@ class CliEncoder(torch.nn.Module):
 def test_play_and_export_allow_a_custom_encoder(tmp_path, capsys):
     import workbench as wb
 
-    agent = wb.PPO("CartPole-v1", n_steps=16, n_envs=1, batch_size=16, n_epochs=1, net_arch=(8,),
-                   encoder=CliEncoder, encoder_kwargs={"width": 5})
+    agent = wb.PPO(
+        "CartPole-v1",
+        n_steps=16,
+        n_envs=1,
+        batch_size=16,
+        n_epochs=1,
+        net_arch=(8,),
+        encoder=CliEncoder,
+        encoder_kwargs={"width": 5},
+    )
     agent.save(tmp_path / "run")
     path = f"{CliEncoder.__module__}.CliEncoder"
     # Refused unless allowed, and the error names the option with the path to pass.

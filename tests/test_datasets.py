@@ -49,8 +49,9 @@ def test_an_unfinished_last_episode_is_cut_as_truncated():
 
 def test_save_load_round_trip_without_pickle(tmp_path):
     obs, actions, rewards, ids = _arrays()
-    ds = wb.Dataset.from_arrays(obs, actions, rewards, episode_ids=ids, log_probs=np.full(12, -0.7),
-                                metadata={"note": "x"})
+    ds = wb.Dataset.from_arrays(
+        obs, actions, rewards, episode_ids=ids, log_probs=np.full(12, -0.7), metadata={"note": "x"}
+    )
     path = ds.save(tmp_path / "data")
     meta = json.load(open(os.path.join(path, "dataset.json")))
     assert meta["format"] == "workbench-dataset" and meta["steps"] == 12 and meta["episodes"] == 3
@@ -108,8 +109,9 @@ def test_from_csv(tmp_path):
         for t in range(5):
             lines.append(f"{ep},{t * 0.1},{-t},{t % 2},{1.0},0.5")
     path.write_text("\n".join(lines) + "\n")
-    ds = wb.Dataset.from_csv(path, observations=["x", "v"], action="action", reward="reward", episode="episode",
-                             probability="prob")
+    ds = wb.Dataset.from_csv(
+        path, observations=["x", "v"], action="action", reward="reward", episode="episode", probability="prob"
+    )
     assert len(ds) == 15 and ds.num_episodes == 3 and ds.action_space == gym.spaces.Discrete(2)
     np.testing.assert_allclose(ds.log_probs, np.log(0.5))
     np.testing.assert_allclose(ds.next_observations[0], [0.1, -1.0])
@@ -131,14 +133,16 @@ def test_from_minari_local_store(tmp_path):
     rng = np.random.default_rng(0)
     episodes = []
     for i, length in enumerate((4, 6)):
-        episodes.append(EpisodeBuffer(
-            id=i,
-            observations=list(rng.normal(size=(length + 1, 3)).astype(np.float32)),
-            actions=list(rng.integers(0, 2, length)),
-            rewards=list(np.ones(length)),
-            terminations=[False] * (length - 1) + [i == 0],
-            truncations=[False] * (length - 1) + [i == 1],
-        ))
+        episodes.append(
+            EpisodeBuffer(
+                id=i,
+                observations=list(rng.normal(size=(length + 1, 3)).astype(np.float32)),
+                actions=list(rng.integers(0, 2, length)),
+                rewards=list(np.ones(length)),
+                terminations=[False] * (length - 1) + [i == 0],
+                truncations=[False] * (length - 1) + [i == 1],
+            )
+        )
     storage.update_episodes(episodes)
     ds = wb.Dataset.from_minari("toy/random-v0", root=tmp_path / "store")
     assert len(ds) == 10 and ds.num_episodes == 2 and ds.action_space == act_space
@@ -160,7 +164,7 @@ def test_session_records_transitions_with_behaviour_probabilities(tmp_path):
     np.testing.assert_allclose(p[:50], 0.5, rtol=1e-5)  # random actions before learning_starts
     # each episode is one env's steps: a terminal step's next observation is not the following row
     for a, b in ds.episode_bounds():
-        np.testing.assert_allclose(ds.next_observations[a:b - 1], ds.observations[a + 1:b])
+        np.testing.assert_allclose(ds.next_observations[a : b - 1], ds.observations[a + 1 : b])
 
 
 def test_ppo_records_its_log_probs(tmp_path):
@@ -173,8 +177,14 @@ def test_ppo_records_its_log_probs(tmp_path):
 def test_replay_agent_starts_from_a_dataset():
     obs, actions, rewards, ids = _arrays(n=40)
     env = gym.make("CartPole-v1")
-    ds = wb.Dataset.from_arrays(np.zeros((40, 4)), actions, rewards, episode_ids=np.repeat(np.arange(10), 4),
-                                observation_space=env.observation_space, action_space=env.action_space)
+    ds = wb.Dataset.from_arrays(
+        np.zeros((40, 4)),
+        actions,
+        rewards,
+        episode_ids=np.repeat(np.arange(10), 4),
+        observation_space=env.observation_space,
+        action_space=env.action_space,
+    )
     agent = wb.DQN(env, learning_starts=0)
     agent.load_dataset(ds)
     assert len(agent.memory) == 40
@@ -229,10 +239,16 @@ def _nested_dict(depth):
 
 
 BAD_DATASET_JSON = {
-    "a 4 TB observation space": (_put("observation_space", {**BOX, "shape": [10**6, 10**6]}), "'observation_space.shape'"),
+    "a 4 TB observation space": (
+        _put("observation_space", {**BOX, "shape": [10**6, 10**6]}),
+        "'observation_space.shape'",
+    ),
     "a 37 GiB action space": (_put("action_space", {**BOX, "shape": [2**31, 5]}), "'action_space.shape'"),
     "a negative dimension": (_put("observation_space", {**BOX, "shape": [-3]}), "'observation_space.shape'"),
-    "a MultiDiscrete of 0 choices": (_put("action_space", {"type": "MultiDiscrete", "nvec": [[2, 0]]}), "'action_space.nvec'"),
+    "a MultiDiscrete of 0 choices": (
+        _put("action_space", {"type": "MultiDiscrete", "nvec": [[2, 0]]}),
+        "'action_space.nvec'",
+    ),
     "an unknown space type": (_put("observation_space.type", "Blob"), "'observation_space.type'"),
     "a space a list": (_put("action_space", [1, 2]), "'action_space'"),
     "bounds of another shape": (_put("observation_space.low", [0.0, 1.0]), "'observation_space.low'"),
@@ -245,10 +261,16 @@ BAD_DATASET_JSON = {
     "steps text": (_put("steps", "12"), "'steps'"),
     "has_log_probs text": (_put("has_log_probs", "no"), "'has_log_probs'"),
     "metadata a list": (_put("metadata", [1]), "'metadata'"),
-    "deep nesting": (lambda m: json.dumps(m)[:-1] + ', "x": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply"),
+    "deep nesting": (
+        lambda m: json.dumps(m)[:-1] + ', "x": ' + "[" * 100_000 + "]" * 100_000 + "}",
+        "nested too deeply",
+    ),
     "deep space nesting": (_put("observation_space", _nested_dict(60)), "nested deeper"),
     "NaN": (lambda m: json.dumps(m).replace('"steps": ', '"steps": NaN, "x": '), "NaN"),
-    "5000-digit integer": (lambda m: json.dumps(m).replace('"steps": ', '"steps": ' + "9" * 5000 + ', "x": '), "5000 digits"),
+    "5000-digit integer": (
+        lambda m: json.dumps(m).replace('"steps": ', '"steps": ' + "9" * 5000 + ', "x": '),
+        "5000 digits",
+    ),
 }
 
 
@@ -293,8 +315,13 @@ def _csv(path, rows, bom=False, encoding="utf-8"):
 
 def test_from_csv_reads_excels_byte_order_mark(tmp_path):
     rows = ["x,v,action,reward,done", "0.1,1,0,1.0,0", "0.2,2,1,1.0,1", "0.3,3,1,0.5,1"]
-    ds = wb.Dataset.from_csv(_csv(tmp_path / "excel.csv", rows, bom=True), observations=["x", "v"], action="action",
-                             reward="reward", terminated="done")
+    ds = wb.Dataset.from_csv(
+        _csv(tmp_path / "excel.csv", rows, bom=True),
+        observations=["x", "v"],
+        action="action",
+        reward="reward",
+        terminated="done",
+    )
     assert len(ds) == 3 and ds.num_episodes == 2
     np.testing.assert_allclose(ds.observations[:, 0], [0.1, 0.2, 0.3])
 
@@ -307,24 +334,31 @@ def test_from_csv_reads_excels_byte_order_mark(tmp_path):
 def test_a_short_or_long_csv_row_is_an_error_naming_the_row(tmp_path, bad_row, fields):
     rows = ["x,v,action,reward,done", "0.1,1,0,1.0,0", bad_row, "0.3,3,1,0.5,1"]
     with pytest.raises(DatasetError) as info:
-        wb.Dataset.from_csv(_csv(tmp_path / "log.csv", rows), observations=["x", "v"], action="action",
-                            reward="reward", terminated="done")
+        wb.Dataset.from_csv(
+            _csv(tmp_path / "log.csv", rows),
+            observations=["x", "v"],
+            action="action",
+            reward="reward",
+            terminated="done",
+        )
     message = str(info.value)
     assert "log.csv" in message and "row 2" in message and f"has {fields} fields, the header 5" in message, message
 
 
 def test_an_empty_value_between_commas_is_still_read(tmp_path):
     rows = ["x,v,action,reward,done", "0.1,1,0,1.0,", "0.2,2,1,1.0,1"]
-    ds = wb.Dataset.from_csv(_csv(tmp_path / "log.csv", rows), observations=["x", "v"], action="action",
-                             reward="reward", terminated="done")
+    ds = wb.Dataset.from_csv(
+        _csv(tmp_path / "log.csv", rows), observations=["x", "v"], action="action", reward="reward", terminated="done"
+    )
     assert ds.terminated.tolist() == [False, True]
 
 
 def test_a_csv_that_is_not_utf8_is_named(tmp_path):
     rows = ["x,action,reward,note", "0.1,0,1.0,café"]
     with pytest.raises(DatasetError, match=r"log\.csv: not UTF-8 text.*CSV UTF-8"):
-        wb.Dataset.from_csv(_csv(tmp_path / "log.csv", rows, encoding="latin-1"), observations=["x"],
-                            action="action", reward="reward")
+        wb.Dataset.from_csv(
+            _csv(tmp_path / "log.csv", rows, encoding="latin-1"), observations=["x"], action="action", reward="reward"
+        )
 
 
 RAGGED = [[0.1, 0.2], [0.3], [0.4, 0.5]]
@@ -349,8 +383,12 @@ RAGGED = [[0.1, 0.2], [0.3], [0.4, 0.5]]
     ],
 )
 def test_from_arrays_names_a_ragged_or_text_argument(kwargs, name, what):
-    args = {"observations": [[0.1, 0.2], [0.3, 0.4], [0.5, 0.6]], "actions": [0, 1, 0], "rewards": [1.0, 0.0, 1.0],
-            **kwargs}
+    args = {
+        "observations": [[0.1, 0.2], [0.3, 0.4], [0.5, 0.6]],
+        "actions": [0, 1, 0],
+        "rewards": [1.0, 0.0, 1.0],
+        **kwargs,
+    }
     with pytest.raises(DatasetError) as info:
         wb.Dataset.from_arrays(**args)
     message = str(info.value)

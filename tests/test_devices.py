@@ -63,9 +63,16 @@ def _dataset(env_id: str, n: int = 64) -> wb.Dataset:
         for k, v in zip(rows, (obs, a, r, nxt, term, trunc), strict=True):
             rows[k].append(v)
         obs = env.reset()[0] if term or trunc else nxt
-    return wb.Dataset(np.array(rows["obs"]), np.array(rows["act"]), np.array(rows["rew"]), np.array(rows["next"]),
-                      np.array(rows["term"]), np.array(rows["trunc"]),
-                      observation_space=env.observation_space, action_space=env.action_space)
+    return wb.Dataset(
+        np.array(rows["obs"]),
+        np.array(rows["act"]),
+        np.array(rows["rew"]),
+        np.array(rows["next"]),
+        np.array(rows["term"]),
+        np.array(rows["trunc"]),
+        observation_space=env.observation_space,
+        action_space=env.action_space,
+    )
 
 
 def foreign_tensors(agent: Any, device: torch.device) -> list[str]:
@@ -396,12 +403,15 @@ def test_ray_replicas_act_on_the_cpu_eagerly_in_fp32():
     from workbench.parallel.ray_backend import _RolloutWorker
 
     learner = wb.DQN(SeeTheSide(), device="cpu", precision="bf16", **SMALL["DQN"])
-    config = {f.name: getattr(learner.config, f.name) for f in dataclasses.fields(learner.config)}  # as the runner sends it
+    config = {
+        f.name: getattr(learner.config, f.name) for f in dataclasses.fields(learner.config)
+    }  # as the runner sends it
     config["compile"] = True
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        worker = _RolloutWorker(0, SeeTheSide, None, 1, 0, wb.DQN,
-                                (learner.observation_space, learner.action_space), config, 0)
+        worker = _RolloutWorker(
+            0, SeeTheSide, None, 1, 0, wb.DQN, (learner.observation_space, learner.action_space), config, 0
+        )
     replica = worker.agent
     assert replica.device == torch.device("cpu") and not replica.compiled and replica.config.precision == "fp32"
     worker.vec.close()
@@ -420,8 +430,9 @@ def test_transitions_observed_on_any_device_keep_the_rollout_on_the_host():
     agent = wb.PPO("CartPole-v1", device="cpu", n_envs=2, n_steps=4)
     obs = np.zeros((2, 4), dtype=np.float32)
     step = agent.decide(obs)
-    agent.observe(Transitions(obs, step.actions, np.ones(2, np.float32), obs, np.zeros(2, bool),
-                              np.zeros(2, bool), step.extras))
+    agent.observe(
+        Transitions(obs, step.actions, np.ones(2, np.float32), obs, np.zeros(2, bool), np.zeros(2, bool), step.extras)
+    )
     assert isinstance(agent.rollout.obs, np.ndarray)
 
 
@@ -539,8 +550,7 @@ def test_her_and_intrinsic_plug_ins_follow_the_agents_device(device):
     from workbench.envs.goals import BitFlippingEnv
 
     target = torch.device(device, 0) if device == "cuda" else torch.device("cpu")
-    her = wb.DQN(lambda: BitFlippingEnv(4), replay=wb.HerReplay(), learning_starts=16, batch_size=8,
-                 device=device)
+    her = wb.DQN(lambda: BitFlippingEnv(4), replay=wb.HerReplay(), learning_starts=16, batch_size=8, device=device)
     her_session = wb.Session(her, lambda: BitFlippingEnv(4), seed=0)
     her_session.run(64)
     batch = her.memory.sample(8, np.random.default_rng(0))

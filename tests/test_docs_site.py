@@ -50,14 +50,27 @@ def test_the_site_builds_strictly_and_shows_the_public_names(tmp_path):
     site = tmp_path / "site"
     result = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
-        cwd=ROOT, capture_output=True, text=True, timeout=540, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=540,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
     )
     assert result.returncode == 0, result.stderr[-3000:]
     reference = "".join(p.read_text() for p in (site / "reference").rglob("index.html"))
-    for name in ("workbench.session.Session", "workbench.session.Session.start", "workbench.agents.PPO",
-                 "workbench.agents.DQN", "workbench.offline.datasets.Dataset", "workbench.agents.load",
-                 "workbench.schedules.linear", "workbench.checkpoint.CheckpointError", "workbench.sweeps.sweep.sweep",
-                 "workbench.serve.RemoteSession", "workbench.tracking.TensorBoard"):
+    for name in (
+        "workbench.session.Session",
+        "workbench.session.Session.start",
+        "workbench.agents.PPO",
+        "workbench.agents.DQN",
+        "workbench.offline.datasets.Dataset",
+        "workbench.agents.load",
+        "workbench.schedules.linear",
+        "workbench.checkpoint.CheckpointError",
+        "workbench.sweeps.sweep.sweep",
+        "workbench.serve.RemoteSession",
+        "workbench.tracking.TensorBoard",
+    ):
         assert f'id="{name}"' in reference, name
     # Docstrings are rendered, their reST roles as code (no raw ":class:`" left), parameters as a table.
     assert "background thread" in reference

@@ -13,8 +13,16 @@ from workbench.agents.networks import NoisyLinear, noise_off, reset_noise
 from workbench.agents.qrdqn import quantile_huber_loss
 from workbench.envs.testing import TwoStateChain
 
-FAST = dict(learning_starts=64, train_freq=1, gradient_steps=1, batch_size=32, target_update_interval=32,
-            net_arch=(32,), learning_rate=3e-3, exploration=wb.EpsilonGreedy(1.0, 0.02, 0.4))
+FAST = dict(
+    learning_starts=64,
+    train_freq=1,
+    gradient_steps=1,
+    batch_size=32,
+    target_update_interval=32,
+    net_arch=(32,),
+    learning_rate=3e-3,
+    exploration=wb.EpsilonGreedy(1.0, 0.02, 0.4),
+)
 
 
 # -- QR-DQN: the quantile Huber loss --------------------------------------------------------------
@@ -70,8 +78,16 @@ def test_quantile_huber_loss_values_and_gradients_are_bit_identical_to_the_writt
 def test_targets_computed_once_per_update_train_the_same_weights_as_step_by_step(cls, monkeypatch):
     def trained(batched):
         monkeypatch.setattr(cls, "_batched_targets", batched)
-        agent = cls("CartPole-v1", seed=0, double_q=False, learning_starts=100, train_freq=50, gradient_steps=8,
-                    batch_size=16, net_arch=(16,))
+        agent = cls(
+            "CartPole-v1",
+            seed=0,
+            double_q=False,
+            learning_starts=100,
+            train_freq=50,
+            gradient_steps=8,
+            batch_size=16,
+            net_arch=(16,),
+        )
         wb.Session(agent, "CartPole-v1", seed=0).run(steps=400).wait()
         return agent.q_net.state_dict()
 
@@ -163,8 +179,9 @@ def test_rainbow_has_every_part_on_by_default_and_each_switches_off():
     c = wb.Rainbow("CartPole-v1").config
     assert (c.double_q, c.dueling, c.prioritized, c.noisy, c.distributional, c.n_step) == (True,) * 5 + (3,)
     assert c.exploration.start == 0.0 and c.exploration.end == 0.0
-    plain = wb.Rainbow("CartPole-v1", double_q=False, dueling=False, prioritized=False, noisy=False,
-                       distributional=False, n_step=1)
+    plain = wb.Rainbow(
+        "CartPole-v1", double_q=False, dueling=False, prioritized=False, noisy=False, distributional=False, n_step=1
+    )
     assert isinstance(plain.memory, wb.ReplayMemory) and not isinstance(plain.memory, wb.PrioritizedReplayMemory)
     assert plain.q_net[-1].out_features == 2 and not any(isinstance(m, NoisyLinear) for m in plain.q_net.modules())
     full = wb.Rainbow("CartPole-v1")
@@ -237,6 +254,9 @@ def test_adam_step_matches_optimizer_step_bit_for_bit_and_skips_the_optimizer():
     fast, fast_state, fast_calls = trained(True)
     slow, slow_state, _ = trained(False)
     assert all(torch.equal(a, b) for a, b in zip(fast, slow))
-    assert all(torch.equal(fast_state["state"][i][k], slow_state["state"][i][k])
-               for i in slow_state["state"] for k in slow_state["state"][i])
+    assert all(
+        torch.equal(fast_state["state"][i][k], slow_state["state"][i][k])
+        for i in slow_state["state"]
+        for k in slow_state["state"][i]
+    )
     assert fast_calls == 1  # only the first step (which creates the state) goes through step()

@@ -15,11 +15,13 @@ from workbench.envs.testing import SeeTheSide
 from workbench.memory.replay import ReplayMemory
 from workbench.parallel import make_runner
 
-MIXED = spaces.Dict({
-    "a": spaces.Box(-1.0, 1.0, (2,), np.float32),
-    "b": spaces.Box(0, 255, (4, 4, 1), np.uint8),
-    "c": spaces.Box(-1.0, 1.0, (1,), np.float32),
-})
+MIXED = spaces.Dict(
+    {
+        "a": spaces.Box(-1.0, 1.0, (2,), np.float32),
+        "b": spaces.Box(0, 255, (4, 4, 1), np.uint8),
+        "c": spaces.Box(-1.0, 1.0, (1,), np.float32),
+    }
+)
 
 
 def dict_env():

@@ -16,8 +16,19 @@ from workbench.ui.view_model import event_label, event_markers
 
 
 def test_values_are_shown_as_text_and_read_back():
-    for value in (0.0003, 7, True, None, "auto_0.1", (1, 2), wb.linear(1e-3, 0.0), wb.linear(1.0, 0.1, 0.5),
-                  wb.EpsilonGreedy(1.0, 0.05, 0.2), wb.GaussianNoise(0.2), wb.OrnsteinUhlenbeckNoise(sigma=0.3)):
+    for value in (
+        0.0003,
+        7,
+        True,
+        None,
+        "auto_0.1",
+        (1, 2),
+        wb.linear(1e-3, 0.0),
+        wb.linear(1.0, 0.1, 0.5),
+        wb.EpsilonGreedy(1.0, 0.05, 0.2),
+        wb.GaussianNoise(0.2),
+        wb.OrnsteinUhlenbeckNoise(sigma=0.3),
+    ):
         assert parse_value(format_value(value)) == value
     assert parse_value("wb.linear(1e-3, 0)") == wb.linear(1e-3, 0)
     assert parse_value("-1") == -1
@@ -91,8 +102,14 @@ def test_dashboard_edit_button_opens_the_panel_and_plots_mark_the_edits():
 
 def test_event_markers_on_each_x_axis():
     events = [
-        Event("set", 100, "learning_rate", {"schedule": "linear", "start": 0.001, "end": 0.0, "fraction": 1.0},
-              0.0001, 2.5),
+        Event(
+            "set",
+            100,
+            "learning_rate",
+            {"schedule": "linear", "start": 0.001, "end": 0.0, "fraction": 1.0},
+            0.0001,
+            2.5,
+        ),
         Event("call_env", 300, "set_difficulty", None, {"args": [3], "kwargs": {"bonus": 1}}, 7.0),
     ]
     assert event_label(events[0]) == "learning_rate linear(0.001→0.0) → 0.0001"

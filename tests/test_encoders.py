@@ -110,11 +110,13 @@ def test_nature_on_a_small_image_names_the_minimum_size():
 
 
 def test_dict_encoder_concatenates_per_key_and_skips_the_action_mask():
-    space = spaces.Dict({
-        "action_mask": spaces.Box(0, 1, (2,), np.int8),
-        "image": spaces.Box(0, 255, (16, 16, 3), np.uint8),
-        "vector": spaces.Box(-1, 1, (2,), np.float32),
-    })
+    space = spaces.Dict(
+        {
+            "action_mask": spaces.Box(0, 1, (2,), np.int8),
+            "image": spaces.Box(0, 255, (16, 16, 3), np.uint8),
+            "vector": spaces.Box(-1, 1, (2,), np.float32),
+        }
+    )
     enc = make_encoder(space)
     assert isinstance(enc, DictEncoder) and isinstance(enc.parts["image"], ImageEncoder)
     assert "action_mask" not in enc.parts
@@ -139,8 +141,16 @@ def test_uint8_reaches_the_network_unconverted():
 
 def test_custom_encoder_round_trips_only_when_allowed(tmp_path):
     make = _env("PPO", False)
-    agent = wb.PPO(make, n_steps=16, n_envs=1, batch_size=16, n_epochs=1, net_arch=(16,),
-                   encoder=TinyEncoder, encoder_kwargs={"width": 6})
+    agent = wb.PPO(
+        make,
+        n_steps=16,
+        n_envs=1,
+        batch_size=16,
+        n_epochs=1,
+        net_arch=(16,),
+        encoder=TinyEncoder,
+        encoder_kwargs={"width": 6},
+    )
     assert f"custom {TinyEncoder.__module__}.TinyEncoder" in repr(agent)
     wb.Session(agent, make, seed=0).run(steps=32)
     agent.save(tmp_path / "run")
@@ -177,8 +187,11 @@ def test_vector_observations_keep_the_plain_mlp():
 def test_atari_presets_build_the_nature_cnn_on_stacked_frames(agent):
     pytest.importorskip("ale_py")
     pytest.importorskip("cv2")
-    built = wb.preset("BreakoutNoFrameskip-v4", agent, buffer_size=100) if "dqn" in agent else wb.preset(
-        "BreakoutNoFrameskip-v4", agent)
+    built = (
+        wb.preset("BreakoutNoFrameskip-v4", agent, buffer_size=100)
+        if "dqn" in agent
+        else wb.preset("BreakoutNoFrameskip-v4", agent)
+    )
     assert built.agent.observation_space.shape == (4, 84, 84)
     assert "nature_cnn(4x84x84 CHW uint8)" in repr(built.agent)
     assert built.agent.config.net_arch == ()

@@ -78,14 +78,27 @@ def _pendulum_dataset(n: int = 2000) -> wb.Dataset:
     env = gym.make("Pendulum-v1")
     truncated = np.zeros(n, bool)
     truncated[99::100] = True
-    return wb.Dataset(obs, rng.uniform(-2, 2, (n, 1)).astype(np.float32), -rng.random(n).astype(np.float32),
-                      np.roll(obs, -1, 0), np.zeros(n, bool), truncated,
-                      observation_space=env.observation_space, action_space=env.action_space)
+    return wb.Dataset(
+        obs,
+        rng.uniform(-2, 2, (n, 1)).astype(np.float32),
+        -rng.random(n).astype(np.float32),
+        np.roll(obs, -1, 0),
+        np.zeros(n, bool),
+        truncated,
+        observation_space=env.observation_space,
+        action_space=env.action_space,
+    )
 
 
 def _train(written_out: bool, steps: int = 25) -> tuple[list[dict], dict]:
-    agent = wb.CQL(dataset=_pendulum_dataset(), seed=3, net_arch=(32, 16), batch_size=64, n_action_samples=4,
-                   fast="auto" if written_out else "off")
+    agent = wb.CQL(
+        dataset=_pendulum_dataset(),
+        seed=3,
+        net_arch=(32, 16),
+        batch_size=64,
+        n_action_samples=4,
+        fast="auto" if written_out else "off",
+    )
     metrics = [agent.update() for _ in range(steps)]
     return metrics, {k: v.clone() for k, v in {**agent.critic.state_dict(), **agent.actor.state_dict()}.items()}
 

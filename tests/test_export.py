@@ -88,9 +88,19 @@ CASES = [
     ("sac-gsde-norm", wb.SAC, "Pendulum-v1", {**OFF_POLICY, "use_sde": True, "normalize_observations": True}),
     ("td3-norm", wb.TD3, "Pendulum-v1", {**OFF_POLICY, "normalize_observations": True}),
     ("ddpg", wb.DDPG, "Pendulum-v1", OFF_POLICY),
-    ("ppo-dict-norm", wb.PPO, lambda: SpacesEnv(DICT_OBS, spaces.Discrete(3)), {**ON_POLICY, "normalize_observations": True}),
+    (
+        "ppo-dict-norm",
+        wb.PPO,
+        lambda: SpacesEnv(DICT_OBS, spaces.Discrete(3)),
+        {**ON_POLICY, "normalize_observations": True},
+    ),
     ("sac-dict", wb.SAC, lambda: SpacesEnv(DICT_OBS, PENDULUM_LIKE), OFF_POLICY),
-    ("dqn-image-norm", wb.DQN, lambda: SpacesEnv(IMAGE_OBS, spaces.Discrete(4)), {**DQN_FAST, "normalize_observations": True}),
+    (
+        "dqn-image-norm",
+        wb.DQN,
+        lambda: SpacesEnv(IMAGE_OBS, spaces.Discrete(4)),
+        {**DQN_FAST, "normalize_observations": True},
+    ),
     ("td3-image", wb.TD3, lambda: SpacesEnv(IMAGE_OBS, PENDULUM_LIKE), OFF_POLICY),
     # Image observations through the CNN encoders (scaling by 1/255 inside the graph).
     ("ppo-cnn-hwc", wb.PPO, lambda: SpacesEnv(HWC_IMAGE, spaces.Discrete(3)), ON_POLICY),
@@ -307,7 +317,10 @@ def test_recurrent_onnx_policy_acts_like_the_agent_over_episodes(tmp_path, env, 
     assert side["input"]["name"] == "obs" and side["output"]["name"] == "action"
     rec = side["recurrent"]
     assert [s["name"] for s in rec["state_inputs"]] == ["lstm_h", "lstm_c"]
-    assert [(s["name"], s["feeds"]) for s in rec["state_outputs"]] == [("next_lstm_h", "lstm_h"), ("next_lstm_c", "lstm_c")]
+    assert [(s["name"], s["feeds"]) for s in rec["state_outputs"]] == [
+        ("next_lstm_h", "lstm_h"),
+        ("next_lstm_c", "lstm_c"),
+    ]
     assert all(s["shape"] == [1, "batch", hidden] for s in rec["state_inputs"] + rec["state_outputs"])
     assert rec["episode_start"]["name"] == "episode_start" and rec["initial_state"] == "zeros"
     assert (side["baked_in"]["observation_normalization"] is not None) == agent.config.normalize_observations

@@ -275,7 +275,9 @@ def test_stop_when_and_signal_subscribers():
     env = app_env()
     session = wb.Session.external(small_dqn(env), seed=0, stop_when=lambda s: s.episodes >= 3)
     heard = []
-    session.signals.subscribe(lambda name, step, value: heard.append((name, step)) if name == "episode_length" else None)
+    session.signals.subscribe(
+        lambda name, step, value: heard.append((name, step)) if name == "episode_length" else None
+    )
     session.start(steps=100_000)
     drive_until_done(session, env)
     session.wait(timeout=30)
@@ -304,7 +306,9 @@ def test_max_lag_keeps_a_fast_application_in_step():
 
 def test_eval_with_an_eval_env():
     env = app_env()
-    session = wb.Session.external(small_dqn(env), seed=0, max_lag=0, eval_every=100, eval_episodes=2, eval_env=app_env())
+    session = wb.Session.external(
+        small_dqn(env), seed=0, max_lag=0, eval_every=100, eval_episodes=2, eval_env=app_env()
+    )
     session.start(steps=200)
     drive_until_done(session, env)
     session.wait(timeout=30)

@@ -228,7 +228,9 @@ def test_load_never_extracts_the_memory_and_resume_refuses_a_bomb(dqn_run, tmp_p
     opened = []
     real_open = zipfile.ZipFile.open
     monkeypatch.setattr(
-        zipfile.ZipFile, "open", lambda self, name, *a, **k: opened.append(getattr(name, "filename", name)) or real_open(self, name, *a, **k)
+        zipfile.ZipFile,
+        "open",
+        lambda self, name, *a, **k: opened.append(getattr(name, "filename", name)) or real_open(self, name, *a, **k),
     )
     assert wb.load(bomb).algorithm == "DQN"
     assert "memory.npz" not in opened
@@ -285,8 +287,14 @@ MALFORMED = {
     "deep nesting": (lambda m: json.dumps(m)[:-1] + ', "agent_state_x": ' + DEEP + "}", "nested too deeply"),
     "deep nesting in a field": (_set("agent_state.exploration", json.loads("[" * 50 + "]" * 50)), "agent_state"),
     "NaN": (lambda m: json.dumps(m).replace('"num_updates": ', '"num_updates": NaN, "x": '), "NaN"),
-    "inf counter": (lambda m: json.dumps(m).replace('"num_updates": ', '"num_updates": Infinity, "x": '), "counters.num_updates"),
-    "5000-digit integer": (lambda m: json.dumps(m).replace('"num_updates": ', '"num_updates": ' + "9" * 5000 + ', "x": '), "integer of 5000 digits"),
+    "inf counter": (
+        lambda m: json.dumps(m).replace('"num_updates": ', '"num_updates": Infinity, "x": '),
+        "counters.num_updates",
+    ),
+    "5000-digit integer": (
+        lambda m: json.dumps(m).replace('"num_updates": ', '"num_updates": ' + "9" * 5000 + ', "x": '),
+        "integer of 5000 digits",
+    ),
     "huge counter": (_set("counters.num_timesteps", 10**30), "counters.num_timesteps"),
     "counter as text": (_set("counters.num_updates", "12"), "counters.num_updates"),
     "negative counter": (_set("counters.num_timesteps", -5), "counters.num_timesteps"),
@@ -335,7 +343,9 @@ def test_a_replay_memory_too_large_for_the_machine_is_refused(templates, tmp_pat
     with pytest.raises(CheckpointError, match=r"meta\.json: field 'hyperparameters\.buffer_size' is 1000000000000"):
         wb.load(run)
     _edit_meta(run, _set("hyperparameters.buffer_size", checkpoint.MAX_BUFFER_SIZE))
-    _edit_meta(run, _set("observation_space", {"type": "Box", "low": 0, "high": 1, "shape": [2048, 2048], "dtype": "float32"}))
+    _edit_meta(
+        run, _set("observation_space", {"type": "Box", "low": 0, "high": 1, "shape": [2048, 2048], "dtype": "float32"})
+    )
     with pytest.raises(CheckpointError, match=r"buffer_size.*GiB.*more than this machine"):
         wb.load(run)
 
@@ -450,7 +460,9 @@ def small_disk(tmp_path):
     mount.mkdir()
     if os.geteuid() != 0 or shutil.which("mount") is None:
         pytest.skip("mounting a small tmpfs needs root and mount(8)")
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)], capture_output=True, text=True)
+    result = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)], capture_output=True, text=True
+    )
     if result.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip()}")
     yield mount
@@ -462,8 +474,9 @@ def test_a_really_full_disk_leaves_no_partial_file(small_disk):
     agent = wb.DQN("CartPole-v1", buffer_size=40_000, learning_starts=10**9, net_arch=(64, 64))
     rng = np.random.default_rng(0)
     n = 40_000
-    agent.memory.add(rng.normal(size=(n, 4)), rng.integers(0, 2, n), rng.normal(size=n), rng.normal(size=(n, 4)),
-                     np.zeros(n), 0.99)
+    agent.memory.add(
+        rng.normal(size=(n, 4)), rng.integers(0, 2, n), rng.normal(size=n), rng.normal(size=(n, 4)), np.zeros(n), 0.99
+    )
     with pytest.raises(OSError) as info:
         agent.save(small_disk / "run.zip", memory=True)
     assert info.value.errno == errno.ENOSPC
@@ -480,7 +493,7 @@ def test_real_kills_mid_save_leave_leftovers_that_the_next_save_removes(tmp_path
         agent.memory.add(np.ones((n, 4)), np.zeros(n, int), np.ones(n), np.ones((n, 4)), np.zeros(n), 0.99)
         print("ready", flush=True)
         while True:
-            agent.save({str(tmp_path / 'run')!r}, memory=True)
+            agent.save({str(tmp_path / "run")!r}, memory=True)
         """
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
@@ -505,9 +518,17 @@ EVENT = {"kind": "set", "step": 64, "name": "ent_coef", "old": 0.0, "new": 0.01,
 MALFORMED_SESSION = {
     "events not a list": ("session.events", {"kind": "set"}, "session.events"),
     "event a number": ("session.events", [5], "session.events[0]"),
-    "event without kind": ("session.events", [{k: v for k, v in EVENT.items() if k != "kind"}], "session.events[0].kind"),
+    "event without kind": (
+        "session.events",
+        [{k: v for k, v in EVENT.items() if k != "kind"}],
+        "session.events[0].kind",
+    ),
     "event of an unknown kind": ("session.events", [{**EVENT, "kind": "rm -rf"}], "session.events[0].kind"),
-    "event step missing": ("session.events", [EVENT, {k: v for k, v in EVENT.items() if k != "step"}], "session.events[1].step"),
+    "event step missing": (
+        "session.events",
+        [EVENT, {k: v for k, v in EVENT.items() if k != "step"}],
+        "session.events[1].step",
+    ),
     "event step text": ("session.events", [{**EVENT, "step": "64"}], "session.events[0].step"),
     "event name a list": ("session.events", [{**EVENT, "name": ["x"]}], "session.events[0].name"),
     "event time text": ("session.events", [{**EVENT, "time": "noon"}], "session.events[0].time"),
@@ -516,7 +537,11 @@ MALFORMED_SESSION = {
     "target_steps a float": ("session.target_steps", 64.5, "session.target_steps"),
     "env_rng a number": ("session.env_rng", 5, "session.env_rng"),
     "env_rng of strings": ("session.env_rng", ["PCG64"], "session.env_rng[0]"),
-    "env_rng another numpy function": ("session.env_rng", [{**RNG, "bit_generator": "seed"}], "session.env_rng[0].bit_generator"),
+    "env_rng another numpy function": (
+        "session.env_rng",
+        [{**RNG, "bit_generator": "seed"}],
+        "session.env_rng[0].bit_generator",
+    ),
     "env_rng a bad state": ("session.env_rng", [RNG, {**RNG, "state": "x"}], "session.env_rng[1]"),
     "external text": ("session.external", "yes", "session.external"),
 }
@@ -537,8 +562,16 @@ def test_malformed_session_fields_are_a_checkpoint_error_naming_file_and_field(p
 
 
 def test_valid_session_fields_resume(ppo_run):
-    _edit_meta(ppo_run, _set("session.events", [EVENT, {**EVENT, "kind": "call_env", "name": "set_level",
-                                                         "old": None, "new": {"args": [2], "kwargs": {}}}]))
+    _edit_meta(
+        ppo_run,
+        _set(
+            "session.events",
+            [
+                EVENT,
+                {**EVENT, "kind": "call_env", "name": "set_level", "old": None, "new": {"args": [2], "kwargs": {}}},
+            ],
+        ),
+    )
     _edit_meta(ppo_run, _set("session.env_rng", [RNG, None]))
     session = wb.Session.reopen(ppo_run, "CartPole-v1")
     assert [e.kind for e in session.events] == ["set", "call_env"]
@@ -570,7 +603,10 @@ def test_a_bad_schedule_or_exploration_names_the_field(request, run, field, valu
 
 def test_a_saved_schedule_that_breaks_the_field_constraint_is_refused(ppo_run):
     _edit_meta(ppo_run, _set("hyperparameters.clip_range", {"schedule": "linear", "start": 0.2, "end": -0.5}))
-    with pytest.raises(CheckpointError, match=r"meta\.json: field .hyperparameters\.clip_range. is a linear schedule from 0\.2 to -0\.5"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"meta\.json: field .hyperparameters\.clip_range. is a linear schedule from 0\.2 to -0\.5",
+    ):
         wb.load(ppo_run)
 
 

@@ -147,7 +147,9 @@ def test_local_worker_hung_env_is_killed_after_step_timeout_naming_worker_and_en
     assert session.status == "failed"
     err = session.error
     assert isinstance(err, WorkerError) and err.timed_out and err.worker == 1 and list(err.envs) == [1]
-    assert str(err).startswith("worker 1 (envs 1-1) was killed: env.step of env 1 did not return within step_timeout=1 s")
+    assert str(err).startswith(
+        "worker 1 (envs 1-1) was killed: env.step of env 1 did not return within step_timeout=1 s"
+    )
     assert time.monotonic() - t0 < 20  # 1 s step_timeout; generous for a loaded machine
     wait_until(lambda: not any(pid_alive(p) for p in pids), timeout=5)
 

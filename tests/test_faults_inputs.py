@@ -155,10 +155,23 @@ def test_a_misspelt_option_gets_the_right_name():
 
 def test_valid_session_arguments_still_pass():
     agent = wb.PPO("CartPole-v1", n_envs=1)
-    wb.Session(agent, "CartPole-v1", seed=np.int64(3), stop_when=lambda s: False, eval_every=100,
-               eval_episodes=np.int64(2), checkpoint_dir="runs/x", keep_best=True, num_workers=1,
-               backend="inprocess", torch_threads=None, max_signal_points=2, restart_workers=True,
-               envs_per_worker=2, step_timeout=5.0)
+    wb.Session(
+        agent,
+        "CartPole-v1",
+        seed=np.int64(3),
+        stop_when=lambda s: False,
+        eval_every=100,
+        eval_episodes=np.int64(2),
+        checkpoint_dir="runs/x",
+        keep_best=True,
+        num_workers=1,
+        backend="inprocess",
+        torch_threads=None,
+        max_signal_points=2,
+        restart_workers=True,
+        envs_per_worker=2,
+        step_timeout=5.0,
+    )
     wb.Session(agent, "CartPole-v1", stop_when=print)  # a builtin: its arity cannot be read, so it is trusted
 
 
@@ -230,8 +243,13 @@ def test_agents_refuse_bad_hyperparameters_when_built(algo, kwargs, shown):
 def test_every_registered_agent_checks_its_shared_fields(name):
     cls = AGENTS[name]
     env = DISCRETE if spaces.Discrete in cls.action_spaces else CONTINUOUS
-    for kwargs in ({"learning_rate": -1.0}, {"gamma": 2.0}, {"n_envs": 0}, {"net_arch": 64},
-                   {"normalize_observations": 1}):
+    for kwargs in (
+        {"learning_rate": -1.0},
+        {"gamma": 2.0},
+        {"n_envs": 0},
+        {"net_arch": 64},
+        {"normalize_observations": 1},
+    ):
         with pytest.raises(ArgumentError, match=f"{cls.__name__} got {next(iter(kwargs))}="):
             cls(env, **kwargs)
 
@@ -258,8 +276,17 @@ def test_a_new_agent_gets_its_declared_checks_and_a_changed_default_keeps_its_ba
 
 
 def test_valid_edge_values_and_schedules_still_pass():
-    wb.PPO(DISCRETE, gamma=0, gae_lambda=1, learning_rate=wb.linear(1e-3, 0.0), clip_range=0.1,
-           n_envs=np.int64(2), net_arch=[32], target_kl=0.02, sde_sample_freq=-1)
+    wb.PPO(
+        DISCRETE,
+        gamma=0,
+        gae_lambda=1,
+        learning_rate=wb.linear(1e-3, 0.0),
+        clip_range=0.1,
+        n_envs=np.int64(2),
+        net_arch=[32],
+        target_kl=0.02,
+        sde_sample_freq=-1,
+    )
     wb.DQN(DISCRETE, gamma=1.0, tau=1, gradient_steps=-1, learning_starts=0, net_arch=())
     wb.SAC(CONTINUOUS, ent_coef="auto_0.1", target_entropy=-2, learning_rate=wb.linear(3e-4, 1e-5))
     wb.SAC(CONTINUOUS, ent_coef=0.2)
@@ -268,9 +295,15 @@ def test_valid_edge_values_and_schedules_still_pass():
 
 @pytest.mark.parametrize(
     ("kwargs", "shown"),
-    [({"episodes": "3"}, "episodes='3'"), ({"episodes": 0}, "episodes=0"), ({"episodes": True}, "episodes=True"),
-     ({"max_steps": 0}, "max_steps=0"), ({"seed": "1"}, "seed='1'"), ({"render": "human"}, "render='human'"),
-     ({"deterministic": "no"}, "deterministic='no'")],
+    [
+        ({"episodes": "3"}, "episodes='3'"),
+        ({"episodes": 0}, "episodes=0"),
+        ({"episodes": True}, "episodes=True"),
+        ({"max_steps": 0}, "max_steps=0"),
+        ({"seed": "1"}, "seed='1'"),
+        ({"render": "human"}, "render='human'"),
+        ({"deterministic": "no"}, "deterministic='no'"),
+    ],
 )
 def test_play_refuses_bad_arguments(kwargs, shown):
     agent = wb.DQN(DISCRETE)
@@ -327,14 +360,18 @@ def test_malformed_env_output_fails_the_run_naming_it(algo, fault, match):
     assert re.search(match, str(error)), str(error)
 
 
-@pytest.mark.parametrize(("fault", "match"), [
-    ("nan_reward", f"env.step at step {FAULT_STEP} \\(env 1 of 2\\) returned reward nan"),
-    ("str_reward", f"env.step at step {FAULT_STEP} returned reward '1.5'"),
-])
+@pytest.mark.parametrize(
+    ("fault", "match"),
+    [
+        ("nan_reward", f"env.step at step {FAULT_STEP} \\(env 1 of 2\\) returned reward nan"),
+        ("str_reward", f"env.step at step {FAULT_STEP} returned reward '1.5'"),
+    ],
+)
 def test_env_checks_hold_in_local_workers(fault, match):
     # Seeded 0, env i is first reset with seed i: only the env of worker 1 breaks.
-    session = wb.Session(small("DQN", BrokenEnv(), n_envs=2), lambda: _SeededBroken(fault), seed=0,
-                         num_workers=2, backend="local")
+    session = wb.Session(
+        small("DQN", BrokenEnv(), n_envs=2), lambda: _SeededBroken(fault), seed=0, num_workers=2, backend="local"
+    )
     error = failed_run(session)
     assert isinstance(error, EnvOutputError | WorkerError)
     assert re.search(match, str(error)), str(error)
@@ -371,8 +408,11 @@ def test_a_non_finite_loss_names_the_update_and_the_last_finite_loss():
     session = wb.Session(agent, env, seed=0)
     error = failed_run(session)
     assert isinstance(error, NonFiniteLossError)
-    assert re.search(r"DQN update 4 \(at step 80\) returned loss nan; the last finite loss was "
-                                   r"[0-9.e-]+ \(update 3, step 70\)", str(error)), str(error)
+    assert re.search(
+        r"DQN update 4 \(at step 80\) returned loss nan; the last finite loss was "
+        r"[0-9.e-]+ \(update 3, step 70\)",
+        str(error),
+    ), str(error)
 
 
 def test_rewards_too_large_for_the_loss_fail_naming_the_loss():
@@ -383,13 +423,16 @@ def test_rewards_too_large_for_the_loss_fail_naming_the_loss():
     assert "TD3 update 1 (at step 50) returned critic_loss inf" in str(error), str(error)
 
 
-@pytest.mark.parametrize(("fault", "match"), [
-    ("nan_reward", "env.step at step 3 of the episode returned reward nan"),
-    ("str_reward", "env.step at step 3 of the episode returned reward '1.5' \\(a str\\)"),
-    ("str_terminated", "env.step at step 3 of the episode returned terminated 'False'"),
-    ("old_gym_step", "env.step at step 3 of the episode returned 4 values"),
-    ("bare_reset", "env.reset returned array.*instead of \\(obs, info\\)"),
-])
+@pytest.mark.parametrize(
+    ("fault", "match"),
+    [
+        ("nan_reward", "env.step at step 3 of the episode returned reward nan"),
+        ("str_reward", "env.step at step 3 of the episode returned reward '1.5' \\(a str\\)"),
+        ("str_terminated", "env.step at step 3 of the episode returned terminated 'False'"),
+        ("old_gym_step", "env.step at step 3 of the episode returned 4 values"),
+        ("bare_reset", "env.reset returned array.*instead of \\(obs, info\\)"),
+    ],
+)
 def test_play_and_evaluation_refuse_a_broken_env(fault, match):
     agent = wb.DQN(BrokenEnv())
     with pytest.raises(wb.EnvOutputError, match=match):
@@ -398,15 +441,24 @@ def test_play_and_evaluation_refuse_a_broken_env(fault, match):
 
 @pytest.mark.ray
 @pytest.mark.slow
-@pytest.mark.parametrize(("fault", "match"), [
-    ("nan_reward", f"env.step at step {FAULT_STEP} \\(env 1 of 2\\) returned reward nan"),
-    ("str_reward", f"env.step at step {FAULT_STEP} returned reward '1.5'"),
-])
+@pytest.mark.parametrize(
+    ("fault", "match"),
+    [
+        ("nan_reward", f"env.step at step {FAULT_STEP} \\(env 1 of 2\\) returned reward nan"),
+        ("str_reward", f"env.step at step {FAULT_STEP} returned reward '1.5'"),
+    ],
+)
 def test_env_checks_hold_in_ray_workers(fault, match):
     ray = pytest.importorskip("ray")
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray's own cloudpickle sends the envs
-    session = wb.Session(small("DQN", BrokenEnv(), n_envs=2), lambda: _SeededBroken(fault), seed=0,
-                         num_workers=2, backend="ray", sync_every=10)
+    session = wb.Session(
+        small("DQN", BrokenEnv(), n_envs=2),
+        lambda: _SeededBroken(fault),
+        seed=0,
+        num_workers=2,
+        backend="ray",
+        sync_every=10,
+    )
     error = failed_run(session)
     assert isinstance(error, EnvOutputError | WorkerError)
     assert re.search(match, str(error)), str(error)

@@ -199,8 +199,16 @@ def _cluster_run(namespaces: _Namespaces, temp_dir: str) -> None:
     env.pop("RAY_ADDRESS", None)
     head = namespaces.ray_start(
         namespaces.head,
-        [ray_bin, "start", "--head", "--node-ip-address=10.213.0.1", "--port=6379", "--num-cpus=1",
-         "--include-dashboard=false", f"--temp-dir={temp_dir}"],
+        [
+            ray_bin,
+            "start",
+            "--head",
+            "--node-ip-address=10.213.0.1",
+            "--port=6379",
+            "--num-cpus=1",
+            "--include-dashboard=false",
+            f"--temp-dir={temp_dir}",
+        ],
         env,
     )
     assert head.returncode == 0, head.stderr[-2000:]
@@ -217,7 +225,7 @@ def _cluster_run(namespaces: _Namespaces, temp_dir: str) -> None:
     )
     lines = [line for line in driver.stdout.splitlines() if line.startswith("RESULT ")]
     assert lines, f"the driver printed no result:\n{driver.stdout[-2000:]}\n{driver.stderr[-3000:]}"
-    results = json.loads(lines[-1][len("RESULT "):])
+    results = json.loads(lines[-1][len("RESULT ") :])
     for name in ("ppo", "dqn"):
         r = results[name]
         assert r["status"] == "finished", r

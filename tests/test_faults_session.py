@@ -106,8 +106,14 @@ def test_call_env_with_nan_and_non_json_arguments_saves_and_reopens(tmp_path):
 
 
 def test_external_max_lag_zero_with_two_slots_from_one_thread_does_not_deadlock():
-    agent = wb.PPO(observation_space=spaces.Box(-1, 1, (3,), np.float32), action_space=spaces.Discrete(2),
-                   n_envs=2, n_steps=8, batch_size=16, n_epochs=1)
+    agent = wb.PPO(
+        observation_space=spaces.Box(-1, 1, (3,), np.float32),
+        action_space=spaces.Discrete(2),
+        n_envs=2,
+        n_steps=8,
+        batch_size=16,
+        n_epochs=1,
+    )
     session = wb.Session.external(agent, max_lag=0, seed=0)
     session.start(steps=64)
     done = threading.Event()
@@ -130,16 +136,18 @@ def test_external_max_lag_zero_with_two_slots_from_one_thread_does_not_deadlock(
 
 @pytest.mark.parametrize("bad", [None, [np.nan, 0.0, 0.0], [np.inf, 0.0, 0.0]])
 def test_act_refuses_none_nan_and_inf_observations(bad):
-    session = wb.Session.external(wb.DQN(observation_space=spaces.Box(-1, 1, (3,), np.float32),
-                                         action_space=spaces.Discrete(2)))
+    session = wb.Session.external(
+        wb.DQN(observation_space=spaces.Box(-1, 1, (3,), np.float32), action_space=spaces.Discrete(2))
+    )
     with pytest.raises((TypeError, ValueError), match=r"act\(\)"):
         session.act(bad)
     assert session.live_episodes == []  # nothing was started by the refused call
 
 
 def test_feedback_with_an_array_flag_names_it_and_unstarted_feedback_warns_once():
-    session = wb.Session.external(wb.DQN(observation_space=spaces.Box(-1, 1, (3,), np.float32),
-                                         action_space=spaces.Discrete(2)))
+    session = wb.Session.external(
+        wb.DQN(observation_space=spaces.Box(-1, 1, (3,), np.float32), action_space=spaces.Discrete(2))
+    )
     obs = np.zeros(3, dtype=np.float32)
     session.act(obs)
     with pytest.raises(TypeError, match="terminated"):
@@ -193,9 +201,13 @@ def test_ppo_stopped_by_stop_when_at_a_rollout_boundary_resumes_with_every_updat
 
 def test_an_offline_agent_whose_spaces_differ_from_eval_env_is_refused_at_session():
     data = wb.Dataset.from_arrays(
-        observations=np.zeros((10, 3), np.float32), actions=np.zeros(10, np.int64), rewards=np.zeros(10),
-        terminated=np.r_[np.zeros(9, bool), True], truncated=np.zeros(10, bool),
-        observation_space=spaces.Box(-1, 1, (3,), np.float32), action_space=spaces.Discrete(2),
+        observations=np.zeros((10, 3), np.float32),
+        actions=np.zeros(10, np.int64),
+        rewards=np.zeros(10),
+        terminated=np.r_[np.zeros(9, bool), True],
+        truncated=np.zeros(10, bool),
+        observation_space=spaces.Box(-1, 1, (3,), np.float32),
+        action_space=spaces.Discrete(2),
     )
     agent = wb.BC(observation_space=data.observation_space, action_space=data.action_space)
     with pytest.raises(ValueError, match="eval_env"):

@@ -64,15 +64,47 @@ def test_a_bad_out_is_refused_before_training(tmp_path, monkeypatch, capsys, cas
 
 def test_overwrite_flag_lets_out_replace_a_file(tmp_path, capsys):
     (tmp_path / "report.txt").write_text("mine")
-    code = main(["train", "CartPole-v1", "--agent", "ppo", "--steps", "32", "--no-progress", "--set", "n_steps=16",
-                 "--no-preset", "--out", str(tmp_path / "report.txt"), "--overwrite"])
+    code = main(
+        [
+            "train",
+            "CartPole-v1",
+            "--agent",
+            "ppo",
+            "--steps",
+            "32",
+            "--no-progress",
+            "--set",
+            "n_steps=16",
+            "--no-preset",
+            "--out",
+            str(tmp_path / "report.txt"),
+            "--overwrite",
+        ]
+    )
     assert code == 0 and wb.load(tmp_path / "report.txt").algorithm == "PPO"
 
 
 def test_play_finds_the_env_id_inside_a_zip(tmp_path, capsys):
     out = str(tmp_path / "run.zip")
-    assert main(["train", "CartPole-v1", "--agent", "ppo", "--steps", "32", "--no-progress", "--no-preset",
-                 "--set", "n_steps=16", "--out", out]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "CartPole-v1",
+                "--agent",
+                "ppo",
+                "--steps",
+                "32",
+                "--no-progress",
+                "--no-preset",
+                "--set",
+                "n_steps=16",
+                "--out",
+                out,
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     assert main(["play", out, "--episodes", "1", "--seed", "0"]) == 0
     assert "episode 1: return" in capsys.readouterr().out
@@ -86,8 +118,9 @@ def test_license_is_an_spdx_string_and_metadata_builds_without_deprecation(tmp_p
     build_meta = pytest.importorskip("setuptools.build_meta")
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(os.path.join(ROOT, name), tmp_path / name)
-    shutil.copytree(os.path.join(ROOT, "workbench"), tmp_path / "workbench",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        os.path.join(ROOT, "workbench"), tmp_path / "workbench", ignore=shutil.ignore_patterns("__pycache__")
+    )
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["setup.py"])
     (tmp_path / "meta").mkdir()

@@ -88,8 +88,10 @@ def test_parameters_become_views_of_one_buffer_and_a_replaced_tensor_is_noticed(
     # Loading a saved state replaces the optimizer's tensors: the next step notices, steps through
     # torch's own code and binds again, so nothing stale is ever stepped.
     saved = {k: v for k, v in opt.state_dict().items()}
-    saved = {"state": {i: {k: v.clone() * 0 + 1 for k, v in s.items()} for i, s in saved["state"].items()},
-             "param_groups": saved["param_groups"]}
+    saved = {
+        "state": {i: {k: v.clone() * 0 + 1 for k, v in s.items()} for i, s in saved["state"].items()},
+        "param_groups": saved["param_groups"],
+    }
     opt.load_state_dict(saved)
     assert not stepper.bound
     one_step()

@@ -73,8 +73,17 @@ def test_optimize_memory_usage_gives_the_same_transitions(n_envs, tmp_path):
 
 def test_dqn_on_images_with_optimize_memory_usage_saves_and_resumes(tmp_path):
     make = SeeTheSide
-    agent = wb.DQN(make, learning_starts=16, batch_size=8, buffer_size=64, net_arch=(16,), n_envs=2, train_freq=8, gradient_steps=1,
-                   optimize_memory_usage=True)
+    agent = wb.DQN(
+        make,
+        learning_starts=16,
+        batch_size=8,
+        buffer_size=64,
+        net_arch=(16,),
+        n_envs=2,
+        train_freq=8,
+        gradient_steps=1,
+        optimize_memory_usage=True,
+    )
     session = wb.Session(agent, make, seed=0)
     session.run(steps=100)
     assert agent.memory.obs.dtype == np.uint8 and agent.memory.optimize_memory_usage

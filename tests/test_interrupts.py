@@ -48,7 +48,11 @@ def _run(tmp_path, call: str, signal_name: str, self_signal: bool = True) -> sub
             [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path
         )
     proc = subprocess.Popen(
-        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
         cwd=tmp_path,
     )
     assert proc.stdout is not None
@@ -121,8 +125,17 @@ def test_ctrl_c_in_a_sweeps_wait_stops_the_sweep_before_reaching_the_caller(tmp_
     def make_dqn(eps: float = 1.0):
         return wb.DQN("CartPole-v1", learning_starts=0, train_freq=10**6, exploration=wb.EpsilonGreedy(eps, eps, 0.1))
 
-    sweep = wb.sweep(make_dqn, "CartPole-v1", {"eps": [1.0, 0.5]}, trials=2, prune=False, storage=tmp_path / "s.db",
-                     steps=50_000, metric="episode_reward", report_every=500)
+    sweep = wb.sweep(
+        make_dqn,
+        "CartPole-v1",
+        {"eps": [1.0, 0.5]},
+        trials=2,
+        prune=False,
+        storage=tmp_path / "s.db",
+        steps=50_000,
+        metric="episode_reward",
+        report_every=500,
+    )
     deadline = time.monotonic() + 60
     while not any(r.state == "running" and r.steps > 0 for r in sweep.results()) and time.monotonic() < deadline:
         time.sleep(0.05)

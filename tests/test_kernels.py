@@ -143,17 +143,19 @@ def test_a_fused_adam_refusing_its_keyword_arguments_falls_back_before_touching_
 def test_the_probe_switches_every_mismatching_private_call_to_the_public_one(monkeypatch):
     expected = _train_adam(_public_step)
     saved = dict(private_torch.OK)
-    for name in ("_foreach_norm", "_foreach_mul_", "_foreach_add_", "_foreach_copy_", "_foreach_lerp_",
-                 "_fused_adam_"):
+    for name in ("_foreach_norm", "_foreach_mul_", "_foreach_add_", "_foreach_copy_", "_foreach_lerp_", "_fused_adam_"):
         monkeypatch.setattr(private_torch, name, lambda *a, **k: [torch.zeros(())])  # wrong results
     try:
         flags = private_torch.probe()
-        assert not any(flags[k] for k in ("foreach_norm", "foreach_mul_", "foreach_add_", "foreach_copy_",
-                                          "foreach_lerp_", "fused_adam"))
+        assert not any(
+            flags[k]
+            for k in ("foreach_norm", "foreach_mul_", "foreach_add_", "foreach_copy_", "foreach_lerp_", "fused_adam")
+        )
         _assert_same(_train_adam(lambda opt, loss: gradient_step(opt, loss, 0.1)), expected)
         target, online = mlp(3, (4,), 1), mlp(3, (4,), 1)
-        wanted = [t.detach().lerp(o.detach(), 0.3) for t, o in zip(target.parameters(), online.parameters(),
-                                                                     strict=True)]
+        wanted = [
+            t.detach().lerp(o.detach(), 0.3) for t, o in zip(target.parameters(), online.parameters(), strict=True)
+        ]
         from workbench.agents.kernels import polyak_update
 
         polyak_update(target, online, 0.3)
@@ -174,7 +176,9 @@ def _weights(agent: wb.Agent) -> list[torch.Tensor]:
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
 def test_fast_auto_and_off_train_on_policy_agents_to_the_same_weights_within_float_tolerance(cls, env_id):
     def trained(fast: str) -> list[torch.Tensor]:
-        agent = cls(env_id, seed=0, fast=fast, n_steps=8, **({"n_epochs": 2, "batch_size": 32} if cls is wb.PPO else {}))
+        agent = cls(
+            env_id, seed=0, fast=fast, n_steps=8, **({"n_epochs": 2, "batch_size": 32} if cls is wb.PPO else {})
+        )
         wb.Session(agent, env_id, seed=0).run(steps=128)
         assert agent.num_updates == 2
         return _weights(agent)
@@ -185,8 +189,9 @@ def test_fast_auto_and_off_train_on_policy_agents_to_the_same_weights_within_flo
 
 def test_fast_auto_and_off_train_dqn_to_the_same_weights_exactly():
     def trained(fast: str) -> list[torch.Tensor]:
-        agent = wb.DQN("CartPole-v1", seed=0, fast=fast, learning_starts=64, train_freq=32, gradient_steps=4,
-                       net_arch=(32,))
+        agent = wb.DQN(
+            "CartPole-v1", seed=0, fast=fast, learning_starts=64, train_freq=32, gradient_steps=4, net_arch=(32,)
+        )
         wb.Session(agent, "CartPole-v1", seed=0).run(steps=200)
         return _weights(agent)
 

@@ -93,7 +93,7 @@ def test_ppo_clip_range_and_learning_rate_take_effect_at_the_next_update():
     assert np.allclose(_after(session, "learning_rate", "learning_rate"), 2e-5)
     assert agent.optimizer.param_groups[0]["lr"] == pytest.approx(2e-5)
     # Before the edit both followed their schedules (linear to 0).
-    before = np.asarray(session.signals["clip_range"].values)[: 3]
+    before = np.asarray(session.signals["clip_range"].values)[:3]
     assert before[0] > 0.05
 
 
@@ -111,8 +111,9 @@ def test_a_schedule_replaces_a_number_and_a_number_a_schedule():
 
 
 def test_dqn_epsilon_follows_a_new_exploration_at_the_next_update():
-    agent = wb.DQN("CartPole-v1", learning_starts=100, train_freq=16, gradient_steps=1, batch_size=16,
-                   net_arch=(16,), seed=0)
+    agent = wb.DQN(
+        "CartPole-v1", learning_starts=100, train_freq=16, gradient_steps=1, batch_size=16, net_arch=(16,), seed=0
+    )
     session = wb.Session(agent, seed=0)
     _run_and_edit(session, 2000, 400, exploration=wb.EpsilonGreedy(0.3, 0.3))
     assert len(_after(session, "exploration", "epsilon")) > 0
@@ -242,8 +243,13 @@ def test_events_and_set_signals_are_saved_and_a_resumed_run_keeps_the_edits(tmp_
     assert resumed.agent.config.exploration == wb.EpsilonGreedy(0.2, 0.1, 0.5)
     assert resumed.agent.config.learning_rate == wb.linear(1e-3, 1e-4)
     assert [(e.kind, e.name, e.step) for e in resumed.events] == [(e.kind, e.name, e.step) for e in session.events]
-    assert resumed.events[0].old == {"type": "EpsilonGreedy", "start": 1.0, "end": 0.04, "fraction": 0.16,
-                                     "schedule": "linear"}
+    assert resumed.events[0].old == {
+        "type": "EpsilonGreedy",
+        "start": 1.0,
+        "end": 0.04,
+        "fraction": 0.16,
+        "schedule": "linear",
+    }
     assert resumed.events[-1].new == {"args": ["tau"], "kwargs": {}}
     assert resumed.signals["set/exploration"].last == pytest.approx(session.signals["set/exploration"].last)
     resumed.run(steps=100)
@@ -333,8 +339,15 @@ def _pause_after(session, steps):
 
 
 def test_dqn_with_local_workers_explores_as_edited():
-    agent = wb.DQN(curriculum, learning_starts=0, train_freq=1_000_000, net_arch=(8,), n_envs=4,
-                   exploration=wb.EpsilonGreedy(0.0, 0.0), seed=0)
+    agent = wb.DQN(
+        curriculum,
+        learning_starts=0,
+        train_freq=1_000_000,
+        net_arch=(8,),
+        n_envs=4,
+        exploration=wb.EpsilonGreedy(0.0, 0.0),
+        seed=0,
+    )
     session = wb.Session(agent, curriculum, num_workers=2, backend="local", seed=0)
     session.start(100_000)
     _pause_after(session, 200)
@@ -344,7 +357,7 @@ def test_dqn_with_local_workers_explores_as_edited():
     session.resume()
     _pause_after(session, session.steps + 200)
     explored = session.call_env("taken")
-    assert all(len(set(a[len(g):])) == 2 for a, g in zip(explored, greedy, strict=True))
+    assert all(len(set(a[len(g) :])) == 2 for a, g in zip(explored, greedy, strict=True))
     session.stop()
 
 

@@ -39,8 +39,15 @@ def _pause_after(session, steps, timeout=120.0):  # Ray actors start slowly on a
 @pytest.mark.slow  # about 20 s with Ray's start on a loaded machine
 def test_ray_replicas_explore_as_edited_and_env_calls_reach_every_actor():
     # DQN (Ape-X style): the actors choose the actions, so an exploration edit must reach them.
-    agent = wb.DQN(curriculum, learning_starts=0, train_freq=1_000_000, net_arch=(8,), n_envs=4,
-                   exploration=wb.EpsilonGreedy(0.0, 0.0), seed=0)
+    agent = wb.DQN(
+        curriculum,
+        learning_starts=0,
+        train_freq=1_000_000,
+        net_arch=(8,),
+        n_envs=4,
+        exploration=wb.EpsilonGreedy(0.0, 0.0),
+        seed=0,
+    )
     session = wb.Session(agent, curriculum, num_workers=2, backend="ray", sync_every=8, seed=0)
     session.start(1_000_000)
     _pause_after(session, 100)
@@ -52,7 +59,7 @@ def test_ray_replicas_explore_as_edited_and_env_calls_reach_every_actor():
     _pause_after(session, session.steps + 300)
     explored = session.call_env("taken")
     # The chunks in flight when the edit was made were collected greedily; the later ones explore.
-    assert all(len(set(a[-24:])) == 2 for a in explored), [a[len(g):] for a, g in zip(explored, greedy, strict=True)]
+    assert all(len(set(a[-24:])) == 2 for a in explored), [a[len(g) :] for a, g in zip(explored, greedy, strict=True)]
     with pytest.raises(EnvMethodError, match="CurriculumEnv has no method 'nope'"):
         session.call_env("nope")
     with pytest.raises(WorkerError, match="this env refuses"):

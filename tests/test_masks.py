@@ -84,7 +84,10 @@ def test_the_other_agents_with_masks_in_local_workers():
 def test_dqn_and_ppo_learn_with_masks():
     """The task is learnable only through the allowed target: both reach it."""
     dqn = dict(learning_starts=100, train_freq=4, gradient_steps=4, batch_size=32, target_update_interval=100)
-    for cls, kwargs, steps in ((wb.DQN, dqn, 1500), (wb.PPO, dict(n_steps=32, n_envs=4, batch_size=64, n_epochs=10), 2000)):
+    for cls, kwargs, steps in (
+        (wb.DQN, dqn, 1500),
+        (wb.PPO, dict(n_steps=32, n_envs=4, batch_size=64, n_epochs=10), 2000),
+    ):
         agent = cls(masked("method"), seed=0, **kwargs)
         wb.Session(agent, masked("method"), seed=0).run(steps=steps)
         assert np.mean(agent.play(MaskedTarget(mask_in="method"), episodes=3, seed=5)) >= 9.0, cls.__name__

@@ -112,7 +112,9 @@ def test_onnx_export_matches_the_agent(tmp_path, make):
     np.testing.assert_array_equal(got, agent.act(obs, deterministic=True))
 
 
-@pytest.mark.parametrize("space", [spaces.MultiDiscrete([2, 3]), spaces.MultiBinary(3)], ids=["MultiDiscrete", "MultiBinary"])
+@pytest.mark.parametrize(
+    "space", [spaces.MultiDiscrete([2, 3]), spaces.MultiBinary(3)], ids=["MultiDiscrete", "MultiBinary"]
+)
 def test_dqn_family_refuses_multi_actions_naming_the_agents_that_fit(space):
     for cls in (wb.DQN, wb.QRDQN, wb.C51, wb.Rainbow, wb.BCQ):
         with pytest.raises(ValueError, match=r"Agents that fit this space: A2C, PPO, RecurrentPPO\.$"):

@@ -21,9 +21,26 @@ def test_every_public_name_is_importable_and_documented():
 
 
 def test_contract_names_are_exported():
-    for name in ["DQN", "PPO", "Session", "Signal", "EpsilonGreedy", "GaussianNoise", "OrnsteinUhlenbeckNoise",
-                 "TruncatedNormalNoise", "load", "check_env", "linear", "sessions",
-                 "BC", "BCQ", "CQL", "IQL", "Dataset", "evaluate_offline"]:
+    for name in [
+        "DQN",
+        "PPO",
+        "Session",
+        "Signal",
+        "EpsilonGreedy",
+        "GaussianNoise",
+        "OrnsteinUhlenbeckNoise",
+        "TruncatedNormalNoise",
+        "load",
+        "check_env",
+        "linear",
+        "sessions",
+        "BC",
+        "BCQ",
+        "CQL",
+        "IQL",
+        "Dataset",
+        "evaluate_offline",
+    ]:
         assert name in wb.__all__
 
 

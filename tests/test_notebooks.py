@@ -20,8 +20,15 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 def test_there_are_notebooks_for_every_use():
     names = {p.name for p in NOTEBOOKS}
-    assert {"quickstart.ipynb", "custom_env.ipynb", "save_load_play.ipynb", "parallel_and_ray.ipynb",
-            "compare_runs.ipynb", "sweep.ipynb", "external.ipynb"} <= names
+    assert {
+        "quickstart.ipynb",
+        "custom_env.ipynb",
+        "save_load_play.ipynb",
+        "parallel_and_ray.ipynb",
+        "compare_runs.ipynb",
+        "sweep.ipynb",
+        "external.ipynb",
+    } <= names
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -52,8 +59,9 @@ def test_binder_uses_the_cpu_torch_index_and_installs_the_project():
 
 
 def _project_copy(dest: Path) -> Path:
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
-                           text=True, check=True).stdout.split()
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
     for name in files:
         src = ROOT / name
         if src.is_file():
@@ -72,22 +80,49 @@ def test_binder_steps_in_a_fresh_environment(tmp_path):
     pip = [str(bin_dir / "python"), "-m", "pip", "install", "-q"]
     # The torch line is satisfied by the local CPU wheel; index lines are dropped (no network to them here).
     subprocess.run([*pip, "torch==2.13.0"], check=True)
-    reqs = [line for line in (ROOT / "binder" / "requirements.txt").read_text().splitlines()
-            if line.strip() and not line.startswith(("#", "--"))]
+    reqs = [
+        line
+        for line in (ROOT / "binder" / "requirements.txt").read_text().splitlines()
+        if line.strip() and not line.startswith(("#", "--"))
+    ]
     (tmp_path / "reqs.txt").write_text("\n".join(reqs) + "\n")
     subprocess.run([*pip, "-r", str(tmp_path / "reqs.txt")], check=True)
     repo = _project_copy(tmp_path / "repo")
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "HOME": str(tmp_path / "home"),
-           "VIRTUAL_ENV": str(env_dir), "WB_QUICK": "1"}
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "HOME": str(tmp_path / "home"),
+        "VIRTUAL_ENV": str(env_dir),
+        "WB_QUICK": "1",
+    }
     env.pop("PYTHONPATH", None)
     subprocess.run(["bash", "binder/postBuild"], cwd=repo, env=env, check=True)
-    probe = subprocess.run([str(bin_dir / "python"), "-c", "import workbench, sys; print(workbench.__file__)"],
-                           cwd=tmp_path, env=env, capture_output=True, text=True, check=True)
+    probe = subprocess.run(
+        [str(bin_dir / "python"), "-c", "import workbench, sys; print(workbench.__file__)"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert str(env_dir) in probe.stdout  # the installed package, not this checkout
     out = tmp_path / "executed.ipynb"
-    subprocess.run([str(bin_dir / "jupyter"), "nbconvert", "--to", "notebook", "--execute",
-                    "--ExecutePreprocessor.timeout=600", "--output", str(out), "notebooks/quickstart.ipynb"],
-                   cwd=repo, env=env, check=True)
+    subprocess.run(
+        [
+            str(bin_dir / "jupyter"),
+            "nbconvert",
+            "--to",
+            "notebook",
+            "--execute",
+            "--ExecutePreprocessor.timeout=600",
+            "--output",
+            str(out),
+            "notebooks/quickstart.ipynb",
+        ],
+        cwd=repo,
+        env=env,
+        check=True,
+    )
     executed = json.loads(out.read_text())
     errors = [o for c in executed["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors

@@ -24,14 +24,27 @@ def _dataset(env_id: str, n: int = 300, seed: int = 0) -> wb.Dataset:
             rows[k].append(v)
         obs = env.reset()[0] if term or trunc else nxt
     lp = np.full(n, np.log(0.5)) if isinstance(env.action_space, gym.spaces.Discrete) else None
-    return wb.Dataset(np.array(rows["obs"]), np.array(rows["act"]), np.array(rows["rew"]), np.array(rows["next"]),
-                      np.array(rows["term"]), np.array(rows["trunc"]), lp,
-                      observation_space=env.observation_space, action_space=env.action_space)
+    return wb.Dataset(
+        np.array(rows["obs"]),
+        np.array(rows["act"]),
+        np.array(rows["rew"]),
+        np.array(rows["next"]),
+        np.array(rows["term"]),
+        np.array(rows["trunc"]),
+        lp,
+        observation_space=env.observation_space,
+        action_space=env.action_space,
+    )
 
 
 CASES = [
-    (wb.BC, "CartPole-v1"), (wb.BC, "Pendulum-v1"), (wb.BCQ, "CartPole-v1"), (wb.CQL, "CartPole-v1"),
-    (wb.CQL, "Pendulum-v1"), (wb.IQL, "CartPole-v1"), (wb.IQL, "Pendulum-v1"),
+    (wb.BC, "CartPole-v1"),
+    (wb.BC, "Pendulum-v1"),
+    (wb.BCQ, "CartPole-v1"),
+    (wb.CQL, "CartPole-v1"),
+    (wb.CQL, "Pendulum-v1"),
+    (wb.IQL, "CartPole-v1"),
+    (wb.IQL, "Pendulum-v1"),
 ]
 
 
@@ -116,8 +129,13 @@ def test_bcq_keeps_to_the_actions_the_data_holds():
     # The data only ever takes action 0; rewards say nothing about action 1. BCQ must not pick it.
     rng = np.random.default_rng(0)
     obs = rng.normal(size=(200, 4)).astype(np.float32)
-    ds = wb.Dataset.from_arrays(obs, np.zeros(200, dtype=np.int64), np.ones(200),
-                                episode_ids=np.repeat(np.arange(20), 10), action_space=gym.spaces.Discrete(2))
+    ds = wb.Dataset.from_arrays(
+        obs,
+        np.zeros(200, dtype=np.int64),
+        np.ones(200),
+        episode_ids=np.repeat(np.arange(20), 10),
+        action_space=gym.spaces.Discrete(2),
+    )
     agent = wb.BCQ(dataset=ds, net_arch=(32,), batch_size=32)
     for _ in range(300):
         agent.update()
@@ -158,13 +176,25 @@ def test_sac_starts_from_a_pendulum_dataset_then_fine_tunes_online():
 def test_cql_box_starts_by_imitating_the_data_for_bc_steps():
     rng = np.random.default_rng(0)
     obs = rng.normal(size=(200, 3)).astype(np.float32)
-    ds = wb.Dataset.from_arrays(obs, np.full((200, 1), 1.2, dtype=np.float32), np.zeros(200),
-                                episode_ids=np.repeat(np.arange(20), 10),
-                                action_space=gym.spaces.Box(-2.0, 2.0, (1,), np.float32))
+    ds = wb.Dataset.from_arrays(
+        obs,
+        np.full((200, 1), 1.2, dtype=np.float32),
+        np.zeros(200),
+        episode_ids=np.repeat(np.arange(20), 10),
+        action_space=gym.spaces.Box(-2.0, 2.0, (1,), np.float32),
+    )
     # no conservative term: after bc_steps nothing would hold the policy at the logged action
     # policy_average_tau=None: the trained policy acts (its 300-step average would still lag behind it)
-    agent = wb.CQL(dataset=ds, net_arch=(32,), batch_size=32, bc_steps=300, actor_lr=3e-3, cql_weight=0.0, seed=0,
-                   policy_average_tau=None)
+    agent = wb.CQL(
+        dataset=ds,
+        net_arch=(32,),
+        batch_size=32,
+        bc_steps=300,
+        actor_lr=3e-3,
+        cql_weight=0.0,
+        seed=0,
+        policy_average_tau=None,
+    )
     for _ in range(300):
         agent.update()
     np.testing.assert_allclose(agent.act(obs[:20], deterministic=True), 1.2, atol=0.2)
@@ -230,8 +260,14 @@ def test_cql_box_losses_follow_the_formula_with_and_without_the_entropy_backup(e
 
     import torch
 
-    agent = wb.CQL(dataset=_dataset("Pendulum-v1"), net_arch=(16, 16), batch_size=8, n_action_samples=3, seed=0,
-                   entropy_backup=entropy_backup)
+    agent = wb.CQL(
+        dataset=_dataset("Pendulum-v1"),
+        net_arch=(16, 16),
+        batch_size=8,
+        n_action_samples=3,
+        seed=0,
+        entropy_backup=entropy_backup,
+    )
     batch = agent.data.sample(8, agent.rng)
     state = agent.generator.get_state()
     b, n, c = 8, 3, agent.config
@@ -247,11 +283,14 @@ def test_cql_box_losses_follow_the_formula_with_and_without_the_entropy_backup(e
         random_a = torch.empty((b * n, 1)).uniform_(-1, 1, generator=agent.generator)
         q = agent._q(agent.critic, batch.obs, batch.actions.float())
         td = (q - target).pow(2).mean(1).sum()
-        samples = torch.cat([
-            agent._q(agent.critic, obs_rep, random_a).view(2, b, n) - math.log(0.5),
-            agent._q(agent.critic, obs_rep, pi_a).view(2, b, n) - pi_logp.view(1, b, n),
-            agent._q(agent.critic, obs_rep, npi_a).view(2, b, n) - npi_logp.view(1, b, n),
-        ], dim=2)
+        samples = torch.cat(
+            [
+                agent._q(agent.critic, obs_rep, random_a).view(2, b, n) - math.log(0.5),
+                agent._q(agent.critic, obs_rep, pi_a).view(2, b, n) - pi_logp.view(1, b, n),
+                agent._q(agent.critic, obs_rep, npi_a).view(2, b, n) - npi_logp.view(1, b, n),
+            ],
+            dim=2,
+        )
         conservative = (torch.logsumexp(samples, 2) - math.log(3 * n) - q).mean(1).sum()
     agent.generator.set_state(state)
     metrics = agent._learn(batch)
@@ -280,8 +319,16 @@ def test_offline_evaluate_without_eval_env_says_what_to_pass():
 
 def test_a_saved_offline_run_names_its_dataset_so_it_can_be_evaluated_again(tmp_path):
     ds = _dataset("Pendulum-v1", n=120)
-    ds = wb.Dataset.from_arrays(ds.observations, ds.actions, ds.rewards, ds.next_observations, ds.terminated,
-                                ds.truncated, np.full(len(ds), -1.0), action_space=ds.action_space)
+    ds = wb.Dataset.from_arrays(
+        ds.observations,
+        ds.actions,
+        ds.rewards,
+        ds.next_observations,
+        ds.terminated,
+        ds.truncated,
+        np.full(len(ds), -1.0),
+        action_space=ds.action_space,
+    )
     ds.save(tmp_path / "data")
     data = wb.Dataset.load(tmp_path / "data")
     assert data.path == str((tmp_path / "data").resolve()) or data.path == os.path.abspath(tmp_path / "data")

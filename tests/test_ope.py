@@ -19,8 +19,14 @@ def _bandit(n=400, seed=0):
     obs = rng.normal(size=(n, 2)).astype(np.float32)
     actions = rng.integers(0, 2, n)
     rewards = (actions == 1).astype(np.float64)
-    return wb.Dataset.from_arrays(obs, actions, rewards, terminated=np.ones(n), log_probs=np.full(n, np.log(0.5)),
-                                  action_space=gym.spaces.Discrete(2))
+    return wb.Dataset.from_arrays(
+        obs,
+        actions,
+        rewards,
+        terminated=np.ones(n),
+        log_probs=np.full(n, np.log(0.5)),
+        action_space=gym.spaces.Discrete(2),
+    )
 
 
 class _Always:
@@ -67,8 +73,14 @@ def test_sequential_case_by_hand():
     obs = np.zeros((4, 1))
     actions = np.array([1, 1, 1, 0])
     rewards = np.array([1.0, 2.0, 1.0, 5.0])
-    ds = wb.Dataset.from_arrays(obs, actions, rewards, terminated=[0, 1, 0, 1], log_probs=np.log([0.5, 0.25, 0.5, 0.5]),
-                                action_space=gym.spaces.Discrete(2))
+    ds = wb.Dataset.from_arrays(
+        obs,
+        actions,
+        rewards,
+        terminated=[0, 1, 0, 1],
+        log_probs=np.log([0.5, 0.25, 0.5, 0.5]),
+        action_space=gym.spaces.Discrete(2),
+    )
     pi = _one_hot(4, 1)
     zero = np.zeros((4, 2))
     gamma = 0.5
@@ -110,8 +122,9 @@ def test_errors():
         wb.evaluate_offline(_Always(1), box)
     with pytest.raises(DatasetError, match="log-density of each logged action"):  # Box actions need log_probs
         wb.evaluate_offline(_Fixed(0.0), box)
-    multi = wb.Dataset.from_arrays(np.zeros((5, 2)), np.zeros((5, 2)), np.zeros(5),
-                                   action_space=gym.spaces.MultiBinary(2))
+    multi = wb.Dataset.from_arrays(
+        np.zeros((5, 2)), np.zeros((5, 2)), np.zeros(5), action_space=gym.spaces.MultiBinary(2)
+    )
     with pytest.raises(DatasetError, match="Discrete or Box actions"):
         wb.evaluate_offline(_Always(1), multi)
     with pytest.raises(DatasetError, match="rows"):
@@ -154,8 +167,12 @@ def test_evaluate_offline_checks_every_argument_at_the_call(name, value, allowed
 
 @pytest.mark.parametrize(
     ("kwargs", "name"),
-    [({"gamma": 1.5}, "gamma"), ({"confidence": 1.0}, "confidence"), ({"n_bootstrap": -1}, "n_bootstrap"),
-     ({"seed": -1}, "seed")],
+    [
+        ({"gamma": 1.5}, "gamma"),
+        ({"confidence": 1.0}, "confidence"),
+        ({"n_bootstrap": -1}, "n_bootstrap"),
+        ({"seed": -1}, "seed"),
+    ],
 )
 def test_estimate_checks_its_arguments(kwargs, name):
     ds = _bandit(n=20)
@@ -212,9 +229,14 @@ def test_continuous_dr_and_sdr_by_hand():
     # Two episodes: row 0 (terminated); rows 1, 2 (row 2 terminated). Actions in Box(-1, 1), the behaviour
     # uniform on it (density 1/2), the target always 0, a kernel of bandwidth 0.5 (sigma 0.5 here).
     space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
-    ds = wb.Dataset.from_arrays(np.zeros((3, 2)), np.array([[0.1], [-0.5], [0.3]]), np.array([1.0, 0.2, 0.4]),
-                                terminated=[True, False, True], log_probs=np.full(3, math.log(0.5)),
-                                action_space=space)
+    ds = wb.Dataset.from_arrays(
+        np.zeros((3, 2)),
+        np.array([[0.1], [-0.5], [0.3]]),
+        np.array([1.0, 0.2, 0.4]),
+        terminated=[True, False, True],
+        log_probs=np.full(3, math.log(0.5)),
+        action_space=space,
+    )
     target = np.zeros((3, 1))
     q, v, v_next = np.array([0.8, 0.5, 0.3]), np.array([0.9, 0.6, 0.35]), np.array([7.0, 0.45, 9.0])
 
@@ -239,8 +261,14 @@ def _continuous_bandit(n=600, seed=0):
     rng = np.random.default_rng(seed)
     a = np.clip(rng.normal(0.0, 0.5, size=n), -1, 1)
     log_probs = -0.5 * (a / 0.5) ** 2 - math.log(0.5 * math.sqrt(2 * math.pi))
-    return wb.Dataset.from_arrays(rng.normal(size=(n, 2)), a[:, None], -((a - 0.3) ** 2), terminated=np.ones(n),
-                                  log_probs=log_probs, action_space=gym.spaces.Box(-1.0, 1.0, (1,), np.float32))
+    return wb.Dataset.from_arrays(
+        rng.normal(size=(n, 2)),
+        a[:, None],
+        -((a - 0.3) ** 2),
+        terminated=np.ones(n),
+        log_probs=log_probs,
+        action_space=gym.spaces.Box(-1.0, 1.0, (1,), np.float32),
+    )
 
 
 def test_continuous_fqe_and_dr_recover_a_known_value():

@@ -20,8 +20,9 @@ def test_the_wheel_ships_py_typed(tmp_path, monkeypatch):
     build_meta = pytest.importorskip("setuptools.build_meta")
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(os.path.join(ROOT, name), tmp_path / name)
-    shutil.copytree(os.path.join(ROOT, "workbench"), tmp_path / "workbench",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        os.path.join(ROOT, "workbench"), tmp_path / "workbench", ignore=shutil.ignore_patterns("__pycache__")
+    )
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["setup.py"])
     (tmp_path / "dist").mkdir()

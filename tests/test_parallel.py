@@ -163,12 +163,14 @@ def test_auto_probe_measures_real_envs():
     # step (CPU time, which waiting for a busy core does not add to); an env that sleeps 5 ms a step
     # is slow and mostly waits, so it goes to workers however busy the machine is. The best of three
     # probes: a burst of other processes' work can make one probe's CPU share look high.
-    cheap = min((choose_backend("CartPole-v1", num_workers=8) for _ in range(3)),
-                key=lambda c: c.step_seconds * c.cpu_fraction)
+    cheap = min(
+        (choose_backend("CartPole-v1", num_workers=8) for _ in range(3)), key=lambda c: c.step_seconds * c.cpu_fraction
+    )
     assert "in-process" in cheap.reason and "ms" in cheap.reason
     assert cheap.step_seconds * cheap.cpu_fraction < 1e-3
-    slow = min((choose_backend(lambda: CountEnv(delay=0.005), num_workers=8) for _ in range(3)),
-               key=lambda c: c.cpu_fraction)
+    slow = min(
+        (choose_backend(lambda: CountEnv(delay=0.005), num_workers=8) for _ in range(3)), key=lambda c: c.cpu_fraction
+    )
     assert slow.backend == "local", slow.reason
     assert slow.step_seconds >= 0.005 and slow.cpu_fraction < 0.5
     # Sleeping 5 ms costs 5 ms by the wall clock, and far more than a CartPole step's computing: a ratio
@@ -185,8 +187,12 @@ def test_auto_keeps_cheap_envs_in_process_and_sends_slow_ones_to_workers(monkeyp
     clock = _ProbeClock()
     monkeypatch.setattr(parallel, "time", clock)
     monkeypatch.setattr(parallel, "_queued_seconds", lambda: clock.queued)
-    cases = [(2, 20e-6, 20e-6, "inprocess"), (1, 5e-3, 50e-6, "local"), (2, 5e-3, 5e-3, "local"),
-             (1, 5e-3, 5e-3, "inprocess")]
+    cases = [
+        (2, 20e-6, 20e-6, "inprocess"),
+        (1, 5e-3, 50e-6, "local"),
+        (2, 5e-3, 5e-3, "local"),
+        (1, 5e-3, 5e-3, "inprocess"),
+    ]
     for cores, wall, cpu, expected in cases:
         monkeypatch.setattr(parallel, "_cores", lambda n=cores: n)
         choice = choose_backend(lambda w=wall, c=cpu: ClockedEnv(clock, w, c), num_workers=8)
@@ -256,7 +262,11 @@ def test_local_runner_seeds_each_env_like_the_in_process_one():
 def test_ppo_learns_cartpole_with_four_local_workers():
     agent = wb.PPO("CartPole-v1", seed=0)
     session = wb.Session(
-        agent, cartpole, num_workers=4, backend="local", seed=0,
+        agent,
+        cartpole,
+        num_workers=4,
+        backend="local",
+        seed=0,
         stop_when=lambda s: s.signals["episode_reward"].mean(last=10) >= 200,
     )
     session.run(40_000)
@@ -271,12 +281,23 @@ def test_ppo_learns_cartpole_with_four_local_workers():
 @pytest.mark.slow
 def test_dqn_learns_cartpole_with_four_local_workers():
     agent = wb.DQN(
-        "CartPole-v1", seed=0, net_arch=(64, 64), learning_rate=1e-3, learning_starts=500, train_freq=16,
-        gradient_steps=8, target_update_interval=250, buffer_size=20_000,
+        "CartPole-v1",
+        seed=0,
+        net_arch=(64, 64),
+        learning_rate=1e-3,
+        learning_starts=500,
+        train_freq=16,
+        gradient_steps=8,
+        target_update_interval=250,
+        buffer_size=20_000,
         exploration=wb.EpsilonGreedy(1.0, 0.05, 0.25),
     )
     session = wb.Session(
-        agent, cartpole, num_workers=4, backend="local", seed=0,
+        agent,
+        cartpole,
+        num_workers=4,
+        backend="local",
+        seed=0,
         stop_when=lambda s: s.signals["episode_reward"].mean(last=10) >= 150,
     )
     session.run(25_000)
@@ -413,9 +434,7 @@ def test_workers_end_with_the_interpreter(how):
     """A script (or kernel) that ends mid-run, even killed, takes its workers with it."""
     import subprocess
 
-    out = subprocess.run(
-        [sys.executable, "-c", _EXITING_SCRIPT, how], capture_output=True, text=True, timeout=60
-    )
+    out = subprocess.run([sys.executable, "-c", _EXITING_SCRIPT, how], capture_output=True, text=True, timeout=60)
     pids = [int(p) for p in out.stdout.split()]
     assert len(pids) == 3, out.stderr
     deadline = time.monotonic() + 5
@@ -438,7 +457,9 @@ class _RecordingRay:
 
 @pytest.mark.parametrize("fail", [False, True])
 @pytest.mark.parametrize("user_path", [None, "/somewhere/of/the/user"])
-def test_a_private_ray_starts_with_lean_imports_first_and_leaves_the_environment_as_it_was(monkeypatch, fail, user_path):
+def test_a_private_ray_starts_with_lean_imports_first_and_leaves_the_environment_as_it_was(
+    monkeypatch, fail, user_path
+):
     pytest.importorskip("ray")
     from workbench.parallel.ray_start import LEAN_IMPORTS_DIR as _LEAN_IMPORTS_DIR
     from workbench.parallel.ray_start import init_private_ray as _init_private_ray

@@ -18,7 +18,9 @@ from workbench.sweeps.pbt import _parse_space, load_state
 
 
 def tiny_ppo(**hp):
-    return wb.PPO("CartPole-v1", **{"n_steps": 64, "batch_size": 64, "n_epochs": 1, "net_arch": (8,), "n_envs": 1, **hp})
+    return wb.PPO(
+        "CartPole-v1", **{"n_steps": 64, "batch_size": 64, "n_epochs": 1, "net_arch": (8,), "n_envs": 1, **hp}
+    )
 
 
 SPACE = {"learning_rate": (1e-4, 1e-2), "ent_coef": (0.0, 0.05)}
@@ -46,39 +48,75 @@ RIGGED = dict(metric="rigged", window=1, session_kwargs={"stop_when": rigged})
 
 def test_a_field_that_is_not_live_is_refused_by_name_listing_the_editable_ones(tmp_path):
     for make in (wb.PPO, tiny_ppo):
-        with pytest.raises(wb.ArgumentError, match=r"'n_steps', which PPO cannot change while it trains.*learning_rate") as e:
-            wb.pbt(make, "CartPole-v1", population=2, space={"learning_rate": (1e-4, 1e-3), "n_steps": [32, 64]},
-                   steps=256, interval=128, directory=tmp_path / "p", start=False)
+        with pytest.raises(
+            wb.ArgumentError, match=r"'n_steps', which PPO cannot change while it trains.*learning_rate"
+        ) as e:
+            wb.pbt(
+                make,
+                "CartPole-v1",
+                population=2,
+                space={"learning_rate": (1e-4, 1e-3), "n_steps": [32, 64]},
+                steps=256,
+                interval=128,
+                directory=tmp_path / "p",
+                start=False,
+            )
         assert "ent_coef" in str(e.value) and "clip_range" in str(e.value)
+
     def fixes_net_arch(**hp):  # the usual make_agent: a searched name it also fixes is given twice
         return wb.PPO("CartPole-v1", net_arch=(8,), n_steps=64, **hp)
 
     with pytest.raises(wb.ArgumentError, match=r"'net_arch', which PPO cannot change while it trains"):
-        wb.pbt(fixes_net_arch, "CartPole-v1", population=2, space={"net_arch": [(8,), (16,)]}, steps=256,
-               interval=128, directory=tmp_path / "p", start=False)
+        wb.pbt(
+            fixes_net_arch,
+            "CartPole-v1",
+            population=2,
+            space={"net_arch": [(8,), (16,)]},
+            steps=256,
+            interval=128,
+            directory=tmp_path / "p",
+            start=False,
+        )
     with pytest.raises(wb.ArgumentError, match=r"'learning_rte'.*Did you mean learning_rate"):
-        wb.pbt(wb.PPO, "CartPole-v1", population=2, space={"learning_rte": (1e-4, 1e-3)}, steps=256,
-               interval=128, directory=tmp_path / "p", start=False)
+        wb.pbt(
+            wb.PPO,
+            "CartPole-v1",
+            population=2,
+            space={"learning_rte": (1e-4, 1e-3)},
+            steps=256,
+            interval=128,
+            directory=tmp_path / "p",
+            start=False,
+        )
     assert not (tmp_path / "p").exists()  # nothing was written or started
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"population": 1}, "at least 2 members"),
-    ({"quantile": 0.75}, r"quantile=0.75.*\(0, 0.5\]"),
-    ({"perturb": (0.8,)}, "two positive factors"),
-    ({"perturb": (-1.0, 1.2)}, "two positive factors"),
-    ({"resample_p": 1.5}, "probability"),
-    ({"backend": "slurm"}, "backend='slurm'"),
-    ({"interval": 512}, "interval=512 > steps=256"),
-    ({"parallel": 5}, "parallel=5"),
-    ({"space": {}}, "non-empty dict"),
-    ({"space": {"learning_rate": (1e-2, 1e-4)}}, "low < high"),
-    ({"space": {"learning_rate": 1e-3}}, "not a search range"),
-    ({"metric": ""}, "metric=''"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"population": 1}, "at least 2 members"),
+        ({"quantile": 0.75}, r"quantile=0.75.*\(0, 0.5\]"),
+        ({"perturb": (0.8,)}, "two positive factors"),
+        ({"perturb": (-1.0, 1.2)}, "two positive factors"),
+        ({"resample_p": 1.5}, "probability"),
+        ({"backend": "slurm"}, "backend='slurm'"),
+        ({"interval": 512}, "interval=512 > steps=256"),
+        ({"parallel": 5}, "parallel=5"),
+        ({"space": {}}, "non-empty dict"),
+        ({"space": {"learning_rate": (1e-2, 1e-4)}}, "low < high"),
+        ({"space": {"learning_rate": 1e-3}}, "not a search range"),
+        ({"metric": ""}, "metric=''"),
+    ],
+)
 def test_bad_arguments_are_named(tmp_path, kwargs, match):
-    args = dict(population=2, space={"learning_rate": (1e-4, 1e-2)}, steps=256, interval=128,
-                directory=tmp_path / "p", start=False)
+    args = dict(
+        population=2,
+        space={"learning_rate": (1e-4, 1e-2)},
+        steps=256,
+        interval=128,
+        directory=tmp_path / "p",
+        start=False,
+    )
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
         wb.pbt(tiny_ppo, "CartPole-v1", **args)
@@ -134,8 +172,17 @@ def test_exploit_copies_the_replay_memory_when_asked(tmp_path):
 
 
 def test_exploit_by_hand_records_who_copied_whom_and_explores_through_set(tmp_path):
-    p = wb.pbt(tiny_ppo, "CartPole-v1", population=2, space={**SPACE, "n_epochs": [1, 2, 3]}, steps=256,
-               interval=128, directory=tmp_path / "p", start=False, seed=3)
+    p = wb.pbt(
+        tiny_ppo,
+        "CartPole-v1",
+        population=2,
+        space={**SPACE, "n_epochs": [1, 2, 3]},
+        steps=256,
+        interval=128,
+        directory=tmp_path / "p",
+        start=False,
+        seed=3,
+    )
     for s in p.members:
         s.run(64)
     before = p.values()[1]
@@ -168,8 +215,18 @@ def test_exploit_by_hand_records_who_copied_whom_and_explores_through_set(tmp_pa
 
 
 def test_population_runs_exploits_the_bottom_and_saves_its_state(tmp_path):
-    p = wb.pbt(tiny_ppo, "CartPole-v1", population=3, space=SPACE, steps=192, interval=64, quantile=0.34,
-               directory=tmp_path / "p", seed=0, **RIGGED)
+    p = wb.pbt(
+        tiny_ppo,
+        "CartPole-v1",
+        population=3,
+        space=SPACE,
+        steps=192,
+        interval=64,
+        quantile=0.34,
+        directory=tmp_path / "p",
+        seed=0,
+        **RIGGED,
+    )
     assert p.status in ("running", "finished")
     assert p.wait(timeout=120) and p.status == "finished"
     assert all(isinstance(s, wb.Session) and s.steps >= 192 for s in p.members)
@@ -190,8 +247,16 @@ def test_population_runs_exploits_the_bottom_and_saves_its_state(tmp_path):
 
 
 def test_eval_reward_is_scored_by_evaluating_each_member(tmp_path):
-    p = wb.pbt(tiny_ppo, "CartPole-v1", population=2, space=SPACE, steps=128, interval=64, eval_episodes=1,
-               directory=tmp_path / "p")
+    p = wb.pbt(
+        tiny_ppo,
+        "CartPole-v1",
+        population=2,
+        space=SPACE,
+        steps=128,
+        interval=64,
+        eval_episodes=1,
+        directory=tmp_path / "p",
+    )
     p.wait(timeout=120)
     for s, curve in zip(p.members, p.curves(), strict=True):
         assert [step for step, _ in curve] == [64, 128]
@@ -199,8 +264,16 @@ def test_eval_reward_is_scored_by_evaluating_each_member(tmp_path):
 
 
 def test_pause_resume_stop_and_resume_from_its_directory(tmp_path):
-    p = wb.pbt(tiny_ppo, "CartPole-v1", population=2, space=SPACE, steps=2_048, interval=128,
-               directory=tmp_path / "p", **RIGGED)
+    p = wb.pbt(
+        tiny_ppo,
+        "CartPole-v1",
+        population=2,
+        space=SPACE,
+        steps=2_048,
+        interval=128,
+        directory=tmp_path / "p",
+        **RIGGED,
+    )
     wait_until(lambda: all(s.steps > 0 for s in p.members))
     p.pause()
     assert p.status == "paused" and all(s.status != "running" for s in p.members)
@@ -212,8 +285,17 @@ def test_pause_resume_stop_and_resume_from_its_directory(tmp_path):
     assert all(0 < n < 2_048 for n in steps), steps
     events = len(p.events)
     # a later process: the same call (or wb.Population.open) picks the population up where it was saved
-    q = wb.pbt(tiny_ppo, "CartPole-v1", population=2, space=SPACE, steps=2_048, interval=128,
-               directory=tmp_path / "p", start=False, **RIGGED)
+    q = wb.pbt(
+        tiny_ppo,
+        "CartPole-v1",
+        population=2,
+        space=SPACE,
+        steps=2_048,
+        interval=128,
+        directory=tmp_path / "p",
+        start=False,
+        **RIGGED,
+    )
     assert [s.steps for s in q.members] == steps and len(q.events) == events
     assert q.curves() == p.curves()
     for mine, theirs in zip(q.values(), p.values(), strict=True):
@@ -221,13 +303,22 @@ def test_pause_resume_stop_and_resume_from_its_directory(tmp_path):
     r = wb.Population.open(tmp_path / "p", session_kwargs={"stop_when": rigged})
     assert r.metric == "rigged" and [s.steps for s in r.members] == steps
     with pytest.raises(ValueError, match="other settings"):
-        wb.pbt(tiny_ppo, "CartPole-v1", population=3, space=SPACE, steps=2_048, interval=128,
-               directory=tmp_path / "p", start=False)
+        wb.pbt(
+            tiny_ppo,
+            "CartPole-v1",
+            population=3,
+            space=SPACE,
+            steps=2_048,
+            interval=128,
+            directory=tmp_path / "p",
+            start=False,
+        )
 
 
 def test_resumed_population_finishes(tmp_path):
-    p = wb.pbt(tiny_ppo, "CartPole-v1", population=2, space=SPACE, steps=128, interval=64,
-               directory=tmp_path / "p", **RIGGED)
+    p = wb.pbt(
+        tiny_ppo, "CartPole-v1", population=2, space=SPACE, steps=128, interval=64, directory=tmp_path / "p", **RIGGED
+    )
     p.stop()
     q = wb.Population.open(tmp_path / "p", session_kwargs={"stop_when": rigged}).start()
     q.wait(timeout=120)
@@ -235,8 +326,9 @@ def test_resumed_population_finishes(tmp_path):
 
 
 def test_one_member_paused_and_one_stopped_by_hand(tmp_path):
-    p = wb.pbt(tiny_ppo, "CartPole-v1", population=3, space=SPACE, steps=256, interval=64,
-               directory=tmp_path / "p", **RIGGED)
+    p = wb.pbt(
+        tiny_ppo, "CartPole-v1", population=3, space=SPACE, steps=256, interval=64, directory=tmp_path / "p", **RIGGED
+    )
     p.pause_member(1)
     p.stop_member(2)
     assert p.member_status(2) == "retired"
@@ -257,8 +349,10 @@ def test_pbt_is_public_and_loads_without_optuna():
     import subprocess
     import sys
 
-    code = ("import sys; sys.modules['optuna'] = None; import workbench as wb; "
-            "print(wb.pbt.__name__, wb.Population.__name__)")
+    code = (
+        "import sys; sys.modules['optuna'] = None; import workbench as wb; "
+        "print(wb.pbt.__name__, wb.Population.__name__)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=os.getcwd())
     assert out.stdout.strip() == "pbt Population", out.stderr
     assert wb.pbt.__module__ == "workbench.sweeps.pbt" and wb.Population.__name__ == "Population"
@@ -272,8 +366,18 @@ def test_the_dashboard_draws_curves_lineage_and_rows_and_its_buttons_steer_membe
     pytest.importorskip("ipywidgets")
     import workbench.ui.population_view  # noqa: F401  (imported before the population runs: plotly loads slowly)
 
-    p = wb.pbt(tiny_ppo, "CartPole-v1", population=3, space=SPACE, steps=320, interval=64, quantile=0.34,
-               directory=tmp_path / "p", start=False, **RIGGED)
+    p = wb.pbt(
+        tiny_ppo,
+        "CartPole-v1",
+        population=3,
+        space=SPACE,
+        steps=320,
+        interval=64,
+        quantile=0.34,
+        directory=tmp_path / "p",
+        start=False,
+        **RIGGED,
+    )
     view = p.dashboard()
     try:
         assert len(view.rows) == 3 and view.buttons["Pause"].disabled and not view.buttons["Start"].disabled
@@ -312,8 +416,16 @@ def test_a_population_shows_its_dashboard_once_in_a_notebook(tmp_path, monkeypat
     pytest.importorskip("IPython")
     shown = []
     monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
-    p = wb.pbt(tiny_ppo, "CartPole-v1", population=2, space=SPACE, steps=128, interval=64,
-               directory=tmp_path / "p", start=False)
+    p = wb.pbt(
+        tiny_ppo,
+        "CartPole-v1",
+        population=2,
+        space=SPACE,
+        steps=128,
+        interval=64,
+        directory=tmp_path / "p",
+        start=False,
+    )
     p._ipython_display_()
     p._ipython_display_()
     assert len(shown) == 2 and type(shown[0]).__name__ == "PopulationDashboard"
@@ -332,9 +444,25 @@ def test_workbench_pbt_runs_resumes_and_refuses_a_fixed_field(tmp_path, capsys, 
         "def make_agent(**hp):\n"
         "    return wb.PPO('CartPole-v1', n_steps=64, batch_size=64, n_epochs=1, net_arch=(8,), n_envs=1, **hp)\n"
     )
-    args = ["pbt", "tune.py:make_agent", "CartPole-v1", "--space", "learning_rate=1e-4..1e-2", "--space",
-            "clip_range=[0.1, 0.2, 0.3]", "--population", "2", "--steps", "192", "--interval", "64",
-            "--eval-episodes", "1", "--dir", "pop"]
+    args = [
+        "pbt",
+        "tune.py:make_agent",
+        "CartPole-v1",
+        "--space",
+        "learning_rate=1e-4..1e-2",
+        "--space",
+        "clip_range=[0.1, 0.2, 0.3]",
+        "--population",
+        "2",
+        "--steps",
+        "192",
+        "--interval",
+        "64",
+        "--eval-episodes",
+        "1",
+        "--dir",
+        "pop",
+    ]
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "population 'pop'" in out and "finished: best eval_reward=" in out and "clip_range" in out
@@ -362,8 +490,18 @@ def test_workbench_pbt_runs_resumes_and_refuses_a_fixed_field(tmp_path, capsys, 
 def test_ray_backend_steps_each_members_envs_on_ray_actors(tmp_path):
     ray = pytest.importorskip("ray")
     try:
-        p = wb.pbt(tiny_ppo, "CartPole-v1", population=2, space=SPACE, steps=128, interval=64, backend="ray",
-                   directory=tmp_path / "p", eval_episodes=1, session_kwargs={"num_workers": 1, "ray_acting": "learner"})
+        p = wb.pbt(
+            tiny_ppo,
+            "CartPole-v1",
+            population=2,
+            space=SPACE,
+            steps=128,
+            interval=64,
+            backend="ray",
+            directory=tmp_path / "p",
+            eval_episodes=1,
+            session_kwargs={"num_workers": 1, "ray_acting": "learner"},
+        )
         assert all(s.backend == "ray" for s in p.members)
         assert p.wait(timeout=500) and p.status == "finished", p.error
         assert all(s.steps >= 128 for s in p.members), p.table()
@@ -372,5 +510,14 @@ def test_ray_backend_steps_each_members_envs_on_ray_actors(tmp_path):
     finally:
         ray.shutdown()
     with pytest.raises(ValueError, match="ray_address"):
-        wb.pbt(tiny_ppo, "CartPole-v1", population=2, space=SPACE, steps=128, interval=64,
-               ray_address="auto", directory=tmp_path / "q", start=False)
+        wb.pbt(
+            tiny_ppo,
+            "CartPole-v1",
+            population=2,
+            space=SPACE,
+            steps=128,
+            interval=64,
+            ray_address="auto",
+            directory=tmp_path / "q",
+            start=False,
+        )

@@ -25,23 +25,66 @@ def test_pendulum_sac_preset_is_ready_to_train():
     ("env_id", "agent", "cls", "steps", "values"),
     [
         ("CartPole-v1", "ppo", wb.PPO, 100_000, {"n_envs": 8, "n_steps": 32, "gae_lambda": 0.8, "n_epochs": 20}),
-        ("CartPole-v1", "dqn", wb.DQN, 50_000, {"learning_rate": 2.3e-3, "train_freq": 256, "gradient_steps": 128,
-                                                  "double_q": False}),  # SB3's DQN: no double Q
+        (
+            "CartPole-v1",
+            "dqn",
+            wb.DQN,
+            50_000,
+            {"learning_rate": 2.3e-3, "train_freq": 256, "gradient_steps": 128, "double_q": False},
+        ),  # SB3's DQN: no double Q
         ("CartPole-v1", "a2c", wb.A2C, 500_000, {"n_envs": 8, "ent_coef": 0.0, "n_steps": 5}),
-        ("Acrobot-v1", "dqn", wb.DQN, 100_000, {"learning_rate": 6.3e-4, "target_update_interval": 250,
-                                                 "gradient_steps": -1, "learning_starts": 0}),
+        (
+            "Acrobot-v1",
+            "dqn",
+            wb.DQN,
+            100_000,
+            {"learning_rate": 6.3e-4, "target_update_interval": 250, "gradient_steps": -1, "learning_starts": 0},
+        ),
         ("Pendulum-v1", "td3", wb.TD3, 20_000, {"gamma": 0.98, "learning_starts": 10_000, "net_arch": (400, 300)}),
         ("Pendulum-v1", "ddpg", wb.DDPG, 20_000, {"gamma": 0.98, "buffer_size": 200_000, "policy_delay": 1}),
         ("MountainCarContinuous-v0", "sac", wb.SAC, 50_000, {"ent_coef": 0.1, "batch_size": 512, "gamma": 0.9999}),
-        ("MountainCarContinuous-v0", "a2c", wb.A2C, 100_000, {"use_sde": True, "sde_sample_freq": 16,
-                                                               "ortho_init": False, "normalize_observations": True}),
+        (
+            "MountainCarContinuous-v0",
+            "a2c",
+            wb.A2C,
+            100_000,
+            {"use_sde": True, "sde_sample_freq": 16, "ortho_init": False, "normalize_observations": True},
+        ),
         ("Pendulum-v1", "ppo", wb.PPO, 100_000, {"use_sde": True, "sde_sample_freq": 4, "gamma": 0.9}),
-        ("Acrobot-v1", "ppo", wb.PPO, 1_000_000, {"n_envs": 16, "n_steps": 256, "gae_lambda": 0.94, "n_epochs": 4,
-                                                  "learning_rate": 3e-4, "normalize_observations": True}),
-        ("Pendulum-v1", "a2c", wb.A2C, 1_000_000, {"use_sde": True, "log_std_init": -2.0, "vf_coef": 0.4,
-                                                    "learning_rate": wb.linear(7e-4, 0.0), "normalize_rewards": True}),
-        ("MountainCarContinuous-v0", "ppo", wb.PPO, 20_000, {"n_steps": 8, "log_std_init": -3.29, "vf_coef": 0.19,
-                                                              "normalize_rewards": True, "use_sde": True}),
+        (
+            "Acrobot-v1",
+            "ppo",
+            wb.PPO,
+            1_000_000,
+            {
+                "n_envs": 16,
+                "n_steps": 256,
+                "gae_lambda": 0.94,
+                "n_epochs": 4,
+                "learning_rate": 3e-4,
+                "normalize_observations": True,
+            },
+        ),
+        (
+            "Pendulum-v1",
+            "a2c",
+            wb.A2C,
+            1_000_000,
+            {
+                "use_sde": True,
+                "log_std_init": -2.0,
+                "vf_coef": 0.4,
+                "learning_rate": wb.linear(7e-4, 0.0),
+                "normalize_rewards": True,
+            },
+        ),
+        (
+            "MountainCarContinuous-v0",
+            "ppo",
+            wb.PPO,
+            20_000,
+            {"n_steps": 8, "log_std_init": -3.29, "vf_coef": 0.19, "normalize_rewards": True, "use_sde": True},
+        ),
     ],
 )
 def test_presets_carry_the_zoo_settings(env_id, agent, cls, steps, values):
@@ -109,7 +152,12 @@ def test_cli_train_uses_the_preset_and_its_budget(monkeypatch, capsys):
         ("CartPole-v1", "qrdqn", wb.QRDQN, {"n_quantiles": 10, "train_freq": 256, "gradient_steps": 128}),
         ("Acrobot-v1", "qrdqn", wb.QRDQN, {"n_quantiles": 25, "target_update_interval": 250, "learning_starts": 0}),
         ("CartPole-v1", "rainbow", wb.Rainbow, {"noisy": True, "n_step": 3, "v_max": 100.0}),
-        ("CartPoleNoVel-v1", "recurrentppo", wb.RecurrentPPO, {"n_envs": 8, "n_steps": 32, "normalize_observations": True}),
+        (
+            "CartPoleNoVel-v1",
+            "recurrentppo",
+            wb.RecurrentPPO,
+            {"n_envs": 8, "n_steps": 32, "normalize_observations": True},
+        ),
     ],
 )
 def test_issue_19_presets(env_id, agent, cls, values):
@@ -175,8 +223,11 @@ def test_atari_a2c_preset_steps_with_the_zoos_tensorflow_rmsprop():
     from workbench.agents.a2c import RMSpropTFLike
 
     spec = wb.PRESETS[("BreakoutNoFrameskip-v4", "a2c")]
-    agent = wb.A2C(observation_space=spaces.Box(0, 255, (4, 84, 84), np.uint8), action_space=spaces.Discrete(4),
-                   **spec.hyperparameters)
+    agent = wb.A2C(
+        observation_space=spaces.Box(0, 255, (4, 84, 84), np.uint8),
+        action_space=spaces.Discrete(4),
+        **spec.hyperparameters,
+    )
     opt = agent.optimizer
     assert isinstance(opt, RMSpropTFLike) and opt.defaults["eps"] == 1e-5 and opt.defaults["alpha"] == 0.99
     # The classic-control presets keep PyTorch's RMSprop (the zoo's default A2C optimizer there).

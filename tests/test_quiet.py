@@ -56,8 +56,9 @@ def _cartpole():
 def test_local_workers_run_without_a_warning_or_any_output(capfd):
     with warnings.catch_warnings():
         warnings.filterwarnings("error", module=r"workbench(\.|$)")
-        session = wb.Session(wb.PPO(_cartpole, n_envs=2, n_steps=16, batch_size=32), _cartpole, seed=0,
-                             num_workers=2, backend="local")
+        session = wb.Session(
+            wb.PPO(_cartpole, n_envs=2, n_steps=16, batch_size=32), _cartpole, seed=0, num_workers=2, backend="local"
+        )
         session.run(steps=96)
     assert session.status == "finished", session.error
     out, err = capfd.readouterr()  # the workers' processes write to the same stdout and stderr
@@ -91,8 +92,9 @@ def test_a_script_on_the_private_ray_prints_no_warning_or_notice(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
     env.pop("RAY_AUTH_MODE", None)  # Ray's default: token authentication on, and its notice
     env.pop("RAY_ADDRESS", None)
-    done = subprocess.run([sys.executable, "-c", SCRIPT], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=500)
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=500
+    )
     output = done.stdout + done.stderr
     assert done.returncode == 0, output
     assert done.stdout.strip() == "done", output
@@ -113,8 +115,9 @@ def test_the_parallel_notebook_runs_with_project_warnings_as_errors_and_prints_n
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     nb = nbformat.read(ROOT / "notebooks" / "parallel_and_ray.ipynb", as_version=4)
     nb.cells.insert(0, nbformat.v4.new_code_cell(PROJECT_WARNINGS_AS_ERRORS))
-    nbclient.NotebookClient(nb, timeout=500, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    nbclient.NotebookClient(
+        nb, timeout=500, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
     printed = []
     for i, cell in enumerate(nb.cells):
         for output in cell.get("outputs", []):

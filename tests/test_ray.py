@@ -65,7 +65,11 @@ def _running_runner(session):
 def test_ppo_learns_cartpole_with_four_ray_workers():
     agent = wb.PPO("CartPole-v1", seed=0)
     session = wb.Session(
-        agent, cartpole, num_workers=4, backend="ray", seed=0,
+        agent,
+        cartpole,
+        num_workers=4,
+        backend="ray",
+        seed=0,
         stop_when=lambda s: s.signals["episode_reward"].mean(last=10) >= 200,
     )
     session.start(40_000)
@@ -97,8 +101,9 @@ def test_ray_workers_build_a_registered_env_id_and_act_with_gsde():
 def test_recurrent_ppo_state_travels_from_ray_workers_to_the_learner():
     # Each actor's replica keeps its own envs' LSTM states between rollouts; the learner gets
     # them in the extras and replays its update from them.
-    agent = wb.RecurrentPPO("CartPoleNoVel-v1", seed=0, n_envs=4, n_steps=16, batch_size=32, n_epochs=1,
-                            lstm_hidden_size=8)
+    agent = wb.RecurrentPPO(
+        "CartPoleNoVel-v1", seed=0, n_envs=4, n_steps=16, batch_size=32, n_epochs=1, lstm_hidden_size=8
+    )
     session = wb.Session(agent, "CartPoleNoVel-v1", num_workers=2, backend="ray", seed=0)
     session.run(steps=192)
     assert session.status == "finished", session.error
@@ -110,12 +115,24 @@ def test_recurrent_ppo_state_travels_from_ray_workers_to_the_learner():
 @pytest.mark.slow
 def test_dqn_learns_cartpole_with_four_ray_workers_ape_x_style():
     agent = wb.DQN(
-        "CartPole-v1", seed=0, net_arch=(64, 64), learning_rate=1e-3, learning_starts=500, train_freq=16,
-        gradient_steps=8, target_update_interval=250, buffer_size=20_000,
+        "CartPole-v1",
+        seed=0,
+        net_arch=(64, 64),
+        learning_rate=1e-3,
+        learning_starts=500,
+        train_freq=16,
+        gradient_steps=8,
+        target_update_interval=250,
+        buffer_size=20_000,
         exploration=wb.EpsilonGreedy(1.0, 0.05, 0.25),
     )
     session = wb.Session(
-        agent, cartpole, num_workers=4, backend="ray", seed=0, sync_every=32,
+        agent,
+        cartpole,
+        num_workers=4,
+        backend="ray",
+        seed=0,
+        sync_every=32,
         stop_when=lambda s: s.signals["episode_reward"].mean(last=10) >= 150,
     )
     session.start(30_000)
@@ -155,9 +172,7 @@ def test_pause_resume_and_stop_reach_every_ray_worker(tmp_path):
 
 def test_raising_env_fails_the_ray_session_naming_the_worker():
     agent = wb.PPO(CountEnv(), n_steps=8, n_envs=4)
-    session = wb.Session(
-        agent, lambda: CountEnv(fail_seed=10, fail_at=30), num_workers=4, backend="ray", seed=7
-    )
+    session = wb.Session(agent, lambda: CountEnv(fail_seed=10, fail_at=30), num_workers=4, backend="ray", seed=7)
     session.start(100_000)
     runner = _running_runner(session)
     start = time.monotonic()

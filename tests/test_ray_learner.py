@@ -203,9 +203,7 @@ def test_raising_env_and_killed_actor_fail_the_session_naming_the_worker():
 @pytest.mark.slow
 def test_hung_and_killed_actors_are_restarted_with_restart_workers():
     agent = wb.PPO(CountEnv(), n_steps=8, n_envs=4)
-    session = wb.Session(
-        agent, lambda: CountEnv(delay=0.001), num_workers=4, restart_workers=True, seed=0, **LEARNER
-    )
+    session = wb.Session(agent, lambda: CountEnv(delay=0.001), num_workers=4, restart_workers=True, seed=0, **LEARNER)
     session.start(3_000)
     runner = _running_runner(session)
     _wait_for(lambda: session.steps > 200)
@@ -218,7 +216,12 @@ def test_hung_and_killed_actors_are_restarted_with_restart_workers():
 
     agent = wb.PPO(HangEnv(), n_envs=2, n_steps=16, batch_size=16, n_epochs=1)
     session = wb.Session(
-        agent, lambda: HangEnv(hang_seed=1), num_workers=2, seed=0, step_timeout=1.0, restart_workers=True,
+        agent,
+        lambda: HangEnv(hang_seed=1),
+        num_workers=2,
+        seed=0,
+        step_timeout=1.0,
+        restart_workers=True,
         **LEARNER,
     )
     session.run(steps=200)
@@ -231,7 +234,9 @@ def test_hung_env_is_killed_after_step_timeout_naming_the_actor_and_env():
     session = wb.Session(
         agent, lambda: HangEnv(hang_seed=3), num_workers=2, envs_per_worker=2, seed=0, step_timeout=1.0, **LEARNER
     )
-    with pytest.raises(WorkerError, match=r"^worker 1 \(envs 2-3\) was killed: env.step of env 3 did not return") as info:
+    with pytest.raises(
+        WorkerError, match=r"^worker 1 \(envs 2-3\) was killed: env.step of env 3 did not return"
+    ) as info:
         session.run(steps=10_000)
     assert info.value.timed_out
 

@@ -72,7 +72,7 @@ obs = np.zeros(4, np.float32)
 next_obs, reward, terminated, truncated = obs, 1.0, False, False
 '''
 
-RUNNER = '''
+RUNNER = """
 import json, os, sys
 
 blocks = json.load(open(sys.argv[1]))
@@ -105,7 +105,7 @@ for label, first_line, code in blocks:
     # Blank lines before the code: a traceback names the file's own line numbers.
     exec(compile("\\n" * (first_line - 1) + code, label, "exec"), namespace)
 print("--- all blocks ran", flush=True)
-'''
+"""
 
 
 def python_blocks(path: Path, marker: str | None = None) -> list[tuple[str, int, str]]:
@@ -142,7 +142,11 @@ def run_blocks(blocks: list[tuple[str, int, str]], tmp_path: Path, prelude: str 
     }
     result = subprocess.run(
         [sys.executable, str(tmp_path / "runner.py"), str(tmp_path / "blocks.json")],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=540,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=540,
     )
     assert result.returncode == 0, f"{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
     assert "--- all blocks ran" in result.stdout

@@ -103,7 +103,8 @@ def test_every_algorithm_has_a_saved_run_of_this_version():
 
 
 @pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=pytest.mark.slow) if "minatar" in n else n for n in V3_RUNS]  # MinAtar loads slowly
+    "name",
+    [pytest.param(n, marks=pytest.mark.slow) if "minatar" in n else n for n in V3_RUNS],  # MinAtar loads slowly
 )
 def test_a_run_of_this_version_loads_plays_and_resumes(name):
     import json

@@ -25,8 +25,14 @@ TOKEN = "a-test-token-of-enough-length"
 
 def _session(n_envs: int = 1, start: bool = False, **options):
     env = gym.make("CartPole-v1")
-    agent = wb.DQN(observation_space=env.observation_space, action_space=env.action_space, n_envs=n_envs,
-                   learning_starts=50, train_freq=4, seed=0)
+    agent = wb.DQN(
+        observation_space=env.observation_space,
+        action_space=env.action_space,
+        n_envs=n_envs,
+        learning_starts=50,
+        train_freq=4,
+        seed=0,
+    )
     session = wb.Session.external(agent, seed=0, **options)
     if start:
         session.start(steps=100_000)
@@ -137,8 +143,12 @@ def test_strict_json_types_are_refused_with_the_field_named(served):
     for raw, what in [(b'{"reward": NaN}', "not JSON"), (b"[1, 2]", "object"), (b"{", "not valid JSON")]:
         status, answer = _post(server, "/feedback", raw, raw=True)
         assert status == 400 and what in answer["error"]
-    status, answer = _post(server, "/feedback", b'{"reward": 1e999, "next_obs": [0,0,0,0], "terminated": false, '
-                                                b'"truncated": false, "episode": "a"}', raw=True)
+    status, answer = _post(
+        server,
+        "/feedback",
+        b'{"reward": 1e999, "next_obs": [0,0,0,0], "terminated": false, "truncated": false, "episode": "a"}',
+        raw=True,
+    )
     assert (status, answer["field"]) == (400, "reward")
     assert _post(server, "/act", {"obs": [0.1] * 5, "episode": "b"})[1]["field"] == "obs"
     assert _post(server, "/feedback", good) == (200, {"ok": True, "ended": False})  # nothing bad got through
@@ -194,7 +204,7 @@ def test_a_short_body_is_answered_408_within_the_read_timeout_while_others_are_s
     sock = socket.create_connection((server.host, server.port), timeout=5)
     start = time.monotonic()
     try:
-        sock.sendall(b"POST /act HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"obs\":")
+        sock.sendall(b'POST /act HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"obs":')
         assert _post(server, "/act", {"obs": OBS, "episode": "other"})[0] == 200  # not held up
         answer = _read_all(sock)
     finally:
@@ -313,8 +323,10 @@ def test_32_concurrent_clients_are_all_answered_and_batched():
     session = _session(n_envs=32)
     with session.serve() as server:
         answered: list[int] = []
-        threads = [threading.Thread(target=_client, args=(server.url, f"c{i}", 30, answered,
-                                                          "websocket" if i % 2 else "http")) for i in range(32)]
+        threads = [
+            threading.Thread(target=_client, args=(server.url, f"c{i}", 30, answered, "websocket" if i % 2 else "http"))
+            for i in range(32)
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -362,8 +374,9 @@ def test_a_served_session_decides_and_records_as_the_in_process_one(transport):
     # an in-process act may land before or after a concurrent update, so not even two in-process runs agree).
     def session():
         env = gym.make("CartPole-v1")
-        agent = wb.DQN(observation_space=env.observation_space, action_space=env.action_space,
-                       learning_starts=10_000, seed=3)
+        agent = wb.DQN(
+            observation_space=env.observation_space, action_space=env.action_space, learning_starts=10_000, seed=3
+        )
         return wb.Session.external(agent, seed=3, max_lag=0).start(steps=120)
 
     local = session()
@@ -419,15 +432,18 @@ def test_websocket_messages_are_checked_and_a_huge_one_closes_the_socket():
             ws.send(json.dumps({"op": "act", "obs": OBS}))
             assert json.loads(ws.recv(timeout=10))["action"] in (0, 1)
             for message, field in [
-                ({"op": "feedback", "reward": 1, "next_obs": OBS, "terminated": "false", "truncated": False},
-                 "terminated"),
+                (
+                    {"op": "feedback", "reward": 1, "next_obs": OBS, "terminated": "false", "truncated": False},
+                    "terminated",
+                ),
                 ({"op": "act", "obs": OBS, "episode": "other"}, "episode"),
                 ({"op": "jump"}, "op"),
             ]:
                 ws.send(json.dumps(message))
                 assert json.loads(ws.recv(timeout=10))["field"] == field
-            ws.send(json.dumps({"op": "feedback", "reward": 1, "next_obs": OBS, "terminated": True,
-                                "truncated": False}))
+            ws.send(
+                json.dumps({"op": "feedback", "reward": 1, "next_obs": OBS, "terminated": True, "truncated": False})
+            )
             assert json.loads(ws.recv(timeout=10)) == {"ok": True, "ended": True}
             ws.send("x" * 10_000)
             with pytest.raises(ConnectionClosed):

@@ -21,8 +21,14 @@ import workbench as wb
 def _greedy_session(n_envs: int = 16):
     """A DQN session that never explores (epsilon 0): its actions depend on the observations only."""
     env = gym.make("CartPole-v1")
-    agent = wb.DQN(observation_space=env.observation_space, action_space=env.action_space, n_envs=n_envs,
-                   exploration=wb.EpsilonGreedy(0.0, 0.0), learning_starts=0, seed=0)
+    agent = wb.DQN(
+        observation_space=env.observation_space,
+        action_space=env.action_space,
+        n_envs=n_envs,
+        exploration=wb.EpsilonGreedy(0.0, 0.0),
+        learning_starts=0,
+        seed=0,
+    )
     return wb.Session.external(agent, seed=0)
 
 
@@ -71,8 +77,9 @@ def test_act_many_refuses_as_act_does_and_return_exceptions_decides_the_rest():
     assert isinstance(results[1], ValueError) and results[0] in (0, 1) and results[2] in (0, 1)
     assert sorted(session.live_episodes) == ["a", "c"]
     runner = session.env_source.runner
-    again = runner.act_many([OBSERVATIONS[0], OBSERVATIONS[3], OBSERVATIONS[4]], ["a", "d", "e"],
-                            return_exceptions=True)
+    again = runner.act_many(
+        [OBSERVATIONS[0], OBSERVATIONS[3], OBSERVATIONS[4]], ["a", "d", "e"], return_exceptions=True
+    )
     assert isinstance(again[0], RuntimeError) and "before the feedback" in str(again[0])
     assert again[1] in (0, 1)
     assert isinstance(again[2], RuntimeError) and "n_envs=3" in str(again[2])  # every slot is held
@@ -85,8 +92,9 @@ def test_act_many_honours_each_episodes_mask_and_leaves_the_others_free():
     free = [session.act(OBSERVATIONS[i], episode=f"free-{i}") for i in (1, 3)]
     session2 = _greedy_session(n_envs=4)
     only = [[True, False], [False, True]]
-    actions = session2.env_source.runner.act_many(list(OBSERVATIONS[:4]), ["m0", "f0", "m1", "f1"],
-                                                  [only[0], None, only[1], None])
+    actions = session2.env_source.runner.act_many(
+        list(OBSERVATIONS[:4]), ["m0", "f0", "m1", "f1"], [only[0], None, only[1], None]
+    )
     assert actions == [0, free[0], 1, free[1]]
 
 
@@ -103,8 +111,9 @@ def test_concurrent_acts_are_answered_by_one_forward_pass_with_the_same_actions(
     session.start(steps=1_000)
     queued = re.compile(rb"^workbench_serve_queue 15$", re.M)
     url: list[str] = []
-    sizes = _count_decides(session.agent, monkeypatch,
-                           first_waits_for=lambda: bool(queued.search(_get_url(url[0], "/metrics"))))
+    sizes = _count_decides(
+        session.agent, monkeypatch, first_waits_for=lambda: bool(queued.search(_get_url(url[0], "/metrics")))
+    )
     answers: dict[int, int] = {}
     with session.serve(max_batch=64) as server:
         url.append(server.url)
@@ -137,8 +146,10 @@ def test_batching_off_answers_each_act_with_its_own_forward_pass(monkeypatch):
     session = _greedy_session(n_envs=4)
     sizes = _count_decides(session.agent, monkeypatch)
     with session.serve(batch=False) as server:
-        threads = [threading.Thread(target=_post, args=(server, "/act", {"obs": OBSERVATIONS[i].tolist(),
-                                                                        "episode": i})) for i in range(4)]
+        threads = [
+            threading.Thread(target=_post, args=(server, "/act", {"obs": OBSERVATIONS[i].tolist(), "episode": i}))
+            for i in range(4)
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -150,8 +161,10 @@ def test_the_batch_size_is_a_signal():
     pytest.importorskip("uvicorn")
     session = _greedy_session(n_envs=8)
     with session.serve() as server:
-        threads = [threading.Thread(target=_post, args=(server, "/act", {"obs": OBSERVATIONS[i].tolist(),
-                                                                        "episode": i})) for i in range(8)]
+        threads = [
+            threading.Thread(target=_post, args=(server, "/act", {"obs": OBSERVATIONS[i].tolist(), "episode": i}))
+            for i in range(8)
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -198,13 +211,31 @@ def test_the_event_loop_never_waits_for_a_busy_episode_it_refuses_the_call():
         record.lock.acquire()
         try:
             started = time.monotonic()
-            status, body = _post(server, "/feedback", {"reward": 1.0, "next_obs": OBSERVATIONS[1].tolist(),
-                                                       "terminated": False, "truncated": False, "episode": "x"})
+            status, body = _post(
+                server,
+                "/feedback",
+                {
+                    "reward": 1.0,
+                    "next_obs": OBSERVATIONS[1].tolist(),
+                    "terminated": False,
+                    "truncated": False,
+                    "episode": "x",
+                },
+            )
             assert status == 409 and body["field"] == "episode" and "still being answered" in body["error"]
             assert _post(server, "/act", {"obs": OBSERVATIONS[2].tolist(), "episode": "y"})[0] == 200
             assert time.monotonic() - started < 10
         finally:
             record.lock.release()
-        status, body = _post(server, "/feedback", {"reward": 1.0, "next_obs": OBSERVATIONS[1].tolist(),
-                                                   "terminated": False, "truncated": True, "episode": "x"})
+        status, body = _post(
+            server,
+            "/feedback",
+            {
+                "reward": 1.0,
+                "next_obs": OBSERVATIONS[1].tolist(),
+                "terminated": False,
+                "truncated": True,
+                "episode": "x",
+            },
+        )
         assert status == 200 and body == {"ok": True, "ended": True}

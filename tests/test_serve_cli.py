@@ -43,9 +43,27 @@ def _start(tmp_path: Path, *args: str) -> tuple[subprocess.Popen, str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop(cli.SERVE_TOKEN_ENV, None)
     process = subprocess.Popen(
-        [sys.executable, "-m", "workbench", "serve", "CartPole-v1", "--agent", "dqn", "--port", "0",
-         "--set", "learning_starts=10", "--set", "train_freq=4", *args],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "-m",
+            "workbench",
+            "serve",
+            "CartPole-v1",
+            "--agent",
+            "dqn",
+            "--port",
+            "0",
+            "--set",
+            "learning_starts=10",
+            "--set",
+            "train_freq=4",
+            *args,
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     lines = []
     deadline = time.monotonic() + 120
@@ -73,8 +91,9 @@ def _drive(url: str, pairs: int) -> None:
 def test_sigterm_stops_cleanly_and_saves_a_loadable_run_where_asked(tmp_path):
     process, url = _start(tmp_path, "--save", "runs/served")
     try:
-        listening = [c for c in psutil.Process(process.pid).net_connections(kind="inet")
-                     if c.status == psutil.CONN_LISTEN]
+        listening = [
+            c for c in psutil.Process(process.pid).net_connections(kind="inet") if c.status == psutil.CONN_LISTEN
+        ]
         assert listening and {c.laddr.ip for c in listening} == {"127.0.0.1"}  # nothing bound but loopback
         _drive(url, 40)
         process.send_signal(signal.SIGTERM)

@@ -39,8 +39,13 @@ def _until(check, seconds: float = 20.0) -> None:
 def test_dashboard_pause_stop_and_live_edits_reach_a_served_session_and_its_clients():
     env = gym.make("CartPole-v1")
     # No gradient step in this test (learning_starts): it checks control, not learning, and stays fast.
-    agent = wb.DQN(observation_space=env.observation_space, action_space=env.action_space, n_envs=2,
-                   learning_starts=100_000, seed=0)
+    agent = wb.DQN(
+        observation_space=env.observation_space,
+        action_space=env.action_space,
+        n_envs=2,
+        learning_starts=100_000,
+        seed=0,
+    )
     session = wb.Session.external(agent, seed=0)
     dashboard = session.dashboard()
     session.start(steps=1_000_000)

@@ -169,8 +169,19 @@ def test_signals_are_recorded_and_exported(app_env, tmp_path):
     session.log("compression_ratio", 0.41)
     session.run(steps=500)
     names = set(session.signals.names())
-    assert {"episode_reward", "episode_length", "steps_per_second", "loss", "policy_loss", "value_loss",
-            "entropy", "approx_kl", "clip_fraction", "learning_rate", "compression_ratio"} <= names
+    assert {
+        "episode_reward",
+        "episode_length",
+        "steps_per_second",
+        "loss",
+        "policy_loss",
+        "value_loss",
+        "entropy",
+        "approx_kl",
+        "clip_fraction",
+        "learning_rate",
+        "compression_ratio",
+    } <= names
     assert session.signals["episode_length"].last == 20
     assert session.signals["compression_ratio"].last == pytest.approx(0.41)
     path = tmp_path / "signals.csv"
@@ -223,9 +234,13 @@ def test_evaluate_plays_on_eval_env_without_eval_every(app_env):
 
 @pytest.mark.parametrize(
     ("kwargs", "match"),
-    [({"eval_every": 0}, "eval_every"), ({"eval_episodes": 0}, "eval_episodes"),
-     ({"stop_when": 3}, "stop_when"), ({"num_workers": 0}, "num_workers"),
-     ({"checkpoint_every": -5}, "checkpoint_every")],
+    [
+        ({"eval_every": 0}, "eval_every"),
+        ({"eval_episodes": 0}, "eval_episodes"),
+        ({"stop_when": 3}, "stop_when"),
+        ({"num_workers": 0}, "num_workers"),
+        ({"checkpoint_every": -5}, "checkpoint_every"),
+    ],
 )
 def test_bad_session_arguments(app_env, kwargs, match):
     with pytest.raises((ValueError, TypeError), match=match):
@@ -252,8 +267,9 @@ def test_instance_with_several_workers_shows_the_factory_form(app_env):
 
 def test_seeded_sessions_are_reproducible():
     def run():
-        session = wb.Session(wb.PPO("CartPole-v1", n_envs=2, n_steps=16, batch_size=32, n_epochs=2),
-                             "CartPole-v1", seed=3)
+        session = wb.Session(
+            wb.PPO("CartPole-v1", n_envs=2, n_steps=16, batch_size=32, n_epochs=2), "CartPole-v1", seed=3
+        )
         session.run(steps=800)
         return session.signals["episode_reward"].values
 

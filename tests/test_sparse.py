@@ -16,8 +16,16 @@ from workbench.loop import Transitions
 from workbench.memory.her import HerMemory, replay_from_dict
 
 SMALL_DQN = dict(
-    learning_starts=64, train_freq=4, gradient_steps=4, batch_size=32, learning_rate=2e-3, net_arch=(32,),
-    target_update_interval=100, buffer_size=5000, exploration=wb.EpsilonGreedy(1.0, 0.05, 0.3), gamma=0.9,
+    learning_starts=64,
+    train_freq=4,
+    gradient_steps=4,
+    batch_size=32,
+    learning_rate=2e-3,
+    net_arch=(32,),
+    target_update_interval=100,
+    buffer_size=5000,
+    exploration=wb.EpsilonGreedy(1.0, 0.05, 0.3),
+    gamma=0.9,
 )
 
 
@@ -82,8 +90,14 @@ def test_bit_flipping_refuses_bad_sizes():
 def _memory(capacity: int = 100, strategy: str = "future", k: int = 4) -> HerMemory:
     env = _bits(3)
     flat = spaces.flatten_space(env.observation_space)
-    return HerMemory(wb.HerReplay(strategy=strategy, n_sampled_goal=k), capacity, env.observation_space, flat.shape,
-                     compute_reward=env.compute_reward, gamma=0.9)
+    return HerMemory(
+        wb.HerReplay(strategy=strategy, n_sampled_goal=k),
+        capacity,
+        env.observation_space,
+        flat.shape,
+        compute_reward=env.compute_reward,
+        gamma=0.9,
+    )
 
 
 def _flat(state, goal) -> np.ndarray:
@@ -116,8 +130,14 @@ def test_her_keeps_episodes_until_they_end_and_marks_only_terminations_done():
     assert len(memory) == 5 and memory.dones[2:5].tolist() == [0.0, 0.0, 1.0]
     assert memory.episode_length[:5].tolist() == [2, 2, 3, 3, 3]
     # an episode in progress is not sampled yet
-    memory.add_steps(_flat(STATES[0], goal)[None], np.array([0]), np.array([-1.0], np.float32),
-                     _flat(STATES[1], goal)[None], np.array([False]), np.array([False]))
+    memory.add_steps(
+        _flat(STATES[0], goal)[None],
+        np.array([0]),
+        np.array([-1.0], np.float32),
+        _flat(STATES[1], goal)[None],
+        np.array([False]),
+        np.array([False]),
+    )
     assert len(memory) == 5
 
 
@@ -178,8 +198,14 @@ def test_her_memory_saves_and_loads_without_pickle_pending_episodes_included(tmp
     goal = np.array([0, 1, 1], np.float32)
     _episode(memory, STATES, goal, terminated_last=True, env=1, n_envs=2)
     # env 0 is mid-episode: its steps so far are saved as a shorter episode
-    memory.add_steps(np.stack([_flat(STATES[0], goal)] * 2), np.array([0, 0]), np.full(2, -1.0, np.float32),
-                     np.stack([_flat(STATES[1], goal)] * 2), np.zeros(2, bool), np.zeros(2, bool))
+    memory.add_steps(
+        np.stack([_flat(STATES[0], goal)] * 2),
+        np.array([0, 0]),
+        np.full(2, -1.0, np.float32),
+        np.stack([_flat(STATES[1], goal)] * 2),
+        np.zeros(2, bool),
+        np.zeros(2, bool),
+    )
     path = tmp_path / "memory.npz"
     memory.save(path)
     with np.load(path, allow_pickle=False) as data:
@@ -257,8 +283,9 @@ def test_her_with_local_workers_stores_whole_episodes_and_reports_success(monkey
 @pytest.mark.parametrize("cls", [wb.SAC, wb.TD3, wb.DDPG])
 def test_continuous_agents_take_her(cls):
     env = _bits(3, continuous=True)
-    agent = cls(env, replay=wb.HerReplay(n_sampled_goal=2), learning_starts=8, batch_size=16, net_arch=(16,),
-                buffer_size=500)
+    agent = cls(
+        env, replay=wb.HerReplay(n_sampled_goal=2), learning_starts=8, batch_size=16, net_arch=(16,), buffer_size=500
+    )
     session = wb.Session(agent, env, seed=0)
     session.run(steps=40)
     assert isinstance(agent.memory, HerMemory) and len(agent.memory) > 0
@@ -335,7 +362,11 @@ def test_her_is_refused_where_it_cannot_work():
 @pytest.mark.parametrize("cls", [wb.PPO, wb.A2C, wb.DQN])
 @pytest.mark.parametrize("spec", [wb.RND, wb.ICM])
 def test_intrinsic_rewards_plug_into_ppo_a2c_dqn_with_signals(cls, spec):
-    extra = {"learning_starts": 16, "train_freq": 16, "gradient_steps": 2} if cls is wb.DQN else {"n_steps": 16, "n_envs": 2}
+    extra = (
+        {"learning_starts": 16, "train_freq": 16, "gradient_steps": 2}
+        if cls is wb.DQN
+        else {"n_steps": 16, "n_envs": 2}
+    )
     agent = cls("CartPole-v1", intrinsic=spec(epochs=1), **extra)
     assert isinstance(agent.intrinsic, RNDModule if spec is wb.RND else ICMModule)
     session = wb.Session(agent, "CartPole-v1", seed=0)
@@ -348,8 +379,15 @@ def test_intrinsic_rewards_plug_into_ppo_a2c_dqn_with_signals(cls, spec):
 def _step(agent, obs):
     step = agent.decide(obs)
     next_obs = obs + 0.01
-    return Transitions(obs, step.actions, np.ones(len(obs), np.float32), next_obs, np.zeros(len(obs), bool),
-                       np.zeros(len(obs), bool), step.extras)
+    return Transitions(
+        obs,
+        step.actions,
+        np.ones(len(obs), np.float32),
+        next_obs,
+        np.zeros(len(obs), bool),
+        np.zeros(len(obs), bool),
+        step.extras,
+    )
 
 
 def test_intrinsic_bonus_is_added_to_the_rewards_scaled_by_the_live_coefficient():

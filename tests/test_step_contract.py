@@ -18,19 +18,34 @@ from workbench.envs import VecEnv, env_action_converter
 from workbench.loop import EpisodeTracker, collect, env_step, play_episode, row
 
 AGENTS = {
-    "ppo": (lambda seed: wb.PPO("CartPole-v1", n_envs=2, n_steps=8, batch_size=8, n_epochs=1, seed=seed), "CartPole-v1"),
+    "ppo": (
+        lambda seed: wb.PPO("CartPole-v1", n_envs=2, n_steps=8, batch_size=8, n_epochs=1, seed=seed),
+        "CartPole-v1",
+    ),
     "a2c": (lambda seed: wb.A2C("Pendulum-v1", n_envs=2, n_steps=4, seed=seed), "Pendulum-v1"),
-    "ppo_sde": (lambda seed: wb.PPO("Pendulum-v1", n_envs=2, n_steps=8, batch_size=8, use_sde=True, seed=seed), "Pendulum-v1"),
-    "dqn": (lambda seed: wb.DQN("CartPole-v1", learning_starts=4, train_freq=4, batch_size=4, seed=seed), "CartPole-v1"),
+    "ppo_sde": (
+        lambda seed: wb.PPO("Pendulum-v1", n_envs=2, n_steps=8, batch_size=8, use_sde=True, seed=seed),
+        "Pendulum-v1",
+    ),
+    "dqn": (
+        lambda seed: wb.DQN("CartPole-v1", learning_starts=4, train_freq=4, batch_size=4, seed=seed),
+        "CartPole-v1",
+    ),
     "sac": (lambda seed: wb.SAC("Pendulum-v1", learning_starts=4, batch_size=4, seed=seed), "Pendulum-v1"),
     "td3": (lambda seed: wb.TD3("Pendulum-v1", learning_starts=4, batch_size=4, seed=seed), "Pendulum-v1"),
     "ddpg": (lambda seed: wb.DDPG("Pendulum-v1", learning_starts=4, batch_size=4, seed=seed), "Pendulum-v1"),
-    "qrdqn": (lambda seed: wb.QRDQN("CartPole-v1", learning_starts=4, train_freq=4, batch_size=4, seed=seed),
-              "CartPole-v1"),
-    "rainbow": (lambda seed: wb.Rainbow("CartPole-v1", learning_starts=4, train_freq=4, batch_size=4, seed=seed),
-                "CartPole-v1"),
-    "recurrentppo": (lambda seed: wb.RecurrentPPO("CartPoleNoVel-v1", n_envs=2, n_steps=8, batch_size=8, n_epochs=1,
-                                                  seed=seed), "CartPoleNoVel-v1"),
+    "qrdqn": (
+        lambda seed: wb.QRDQN("CartPole-v1", learning_starts=4, train_freq=4, batch_size=4, seed=seed),
+        "CartPole-v1",
+    ),
+    "rainbow": (
+        lambda seed: wb.Rainbow("CartPole-v1", learning_starts=4, train_freq=4, batch_size=4, seed=seed),
+        "CartPole-v1",
+    ),
+    "recurrentppo": (
+        lambda seed: wb.RecurrentPPO("CartPoleNoVel-v1", n_envs=2, n_steps=8, batch_size=8, n_epochs=1, seed=seed),
+        "CartPoleNoVel-v1",
+    ),
 }
 
 

@@ -19,8 +19,13 @@ def make_dqn(eps: float = 1.0, lr: float = 1e-3, stuck: bool = False):
     eps=1.0 plays at random (~22 per CartPole episode); ``stuck`` always pushes left (~9), a poor trial by design."""
     import torch
 
-    agent = wb.DQN("CartPole-v1", learning_rate=lr, learning_starts=0, train_freq=10**6,
-                   exploration=wb.EpsilonGreedy(0.0 if stuck else eps, 0.0 if stuck else eps, 0.1))
+    agent = wb.DQN(
+        "CartPole-v1",
+        learning_rate=lr,
+        learning_starts=0,
+        train_freq=10**6,
+        exploration=wb.EpsilonGreedy(0.0 if stuck else eps, 0.0 if stuck else eps, 0.1),
+    )
     if stuck:
         with torch.no_grad():
             params = list(agent.q_net.parameters())
@@ -34,16 +39,28 @@ FAST = dict(steps=1_200, metric="episode_reward", window=5, report_every=300)
 
 
 def test_space_rules():
-    dists, choices = parse_space({"lr": (1e-5, 1e-2), "clip": (-1.0, 1.0), "n": (1, 8), "epochs": [5, 10],
-                                  "arch": [(64, 64), (256,)], "gamma": optuna.distributions.FloatDistribution(0.9, 0.99)})
+    dists, choices = parse_space(
+        {
+            "lr": (1e-5, 1e-2),
+            "clip": (-1.0, 1.0),
+            "n": (1, 8),
+            "epochs": [5, 10],
+            "arch": [(64, 64), (256,)],
+            "gamma": optuna.distributions.FloatDistribution(0.9, 0.99),
+        }
+    )
     assert dists["lr"].log and not dists["clip"].log
     assert isinstance(dists["n"], optuna.distributions.IntDistribution)
     assert dists["epochs"].choices == (5, 10)
     assert choices["arch"]["(64, 64)"] == (64, 64)
     assert dists["gamma"].high == 0.99
-    for bad, match in [({"lr": (1e-2,)}, "exactly two numbers"), ({"lr": (1.0, 0.1)}, "low < high"),
-                       ({"lr": 0.1}, r"space\['lr'\] = 0.1 is not a search range"), ({}, "non-empty"),
-                       ({"n": []}, "empty list")]:
+    for bad, match in [
+        ({"lr": (1e-2,)}, "exactly two numbers"),
+        ({"lr": (1.0, 0.1)}, "low < high"),
+        ({"lr": 0.1}, r"space\['lr'\] = 0.1 is not a search range"),
+        ({}, "non-empty"),
+        ({"n": []}, "empty list"),
+    ]:
         with pytest.raises(ValueError, match=match):
             parse_space(bad)
 
@@ -60,10 +77,18 @@ def test_bad_arguments_are_named(tmp_path):
 
 
 def test_a_sweep_prunes_a_poor_trial_and_finds_the_best(tmp_path):
-    s = wb.sweep(make_dqn, "CartPole-v1", {"stuck": [False, True]}, trials=2, prune="median",
-                 storage=tmp_path / "s.db", start=False, **{**FAST, "steps": 8_000})
-    s.study.enqueue_trial({"stuck": False})   # a random policy first...
-    s.study.enqueue_trial({"stuck": True})    # ...then one that always pushes left, far below its median
+    s = wb.sweep(
+        make_dqn,
+        "CartPole-v1",
+        {"stuck": [False, True]},
+        trials=2,
+        prune="median",
+        storage=tmp_path / "s.db",
+        start=False,
+        **{**FAST, "steps": 8_000},
+    )
+    s.study.enqueue_trial({"stuck": False})  # a random policy first...
+    s.study.enqueue_trial({"stuck": True})  # ...then one that always pushes left, far below its median
     s.pruner = optuna.pruners.MedianPruner(n_startup_trials=1)  # prune from the second trial on
     s.start().wait()
     assert s.status == "finished"
@@ -80,8 +105,17 @@ def test_a_sweep_prunes_a_poor_trial_and_finds_the_best(tmp_path):
 
 def test_stop_then_resume_from_the_sqlite_file(tmp_path):
     db = tmp_path / "study.db"
-    s = wb.sweep(make_dqn, "CartPole-v1", {"eps": [1.0, 0.5], "lr": (1e-4, 1e-2)}, trials=3, prune=False,
-                 storage=db, steps=20_000, metric="episode_reward", report_every=500)
+    s = wb.sweep(
+        make_dqn,
+        "CartPole-v1",
+        {"eps": [1.0, 0.5], "lr": (1e-4, 1e-2)},
+        trials=3,
+        prune=False,
+        storage=db,
+        steps=20_000,
+        metric="episode_reward",
+        report_every=500,
+    )
     deadline = time.monotonic() + 60
     while not any(r.state == "running" and r.steps > 0 for r in s.results()) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -97,8 +131,17 @@ def test_stop_then_resume_from_the_sqlite_file(tmp_path):
     # A new process would do the same: open the file, find the one study, go on until 3 trials ended.
     with sqlite3.connect(db) as con:  # a plain SQLite file
         assert con.execute("select count(*) from trials").fetchone()[0] == 1
-    resumed = wb.Sweep(make_dqn, "CartPole-v1", {"eps": [1.0, 0.5], "lr": (1e-4, 1e-2)}, trials=3, prune=False,
-                       storage=db, steps=600, metric="episode_reward", report_every=300)
+    resumed = wb.Sweep(
+        make_dqn,
+        "CartPole-v1",
+        {"eps": [1.0, 0.5], "lr": (1e-4, 1e-2)},
+        trials=3,
+        prune=False,
+        storage=db,
+        steps=600,
+        metric="episode_reward",
+        report_every=300,
+    )
     assert resumed.name == s.name
     resumed.run()
     states = [r.state for r in resumed.results()]
@@ -122,8 +165,16 @@ def test_every_trial_failing_fails_the_sweep(tmp_path):
 
 @pytest.mark.slow
 def test_parallel_trials_run_in_worker_processes(tmp_path):
-    s = wb.sweep(make_dqn, "CartPole-v1", {"eps": [1.0, 0.0]}, trials=4, parallel=2, prune=False,
-                 storage=tmp_path / "p.db", **FAST)
+    s = wb.sweep(
+        make_dqn,
+        "CartPole-v1",
+        {"eps": [1.0, 0.0]},
+        trials=4,
+        parallel=2,
+        prune=False,
+        storage=tmp_path / "p.db",
+        **FAST,
+    )
     s.wait(timeout=240)
     assert s.status == "finished"
     results = s.results()
@@ -135,15 +186,55 @@ def test_cli_sweep_over_an_agent_name(tmp_path, capsys):
     from workbench.cli import main
 
     db = tmp_path / "cli.db"
-    code = main(["sweep", "dqn", "CartPole-v1", "--space", "learning_rate=1e-4..1e-2", "--space", "gamma=[0.9, 0.99]",
-                 "--trials", "2", "--steps", "400", "--metric", "episode_reward", "--prune", "none",
-                 "--storage", str(db), "--name", "cli"])
+    code = main(
+        [
+            "sweep",
+            "dqn",
+            "CartPole-v1",
+            "--space",
+            "learning_rate=1e-4..1e-2",
+            "--space",
+            "gamma=[0.9, 0.99]",
+            "--trials",
+            "2",
+            "--steps",
+            "400",
+            "--metric",
+            "episode_reward",
+            "--prune",
+            "none",
+            "--storage",
+            str(db),
+            "--name",
+            "cli",
+        ]
+    )
     assert code == 0
     out = capsys.readouterr().out
     assert out.count(" complete: episode_reward=") == 2 and "best episode_reward=" in out
     # The same command again resumes the finished study: nothing more to run.
-    assert main(["sweep", "dqn", "CartPole-v1", "--space", "learning_rate=1e-4..1e-2", "--space", "gamma=[0.9, 0.99]",
-                 "--trials", "2", "--steps", "400", "--metric", "episode_reward", "--storage", str(db)]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                "dqn",
+                "CartPole-v1",
+                "--space",
+                "learning_rate=1e-4..1e-2",
+                "--space",
+                "gamma=[0.9, 0.99]",
+                "--trials",
+                "2",
+                "--steps",
+                "400",
+                "--metric",
+                "episode_reward",
+                "--storage",
+                str(db),
+            ]
+        )
+        == 0
+    )
     assert "trial 2" not in capsys.readouterr().out
 
 
@@ -151,7 +242,10 @@ def test_cli_space_syntax_errors():
     from workbench.sweeps.cli import parse_space_args
 
     assert parse_space_args(["lr=1e-5..1e-2", "arch=[[64, 64], [128]]", "n=1..8"]) == {
-        "lr": (1e-5, 1e-2), "arch": [(64, 64), (128,)], "n": (1, 8)}
+        "lr": (1e-5, 1e-2),
+        "arch": [(64, 64), (128,)],
+        "n": (1, 8),
+    }
     for bad in ["lr", "lr=0.1", "lr=a..b", "lr=[1, 2"]:
         with pytest.raises(SystemExit):
             parse_space_args([bad])
@@ -169,8 +263,26 @@ def test_cli_sweep_over_a_function_in_a_file_in_worker_processes(tmp_path, capsy
         "    return wb.DQN('CartPole-v1', learning_rate=learning_rate)\n"
     )
     monkeypatch.chdir(tmp_path)
-    assert main(["sweep", "tune.py:make_agent", "CartPole-v1", "--trials", "2", "--parallel", "2", "--steps", "400",
-                 "--metric", "episode_reward", "--prune", "none"]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                "tune.py:make_agent",
+                "CartPole-v1",
+                "--trials",
+                "2",
+                "--parallel",
+                "2",
+                "--steps",
+                "400",
+                "--metric",
+                "episode_reward",
+                "--prune",
+                "none",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert out.count(" complete: ") == 2 and "finished: best" in out
     assert list((tmp_path / "runs" / "sweeps").glob("*.db"))
@@ -184,8 +296,15 @@ def test_the_notebook_view_fills_in_the_table_curves_and_importances(tmp_path):
         gate.wait(60)
         return make_dqn(eps, lr)
 
-    s = wb.sweep(gated_dqn, "CartPole-v1", {"eps": (0.05, 1.0), "lr": (1e-4, 1e-2)}, trials=4, prune=False,
-                 storage=tmp_path / "v.db", **{**FAST, "steps": 600})
+    s = wb.sweep(
+        gated_dqn,
+        "CartPole-v1",
+        {"eps": (0.05, 1.0), "lr": (1e-4, 1e-2)},
+        trials=4,
+        prune=False,
+        storage=tmp_path / "v.db",
+        **{**FAST, "steps": 600},
+    )
     view = s.dashboard()
     try:
         assert s.status == "running"
@@ -214,11 +333,21 @@ def test_ray_tune_backend_runs_trials_into_the_same_study(tmp_path, monkeypatch)
     def make_agent(eps, stuck):  # defined here and self-contained: sent to Ray's workers by value
         import workbench
 
-        return workbench.DQN("CartPole-v1", learning_starts=0, train_freq=10**6,
-                             exploration=workbench.EpsilonGreedy(eps, eps, 0.1))
+        return workbench.DQN(
+            "CartPole-v1", learning_starts=0, train_freq=10**6, exploration=workbench.EpsilonGreedy(eps, eps, 0.1)
+        )
 
-    s = wb.sweep(make_agent, "CartPole-v1", {"eps": (0.1, 1.0), "stuck": [False, True]}, trials=3, parallel=2,
-                 backend="ray", prune=False, storage=tmp_path / "ray.db", **{**FAST, "steps": 900})
+    s = wb.sweep(
+        make_agent,
+        "CartPole-v1",
+        {"eps": (0.1, 1.0), "stuck": [False, True]},
+        trials=3,
+        parallel=2,
+        backend="ray",
+        prune=False,
+        storage=tmp_path / "ray.db",
+        **{**FAST, "steps": 900},
+    )
     with pytest.raises(RuntimeError, match="cannot pause"):
         s.pause()
     s.wait(timeout=300)
@@ -229,8 +358,14 @@ def test_ray_tune_backend_runs_trials_into_the_same_study(tmp_path, monkeypatch)
         assert r.steps == 900 and r.curve and all(st % 300 == 0 for st, _ in r.curve), r
     assert s.best is not None
     # The same study resumes on the local backend: nothing left to run.
-    again = wb.Sweep(make_agent, "CartPole-v1", {"eps": (0.1, 1.0), "stuck": [False, True]}, trials=3,
-                     storage=tmp_path / "ray.db", **{**FAST, "steps": 900})
+    again = wb.Sweep(
+        make_agent,
+        "CartPole-v1",
+        {"eps": (0.1, 1.0), "stuck": [False, True]},
+        trials=3,
+        storage=tmp_path / "ray.db",
+        **{**FAST, "steps": 900},
+    )
     again.run()
     assert len(again.results()) == 3
 
@@ -242,8 +377,16 @@ def test_ray_prune_settings_map_to_tune_schedulers(tmp_path):
     from workbench.sweeps.ray_tune import _scheduler
 
     def build(prune):
-        return wb.Sweep(make_dqn, "CartPole-v1", {"eps": [1.0]}, backend="ray", prune=prune,
-                        storage=tmp_path / "r.db", name=f"r{prune}", **FAST)
+        return wb.Sweep(
+            make_dqn,
+            "CartPole-v1",
+            {"eps": [1.0]},
+            backend="ray",
+            prune=prune,
+            storage=tmp_path / "r.db",
+            name=f"r{prune}",
+            **FAST,
+        )
 
     assert isinstance(_scheduler(build(True)), MedianStoppingRule)
     assert isinstance(_scheduler(build("asha")), ASHAScheduler)
@@ -276,8 +419,17 @@ def test_a_ray_sweep_starts_its_private_ray_as_a_session_does(tmp_path, monkeypa
     monkeypatch.setattr(sweeps_ray, "_init_private_ray", lambda ray, options: record("private")(options))
     monkeypatch.setattr(ray, "init", lambda **options: record("join")(options))
     for address in (None, "10.0.0.5:6379"):
-        sweep = wb.Sweep(make_dqn, "CartPole-v1", {"eps": [1.0]}, backend="ray", prune=False, ray_address=address,
-                         storage=tmp_path / "p.db", name=f"p{address}", **FAST)
+        sweep = wb.Sweep(
+            make_dqn,
+            "CartPole-v1",
+            {"eps": [1.0]},
+            backend="ray",
+            prune=False,
+            ray_address=address,
+            storage=tmp_path / "p.db",
+            name=f"p{address}",
+            **FAST,
+        )
         with pytest.raises(Started):
             sweeps_ray.run_tune(sweep, threading.Event())
     (private, options), (join, joined) = calls
@@ -289,9 +441,16 @@ def test_each_trial_gets_its_own_sinks(tmp_path):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    s = wb.sweep(make_dqn, "CartPole-v1", {"eps": [1.0, 0.5]}, trials=2, prune=False, storage=tmp_path / "t.db",
-                 sinks=lambda n, p: [wb.TensorBoard(tmp_path / "tb", run_name=f"trial-{n}-eps{p['eps']}")],
-                 **{**FAST, "steps": 400})
+    s = wb.sweep(
+        make_dqn,
+        "CartPole-v1",
+        {"eps": [1.0, 0.5]},
+        trials=2,
+        prune=False,
+        storage=tmp_path / "t.db",
+        sinks=lambda n, p: [wb.TensorBoard(tmp_path / "tb", run_name=f"trial-{n}-eps{p['eps']}")],
+        **{**FAST, "steps": 400},
+    )
     s.wait()
     runs = sorted(d.name for d in (tmp_path / "tb").iterdir())
     assert [r.split("-eps")[0] for r in runs] == ["trial-0", "trial-1"]
@@ -305,8 +464,23 @@ def test_each_trial_gets_its_own_sinks(tmp_path):
 def test_cli_sweep_that_fails_says_why(tmp_path, capsys):
     from workbench.cli import main
 
-    code = main(["sweep", "dqn", "CartPole-v1", "--space", "no_such_setting=[1, 2]", "--trials", "1", "--steps", "100",
-                 "--metric", "episode_reward", "--storage", str(tmp_path / "f.db")])
+    code = main(
+        [
+            "sweep",
+            "dqn",
+            "CartPole-v1",
+            "--space",
+            "no_such_setting=[1, 2]",
+            "--trials",
+            "1",
+            "--steps",
+            "100",
+            "--metric",
+            "episode_reward",
+            "--storage",
+            str(tmp_path / "f.db"),
+        ]
+    )
     assert code == 1
     err = capsys.readouterr().err
     assert "every trial" in err and "no_such_setting" in err

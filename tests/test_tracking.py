@@ -40,8 +40,13 @@ class Recorder(wb.Sink):
 
 
 def _session(sinks, **kwargs):
-    return wb.Session(wb.PPO("CartPole-v1", n_steps=64, n_envs=2, batch_size=64, n_epochs=1), "CartPole-v1",
-                      seed=0, sinks=sinks, **kwargs)
+    return wb.Session(
+        wb.PPO("CartPole-v1", n_steps=64, n_envs=2, batch_size=64, n_epochs=1),
+        "CartPole-v1",
+        seed=0,
+        sinks=sinks,
+        **kwargs,
+    )
 
 
 def test_sinks_get_every_point_in_batches_off_the_loop_and_the_run_end():
@@ -220,8 +225,22 @@ def test_cli_train_writes_tensorboard_and_mlflow(tmp_path):
     pytest.importorskip("mlflow")
     from workbench.cli import main
 
-    code = main(["train", "CartPole-v1", "--agent", "dqn", "--steps", "300", "--no-preset", "--no-progress",
-                 "--tensorboard", str(tmp_path / "tb"), "--mlflow", str(tmp_path / "mlruns")])
+    code = main(
+        [
+            "train",
+            "CartPole-v1",
+            "--agent",
+            "dqn",
+            "--steps",
+            "300",
+            "--no-preset",
+            "--no-progress",
+            "--tensorboard",
+            str(tmp_path / "tb"),
+            "--mlflow",
+            str(tmp_path / "mlruns"),
+        ]
+    )
     assert code == 0
     assert glob.glob(str(tmp_path / "tb" / "*" / "events.out.tfevents.*"))
     assert glob.glob(str(tmp_path / "mlruns" / "*" / "*" / "metrics" / "episode_reward"))

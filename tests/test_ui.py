@@ -335,7 +335,7 @@ def test_each_refresh_sends_only_the_new_points(app_env, no_timer):
     try:
         page = Page(dash._panels["loss"].plot)
         dash.refresh()
-        (first, first_bytes), = page.received
+        ((first, first_bytes),) = page.received
         assert first["kind"] == "reset" and 1000 < len(page.x()) <= 2000  # the whole series, downsampled
         for i in range(3000, 3010):
             session.log("loss", float(i), step=i)
@@ -555,7 +555,7 @@ def test_a_finished_run_leaves_a_picture_in_its_output(app_env, monkeypatch):
         assert "re-run" in bundle["text/plain"]  # what a view that lost its kernel side should do
         session.run(steps=400)
         wait_until(lambda: not dash.timer_alive, timeout=10)
-        (bundle, kw2), = updated
+        ((bundle, kw2),) = updated
         assert kw2["display_id"] == kw["display_id"]
         svg = bundle["image/svg+xml"]
         assert svg.startswith("<svg") and svg.count("<polyline") >= 2 and "episode_reward" in svg

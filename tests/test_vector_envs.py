@@ -17,7 +17,9 @@ from workbench.envs.testing import MaskedTarget
 
 MODES = ("NextStep", "SameStep")
 HAS_ENVPOOL = importlib.util.find_spec("envpool") is not None
-needs_envpool = pytest.mark.skipif(not HAS_ENVPOOL, reason="EnvPool is not installed (pip install 'rl-workbench[envpool]')")
+needs_envpool = pytest.mark.skipif(
+    not HAS_ENVPOOL, reason="EnvPool is not installed (pip install 'rl-workbench[envpool]')"
+)
 
 
 def make_vec(env_fn: Any, n: int, mode: str = "NextStep", async_: bool = False) -> gym.vector.VectorEnv:
@@ -65,16 +67,29 @@ def test_final_obs_is_the_last_observation_in_every_autoreset_mode(mode):
         seen.append((obs[0, 0], final[0, 0], rewards[0], truncated[0]))
     # Same-step autoreset, whatever the vector env's mode: the step that truncates returns the last
     # observation (3) as final_obs and the new episode's first (0) to act on; no step is a reset step.
-    assert seen == [(1, 1, 1, False), (2, 2, 2, False), (0, 3, 3, True), (1, 1, 1, False), (2, 2, 2, False),
-                    (0, 3, 3, True), (1, 1, 1, False)]
+    assert seen == [
+        (1, 1, 1, False),
+        (2, 2, 2, False),
+        (0, 3, 3, True),
+        (1, 1, 1, False),
+        (2, 2, 2, False),
+        (0, 3, 3, True),
+        (1, 1, 1, False),
+    ]
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_steps_match_the_libraries_own_vecenv(mode):
     """Same seeds, same actions: a gymnasium vector env in either mode steps exactly like VecEnv."""
     ours = VecEnv([gym.make("CartPole-v1") for _ in range(3)], seed=5)
-    theirs = VectorEnvAdapter(gym.make_vec("CartPole-v1", num_envs=3, vectorization_mode="sync",
-                                           vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode(mode)}))
+    theirs = VectorEnvAdapter(
+        gym.make_vec(
+            "CartPole-v1",
+            num_envs=3,
+            vectorization_mode="sync",
+            vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode(mode)},
+        )
+    )
     np.testing.assert_array_equal(ours.reset(), theirs.reset(seed=5))
     rng = np.random.default_rng(0)
     ended = 0
@@ -89,8 +104,12 @@ def test_steps_match_the_libraries_own_vecenv(mode):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_session_trains_on_make_vec_with_n_envs_from_it(mode):
-    venv = gym.make_vec("CartPole-v1", num_envs=4, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode(mode)})
+    venv = gym.make_vec(
+        "CartPole-v1",
+        num_envs=4,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode(mode)},
+    )
     agent = wb.PPO(venv, seed=0, n_steps=16, batch_size=32, n_epochs=1)
     assert agent.num_envs == 4
     session = wb.Session(agent, venv, seed=0)
@@ -102,8 +121,12 @@ def test_session_trains_on_make_vec_with_n_envs_from_it(mode):
 def test_both_modes_give_the_same_run():
     results = []
     for mode in MODES:
-        venv = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync",
-                            vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode(mode)})
+        venv = gym.make_vec(
+            "CartPole-v1",
+            num_envs=2,
+            vectorization_mode="sync",
+            vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode(mode)},
+        )
         session = wb.Session(wb.PPO(venv, seed=0, n_steps=16, batch_size=16, n_epochs=1), venv, seed=0)
         session.run(steps=128)
         results.append(list(session.signals["episode_reward"].values))
@@ -280,8 +303,7 @@ def test_envpool_env_as_the_env():
 def test_envpool_next_step_autoreset_is_made_same_step():
     import envpool
 
-    envs = VectorEnvAdapter(envpool.make("CartPole-v1", env_type="gymnasium", num_envs=2, seed=0,
-                                         max_episode_steps=3))
+    envs = VectorEnvAdapter(envpool.make("CartPole-v1", env_type="gymnasium", num_envs=2, seed=0, max_episode_steps=3))
     envs.reset()
     for t in range(1, 8):
         obs, _, terminated, truncated, final = envs.step(np.zeros(2, dtype=np.int64))

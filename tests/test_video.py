@@ -166,12 +166,19 @@ def test_every_run_writes_its_card(tmp_path):
     assert card.path == os.fspath(folder / "README.md")
     text = (folder / "README.md").read_text()
     assert text.startswith("# PPO on CartPole-v1")
-    for needed in ("| n_steps | 32 |", "version: torch", "version: gymnasium", "| CartPole-v1 | 2 | 0 |",
-                   "![training curves](curves.png)", 'src="videos/eval-step000000128.mp4"',
-                   f'wb.load("{(folder / "latest").as_posix()}")'):
+    for needed in (
+        "| n_steps | 32 |",
+        "version: torch",
+        "version: gymnasium",
+        "| CartPole-v1 | 2 | 0 |",
+        "![training curves](curves.png)",
+        'src="videos/eval-step000000128.mp4"',
+        f'wb.load("{(folder / "latest").as_posix()}")',
+    ):
         assert needed in text, needed
     assert card.evaluation.episodes == 2 and card.evaluation.mean == pytest.approx(
-        np.mean(session.agent.play("CartPole-v1", episodes=2, seed=0)))
+        np.mean(session.agent.play("CartPole-v1", episodes=2, seed=0))
+    )
     assert (folder / "curves.png").read_bytes()[:4] == b"\x89PNG"
     assert "data:image/png;base64," in card._repr_markdown_()  # the notebook shows it whole
     # The saved run alone (no session): the command line writes the same card.

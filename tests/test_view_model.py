@@ -26,11 +26,26 @@ from workbench.ui.view_model import (
 )
 
 
-def fake_session(status="running", steps=500, target=1000, episodes=7, algorithm="PPO", stop_reason=None,
-                 error=None, signals=None, elapsed=65.0):
+def fake_session(
+    status="running",
+    steps=500,
+    target=1000,
+    episodes=7,
+    algorithm="PPO",
+    stop_reason=None,
+    error=None,
+    signals=None,
+    elapsed=65.0,
+):
     return SimpleNamespace(
-        status=status, steps=steps, target_steps=target, episodes=episodes, elapsed=elapsed, error=error,
-        stop_reason=stop_reason, signals=signals if signals is not None else wb.SignalSet(),
+        status=status,
+        steps=steps,
+        target_steps=target,
+        episodes=episodes,
+        elapsed=elapsed,
+        error=error,
+        stop_reason=stop_reason,
+        signals=signals if signals is not None else wb.SignalSet(),
         agent=SimpleNamespace(algorithm=algorithm),
     )
 
@@ -43,8 +58,10 @@ def rewards(n, start=0):
 
 
 def test_module_imports_neither_ipywidgets_nor_plotly():
-    code = ("import sys, workbench.ui.view_model, workbench.ui.console\n"
-            "print(','.join(m for m in ('ipywidgets', 'plotly', 'anywidget', 'nbformat') if m in sys.modules))")
+    code = (
+        "import sys, workbench.ui.view_model, workbench.ui.console\n"
+        "print(','.join(m for m in ('ipywidgets', 'plotly', 'anywidget', 'nbformat') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
 
@@ -133,14 +150,16 @@ def test_appended_smoothing_matches_the_whole_series_smoothed():
     values = np.random.default_rng(0).normal(size=60)
     for i, v in enumerate(values[:40]):
         signals.record("loss", i, float(v), float(i))
-    first = series_view(signals, "loss", x_axis="steps", smoothing=5, max_points=1000,
-                        episode_steps=np.zeros(0), since=None)
+    first = series_view(
+        signals, "loss", x_axis="steps", smoothing=5, max_points=1000, episode_steps=np.zeros(0), since=None
+    )
     for i, v in enumerate(values[40:], start=40):
         signals.record("loss", i, float(v), float(i))
-    tail = series_view(signals, "loss", x_axis="steps", smoothing=5, max_points=1000,
-                       episode_steps=np.zeros(0), since=first.cursor)
+    tail = series_view(
+        signals, "loss", x_axis="steps", smoothing=5, max_points=1000, episode_steps=np.zeros(0), since=first.cursor
+    )
     whole = np.concatenate([first.smooth_y, tail.smooth_y])
-    expected = np.array([values[max(0, i - 4): i + 1].astype(np.float32).mean() for i in range(60)])
+    expected = np.array([values[max(0, i - 4) : i + 1].astype(np.float32).mean() for i in range(60)])
     np.testing.assert_allclose(whole, expected, rtol=1e-5)
 
 
@@ -148,12 +167,14 @@ def test_a_thinned_signal_comes_whole_again():
     signals = wb.SignalSet(max_points=64)
     for i in range(64):
         signals.record("loss", i, float(i), float(i))
-    cursor = series_view(signals, "loss", x_axis="steps", smoothing=1, max_points=1000,
-                         episode_steps=np.zeros(0), since=None).cursor
+    cursor = series_view(
+        signals, "loss", x_axis="steps", smoothing=1, max_points=1000, episode_steps=np.zeros(0), since=None
+    ).cursor
     for i in range(64, 200):  # over its capacity: the signal thins its oldest points
         signals.record("loss", i, float(i), float(i))
-    again = series_view(signals, "loss", x_axis="steps", smoothing=1, max_points=1000,
-                        episode_steps=np.zeros(0), since=cursor)
+    again = series_view(
+        signals, "loss", x_axis="steps", smoothing=1, max_points=1000, episode_steps=np.zeros(0), since=cursor
+    )
     assert again.full  # appending would misplace points: the view redraws it whole
 
 

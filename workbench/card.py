@@ -179,8 +179,10 @@ def write_card(
                 f"card: {saved} does not name a registered env to evaluate on: pass env= (an id or factory), "
                 "or evaluate=False"
             )
-        shown = play_env if isinstance(play_env, str) else (
-            getattr(play_env, "name", None) or getattr(play_env, "__name__", type(play_env).__name__)
+        shown = (
+            play_env
+            if isinstance(play_env, str)
+            else (getattr(play_env, "name", None) or getattr(play_env, "__name__", type(play_env).__name__))
         )
         evaluation = _evaluate(agent, play_env, episodes, seed, str(shown))
     if videos is None:
@@ -199,12 +201,21 @@ def write_card(
     algorithm = meta.get("algorithm", "?")
     versions = meta.get("versions") or {}
     lines = [f"# {algorithm} on {env_name}", ""]
-    lines += [f"A {algorithm} agent trained with rl-workbench for {session.get('steps', '?')} env steps "
-              f"({session.get('episodes', '?')} episodes).", "", "## What was trained", ""]
+    lines += [
+        f"A {algorithm} agent trained with rl-workbench for {session.get('steps', '?')} env steps "
+        f"({session.get('episodes', '?')} episodes).",
+        "",
+        "## What was trained",
+        "",
+    ]
     steps = session.get("steps", meta.get("counters", {}).get("num_timesteps"))
-    rows: list[tuple[str, Any]] = [("agent", algorithm), ("env", env_name), ("env steps", steps),
-                                   ("episodes", session.get("episodes", "?")),
-                                   ("seed", session.get("seed", meta.get("seed")))]
+    rows: list[tuple[str, Any]] = [
+        ("agent", algorithm),
+        ("env", env_name),
+        ("env steps", steps),
+        ("episodes", session.get("episodes", "?")),
+        ("seed", session.get("seed", meta.get("seed"))),
+    ]
     device = _device(meta)
     if device is not None:
         rows.append(("device", device))
@@ -213,10 +224,14 @@ def write_card(
     lines += [*_table(rows), "", "### Hyperparameters", ""]
     lines += [*_table(_flat(meta.get("hyperparameters") or {})), "", "## Evaluation", ""]
     if evaluation is not None:
-        lines += ["| env | episodes | seed | mean return | std |", "|---|---|---|---|---|",
-                  f"| {evaluation.env} | {evaluation.episodes} | {evaluation.seed} | {evaluation.mean:.2f} | "
-                  f"{evaluation.std:.2f} |", "",
-                  "Deterministic policy, episodes seeded `seed + i`, played when this card was written."]
+        lines += [
+            "| env | episodes | seed | mean return | std |",
+            "|---|---|---|---|---|",
+            f"| {evaluation.env} | {evaluation.episodes} | {evaluation.seed} | {evaluation.mean:.2f} | "
+            f"{evaluation.std:.2f} |",
+            "",
+            "Deterministic policy, episodes seeded `seed + i`, played when this card was written.",
+        ]
     else:
         last = signals.get("eval_reward")
         if last is not None and len(last):
@@ -228,17 +243,34 @@ def write_card(
     if video is not None and video_path is not None:
         rel = os.path.relpath(video_path, card_dir)
         ret = "" if math.isnan(video.episode_return) else f", return {video.episode_return:g}"
-        kind = (f'<video src="{rel}" controls autoplay muted loop width="{video.width or 320}"></video>'
-                if rel.endswith(".mp4") else f"![evaluation]({rel})")
+        kind = (
+            f'<video src="{rel}" controls autoplay muted loop width="{video.width or 320}"></video>'
+            if rel.endswith(".mp4")
+            else f"![evaluation]({rel})"
+        )
         lines += ["", "## The last evaluation video", "", f"Step {video.step}{ret}: [{rel}]({rel})", "", kind]
     load_path = saved.replace(os.sep, "/")
     play_env = session.get("env_id") or "MyEnv()"
-    lines += ["", "## Load and play", "", "```python", "import workbench as wb", "",
-              f'agent = wb.load("{load_path}")', f'returns = agent.play("{play_env}", episodes=5)',
-              f'agent.play("{play_env}", episodes=1, viewer=True)   # in a notebook: the frames',
-              f'session = wb.Session.reopen("{load_path}", "{play_env}")   # continue training', "```", "",
-              "From a shell:", "", "```",
-              f"workbench play {load_path}" + ("" if session.get("env_id") else " --env ID"), "```", ""]
+    lines += [
+        "",
+        "## Load and play",
+        "",
+        "```python",
+        "import workbench as wb",
+        "",
+        f'agent = wb.load("{load_path}")',
+        f'returns = agent.play("{play_env}", episodes=5)',
+        f'agent.play("{play_env}", episodes=1, viewer=True)   # in a notebook: the frames',
+        f'session = wb.Session.reopen("{load_path}", "{play_env}")   # continue training',
+        "```",
+        "",
+        "From a shell:",
+        "",
+        "```",
+        f"workbench play {load_path}" + ("" if session.get("env_id") else " --env ID"),
+        "```",
+        "",
+    ]
     text = "\n".join(lines)
     path = os.path.join(card_dir, card_name)
     tmp = path + ".tmp"

@@ -275,9 +275,7 @@ def read_npz(
             ) from None
         raise CheckpointError(f"{label}: not a readable .npz file ({type(exc).__name__})") from None
     except (OSError, zipfile.BadZipFile, EOFError) as exc:
-        raise CheckpointError(
-            f"{label}: not a readable .npz file, possibly truncated ({type(exc).__name__})"
-        ) from None
+        raise CheckpointError(f"{label}: not a readable .npz file, possibly truncated ({type(exc).__name__})") from None
 
 
 def _read_safetensors(path: str, label: str | None = None) -> dict[str, torch.Tensor]:
@@ -606,9 +604,7 @@ def _check_numpy_rng(f: _Fields, state: Any, where: str) -> None:
     try:
         np.random.Generator(np.random.PCG64()).bit_generator.state = state
     except (TypeError, ValueError, KeyError, OverflowError):
-        raise CheckpointError(
-            f"{f.label}: field {where!r} is not the state of a PCG64 random generator"
-        ) from None
+        raise CheckpointError(f"{f.label}: field {where!r} is not the state of a PCG64 random generator") from None
 
 
 def _check_rebuildable(f: _Fields, value: dict[str, Any], where: str) -> Any:

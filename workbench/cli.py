@@ -71,7 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--eval-episodes", type=int, default=5, help="episodes per evaluation (default 5)")
     train.add_argument("--num-workers", type=int, default=1, help="worker processes or Ray actors (default 1)")
     train.add_argument(
-        "--backend", default="auto", choices=["auto", "inprocess", "local", "ray"],
+        "--backend",
+        default="auto",
+        choices=["auto", "inprocess", "local", "ray"],
         help="where env steps run with several workers (default auto: measured)",
     )
     train.add_argument("--ray-address", default=None, help="join this Ray cluster ('auto' for the running one)")
@@ -81,7 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     train.add_argument("--tensorboard", default=None, metavar="DIR", help="also log to TensorBoard event files in DIR")
     train.add_argument(
-        "--mlflow", default=None, metavar="URI",
+        "--mlflow",
+        default=None,
+        metavar="URI",
         help="also log to MLflow: a directory (local file store, e.g. mlruns) or a tracking server's URI",
     )
     train.add_argument("--wandb", action="store_true", help="also log to Weights & Biases, offline (runs/wandb)")
@@ -92,10 +96,14 @@ def build_parser() -> argparse.ArgumentParser:
     play.add_argument("--episodes", type=int, default=1, help="episodes to play (default 1)")
     play.add_argument("--seed", type=int, default=None, help="seed of the first episode")
     play.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N, mps or auto")
-    play.add_argument("--human", action="store_true",
-                      help="play it yourself: RUN is an env id, keys move (a pygame window); see docs/videos.md")
-    play.add_argument("--record", default=None, metavar="DIR",
-                      help="with --human: save the episodes played as a wb.Dataset in DIR")
+    play.add_argument(
+        "--human",
+        action="store_true",
+        help="play it yourself: RUN is an env id, keys move (a pygame window); see docs/videos.md",
+    )
+    play.add_argument(
+        "--record", default=None, metavar="DIR", help="with --human: save the episodes played as a wb.Dataset in DIR"
+    )
     play.add_argument("--fps", type=float, default=None, help="with --human: env steps per second")
     _add_allow_encoder(play)
 
@@ -112,12 +120,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="add a bool input action_mask (Discrete and MultiDiscrete actions): the best allowed action",
     )
-    export.add_argument(
-        "--overwrite", action="store_true", help="replace OUT even when it is not an earlier export"
-    )
+    export.add_argument("--overwrite", action="store_true", help="replace OUT even when it is not an earlier export")
     _add_allow_encoder(export)
     card = sub.add_parser(
-        "card", help="write a run's model card (README.md)",
+        "card",
+        help="write a run's model card (README.md)",
         description="Write README.md in a run's folder: what was trained, an evaluation table, curves, the last "
         "video, how to load and play it. RUN is a saved run or a session's checkpoint_dir (its latest/ is read).",
     )
@@ -174,26 +181,46 @@ def _add_serve_parser(sub: Any, agents: str) -> None:
         "agent learns from their feedback. SIGTERM or Ctrl-C stops the run and saves it where --save says. "
         f"Agents: {agents}. See docs/serve.md.",
     )
-    serve.add_argument("target", help="a saved run to continue (directory or .zip), or a gymnasium id for the spaces "
-                       "of a new run, e.g. CartPole-v1")
+    serve.add_argument(
+        "target",
+        help="a saved run to continue (directory or .zip), or a gymnasium id for the spaces "
+        "of a new run, e.g. CartPole-v1",
+    )
     serve.add_argument("--agent", default="ppo", type=str.lower, help="algorithm of a new run (default ppo)")
-    serve.add_argument("--n-envs", type=int, default=None,
-                       help="env slots of a new run's agent: concurrent episodes it learns from (default the agent's)")
-    serve.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                       help="a new run's hyperparameter (repeatable)")
+    serve.add_argument(
+        "--n-envs",
+        type=int,
+        default=None,
+        help="env slots of a new run's agent: concurrent episodes it learns from (default the agent's)",
+    )
+    serve.add_argument(
+        "--set", action="append", default=[], metavar="NAME=VALUE", help="a new run's hyperparameter (repeatable)"
+    )
     serve.add_argument("--seed", type=int, default=None, help="random seed")
-    serve.add_argument("--steps", type=int, default=100_000,
-                       help="transitions to learn from (default 100000); then the learned policy goes on answering")
+    serve.add_argument(
+        "--steps",
+        type=int,
+        default=100_000,
+        help="transitions to learn from (default 100000); then the learned policy goes on answering",
+    )
     serve.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1, loopback)")
     serve.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
-    serve.add_argument("--token", default=None,
-                       help=f"token clients must send (default: ${SERVE_TOKEN_ENV}); needed for a non-loopback --host")
+    serve.add_argument(
+        "--token",
+        default=None,
+        help=f"token clients must send (default: ${SERVE_TOKEN_ENV}); needed for a non-loopback --host",
+    )
     serve.add_argument("--save", default=None, metavar="PATH", help="save the run here when stopped")
     serve.add_argument("--memory", action="store_true", help="also save the replay memory")
-    serve.add_argument("--overwrite", action="store_true",
-                       help="let --save replace an existing file or directory that is not a run")
-    serve.add_argument("--episode-timeout", type=float, default=60.0,
-                       help="end an episode with no call for this many seconds, freeing its slot (default 60)")
+    serve.add_argument(
+        "--overwrite", action="store_true", help="let --save replace an existing file or directory that is not a run"
+    )
+    serve.add_argument(
+        "--episode-timeout",
+        type=float,
+        default=60.0,
+        help="end an episode with no call for this many seconds, freeing its slot (default 60)",
+    )
     serve.add_argument("--max-body", type=int, default=1 << 20, help="request body limit in bytes (default 1 MiB)")
     serve.add_argument("--no-batch", action="store_true", help="answer every act on its own, not in batches")
 
@@ -295,8 +322,14 @@ def _serve(args: argparse.Namespace) -> int:
         agent = AGENTS[args.agent](observation_space=obs_space, action_space=act_space, seed=args.seed, **options)
         session = Session.external(agent, seed=args.seed)
     try:
-        server = session.serve(args.host, args.port, token, episode_timeout=args.episode_timeout,
-                               max_body=args.max_body, batch=not args.no_batch)
+        server = session.serve(
+            args.host,
+            args.port,
+            token,
+            episode_timeout=args.episode_timeout,
+            max_body=args.max_body,
+            batch=not args.no_batch,
+        )
     except ImportError as exc:
         raise SystemExit(f"workbench: {exc}") from None
     except OSError as exc:
@@ -311,8 +344,11 @@ def _serve(args: argparse.Namespace) -> int:
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         session.start(steps=args.steps)
-        print(f"serving {session.agent.algorithm} on {server.url} (POST /act, POST /feedback, WS /ws; "
-              f"token {'required' if token else 'not required'}); SIGTERM or Ctrl-C stops", flush=True)
+        print(
+            f"serving {session.agent.algorithm} on {server.url} (POST /act, POST /feedback, WS /ws; "
+            f"token {'required' if token else 'not required'}); SIGTERM or Ctrl-C stops",
+            flush=True,
+        )
         while not stopping.wait(0.5):
             pass
         print(f"{received[0]}: stopping", flush=True)

@@ -234,8 +234,9 @@ def _decide(timings: dict[str, float], failures: list[str]) -> DeviceChoice:
     cpu = timings.get("cpu")
     others = {d: t for d, t in timings.items() if d != "cpu"}
     if not others:
-        return DeviceChoice("auto", torch.device("cpu"), f"auto: only the CPU could be measured ({shown}){failed}",
-                            timings)
+        return DeviceChoice(
+            "auto", torch.device("cpu"), f"auto: only the CPU could be measured ({shown}){failed}", timings
+        )
     best = min(others, key=others.__getitem__)
     if cpu is None or others[best] <= ACCELERATOR_MARGIN * cpu:
         why = "faster" if cpu is not None else "the CPU could not be measured"
@@ -243,9 +244,9 @@ def _decide(timings: dict[str, float], failures: list[str]) -> DeviceChoice:
             "auto", torch.device(best), f"auto: {best} measured {why} per update ({shown}){failed}", timings
         )
     return DeviceChoice(
-        "auto", torch.device("cpu"),
-        f"auto: the CPU, as {best} is not clearly faster per update for these networks and batch "
-        f"({shown}){failed}",
+        "auto",
+        torch.device("cpu"),
+        f"auto: the CPU, as {best} is not clearly faster per update for these networks and batch ({shown}){failed}",
         timings,
     )
 

@@ -82,16 +82,12 @@ class EpsilonGreedy(Exploration):
         elif self.schedule == "exponential":
             self._schedule = Exponential(max(self.start, 1e-8), max(self.end, 1e-8), self.fraction)
         else:
-            raise ValueError(
-                f"EpsilonGreedy schedule must be 'linear' or 'exponential', got {self.schedule!r}"
-            )
+            raise ValueError(f"EpsilonGreedy schedule must be 'linear' or 'exponential', got {self.schedule!r}")
 
     def value(self, progress: float) -> float:
         return float(self._schedule(progress))
 
-    def select(
-        self, greedy: np.ndarray, n_actions: int, rng: np.random.Generator, progress: float
-    ) -> np.ndarray:
+    def select(self, greedy: np.ndarray, n_actions: int, rng: np.random.Generator, progress: float) -> np.ndarray:
         """Replace each greedy action by a uniform random one with probability epsilon."""
         eps = self.value(progress)
         explore = np.asarray(rng.random(greedy.shape[0]) < eps)
@@ -219,9 +215,7 @@ class OrnsteinUhlenbeckNoise(_ContinuousNoise):
             self._x = np.full(shape, self.mean, dtype=np.float64)
         sigma = self.value(progress)
         self._x = (
-            self._x
-            + self.theta * (self.mean - self._x) * self.dt
-            + sigma * np.sqrt(self.dt) * rng.normal(size=shape)
+            self._x + self.theta * (self.mean - self._x) * self.dt + sigma * np.sqrt(self.dt) * rng.normal(size=shape)
         )
         return self._x.copy()
 

@@ -30,8 +30,13 @@ from .video import render_env
 __all__ = ["HumanPlay", "KeyMap", "default_mapping", "normalize_key", "play_in_window"]
 
 _ALIASES = {
-    " ": "space", "spacebar": "space", "arrowleft": "left", "arrowright": "right", "arrowup": "up",
-    "arrowdown": "down", "return": "enter",
+    " ": "space",
+    "spacebar": "space",
+    "arrowleft": "left",
+    "arrowright": "right",
+    "arrowup": "up",
+    "arrowdown": "down",
+    "return": "enter",
 }
 
 # Atari's and MinAtar's action names, built from these parts (gymnasium's play utility does the same).
@@ -310,13 +315,19 @@ class HumanPlay:
             if not self._episodes:
                 raise ValueError("HumanPlay has recorded no finished episode yet: play one to the end first")
             if self._dataset is None:
+
                 def cat(key: str, dtype: Any = None) -> np.ndarray:
                     return np.asarray([x for e in self._episodes for x in e[key]], dtype=dtype)
 
                 self._dataset = Dataset.from_arrays(
-                    cat("obs"), cat("actions"), cat("rewards", np.float64), cat("next_obs"),
-                    cat("terminated", bool), cat("truncated", bool),
-                    observation_space=self.env.observation_space, action_space=self.env.action_space,
+                    cat("obs"),
+                    cat("actions"),
+                    cat("rewards", np.float64),
+                    cat("next_obs"),
+                    cat("terminated", bool),
+                    cat("truncated", bool),
+                    observation_space=self.env.observation_space,
+                    action_space=self.env.action_space,
                     metadata={"source": f"human:{self.env_name}", "episodes": len(self._episodes)},
                 )
             return self._dataset
@@ -366,8 +377,10 @@ class HumanPlay:
             self.env.close()
 
     def __repr__(self) -> str:
-        return (f"<HumanPlay {self.env_name}: {self.episodes} episodes recorded, {self.steps} steps, "
-                f"keys {self.keys.describe()}>")
+        return (
+            f"<HumanPlay {self.env_name}: {self.episodes} episodes recorded, {self.steps} steps, "
+            f"keys {self.keys.describe()}>"
+        )
 
     # -- the notebook ---------------------------------------------------------------------------
 
@@ -404,8 +417,13 @@ def play_in_window(
     scale = max(1, 480 // max(frame.shape[:2]))
     screen = pygame.display.set_mode((frame.shape[1] * scale, frame.shape[0] * scale))
     clock = pygame.time.Clock()
-    names = {pygame.K_LEFT: "left", pygame.K_RIGHT: "right", pygame.K_UP: "up", pygame.K_DOWN: "down",
-             pygame.K_SPACE: "space"}
+    names = {
+        pygame.K_LEFT: "left",
+        pygame.K_RIGHT: "right",
+        pygame.K_UP: "up",
+        pygame.K_DOWN: "down",
+        pygame.K_SPACE: "space",
+    }
     try:
         while play.episodes < episodes:
             for event in pygame.event.get():

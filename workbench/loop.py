@@ -153,8 +153,9 @@ def stack_transitions(rows: list[Transitions]) -> Transitions:
 def concat_envs(parts: list[Transitions]) -> Transitions:
     """Stacked transitions of several groups of envs (one per worker) joined along the env axis."""
     fields = [np.concatenate([getattr(p, name) for p in parts], axis=1) for name in Transitions._fields[:-1]]
-    extras = {key: np.concatenate([p.extras[key] for p in parts], axis=1) for key in parts[0].extras
-              if key != SUCCESS_KEY}
+    extras = {
+        key: np.concatenate([p.extras[key] for p in parts], axis=1) for key in parts[0].extras if key != SUCCESS_KEY
+    }
     if any(SUCCESS_KEY in p.extras for p in parts):  # a group whose envs reported none: NaN rows
         extras[SUCCESS_KEY] = np.concatenate(
             [p.extras.get(SUCCESS_KEY, np.full(p.rewards.shape, np.nan)) for p in parts], axis=1
@@ -201,8 +202,10 @@ class EpisodeTracker:
         """The whole games that ended (rows of a step's ``"game_end"`` extras that are not NaN):
         the raw score and length of each, for envs whose training episodes end earlier (a lost
         life in ``workbench.envs.atari.AtariTraining``)."""
-        return [Episode(int(i), float(game_ends[i, 0]), int(game_ends[i, 1]))
-                for i in np.flatnonzero(~np.isnan(game_ends[:, 0]))]
+        return [
+            Episode(int(i), float(game_ends[i, 0]), int(game_ends[i, 1]))
+            for i in np.flatnonzero(~np.isnan(game_ends[:, 0]))
+        ]
 
 
 class PlayStep(NamedTuple):

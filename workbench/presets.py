@@ -103,20 +103,25 @@ def _specs() -> list[PresetSpec]:
         # CartPole row. Rainbow's and C51's CartPole rows are this project's (the zoo has none):
         # the zoo's DQN schedule with the parts on, the support fitting CartPole's returns.
         PresetSpec("CartPole-v1", "qrdqn", 50_000, {}, zoo_score=500.0, solved=475.0),
-        PresetSpec(
-            "Acrobot-v1", "qrdqn", 100_000, {**acrobot_dqn, "n_quantiles": 25}, solved=-100.0
-        ),
+        PresetSpec("Acrobot-v1", "qrdqn", 100_000, {**acrobot_dqn, "n_quantiles": 25}, solved=-100.0),
         PresetSpec("CartPole-v1", "c51", 50_000, {}, solved=475.0),
         PresetSpec("CartPole-v1", "rainbow", 50_000, {}, solved=475.0),
         # zoo ppo_lstm.yml on CartPoleNoVel-v1 (the masked task of testing_envs). PendulumNoVel-v1 is this
         # project's row: the zoo's PPO Pendulum settings without gSDE (RecurrentPPO has none), 200k steps.
         PresetSpec(
-            "CartPoleNoVel-v1", "recurrentppo", 100_000, {"normalize_observations": True, "normalize_rewards": True},
-            zoo_score=500.0, solved=475.0,
+            "CartPoleNoVel-v1",
+            "recurrentppo",
+            100_000,
+            {"normalize_observations": True, "normalize_rewards": True},
+            zoo_score=500.0,
+            solved=475.0,
         ),
         # The same settings without memory: the baseline that should fail on the masked task.
         PresetSpec(
-            "CartPoleNoVel-v1", "ppo", 100_000, {"normalize_observations": True, "normalize_rewards": True},
+            "CartPoleNoVel-v1",
+            "ppo",
+            100_000,
+            {"normalize_observations": True, "normalize_rewards": True},
             solved=475.0,
         ),
         PresetSpec(
@@ -321,23 +326,50 @@ def _atari_specs() -> list[PresetSpec]:
     the square root, squared averages starting at one); DQN bootstraps from the target network's own max,
     as SB3's DQN. Budgets are the zoo's 10M steps."""
     ppo = {
-        "n_envs": 8, "n_steps": 128, "n_epochs": 4, "batch_size": 256, "learning_rate": linear(2.5e-4, 0.0),
-        "clip_range": linear(0.1, 0.0), "vf_coef": 0.5, "ent_coef": 0.01, "gamma": 0.99, "gae_lambda": 0.95,
+        "n_envs": 8,
+        "n_steps": 128,
+        "n_epochs": 4,
+        "batch_size": 256,
+        "learning_rate": linear(2.5e-4, 0.0),
+        "clip_range": linear(0.1, 0.0),
+        "vf_coef": 0.5,
+        "ent_coef": 0.01,
+        "gamma": 0.99,
+        "gae_lambda": 0.95,
         "net_arch": (),
     }
     # The zoo's a2c.yml atari row: RMSpropTFLike(eps=1e-5), TensorFlow's RMSprop (A2CConfig.rms_prop_tf_like).
-    a2c = {"n_envs": 16, "ent_coef": 0.01, "vf_coef": 0.25, "net_arch": (), "rms_prop_tf_like": True,
-           "rms_prop_eps": 1e-5}
+    a2c = {
+        "n_envs": 16,
+        "ent_coef": 0.01,
+        "vf_coef": 0.25,
+        "net_arch": (),
+        "rms_prop_tf_like": True,
+        "rms_prop_eps": 1e-5,
+    }
     dqn = {
-        "buffer_size": 100_000, "learning_rate": 1e-4, "batch_size": 32, "learning_starts": 100_000,
-        "target_update_interval": 1000, "train_freq": 4, "gradient_steps": 1, "double_q": False,
-        "max_grad_norm": 10.0, "net_arch": (),
+        "buffer_size": 100_000,
+        "learning_rate": 1e-4,
+        "batch_size": 32,
+        "learning_starts": 100_000,
+        "target_update_interval": 1000,
+        "train_freq": 4,
+        "gradient_steps": 1,
+        "double_q": False,
+        "max_grad_norm": 10.0,
+        "net_arch": (),
     }
     # sb3-contrib QR-DQN's defaults with the zoo's exploration fraction (its 1M-transition memory
     # takes about 56 GB of frames when full, as in SB3; pass buffer_size= or optimize_memory_usage=True).
     qrdqn = {
-        "buffer_size": 1_000_000, "learning_rate": 5e-5, "batch_size": 32, "learning_starts": 100,
-        "target_update_interval": 10_000, "train_freq": 4, "gradient_steps": 1, "n_quantiles": 200,
+        "buffer_size": 1_000_000,
+        "learning_rate": 5e-5,
+        "batch_size": 32,
+        "learning_starts": 100,
+        "target_update_interval": 10_000,
+        "train_freq": 4,
+        "gradient_steps": 1,
+        "n_quantiles": 200,
         "net_arch": (),
     }
     specs = []
@@ -439,9 +471,10 @@ def preset(
             f"Without a preset, build the agent yourself: wb.{name.upper()}({env_id!r}, ...)"
         )
     # Exploration objects keep per-run state (OU noise), so each agent gets its own copy.
-    hyper = {k: exploration_from_dict(v.to_dict()) if isinstance(v, Exploration) else v
-             for k, v in spec.hyperparameters.items()}
+    hyper = {
+        k: exploration_from_dict(v.to_dict()) if isinstance(v, Exploration) else v
+        for k, v in spec.hyperparameters.items()
+    }
     hyper.update(overrides)
     built = AGENTS[name](env_id, seed=seed, device=device, **hyper)  # type: ignore[arg-type]  # hyperparameters by name
     return Preset(built, env_id, spec.steps)
-

@@ -77,9 +77,7 @@ class Exponential(Schedule):
 
     def __post_init__(self) -> None:
         if self.start <= 0 or self.end <= 0:
-            raise ValueError(
-                f"an exponential schedule needs positive start and end, got {self.start}, {self.end}"
-            )
+            raise ValueError(f"an exponential schedule needs positive start and end, got {self.start}, {self.end}")
         if not 0.0 < self.fraction <= 1.0:
             raise ValueError(f"fraction must be in (0, 1], got {self.fraction}")
 

@@ -135,8 +135,7 @@ class Session(SessionMedia):
         record: a directory to record the run's transitions to, as a dataset (``workbench.offline.recording``).
         ope_every: an offline agent's off-policy estimates (``ope_dr``...) every this many steps,
             on ``ope_dataset`` or else on 10% of ``dataset``'s episodes held out (docs/offline.md).
-        video_every: an evaluation with a video every this many env steps, written to
-            ``checkpoint_dir/videos`` and listed in :attr:`videos`.
+        video_every: an evaluation with a video every this many env steps, into ``checkpoint_dir/videos``.
         video_options: the videos' bounds (frame skip, size, seconds, fps; docs/videos.md).
     """
 
@@ -165,7 +164,8 @@ class Session(SessionMedia):
         record: str | os.PathLike[str] | None = None,
         ope_every: int | None = None,
         ope_dataset: Any = None,
-        video_every: int | None = None, video_options: Any = None,
+        video_every: int | None = None,
+        video_options: Any = None,
         **backend_options: Any,
     ) -> None:
         if not isinstance(agent, Agent):
@@ -416,12 +416,8 @@ class Session(SessionMedia):
         ``Session.reopen(path, external=True)`` work as in every session (episodes still live at a
         save are not saved: the resumed session starts with none).
 
-        Episodes and the agent's env slots: each episode holds one of the agent's ``n_envs`` slots
-        from its first ``act`` to the feedback that ends it, and the agent learns from one
-        transition of every slot at a time, as from a vector env. So at most ``n_envs`` episodes
-        run at once (one more is a ``RuntimeError`` at its first ``act``), and learning waits until
-        every slot has fed back: drive ``n_envs`` episodes at once, or build the agent with
-        ``n_envs=1`` for a single stream. See ``workbench.parallel.external`` and docs/external.md.
+        Each episode holds one of the agent's ``n_envs`` env slots from its first ``act`` to the
+        feedback that ends it (at most ``n_envs`` at once): see docs/external.md.
         """
         return cls(agent, external_source(agent, max_lag, max_queued, options), **options)
 
@@ -449,8 +445,15 @@ class Session(SessionMedia):
         """
         return external_act(self._loop.external_runner("act"), self.agent, obs, _episode_key(episode), action_mask)
 
-    def feedback(self, reward: float, next_obs: Any, terminated: bool, truncated: bool, episode: Any = None,
-                 info: dict[str, Any] | None = None) -> None:
+    def feedback(
+        self,
+        reward: float,
+        next_obs: Any,
+        terminated: bool,
+        truncated: bool,
+        episode: Any = None,
+        info: dict[str, Any] | None = None,
+    ) -> None:
         """Report what followed the last :meth:`act` of ``episode`` (an external session).
 
         ``terminated``/``truncated`` as gymnasium's ``step`` returns them: either ends the episode

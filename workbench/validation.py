@@ -84,11 +84,7 @@ def _is_int(value: Any) -> bool:
 
 
 def _is_real(value: Any) -> bool:
-    return (
-        isinstance(value, numbers.Real)
-        and not isinstance(value, bool | np.bool_)
-        and math.isfinite(float(value))
-    )
+    return isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_) and math.isfinite(float(value))
 
 
 def _bounds(low: float | None, high: float | None, low_open: bool, high_open: bool) -> str:
@@ -112,9 +108,7 @@ def integer(min: int | None = None, max: int | None = None, *, also: tuple[int, 
     words = f"an integer{_bounds(min, max, False, False)}"
     if also:
         words += " or " + " or ".join(map(str, also))
-    return Constraint(
-        words, lambda v: _is_int(v) and (int(v) in also or _within(int(v), min, max, False, False))
-    )
+    return Constraint(words, lambda v: _is_int(v) and (int(v) in also or _within(int(v), min, max, False, False)))
 
 
 def number(
@@ -330,8 +324,10 @@ def check_env_batch(
     if len(bad):
         i = int(bad[0])
         method = "env.reset"
-        if rewards is not None and not (terminated is not None and terminated[i]) and not (
-            truncated is not None and truncated[i]
+        if (
+            rewards is not None
+            and not (terminated is not None and terminated[i])
+            and not (truncated is not None and truncated[i])
         ):
             method = "env.step"
         raise EnvOutputError(f"{where(method, i)} returned observation {_row(next_obs[i])}. {fix}")
@@ -392,5 +388,6 @@ class LossWatch:
                 "(their scale as well as their values), or lower the learning rate, then train again "
                 "from a saved checkpoint or a new agent."
             )
+
 
 _constraint_of = constraint_of  # the name tests used before it was public

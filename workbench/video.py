@@ -252,10 +252,27 @@ def encode_video(frames: Sequence[np.ndarray], path: str, fps: int) -> None:
             first = _even(frames[0])
             h, w = first.shape[:2]
             writer = imageio_ffmpeg.write_frames(
-                tmp, (w, h), fps=fps, codec="libx264", pix_fmt_in="rgb24", pix_fmt_out="yuv420p",
-                macro_block_size=1, ffmpeg_log_level="error", quality=None,
-                output_params=["-f", "mp4", "-crf", "28", "-preset", "veryfast", "-threads", "1",
-                               "-movflags", "+faststart"],
+                tmp,
+                (w, h),
+                fps=fps,
+                codec="libx264",
+                pix_fmt_in="rgb24",
+                pix_fmt_out="yuv420p",
+                macro_block_size=1,
+                ffmpeg_log_level="error",
+                quality=None,
+                output_params=[
+                    "-f",
+                    "mp4",
+                    "-crf",
+                    "28",
+                    "-preset",
+                    "veryfast",
+                    "-threads",
+                    "1",
+                    "-movflags",
+                    "+faststart",
+                ],
             )
             writer.send(None)
             for frame in frames:
@@ -281,8 +298,9 @@ def encode_gif(frames: Sequence[np.ndarray], fps: int) -> bytes:
         ) from exc
     images = [Image.fromarray(np.asarray(f, dtype=np.uint8)) for f in frames]
     out = io.BytesIO()
-    images[0].save(out, format="GIF", save_all=True, append_images=images[1:], duration=max(1, round(1000 / fps)),
-                   loop=0)
+    images[0].save(
+        out, format="GIF", save_all=True, append_images=images[1:], duration=max(1, round(1000 / fps)), loop=0
+    )
     return out.getvalue()
 
 
@@ -335,8 +353,15 @@ def read_index(folder: str) -> list[Video]:
                 entries = json.load(f)
             for e in entries if isinstance(entries, list) else []:
                 path = os.path.join(folder, os.path.basename(str(e["path"])))
-                found[path] = Video(path, int(e["step"]), float(e["episode_return"]), int(e["frames"]),
-                                    int(e["fps"]), int(e["width"]), int(e["height"]))
+                found[path] = Video(
+                    path,
+                    int(e["step"]),
+                    float(e["episode_return"]),
+                    int(e["frames"]),
+                    int(e["fps"]),
+                    int(e["width"]),
+                    int(e["height"]),
+                )
         except (OSError, ValueError, KeyError, TypeError):
             found = {}  # a broken index: the file names still tell the steps
     if os.path.isdir(folder):
@@ -485,8 +510,11 @@ class VideoWriter:
             except Exception as exc:  # a video never fails the run: kept in videos.errors, and said once
                 error = exc
                 if not self.videos.errors:
-                    warnings.warn(f"could not write the evaluation video: {type(exc).__name__}: {exc}",
-                                  RuntimeWarning, stacklevel=1)
+                    warnings.warn(
+                        f"could not write the evaluation video: {type(exc).__name__}: {exc}",
+                        RuntimeWarning,
+                        stacklevel=1,
+                    )
             self.videos._end(video, error)
             if video is not None and self.settings.keep is not None:
                 self.videos._prune()

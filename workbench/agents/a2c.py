@@ -94,9 +94,7 @@ class A2C(OnPolicyAgent):
                 params, lr=self._lr(0.0), alpha=0.99, eps=c.rms_prop_eps
             )
         elif c.use_rms_prop:
-            self.optimizer = torch.optim.RMSprop(
-                params, lr=self._lr(0.0), alpha=0.99, eps=c.rms_prop_eps, foreach=True
-            )
+            self.optimizer = torch.optim.RMSprop(params, lr=self._lr(0.0), alpha=0.99, eps=c.rms_prop_eps, foreach=True)
         else:
             self.optimizer = make_adam(params, lr=self._lr(0.0))
 

@@ -201,9 +201,7 @@ def _check_moments(opt: torch.optim.Optimizer, moments: dict[int, dict[str, torc
 
 
 def _agents_for(action_space: spaces.Space) -> list[str]:
-    return sorted(
-        cls.__name__ for cls in AGENTS.values() if isinstance(action_space, cls.action_spaces)
-    )
+    return sorted(cls.__name__ for cls in AGENTS.values() if isinstance(action_space, cls.action_spaces))
 
 
 class ActionMaskError(TypeError, ValueError):
@@ -277,8 +275,11 @@ class Agent:
             if name in cls.__dict__ and not getattr(cls.__dict__[name], "_template_ok", False):
                 warnings.warn(
                     f"{cls.__qualname__} overrides {name}(): Agent.{name}() "
-                    + ("normalizes the transitions, takes the agent's lock and advances the step clock"
-                       if name == "observe" else "takes the agent's lock")
+                    + (
+                        "normalizes the transitions, takes the agent's lock and advances the step clock"
+                        if name == "observe"
+                        else "takes the agent's lock"
+                    )
                     + f" around _{name}(), which is what an algorithm implements. Override _{name}() "
                     f"instead, or call super().{name}(...) from your {name}() so those still happen "
                     "(see Agent's docstring)",
@@ -341,9 +342,7 @@ class Agent:
             self.reward_normalizer = RewardNormalizer(float(getattr(self.config, "gamma", 0.99)))
         self.seed = seed
         self.rng = np.random.default_rng(seed)
-        self.generator = torch.Generator().manual_seed(
-            int(seed) if seed is not None else int(self.rng.integers(2**62))
-        )
+        self.generator = torch.Generator().manual_seed(int(seed) if seed is not None else int(self.rng.integers(2**62)))
         self.num_timesteps = 0  # env steps observed while training, over all envs: the run's step clock
         self.num_updates = 0
         self.total_timesteps: int | None = None  # the budget schedules count against
@@ -487,8 +486,14 @@ class Agent:
     def _probe_key(self) -> tuple:
         """What a device measurement depends on: the networks, their sizes, and the batch."""
         params = sum(p.numel() for net in self.networks.values() for p in net.parameters())
-        return (type(self).__name__, self.obs_shape, str(self.obs_dtype), self.encoder_description,
-                self._probe_batch_size(), params)
+        return (
+            type(self).__name__,
+            self.obs_shape,
+            str(self.obs_dtype),
+            self.encoder_description,
+            self._probe_batch_size(),
+            params,
+        )
 
     def _probe_batch_size(self) -> int:
         """The batch an update's forward and backward passes see (``batch_size``, else a rollout)."""
@@ -518,8 +523,11 @@ class Agent:
     def _device_probe(self, device: torch.device) -> Any:
         """A short update on ``device`` for ``"auto"`` to time: copies of the declared networks, one
         forward and backward pass on a batch of the update's size (the agent itself is untouched)."""
-        nets = {name: copy.deepcopy(getattr(self, name)).to(device) for name in self.network_names
-                if isinstance(getattr(self, name, None), nn.Module)}
+        nets = {
+            name: copy.deepcopy(getattr(self, name)).to(device)
+            for name in self.network_names
+            if isinstance(getattr(self, name, None), nn.Module)
+        }
         calls = self._probe_calls(nets, device, self._probe_batch_size())
         if not calls:
             raise RuntimeError("no network of this agent takes an observation batch")
@@ -534,8 +542,9 @@ class Agent:
         if mode is False:
             return
         mode = "default" if mode is True else str(mode)
-        nets = {name: getattr(self, name) for name in self.network_names
-                if isinstance(getattr(self, name, None), nn.Module)}
+        nets = {
+            name: getattr(self, name) for name in self.network_names if isinstance(getattr(self, name, None), nn.Module)
+        }
         with torch.no_grad():  # which networks take an observation batch, found eagerly
             calls = self._probe_calls(nets, self.device, self._probe_batch_size())
         start = time.perf_counter()
@@ -609,8 +618,7 @@ class Agent:
             close = difflib.get_close_matches(key, names, n=3)
             hint = f" Did you mean {', '.join(close)}?" if close else ""
             raise TypeError(
-                f"{type(self).__name__} got an unknown hyperparameter {key!r}.{hint} "
-                f"Known: {', '.join(names)}."
+                f"{type(self).__name__} got an unknown hyperparameter {key!r}.{hint} Known: {', '.join(names)}."
             )
         config = self.Config(**hyperparameters)
         # Every field's declared constraint (workbench.validation), so a bad value fails here,
@@ -655,7 +663,9 @@ class Agent:
         """True unless the config says ``fast="off"``: the kernels of ``workbench.agents.kernels`` may run.
         They are CPU-only fp32 passes, so never on another device, compiled or in lower precision."""
         return (
-            self.config.fast != "off" and self.device.type == "cpu" and not self._compiled
+            self.config.fast != "off"
+            and self.device.type == "cpu"
+            and not self._compiled
             and self.config.precision == "fp32"
         )
 
@@ -977,7 +987,11 @@ class Agent:
         )
 
     def export(
-        self, path: str | os.PathLike[str], *, format: str | None = None, action_mask: bool = False,
+        self,
+        path: str | os.PathLike[str],
+        *,
+        format: str | None = None,
+        action_mask: bool = False,
         overwrite: bool = False,
     ) -> str:
         """Write the deterministic policy (what ``act(obs, deterministic=True)`` does, with the
@@ -1028,8 +1042,14 @@ class Agent:
         """
         check_arguments(
             f"{self.algorithm}.play",
-            {"episodes": episodes, "render": render, "deterministic": deterministic, "seed": seed,
-             "max_steps": max_steps, "viewer": viewer},
+            {
+                "episodes": episodes,
+                "render": render,
+                "deterministic": deterministic,
+                "seed": seed,
+                "max_steps": max_steps,
+                "viewer": viewer,
+            },
             _PLAY_CHECKS,
             {"episodes": 1, "render": None, "deterministic": True, "seed": None, "max_steps": None, "viewer": False},
         )
@@ -1086,8 +1106,9 @@ class Agent:
             return result, frames
         return result
 
-    def _play_parallel(self, env: Any, episodes: int, render: str | None, deterministic: bool, seed: int | None,
-                       max_steps: int | None) -> Any:
+    def _play_parallel(
+        self, env: Any, episodes: int, render: str | None, deterministic: bool, seed: int | None, max_steps: int | None
+    ) -> Any:
         """``play`` on a PettingZoo ParallelEnv (``workbench.envs.multiagent``): team returns, each
         agent's in ``result.per_agent``."""
         from ..envs.multiagent import play_parallel
@@ -1101,7 +1122,12 @@ class Agent:
         self.training = False
         try:
             returns, lengths, frames, per_agent = play_parallel(
-                self, env, episodes, seed=seed, deterministic=deterministic, max_steps=max_steps,
+                self,
+                env,
+                episodes,
+                seed=seed,
+                deterministic=deterministic,
+                max_steps=max_steps,
                 render=bool(render),
             )
         finally:
@@ -1136,8 +1162,11 @@ class Agent:
         c = self.config
         compiled = f"compile={c.compile!r}"
         if c.compile is not False:
-            compiled += (f" ({self.compile_time:.1f} s to compile)" if self._compiled
-                         else f" (failed, eager: {self.compile_error})")
+            compiled += (
+                f" ({self.compile_time:.1f} s to compile)"
+                if self._compiled
+                else f" (failed, eager: {self.compile_error})"
+            )
         return (
             f"{self.algorithm}(obs={describe_space(self.observation_space)}, "
             f"action={describe_space(self.action_space)}, encoder={self.encoder_description}, "
@@ -1180,11 +1209,12 @@ def _refuse_plug_in(cls: type[Agent], key: str) -> None:
     if key in ("replay", "intrinsic", "intrinsic_coef"):
         takers = [a.__name__ for a in AGENTS.values() if key in {f.name for f in dataclasses.fields(a.Config)}]
         what = "a replay memory's kind (wb.HerReplay)" if key == "replay" else "an intrinsic reward (wb.RND, wb.ICM)"
-        why = " (it is on-policy: it learns from its own rollouts, not from a replay memory)" if (
-            key == "replay" and cls.on_policy) else ""
-        raise TypeError(
-            f"{cls.__name__} does not take {key}=: {what} plugs into {', '.join(sorted(takers))}{why}"
+        why = (
+            " (it is on-policy: it learns from its own rollouts, not from a replay memory)"
+            if (key == "replay" and cls.on_policy)
+            else ""
         )
+        raise TypeError(f"{cls.__name__} does not take {key}=: {what} plugs into {', '.join(sorted(takers))}{why}")
 
 
 def _writable(value: Any) -> np.ndarray:

@@ -204,8 +204,11 @@ class CQL(OfflineAgent):
             rows = self._critic_rows(obs, actions, pi_a, npi_a)
             # each sampled action's log-density, subtracted from its value (importance sampling)
             log_density = torch.stack(
-                [torch.full((b, n), self.act_dim * math.log(0.5), device=obs.device), pi_logp.view(b, n),
-                 npi_logp.view(b, n)]
+                [
+                    torch.full((b, n), self.act_dim * math.log(0.5), device=obs.device),
+                    pi_logp.view(b, n),
+                    npi_logp.view(b, n),
+                ]
             )
         q_all = forward(self.critic, rows, fast=self._fast).squeeze(-1)  # the written-out pass, when it applies
         q = q_all[:, :b]

@@ -110,9 +110,7 @@ class DQN(OffPolicyAgent):
     def _build(self) -> None:
         c = self.config
         if not isinstance(c.exploration, EpsilonGreedy):
-            raise TypeError(
-                f"DQN explores with wb.EpsilonGreedy(...), got {type(c.exploration).__name__}"
-            )
+            raise TypeError(f"DQN explores with wb.EpsilonGreedy(...), got {type(c.exploration).__name__}")
         self.n_actions = int(self.action_space.n)
         if c.n_step < 1:
             raise ValueError(f"DQN n_step must be at least 1, got {c.n_step}")
@@ -238,7 +236,12 @@ class DQN(OffPolicyAgent):
             self.memory.add_steps(t.obs, t.actions, t.rewards, t.next_obs, t.terminated, t.truncated)
         elif self._n_step is None:
             self.memory.add(
-                t.obs, t.actions, t.rewards, t.next_obs, t.terminated.astype(np.float32), self.config.gamma,
+                t.obs,
+                t.actions,
+                t.rewards,
+                t.next_obs,
+                t.terminated.astype(np.float32),
+                self.config.gamma,
                 **({} if next_masks is None else {"next_masks": next_masks}),
             )
         else:

@@ -71,8 +71,7 @@ def encoder_choice() -> Constraint:
     """What ``encoder=`` takes: a built-in name or a ``torch.nn.Module`` subclass."""
     return Constraint(
         "one of " + ", ".join(repr(n) for n in BUILTIN_ENCODERS) + " or a torch.nn.Module subclass",
-        lambda v: (isinstance(v, str) and v in BUILTIN_ENCODERS)
-        or (isinstance(v, type) and issubclass(v, nn.Module)),
+        lambda v: (isinstance(v, str) and v in BUILTIN_ENCODERS) or (isinstance(v, type) and issubclass(v, nn.Module)),
     )
 
 
@@ -183,9 +182,12 @@ class ImageEncoder(_Encoder):
                     "picks it), or resize the frames"
                 )
             self.cnn: nn.Module = nn.Sequential(
-                nn.Conv2d(c, 32, 8, stride=4), nn.ReLU(),
-                nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
-                nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(),
+                nn.Conv2d(c, 32, 8, stride=4),
+                nn.ReLU(),
+                nn.Conv2d(32, 64, 4, stride=2),
+                nn.ReLU(),
+                nn.Conv2d(64, 64, 3, stride=1),
+                nn.ReLU(),
                 nn.Flatten(),
             )
             features_dim = 512 if features_dim is None else features_dim
@@ -341,8 +343,9 @@ def make_encoder(space: spaces.Space, choice: Any = "auto", kwargs: dict[str, An
         images = {k: s for k, s in parts if is_image_space(s) and k != MASK_KEY}
         if not images and all(k != MASK_KEY for k, _ in parts):
             return None  # only vectors: the flat observation is already their concatenation
-        encoders = {k: ImageEncoder(tuple(s.shape), _image_kind(tuple(s.shape), choice), features)
-                    for k, s in images.items()}
+        encoders = {
+            k: ImageEncoder(tuple(s.shape), _image_kind(tuple(s.shape), choice), features) for k, s in images.items()
+        }
         return DictEncoder(space, encoders)
     if choice in ("nature", "small"):
         raise ValueError(

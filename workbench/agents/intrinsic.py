@@ -287,8 +287,9 @@ class RNDModule(IntrinsicModule):
         super().__init__(spec, obs_dim)
         self.target = mlp(obs_dim, spec.hidden, spec.features, activation="relu")
         self.target.requires_grad_(False)
-        self.predictor = mlp(obs_dim, (*spec.hidden, spec.hidden[-1] if spec.hidden else spec.features),
-                             spec.features, activation="relu")
+        self.predictor = mlp(
+            obs_dim, (*spec.hidden, spec.hidden[-1] if spec.hidden else spec.features), spec.features, activation="relu"
+        )
         self._finish()
 
     def errors(self, obs: torch.Tensor, actions: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:

@@ -133,7 +133,7 @@ class IQL(OfflineAgent):
         q_loss = 0.5 * (q - target).pow(2).mean(1).sum()
         self._step(self.optimizer, value_loss + q_loss)
 
-        advantage = (q_target - v.detach())
+        advantage = q_target - v.detach()
         weights = torch.exp(c.beta * advantage).clamp(max=c.max_weight)
         if self.discrete:
             log_prob = -F.cross_entropy(self.actor(batch.obs), actions.long(), reduction="none")

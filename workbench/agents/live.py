@@ -81,8 +81,9 @@ def check_edits(agent: Any, values: dict[str, Any], owner: str | None = None) ->
     names = [f.name for f in dataclasses.fields(agent.config)]
     live = editable(agent)
     if not values:
-        raise ArgumentError(f"{owner}() needs at least one hyperparameter, e.g. learning_rate=1e-4. Editable: "
-                            f"{', '.join(live)}.")
+        raise ArgumentError(
+            f"{owner}() needs at least one hyperparameter, e.g. learning_rate=1e-4. Editable: {', '.join(live)}."
+        )
     for name, value in values.items():
         if name not in names:
             close = difflib.get_close_matches(name, live, n=3)

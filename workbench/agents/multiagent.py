@@ -70,9 +70,7 @@ def _groups_of(agents: list[str], groups: dict[str, list[str]] | None, owner: st
     missing = [a for a in agents if a not in seen]
     twice = sorted({a for a in seen if seen.count(a) > 1})
     if missing or twice:
-        raise ValueError(
-            f"{owner}: every agent must be in exactly one group; missing {missing}, in several {twice}"
-        )
+        raise ValueError(f"{owner}: every agent must be in exactly one group; missing {missing}, in several {twice}")
     return {str(k): [str(a) for a in v] for k, v in groups.items()}
 
 
@@ -89,10 +87,13 @@ _LAYOUT = Constraint(
 class IPPOConfig(PPOConfig):
     """IPPO's hyperparameters: PPO's, plus the groups."""
 
-    groups: dict | None = checked(None, Constraint(
-        "None or a dict of group name -> list of agent names",
-        lambda v: v is None or (isinstance(v, dict) and all(isinstance(a, list | tuple) for a in v.values())),
-    ))
+    groups: dict | None = checked(
+        None,
+        Constraint(
+            "None or a dict of group name -> list of agent names",
+            lambda v: v is None or (isinstance(v, dict) and all(isinstance(a, list | tuple) for a in v.values())),
+        ),
+    )
     """Group name -> agent names; each group has its own actor and critic (None: one group per agent)."""
     layout: dict | None = checked(None, _LAYOUT)
     """The env's row layout (agents, observation and state sizes), filled in from the env; saved with the run."""
@@ -131,8 +132,12 @@ class _MultiAgentPPO(PPO):
             agents = list(penv.possible_agents)
             if "groups" in {f.name for f in self.Config.__dataclass_fields__.values()}:
                 hyperparameters["groups"] = _groups_of(agents, hyperparameters.get("groups"), owner)
-            hyperparameters["layout"] = {"agents": agents, "obs_dim": lay.obs_dim, "state": lay.state,
-                                         "state_dim": lay.state_dim}
+            hyperparameters["layout"] = {
+                "agents": agents,
+                "obs_dim": lay.obs_dim,
+                "state": lay.state,
+                "state_dim": lay.state_dim,
+            }
             hyperparameters.setdefault("n_envs", len(agents))
             super().__init__(observation_space=obs_space, action_space=act_space, seed=seed, **hyperparameters)
             self.env_source = source
@@ -172,8 +177,17 @@ class _MultiAgentPPO(PPO):
 
         def routed(critic: bool) -> SlotNet:
             cols = self._columns(critic)
-            nets = [mlp(len(cols), c.net_arch, 1 if critic else n_out, activation=c.activation,
-                        ortho_init=bool(c.ortho_init), output_gain=1.0 if critic else 0.01) for _ in groups]
+            nets = [
+                mlp(
+                    len(cols),
+                    c.net_arch,
+                    1 if critic else n_out,
+                    activation=c.activation,
+                    ortho_init=bool(c.ortho_init),
+                    output_gain=1.0 if critic else 0.01,
+                )
+                for _ in groups
+            ]
             return SlotNet(nets, cols, id_start, slot_group)
 
         self.actor = routed(False)

@@ -72,8 +72,12 @@ class OffPolicyAgent(Agent):
         columns a Dict's frames take in its float32 rows (held as uint8; not for standardized observations)."""
         c = self.config
         columns = None if c.normalize_observations else byte_columns(self.observation_space)
-        return {"obs_dtype": self.obs_dtype, "optimize_memory_usage": c.optimize_memory_usage, "stride": c.n_envs,
-                "obs_byte_columns": columns}
+        return {
+            "obs_dtype": self.obs_dtype,
+            "optimize_memory_usage": c.optimize_memory_usage,
+            "stride": c.n_envs,
+            "obs_byte_columns": columns,
+        }
 
     def _build_plug_ins(self) -> None:
         super()._build_plug_ins()
@@ -113,8 +117,15 @@ class OffPolicyAgent(Agent):
         self._compute_reward = fn
         old = self.memory
         self.memory = HerMemory(
-            spec, c.buffer_size, self.observation_space, self.obs_shape, old.action_shape, old.actions.dtype,
-            obs_dtype=self.obs_dtype, compute_reward=fn, gamma=c.gamma,
+            spec,
+            c.buffer_size,
+            self.observation_space,
+            self.obs_shape,
+            old.action_shape,
+            old.actions.dtype,
+            obs_dtype=self.obs_dtype,
+            compute_reward=fn,
+            gamma=c.gamma,
         )
 
     def bind_env(self, source: Any) -> None:

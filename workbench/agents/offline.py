@@ -58,8 +58,15 @@ class OfflineData:
     """A dataset as tensors in host RAM, sampled uniformly with the agent's generator; minibatches go
     to ``device`` (the agent's)."""
 
-    def __init__(self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray, next_obs: np.ndarray,
-                 dones: np.ndarray, device: torch.device | None = None) -> None:
+    def __init__(
+        self,
+        obs: np.ndarray,
+        actions: np.ndarray,
+        rewards: np.ndarray,
+        next_obs: np.ndarray,
+        dones: np.ndarray,
+        device: torch.device | None = None,
+    ) -> None:
         self.device = torch.device("cpu") if device is None else device
         self.obs = torch.as_tensor(obs, dtype=torch.float32)
         self.actions = torch.as_tensor(actions)

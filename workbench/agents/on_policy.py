@@ -246,8 +246,9 @@ class OnPolicyAgent(Agent):
             self.encoder_description += ", shared by the policy and value networks"
             self.critic = with_encoder(
                 shared,
-                mlp(int(shared.features_dim), c.net_arch, 1, activation=c.activation, ortho_init=ortho,
-                    output_gain=1.0),
+                mlp(
+                    int(shared.features_dim), c.net_arch, 1, activation=c.activation, ortho_init=ortho, output_gain=1.0
+                ),
             )
         else:
             self.critic = self._encoded(
@@ -448,11 +449,13 @@ class OnPolicyAgent(Agent):
         if alive is not None and alive.shape == rollout.rewards.shape and not alive.all():
             # Rows of absent agents are filler (their slot's steps are cut as episode ends): left out.
             keep = torch.from_numpy(np.flatnonzero(alive.reshape(-1)))
-            batch = batch._replace(**{
-                name: getattr(batch, name)[keep]
-                for name in ("obs", "actions", "log_probs", "advantages", "returns", "masks")
-                if getattr(batch, name) is not None
-            })
+            batch = batch._replace(
+                **{
+                    name: getattr(batch, name)[keep]
+                    for name in ("obs", "actions", "log_probs", "advantages", "returns", "masks")
+                    if getattr(batch, name) is not None
+                }
+            )
         return batch
 
     def _scheduled_lr(self) -> float:
@@ -512,4 +515,3 @@ class OnPolicyAgent(Agent):
         """1 - Var(returns - values) / Var(returns): how much of the returns the critic explains."""
         var_returns = float(np.var(returns))
         return math.nan if var_returns == 0 else 1.0 - float(np.var(returns - values)) / var_returns
-

@@ -148,12 +148,16 @@ class RecurrentPPO(OnPolicyAgent):
         and ``compile``), from zero states."""
         steps = self.config.n_steps
         envs = max(1, batch // steps)
-        obs = torch.zeros((steps, envs, *self.obs_shape), dtype=torch.from_numpy(np.zeros(1, self.obs_dtype)).dtype,
-                          device=device)
+        obs = torch.zeros(
+            (steps, envs, *self.obs_shape), dtype=torch.from_numpy(np.zeros(1, self.obs_dtype)).dtype, device=device
+        )
         state = torch.zeros(envs, self.config.lstm_hidden_size, device=device)
         starts = torch.zeros(steps, envs, device=device)
-        return [functools.partial(net, obs, state, state, starts) for net in nets.values()
-                if isinstance(net, RecurrentNetwork)]
+        return [
+            functools.partial(net, obs, state, state, starts)
+            for net in nets.values()
+            if isinstance(net, RecurrentNetwork)
+        ]
 
     # -- acting -------------------------------------------------------------------------------
 
@@ -185,8 +189,11 @@ class RecurrentPPO(OnPolicyAgent):
             kind, nvec = self.action_kind, self.nvec
             actions, _ = sample_categorical(masked_logits(out, masks), kind, nvec, deterministic, self.generator)
         elif deterministic:
-            actions = out.argmax(-1) if self.discrete else out.clamp(
-                self._tensor(self.action_low), self._tensor(self.action_high))
+            actions = (
+                out.argmax(-1)
+                if self.discrete
+                else out.clamp(self._tensor(self.action_low), self._tensor(self.action_high))
+            )
         elif self.discrete:
             log_p = F.log_softmax(out, dim=-1)
             actions = _multinomial(log_p.exp(), self.generator)
@@ -201,8 +208,11 @@ class RecurrentPPO(OnPolicyAgent):
             chosen, _ = categorical_terms(out, actions, self.action_kind, self.nvec, masks)
         else:
             chosen, _ = gaussian_policy_terms(out, self.log_std, actions, self.discrete)
-        extras = {"values": self._host(values[0, :, 0]), "log_probs": self._host(chosen),
-                  "lstm_states": self._host(used)}
+        extras = {
+            "values": self._host(values[0, :, 0]),
+            "log_probs": self._host(chosen),
+            "lstm_states": self._host(used),
+        }
         return Step(self._host(actions), extras)
 
     # -- storing ------------------------------------------------------------------------------

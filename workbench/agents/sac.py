@@ -117,9 +117,7 @@ class SAC(OffPolicyAgent):
         else:  # one head gives mean and log-std of a Gaussian that tanh squashes into [-1, 1]
             self.actor = with_encoder(enc, mlp(obs_dim, c.net_arch, 2 * self.act_dim, activation="relu"))
         self.critic = EnsembleMLP(c.n_critics, obs_dim + self.act_dim, c.net_arch, 1, encoder=self._encoder()[0])
-        self.critic_target = EnsembleMLP(
-            c.n_critics, obs_dim + self.act_dim, c.net_arch, 1, encoder=self._encoder()[0]
-        )
+        self.critic_target = EnsembleMLP(c.n_critics, obs_dim + self.act_dim, c.net_arch, 1, encoder=self._encoder()[0])
         self.critic_target.load_state_dict(self.critic.state_dict())
         self.critic_target.requires_grad_(False)
 

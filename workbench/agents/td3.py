@@ -103,9 +103,7 @@ class TD3(OffPolicyAgent):
         self.actor_target.requires_grad_(False)
         enc, obs_dim = self._encoder()
         self.critic = EnsembleMLP(c.n_critics, obs_dim + self.act_dim, c.net_arch, 1, encoder=enc)
-        self.critic_target = EnsembleMLP(
-            c.n_critics, obs_dim + self.act_dim, c.net_arch, 1, encoder=self._encoder()[0]
-        )
+        self.critic_target = EnsembleMLP(c.n_critics, obs_dim + self.act_dim, c.net_arch, 1, encoder=self._encoder()[0])
         self.critic_target.load_state_dict(self.critic.state_dict())
         self.critic_target.requires_grad_(False)
 

@@ -116,9 +116,16 @@ def join_columns(arrays: dict[str, Any], name: str, source: str) -> dict[str, An
     arrays = dict(arrays)
     b, f, cols = (np.asarray(arrays.pop(p)) for p in parts)
     width = (b.shape[1] if b.ndim == 2 else -1) + (f.shape[1] if f.ndim == 2 else -1)
-    if b.ndim != 2 or f.ndim != 2 or len(b) != len(f) or b.dtype != np.uint8 or cols.shape != (b.shape[1],) \
-            or cols.dtype.kind not in "iu" or (len(cols) and (cols.min() < 0 or cols.max() >= width)) \
-            or len(np.unique(cols)) != len(cols):
+    if (
+        b.ndim != 2
+        or f.ndim != 2
+        or len(b) != len(f)
+        or b.dtype != np.uint8
+        or cols.shape != (b.shape[1],)
+        or cols.dtype.kind not in "iu"
+        or (len(cols) and (cols.min() < 0 or cols.max() >= width))
+        or len(np.unique(cols)) != len(cols)
+    ):
         raise ValueError(
             f"{source}: arrays {', '.join(parts)} do not fit together (shapes {b.shape}, {f.shape}, {cols.shape}; "
             f"dtypes {b.dtype}, {f.dtype}, {cols.dtype})"

@@ -145,9 +145,21 @@ class MinAtarFrames(gym.ObservationWrapper):
             return self.env.render()
         game: Any = self.env.unwrapped.game  # type: ignore[attr-defined]  # MinAtar's env
         state = np.asarray(game.state(), dtype=np.bool_)
-        palette = np.array([[230, 60, 60], [60, 200, 90], [70, 120, 240], [240, 200, 60],
-                            [200, 80, 220], [60, 210, 210], [250, 140, 40], [170, 170, 170],
-                            [255, 255, 255], [120, 80, 40]], dtype=np.uint8)
+        palette = np.array(
+            [
+                [230, 60, 60],
+                [60, 200, 90],
+                [70, 120, 240],
+                [240, 200, 60],
+                [200, 80, 220],
+                [60, 210, 210],
+                [250, 140, 40],
+                [170, 170, 170],
+                [255, 255, 255],
+                [120, 80, 40],
+            ],
+            dtype=np.uint8,
+        )
         rgb = np.zeros((*state.shape[:2], 3), dtype=np.uint8)
         for c in range(state.shape[2]):
             rgb[state[:, :, c]] = palette[c % len(palette)]
@@ -187,8 +199,9 @@ def make_env(
         from .atari import AtariTraining, FireReset, needs_fire
 
         env = gym.make(env_id, frameskip=1, **kwargs)
-        env = AtariPreprocessing(env, noop_max=noop_max, frame_skip=frame_skip, screen_size=screen_size,
-                                 grayscale_obs=True)
+        env = AtariPreprocessing(
+            env, noop_max=noop_max, frame_skip=frame_skip, screen_size=screen_size, grayscale_obs=True
+        )
         if episodic_life or clip_rewards:
             env = AtariTraining(env, episodic_life=episodic_life, clip_rewards=clip_rewards)
         if fire_reset or (fire_reset is None and needs_fire(env)):
@@ -495,8 +508,10 @@ class ObservationCodec:
         if self.byte_columns is None:
             return np.ascontiguousarray(rows, dtype=self.dtype).tobytes()
         flat = np.asarray(rows).reshape(len(rows), -1)
-        return (np.ascontiguousarray(flat[:, self._b], dtype=np.uint8).tobytes()
-                + np.ascontiguousarray(flat[:, self._f], dtype=np.float32).tobytes())
+        return (
+            np.ascontiguousarray(flat[:, self._b], dtype=np.uint8).tobytes()
+            + np.ascontiguousarray(flat[:, self._f], dtype=np.float32).tobytes()
+        )
 
     def decode(self, buffer: Any, offset: int, k: int) -> np.ndarray:
         """``k`` rows encoded at ``offset`` of ``buffer``, as an array of ``(k, *shape)`` and the flat dtype."""
@@ -734,9 +749,7 @@ class VecEnv:
         seeding; envs without a state (None, or beyond the list) are seeded as usual."""
         self._restore = list(states)
 
-    def step(
-        self, actions: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Step every env once; see the class docstring for the returned arrays."""
         obs, rewards = self._obs, self._rewards
         terminated, truncated = self._terminated, self._truncated

@@ -116,5 +116,8 @@ class BitFlippingEnv(gym.Env):
 
 if "BitFlipping-v0" not in gym.registry:
     # The env truncates itself after max_steps; no checker on top (its Dict space is checked by the tests).
-    gym.register("BitFlipping-v0", entry_point=BitFlippingEnv,  # type: ignore[arg-type]
-                disable_env_checker=True)
+    gym.register(
+        "BitFlipping-v0",
+        entry_point=BitFlippingEnv,  # type: ignore[arg-type]
+        disable_env_checker=True,
+    )

@@ -78,9 +78,7 @@ def check_masks(
     saying which row is wrong and how."""
     size = mask_size(action_space)
     if size is None:
-        raise ValueError(
-            f"{where}: action masks need a Discrete or MultiDiscrete action space, got {action_space}"
-        )
+        raise ValueError(f"{where}: action masks need a Discrete or MultiDiscrete action space, got {action_space}")
     arr = np.asarray(masks)
     if arr.dtype != bool:
         if arr.dtype.kind not in "biuf" or not np.isin(arr, (0, 1)).all():

@@ -64,9 +64,12 @@ def is_parallel_env(env: Any) -> bool:
     if ParallelEnv is not None and isinstance(env, ParallelEnv):
         return True
     return (
-        hasattr(env, "possible_agents") and callable(getattr(env, "observation_space", None))
-        and callable(getattr(env, "action_space", None)) and not hasattr(env, "agent_selection")
-        and hasattr(env, "step") and hasattr(env, "reset")
+        hasattr(env, "possible_agents")
+        and callable(getattr(env, "observation_space", None))
+        and callable(getattr(env, "action_space", None))
+        and not hasattr(env, "agent_selection")
+        and hasattr(env, "step")
+        and hasattr(env, "reset")
     )
 
 
@@ -271,8 +274,9 @@ class ParallelEnvAdapter:
             parts.append(self._eye)
         return np.ascontiguousarray(np.concatenate(parts, axis=1), dtype=np.float32)
 
-    def _read_masks(self, obs: Mapping[str, Any], info: Mapping[str, Any], present: Sequence[str], *,
-                    final: bool) -> np.ndarray | None:
+    def _read_masks(
+        self, obs: Mapping[str, Any], info: Mapping[str, Any], present: Sequence[str], *, final: bool
+    ) -> np.ndarray | None:
         if self._mask_n is None:
             return None
         rows = np.ones((self.num_envs, self._mask_n), dtype=bool)
@@ -288,8 +292,9 @@ class ParallelEnvAdapter:
                 mask = obs[a][MASK_KEY]
             if mask is not None:
                 found = True
-                rows[i] = check_masks(mask, self.action_space, f"{a}'s action mask at step {self.step_count}",
-                                      allow_empty=final)[0]
+                rows[i] = check_masks(
+                    mask, self.action_space, f"{a}'s action mask at step {self.step_count}", allow_empty=final
+                )[0]
         if self._uses_masks is None:
             self._uses_masks = found
         return rows if self._uses_masks else None
@@ -373,8 +378,14 @@ def _action_converter(space: spaces.Space) -> Any:
 
 
 def play_parallel(
-    agent: Any, env: Any, episodes: int, *, seed: int | None = None, deterministic: bool = True,
-    max_steps: int | None = None, render: bool = False,
+    agent: Any,
+    env: Any,
+    episodes: int,
+    *,
+    seed: int | None = None,
+    deterministic: bool = True,
+    max_steps: int | None = None,
+    render: bool = False,
 ) -> tuple[list[float], list[int], list[list[np.ndarray]] | None, list[dict[str, float]]]:
     """Play ``episodes`` team episodes of the ParallelEnv ``env`` with ``agent`` deciding for every agent
     (``Agent.play`` on a ParallelEnv). Returns the team returns, the lengths, the frames (``render``:

@@ -22,8 +22,17 @@ class MatchTarget:
 
     metadata: ClassVar[dict[str, Any]] = {"name": "match_target_v0", "render_modes": ["rgb_array"]}
 
-    def __init__(self, n_agents: int = 2, length: int = 8, *, masks: bool = False, dict_obs: bool = False,
-                 leave: bool = False, box: bool = False, render_mode: str | None = None) -> None:
+    def __init__(
+        self,
+        n_agents: int = 2,
+        length: int = 8,
+        *,
+        masks: bool = False,
+        dict_obs: bool = False,
+        leave: bool = False,
+        box: bool = False,
+        render_mode: str | None = None,
+    ) -> None:
         self.possible_agents = [f"agent_{i}" for i in range(n_agents)]
         self.agents: list[str] = []
         self.length, self.masks, self.dict_obs, self.leave, self.box = length, masks, dict_obs, leave, box

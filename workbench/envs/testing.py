@@ -168,7 +168,12 @@ class MaskedTarget(gym.Env):
     metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012 - gymnasium's convention
 
     def __init__(
-        self, n_actions: int = 6, n_invalid: int = 3, *, dims: int | None = None, mask_in: str | None = "method",
+        self,
+        n_actions: int = 6,
+        n_invalid: int = 3,
+        *,
+        dims: int | None = None,
+        mask_in: str | None = "method",
         episode_length: int = 10,
     ) -> None:
         if not 0 <= n_invalid < n_actions:
@@ -183,9 +188,7 @@ class MaskedTarget(gym.Env):
         self.action_space = spaces.Discrete(n_actions) if dims is None else spaces.MultiDiscrete([n_actions] * k)
         vector = spaces.Box(0.0, 1.0, shape=(n_actions * k,), dtype=np.float32)
         if mask_in == "obs":
-            self.observation_space = spaces.Dict(
-                {"obs": vector, "action_mask": spaces.MultiBinary(n_actions * k)}
-            )
+            self.observation_space = spaces.Dict({"obs": vector, "action_mask": spaces.MultiBinary(n_actions * k)})
         else:
             self.observation_space = vector
         self._target = np.zeros(k, dtype=np.int64)
@@ -290,7 +293,8 @@ class SeeTheSide(gym.Env):
         image = spaces.Box(0, 255, shape=shape, dtype=np.uint8)
         self.observation_space: spaces.Space = (
             spaces.Dict({"image": image, "vector": spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)})
-            if dict_obs else image
+            if dict_obs
+            else image
         )
         self.action_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32) if continuous else spaces.Discrete(2)
         self._side, self._t = 0, 0

@@ -207,8 +207,9 @@ class VectorEnvAdapter:
             mask = np.asarray(self.call("action_masks"))
             if rows is not None:
                 mask = mask[rows]
-        return check_masks(mask, self.action_space, f"the env's action mask at step {self.step_count}",
-                           allow_empty=final)
+        return check_masks(
+            mask, self.action_space, f"the env's action mask at step {self.step_count}", allow_empty=final
+        )
 
     def _has_method(self, name: str) -> bool:
         """True when every env has ``name`` (through its wrappers). Asked with ``has_wrapper_attr``, which
@@ -337,8 +338,10 @@ class VectorEnvAdapter:
             if order is not None and not np.array_equal(np.asarray(order), ids):
                 idx = np.argsort(np.asarray(order))
                 obs = np.asarray(obs)[idx]
-                info = {k: (np.asarray(v)[idx] if isinstance(v, np.ndarray) and len(v) == len(idx) else v)
-                        for k, v in info.items()}
+                info = {
+                    k: (np.asarray(v)[idx] if isinstance(v, np.ndarray) and len(v) == len(idx) else v)
+                    for k, v in info.items()
+                }
             return obs, info
         result = self.venv.reset(options={"reset_mask": which.copy()})
         obs, info = _unpack_reset(result, self._where("reset")), result[1]
@@ -386,15 +389,19 @@ class VectorEnvAdapter:
 
     def _vector_flags(self, flags: Any, name: str) -> np.ndarray:
         arr = np.asarray(flags)
-        if arr.shape != (self.num_envs,) or arr.dtype.kind not in "bi" or (arr.dtype.kind == "i" and
-                                                                            not np.isin(arr, (0, 1)).all()):
+        if (
+            arr.shape != (self.num_envs,)
+            or arr.dtype.kind not in "bi"
+            or (arr.dtype.kind == "i" and not np.isin(arr, (0, 1)).all())
+        ):
             raise EnvOutputError(
                 f"{self._where('step')} returned {name} {_show(flags)}: expected {self.num_envs} bools, one per env"
             )
         return np.array(arr, dtype=bool)
 
-    def _envpool_order(self, obs: Any, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
-                       info: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
+    def _envpool_order(
+        self, obs: Any, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, info: Any
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
         """EnvPool names each row's env in ``info["env_id"]``: rows in env order (they are in sync mode)."""
         ids = info.get("env_id") if isinstance(info, dict) else None
         if ids is None:
@@ -403,8 +410,9 @@ class VectorEnvAdapter:
         if np.array_equal(ids, np.arange(self.num_envs)):
             return obs, rewards, terminated, truncated, info
         idx = np.argsort(ids)
-        info = {k: (np.asarray(v)[idx] if isinstance(v, np.ndarray) and len(v) == len(idx) else v)
-                for k, v in info.items()}
+        info = {
+            k: (np.asarray(v)[idx] if isinstance(v, np.ndarray) and len(v) == len(idx) else v) for k, v in info.items()
+        }
         return np.asarray(obs)[idx], rewards[idx], terminated[idx], truncated[idx], info
 
     # -- the rest of the interface ---------------------------------------------------------------
@@ -472,8 +480,17 @@ def _vector_action_converter(action_space: spaces.Space, n: int) -> Callable[[An
 
 # make_env's Atari preprocessing (the zoo's AtariWrapper) in EnvPool's own options. Episodic life and
 # reward clipping are applied by VectorEnvAdapter (EnvPool's episodic_life needs its next-step reset).
-_ENVPOOL_ATARI = {"noop_max": 30, "frame_skip": 4, "img_height": 84, "img_width": 84, "stack_num": 4,
-                  "gray_scale": True, "episodic_life": False, "reward_clip": False, "use_fire_reset": True}
+_ENVPOOL_ATARI = {
+    "noop_max": 30,
+    "frame_skip": 4,
+    "img_height": 84,
+    "img_width": 84,
+    "stack_num": 4,
+    "gray_scale": True,
+    "episodic_life": False,
+    "reward_clip": False,
+    "use_fire_reset": True,
+}
 
 
 def envpool_id(env_id: str) -> tuple[str, dict[str, Any]]:
@@ -504,8 +521,9 @@ def envpool_id(env_id: str) -> tuple[str, dict[str, Any]]:
     return name, options
 
 
-def make_envpool(env_id: str, num_envs: int, *, seed: int | None = None, num_threads: int = 0,
-                 **kwargs: Any) -> VectorEnvAdapter:
+def make_envpool(
+    env_id: str, num_envs: int, *, seed: int | None = None, num_threads: int = 0, **kwargs: Any
+) -> VectorEnvAdapter:
     """EnvPool's ``num_envs`` envs of ``env_id`` (gymnasium API), with ``make_env``'s preprocessing for Atari
     ids (see ``docs/parallel.md``: EnvPool's options side by side with ``make_env``'s), as a
     :class:`VectorEnvAdapter`. ``kwargs`` go to ``envpool.make``."""
@@ -514,8 +532,15 @@ def make_envpool(env_id: str, num_envs: int, *, seed: int | None = None, num_thr
     name, options = envpool_id(env_id)
     atari = is_atari_id(env_id)
     options = {**options, **kwargs}
-    venv = envpool.make(name, env_type="gymnasium", num_envs=num_envs, batch_size=num_envs,
-                        seed=0 if seed is None else int(seed) % 2**31, num_threads=num_threads, **options)
+    venv = envpool.make(
+        name,
+        env_type="gymnasium",
+        num_envs=num_envs,
+        batch_size=num_envs,
+        seed=0 if seed is None else int(seed) % 2**31,
+        num_threads=num_threads,
+        **options,
+    )
     return VectorEnvAdapter(venv, episodic_life=atari, clip_rewards=atari)
 
 

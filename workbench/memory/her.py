@@ -217,8 +217,9 @@ class HerMemory(ReplayMemory):
         o, a, r, no, d = zip(*steps)
         self._write(np.stack(o), np.stack(a), np.asarray(r, np.float32), np.stack(no), np.asarray(d, np.float32))
 
-    def _write(self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray, next_obs: np.ndarray,
-               dones: np.ndarray) -> None:
+    def _write(
+        self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray, next_obs: np.ndarray, dones: np.ndarray
+    ) -> None:
         length = len(rewards)
         if length > self.capacity:
             raise ValueError(
@@ -278,16 +279,18 @@ class HerMemory(ReplayMemory):
             obs[her, self.desired] = goals
             next_obs[her, self.desired] = goals
             rewards[her] = self._rewards(next_obs[her, self.achieved], goals)
-        return self.on_device(ReplayBatch(
-            torch.from_numpy(obs),
-            torch.from_numpy(self.actions[idx]),
-            torch.from_numpy(np.ascontiguousarray(rewards, dtype=np.float32)),
-            torch.from_numpy(next_obs),
-            torch.from_numpy(self.dones[idx]),
-            torch.from_numpy(self.discounts[idx]),
-            torch.ones(batch_size, dtype=torch.float32),
-            idx,
-        ))
+        return self.on_device(
+            ReplayBatch(
+                torch.from_numpy(obs),
+                torch.from_numpy(self.actions[idx]),
+                torch.from_numpy(np.ascontiguousarray(rewards, dtype=np.float32)),
+                torch.from_numpy(next_obs),
+                torch.from_numpy(self.dones[idx]),
+                torch.from_numpy(self.discounts[idx]),
+                torch.ones(batch_size, dtype=torch.float32),
+                idx,
+            )
+        )
 
     def _goal_rows(self, rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """For each row, the row whose next achieved goal becomes its new goal (by the strategy)."""
@@ -410,8 +413,13 @@ class HerMemory(ReplayMemory):
             at += length
             if length > self.capacity:
                 continue
-            self._write(arrays["obs"][part], arrays["actions"][part], arrays["rewards"][part],
-                        arrays["next_obs"][part], arrays["dones"][part])
+            self._write(
+                arrays["obs"][part],
+                arrays["actions"][part],
+                arrays["rewards"][part],
+                arrays["next_obs"][part],
+                arrays["dones"][part],
+            )
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the memory to ``path`` (``.npz``, no pickle)."""

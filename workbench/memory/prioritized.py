@@ -111,8 +111,14 @@ class PrioritizedReplayMemory(ReplayMemory):
         if alpha < 0:
             raise ValueError(f"prioritized replay alpha must be >= 0, got {alpha}")
         super().__init__(
-            capacity, obs_shape, action_shape, action_dtype, obs_dtype=obs_dtype,
-            optimize_memory_usage=optimize_memory_usage, stride=stride, obs_byte_columns=obs_byte_columns,
+            capacity,
+            obs_shape,
+            action_shape,
+            action_dtype,
+            obs_dtype=obs_dtype,
+            optimize_memory_usage=optimize_memory_usage,
+            stride=stride,
+            obs_byte_columns=obs_byte_columns,
         )
         self.alpha = float(alpha)
         self.epsilon = float(epsilon)
@@ -146,9 +152,7 @@ class PrioritizedReplayMemory(ReplayMemory):
         self.max_priority = max(self.max_priority, float(priorities.max()))
         self.tree.update(indices, priorities**self.alpha)
 
-    def load_arrays(
-        self, arrays: dict[str, np.ndarray], source: str = "memory", *, action_space: Any = None
-    ) -> None:
+    def load_arrays(self, arrays: dict[str, np.ndarray], source: str = "memory", *, action_space: Any = None) -> None:
         """Replace the contents (priorities included) and rebuild the sum-tree."""
         if "priorities" in arrays and len(arrays["priorities"]) and (np.asarray(arrays["priorities"]) < 0).any():
             raise ValueError(f"{source}: array 'priorities' holds negative priorities")

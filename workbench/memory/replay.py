@@ -64,8 +64,7 @@ def check_transitions(
             row = _first_bad(bad)
             action = actions.reshape(len(actions), -1)[row][0].item()
             raise ValueError(
-                f"{source}: array 'actions' row {row} holds action {action!r}, "
-                f"outside the action space {action_space}"
+                f"{source}: array 'actions' row {row} holds action {action!r}, outside the action space {action_space}"
             )
     # Continuous actions are stored rescaled to [-1, 1] by the agent, so only their finiteness
     # (checked above) says anything about the space.
@@ -269,9 +268,11 @@ class ReplayMemory:
         if self.device.type == "cpu":
             return batch
         device = self.device
-        return ReplayBatch(*(  # type: ignore[arg-type]  # the same fields, moved
-            to_device(t, device) if isinstance(t, torch.Tensor) else t for t in batch
-        ))
+        return ReplayBatch(
+            *(  # type: ignore[arg-type]  # the same fields, moved
+                to_device(t, device) if isinstance(t, torch.Tensor) else t for t in batch
+            )
+        )
 
     # -- saving ---------------------------------------------------------------------------------
 

@@ -136,8 +136,12 @@ class Dataset:
         source: str = "Dataset",
     ) -> None:
         arrays = {
-            "observations": observations, "actions": actions, "rewards": rewards,
-            "next_observations": next_observations, "terminated": terminated, "truncated": truncated,
+            "observations": observations,
+            "actions": actions,
+            "rewards": rewards,
+            "next_observations": next_observations,
+            "terminated": terminated,
+            "truncated": truncated,
         }
         for name, value in arrays.items():
             if value is None:
@@ -203,8 +207,11 @@ class Dataset:
             )
         if observation_space is None:
             observation_space = _infer_observation_space(obs)
-        if isinstance(observation_space, spaces.Box) and tuple(observation_space.shape) != obs.shape[1:] \
-                and int(np.prod(observation_space.shape)) != int(np.prod(obs.shape[1:])):
+        if (
+            isinstance(observation_space, spaces.Box)
+            and tuple(observation_space.shape) != obs.shape[1:]
+            and int(np.prod(observation_space.shape)) != int(np.prod(obs.shape[1:]))
+        ):
             raise DatasetError(
                 f"{source}: observations have shape {obs.shape[1:]} per step, the observation space {observation_space}"
             )
@@ -282,9 +289,16 @@ class Dataset:
 
     def _rows(self, rows: np.ndarray) -> Dataset:
         return Dataset(
-            self.observations[rows], self.actions[rows], self.rewards[rows], self.next_observations[rows],
-            self.terminated[rows], self.truncated[rows], None if self.log_probs is None else self.log_probs[rows],
-            observation_space=self.observation_space, action_space=self.action_space, metadata=self.metadata,
+            self.observations[rows],
+            self.actions[rows],
+            self.rewards[rows],
+            self.next_observations[rows],
+            self.terminated[rows],
+            self.truncated[rows],
+            None if self.log_probs is None else self.log_probs[rows],
+            observation_space=self.observation_space,
+            action_space=self.action_space,
+            metadata=self.metadata,
         )
 
     def split(self, holdout: float = 0.1, *, seed: int | None = 0) -> tuple[Dataset, Dataset]:
@@ -309,7 +323,9 @@ class Dataset:
         return Dataset(
             *(np.concatenate([getattr(d, f) for d in datasets]) for f in _FIELDS),
             np.concatenate([d.log_probs for d in datasets]) if has_lp else None,  # type: ignore[misc, arg-type]
-            observation_space=first.observation_space, action_space=first.action_space, metadata=first.metadata,
+            observation_space=first.observation_space,
+            action_space=first.action_space,
+            metadata=first.metadata,
         )
 
     def __repr__(self) -> str:
@@ -324,9 +340,7 @@ class Dataset:
         agent's (``owner`` names it in the message)."""
         same_kind = isinstance(action_space, spaces.Discrete) == self.discrete
         if not same_kind or (self.discrete and self.action_space.n > action_space.n):  # type: ignore[attr-defined]
-            raise DatasetError(
-                f"the dataset's action space {self.action_space} does not fit {owner}'s {action_space}"
-            )
+            raise DatasetError(f"the dataset's action space {self.action_space} does not fit {owner}'s {action_space}")
         if not self.discrete and self.actions.shape[1:] != action_space.shape:
             raise DatasetError(
                 f"the dataset's actions have shape {self.actions.shape[1:]}, {owner} expects {action_space.shape}"
@@ -381,28 +395,30 @@ class Dataset:
             if arr.ndim == 0 or len(arr) != n:
                 rows = "a single number" if arr.ndim == 0 else f"{len(arr)} rows"
                 raise DatasetError(f"{source}: {name!r} has {rows} but 'observations' has {n}")
-        term = (np.zeros(n, dtype=bool) if terminated is None
-                else _numeric(source, "terminated", terminated).astype(bool).reshape(-1))
-        trunc = (np.zeros(n, dtype=bool) if truncated is None
-                 else _numeric(source, "truncated", truncated).astype(bool).reshape(-1))
+        term = (
+            np.zeros(n, dtype=bool)
+            if terminated is None
+            else _numeric(source, "terminated", terminated).astype(bool).reshape(-1)
+        )
+        trunc = (
+            np.zeros(n, dtype=bool)
+            if truncated is None
+            else _numeric(source, "truncated", truncated).astype(bool).reshape(-1)
+        )
         if episode_ids is not None:
             try:
                 ids = np.asarray(episode_ids).reshape(-1)
             except (ValueError, TypeError):
                 raise DatasetError(f"{source}: 'episode_ids' is ragged: pass one id per step") from None
             if len(ids) != n:
-                raise DatasetError(
-                    f"Dataset.from_arrays: 'episode_ids' has {len(ids)} rows but 'observations' has {n}"
-                )
+                raise DatasetError(f"Dataset.from_arrays: 'episode_ids' has {len(ids)} rows but 'observations' has {n}")
             last = np.append(ids[1:] != ids[:-1], True)
             if terminated is None:
                 term = last & ~trunc
             else:
                 term = term | (last & ~trunc)
         if len(term) != n or len(trunc) != n:
-            raise DatasetError(
-                f"Dataset.from_arrays: 'terminated'/'truncated' need {n} rows, one per step"
-            )
+            raise DatasetError(f"Dataset.from_arrays: 'terminated'/'truncated' need {n} rows, one per step")
         if next_observations is None:
             done = term | trunc
             next_obs = np.empty_like(obs)
@@ -412,8 +428,16 @@ class Dataset:
         else:
             next_obs = _observation_rows(_numeric(source, "next_observations", next_observations))
         return cls(
-            obs, actions, rewards, next_obs, term, trunc, log_probs,
-            observation_space=observation_space, action_space=action_space, metadata=metadata,
+            obs,
+            actions,
+            rewards,
+            next_obs,
+            term,
+            trunc,
+            log_probs,
+            observation_space=observation_space,
+            action_space=action_space,
+            metadata=metadata,
             source="Dataset.from_arrays",
         )
 
@@ -581,7 +605,8 @@ class Dataset:
             raise DatasetError(f"{path}: the Minari dataset holds no episodes")
         return cls(
             *(np.concatenate(parts[f]) for f in _FIELDS),
-            observation_space=obs_space, action_space=act_space,
+            observation_space=obs_space,
+            action_space=act_space,
             metadata={"source": f"minari:{storage.metadata.get('dataset_id', path)}"},
             source=path,
         )

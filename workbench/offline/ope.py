@@ -121,10 +121,31 @@ class FittedQEvaluation:
     backups a constant reward's value reaches ``1 - gamma**k`` of its limit: 63% at k=100 with
     gamma 0.99). Every 10 steps, 5000 steps make 500 backups (99%)."""
 
-    def __init__(self, obs_dim: int, n_actions: int, *, gamma: float = 0.99, net_arch: tuple[int, ...] = (64, 64),
-                 lr: float = 1e-3, batch_size: int = 256, target_every: int = 10, seed: int = 0) -> None:
-        _check("FittedQEvaluation", dict(obs_dim=obs_dim, n_actions=n_actions, gamma=gamma, net_arch=net_arch, lr=lr,
-                                         batch_size=batch_size, target_every=target_every, seed=seed))
+    def __init__(
+        self,
+        obs_dim: int,
+        n_actions: int,
+        *,
+        gamma: float = 0.99,
+        net_arch: tuple[int, ...] = (64, 64),
+        lr: float = 1e-3,
+        batch_size: int = 256,
+        target_every: int = 10,
+        seed: int = 0,
+    ) -> None:
+        _check(
+            "FittedQEvaluation",
+            dict(
+                obs_dim=obs_dim,
+                n_actions=n_actions,
+                gamma=gamma,
+                net_arch=net_arch,
+                lr=lr,
+                batch_size=batch_size,
+                target_every=target_every,
+                seed=seed,
+            ),
+        )
         self.gamma, self.batch_size, self.target_every = float(gamma), int(batch_size), int(target_every)
         self.n_actions = int(n_actions)
         with torch.random.fork_rng(devices=[]):
@@ -209,16 +230,19 @@ def greedy_probabilities(agent: Any, observations: np.ndarray, batch: int = 4096
     """One-hot action probabilities ``(n, n_actions)`` of ``agent``'s deterministic policy."""
     n_actions = int(agent.action_space.n)
     actions = np.concatenate(
-        [np.asarray(agent.act(observations[i : i + batch], deterministic=True)).reshape(-1)
-         for i in range(0, len(observations), batch)]
+        [
+            np.asarray(agent.act(observations[i : i + batch], deterministic=True)).reshape(-1)
+            for i in range(0, len(observations), batch)
+        ]
     ).astype(np.int64)
     out = np.zeros((len(observations), n_actions))
     out[np.arange(len(observations)), actions] = 1.0
     return out
 
 
-def _per_episode(dataset: Dataset, rho: np.ndarray, acted_q: np.ndarray, v: np.ndarray, v_next: np.ndarray,
-                 gamma: float) -> dict[str, np.ndarray]:
+def _per_episode(
+    dataset: Dataset, rho: np.ndarray, acted_q: np.ndarray, v: np.ndarray, v_next: np.ndarray, gamma: float
+) -> dict[str, np.ndarray]:
     """Per-episode terms of each estimator; ``wis`` as padded matrices (weights, weighted rewards).
     ``acted_q``: the Q-model's value of each logged action."""
     bounds = dataset.episode_bounds()
@@ -270,11 +294,18 @@ def estimate(
     logged action, and a Q-model's values in each state and next state (zeros for none: ``dm``
     is then 0 and ``dr``/``sdr`` reduce to importance sampling). The interval is the bootstrap
     percentile interval over ``n_bootstrap`` resamples of whole episodes."""
-    _check("estimate", dict(gamma=gamma, n_bootstrap=n_bootstrap, confidence=confidence, seed=seed),
-           seed=optional(integer(min=0)))
+    _check(
+        "estimate",
+        dict(gamma=gamma, n_bootstrap=n_bootstrap, confidence=confidence, seed=seed),
+        seed=optional(integer(min=0)),
+    )
     n = len(dataset)
-    for name, arr in (("target_probs", target_probs), ("q_values", q_values),
-                      ("next_target_probs", next_target_probs), ("next_q_values", next_q_values)):
+    for name, arr in (
+        ("target_probs", target_probs),
+        ("q_values", q_values),
+        ("next_target_probs", next_target_probs),
+        ("next_q_values", next_q_values),
+    ):
         if len(arr) != n:
             raise DatasetError(f"estimate: {name} has {len(arr)} rows, the dataset {n}")
     if len(behaviour_probs) != n:
@@ -289,8 +320,14 @@ def estimate(
     return _with_intervals(terms, ESTIMATORS, gamma, n_bootstrap, confidence, seed)
 
 
-def _with_intervals(terms: dict[str, np.ndarray], names: tuple[str, ...], gamma: float, n_bootstrap: int,
-                    confidence: float, seed: int | None) -> dict[str, Estimate]:
+def _with_intervals(
+    terms: dict[str, np.ndarray],
+    names: tuple[str, ...],
+    gamma: float,
+    n_bootstrap: int,
+    confidence: float,
+    seed: int | None,
+) -> dict[str, Estimate]:
     """The point estimates ``names`` of per-episode ``terms`` and their bootstrap percentile intervals."""
     plain = [k for k in names if k != "wis"]
     point = {k: float(terms[k].mean()) for k in plain}
@@ -356,19 +393,32 @@ def estimate_continuous(
     of the target's action in the next state ``V(s')``. The importance ratio is
     ``exp(kernel_log_density(a, pi(s)) - behaviour_log_prob)``; ``dr`` is
     ``V(s_0) + rho_0 (r_0 + gamma V(s_1) - Q(s_0, a_0))`` per episode (no ``V(s_1)`` after a termination)."""
-    _check("estimate_continuous", dict(gamma=gamma, bandwidth=bandwidth, n_bootstrap=n_bootstrap,
-                                       confidence=confidence, seed=seed), seed=optional(integer(min=0)))
+    _check(
+        "estimate_continuous",
+        dict(gamma=gamma, bandwidth=bandwidth, n_bootstrap=n_bootstrap, confidence=confidence, seed=seed),
+        seed=optional(integer(min=0)),
+    )
     n = len(dataset)
-    for name, arr in (("target_actions", target_actions), ("behaviour_log_probs", behaviour_log_probs),
-                      ("acted_q", acted_q), ("values", values), ("next_values", next_values)):
+    for name, arr in (
+        ("target_actions", target_actions),
+        ("behaviour_log_probs", behaviour_log_probs),
+        ("acted_q", acted_q),
+        ("values", values),
+        ("next_values", next_values),
+    ):
         if len(arr) != n:
             raise DatasetError(f"estimate_continuous: {name} has {len(arr)} rows, the dataset {n}")
     log_rho = kernel_log_density(dataset.actions, target_actions, dataset.action_space, bandwidth)
     log_rho = log_rho - np.asarray(behaviour_log_probs, dtype=np.float64).reshape(-1)
     rho = np.exp(np.clip(log_rho, -50.0, 50.0))
-    terms = _per_episode(dataset, rho, np.asarray(acted_q, dtype=np.float64).reshape(-1),
-                         np.asarray(values, dtype=np.float64).reshape(-1),
-                         np.asarray(next_values, dtype=np.float64).reshape(-1), gamma)
+    terms = _per_episode(
+        dataset,
+        rho,
+        np.asarray(acted_q, dtype=np.float64).reshape(-1),
+        np.asarray(values, dtype=np.float64).reshape(-1),
+        np.asarray(next_values, dtype=np.float64).reshape(-1),
+        gamma,
+    )
     return _with_intervals(terms, CONTINUOUS_ESTIMATORS, gamma, n_bootstrap, confidence, seed)
 
 
@@ -377,11 +427,32 @@ class ContinuousFittedQEvaluation:
     action an input (scaled to [-1, 1] by the space's bounds), learned by regression onto
     ``r + gamma * Q_target(s', pi(s'))``, as :class:`FittedQEvaluation` does for Discrete actions."""
 
-    def __init__(self, obs_dim: int, action_space: Any, *, gamma: float = 0.99, net_arch: tuple[int, ...] = (64, 64),
-                 lr: float = 1e-3, batch_size: int = 256, target_every: int = 10, seed: int = 0) -> None:
+    def __init__(
+        self,
+        obs_dim: int,
+        action_space: Any,
+        *,
+        gamma: float = 0.99,
+        net_arch: tuple[int, ...] = (64, 64),
+        lr: float = 1e-3,
+        batch_size: int = 256,
+        target_every: int = 10,
+        seed: int = 0,
+    ) -> None:
         act_dim = int(np.prod(action_space.shape))
-        _check("ContinuousFittedQEvaluation", dict(obs_dim=obs_dim, act_dim=act_dim, gamma=gamma, net_arch=net_arch,
-                                                   lr=lr, batch_size=batch_size, target_every=target_every, seed=seed))
+        _check(
+            "ContinuousFittedQEvaluation",
+            dict(
+                obs_dim=obs_dim,
+                act_dim=act_dim,
+                gamma=gamma,
+                net_arch=net_arch,
+                lr=lr,
+                batch_size=batch_size,
+                target_every=target_every,
+                seed=seed,
+            ),
+        )
         self.gamma, self.batch_size, self.target_every = float(gamma), int(batch_size), int(target_every)
         middle, half = _action_scale(action_space)
         self._middle = torch.as_tensor(middle, dtype=torch.float32)
@@ -441,8 +512,12 @@ class ContinuousFittedQEvaluation:
 def greedy_actions(agent: Any, observations: np.ndarray, batch: int = 4096) -> np.ndarray:
     """``agent``'s deterministic actions ``(n, *action_shape)`` for Box actions, in the space's units."""
     return np.concatenate(
-        [np.asarray(agent.act(observations[i : i + batch], deterministic=True), dtype=np.float64)
-         .reshape(len(observations[i : i + batch]), -1) for i in range(0, len(observations), batch)]
+        [
+            np.asarray(agent.act(observations[i : i + batch], deterministic=True), dtype=np.float64).reshape(
+                len(observations[i : i + batch]), -1
+            )
+            for i in range(0, len(observations), batch)
+        ]
     )
 
 
@@ -460,12 +535,23 @@ class OffPolicyEvaluator:
     computed once, the FQE model is warm-started from one call to the next (what a session uses to
     plot the estimates while an offline agent trains)."""
 
-    def __init__(self, dataset: Dataset, *, gamma: float = 0.99, fqe_steps: int = 2000,
-                 n_bootstrap: int = 200, behaviour_steps: int = 1000, seed: int = 0, bandwidth: float = 0.2) -> None:
+    def __init__(
+        self,
+        dataset: Dataset,
+        *,
+        gamma: float = 0.99,
+        fqe_steps: int = 2000,
+        n_bootstrap: int = 200,
+        behaviour_steps: int = 1000,
+        seed: int = 0,
+        bandwidth: float = 0.2,
+    ) -> None:
         if not isinstance(dataset, Dataset):
             raise TypeError(f"OffPolicyEvaluator needs a wb.Dataset, got {type(dataset).__name__}")
-        _check("OffPolicyEvaluator", dict(gamma=gamma, fqe_steps=fqe_steps, n_bootstrap=n_bootstrap,
-                                          behaviour_steps=behaviour_steps, seed=seed))
+        _check(
+            "OffPolicyEvaluator",
+            dict(gamma=gamma, fqe_steps=fqe_steps, n_bootstrap=n_bootstrap, behaviour_steps=behaviour_steps, seed=seed),
+        )
         _check("OffPolicyEvaluator", {"bandwidth": bandwidth})
         _check_action_space(dataset)
         self.dataset, self.gamma, self.fqe_steps, self.n_bootstrap = dataset, float(gamma), int(fqe_steps), n_bootstrap
@@ -477,8 +563,12 @@ class OffPolicyEvaluator:
             self.fqe: Any = ContinuousFittedQEvaluation(obs_dim, dataset.action_space, gamma=gamma, seed=seed)
             return
         self.behaviour = behaviour_probabilities(dataset, steps=behaviour_steps, seed=seed)
-        self.fqe = FittedQEvaluation(dataset.observations.shape[1], int(dataset.action_space.n),  # type: ignore[attr-defined]
-                                     gamma=gamma, seed=seed)
+        self.fqe = FittedQEvaluation(
+            dataset.observations.shape[1],
+            int(dataset.action_space.n),  # type: ignore[attr-defined]
+            gamma=gamma,
+            seed=seed,
+        )
 
     def __call__(
         self, policy: Any | Callable[[np.ndarray], np.ndarray], fqe_steps: int | None = None
@@ -495,17 +585,32 @@ class OffPolicyEvaluator:
             pi_next = np.asarray(act(ds.next_observations), dtype=np.float64).reshape(len(ds), -1)
             self.fqe.fit(ds, pi_next, steps=steps)
             return estimate_continuous(
-                ds, pi, ds.log_probs, self.fqe(ds.observations, ds.actions),  # type: ignore[arg-type]
-                self.fqe(ds.observations, pi), self.fqe(ds.next_observations, pi_next),
-                gamma=self.gamma, bandwidth=self.bandwidth, n_bootstrap=self.n_bootstrap, seed=self.seed,
+                ds,
+                pi,
+                ds.log_probs,  # type: ignore[arg-type]
+                self.fqe(ds.observations, ds.actions),
+                self.fqe(ds.observations, pi),
+                self.fqe(ds.next_observations, pi_next),
+                gamma=self.gamma,
+                bandwidth=self.bandwidth,
+                n_bootstrap=self.n_bootstrap,
+                seed=self.seed,
             )
         probs_of = policy if not hasattr(policy, "act") else (lambda o: greedy_probabilities(policy, o))
         pi = np.asarray(probs_of(ds.observations), dtype=np.float64)
         pi_next = np.asarray(probs_of(ds.next_observations), dtype=np.float64)
         self.fqe.fit(ds, pi_next, steps=steps)
-        return estimate(ds, pi, self.behaviour, self.fqe(ds.observations),  # type: ignore[arg-type]
-                        pi_next, self.fqe(ds.next_observations),
-                        gamma=self.gamma, n_bootstrap=self.n_bootstrap, seed=self.seed)
+        return estimate(
+            ds,
+            pi,
+            self.behaviour,  # type: ignore[arg-type]
+            self.fqe(ds.observations),
+            pi_next,
+            self.fqe(ds.next_observations),
+            gamma=self.gamma,
+            n_bootstrap=self.n_bootstrap,
+            seed=self.seed,
+        )
 
 
 def evaluate_offline(
@@ -536,12 +641,23 @@ def evaluate_offline(
         raise TypeError(f"evaluate_offline needs a wb.Dataset, got {type(dataset).__name__}")
     if not hasattr(agent, "act") or not hasattr(agent, "action_space"):
         raise TypeError(f"evaluate_offline needs an agent such as wb.BCQ(...), got {type(agent).__name__}")
-    _check("evaluate_offline", dict(gamma=gamma, fqe_steps=fqe_steps, n_bootstrap=n_bootstrap,
-                                    behaviour_steps=behaviour_steps, seed=seed, bandwidth=bandwidth))
+    _check(
+        "evaluate_offline",
+        dict(
+            gamma=gamma,
+            fqe_steps=fqe_steps,
+            n_bootstrap=n_bootstrap,
+            behaviour_steps=behaviour_steps,
+            seed=seed,
+            bandwidth=bandwidth,
+        ),
+    )
     _check_action_space(dataset)
-    if dataset.discrete and agent.action_space != dataset.action_space and getattr(
-        agent.action_space, "n", None
-    ) != getattr(dataset.action_space, "n", -1):
+    if (
+        dataset.discrete
+        and agent.action_space != dataset.action_space
+        and getattr(agent.action_space, "n", None) != getattr(dataset.action_space, "n", -1)
+    ):
         raise DatasetError(
             f"the agent's action space {agent.action_space} differs from the dataset's {dataset.action_space}"
         )
@@ -555,8 +671,15 @@ def evaluate_offline(
             f"the dataset's observations have shape {dataset.observations.shape[1:]}, the agent expects "
             f"{tuple(obs_shape)}: evaluate on episodes of the env the agent was built for"
         )
-    evaluator = OffPolicyEvaluator(dataset, gamma=gamma, fqe_steps=fqe_steps, n_bootstrap=n_bootstrap,
-                                   behaviour_steps=behaviour_steps, seed=seed, bandwidth=bandwidth)
+    evaluator = OffPolicyEvaluator(
+        dataset,
+        gamma=gamma,
+        fqe_steps=fqe_steps,
+        n_bootstrap=n_bootstrap,
+        behaviour_steps=behaviour_steps,
+        seed=seed,
+        bandwidth=bandwidth,
+    )
     return evaluator(agent)
 
 

@@ -79,8 +79,15 @@ class Recorder:
         actions = np.asarray(t.actions)
         for i in range(n):
             ep = self._open[i]
-            row = (obs[i], actions[i], float(t.rewards[i]), next_obs[i], bool(t.terminated[i]),
-                   bool(t.truncated[i]), float(log_probs[i]))
+            row = (
+                obs[i],
+                actions[i],
+                float(t.rewards[i]),
+                next_obs[i],
+                bool(t.terminated[i]),
+                bool(t.truncated[i]),
+                float(log_probs[i]),
+            )
             for f, v in zip(_FIELDS, row, strict=True):
                 ep[f].append(v)
             if t.terminated[i] or t.truncated[i]:

@@ -78,7 +78,7 @@ _OPTIONS: dict[str, Constraint] = {
     "step_timeout": optional(number(0, min_open=True)),
 }
 _RAY_OPTIONS: dict[str, Constraint] = {
-    "ray_address": optional(Constraint("a string such as \"ray://host:10001\"", lambda v: isinstance(v, str))),
+    "ray_address": optional(Constraint('a string such as "ray://host:10001"', lambda v: isinstance(v, str))),
     "sync_every": optional(integer(min=1)),
     "cpus_per_worker": number(0, min_open=True),
     "ray_init": optional(Constraint("a dict of ray.init() keyword arguments", lambda v: isinstance(v, dict))),
@@ -295,9 +295,16 @@ def make_runner(
     if source.vector is not None or backend == "envpool":  # a vector env steps its own envs
         from .vector import make_vector_runner
 
-        return make_vector_runner(source, num_envs, seed=seed, num_workers=num_workers, backend=backend,
-                                  envs_per_worker=envs_per_worker, restart_workers=restart_workers,
-                                  step_timeout=step_timeout)
+        return make_vector_runner(
+            source,
+            num_envs,
+            seed=seed,
+            num_workers=num_workers,
+            backend=backend,
+            envs_per_worker=envs_per_worker,
+            restart_workers=restart_workers,
+            step_timeout=step_timeout,
+        )
     check_worker_env(source, num_workers)
     if step_timeout is not None:
         if backend == "inprocess":
@@ -324,7 +331,12 @@ def make_runner(
         from .ray_envs import RayEnvRunner
 
         return RayEnvRunner(
-            source, num_workers, per, seed=seed, restart_workers=restart_workers, step_timeout=step_timeout,
+            source,
+            num_workers,
+            per,
+            seed=seed,
+            restart_workers=restart_workers,
+            step_timeout=step_timeout,
             **options,
         )
     from .ray_backend import RayRunner

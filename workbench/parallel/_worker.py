@@ -146,9 +146,7 @@ class Server:
         head = np.concatenate([p.ravel().astype(np.float32) for p in parts])
         # Observations in their own dtypes: a uint8 frame costs one byte a pixel on the way, not four.
         codec = self.codec
-        return b"".join(
-            (STEP_REPLY, head.tobytes(), codec.encode(obs), codec.encode(final_obs) if ended else b"")
-        )
+        return b"".join((STEP_REPLY, head.tobytes(), codec.encode(obs), codec.encode(final_obs) if ended else b""))
 
     def _command(self, command: str, message: tuple) -> tuple:
         vec = self.vec

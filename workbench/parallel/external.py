@@ -45,7 +45,12 @@ from . import _OPTIONS, _RAY_OPTIONS
 from .runner import Runner
 
 __all__ = [
-    "DEFAULT_EPISODE", "ExternalRunner", "ExternalSource", "episode_name", "external_source", "refuse_env_options",
+    "DEFAULT_EPISODE",
+    "ExternalRunner",
+    "ExternalSource",
+    "episode_name",
+    "external_source",
+    "refuse_env_options",
 ]
 
 
@@ -169,8 +174,10 @@ class ExternalRunner(Runner):
         if len(episodes) != n:
             raise ValueError(f"act_many() got {n} observations and {len(episodes)} episodes: give one episode each")
         if action_masks is not None and len(action_masks) != n:
-            raise ValueError(f"act_many() got {n} observations and {len(action_masks)} action masks: give one each "
-                             "(None for an episode without a mask)")
+            raise ValueError(
+                f"act_many() got {n} observations and {len(action_masks)} action masks: give one each "
+                "(None for an episode without a mask)"
+            )
         results: list[Any] = [None] * n
         failed = False
         claimed: list[tuple[int, Hashable, _Live, np.ndarray, np.ndarray | None]] = []
@@ -263,8 +270,9 @@ class ExternalRunner(Runner):
             raise TypeError(f"{agent.algorithm} does not take action masks: use an agent for Discrete actions")
         mask = check_masks(action_mask, agent.action_space, f"{agent.algorithm}'s action_mask")
         if len(mask) != 1:
-            raise ValueError(f"act() for {episode_name(episode)} got {len(mask)} action masks: give one, for its "
-                             "one observation")
+            raise ValueError(
+                f"act() for {episode_name(episode)} got {len(mask)} action masks: give one, for its one observation"
+            )
         return batch, mask[0]
 
     def _start(self, episode: Hashable) -> _Live:
@@ -344,9 +352,7 @@ class ExternalRunner(Runner):
                 # a slot is empty would wait for a feedback this very thread may owe (one thread
                 # driving several episodes), forever.
                 lag = self.max_lag
-                self._cond.wait_for(
-                    lambda: not self.learning or sum(map(len, self._queues)) <= lag or not self.ready()
-                )
+                self._cond.wait_for(lambda: not self.learning or sum(map(len, self._queues)) <= lag or not self.ready())
             return ended
 
     def _next_mask(self, next_obs: Any, info: dict[str, Any] | None, episode: Hashable) -> np.ndarray:
@@ -395,8 +401,10 @@ class ExternalRunner(Runner):
         keys = {key for row in rows for key in row[6]}
         if MASK_KEY in keys:  # episodes with masks and without in one batch: no mask allows all
             allowed = np.ones(mask_size(agent.action_space) or 0, dtype=bool)
-            rows = [row if MASK_KEY in row[6] else
-                    (*row[:6], {**row[6], MASK_KEY: allowed, NEXT_MASK_KEY: allowed}, row[7]) for row in rows]
+            rows = [
+                row if MASK_KEY in row[6] else (*row[:6], {**row[6], MASK_KEY: allowed, NEXT_MASK_KEY: allowed}, row[7])
+                for row in rows
+            ]
         extras = {key: np.stack([row[6][key] for row in rows]) for key in keys}
         next_obs = np.stack([row[3] for row in rows])
         transitions = Transitions(
@@ -443,7 +451,9 @@ def external_source(agent: Any, max_lag: Any, max_queued: Any, options: dict[str
     check_value("Session.external", "max_lag", max_lag, optional(integer(min=0)))
     check_value("Session.external", "max_queued", max_queued, integer(min=1))
     return ExternalSource(
-        name="the application", observation_space=agent.observation_space, action_space=agent.action_space,
+        name="the application",
+        observation_space=agent.observation_space,
+        action_space=agent.action_space,
         runner=ExternalRunner(agent, max_lag=max_lag, max_queued=max_queued),
     )
 

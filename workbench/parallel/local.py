@@ -264,7 +264,9 @@ class LocalRunner(Runner):
                 if timeout is not None and not w.conn.poll(timeout):
                     w.kill()  # still inside the call that timed out: its envs cannot step
                     raise WorkerError(
-                        w.id, f"was killed: still inside a call_env that timed out, {timeout:g} s later", envs=w.envs,
+                        w.id,
+                        f"was killed: still inside a call_env that timed out, {timeout:g} s later",
+                        envs=w.envs,
                         timed_out=True,
                     )
                 w.conn.recv_bytes()
@@ -537,4 +539,3 @@ def split_envs(num_envs: int, num_workers: int, envs_per_worker: int | None) -> 
     if not isinstance(envs_per_worker, int) or envs_per_worker < 1:
         raise ValueError(f"envs_per_worker must be a positive integer, got {envs_per_worker!r}")
     return envs_per_worker
-

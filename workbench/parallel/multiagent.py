@@ -177,8 +177,9 @@ def external_act(runner: Any, agent: Any, obs: Any, episode: Any, action_mask: A
     return {a: runner.act(row, (episode, a), masks.get(a, _mask_of(obs[a], None))) for a, row in rows.items()}
 
 
-def external_feedback(runner: Any, agent: Any, rewards: Any, next_obs: Any, terminated: Any, truncated: Any,
-                      episode: Any, info: Any) -> None:
+def external_feedback(
+    runner: Any, agent: Any, rewards: Any, next_obs: Any, terminated: Any, truncated: Any, episode: Any, info: Any
+) -> None:
     """``Session.feedback``: what followed :func:`external_act`; with ``rewards`` a dict, per agent its reward,
     next observation and end (a bool for all agents, or a dict per agent), ``info`` per agent (its
     ``"action_mask"``)."""
@@ -196,6 +197,11 @@ def external_feedback(runner: Any, agent: Any, rewards: Any, next_obs: Any, term
     for a, reward in rewards.items():
         agent_info = (info or {}).get(a)
         mask = _mask_of(next_obs[a], agent_info)
-        runner.feedback(reward, rows[a], bool(_per_agent(terminated, a, "terminated")),
-                        bool(_per_agent(truncated, a, "truncated")), (episode, a),
-                        None if mask is None else {MASK_KEY: mask})
+        runner.feedback(
+            reward,
+            rows[a],
+            bool(_per_agent(terminated, a, "terminated")),
+            bool(_per_agent(truncated, a, "truncated")),
+            (episode, a),
+            None if mask is None else {MASK_KEY: mask},
+        )

@@ -38,6 +38,8 @@ __all__ = ["RayEnvRunner"]
 
 _START_TIMEOUT_S = 120.0  # actor start: a cluster may have to pull the environment first
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the workbench folder
+
+
 class _ActorConnection:
     """A Ray actor seen as the parent's end of a worker connection: ``send_bytes`` starts a call of
     the actor's ``handle``, ``poll`` waits for its answer, ``recv_bytes`` returns it. A dead actor
@@ -187,7 +189,11 @@ class RayEnvRunner(LocalRunner):
         self._actor_cls = ray.remote(_worker.RayEnvWorker).options(**options)
         try:
             super().__init__(
-                source, num_workers, envs_per_worker, seed=seed, restart_workers=restart_workers,
+                source,
+                num_workers,
+                envs_per_worker,
+                seed=seed,
+                restart_workers=restart_workers,
                 step_timeout=step_timeout,
             )
         except BaseException:

@@ -114,7 +114,11 @@ def import_ray(source: EnvSource) -> Any:
 
 
 def start_ray(
-    ray: Any, num_workers: int, cpus_per_worker: float, ray_address: str | None, ray_init: dict[str, Any] | None,
+    ray: Any,
+    num_workers: int,
+    cpus_per_worker: float,
+    ray_address: str | None,
+    ray_init: dict[str, Any] | None,
     learner_gpus: int = 0,
 ) -> bool:
     """Start Ray unless it runs already; True when this call started it (the runner then shuts it

@@ -38,8 +38,9 @@ class VectorRunner(Runner):
 
     persistent = True  # the user's vector env lives on between two start() calls: episodes continue
 
-    def __init__(self, envs: VectorEnvAdapter, *, seed: int | None = None, owned: bool = False,
-                 backend: str = "vector") -> None:
+    def __init__(
+        self, envs: VectorEnvAdapter, *, seed: int | None = None, owned: bool = False, backend: str = "vector"
+    ) -> None:
         self.envs = envs
         self.num_envs = envs.num_envs
         self.observation_space, self.action_space = envs.observation_space, envs.action_space

@@ -65,8 +65,12 @@ class Event:
     def from_dict(cls, data: dict[str, Any]) -> Event:
         """Read back what :meth:`to_dict` wrote."""
         return cls(
-            kind=str(data["kind"]), step=int(data["step"]), name=str(data["name"]),
-            old=data.get("old"), new=data.get("new"), time=float(data.get("time", 0.0)),
+            kind=str(data["kind"]),
+            step=int(data["step"]),
+            name=str(data["name"]),
+            old=data.get("old"),
+            new=data.get("new"),
+            time=float(data.get("time", 0.0)),
         )
 
 
@@ -148,7 +152,9 @@ class LiveControl:
         control = self.ctx.control
         with control.cond:
             queued = (
-                control.status == "running" and control.is_alive and not control.in_loop_thread()
+                control.status == "running"
+                and control.is_alive
+                and not control.in_loop_thread()
                 and not control.abandoned
             )
             if not queued:
@@ -260,4 +266,3 @@ class LiveControl:
 def editable_hyperparameters(agent: Any) -> dict[str, Any]:
     """The agent's editable hyperparameters and their current values (what a panel shows)."""
     return {name: getattr(agent.config, name) for name in editable(agent)}
-

@@ -54,8 +54,13 @@ class Loop:
             # saved continue them; the others get seeds derived from the step count.
             seed = int(np.random.SeedSequence([seed, s.steps]).generate_state(1)[0])
         return make_runner(
-            s.env_source, s.agent.num_envs, seed=seed, num_workers=s.num_workers, backend=s.backend,
-            agent=s.agent, **s.backend_options,
+            s.env_source,
+            s.agent.num_envs,
+            seed=seed,
+            num_workers=s.num_workers,
+            backend=s.backend,
+            agent=s.agent,
+            **s.backend_options,
         )
 
     def run_started(self) -> None:

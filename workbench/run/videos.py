@@ -89,8 +89,10 @@ def _with_video(session: Any, ctx: Any, source: Any, episodes: int, seed: int | 
                 first, _, frames = record_episode(agent, env, session.video_options, seed=seed)
         finally:
             agent.training = was_training
-        rest = [] if episodes == 1 else list(
-            agent.play(env, episodes=episodes - 1, seed=None if seed is None else seed + 1)
+        rest = (
+            []
+            if episodes == 1
+            else list(agent.play(env, episodes=episodes - 1, seed=None if seed is None else seed + 1))
         )
     finally:
         if owned:
@@ -125,7 +127,14 @@ class SessionMedia:
         source = session._eval_source
         if source is None and session.env_source.can_copy:
             source = session.env_source
-        card = write_card(folder, env=source, episodes=episodes or session.eval_episodes, seed=seed,
-                          evaluate=source is not None, signals=session.signals, videos=list(session.videos))
+        card = write_card(
+            folder,
+            env=source,
+            episodes=episodes or session.eval_episodes,
+            seed=seed,
+            evaluate=source is not None,
+            signals=session.signals,
+            videos=list(session.videos),
+        )
         assert card.path.endswith(CARD_NAME)
         return card

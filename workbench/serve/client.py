@@ -147,9 +147,13 @@ class RemoteSession:
                     if ws is None:
                         query = "" if episode is None else "?" + urllib.parse.urlencode({"episode": str(episode)})
                         scheme = "wss" if self._parsed.scheme == "https" else "ws"
-                        ws = connect(f"{scheme}://{self._parsed.netloc}/ws{query}", open_timeout=self.timeout,
-                                     additional_headers={k: v for k, v in self._headers.items() if k != "Content-Type"},
-                                     compression=None, max_size=None).__enter__()  # closed by close()
+                        ws = connect(
+                            f"{scheme}://{self._parsed.netloc}/ws{query}",
+                            open_timeout=self.timeout,
+                            additional_headers={k: v for k, v in self._headers.items() if k != "Content-Type"},
+                            compression=None,
+                            max_size=None,
+                        ).__enter__()  # closed by close()
                         self._sockets[episode] = (lock, ws)
                     ws.send(data)
                     reply = ws.recv(timeout=self.timeout)
@@ -261,8 +265,9 @@ class RemoteSession:
         out = SignalSet()
         for name, data in self._request("GET", "/signals").items():
             values = np.array([np.nan if v is None else v for v in data["values"]], dtype=np.float64)
-            out.signal(name).extend(np.asarray(data["steps"], dtype=np.int64), values,
-                                    np.asarray(data["times"], dtype=np.float64))
+            out.signal(name).extend(
+                np.asarray(data["steps"], dtype=np.int64), values, np.asarray(data["times"], dtype=np.float64)
+            )
         return out
 
     def pause(self) -> None:

@@ -139,8 +139,11 @@ def observation(agent: Any, value: Any, field: str) -> Any:
     try:
         _, single = agent.prepare_obs(value)
     except (TypeError, ValueError, KeyError, IndexError) as exc:
-        raise RequestError(f"{field}: {exc}", field=field, kind=type(exc).__name__ if not isinstance(
-            exc, KeyError | IndexError) else "ValueError") from None
+        raise RequestError(
+            f"{field}: {exc}",
+            field=field,
+            kind=type(exc).__name__ if not isinstance(exc, KeyError | IndexError) else "ValueError",
+        ) from None
     if not single:
         raise RequestError(
             f"{field} is a batch of observations: send one observation of shape {tuple(agent.obs_shape)} "

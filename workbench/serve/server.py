@@ -136,8 +136,15 @@ class _Batcher:
     A batch runs on the event loop itself when ``inline()`` says it cannot block for long, else in
     one serving thread (one hand-off per batch)."""
 
-    def __init__(self, server: Server, run: Callable[[list[tuple[Any, ...]]], list[tuple[bool, Any]]],
-                 inline: Callable[[], bool], max_batch: int, wait: float, record_sizes: bool) -> None:
+    def __init__(
+        self,
+        server: Server,
+        run: Callable[[list[tuple[Any, ...]]], list[tuple[bool, Any]]],
+        inline: Callable[[], bool],
+        max_batch: int,
+        wait: float,
+        record_sizes: bool,
+    ) -> None:
         self.server = server
         self.run = run
         self.inline = inline  # run on the event loop (it cannot block for long now), else in a serving thread
@@ -427,7 +434,9 @@ class Server:
                 if not self._authorized(request.headers):
                     raise RequestError(
                         "this server needs its token: send the header 'Authorization: Bearer TOKEN'",
-                        field="token", kind="PermissionError", status=401,
+                        field="token",
+                        kind="PermissionError",
+                        status=401,
                     )
                 result = await handler(request)
                 response = (
@@ -437,8 +446,9 @@ class Server:
                 )
             except RequestError as exc:
                 headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-                response = Response(encode(error_body(exc)), status_code=exc.status, media_type="application/json",
-                                    headers=headers)
+                response = Response(
+                    encode(error_body(exc)), status_code=exc.status, media_type="application/json", headers=headers
+                )
                 if exc.status in (408, 413):
                     response.headers["Connection"] = "close"
             finally:
@@ -456,7 +466,9 @@ class Server:
             if int(length) > self.max_body:
                 raise RequestError(
                     f"the body has {int(length)} bytes, more than this server's limit of {self.max_body} "
-                    "(serve(max_body=...))", field="body", status=413,
+                    "(serve(max_body=...))",
+                    field="body",
+                    status=413,
                 )
         chunks: list[bytes] = []
         size = 0
@@ -468,7 +480,8 @@ class Server:
                 if size > self.max_body:
                     raise RequestError(
                         f"the body has more than this server's limit of {self.max_body} bytes (serve(max_body=...))",
-                        field="body", status=413,
+                        field="body",
+                        status=413,
                     )
                 chunks.append(chunk)
 
@@ -477,7 +490,9 @@ class Server:
         except asyncio.TimeoutError:
             raise RequestError(
                 f"the body did not arrive within {self.read_timeout:g} s (read_timeout): got {size} bytes"
-                + (f" of {length}" if length else ""), field="body", status=408,
+                + (f" of {length}" if length else ""),
+                field="body",
+                status=408,
             ) from None
         return decode(b"".join(chunks))
 
@@ -497,8 +512,9 @@ class Server:
                 return self._act(episode, obs, mask, seq)
             return await asyncio.get_running_loop().run_in_executor(self.pool, self._act, episode, obs, mask, seq)
         if self._acts is None:
-            self._acts = _Batcher(self, self._act_batch, self._acts_inline, self.max_batch, self.batch_wait,
-                                  record_sizes=True)
+            self._acts = _Batcher(
+                self, self._act_batch, self._acts_inline, self.max_batch, self.batch_wait, record_sizes=True
+            )
             asyncio.get_running_loop().create_task(self._every_second())
         return await self._acts.submit(episode, obs, mask, seq)
 
@@ -508,8 +524,9 @@ class Server:
         if not self.batch:
             return await asyncio.get_running_loop().run_in_executor(self.pool, self._feedback, *args)
         if self._feedbacks is None:
-            self._feedbacks = _Batcher(self, _each(self._feedback), lambda: False, self.max_batch, 0.0,
-                                       record_sizes=False)
+            self._feedbacks = _Batcher(
+                self, _each(self._feedback), lambda: False, self.max_batch, 0.0, record_sizes=False
+            )
         return await self._feedbacks.submit(*args)
 
     async def _act_request(self, request: Request) -> dict[str, Any]:
@@ -538,7 +555,9 @@ class Server:
         if not record.lock.acquire(blocking=threading.current_thread() is not self._thread):
             raise RequestError(
                 f"a call for episode {episode!r} is still being answered: wait for its answer before the next",
-                field="episode", kind="RuntimeError", status=409,
+                field="episode",
+                kind="RuntimeError",
+                status=409,
             )
 
     def _act(self, episode: Hashable | None, obs: Any, mask: Any, seq: int | None) -> dict[str, Any]:
@@ -588,7 +607,8 @@ class Server:
                     actions = self._runner.act_many(
                         [calls[i][1] for i, _ in held],
                         [DEFAULT_EPISODE if calls[i][0] is None else calls[i][0] for i, _ in held],
-                        [calls[i][2] for i, _ in held], return_exceptions=True,
+                        [calls[i][2] for i, _ in held],
+                        return_exceptions=True,
                     )
                 except Exception as exc:  # the batch as a whole was refused: each gets the error
                     actions = [exc] * len(held)
@@ -618,8 +638,14 @@ class Server:
         return out
 
     def _feedback(
-        self, episode: Hashable | None, reward: float, next_obs: Any, terminated: bool, truncated: bool,
-        info: dict[str, Any] | None, seq: int | None,
+        self,
+        episode: Hashable | None,
+        reward: float,
+        next_obs: Any,
+        terminated: bool,
+        truncated: bool,
+        info: dict[str, Any] | None,
+        seq: int | None,
     ) -> dict[str, Any]:
         record = self._record(episode)
         self._lock_record(record, episode)
@@ -633,7 +659,9 @@ class Server:
                     raise RequestError(
                         f"episode {episode!r} was ended by the server after {self.episode_timeout:g} s without a "
                         "call (its env slot was freed for others): start a new episode with act",
-                        field="episode", kind="RuntimeError", status=409,
+                        field="episode",
+                        kind="RuntimeError",
+                        status=409,
                     )
             record.busy = True
             try:
@@ -692,10 +720,16 @@ class Server:
             await asyncio.sleep(period)
             now = time.monotonic()
             with self._records_lock:
-                due = [(e, r) for e, r in self.records.items()
-                       if r.live and not r.busy and now - r.time >= self.episode_timeout]
-                stale = [e for e, r in self.records.items()
-                         if not r.live and not r.busy and now - r.time >= self.episode_timeout]
+                due = [
+                    (e, r)
+                    for e, r in self.records.items()
+                    if r.live and not r.busy and now - r.time >= self.episode_timeout
+                ]
+                stale = [
+                    e
+                    for e, r in self.records.items()
+                    if not r.live and not r.busy and now - r.time >= self.episode_timeout
+                ]
                 for episode in stale:
                     del self.records[episode]
             for episode, record in due:
@@ -729,13 +763,17 @@ class Server:
         chosen = signals.names() if names is None else [n for n in names.split(",") if n]
         unknown = [n for n in chosen if n not in signals]
         if unknown:
-            raise RequestError(f"no signal {unknown[0]!r}; the signals are {', '.join(signals.names())}",
-                               field="names", kind="KeyError", status=404)
+            raise RequestError(
+                f"no signal {unknown[0]!r}; the signals are {', '.join(signals.names())}",
+                field="names",
+                kind="KeyError",
+                status=404,
+            )
         out = {}
         for name in chosen:
             steps, values, times = signals[name].snapshot()
             if last is not None:
-                steps, values, times = steps[-int(last):], values[-int(last):], times[-int(last):]
+                steps, values, times = steps[-int(last) :], values[-int(last) :], times[-int(last) :]
             out[name] = {
                 "steps": steps.tolist(),
                 "values": [v if math.isfinite(v) else None for v in values.tolist()],
@@ -769,14 +807,19 @@ class Server:
 
     async def _metrics(self, request: Request) -> str:
         batcher = self._acts
-        return self.metrics.text({
-            "workbench_serve_in_flight": ("Requests being answered now.", self._in_flight),
-            "workbench_serve_queue": ("Acts waiting for their batch.", 0 if batcher is None else len(batcher.items)),
-            "workbench_serve_slots": ("The agent's env slots (n_envs).", self.agent.num_envs),
-            "workbench_serve_live_episodes": ("Episodes started and not ended.", len(self.session.live_episodes)),
-            "workbench_session_steps": ("Transitions the session has learned from.", self.session.steps),
-            "workbench_session_episodes": ("Episodes the session has learned from.", self.session.episodes),
-        })
+        return self.metrics.text(
+            {
+                "workbench_serve_in_flight": ("Requests being answered now.", self._in_flight),
+                "workbench_serve_queue": (
+                    "Acts waiting for their batch.",
+                    0 if batcher is None else len(batcher.items),
+                ),
+                "workbench_serve_slots": ("The agent's env slots (n_envs).", self.agent.num_envs),
+                "workbench_serve_live_episodes": ("Episodes started and not ended.", len(self.session.live_episodes)),
+                "workbench_session_steps": ("Transitions the session has learned from.", self.session.steps),
+                "workbench_session_episodes": ("Episodes the session has learned from.", self.session.episodes),
+            }
+        )
 
     _reaper_task: asyncio.Task[None] | None = None
 
@@ -787,10 +830,15 @@ class Server:
 
     async def _websocket(self, websocket: WebSocket) -> None:
         if not self._authorized(websocket.headers, websocket.query_params):
-            return await self._deny(websocket, RequestError(
-                "this server needs its token: send the header 'Authorization: Bearer TOKEN' (or ?token=TOKEN)",
-                field="token", kind="PermissionError", status=401,
-            ))
+            return await self._deny(
+                websocket,
+                RequestError(
+                    "this server needs its token: send the header 'Authorization: Bearer TOKEN' (or ?token=TOKEN)",
+                    field="token",
+                    kind="PermissionError",
+                    status=401,
+                ),
+            )
         episode: Any = websocket.query_params.get("episode")
         try:
             episode = episode_id({"episode": episode}) if episode is not None else f"ws-{next(self._ws_ids)}"
@@ -816,28 +864,31 @@ class Server:
                 request = decode(data.encode() if isinstance(data, str) else data)
                 op = request.pop("op", None)
                 if "episode" in request:
-                    raise RequestError("a WebSocket stream's episode is set once, in its URL (/ws?episode=ID)",
-                                       field="episode", kind="TypeError")
+                    raise RequestError(
+                        "a WebSocket stream's episode is set once, in its URL (/ws?episode=ID)",
+                        field="episode",
+                        kind="TypeError",
+                    )
                 request["episode"] = episode
                 if op == "act":
                     _, obs, mask, seq = check_act(self.agent, request)
                     answer = await self._call_act(episode, obs, mask, seq)
                 elif op == "feedback":
                     _, reward, next_obs, terminated, truncated, info, seq = check_feedback(self.agent, request)
-                    answer = await self._call_feedback(episode, reward, next_obs, terminated, truncated, info,
-                                                       seq)
+                    answer = await self._call_feedback(episode, reward, next_obs, terminated, truncated, info, seq)
                 else:
                     raise RequestError(f"op must be 'act' or 'feedback', got {op!r}", field="op", kind="TypeError")
             except RequestError as exc:
                 status, answer = exc.status, error_body(exc)
-            self.metrics.observe(f"/ws {op if op in ('act', 'feedback') else 'other'}", status,
-                                 time.perf_counter() - start)
+            self.metrics.observe(
+                f"/ws {op if op in ('act', 'feedback') else 'other'}", status, time.perf_counter() - start
+            )
             try:
-                await websocket.send_bytes(encode(answer)) if isinstance(data, bytes) else \
-                    await websocket.send_text(encode(answer).decode())
+                await websocket.send_bytes(encode(answer)) if isinstance(data, bytes) else await websocket.send_text(
+                    encode(answer).decode()
+                )
             except (WebSocketDisconnect, RuntimeError):
                 return
-
 
     async def _deny(self, websocket: WebSocket, exc: RequestError) -> None:
         """Refuse a WebSocket handshake with an HTTP answer that says why (403 without one)."""
@@ -912,8 +963,9 @@ def _bind(host: str, port: int) -> socket.socket:
         sock.bind(address)
     except OSError as exc:
         sock.close()
-        raise OSError(f"serve() cannot listen on {host}:{port}: {exc.strerror or exc} (port=0 picks a free port)") \
-            from None
+        raise OSError(
+            f"serve() cannot listen on {host}:{port}: {exc.strerror or exc} (port=0 picks a free port)"
+        ) from None
     sock.listen(2048)
     sock.setblocking(False)
     return sock

@@ -39,7 +39,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("function", help="agent name, module:function or file.py:function that builds the agent")
     p.add_argument("env", help="registered gymnasium id, e.g. CartPole-v1")
     p.add_argument(
-        "--space", action="append", default=[], metavar="NAME=RANGE",
+        "--space",
+        action="append",
+        default=[],
+        metavar="NAME=RANGE",
         help="NAME=LOW..HIGH (a range) or NAME=[a, b, ...] (a choice, JSON); repeatable",
     )
     p.add_argument("--trials", type=int, default=20, help="trials in all (default 20)")
@@ -55,7 +58,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the sampler and the trials (default 0)")
     p.add_argument("--eval-every", type=int, default=None, help="evaluate every N env steps (default steps/10)")
     p.add_argument(
-        "--backend", default="optuna", choices=["optuna", "ray"],
+        "--backend",
+        default="optuna",
+        choices=["optuna", "ray"],
         help="optuna: local worker processes (default); ray: Ray Tune, on a local Ray or --ray-address",
     )
     p.add_argument(
@@ -148,10 +153,21 @@ def run(args: argparse.Namespace) -> int:
     if not space:
         raise SystemExit("workbench: nothing to search: give --space NAME=LOW..HIGH (repeatable)")
     s = Sweep(
-        make_agent, args.env, space, trials=args.trials, steps=args.steps, parallel=args.parallel,
-        metric=args.metric, direction="minimize" if args.minimize else "maximize",
-        prune=False if args.prune == "none" else args.prune, name=args.name, storage=args.storage,
-        seed=args.seed, eval_every=args.eval_every, backend=args.backend, ray_address=args.ray_address,
+        make_agent,
+        args.env,
+        space,
+        trials=args.trials,
+        steps=args.steps,
+        parallel=args.parallel,
+        metric=args.metric,
+        direction="minimize" if args.minimize else "maximize",
+        prune=False if args.prune == "none" else args.prune,
+        name=args.name,
+        storage=args.storage,
+        seed=args.seed,
+        eval_every=args.eval_every,
+        backend=args.backend,
+        ray_address=args.ray_address,
     )
     print(f"sweep {s.name!r} in {s.url} ({args.trials} trials of {args.steps} steps, {args.parallel} at a time)")
     shown: set[int] = set()

@@ -161,8 +161,9 @@ def _parse_space(space: Any) -> dict[str, _Dim]:
             if not low < high:
                 raise ArgumentError(f"pbt space[{name!r}] = {spec!r}: the range needs low < high")
             kind = "int" if isinstance(low, int) and isinstance(high, int) else "float"
-            dims[name] = _Dim(name, kind, low=low if kind == "int" else float(low),
-                              high=high if kind == "int" else float(high))
+            dims[name] = _Dim(
+                name, kind, low=low if kind == "int" else float(low), high=high if kind == "int" else float(high)
+            )
         elif isinstance(spec, list):
             if not spec:
                 raise ArgumentError(f"pbt space[{name!r}] is an empty list: give at least one choice")
@@ -229,10 +230,13 @@ class PopulationEvent:
     def from_dict(cls, data: Mapping[str, Any]) -> PopulationEvent:
         """Read back what :meth:`to_dict` wrote."""
         return cls(
-            kind=str(data["kind"]), member=int(data["member"]), step=int(data["step"]),
+            kind=str(data["kind"]),
+            member=int(data["member"]),
+            step=int(data["step"]),
             time=float(data.get("time", 0.0)),
             source=None if data.get("source") is None else int(data["source"]),
-            score=_float_or_none(data.get("score")), source_score=_float_or_none(data.get("source_score")),
+            score=_float_or_none(data.get("score")),
+            source_score=_float_or_none(data.get("source_score")),
             changes={str(k): list(v) for k, v in dict(data.get("changes") or {}).items()},
         )
 
@@ -266,8 +270,12 @@ class _Member:
 
     def state(self) -> dict[str, Any]:
         return {
-            "index": self.index, "scores": [list(p) for p in self.scores], "parents": [list(p) for p in self.parents],
-            "retired": self.retired, "failed": self.failed, "error": self.error,
+            "index": self.index,
+            "scores": [list(p) for p in self.scores],
+            "parents": [list(p) for p in self.parents],
+            "retired": self.retired,
+            "failed": self.failed,
+            "error": self.error,
         }
 
 
@@ -313,36 +321,53 @@ class Population:
         session_kwargs: Mapping[str, Any] | None = None,
         ray_address: str | None = None,
     ) -> None:
-        for label, value in (("population", population), ("steps", steps), ("interval", interval),
-                             ("eval_episodes", eval_episodes)):
+        for label, value in (
+            ("population", population),
+            ("steps", steps),
+            ("interval", interval),
+            ("eval_episodes", eval_episodes),
+        ):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ArgumentError(f"pbt got {label}={value!r}: {label} must be a positive integer")
         if population < 2:
-            raise ArgumentError(f"pbt got population={population}: a population needs at least 2 members to copy "
-                                "from one another")
+            raise ArgumentError(
+                f"pbt got population={population}: a population needs at least 2 members to copy from one another"
+            )
         if interval > steps:
-            raise ArgumentError(f"pbt got interval={interval} > steps={steps}: the interval is how many env steps a "
-                                "member trains between two exploit/explore decisions; make it smaller than steps")
+            raise ArgumentError(
+                f"pbt got interval={interval} > steps={steps}: the interval is how many env steps a "
+                "member trains between two exploit/explore decisions; make it smaller than steps"
+            )
         if parallel is None:
             parallel = population
         if not isinstance(parallel, int) or isinstance(parallel, bool) or not 1 <= parallel <= population:
-            raise ArgumentError(f"pbt got parallel={parallel!r}: give the number of members that train at once, "
-                                f"1 to population ({population})")
+            raise ArgumentError(
+                f"pbt got parallel={parallel!r}: give the number of members that train at once, "
+                f"1 to population ({population})"
+            )
         if not isinstance(metric, str) or not metric:
             raise ArgumentError(f"pbt got metric={metric!r}: give a signal name such as 'eval_reward'")
         if direction not in ("maximize", "minimize"):
             raise ArgumentError(f"pbt got direction={direction!r}: use 'maximize' or 'minimize'")
         if not _is_number(quantile) or not 0 < quantile <= 0.5:
-            raise ArgumentError(f"pbt got quantile={quantile!r}: the fraction of the population that is copied "
-                                "(and copied from) must be in (0, 0.5]")
-        if (not isinstance(perturb, tuple | list) or len(perturb) != 2 or not all(_is_number(f) for f in perturb)
-                or not all(f > 0 for f in perturb)):
+            raise ArgumentError(
+                f"pbt got quantile={quantile!r}: the fraction of the population that is copied "
+                "(and copied from) must be in (0, 0.5]"
+            )
+        if (
+            not isinstance(perturb, tuple | list)
+            or len(perturb) != 2
+            or not all(_is_number(f) for f in perturb)
+            or not all(f > 0 for f in perturb)
+        ):
             raise ArgumentError(f"pbt got perturb={perturb!r}: give two positive factors (down, up), e.g. (0.8, 1.2)")
         if not _is_number(resample_p) or not 0 <= resample_p <= 1:
             raise ArgumentError(f"pbt got resample_p={resample_p!r}: a probability from 0 to 1")
         if backend not in ("local", "ray"):
-            raise ArgumentError(f"pbt got backend={backend!r}: use 'local' (members' envs in this process) or 'ray' "
-                                "(each member's envs on Ray actors)")
+            raise ArgumentError(
+                f"pbt got backend={backend!r}: use 'local' (members' envs in this process) or 'ray' "
+                "(each member's envs on Ray actors)"
+            )
         if window is not None and (not isinstance(window, int) or window < 1):
             raise ArgumentError(f"pbt got window={window!r}: the number of the metric's last points to average, >= 1")
         if ray_address is not None and backend != "ray":
@@ -367,10 +392,14 @@ class Population:
             self.session_kwargs.setdefault("num_workers", 1)
             if ray_address is not None:
                 self.session_kwargs.setdefault("ray_address", ray_address)
-        self.name = name or (os.path.basename(os.path.normpath(os.fspath(directory))) if directory is not None
-                             else f"pbt-{time.strftime('%Y%m%d-%H%M%S')}")
-        self.directory = os.path.abspath(os.fspath(directory) if directory is not None
-                                         else os.path.join("runs", "pbt", self.name))
+        self.name = name or (
+            os.path.basename(os.path.normpath(os.fspath(directory)))
+            if directory is not None
+            else f"pbt-{time.strftime('%Y%m%d-%H%M%S')}"
+        )
+        self.directory = os.path.abspath(
+            os.fspath(directory) if directory is not None else os.path.join("runs", "pbt", self.name)
+        )
         self.events: list[PopulationEvent] = []
         """The exploits and explores so far, oldest first."""
         self.error: BaseException | None = None
@@ -389,8 +418,10 @@ class Population:
             self._members = self._reopen()
         else:
             if not callable(make_agent):
-                raise ArgumentError(f"pbt needs make_agent, a function that builds an agent from the searched "
-                                    f"values (or an agent class such as wb.PPO), got {make_agent!r}")
+                raise ArgumentError(
+                    f"pbt needs make_agent, a function that builds an agent from the searched "
+                    f"values (or an agent class such as wb.PPO), got {make_agent!r}"
+                )
             self._members = self._build()
 
     # -- building and reopening -----------------------------------------------------------------
@@ -441,10 +472,18 @@ class Population:
 
     def _settings(self) -> dict[str, Any]:
         return {
-            "population": self.population_size, "space": {n: d.describe() for n, d in self.dims.items()},
-            "steps": self.steps, "interval": self.interval, "metric": self.metric, "direction": self.direction,
-            "quantile": self.quantile, "perturb": list(self.perturb), "resample_p": self.resample_p,
-            "seed": self.seed, "window": self.window, "eval_episodes": self.eval_episodes,
+            "population": self.population_size,
+            "space": {n: d.describe() for n, d in self.dims.items()},
+            "steps": self.steps,
+            "interval": self.interval,
+            "metric": self.metric,
+            "direction": self.direction,
+            "quantile": self.quantile,
+            "perturb": list(self.perturb),
+            "resample_p": self.resample_p,
+            "seed": self.seed,
+            "window": self.window,
+            "eval_episodes": self.eval_episodes,
             "copy_memory": self.copy_memory,
             "env": self.env if isinstance(self.env, str) else None,
         }
@@ -497,7 +536,10 @@ class Population:
 
     @classmethod
     def open(
-        cls, directory: str | os.PathLike[str], env: Any = None, make_agent: Callable[..., Any] | None = None,
+        cls,
+        directory: str | os.PathLike[str],
+        env: Any = None,
+        make_agent: Callable[..., Any] | None = None,
         **overrides: Any,
     ) -> Population:
         """Reopen a population saved in ``directory`` (not started: call :meth:`start` to go on).
@@ -519,12 +561,19 @@ class Population:
                 cast = int if d["kind"] == "int" else float
                 space[name] = (cast(d["low"]), cast(d["high"]))
         kwargs: dict[str, Any] = {
-            "population": settings.get("population"), "space": space, "steps": settings.get("steps"),
-            "interval": settings.get("interval"), "metric": settings.get("metric"),
-            "direction": settings.get("direction", "maximize"), "quantile": settings.get("quantile"),
-            "perturb": tuple(settings.get("perturb", (0.8, 1.2))), "resample_p": settings.get("resample_p"),
-            "seed": settings.get("seed", 0), "window": settings.get("window"),
-            "eval_episodes": settings.get("eval_episodes", 5), "copy_memory": settings.get("copy_memory", False),
+            "population": settings.get("population"),
+            "space": space,
+            "steps": settings.get("steps"),
+            "interval": settings.get("interval"),
+            "metric": settings.get("metric"),
+            "direction": settings.get("direction", "maximize"),
+            "quantile": settings.get("quantile"),
+            "perturb": tuple(settings.get("perturb", (0.8, 1.2))),
+            "resample_p": settings.get("resample_p"),
+            "seed": settings.get("seed", 0),
+            "window": settings.get("window"),
+            "eval_episodes": settings.get("eval_episodes", 5),
+            "copy_memory": settings.get("copy_memory", False),
         }
         kwargs.update(overrides)
         return cls(make_agent, env if env is not None else settings.get("env"), directory=directory, **kwargs)
@@ -617,10 +666,18 @@ class Population:
 
         rows = []
         for m, values in zip(self._members, self.values(), strict=True):
-            rows.append({"member": m.index, "status": self.member_status(m.index), "steps": m.session.steps,
-                         self.metric: m.score, **{k: _shown(v) for k, v in values.items()},
-                         "exploits": len(m.parents),
-                         "copied_from": m.parents[-1][1] if m.parents else None, "note": m.error})
+            rows.append(
+                {
+                    "member": m.index,
+                    "status": self.member_status(m.index),
+                    "steps": m.session.steps,
+                    self.metric: m.score,
+                    **{k: _shown(v) for k, v in values.items()},
+                    "exploits": len(m.parents),
+                    "copied_from": m.parents[-1][1] if m.parents else None,
+                    "note": m.error,
+                }
+            )
         columns = ["member", "status", "steps", self.metric, *self.dims, "exploits", "copied_from", "note"]
         return pd.DataFrame(rows, columns=columns).set_index("member")
 
@@ -628,8 +685,10 @@ class Population:
         best = self.best_index
         best_text = "" if best is None else f", best {self.metric}={self._members[best].score:.4g} (member {best})"
         steps = sum(m.session.steps for m in self._members)
-        return (f"<Population {self.name!r}: {self.status}, {len(self._members)} members, "
-                f"{steps}/{self.steps * len(self._members)} steps, {len(self.events)} events{best_text}>")
+        return (
+            f"<Population {self.name!r}: {self.status}, {len(self._members)} members, "
+            f"{steps}/{self.steps * len(self._members)} steps, {len(self.events)} events{best_text}>"
+        )
 
     # -- commands -------------------------------------------------------------------------------
 
@@ -773,8 +832,7 @@ class Population:
             for m in self._members:
                 if m.retired or m.failed or m.session.steps >= self.steps:
                     continue
-                m.thread = threading.Thread(target=self._drive, args=(m,), name=f"workbench-pbt-{m.index}",
-                                            daemon=True)
+                m.thread = threading.Thread(target=self._drive, args=(m,), name=f"workbench-pbt-{m.index}", daemon=True)
                 m.thread.start()
                 threads.append(m.thread)
             for t in threads:
@@ -857,22 +915,28 @@ class Population:
             if self.metric in ("loss", "episode_reward") or session.steps < self.steps:
                 return None  # none yet: not ranked this time
             known = ", ".join(session.signals.names()) or "none"
-            raise ValueError(f"the member never recorded the metric {self.metric!r} (recorded: {known}); "
-                             "pick one of those, or metric='eval_reward'")
+            raise ValueError(
+                f"the member never recorded the metric {self.metric!r} (recorded: {known}); "
+                "pick one of those, or metric='eval_reward'"
+            )
         return float(signal.mean(last=self.window))
 
     def _member_dir(self, index: int) -> str:
         return os.path.join(self.directory, f"member-{index}")
 
     def _checkpoint(self, m: _Member) -> None:
-        m.session.save(self._member_dir(m.index), memory=self.copy_memory and _has_memory(m.session.agent),
-                       overwrite=True)
+        m.session.save(
+            self._member_dir(m.index), memory=self.copy_memory and _has_memory(m.session.agent), overwrite=True
+        )
 
     # -- exploit and explore ----------------------------------------------------------------------
 
     def _ranked(self) -> list[_Member]:
-        alive = [m for m in self._members if m.score is not None and not m.failed and not m.retired
-                 and not math.isnan(m.score)]
+        alive = [
+            m
+            for m in self._members
+            if m.score is not None and not m.failed and not m.retired and not math.isnan(m.score)
+        ]
         return sorted(alive, key=lambda m: (m.score, -m.index), reverse=self.direction == "maximize")
 
     def _exploit_and_explore(self, m: _Member) -> None:
@@ -905,12 +969,16 @@ class Population:
             if not os.path.exists(path):
                 self._checkpoint(donor)
             before = {name: getattr(m.session.agent.config, name) for name in self.dims}
-            donor_values = load_state(m.session.agent, path, memory=self.copy_memory, names=list(self.dims),
-                                      dims=self.dims)
+            donor_values = load_state(
+                m.session.agent, path, memory=self.copy_memory, names=list(self.dims), dims=self.dims
+            )
             step, now = m.session.steps, self.elapsed
             m.parents.append((step, donor.index))
-            self.events.append(PopulationEvent("exploit", m.index, step, now, source=donor.index, score=m.score,
-                                               source_score=donor.score))
+            self.events.append(
+                PopulationEvent(
+                    "exploit", m.index, step, now, source=donor.index, score=m.score, source_score=donor.score
+                )
+            )
             new = self._explore(donor_values)
             applied = _apply(m.session, new, donor_values)
             changes = {n: [json_ready(before[n]), json_ready(applied[n])] for n in self.dims}
@@ -934,9 +1002,10 @@ class Population:
                 "format": _FORMAT,
                 "name": self.name,
                 "settings": self._settings(),
-                "members": [m.state() | {"steps": m.session.steps,
-                                         "values": json_ready(v)}
-                            for m, v in zip(self._members, self.values(), strict=True)],
+                "members": [
+                    m.state() | {"steps": m.session.steps, "values": json_ready(v)}
+                    for m, v in zip(self._members, self.values(), strict=True)
+                ],
                 "events": [e.to_dict() for e in self.events],
                 "elapsed": self.elapsed,
                 "rng": json_ready(self._rng.bit_generator.state),
@@ -958,7 +1027,11 @@ def _has_memory(agent: Agent) -> bool:
 
 
 def load_state(
-    agent: Agent, path: str | os.PathLike[str], *, memory: bool = False, names: list[str] | None = None,
+    agent: Agent,
+    path: str | os.PathLike[str],
+    *,
+    memory: bool = False,
+    names: list[str] | None = None,
     dims: Mapping[str, _Dim] | None = None,
 ) -> dict[str, Any]:
     """Load a saved run's learned state into a live ``agent`` in place, through the checkpoint
@@ -1069,9 +1142,26 @@ def pbt(
         session_kwargs: more ``Session`` arguments for every member (``num_workers``, ``eval_env``...).
     """
     p = Population(
-        make_agent, env, population=population, space=space, steps=steps, interval=interval, metric=metric,
-        direction=direction, quantile=quantile, perturb=perturb, resample_p=resample_p, parallel=parallel,
-        backend=backend, directory=directory, name=name, seed=seed, window=window, eval_episodes=eval_episodes,
-        copy_memory=copy_memory, session_kwargs=session_kwargs, ray_address=ray_address,
+        make_agent,
+        env,
+        population=population,
+        space=space,
+        steps=steps,
+        interval=interval,
+        metric=metric,
+        direction=direction,
+        quantile=quantile,
+        perturb=perturb,
+        resample_p=resample_p,
+        parallel=parallel,
+        backend=backend,
+        directory=directory,
+        name=name,
+        seed=seed,
+        window=window,
+        eval_episodes=eval_episodes,
+        copy_memory=copy_memory,
+        session_kwargs=session_kwargs,
+        ray_address=ray_address,
     )
     return p.start() if start else p

@@ -38,7 +38,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("function", help="agent name, module:function or file.py:function that builds the agent")
     p.add_argument("env", help="registered gymnasium id, e.g. Pendulum-v1")
     p.add_argument(
-        "--space", action="append", default=[], metavar="NAME=RANGE",
+        "--space",
+        action="append",
+        default=[],
+        metavar="NAME=RANGE",
         help="NAME=LOW..HIGH (a range) or NAME=[a, b, ...] (a choice, JSON); live-editable names; repeatable",
     )
     p.add_argument("--population", type=int, default=8, help="members (default 8)")
@@ -47,18 +50,32 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--metric", default="eval_reward", help="signal to optimise (default eval_reward)")
     p.add_argument("--minimize", action="store_true", help="minimise the metric instead of maximising it")
     p.add_argument("--quantile", type=float, default=0.25, help="bottom fraction that copies the top (default 0.25)")
-    p.add_argument("--perturb", type=float, nargs=2, default=(0.8, 1.2), metavar=("DOWN", "UP"),
-                   help="factors a copied value is multiplied by (default 0.8 1.2)")
-    p.add_argument("--resample-p", type=float, default=0.25,
-                   help="probability of drawing a copied value from the space again (default 0.25)")
+    p.add_argument(
+        "--perturb",
+        type=float,
+        nargs=2,
+        default=(0.8, 1.2),
+        metavar=("DOWN", "UP"),
+        help="factors a copied value is multiplied by (default 0.8 1.2)",
+    )
+    p.add_argument(
+        "--resample-p",
+        type=float,
+        default=0.25,
+        help="probability of drawing a copied value from the space again (default 0.25)",
+    )
     p.add_argument("--parallel", type=int, default=None, help="members training at once (default: all)")
     p.add_argument("--eval-episodes", type=int, default=5, help="episodes per evaluation (default 5)")
     p.add_argument("--dir", default=None, help="the population's directory (default runs/pbt/NAME); resumes one")
     p.add_argument("--name", default=None, help="its name (default: a new timestamped one)")
     p.add_argument("--seed", type=int, default=0, help="seed of the sampling and the members (default 0)")
     p.add_argument("--copy-memory", action="store_true", help="exploit copies the replay memory too")
-    p.add_argument("--backend", default="local", choices=["local", "ray"],
-                   help="local: members' envs in this process (default); ray: each member's envs on Ray actors")
+    p.add_argument(
+        "--backend",
+        default="local",
+        choices=["local", "ray"],
+        help="local: members' envs in this process (default); ray: each member's envs on Ray actors",
+    )
     p.add_argument("--ray-address", default=None, help="with --backend ray: join this Ray cluster")
     return p
 
@@ -72,14 +89,31 @@ def run(args: argparse.Namespace) -> int:
     if not space:
         raise SystemExit("workbench: nothing to search: give --space NAME=LOW..HIGH (repeatable)")
     p = Population(
-        make_agent, args.env, population=args.population, space=space, steps=args.steps, interval=args.interval,
-        metric=args.metric, direction="minimize" if args.minimize else "maximize", quantile=args.quantile,
-        perturb=tuple(args.perturb), resample_p=args.resample_p, parallel=args.parallel,
-        eval_episodes=args.eval_episodes, directory=args.dir, name=args.name, seed=args.seed,
-        copy_memory=args.copy_memory, backend=args.backend, ray_address=args.ray_address,
+        make_agent,
+        args.env,
+        population=args.population,
+        space=space,
+        steps=args.steps,
+        interval=args.interval,
+        metric=args.metric,
+        direction="minimize" if args.minimize else "maximize",
+        quantile=args.quantile,
+        perturb=tuple(args.perturb),
+        resample_p=args.resample_p,
+        parallel=args.parallel,
+        eval_episodes=args.eval_episodes,
+        directory=args.dir,
+        name=args.name,
+        seed=args.seed,
+        copy_memory=args.copy_memory,
+        backend=args.backend,
+        ray_address=args.ray_address,
     )
-    print(f"population {p.name!r} in {p.directory}: {args.population} members of {args.steps} steps, "
-          f"exploit/explore every {args.interval}", flush=True)
+    print(
+        f"population {p.name!r} in {p.directory}: {args.population} members of {args.steps} steps, "
+        f"exploit/explore every {args.interval}",
+        flush=True,
+    )
     shown = len(p.events)
     p.start()
     error: BaseException | None = None
@@ -91,8 +125,11 @@ def run(args: argparse.Namespace) -> int:
                 error, ended = exc, True
             for e in p.events[shown:]:
                 if e.kind == "exploit":
-                    print(f"step {e.step}: member {e.member} ({_num(e.score)}) copied member {e.source} "
-                          f"({_num(e.source_score)})", flush=True)
+                    print(
+                        f"step {e.step}: member {e.member} ({_num(e.score)}) copied member {e.source} "
+                        f"({_num(e.source_score)})",
+                        flush=True,
+                    )
                 else:
                     changes = ", ".join(f"{k} {_num(old)} -> {_num(new)}" for k, (old, new) in e.changes.items())
                     print(f"step {e.step}: member {e.member} explores: {changes}", flush=True)
@@ -111,8 +148,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"{p.status}: no member has been scored yet")
     else:
         where = f"{p.directory}/member-{best}"
-        print(f"{p.status}: best {args.metric}={p.best_score:.4g} by member {best}, saved in {where} "
-              f"(workbench play {where})")
+        print(
+            f"{p.status}: best {args.metric}={p.best_score:.4g} by member {best}, saved in {where} "
+            f"(workbench play {where})"
+        )
     return 0
 
 

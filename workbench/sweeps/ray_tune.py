@@ -60,7 +60,11 @@ def _scheduler(sweep: Sweep) -> Any:
         )
     if prune in ("asha", "hyperband"):
         return ASHAScheduler(
-            time_attr=_STEPS, metric=_SCORE, mode=mode, max_t=sweep.steps, grace_period=sweep.report_every,
+            time_attr=_STEPS,
+            metric=_SCORE,
+            mode=mode,
+            max_t=sweep.steps,
+            grace_period=sweep.report_every,
             reduction_factor=3,
         )
     return FIFOScheduler()

@@ -170,7 +170,7 @@ def _result(frozen: optuna.trial.FrozenTrial, choices: Mapping[str, Mapping[str,
     seconds = None
     if frozen.datetime_start is not None:
         end = frozen.datetime_complete
-        seconds = ((end.timestamp() if end else time.time()) - frozen.datetime_start.timestamp())
+        seconds = (end.timestamp() if end else time.time()) - frozen.datetime_start.timestamp()
     curve = sorted((int(k), float(v)) for k, v in frozen.intermediate_values.items())
     value = frozen.value
     if state == "pruned" and value is None and curve:
@@ -344,7 +344,10 @@ class Sweep:
         self.url, self.name = self._locate(storage, name)
         self._storage = _open_storage(self.url)
         self.study = optuna.create_study(
-            study_name=self.name, storage=self._storage, direction=direction, load_if_exists=True,
+            study_name=self.name,
+            storage=self._storage,
+            direction=direction,
+            load_if_exists=True,
             pruner=self.pruner,
         )
         self._check_same_search()
@@ -460,9 +463,17 @@ class Sweep:
 
         rows = []
         for r in self.results():
-            rows.append({"trial": r.number, "state": r.state, self.metric: r.value, **r.params,
-                         "steps": r.steps, "seconds": None if r.seconds is None else round(r.seconds, 1),
-                         "note": r.note})
+            rows.append(
+                {
+                    "trial": r.number,
+                    "state": r.state,
+                    self.metric: r.value,
+                    **r.params,
+                    "steps": r.steps,
+                    "seconds": None if r.seconds is None else round(r.seconds, 1),
+                    "note": r.note,
+                }
+            )
         columns = ["trial", "state", self.metric, *self.dists, "steps", "seconds", "note"]
         return pd.DataFrame(rows, columns=columns).set_index("trial")
 
@@ -585,10 +596,23 @@ class Sweep:
 
     def _spec(self) -> _Spec:
         return _Spec(
-            make_agent=self.make_agent, env=self.env, dists=self.dists, choices=self.choices, trials=self.trials,
-            steps=self.steps, metric=self.metric, window=self.window, report_every=self.report_every,
-            eval_every=self.eval_every, eval_episodes=self.eval_episodes, seed=self.seed, study_name=self.name,
-            url=self.url, pruner=self.pruner, session_kwargs=self.session_kwargs, sinks=self.sinks,
+            make_agent=self.make_agent,
+            env=self.env,
+            dists=self.dists,
+            choices=self.choices,
+            trials=self.trials,
+            steps=self.steps,
+            metric=self.metric,
+            window=self.window,
+            report_every=self.report_every,
+            eval_every=self.eval_every,
+            eval_episodes=self.eval_episodes,
+            seed=self.seed,
+            study_name=self.name,
+            url=self.url,
+            pruner=self.pruner,
+            session_kwargs=self.session_kwargs,
+            sinks=self.sinks,
         )
 
     def _supervise_to_the_end(self) -> None:
@@ -628,8 +652,10 @@ class Sweep:
         errors = self._ctx.Queue()
         procs = [
             self._ctx.Process(
-                target=_process_main, args=(payload, self._stop, self._pause, i, errors),
-                name=f"workbench-sweep-{i}", daemon=False,
+                target=_process_main,
+                args=(payload, self._stop, self._pause, i, errors),
+                name=f"workbench-sweep-{i}",
+                daemon=False,
             )
             for i in range(self.parallel)
         ]
@@ -658,8 +684,7 @@ class Sweep:
         results = self.results()
         if results and not self._stop.is_set() and all(r.state == "failed" for r in results):
             raise RuntimeError(
-                f"every trial of sweep {self.name!r} failed; the first: {results[0].note} "
-                f"(params {results[0].params})"
+                f"every trial of sweep {self.name!r} failed; the first: {results[0].note} (params {results[0].params})"
             )
 
 
@@ -720,9 +745,25 @@ def sweep(
             ``lambda n, p: [wb.TensorBoard("runs/tb", run_name=f"trial-{n}")]`` (runs in the worker).
     """
     s = Sweep(
-        make_agent, env, space, trials=trials, steps=steps, parallel=parallel, metric=metric, direction=direction,
-        prune=prune, name=name, storage=storage, seed=seed, window=window, report_every=report_every,
-        eval_every=eval_every, eval_episodes=eval_episodes, backend=backend, ray_address=ray_address,
-        session_kwargs=session_kwargs, sinks=sinks,
+        make_agent,
+        env,
+        space,
+        trials=trials,
+        steps=steps,
+        parallel=parallel,
+        metric=metric,
+        direction=direction,
+        prune=prune,
+        name=name,
+        storage=storage,
+        seed=seed,
+        window=window,
+        report_every=report_every,
+        eval_every=eval_every,
+        eval_episodes=eval_episodes,
+        backend=backend,
+        ray_address=ray_address,
+        session_kwargs=session_kwargs,
+        sinks=sinks,
     )
     return s.start() if start else s

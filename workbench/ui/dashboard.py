@@ -116,7 +116,13 @@ def _marker_shapes(markers: list[tuple[float, str]]) -> list[dict[str, Any]]:
     """A dotted vertical line per live edit or env call, labelled at the top (plotly shapes)."""
     return [
         {
-            "type": "line", "xref": "x", "yref": "paper", "x0": x, "x1": x, "y0": 0, "y1": 1,
+            "type": "line",
+            "xref": "x",
+            "yref": "paper",
+            "x0": x,
+            "x1": x,
+            "y0": 0,
+            "y1": 1,
             "line": {"color": "#8250df", "width": 1, "dash": "dot"},
             "label": {"text": label, "textposition": "end", "textangle": 0, "font": {"size": 9, "color": "#8250df"}},
         }
@@ -328,7 +334,10 @@ class Dashboard(widgets.VBox):
 
         # The edit panel (live hyperparameters, session.set) is built when first asked for.
         self.edit_button = widgets.ToggleButton(
-            value=False, description="Edit", icon="sliders", tooltip="edit hyperparameters while it trains",
+            value=False,
+            description="Edit",
+            icon="sliders",
+            tooltip="edit hyperparameters while it trains",
             layout={"width": "92px"},
         )
         self.edit_button.add_class("wb-edit")
@@ -344,8 +353,16 @@ class Dashboard(widgets.VBox):
             layout={"align_items": "flex-start", "flex_flow": "row wrap"},
         )
         super().__init__(
-            [self.status_row, self.progress, controls, self.message, self.edit_box, self.error_box, view,
-             widgets.HBox([self.plots, self.video_panel], layout={"width": "100%", "align_items": "flex-start"})]
+            [
+                self.status_row,
+                self.progress,
+                controls,
+                self.message,
+                self.edit_box,
+                self.error_box,
+                view,
+                widgets.HBox([self.plots, self.video_panel], layout={"width": "100%", "align_items": "flex-start"}),
+            ]
         )
         self.add_class("wb-dashboard")
         # The first paint needs no plotly and no anywidget; the plots join on the timer's first tick.
@@ -579,9 +596,7 @@ class Dashboard(widgets.VBox):
         for panel in self._panels.values():
             if panel.markers != self._markers:
                 panel.markers = self._markers
-                panel.plot.plot_layout = _layout(
-                    panel.name, panel.series, x_axis, self.log_scale.value, self._markers
-                )
+                panel.plot.plot_layout = _layout(panel.name, panel.series, x_axis, self.log_scale.value, self._markers)
 
     def refresh(self) -> None:
         """Redraw the status, buttons and plots from a fresh view-model of the session (any thread)."""

@@ -138,7 +138,9 @@ class EditPanel(widgets.VBox):
             field.add_class(f"wb-edit-{name}")
             self.fields[name] = field
         self.apply_button = widgets.Button(
-            description="Apply", icon="check", tooltip="session.set(...) with the fields you changed",
+            description="Apply",
+            icon="check",
+            tooltip="session.set(...) with the fields you changed",
             layout={"width": "92px"},
         )
         self.apply_button.add_class("wb-apply")

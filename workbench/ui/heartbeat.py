@@ -64,7 +64,7 @@ export default { initialize, render };
 
 
 class Heartbeat(anywidget.AnyWidget):
-    """"live · updated 1 s ago", counted by the page from the kernel's beats (see the module docstring)."""
+    """ "live · updated 1 s ago", counted by the page from the kernel's beats (see the module docstring)."""
 
     _esm = traitlets.Unicode(_ESM).tag(sync=True)
     beat = traitlets.Int(0).tag(sync=True)

@@ -169,10 +169,20 @@ class PlayViewer(widgets.VBox):
         self._cumulative = cumulative
         self.figure = LivePlot(
             [
-                {"type": "scatter", "mode": "lines", "name": "return so far", "line": {"color": "#1f77b4"},
-                 "hovertemplate": "frame %{x}<br>return so far %{y:.4g}<extra></extra>"},
-                {"type": "scatter", "mode": "markers", "name": "now", "marker": {"size": 10, "color": "#d62728"},
-                 "hoverinfo": "skip"},
+                {
+                    "type": "scatter",
+                    "mode": "lines",
+                    "name": "return so far",
+                    "line": {"color": "#1f77b4"},
+                    "hovertemplate": "frame %{x}<br>return so far %{y:.4g}<extra></extra>",
+                },
+                {
+                    "type": "scatter",
+                    "mode": "markers",
+                    "name": "now",
+                    "marker": {"size": 10, "color": "#d62728"},
+                    "hoverinfo": "skip",
+                },
             ],
             {
                 "height": 220,

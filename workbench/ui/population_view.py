@@ -26,10 +26,28 @@ if TYPE_CHECKING:
 __all__ = ["PopulationDashboard"]
 
 _ACTIVE = ("running", "paused")
-_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-            "#bcbd22", "#17becf")
-_STATUS_COLORS = {"running": "#1a7f37", "paused": "#b35900", "waiting": "#555", "finished": "#0550ae",
-                  "retired": "#555", "failed": "#cf222e", "stopped": "#555", "idle": "#555"}
+_PALETTE = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+)
+_STATUS_COLORS = {
+    "running": "#1a7f37",
+    "paused": "#b35900",
+    "waiting": "#555",
+    "finished": "#0550ae",
+    "retired": "#555",
+    "failed": "#cf222e",
+    "stopped": "#555",
+    "idle": "#555",
+}
 
 
 def color(index: int) -> str:
@@ -94,18 +112,27 @@ class PopulationDashboard(widgets.VBox):
         self.curves = LiveFigure(
             layout=go.Layout(
                 title={"text": f"{population.metric} by member (best in bold)", "x": 0.02, "font": {"size": 14}},
-                height=300, width=520, template="plotly_white", margin=margin,
-                xaxis={"title": {"text": "env steps"}}, showlegend=False, uirevision="curves",
+                height=300,
+                width=520,
+                template="plotly_white",
+                margin=margin,
+                xaxis={"title": {"text": "env steps"}},
+                showlegend=False,
+                uirevision="curves",
             ),
             classes=("wb-pbt-curves",),
         )
         self.lineage = LiveFigure(
             layout=go.Layout(
                 title={"text": "lineage: who copied whom", "x": 0.02, "font": {"size": 14}},
-                height=300, width=420, template="plotly_white", margin=margin,
+                height=300,
+                width=420,
+                template="plotly_white",
+                margin=margin,
                 xaxis={"title": {"text": "env steps"}},
                 yaxis={"title": {"text": "member"}, "dtick": 1, "autorange": "reversed"},
-                showlegend=False, uirevision="lineage",
+                showlegend=False,
+                uirevision="lineage",
             ),
             classes=("wb-pbt-lineage",),
         )
@@ -200,10 +227,17 @@ class PopulationDashboard(widgets.VBox):
         traces = []
         for i, curve in enumerate(curves):
             steps, values = (list(x) for x in zip(*curve, strict=True)) if curve else ([], [])
-            traces.append(go.Scatter(
-                x=steps, y=values, mode="lines+markers", name=f"member {i}", marker={"size": 4},
-                line={"width": 3 if i == best else 1.5, "color": color(i)}, opacity=1.0 if i == best else 0.6,
-            ))
+            traces.append(
+                go.Scatter(
+                    x=steps,
+                    y=values,
+                    mode="lines+markers",
+                    name=f"member {i}",
+                    marker={"size": 4},
+                    line={"width": 3 if i == best else 1.5, "color": color(i)},
+                    opacity=1.0 if i == best else 0.6,
+                )
+            )
         fig = self.curves
         with fig.lock, fig.batch_update():
             fig.data = ()
@@ -221,8 +255,16 @@ class PopulationDashboard(widgets.VBox):
         self._lineage_key = key
         traces = []
         for i, n in enumerate(steps):  # each member's life, a line over the steps it trained
-            traces.append(go.Scatter(x=[0, n], y=[i, i], mode="lines", line={"color": color(i), "width": 4},
-                                     hoverinfo="skip", name=f"member {i}"))
+            traces.append(
+                go.Scatter(
+                    x=[0, n],
+                    y=[i, i],
+                    mode="lines",
+                    line={"color": color(i), "width": 4},
+                    hoverinfo="skip",
+                    name=f"member {i}",
+                )
+            )
         xs: list[Any] = []
         ys: list[Any] = []
         texts: list[Any] = []
@@ -231,11 +273,18 @@ class PopulationDashboard(widgets.VBox):
                 xs += [step, step, None]
                 ys += [source, i, None]
                 texts += [f"member {i} copied member {source} at step {step}"] * 2 + [None]
-        traces.append(go.Scatter(
-            x=xs, y=ys, mode="lines+markers", line={"color": "#444", "width": 1},
-            marker={"symbol": "arrow", "size": 9, "angleref": "previous", "color": "#444"},
-            text=texts, hoverinfo="text", name="exploits",
-        ))
+        traces.append(
+            go.Scatter(
+                x=xs,
+                y=ys,
+                mode="lines+markers",
+                line={"color": "#444", "width": 1},
+                marker={"symbol": "arrow", "size": 9, "angleref": "previous", "color": "#444"},
+                text=texts,
+                hoverinfo="text",
+                name="exploits",
+            )
+        )
         fig = self.lineage
         with fig.lock, fig.batch_update():
             fig.data = ()

@@ -74,8 +74,13 @@ class SweepDashboard(widgets.VBox):
         self.curves = LiveFigure(
             layout=go.Layout(
                 title={"text": f"{sweep.metric} by trial (best so far in bold)", "x": 0.02, "font": {"size": 14}},
-                height=300, width=560, template="plotly_white", margin={"l": 55, "r": 15, "t": 35, "b": 40},
-                xaxis={"title": {"text": "env steps"}}, showlegend=False, uirevision="curves",
+                height=300,
+                width=560,
+                template="plotly_white",
+                margin={"l": 55, "r": 15, "t": 35, "b": 40},
+                xaxis={"title": {"text": "env steps"}},
+                showlegend=False,
+                uirevision="curves",
             ),
             classes=("wb-sweep-curves",),
         )
@@ -83,8 +88,12 @@ class SweepDashboard(widgets.VBox):
             data=[go.Bar(x=[], y=[], orientation="h", marker={"color": "#1f77b4"})],
             layout=go.Layout(
                 title={"text": "parameter importance (after a few complete trials)", "x": 0.02, "font": {"size": 14}},
-                height=300, width=380, template="plotly_white", margin={"l": 110, "r": 15, "t": 35, "b": 40},
-                xaxis={"range": [0, 1]}, uirevision="importance",
+                height=300,
+                width=380,
+                template="plotly_white",
+                margin={"l": 110, "r": 15, "t": 35, "b": 40},
+                xaxis={"range": [0, 1]},
+                uirevision="importance",
             ),
             classes=("wb-sweep-importance",),
         )
@@ -142,9 +151,13 @@ class SweepDashboard(widgets.VBox):
         for r in results[-_MAX_ROWS:][::-1]:
             color = _STATE_COLORS.get(r.state, "#555")
             weight = "font-weight:bold;" if best is not None and r.number == best.number else ""
-            cells = [str(r.number), f"<span style='color:{color}'>{r.state}</span>",
-                     "" if r.value is None else _fmt(r.value), *(_fmt(r.params.get(p, "")) for p in params),
-                     str(r.steps)]
+            cells = [
+                str(r.number),
+                f"<span style='color:{color}'>{r.state}</span>",
+                "" if r.value is None else _fmt(r.value),
+                *(_fmt(r.params.get(p, "")) for p in params),
+                str(r.steps),
+            ]
             title = html.escape(r.note, quote=True)
             rows.append(f"<tr style='{weight}' title='{title}'>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
         value = (
@@ -165,11 +178,16 @@ class SweepDashboard(widgets.VBox):
                 continue
             is_best = best is not None and r.number == best.number
             steps, values = zip(*r.curve)
-            traces.append(go.Scatter(
-                x=list(steps), y=list(values), mode="lines", name=f"trial {r.number}",
-                line={"width": 3 if is_best else 1, "color": "#d62728" if is_best else _STATE_COLORS.get(r.state)},
-                opacity=1.0 if is_best else 0.45,
-            ))
+            traces.append(
+                go.Scatter(
+                    x=list(steps),
+                    y=list(values),
+                    mode="lines",
+                    name=f"trial {r.number}",
+                    line={"width": 3 if is_best else 1, "color": "#d62728" if is_best else _STATE_COLORS.get(r.state)},
+                    opacity=1.0 if is_best else 0.45,
+                )
+            )
         fig = self.curves
         with fig.lock, fig.batch_update():
             fig.data = ()

@@ -80,8 +80,13 @@ class VideoPanel(widgets.VBox):
         self.session = session
         self.caption = widgets.HTML()
         self.caption.add_class("wb-video-caption")
-        self.select = widgets.Dropdown(options=[("latest", _LATEST)], value=_LATEST, description="video",
-                                       layout={"width": "240px"}, style={"description_width": "40px"})
+        self.select = widgets.Dropdown(
+            options=[("latest", _LATEST)],
+            value=_LATEST,
+            description="video",
+            layout={"width": "240px"},
+            style={"description_width": "40px"},
+        )
         self.select.add_class("wb-video-select")
         self.select.observe(self._on_select, names="value")
         self.player: Any = None  # the anywidget, built with the first video (the dashboard's first paint needs none)
@@ -89,8 +94,10 @@ class VideoPanel(widgets.VBox):
         self._listing = False
         self._lock = threading.RLock()  # the dashboard's timer refreshes, a pick in the list shows
         self._shown_path: str | None = None
-        super().__init__([self.caption, self.select], layout={"width": "360px", "display": "none",
-                                                               "padding": "4px", "flex": "0 0 auto"})
+        super().__init__(
+            [self.caption, self.select],
+            layout={"width": "360px", "display": "none", "padding": "4px", "flex": "0 0 auto"},
+        )
         self.add_class("wb-video-panel")
 
     @property

@@ -380,4 +380,3 @@ def event_markers(events: Iterable[Any], axis: str, episode_steps: np.ndarray) -
             x = float(x_values(axis, np.asarray([event.step]), np.zeros(1), episode_steps)[0])
         merged.setdefault(x, []).append(event_label(event))
     return [(x, "; ".join(labels)) for x, labels in sorted(merged.items())]
-

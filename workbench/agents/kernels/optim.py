@@ -148,8 +148,11 @@ def gradient_step(
 
 
 def _scaled_step(
-    optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, loss: torch.Tensor,
-    max_grad_norm: float | None, only_optimized: bool,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    loss: torch.Tensor,
+    max_grad_norm: float | None,
+    only_optimized: bool,
 ) -> None:
     """:func:`gradient_step` through a gradient scaler, with PyTorch's public calls only."""
     params = [p for g in optimizer.param_groups for p in g["params"]]
@@ -183,8 +186,13 @@ def _plain_rmsprop(optimizer: torch.optim.Optimizer) -> bool:
         return False
     g = optimizer.param_groups[0]
     if (
-        g["momentum"] or g["centered"] or g["weight_decay"] or g.get("maximize") or g.get("differentiable")
-        or g.get("capturable") or isinstance(g["lr"], torch.Tensor)
+        g["momentum"]
+        or g["centered"]
+        or g["weight_decay"]
+        or g.get("maximize")
+        or g.get("differentiable")
+        or g.get("capturable")
+        or isinstance(g["lr"], torch.Tensor)
     ):
         return False
     if private_torch.optimizer_hooks_set(optimizer):  # hooks only run through optimizer.step()

@@ -252,8 +252,12 @@ def probe() -> dict[str, bool]:
 
     def hook_names() -> bool:
         module = torch.nn.modules.module
-        names = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
-                 "_global_backward_pre_hooks")
+        names = (
+            "_global_forward_hooks",
+            "_global_forward_pre_hooks",
+            "_global_backward_hooks",
+            "_global_backward_pre_hooks",
+        )
         layer = nn.Linear(1, 1)
         return all(isinstance(getattr(module, n), dict) for n in names) and all(
             isinstance(getattr(layer, n), dict)
