@@ -29,6 +29,13 @@ pins gymnasium 1.0.0 and imports the old gym, so it is not in an extra: install 
 workbench without its pins, ``pip install --no-deps d3rlpy gym gym_notices structlog colorama
 dataclasses-json marshmallow typing-inspect mypy-extensions h5py scikit-learn scipy joblib threadpoolctl``.
 
+With ``--pendulum --ope``: each agent learns from 90% of the SAC teacher's episodes (the data keeps the
+teacher's log-density of each drawn action, ``SAC.log_density``), and the Box-action estimators (FQE's
+``dm``, ``dr``, ``sdr``) estimate its deterministic policy's discounted return (gamma 0.99) from the 10% held
+out, against the truth over 10 played episodes:
+
+    nice python benchmarks/offline.py --pendulum --ope --agents CQL,IQL --cql-net 64,64 --cql-lr 1e-3 --seeds 3
+
 ``--cache DIR`` keeps teachers and datasets on disk between runs.
 """
 
@@ -93,10 +100,13 @@ def collect(seed: int, transitions: int, epsilon: float, teacher_steps: int, cac
 
 
 def collect_pendulum(transitions: int, teacher_steps: int, cache: str | None = None) -> wb.Dataset:
-    """``transitions`` steps of a half-trained SAC's stochastic policy on Pendulum (seed 0)."""
+    """``transitions`` steps of a half-trained SAC's stochastic policy on Pendulum (seed 0), with the
+    log-density of each drawn action (``SAC.log_density``) as the behaviour's ``log_probs``."""
     path = _cached(cache, "pendulum_s0")
     if path and os.path.exists(path):
-        return wb.Dataset.load(path)
+        cached = wb.Dataset.load(path)
+        if cached.log_probs is not None:  # a dataset cached before the log-densities were recorded: again
+            return cached
     teacher = wb.SAC("Pendulum-v1", seed=0, learning_rate=1e-3)
     session = wb.Session(teacher, "Pendulum-v1", seed=0)
     while teacher.num_timesteps < teacher_steps:
@@ -104,22 +114,68 @@ def collect_pendulum(transitions: int, teacher_steps: int, cache: str | None = N
         if -850 <= np.mean(teacher.play("Pendulum-v1", episodes=5, seed=500, deterministic=False)) <= -550:
             break
     env = gym.make("Pendulum-v1")
-    rows: dict[str, list] = {k: [] for k in ("o", "a", "r", "n", "te", "tr")}
+    rows: dict[str, list] = {k: [] for k in ("o", "a", "r", "n", "te", "tr", "lp")}
     obs, _ = env.reset(seed=0)
     for _ in range(transitions):
         a = np.asarray(teacher.act(obs), dtype=np.float32)
+        log_density = float(teacher.log_density(obs, a)[0])
         nxt, r, te, tr, _ = env.step(a)
-        for k, v in zip(rows, (obs, a, r, nxt, te, tr), strict=True):
+        for k, v in zip(rows, (obs, a, r, nxt, te, tr, log_density), strict=True):
             rows[k].append(v)
         obs = env.reset()[0] if te or tr else nxt
     data = wb.Dataset(
-        *(np.array(rows[k]) for k in ("o", "a", "r", "n", "te", "tr")),
+        *(np.array(rows[k]) for k in ("o", "a", "r", "n", "te", "tr", "lp")),
         observation_space=env.observation_space,
         action_space=env.action_space,
     )
     if path:
         data.save(path)
     return data
+
+
+def discounted_play(agent: wb.Agent, episodes: int, seed: int, gamma: float = 0.99) -> tuple[float, float]:
+    """``agent``'s deterministic Pendulum episodes (seeds ``seed``, ``seed + 1``...): (mean return, mean
+    ``gamma``-discounted return), the truth an off-policy estimate is compared with."""
+    env = gym.make("Pendulum-v1")
+    returns, discounted_returns = [], []
+    for i in range(episodes):
+        obs, _ = env.reset(seed=seed + i)
+        total, disc, scale, done = 0.0, 0.0, 1.0, False
+        while not done:
+            obs, r, te, tr, _ = env.step(agent.act(obs, deterministic=True))
+            total, disc, scale, done = total + float(r), disc + scale * float(r), scale * gamma, te or tr
+        returns.append(total)
+        discounted_returns.append(disc)
+    return float(np.mean(returns)), float(np.mean(discounted_returns))
+
+
+def pendulum_ope(args: argparse.Namespace) -> None:
+    """``--pendulum --ope``: each agent learns from 90% of the episodes; FQE, DR and SDR estimate its
+    deterministic policy's discounted return from the 10% held out (the behaviour's log-densities
+    weighting DR/SDR), against the truth over 10 played episodes."""
+    data = collect_pendulum(args.transitions or 20_000, args.teacher_steps, args.cache)
+    print(f"behaviour {data.episode_returns().mean():7.1f} ({data.num_episodes} episodes)", flush=True)
+    steps = args.steps or 5000
+    errors: dict[str, dict[str, list[float]]] = {}
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
+        train, held = data.split(0.1, seed=seed)
+        for cls in (getattr(wb, name) for name in args.agents.split(",")):
+            kwargs = cql_settings(args) if cls is wb.CQL else {}
+            agent = cls(dataset=train, seed=seed, **kwargs)
+            cpu = time.process_time()
+            wb.Session(agent, dataset=train, seed=seed).run(steps=steps)
+            ret, truth = discounted_play(agent, 10, 1000 + seed)
+            est = wb.evaluate_offline(agent, held, gamma=0.99, fqe_steps=args.fqe_steps, seed=seed)
+            line = [f"seed {seed} {cls.__name__}: return {ret:7.1f}, true discounted {truth:7.1f}"]
+            for name in ("dm", "dr", "sdr"):
+                value = est[name].value
+                errors.setdefault(cls.__name__, {}).setdefault(name, []).append(abs(value / truth - 1))
+                line.append(f"{name} {value:7.1f} ({value / truth - 1:+.0%})")
+            line.append(f"cpu {time.process_time() - cpu:.0f}s")
+            print(" | ".join(line), flush=True)
+    for agent_name, by_estimator in errors.items():
+        summary = ", ".join(f"{name} {np.median(e):.0%}" for name, e in by_estimator.items())
+        print(f"{agent_name}: median relative error {summary}", flush=True)
 
 
 def d3rlpy_cql(
@@ -283,6 +339,10 @@ def main() -> None:
     parser.add_argument("--agents", default="CQL,IQL", help="--pendulum: which agents (comma-separated)")
     parser.add_argument("--d3rlpy", action="store_true", help="--pendulum: d3rlpy's CQL side by side")
     parser.add_argument(
+        "--ope", action="store_true", help="--pendulum: off-policy estimates (FQE, DR, SDR) against the truth"
+    )
+    parser.add_argument("--fqe-steps", type=int, default=5000, help="--ope: FQE's gradient steps")
+    parser.add_argument(
         "--cql-lr",
         type=float,
         default=None,
@@ -310,6 +370,9 @@ def main() -> None:
         help="--pendulum: CQL's soft (SAC) backup in the TD target (d3rlpy's soft_q_backup too)",
     )
     args = parser.parse_args()
+    if args.pendulum and args.ope:
+        pendulum_ope(args)
+        return
     if args.pendulum:
         pendulum(args)
         return

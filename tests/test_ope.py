@@ -280,3 +280,39 @@ def test_continuous_fqe_and_dr_recover_a_known_value():
         assert est["dm"].value == pytest.approx(truth, abs=0.1), est
         assert est["dr"].value == pytest.approx(truth, abs=0.1), est
         assert est["dr"].low <= est["dr"].value <= est["dr"].high
+
+
+def test_sac_log_density_is_the_density_it_draws_from():
+    # The squashed Gaussian's log-density of an action SAC drew equals the log-probability its
+    # reparameterised draw computed, minus the log of the action scale (Pendulum's bounds are +-2).
+    import torch
+
+    agent = wb.SAC("Pendulum-v1", seed=0, learning_starts=0)
+    obs = np.random.default_rng(0).normal(size=(64, 3)).astype(np.float32)
+    with torch.no_grad():
+        squashed, log_prob = agent._policy(torch.as_tensor(obs))
+    actions = agent._scale_action(squashed.numpy())
+    expected = log_prob.numpy() - np.log(2.0)
+    got = agent.log_density(obs, actions)
+    inside = np.abs(squashed.numpy()).max(axis=1) < 0.999  # away from the bounds, where float32 atanh is exact
+    np.testing.assert_allclose(got[inside], expected[inside], atol=2e-3)
+    # Before learning_starts it draws uniformly in [-2, 2]: density 1/4.
+    fresh = wb.SAC("Pendulum-v1", seed=0, learning_starts=100)
+    np.testing.assert_allclose(fresh.log_density(obs, actions), np.log(0.25))
+
+
+def test_a_recorded_sac_run_keeps_log_densities_and_box_ones_may_be_positive(tmp_path):
+    agent = wb.SAC("Pendulum-v1", seed=0, learning_starts=40, batch_size=16, net_arch=(16,))
+    wb.Session(agent, "Pendulum-v1", seed=0, record=tmp_path / "data").run(steps=100)
+    data = wb.Dataset.load(tmp_path / "data")
+    assert data.log_probs is not None and len(data.log_probs) == 100
+    np.testing.assert_allclose(data.log_probs[:40], np.log(0.25), rtol=1e-5)  # the uniform warm-up
+    assert np.isfinite(data.log_probs).all() and not np.allclose(data.log_probs[40:], np.log(0.25))
+    # A narrow Gaussian's density exceeds 1: a Box dataset accepts positive log-densities, a discrete one
+    # still refuses positive log-probabilities.
+    box = wb.Dataset.from_arrays(
+        data.observations[:10], data.actions[:10], data.rewards[:10], log_probs=np.full(10, 1.5)
+    )
+    assert box.log_probs is not None and (box.log_probs > 0).all()
+    with pytest.raises(DatasetError, match="positive"):
+        wb.Dataset.from_arrays(np.zeros((4, 2)), np.array([0, 1, 0, 1]), np.ones(4), log_probs=np.full(4, 0.5))

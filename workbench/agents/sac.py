@@ -179,6 +179,43 @@ class SAC(OffPolicyAgent):
             return torch.tanh(self.actor(obs)[0])
         return torch.tanh(self.actor(obs)[:, : self.act_dim])
 
+    def log_density(self, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
+        """The log-density with which this agent, acting to learn (not deterministically), draws each of
+        ``actions`` (env actions, in the action space's bounds) in the matching observation of ``obs`` (one or
+        a batch, as :meth:`act` takes them): what a
+        recorded dataset keeps as the behaviour's ``log_probs`` so that off-policy evaluation can weight it.
+
+        Before ``learning_starts`` the agent draws uniformly in the bounds. Actions on a bound are taken a
+        hair inside it (the squashed Gaussian's density is zero exactly there)."""
+        batch, _ = self.prepare_obs(obs)
+        with self._lock:
+            if self.config.normalize_observations:
+                batch = self.obs_normalizer(batch)
+            return self._log_density(np.ascontiguousarray(batch), actions)
+
+    @torch.no_grad()
+    def _log_density(self, batch: np.ndarray, actions: np.ndarray) -> np.ndarray:
+        obs_t = self._tensor(batch)
+        unit = np.asarray(actions, dtype=np.float64).reshape(len(obs_t), -1)
+        unit = (unit - self._action_center.reshape(-1)) / self._action_half_range.reshape(-1)
+        # d(action)/d(unit action) is the half range in each dimension.
+        log_scale = float(np.log(self._action_half_range).sum())
+        if self.num_timesteps < self.config.learning_starts:
+            return np.full(len(unit), -self.act_dim * np.log(2.0) - log_scale)
+        u = torch.as_tensor(np.arctanh(np.clip(unit, -1 + 1e-6, 1 - 1e-6)), dtype=torch.float32)
+        u = u.to(obs_t.device)
+        if self.config.use_sde:
+            mean, features = self.actor(obs_t)
+            std = ((features.pow(2) @ self.actor.log_std.exp().pow(2)) + 1e-6).sqrt()
+            log_std = std.log()
+        else:
+            mean, log_std = self.actor(obs_t).chunk(2, dim=-1)
+            log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
+        z = (u - mean) / log_std.exp()
+        log_prob = (-0.5 * z.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        log_prob = log_prob - (2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))).sum(-1)
+        return self._host(log_prob).astype(np.float64).reshape(-1) - log_scale
+
     def _alpha(self) -> torch.Tensor:
         return self.log_alpha.value.detach().exp() if self._auto_alpha else self._fixed_alpha
 

@@ -10,10 +10,11 @@ after the other (an episode ends at a row whose ``terminated`` or ``truncated`` 
     ds = wb.Dataset.from_minari("cartpole/expert-v0")           # Minari's local store, no download
     train, held_out = ds.split(0.1, seed=0)                      # by whole episodes
 
-``log_probs`` (optional) is the behaviour policy's log-probability of each taken action, which the
-importance-sampling estimators of ``workbench.offline.ope`` need. On disk a dataset is a directory with
-``dataset.json`` (spaces, counts, format version) and ``arrays.npz`` written with
-``allow_pickle=False``: opening someone else's dataset cannot run their code.
+``log_probs`` (optional) is the behaviour policy's log-probability of each taken action (for Box actions
+its log-density, which can be positive), which the importance-sampling estimators of
+``workbench.offline.ope`` need. On disk a dataset is a directory with ``dataset.json`` (spaces, counts,
+format version) and ``arrays.npz`` written with ``allow_pickle=False``: opening someone else's dataset
+cannot run their code.
 """
 
 from __future__ import annotations
@@ -200,7 +201,9 @@ class Dataset:
             )
         if n == 0:
             raise DatasetError(f"{source}: the dataset is empty (no steps)")
-        if "log_probs" in arrays and (arrays["log_probs"] > 1e-6).any():
+        # A probability is at most 1, so a discrete log-probability is <= 0; a density (Box actions) can
+        # exceed 1 (a narrow Gaussian), so its log can be positive.
+        if isinstance(action_space, spaces.Discrete) and "log_probs" in arrays and (arrays["log_probs"] > 1e-6).any():
             raise DatasetError(
                 f"{source}: 'log_probs' row {_first(arrays['log_probs'] > 1e-6)} is positive: pass the "
                 "log-probability of each taken action (<= 0), not the probability"

@@ -7,7 +7,8 @@ behaviour policy's log-probability of each taken action when the agent can tell 
 * agents whose step extras carry ``log_probs`` (PPO, A2C): those;
 * epsilon-greedy Q-learners (DQN, QR-DQN, C51; not noisy networks): ``eps / n + (1 - eps)`` for the
   greedy action and ``eps / n`` for the others, with the epsilon of that step;
-* others (SAC, TD3, DDPG): none, and the dataset has no ``log_probs``.
+* SAC: the log-density of the squashed Gaussian (or, before ``learning_starts``, the uniform) it drew from;
+* others (TD3, DDPG, noisy networks): none, and the dataset has no ``log_probs``.
 
 The dataset is written when a run ends (``start``/``run`` finishes, stops or fails), holding every
 step recorded so far; an episode still going then is saved cut there (``truncated``) and goes on
@@ -35,6 +36,9 @@ def behaviour_log_probs(agent: Agent, t: Transitions) -> np.ndarray | None:
     each of ``t``'s actions, or None when it cannot tell."""
     if "log_probs" in t.extras:
         return np.asarray(t.extras["log_probs"], dtype=np.float64).reshape(-1)
+    log_density = getattr(agent, "log_density", None)
+    if log_density is not None:
+        return np.asarray(log_density(t.obs, t.actions), dtype=np.float64).reshape(-1)
     greedy = getattr(agent, "_greedy", None)
     if greedy is None or not hasattr(agent, "epsilon") or getattr(agent.config, "noisy", False):
         return None
