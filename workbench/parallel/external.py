@@ -360,9 +360,11 @@ class ExternalRunner(Runner):
                 # call, in process or served. Waiting for that step never waits on this thread.
                 lag = self.max_lag
                 self._cond.wait_for(
-                    lambda: not self.learning
-                    or sum(map(len, self._queues)) + self._learning_now <= lag
-                    or (not self._learning_now and not self.ready())
+                    lambda: (
+                        not self.learning
+                        or sum(map(len, self._queues)) + self._learning_now <= lag
+                        or (not self._learning_now and not self.ready())
+                    )
                 )
             return ended
 
