@@ -173,7 +173,9 @@ def _echo_server(port_out, stop) -> None:
     async def main() -> None:
         async with websockets.serve(handler, "127.0.0.1", 0, compression=None) as server:
             port_out.put(server.sockets[0].getsockname()[1])
+            cpu = time.process_time()
             await asyncio.get_running_loop().run_in_executor(None, stop.wait)
+            port_out.put(time.process_time() - cpu)  # its CPU time while serving
 
     asyncio.run(main())
 
@@ -187,7 +189,10 @@ def echo_baseline(clients: int, procs: int, seconds: float, warmup: float) -> di
     server.start()
     try:
         port = port_out.get(timeout=120)
-        return measure(f"http://127.0.0.1:{port}", "echo", clients, procs, seconds, warmup)
+        r = measure(f"http://127.0.0.1:{port}", "echo", clients, procs, seconds, warmup)
+        stop.set()
+        r["cpu_us"] = port_out.get(timeout=30) / r["pairs"] * 1e6
+        return r
     finally:
         stop.set()
         server.join(10)
@@ -278,25 +283,42 @@ def main() -> None:
             echoes.append((clients, r))
             print(
                 f"bare echo {clients:3d} clients: {r['pairs_per_s']:8.0f} pairs/s  p50 {r['p50_ms']:6.2f} ms  "
-                f"p99 {r['p99_ms']:6.2f} ms  (load average {r['load']:.1f})",
+                f"p99 {r['p99_ms']:6.2f} ms  server CPU {r['cpu_us']:5.0f} us/pair  (load average {r['load']:.1f})",
                 flush=True,
             )
     print(
         f"\n{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end; {args.seconds:g} s per cell, "
         f"{args.procs} client processes ({args.client} clients); session {'learning' if args.train else 'idle'}\n"
     )
-    print("| transport | clients | batching | pairs/s | p50 (ms) | p99 (ms) | server CPU/pair (us) | load average |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    # The fair figures on a shared machine: pairs/s as a share of the bare echo server's, measured in
+    # the same run with as many clients, and the server's CPU time per pair.
+    echo_rate = {clients: r["pairs_per_s"] for clients, r in echoes}
+    print(
+        "| transport | clients | batching | pairs/s | / echo pairs/s | p50 (ms) | p99 (ms) | server CPU/pair (us) "
+        "| load average |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for transport, clients, batch, r in rows:
+        ratio = f"{r['pairs_per_s'] / echo_rate[clients]:.2f}" if clients in echo_rate else "-"
         print(
-            f"| {transport} | {clients} | {batch} | {r['pairs_per_s']:.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} "
-            f"| {r['cpu_us']:.0f} | {r['load']:.1f} |"
+            f"| {transport} | {clients} | {batch} | {r['pairs_per_s']:.0f} | {ratio} | {r['p50_ms']:.2f} "
+            f"| {r['p99_ms']:.2f} | {r['cpu_us']:.0f} | {r['load']:.1f} |"
         )
     for clients, r in echoes:
         print(
-            f"| bare websockets echo (the machine's ceiling) | {clients} | - | {r['pairs_per_s']:.0f} "
-            f"| {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | - | {r['load']:.1f} |"
+            f"| bare websockets echo (the machine's ceiling) | {clients} | - | {r['pairs_per_s']:.0f} | 1.00 "
+            f"| {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['cpu_us']:.0f} | {r['load']:.1f} |"
         )
+    for transport in args.transports:
+        for clients in args.clients:
+            on = [r for t, c, b, r in rows if (t, c, b) == (transport, clients, "on")]
+            off = [r for t, c, b, r in rows if (t, c, b) == (transport, clients, "off")]
+            if on and off:
+                gain = on[0]["pairs_per_s"] / off[0]["pairs_per_s"]
+                print(
+                    f"batching gain, {transport}, {clients} clients: {gain:.2f}x pairs/s, "
+                    f"{off[0]['cpu_us'] / on[0]['cpu_us']:.2f}x less server CPU per pair"
+                )
 
 
 if __name__ == "__main__":

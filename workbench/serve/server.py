@@ -41,13 +41,13 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+from urllib.parse import parse_qs
 
 import h11
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route, WebSocketRoute
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.routing import Route
 from uvicorn import Config
 from uvicorn import Server as _Uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -392,7 +392,7 @@ class Server:
 
     # -- the application ---------------------------------------------------------------------------
 
-    def _app(self) -> Starlette:
+    def _app(self) -> Callable[..., Any]:
         routes = [
             Route("/act", self._http(self._act_request), methods=["POST"]),
             Route("/feedback", self._http(self._feedback_request), methods=["POST"]),
@@ -404,9 +404,15 @@ class Server:
             Route("/stop", self._http(self._control("stop")), methods=["POST"]),
             Route("/health", self._health, methods=["GET"]),
             Route("/metrics", self._http(self._metrics, text=True), methods=["GET"]),
-            WebSocketRoute("/ws", self._websocket),
         ]
-        return Starlette(routes=routes)
+        app = Starlette(routes=routes)
+
+        async def asgi(scope: dict[str, Any], receive: Any, send: Any) -> None:
+            if scope["type"] == "websocket" and scope["path"] == "/ws":
+                return await self._websocket(scope, receive, send)
+            return await app(scope, receive, send)
+
+        return asgi
 
     def _authorized(self, headers: Any, query: Any = None) -> bool:
         if self.token is None:
@@ -828,77 +834,114 @@ class Server:
 
     # -- the WebSocket: one episode stream ------------------------------------------------------
 
-    async def _websocket(self, websocket: WebSocket) -> None:
-        if not self._authorized(websocket.headers, websocket.query_params):
+    async def _websocket(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """``/ws``: a plain ASGI handler (no framework layer between a message and its answer)."""
+        headers = {key.decode("latin-1").lower(): value.decode("latin-1") for key, value in scope["headers"]}
+        query = {key: values[0] for key, values in parse_qs(scope["query_string"].decode("latin-1")).items()}
+        if (await receive())["type"] != "websocket.connect":
+            return
+        if not self._authorized(headers, query):
             return await self._deny(
-                websocket,
+                send,
                 RequestError(
                     "this server needs its token: send the header 'Authorization: Bearer TOKEN' (or ?token=TOKEN)",
                     field="token",
                     kind="PermissionError",
                     status=401,
                 ),
+                scope,
             )
-        episode: Any = websocket.query_params.get("episode")
+        episode: Any = query.get("episode")
         try:
             episode = episode_id({"episode": episode}) if episode is not None else f"ws-{next(self._ws_ids)}"
         except RequestError as exc:
-            return await self._deny(websocket, exc)
-        await websocket.accept()
+            return await self._deny(send, exc, scope)
+        await send({"type": "websocket.accept"})
         if self._reaper_task is None:
             self._start_reaper()
-        while True:
-            try:
-                message = await _within(websocket.receive(), self.idle_timeout)
-            except asyncio.TimeoutError:
-                await websocket.close(code=1001, reason=f"idle for {self.idle_timeout:g} s")
-                return
-            if message["type"] == "websocket.disconnect":
-                return  # the episode's slot is freed by episode_timeout if nobody resumes it
-            data = message.get("text")
-            if data is None:
-                data = message.get("bytes", b"")
-            start = time.perf_counter()
-            status, op = 200, None
-            try:
-                request = decode(data.encode() if isinstance(data, str) else data)
-                op = request.pop("op", None)
-                if "episode" in request:
-                    raise RequestError(
-                        "a WebSocket stream's episode is set once, in its URL (/ws?episode=ID)",
-                        field="episode",
-                        kind="TypeError",
-                    )
-                request["episode"] = episode
-                if op == "act":
-                    _, obs, mask, seq = check_act(self.agent, request)
-                    answer = await self._call_act(episode, obs, mask, seq)
-                elif op == "feedback":
-                    _, reward, next_obs, terminated, truncated, info, seq = check_feedback(self.agent, request)
-                    answer = await self._call_feedback(episode, reward, next_obs, terminated, truncated, info, seq)
-                else:
-                    raise RequestError(f"op must be 'act' or 'feedback', got {op!r}", field="op", kind="TypeError")
-            except RequestError as exc:
-                status, answer = exc.status, error_body(exc)
-            self.metrics.observe(
-                f"/ws {op if op in ('act', 'feedback') else 'other'}", status, time.perf_counter() - start
-            )
-            try:
-                await websocket.send_bytes(encode(answer)) if isinstance(data, bytes) else await websocket.send_text(
-                    encode(answer).decode()
-                )
-            except (WebSocketDisconnect, RuntimeError):
-                return
+        loop = asyncio.get_running_loop()
+        # The idle timeout: one timer per connection, re-armed only when it fires (a message just
+        # notes its time), instead of a timeout around every receive.
+        last = loop.time()
+        busy = False
+        timer: asyncio.TimerHandle | None = None
+        closing: list[asyncio.Task[None]] = []
 
-    async def _deny(self, websocket: WebSocket, exc: RequestError) -> None:
+        def idle_check() -> None:
+            nonlocal timer
+            idle = loop.time() - last
+            if busy or idle < self.idle_timeout:
+                timer = loop.call_later(self.idle_timeout - idle if not busy else self.idle_timeout, idle_check)
+                return
+            timer = None
+            reason = f"idle for {self.idle_timeout:g} s"
+            closing.append(loop.create_task(send({"type": "websocket.close", "code": 1001, "reason": reason})))
+
+        timer = loop.call_later(self.idle_timeout, idle_check)
+        observe, perf_counter = self.metrics.observe, time.perf_counter
+        try:
+            while True:
+                message = await receive()
+                if message["type"] != "websocket.receive":
+                    return  # disconnected: the episode's slot is freed by episode_timeout if nobody resumes it
+                busy, start = True, perf_counter()
+                data = message.get("text")
+                binary = data is None
+                body = (message.get("bytes") or b"") if binary else data.encode()
+                status, op = 200, None
+                try:
+                    request = decode(body)
+                    op = request.pop("op", None)
+                    if "episode" in request:
+                        raise RequestError(
+                            "a WebSocket stream's episode is set once, in its URL (/ws?episode=ID)",
+                            field="episode",
+                            kind="TypeError",
+                        )
+                    request["episode"] = episode
+                    if op == "act":
+                        _, obs, mask, seq = check_act(self.agent, request)
+                        answer = await self._call_act(episode, obs, mask, seq)
+                    elif op == "feedback":
+                        _, reward, next_obs, terminated, truncated, info, seq = check_feedback(self.agent, request)
+                        answer = await self._call_feedback(episode, reward, next_obs, terminated, truncated, info, seq)
+                    else:
+                        raise RequestError(f"op must be 'act' or 'feedback', got {op!r}", field="op", kind="TypeError")
+                except RequestError as exc:
+                    status, answer = exc.status, error_body(exc)
+                observe(_WS_ENDPOINTS.get(op, "/ws other"), status, perf_counter() - start)
+                out = encode(answer)
+                try:
+                    await send(
+                        {"type": "websocket.send", "bytes": out}
+                        if binary
+                        else {"type": "websocket.send", "text": out.decode()}
+                    )
+                except Exception:  # the client went away meanwhile
+                    return
+                busy, last = False, loop.time()
+        finally:
+            if timer is not None:
+                timer.cancel()
+
+    async def _deny(self, send: Any, exc: RequestError, scope: dict[str, Any]) -> None:
         """Refuse a WebSocket handshake with an HTTP answer that says why (403 without one)."""
         self.metrics.observe("/ws", exc.status, 0.0)
-        try:
-            await websocket.send_denial_response(
-                Response(encode(error_body(exc)), status_code=exc.status, media_type="application/json")
+        if "websocket.http.response" in scope.get("extensions", {}):
+            body = encode(error_body(exc))
+            await send(
+                {
+                    "type": "websocket.http.response.start",
+                    "status": exc.status,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+                }
             )
-        except RuntimeError:  # a server without the denial-response extension
-            await websocket.close(code=1008, reason=exc.message[:120])
+            await send({"type": "websocket.http.response.body", "body": body})
+        else:  # a server without the denial-response extension
+            await send({"type": "websocket.close", "code": 1008, "reason": exc.message[:120]})
+
+
+_WS_ENDPOINTS = {"act": "/ws act", "feedback": "/ws feedback"}
 
 
 class _Held:
