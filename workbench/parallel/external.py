@@ -110,7 +110,8 @@ class ExternalRunner(Runner):
     before a run and during one (paused too), dropped after it (episodes still end).
 
     ``max_lag``: when set, ``feedback`` during a run (paused too) waits while more than ``max_lag``
-    transitions await learning and the loop can learn (every slot has one), so an application that
+    transitions await learning (queued, or taken by the loop and not yet observed and updated on)
+    and the loop can learn (every slot has one, or it is learning from a step now), so an application that
     can outrun learning (a fast simulator, a test) stays in step with it and a pause pauses it too;
     it never waits for a slot that is empty (which one thread driving several episodes would fill
     only after this call returns). None: feedback never waits.

@@ -129,12 +129,13 @@ class _Record:
 
 
 class _Batcher:
-    """Calls that arrive together, run as one batch in one serving thread: ``run(list of args)``
-    returns one ``(ok, value)`` per call. One batch is in flight at a time; the calls that arrive
-    meanwhile form the next one, which waits at most ``wait`` seconds for more when the last
-    batch held several (more are likely on their way), and holds ``max_batch`` calls at most.
-    A batch runs on the event loop itself when ``inline()`` says it cannot block for long, else in
-    one serving thread (one hand-off per batch)."""
+    """Calls that arrive together, run as one batch: ``run(list of args)`` returns one ``(ok, value)``
+    per call. The first call of a batch schedules it for the end of the event loop's current turn, so
+    every call read from the sockets in that turn joins it (no timer, no task per call); when the last
+    batch held more calls than have come so far, the batch waits at most ``wait`` seconds for as many
+    (more are likely on their way), and holds ``max_batch`` calls at most. A batch runs on the event
+    loop itself when ``inline()`` says it cannot block for long, else in one serving thread (one
+    hand-off per batch); the calls that arrive meanwhile form the next batch."""
 
     def __init__(
         self,
@@ -152,60 +153,72 @@ class _Batcher:
         self.wait = wait
         self.record_sizes = record_sizes
         self.items: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []
-        self.event = asyncio.Event()
-        self.full = asyncio.Event()
         self.sizes: list[int] = []
         self.last_size = 1
-        self.task = asyncio.get_running_loop().create_task(self._run())
+        self.loop = asyncio.get_running_loop()
+        self.scheduled: asyncio.Handle | None = None  # the next batch's start (soon, or after the wait)
+        self.soon = False
+        self.in_thread: asyncio.Task[None] | None = None
 
     async def submit(self, *args: Any) -> Any:
-        future = asyncio.get_running_loop().create_future()
+        future = self.loop.create_future()
         self.items.append((args, future))
-        self.event.set()
-        if len(self.items) >= self.max_batch:
-            self.full.set()
+        if self.in_thread is None:
+            n = len(self.items)
+            if n >= self.max_batch or n >= self.last_size or self.wait <= 0:
+                if not self.soon:  # all that were expected are here: at the end of this turn
+                    if self.scheduled is not None:
+                        self.scheduled.cancel()
+                    self.scheduled, self.soon = self.loop.call_soon(self._flush), True
+            elif self.scheduled is None:  # fewer than last time: wait boundedly for the others
+                self.scheduled = self.loop.call_later(self.wait, self._flush)
         return await future
 
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            await self.event.wait()
-            # Let requests already read from their sockets join: a message takes a few turns of the
-            # loop from the socket to here, so yield while more keep coming (a few turns at most).
-            for _ in range(8):
-                before = len(self.items)
-                await asyncio.sleep(0)
-                if len(self.items) == before or len(self.items) >= self.max_batch:
-                    break
-            if self.wait > 0 and self.last_size > 1 and len(self.items) < self.max_batch:
-                self.full.clear()
-                try:  # more are likely on their way: wait for them, boundedly
-                    await asyncio.wait_for(self.full.wait(), self.wait)
-                except asyncio.TimeoutError:
-                    pass
-            batch, self.items = self.items[: self.max_batch], self.items[self.max_batch :]
-            if not self.items:
-                self.event.clear()
-            self.last_size = len(batch)
-            if self.record_sizes:
-                self.sizes.append(len(batch))
-                self.server.metrics.batches += 1
-                self.server.metrics.batched_acts += len(batch)
-            calls = [args for args, _ in batch]
-            if self.inline():
-                results = self.run(calls)
+    def _flush(self) -> None:
+        self.scheduled, self.soon = None, False
+        if self.in_thread is not None or not self.items:
+            return
+        batch, self.items = self.items[: self.max_batch], self.items[self.max_batch :]
+        self.last_size = len(batch)
+        if self.record_sizes:
+            self.sizes.append(len(batch))
+            self.server.metrics.batches += 1
+            self.server.metrics.batched_acts += len(batch)
+        if self.inline():
+            try:
+                results = self.run([args for args, _ in batch])
+            except Exception as exc:
+                results = [(False, exc)] * len(batch)
+            self._deliver(batch, results)
+            self._next()
+        else:
+            self.in_thread = self.loop.create_task(self._in_thread(batch))
+
+    async def _in_thread(self, batch: list[tuple[tuple[Any, ...], asyncio.Future[Any]]]) -> None:
+        try:
+            results = await self.loop.run_in_executor(self.server.pool, self.run, [args for args, _ in batch])
+        except BaseException as exc:  # the pool was shut down (the server closes)
+            results = [(False, exc)] * len(batch)
+        self.in_thread = None
+        self._deliver(batch, results)
+        self._next()
+
+    def _next(self) -> None:
+        """Calls that came while a batch ran wait already: the next batch starts at the end of this turn."""
+        if self.items and not self.soon:
+            if self.scheduled is not None:
+                self.scheduled.cancel()
+            self.scheduled, self.soon = self.loop.call_soon(self._flush), True
+
+    @staticmethod
+    def _deliver(batch: list[tuple[tuple[Any, ...], asyncio.Future[Any]]], results: list[tuple[bool, Any]]) -> None:
+        for (_, future), (ok, value) in zip(batch, results):
+            if future.cancelled():
+                continue
+            if ok:
+                future.set_result(value)
             else:
-                try:
-                    results = await loop.run_in_executor(self.server.pool, self.run, calls)
-                except BaseException as exc:  # the pool was shut down (the server closes)
-                    results = [(False, exc)] * len(batch)
-            for (_, future), (ok, value) in zip(batch, results):
-                if future.cancelled():
-                    continue
-                if ok:
-                    future.set_result(value)
-                else:
-                    future.set_exception(value)
+                future.set_exception(value)
 
 
 def _each(fn: Callable[..., Any]) -> Callable[[list[tuple[Any, ...]]], list[tuple[bool, Any]]]:
