@@ -250,6 +250,9 @@ def main() -> None:
 
     env = gym.make("CartPole-v1")
     rows = []
+    echoes = []
+    servers = {}
+    sessions = []
     for batch in (True, False):
         agent = wb.DQN(
             observation_space=env.observation_space, action_space=env.action_space, n_envs=max(args.clients), seed=0
@@ -257,11 +260,29 @@ def main() -> None:
         session = wb.Session.external(agent, seed=0, torch_threads=1)
         if args.train:
             session.start(steps=10**9)
-        with session.serve(batch=batch, max_batch=max(args.clients)) as server:
+        sessions.append(session)
+        servers[batch] = session.serve(batch=batch, max_batch=max(args.clients))
+    # For each number of clients, the bare echo server first, then every served cell: the load of the
+    # machine's other jobs changes by the minute, so the ratio to the echo is taken between neighbours.
+    try:
+        for clients in args.clients:
+            if not args.no_echo:
+                load = os.getloadavg()[0]
+                r = echo_baseline(clients, args.procs, args.seconds, args.warmup)
+                r["load"] = (load + os.getloadavg()[0]) / 2
+                echoes.append((clients, r))
+                print(
+                    f"bare echo {clients:3d} clients: {r['pairs_per_s']:8.0f} pairs/s  p50 {r['p50_ms']:6.2f} ms  "
+                    f"p99 {r['p99_ms']:6.2f} ms  server CPU {r['cpu_us']:5.0f} us/pair  "
+                    f"(load average {r['load']:.1f})",
+                    flush=True,
+                )
             for transport in args.transports:
-                for clients in args.clients:
+                for batch in (True, False):
                     load, cpu = os.getloadavg()[0], time.process_time()
-                    r = measure(server.url, transport, clients, args.procs, args.seconds, args.warmup, args.client)
+                    r = measure(
+                        servers[batch].url, transport, clients, args.procs, args.seconds, args.warmup, args.client
+                    )
                     # This process is the server (the clients are others): its CPU time per pair, which
                     # the other jobs on the machine do not inflate as they do the wall-clock figures.
                     r["cpu_us"] = (time.process_time() - cpu) / r["pairs"] * 1e6
@@ -273,19 +294,11 @@ def main() -> None:
                         f"server CPU {r['cpu_us']:5.0f} us/pair  (load average {r['load']:.1f})",
                         flush=True,
                     )
-        session.stop()
-    echoes = []
-    if not args.no_echo:
-        for clients in args.clients:
-            load = os.getloadavg()[0]
-            r = echo_baseline(clients, args.procs, args.seconds, args.warmup)
-            r["load"] = (load + os.getloadavg()[0]) / 2
-            echoes.append((clients, r))
-            print(
-                f"bare echo {clients:3d} clients: {r['pairs_per_s']:8.0f} pairs/s  p50 {r['p50_ms']:6.2f} ms  "
-                f"p99 {r['p99_ms']:6.2f} ms  server CPU {r['cpu_us']:5.0f} us/pair  (load average {r['load']:.1f})",
-                flush=True,
-            )
+    finally:
+        for server in servers.values():
+            server.close()
+        for session in sessions:
+            session.stop()
     print(
         f"\n{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end; {args.seconds:g} s per cell, "
         f"{args.procs} client processes ({args.client} clients); session {'learning' if args.train else 'idle'}\n"

@@ -20,10 +20,11 @@ whose request head stalls closed after ``read_timeout``; idle keep-alive connect
 ``idle_timeout``; an episode with no call for ``episode_timeout`` seconds ended by the server (it held
 one of the agent's ``n_envs`` slots) and counted in the signal ``serve_episodes_expired``.
 
-Batching: acts that arrive together are decided by one forward pass (the external runner's
-``act_many``), waiting at most ``batch_wait`` seconds for more while other acts are in flight; the
-batch sizes go to the signal ``serve_batch_size``. While the session does not learn, acts run on the
-event loop itself; while it learns (an update holds the agent), a batch runs in a serving thread.
+Batching: acts that arrive together (read in one turn of the event loop) are decided by one forward
+pass (the external runner's ``act_many``), waiting at most ``batch_wait`` seconds for more only while
+fewer have come than the last batch held; the batch sizes go to the signal ``serve_batch_size``.
+``/ws`` is a plain ASGI handler (HTTP goes through Starlette's routing). While the session does not
+learn, acts run on the event loop itself; while it learns (an update holds the agent), a batch runs in a serving thread.
 Feedback runs on the event loop unless ``max_lag`` may hold it (then in a serving thread).
 """
 
@@ -922,7 +923,9 @@ class Server:
                         raise RequestError(f"op must be 'act' or 'feedback', got {op!r}", field="op", kind="TypeError")
                 except RequestError as exc:
                     status, answer = exc.status, error_body(exc)
-                observe(_WS_ENDPOINTS.get(op, "/ws other"), status, perf_counter() - start)
+                observe(
+                    _WS_ENDPOINTS.get(op if isinstance(op, str) else "", "/ws other"), status, perf_counter() - start
+                )
                 out = encode(answer)
                 try:
                     await send(
