@@ -173,7 +173,9 @@ def _echo_server(port_out, stop) -> None:
     async def main() -> None:
         async with websockets.serve(handler, "127.0.0.1", 0, compression=None) as server:
             port_out.put(server.sockets[0].getsockname()[1])
+            cpu = time.process_time()
             await asyncio.get_running_loop().run_in_executor(None, stop.wait)
+            port_out.put(time.process_time() - cpu)  # its CPU time while serving
 
     asyncio.run(main())
 
@@ -187,7 +189,10 @@ def echo_baseline(clients: int, procs: int, seconds: float, warmup: float) -> di
     server.start()
     try:
         port = port_out.get(timeout=120)
-        return measure(f"http://127.0.0.1:{port}", "echo", clients, procs, seconds, warmup)
+        r = measure(f"http://127.0.0.1:{port}", "echo", clients, procs, seconds, warmup)
+        stop.set()
+        r["cpu_us"] = port_out.get(timeout=30) / r["pairs"] * 1e6
+        return r
     finally:
         stop.set()
         server.join(10)
@@ -245,6 +250,9 @@ def main() -> None:
 
     env = gym.make("CartPole-v1")
     rows = []
+    echoes = []
+    servers = {}
+    sessions = []
     for batch in (True, False):
         agent = wb.DQN(
             observation_space=env.observation_space, action_space=env.action_space, n_envs=max(args.clients), seed=0
@@ -252,11 +260,29 @@ def main() -> None:
         session = wb.Session.external(agent, seed=0, torch_threads=1)
         if args.train:
             session.start(steps=10**9)
-        with session.serve(batch=batch, max_batch=max(args.clients)) as server:
+        sessions.append(session)
+        servers[batch] = session.serve(batch=batch, max_batch=max(args.clients))
+    # For each number of clients, the bare echo server first, then every served cell: the load of the
+    # machine's other jobs changes by the minute, so the ratio to the echo is taken between neighbours.
+    try:
+        for clients in args.clients:
+            if not args.no_echo:
+                load = os.getloadavg()[0]
+                r = echo_baseline(clients, args.procs, args.seconds, args.warmup)
+                r["load"] = (load + os.getloadavg()[0]) / 2
+                echoes.append((clients, r))
+                print(
+                    f"bare echo {clients:3d} clients: {r['pairs_per_s']:8.0f} pairs/s  p50 {r['p50_ms']:6.2f} ms  "
+                    f"p99 {r['p99_ms']:6.2f} ms  server CPU {r['cpu_us']:5.0f} us/pair  "
+                    f"(load average {r['load']:.1f})",
+                    flush=True,
+                )
             for transport in args.transports:
-                for clients in args.clients:
+                for batch in (True, False):
                     load, cpu = os.getloadavg()[0], time.process_time()
-                    r = measure(server.url, transport, clients, args.procs, args.seconds, args.warmup, args.client)
+                    r = measure(
+                        servers[batch].url, transport, clients, args.procs, args.seconds, args.warmup, args.client
+                    )
                     # This process is the server (the clients are others): its CPU time per pair, which
                     # the other jobs on the machine do not inflate as they do the wall-clock figures.
                     r["cpu_us"] = (time.process_time() - cpu) / r["pairs"] * 1e6
@@ -268,35 +294,44 @@ def main() -> None:
                         f"server CPU {r['cpu_us']:5.0f} us/pair  (load average {r['load']:.1f})",
                         flush=True,
                     )
-        session.stop()
-    echoes = []
-    if not args.no_echo:
-        for clients in args.clients:
-            load = os.getloadavg()[0]
-            r = echo_baseline(clients, args.procs, args.seconds, args.warmup)
-            r["load"] = (load + os.getloadavg()[0]) / 2
-            echoes.append((clients, r))
-            print(
-                f"bare echo {clients:3d} clients: {r['pairs_per_s']:8.0f} pairs/s  p50 {r['p50_ms']:6.2f} ms  "
-                f"p99 {r['p99_ms']:6.2f} ms  (load average {r['load']:.1f})",
-                flush=True,
-            )
+    finally:
+        for server in servers.values():
+            server.close()
+        for session in sessions:
+            session.stop()
     print(
         f"\n{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end; {args.seconds:g} s per cell, "
         f"{args.procs} client processes ({args.client} clients); session {'learning' if args.train else 'idle'}\n"
     )
-    print("| transport | clients | batching | pairs/s | p50 (ms) | p99 (ms) | server CPU/pair (us) | load average |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    # The fair figures on a shared machine: pairs/s as a share of the bare echo server's, measured in
+    # the same run with as many clients, and the server's CPU time per pair.
+    echo_rate = {clients: r["pairs_per_s"] for clients, r in echoes}
+    print(
+        "| transport | clients | batching | pairs/s | / echo pairs/s | p50 (ms) | p99 (ms) | server CPU/pair (us) "
+        "| load average |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for transport, clients, batch, r in rows:
+        ratio = f"{r['pairs_per_s'] / echo_rate[clients]:.2f}" if clients in echo_rate else "-"
         print(
-            f"| {transport} | {clients} | {batch} | {r['pairs_per_s']:.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} "
-            f"| {r['cpu_us']:.0f} | {r['load']:.1f} |"
+            f"| {transport} | {clients} | {batch} | {r['pairs_per_s']:.0f} | {ratio} | {r['p50_ms']:.2f} "
+            f"| {r['p99_ms']:.2f} | {r['cpu_us']:.0f} | {r['load']:.1f} |"
         )
     for clients, r in echoes:
         print(
-            f"| bare websockets echo (the machine's ceiling) | {clients} | - | {r['pairs_per_s']:.0f} "
-            f"| {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | - | {r['load']:.1f} |"
+            f"| bare websockets echo (the machine's ceiling) | {clients} | - | {r['pairs_per_s']:.0f} | 1.00 "
+            f"| {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['cpu_us']:.0f} | {r['load']:.1f} |"
         )
+    for transport in args.transports:
+        for clients in args.clients:
+            on = [r for t, c, b, r in rows if (t, c, b) == (transport, clients, "on")]
+            off = [r for t, c, b, r in rows if (t, c, b) == (transport, clients, "off")]
+            if on and off:
+                gain = on[0]["pairs_per_s"] / off[0]["pairs_per_s"]
+                print(
+                    f"batching gain, {transport}, {clients} clients: {gain:.2f}x pairs/s, "
+                    f"{off[0]['cpu_us'] / on[0]['cpu_us']:.2f}x less server CPU per pair"
+                )
 
 
 if __name__ == "__main__":

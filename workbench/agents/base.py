@@ -23,7 +23,6 @@ import dataclasses
 import difflib
 import functools
 import os
-import threading
 import time
 import warnings
 from typing import Any, ClassVar, Literal, NamedTuple
@@ -61,6 +60,7 @@ from .encoders import (
     make_encoder,
     with_encoder,
 )
+from .fairlock import FairRLock
 
 __all__ = [
     "AGENTS",
@@ -333,7 +333,7 @@ class Agent:
                 "drop normalize_observations"
             )
         # decide/act/observe/update hold it: one agent serves act() from many threads (docs/external.md).
-        self._lock = threading.RLock()
+        self._lock = FairRLock()  # first come, first served: an act waits for one update at most
         # Running statistics are nn.Modules, so they are saved and loaded with the networks.
         if self.config.normalize_observations:
             self.obs_dtype = np.dtype(np.float32)  # memories hold the standardized observations

@@ -110,7 +110,8 @@ class ExternalRunner(Runner):
     before a run and during one (paused too), dropped after it (episodes still end).
 
     ``max_lag``: when set, ``feedback`` during a run (paused too) waits while more than ``max_lag``
-    transitions await learning and the loop can learn (every slot has one), so an application that
+    transitions await learning (queued, or taken by the loop and not yet observed and updated on)
+    and the loop can learn (every slot has one, or it is learning from a step now), so an application that
     can outrun learning (a fast simulator, a test) stays in step with it and a pause pauses it too;
     it never waits for a slot that is empty (which one thread driving several episodes would fill
     only after this call returns). None: feedback never waits.
@@ -138,6 +139,9 @@ class ExternalRunner(Runner):
         self._slot_owner: list[Hashable | None] = [None] * self.num_envs
         # Per slot: (obs, action, reward, next_obs, terminated, truncated, extras, ended episode or None)
         self._queues: list[deque[tuple[Any, ...]]] = [deque() for _ in range(self.num_envs)]
+        # Transitions the loop has taken (transitions()) and is learning from now (observe, update):
+        # they still await learning until the loop comes back for the next step (wait_ready()).
+        self._learning_now = 0
         self._ended: list[Episode] = []
 
     # -- the application's side ------------------------------------------------------------------
@@ -351,8 +355,18 @@ class ExternalRunner(Runner):
                 # Held only while the loop can learn now (every slot has a transition): waiting while
                 # a slot is empty would wait for a feedback this very thread may owe (one thread
                 # driving several episodes), forever.
+                # A step the loop has taken counts until it is learned from (observed, and the update
+                # it allowed done), so with max_lag=0 the next act sees the weights, the exploration
+                # rate and the random state that a step-by-step session has: the same run, call by
+                # call, in process or served. Waiting for that step never waits on this thread.
                 lag = self.max_lag
-                self._cond.wait_for(lambda: not self.learning or sum(map(len, self._queues)) <= lag or not self.ready())
+                self._cond.wait_for(
+                    lambda: (
+                        not self.learning
+                        or sum(map(len, self._queues)) + self._learning_now <= lag
+                        or (not self._learning_now and not self.ready())
+                    )
+                )
             return ended
 
     def _next_mask(self, next_obs: Any, info: dict[str, Any] | None, episode: Hashable) -> np.ndarray:
@@ -369,12 +383,14 @@ class ExternalRunner(Runner):
         """A run starts: feedback is learned from (and waits for learning, with ``max_lag``)."""
         with self._cond:
             self.accepting = self.learning = self.started = True
+            self._learning_now = 0
             self._cond.notify_all()
 
     def run_ended(self) -> None:
         """The run has ended: later feedback is dropped, and no feedback waits any more."""
         with self._cond:
             self.accepting = self.learning = False
+            self._learning_now = 0
             self._cond.notify_all()
 
     # -- the loop's side -------------------------------------------------------------------------
@@ -388,15 +404,19 @@ class ExternalRunner(Runner):
         return all(self._queues)
 
     def wait_ready(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for a transition in every slot."""
+        """Wait up to ``timeout`` seconds for a transition in every slot. The loop calls it before each
+        step, so the step it took last has been learned from: feedback held by ``max_lag`` for it goes on."""
         with self._cond:
+            if self._learning_now:
+                self._learning_now = 0
+                self._cond.notify_all()
             return self._cond.wait_for(self.ready, timeout=timeout)
 
     def transitions(self, agent: Any, obs: Any) -> tuple[Transitions, np.ndarray]:
         """One queued transition of every slot (call once :meth:`wait_ready` said so)."""
         with self._cond:
             rows = [queue.popleft() for queue in self._queues]
-            self._cond.notify_all()  # feedback waiting on max_lag
+            self._learning_now = len(rows)  # until the loop's next wait_ready()
         self._ended = [row[7] for row in rows if row[7] is not None]
         keys = {key for row in rows for key in row[6]}
         if MASK_KEY in keys:  # episodes with masks and without in one batch: no mask allows all

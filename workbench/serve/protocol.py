@@ -26,6 +26,11 @@ from typing import Any
 
 import numpy as np
 
+try:  # the serve extra's fast JSON; the standard library's parser where it is absent
+    import orjson as _orjson
+except ImportError:  # pragma: no cover
+    _orjson = None  # type: ignore[assignment]
+
 __all__ = [
     "MAX_EPISODE_ID",
     "RequestError",
@@ -66,7 +71,18 @@ def _no_constant(name: str) -> Any:
 
 
 def decode(body: bytes) -> dict[str, Any]:
-    """The JSON object in a request body (strict JSON: no NaN/Infinity, an object at the top)."""
+    """The JSON object in a request body (strict JSON: no NaN/Infinity, an object at the top). Parsed
+    by orjson when it is installed; a body it refuses is parsed again by the standard library, so that
+    the answer says what was wrong as it always has (the field of a number too large for a float)."""
+    if _orjson is not None:
+        try:
+            value = _orjson.loads(body)
+        except _orjson.JSONDecodeError:
+            pass
+        else:
+            if not isinstance(value, dict):
+                raise RequestError(f"the body must be a JSON object, got {type(value).__name__}", kind="TypeError")
+            return value
     try:
         value = json.loads(body, parse_constant=_no_constant)
     except RequestError:
@@ -82,7 +98,20 @@ def decode(body: bytes) -> dict[str, Any]:
 
 def encode(value: Any) -> bytes:
     """A JSON answer (finite numbers only)."""
+    if _orjson is not None and _finite(value):
+        return _orjson.dumps(value)
     return json.dumps(value, allow_nan=False, separators=(",", ":")).encode()
+
+
+def _finite(value: Any) -> bool:
+    """Whether ``value`` holds no NaN or infinite float (orjson would write them as null)."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(map(_finite, value.values()))
+    if isinstance(value, list | tuple):
+        return all(map(_finite, value))
+    return True
 
 
 def _unknown(request: dict[str, Any], allowed: set[str], call: str) -> None:

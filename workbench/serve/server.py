@@ -20,10 +20,11 @@ whose request head stalls closed after ``read_timeout``; idle keep-alive connect
 ``idle_timeout``; an episode with no call for ``episode_timeout`` seconds ended by the server (it held
 one of the agent's ``n_envs`` slots) and counted in the signal ``serve_episodes_expired``.
 
-Batching: acts that arrive together are decided by one forward pass (the external runner's
-``act_many``), waiting at most ``batch_wait`` seconds for more while other acts are in flight; the
-batch sizes go to the signal ``serve_batch_size``. While the session does not learn, acts run on the
-event loop itself; while it learns (an update holds the agent), a batch runs in a serving thread.
+Batching: acts that arrive together (read in one turn of the event loop) are decided by one forward
+pass (the external runner's ``act_many``), waiting at most ``batch_wait`` seconds for more only while
+fewer have come than the last batch held; the batch sizes go to the signal ``serve_batch_size``.
+``/ws`` is a plain ASGI handler (HTTP goes through Starlette's routing). While the session does not
+learn, acts run on the event loop itself; while it learns (an update holds the agent), a batch runs in a serving thread.
 Feedback runs on the event loop unless ``max_lag`` may hold it (then in a serving thread).
 """
 
@@ -41,13 +42,13 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+from urllib.parse import parse_qs
 
 import h11
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route, WebSocketRoute
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.routing import Route
 from uvicorn import Config
 from uvicorn import Server as _Uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -129,12 +130,13 @@ class _Record:
 
 
 class _Batcher:
-    """Calls that arrive together, run as one batch in one serving thread: ``run(list of args)``
-    returns one ``(ok, value)`` per call. One batch is in flight at a time; the calls that arrive
-    meanwhile form the next one, which waits at most ``wait`` seconds for more when the last
-    batch held several (more are likely on their way), and holds ``max_batch`` calls at most.
-    A batch runs on the event loop itself when ``inline()`` says it cannot block for long, else in
-    one serving thread (one hand-off per batch)."""
+    """Calls that arrive together, run as one batch: ``run(list of args)`` returns one ``(ok, value)``
+    per call. The first call of a batch schedules it for the end of the event loop's current turn, so
+    every call read from the sockets in that turn joins it (no timer, no task per call); when the last
+    batch held more calls than have come so far, the batch waits at most ``wait`` seconds for as many
+    (more are likely on their way), and holds ``max_batch`` calls at most. A batch runs on the event
+    loop itself when ``inline()`` says it cannot block for long, else in one serving thread (one
+    hand-off per batch); the calls that arrive meanwhile form the next batch."""
 
     def __init__(
         self,
@@ -152,60 +154,72 @@ class _Batcher:
         self.wait = wait
         self.record_sizes = record_sizes
         self.items: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []
-        self.event = asyncio.Event()
-        self.full = asyncio.Event()
         self.sizes: list[int] = []
         self.last_size = 1
-        self.task = asyncio.get_running_loop().create_task(self._run())
+        self.loop = asyncio.get_running_loop()
+        self.scheduled: asyncio.Handle | None = None  # the next batch's start (soon, or after the wait)
+        self.soon = False
+        self.in_thread: asyncio.Task[None] | None = None
 
     async def submit(self, *args: Any) -> Any:
-        future = asyncio.get_running_loop().create_future()
+        future = self.loop.create_future()
         self.items.append((args, future))
-        self.event.set()
-        if len(self.items) >= self.max_batch:
-            self.full.set()
+        if self.in_thread is None:
+            n = len(self.items)
+            if n >= self.max_batch or n >= self.last_size or self.wait <= 0:
+                if not self.soon:  # all that were expected are here: at the end of this turn
+                    if self.scheduled is not None:
+                        self.scheduled.cancel()
+                    self.scheduled, self.soon = self.loop.call_soon(self._flush), True
+            elif self.scheduled is None:  # fewer than last time: wait boundedly for the others
+                self.scheduled = self.loop.call_later(self.wait, self._flush)
         return await future
 
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            await self.event.wait()
-            # Let requests already read from their sockets join: a message takes a few turns of the
-            # loop from the socket to here, so yield while more keep coming (a few turns at most).
-            for _ in range(8):
-                before = len(self.items)
-                await asyncio.sleep(0)
-                if len(self.items) == before or len(self.items) >= self.max_batch:
-                    break
-            if self.wait > 0 and self.last_size > 1 and len(self.items) < self.max_batch:
-                self.full.clear()
-                try:  # more are likely on their way: wait for them, boundedly
-                    await asyncio.wait_for(self.full.wait(), self.wait)
-                except asyncio.TimeoutError:
-                    pass
-            batch, self.items = self.items[: self.max_batch], self.items[self.max_batch :]
-            if not self.items:
-                self.event.clear()
-            self.last_size = len(batch)
-            if self.record_sizes:
-                self.sizes.append(len(batch))
-                self.server.metrics.batches += 1
-                self.server.metrics.batched_acts += len(batch)
-            calls = [args for args, _ in batch]
-            if self.inline():
-                results = self.run(calls)
+    def _flush(self) -> None:
+        self.scheduled, self.soon = None, False
+        if self.in_thread is not None or not self.items:
+            return
+        batch, self.items = self.items[: self.max_batch], self.items[self.max_batch :]
+        self.last_size = len(batch)
+        if self.record_sizes:
+            self.sizes.append(len(batch))
+            self.server.metrics.batches += 1
+            self.server.metrics.batched_acts += len(batch)
+        if self.inline():
+            try:
+                results = self.run([args for args, _ in batch])
+            except Exception as exc:
+                results = [(False, exc)] * len(batch)
+            self._deliver(batch, results)
+            self._next()
+        else:
+            self.in_thread = self.loop.create_task(self._in_thread(batch))
+
+    async def _in_thread(self, batch: list[tuple[tuple[Any, ...], asyncio.Future[Any]]]) -> None:
+        try:
+            results = await self.loop.run_in_executor(self.server.pool, self.run, [args for args, _ in batch])
+        except BaseException as exc:  # the pool was shut down (the server closes)
+            results = [(False, exc)] * len(batch)
+        self.in_thread = None
+        self._deliver(batch, results)
+        self._next()
+
+    def _next(self) -> None:
+        """Calls that came while a batch ran wait already: the next batch starts at the end of this turn."""
+        if self.items and not self.soon:
+            if self.scheduled is not None:
+                self.scheduled.cancel()
+            self.scheduled, self.soon = self.loop.call_soon(self._flush), True
+
+    @staticmethod
+    def _deliver(batch: list[tuple[tuple[Any, ...], asyncio.Future[Any]]], results: list[tuple[bool, Any]]) -> None:
+        for (_, future), (ok, value) in zip(batch, results):
+            if future.cancelled():
+                continue
+            if ok:
+                future.set_result(value)
             else:
-                try:
-                    results = await loop.run_in_executor(self.server.pool, self.run, calls)
-                except BaseException as exc:  # the pool was shut down (the server closes)
-                    results = [(False, exc)] * len(batch)
-            for (_, future), (ok, value) in zip(batch, results):
-                if future.cancelled():
-                    continue
-                if ok:
-                    future.set_result(value)
-                else:
-                    future.set_exception(value)
+                future.set_exception(value)
 
 
 def _each(fn: Callable[..., Any]) -> Callable[[list[tuple[Any, ...]]], list[tuple[bool, Any]]]:
@@ -392,7 +406,7 @@ class Server:
 
     # -- the application ---------------------------------------------------------------------------
 
-    def _app(self) -> Starlette:
+    def _app(self) -> Callable[..., Any]:
         routes = [
             Route("/act", self._http(self._act_request), methods=["POST"]),
             Route("/feedback", self._http(self._feedback_request), methods=["POST"]),
@@ -404,9 +418,15 @@ class Server:
             Route("/stop", self._http(self._control("stop")), methods=["POST"]),
             Route("/health", self._health, methods=["GET"]),
             Route("/metrics", self._http(self._metrics, text=True), methods=["GET"]),
-            WebSocketRoute("/ws", self._websocket),
         ]
-        return Starlette(routes=routes)
+        app = Starlette(routes=routes)
+
+        async def asgi(scope: dict[str, Any], receive: Any, send: Any) -> None:
+            if scope["type"] == "websocket" and scope["path"] == "/ws":
+                return await self._websocket(scope, receive, send)
+            return await app(scope, receive, send)
+
+        return asgi
 
     def _authorized(self, headers: Any, query: Any = None) -> bool:
         if self.token is None:
@@ -828,77 +848,116 @@ class Server:
 
     # -- the WebSocket: one episode stream ------------------------------------------------------
 
-    async def _websocket(self, websocket: WebSocket) -> None:
-        if not self._authorized(websocket.headers, websocket.query_params):
+    async def _websocket(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """``/ws``: a plain ASGI handler (no framework layer between a message and its answer)."""
+        headers = {key.decode("latin-1").lower(): value.decode("latin-1") for key, value in scope["headers"]}
+        query = {key: values[0] for key, values in parse_qs(scope["query_string"].decode("latin-1")).items()}
+        if (await receive())["type"] != "websocket.connect":
+            return
+        if not self._authorized(headers, query):
             return await self._deny(
-                websocket,
+                send,
                 RequestError(
                     "this server needs its token: send the header 'Authorization: Bearer TOKEN' (or ?token=TOKEN)",
                     field="token",
                     kind="PermissionError",
                     status=401,
                 ),
+                scope,
             )
-        episode: Any = websocket.query_params.get("episode")
+        episode: Any = query.get("episode")
         try:
             episode = episode_id({"episode": episode}) if episode is not None else f"ws-{next(self._ws_ids)}"
         except RequestError as exc:
-            return await self._deny(websocket, exc)
-        await websocket.accept()
+            return await self._deny(send, exc, scope)
+        await send({"type": "websocket.accept"})
         if self._reaper_task is None:
             self._start_reaper()
-        while True:
-            try:
-                message = await _within(websocket.receive(), self.idle_timeout)
-            except asyncio.TimeoutError:
-                await websocket.close(code=1001, reason=f"idle for {self.idle_timeout:g} s")
-                return
-            if message["type"] == "websocket.disconnect":
-                return  # the episode's slot is freed by episode_timeout if nobody resumes it
-            data = message.get("text")
-            if data is None:
-                data = message.get("bytes", b"")
-            start = time.perf_counter()
-            status, op = 200, None
-            try:
-                request = decode(data.encode() if isinstance(data, str) else data)
-                op = request.pop("op", None)
-                if "episode" in request:
-                    raise RequestError(
-                        "a WebSocket stream's episode is set once, in its URL (/ws?episode=ID)",
-                        field="episode",
-                        kind="TypeError",
-                    )
-                request["episode"] = episode
-                if op == "act":
-                    _, obs, mask, seq = check_act(self.agent, request)
-                    answer = await self._call_act(episode, obs, mask, seq)
-                elif op == "feedback":
-                    _, reward, next_obs, terminated, truncated, info, seq = check_feedback(self.agent, request)
-                    answer = await self._call_feedback(episode, reward, next_obs, terminated, truncated, info, seq)
-                else:
-                    raise RequestError(f"op must be 'act' or 'feedback', got {op!r}", field="op", kind="TypeError")
-            except RequestError as exc:
-                status, answer = exc.status, error_body(exc)
-            self.metrics.observe(
-                f"/ws {op if op in ('act', 'feedback') else 'other'}", status, time.perf_counter() - start
-            )
-            try:
-                await websocket.send_bytes(encode(answer)) if isinstance(data, bytes) else await websocket.send_text(
-                    encode(answer).decode()
-                )
-            except (WebSocketDisconnect, RuntimeError):
-                return
+        loop = asyncio.get_running_loop()
+        # The idle timeout: one timer per connection, re-armed only when it fires (a message just
+        # notes its time), instead of a timeout around every receive.
+        last = loop.time()
+        busy = False
+        timer: asyncio.TimerHandle | None = None
+        closing: list[asyncio.Task[None]] = []
 
-    async def _deny(self, websocket: WebSocket, exc: RequestError) -> None:
+        def idle_check() -> None:
+            nonlocal timer
+            idle = loop.time() - last
+            if busy or idle < self.idle_timeout:
+                timer = loop.call_later(self.idle_timeout - idle if not busy else self.idle_timeout, idle_check)
+                return
+            timer = None
+            reason = f"idle for {self.idle_timeout:g} s"
+            closing.append(loop.create_task(send({"type": "websocket.close", "code": 1001, "reason": reason})))
+
+        timer = loop.call_later(self.idle_timeout, idle_check)
+        observe, perf_counter = self.metrics.observe, time.perf_counter
+        try:
+            while True:
+                message = await receive()
+                if message["type"] != "websocket.receive":
+                    return  # disconnected: the episode's slot is freed by episode_timeout if nobody resumes it
+                busy, start = True, perf_counter()
+                data = message.get("text")
+                binary = data is None
+                body = (message.get("bytes") or b"") if binary else data.encode()
+                status, op = 200, None
+                try:
+                    request = decode(body)
+                    op = request.pop("op", None)
+                    if "episode" in request:
+                        raise RequestError(
+                            "a WebSocket stream's episode is set once, in its URL (/ws?episode=ID)",
+                            field="episode",
+                            kind="TypeError",
+                        )
+                    request["episode"] = episode
+                    if op == "act":
+                        _, obs, mask, seq = check_act(self.agent, request)
+                        answer = await self._call_act(episode, obs, mask, seq)
+                    elif op == "feedback":
+                        _, reward, next_obs, terminated, truncated, info, seq = check_feedback(self.agent, request)
+                        answer = await self._call_feedback(episode, reward, next_obs, terminated, truncated, info, seq)
+                    else:
+                        raise RequestError(f"op must be 'act' or 'feedback', got {op!r}", field="op", kind="TypeError")
+                except RequestError as exc:
+                    status, answer = exc.status, error_body(exc)
+                observe(
+                    _WS_ENDPOINTS.get(op if isinstance(op, str) else "", "/ws other"), status, perf_counter() - start
+                )
+                out = encode(answer)
+                try:
+                    await send(
+                        {"type": "websocket.send", "bytes": out}
+                        if binary
+                        else {"type": "websocket.send", "text": out.decode()}
+                    )
+                except Exception:  # the client went away meanwhile
+                    return
+                busy, last = False, loop.time()
+        finally:
+            if timer is not None:
+                timer.cancel()
+
+    async def _deny(self, send: Any, exc: RequestError, scope: dict[str, Any]) -> None:
         """Refuse a WebSocket handshake with an HTTP answer that says why (403 without one)."""
         self.metrics.observe("/ws", exc.status, 0.0)
-        try:
-            await websocket.send_denial_response(
-                Response(encode(error_body(exc)), status_code=exc.status, media_type="application/json")
+        if "websocket.http.response" in scope.get("extensions", {}):
+            body = encode(error_body(exc))
+            await send(
+                {
+                    "type": "websocket.http.response.start",
+                    "status": exc.status,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+                }
             )
-        except RuntimeError:  # a server without the denial-response extension
-            await websocket.close(code=1008, reason=exc.message[:120])
+            await send({"type": "websocket.http.response.body", "body": body})
+        else:  # a server without the denial-response extension
+            await send({"type": "websocket.close", "code": 1008, "reason": exc.message[:120]})
+
+
+_WS_ENDPOINTS = {"act": "/ws act", "feedback": "/ws feedback"}
 
 
 class _Held:
