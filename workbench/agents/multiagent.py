@@ -121,7 +121,7 @@ class _MultiAgentPPO(PPO):
         owner = type(self).__name__
         if env is not None:
             source = as_env_source(env)
-            if source.parallel is None:
+            if source.find_parallel() is None:
                 raise TypeError(
                     f"{owner} trains on a PettingZoo ParallelEnv (several agents), got {source.name}: "
                     "use wb.PPO for a single-agent env"
