@@ -3,8 +3,8 @@
 Tasks (mpe2): ``simple_spread_v3`` (3 agents, cooperative) and ``simple_adversary_v3`` (1 adversary
 against 2 agents, mixed). Every method trains for the same number of agent-steps (one step of one
 agent is one step; skrl's trainer counts env steps, so it gets ``steps / n_agents`` of them) with the
-same PPO settings (rollout of 128 env steps, one minibatch, 5 epochs, learning rate 7e-4, entropy
-0.01, value loss 0.5, gradient norm 0.5, two hidden layers of 64 tanh units, discrete actions) over
+same PPO settings (rollout of 128 env steps, one minibatch, 5 epochs, learning rate 7e-4, constant clip
+0.2, entropy 0.01, value loss 0.5, gradient norm 0.5, two hidden layers of 64 tanh units, discrete actions) over
 several seeds in this same run. The table gives the mean team return (the sum over agents) of 10
 deterministic evaluation episodes at the end (per seed, then mean; the same evaluation seeds for every
 method) and the median wall time of training.
@@ -41,6 +41,7 @@ SETTINGS = {
     "ent_coef": 0.01,
     "vf_coef": 0.5,
     "max_grad_norm": 0.5,
+    "clip_range": 0.2,  # constant, as skrl's ratio_clip (the workbench's PPO decays it to 0 by default)
 }
 EVAL_EPISODES = 10
 
@@ -139,7 +140,9 @@ def run_skrl(method: str, task: str, seed: int, steps: int) -> tuple[float, floa
         "entropy_loss_scale": SETTINGS["ent_coef"],
         "value_loss_scale": SETTINGS["vf_coef"],
         "grad_norm_clip": SETTINGS["max_grad_norm"],
+        "ratio_clip": SETTINGS["clip_range"],
         "value_clip": 0.0,  # the workbench's PPO does not clip values by default
+        "time_limit_bootstrap": True,  # MPE episodes end by truncation: bootstrapped, as the workbench does
     }
     spaces = {
         "possible_agents": env.possible_agents,
