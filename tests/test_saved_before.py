@@ -4,7 +4,8 @@
 and the declared agent state (commit 7299ca3): a PPO, a DQN with its replay memory, and a gSDE SAC
 as a ``.zip``. Their tensors must come back bit for bit, and a resumed session must continue from
 their counters. ``tests/fixtures/saved-v3/`` holds one run per algorithm written by the version of
-issue 36 (``make.py`` there wrote them), checked the same way.
+issue 36 (``make.py`` there wrote them), checked the same way; IPPO's and MAPPO's runs there were written by
+``make_multiagent.py`` on the toy ParallelEnv ``MatchTarget`` (issue 37).
 """
 
 from __future__ import annotations
@@ -95,16 +96,71 @@ def test_every_algorithm_has_a_saved_run_of_this_version():
     checked against the files this one writes."""
     import json
 
+    from workbench.agents import MULTI_AGENTS
+
     saved = {json.loads((V3 / name / "meta.json").read_text())["algorithm"] for name in V3_RUNS}
     offline = {"BC", "BCQ", "CQL", "IQL"}
     assert {cls.__name__ for cls in wb.AGENTS.values()} | offline <= saved
+    # IPPO and MAPPO (their own registry, never offered for a single-agent env): make_multiagent.py wrote them.
+    assert MULTI_AGENTS and {cls.__name__ for cls in MULTI_AGENTS.values()} <= saved
     images = [n for n in V3_RUNS if "cnn" in n]
     assert images, "an image (CNN encoder) run is among the fixtures too"
 
 
+def _multi_agent_env(name: str):
+    """The MatchTarget a multi-agent fixture trained on (tests/fixtures/saved-v3/make_multiagent.py), or None."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_make_multiagent", V3 / "make_multiagent.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if name not in module.ENVS:
+        return None
+    from workbench.envs.multiagent_toy import MatchTarget
+
+    return MatchTarget(**module.ENVS[name][1])
+
+
+V3_MULTI = [n for n in V3_RUNS if n.endswith("-matchtarget")]
+
+
+@pytest.mark.parametrize("name", V3_MULTI)
+def test_a_multi_agent_run_of_this_version_loads_plays_and_resumes(name):
+    import json
+
+    meta = json.loads((V3 / name / "meta.json").read_text())
+    steps = meta["session"]["steps"]
+    env = _multi_agent_env(name)
+    assert env is not None, f"{name} is not in make_multiagent.py's ENVS"
+    agent = wb.load(V3 / name)
+    assert agent.algorithm == meta["algorithm"] and agent.num_timesteps == steps and not agent.training
+    saved = load_file(V3 / name / "weights.safetensors")
+    state = agent.state()
+    assert set(state.tensors) == set(saved)
+    for key, tensor in saved.items():
+        assert torch.equal(state.tensors[key], tensor), key
+    assert agent.config.layout["agents"] == env.possible_agents  # the row layout came back with the config
+    if agent.algorithm == "IPPO":
+        assert agent.config.groups == {"red": ["agent_0", "agent_1"], "blue": ["agent_2"]}
+        assert len(agent.actor.nets) == 2  # one network per group
+    else:
+        assert agent.config.critic_input == "state" and agent.multiagent_layout.state == "state"
+    returns = agent.play(env, episodes=2, seed=0)  # MAPPO's env raises on a masked action: masks are honoured
+    assert len(returns) == 2 and all(np.isfinite(returns))
+    session = wb.Session.reopen(V3 / name, env)
+    assert session.steps == steps and "episode_reward/agent_1" in session.signals
+    session.run(steps=len(env.possible_agents) * 4)
+    assert session.status == "finished" and session.steps == steps + len(env.possible_agents) * 4
+
+
 @pytest.mark.parametrize(
     "name",
-    [pytest.param(n, marks=pytest.mark.slow) if "minatar" in n else n for n in V3_RUNS],  # MinAtar loads slowly
+    [
+        pytest.param(n, marks=pytest.mark.slow) if "minatar" in n else n  # MinAtar loads slowly
+        for n in V3_RUNS
+        if n not in V3_MULTI  # a ParallelEnv, rebuilt above
+    ],
 )
 def test_a_run_of_this_version_loads_plays_and_resumes(name):
     import json

@@ -514,7 +514,7 @@ def _source_and_loop(agent: Agent, env: Any, dataset: Any, eval_env: Any) -> tup
             raise TypeError("Session needs an env: the agent was built from spaces alone")
         return agent.env_source, EnvLoop()
     source = as_env_source(env)
-    if source.parallel is not None:  # a PettingZoo ParallelEnv: the agent's rows must fit its agents
+    if source.find_parallel() is not None:  # a PettingZoo ParallelEnv (or its factory): the agent's rows must fit
         from .parallel.multiagent import check_agent_fits
 
         check_agent_fits(agent, source.parallel)

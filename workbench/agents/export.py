@@ -75,6 +75,7 @@ __all__ = [
     "export_policy",
     "observation_layout",
     "policy_module",
+    "write_model",
 ]
 
 EXPORT_FORMATS: dict[str, str] = {".onnx": "onnx"}
@@ -763,6 +764,22 @@ def export_policy(
         example = (*example, torch.ones(2, int(mask_size(agent.action_space)), dtype=torch.bool))  # type: ignore[arg-type]
         inputs.append(MASK_NAME)
         axes[MASK_NAME] = batch
+    write_model(module, example, path, sidecar, inputs, outputs, axes)
+    return path
+
+
+def write_model(
+    module: nn.Module,
+    example: tuple[torch.Tensor, ...],
+    path: str,
+    sidecar: dict[str, Any],
+    inputs: list[str],
+    outputs: list[str],
+    axes: dict[str, dict[int, str]],
+) -> None:
+    """Write ``module`` as ONNX to ``path`` and ``sidecar`` beside it, through temporary files renamed
+    into place (the model last); what :func:`export_policy` and the multi-agent per-policy export
+    (``workbench.agents.multiagent.export_policies``) share."""
     _remove_leftovers(path)
     _remove_leftovers(path + SIDECAR_SUFFIX)
     tmp_model, tmp_sidecar = _temporary(path), _temporary(path + SIDECAR_SUFFIX)
@@ -781,4 +798,3 @@ def export_policy(
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
         raise
-    return path

@@ -18,6 +18,8 @@ to its group's network.
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,13 +27,13 @@ import torch
 from torch import nn
 
 from ..envs.core import as_env_source
-from ..envs.multiagent import Layout, parallel_spaces
+from ..envs.multiagent import Layout, layout_for, parallel_spaces
 from ..validation import Constraint, checked, choice
 from .base import register
 from .networks import mlp
 from .ppo import PPO, PPOConfig
 
-__all__ = ["IPPO", "IPPOConfig", "MAPPO", "MAPPOConfig", "SlotNet"]
+__all__ = ["IPPO", "IPPOConfig", "MAPPO", "MAPPOConfig", "SlotNet", "export_policies"]
 
 
 class SlotNet(nn.Module):
@@ -121,7 +123,7 @@ class _MultiAgentPPO(PPO):
         owner = type(self).__name__
         if env is not None:
             source = as_env_source(env)
-            if source.parallel is None:
+            if source.find_parallel() is None:
                 raise TypeError(
                     f"{owner} trains on a PettingZoo ParallelEnv (several agents), got {source.name}: "
                     "use wb.PPO for a single-agent env"
@@ -146,6 +148,13 @@ class _MultiAgentPPO(PPO):
 
     def _state_for(self, env: Any, hyperparameters: dict[str, Any]) -> str | None:
         return None
+
+    def export_policies(
+        self, directory: str | os.PathLike[str], *, action_mask: bool = False, overwrite: bool = False
+    ) -> dict[str, str]:
+        """One ONNX file per policy in ``directory`` (IPPO: one per group; MAPPO: its shared actor), each
+        named after the agents it serves; returns ``{file stem: path}``. See :func:`export_policies`."""
+        return export_policies(self, directory, action_mask=action_mask, overwrite=overwrite)
 
     @property
     def multiagent_layout(self) -> Layout:
@@ -246,3 +255,140 @@ class MAPPO(_MultiAgentPPO):
         if critic:
             return list(range(lay.obs_dim, lay.obs_dim + lay.state_dim)) + ids
         return list(range(lay.obs_dim)) + ids
+
+
+# -- export: one file per policy ----------------------------------------------------------------------
+
+
+class _OwnObservation(nn.Module):
+    """An agent's own flat observation (and, for a policy that reads agent ids, its index among the
+    policy's agents) -> the row the agent's networks read (padded observation, zeros for the state,
+    one-hot id), then the exported whole-row policy (normalization, actor, deterministic head)."""
+
+    def __init__(self, policy: nn.Module, layout: Layout, obs_size: int, ids: torch.Tensor | None) -> None:
+        super().__init__()
+        self.policy = policy
+        self.pad = layout.obs_dim - obs_size
+        self.state_dim = layout.state_dim
+        self.register_buffer("ids", ids if ids is not None else torch.zeros(1, 0))
+        self.description = getattr(policy, "description", "")
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        """Actions for ``(obs[, agent_index][, action_mask])``."""
+        obs, rest = inputs[0].float(), list(inputs[1:])
+        parts = [nn.functional.pad(obs, (0, self.pad)) if self.pad else obs]
+        if self.state_dim:
+            parts.append(obs.new_zeros(obs.shape[0], self.state_dim))  # the actor does not read the state
+        if self.ids.shape[1]:
+            index = rest.pop(0) if self.ids.shape[0] > 1 else torch.zeros(obs.shape[0], dtype=torch.long)
+            parts.append(self.ids[index])
+        row = torch.cat(parts, dim=1)
+        return self.policy(row, *rest)
+
+
+def _stem(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.+-]", "_", text)
+
+
+def _policies(agent: Any, agents: list[str]) -> list[tuple[str, list[str]]]:
+    """``(file stem, the agents it serves)`` per policy of ``agent``."""
+    groups = getattr(getattr(agent, "config", None), "groups", None)
+    if isinstance(agent, IPPO):
+        groups = groups or {a: [a] for a in agents}
+        return [(_stem(g if list(m) == [g] else f"{g}-{'+'.join(m)}"), list(m)) for g, m in groups.items()]
+    return [(_stem(f"{agent.algorithm.lower()}-{'+'.join(agents)}"), list(agents))]
+
+
+def export_policies(
+    agent: Any,
+    directory: str | os.PathLike[str],
+    env: Any = None,
+    *,
+    action_mask: bool = False,
+    overwrite: bool = False,
+) -> dict[str, str]:
+    """Write one ONNX policy per policy of a multi-agent ``agent`` into ``directory``, each named after the
+    agents it serves: ``wb.IPPO`` one per group (``red-agent_0+agent_1.onnx``; a one-agent group is named
+    after its agent, ``agent_2.onnx``), ``wb.MAPPO`` its actor shared by every agent
+    (``mappo-agent_0+agent_1.onnx``), a shared-parameter ``wb.PPO`` its one policy (``ppo-...``; ``env``, the
+    ParallelEnv it trains on, is needed unless the agent was built on one). Returns ``{stem: model path}``.
+
+    Each model takes an agent's own observation (input ``obs``, float32: ``gymnasium.spaces.flatten`` of it, an
+    ``"action_mask"`` key left out; a shorter one is padded with zeros to ``obs`` width), and, for a policy
+    shared by several agents that reads their ids (MAPPO; PPO on ``wb.with_agent_ids(env)``), ``agent_index``
+    (int64, ``(batch,)``: the agent's place in the sidecar's ``agents``). ``action_mask=True`` adds the
+    bool mask input as ``agent.export`` does. Output ``action``: what ``act(row, deterministic=True)`` gives.
+    The sidecar (``<model>.json``) is ``agent.export``'s, plus ``agents``, ``policy`` and ``inputs``.
+    """
+    from . import export as ex
+
+    if env is None and getattr(agent, "env_source", None) is not None:
+        env = agent.env_source.parallel
+    own = lay = agent.multiagent_layout if isinstance(agent, _MultiAgentPPO) else None
+    if lay is None:
+        if env is None:
+            raise ValueError(
+                f"export_policies({agent.algorithm}) needs the ParallelEnv the agent was built for (env=...): "
+                "a shared-parameter policy does not know the agents' names otherwise"
+            )
+        lay = layout_for(agent, env)
+    agents = list(agent.config.layout["agents"]) if own is not None else list(env.possible_agents)
+    folder = os.fspath(directory)
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise NotADirectoryError(f"{folder}: export_policies writes one file per policy into a directory; got a file")
+    ex._check_flags(action_mask, overwrite)
+    if action_mask:
+        ex._check_maskable(agent)
+    ex._require_onnx()
+    os.makedirs(folder, exist_ok=True)
+    whole = ex.policy_module(agent)
+    eye = torch.eye(lay.n_agents)
+    out: dict[str, str] = {}
+    for stem, members in _policies(agent, agents):
+        sizes = {a: _own_size(env, a, lay) for a in members}
+        obs_size = max(sizes.values())
+        ids = eye[[agents.index(a) for a in members]] if lay.agent_ids else None
+        if isinstance(agent, IPPO):
+            ids = None if ids is None else ids[:1]  # any member's id routes to the group's network
+        module = _OwnObservation(whole, lay, obs_size, ids).eval()
+        path = os.path.join(folder, f"{stem}.onnx")
+        ex._check_replaceable(path, overwrite)
+        example: list[torch.Tensor] = [torch.zeros(2, obs_size)]
+        inputs, batch = [ex.INPUT_NAME], {0: "batch"}
+        if ids is not None and ids.shape[0] > 1:
+            example.append(torch.zeros(2, dtype=torch.long))
+            inputs.append("agent_index")
+        if action_mask:
+            example.append(torch.ones(2, int(ex.mask_size(agent.action_space)), dtype=torch.bool))  # type: ignore[arg-type]
+            inputs.append(ex.MASK_NAME)
+        sidecar = ex._sidecar(agent, path, "onnx", module.description, action_mask)
+        sidecar["input"] = {"name": ex.INPUT_NAME, "dtype": "float32", "shape": ["batch", obs_size]}
+        sidecar["observation_space"] = (
+            None if env is None else ex.checkpoint.space_to_json(env.observation_space(members[0]))
+        )
+        sidecar["observation_layout"] = None
+        sidecar["policy"] = stem
+        sidecar["agents"] = members
+        sidecar["observation_sizes"] = sizes
+        sidecar["inputs"] = inputs
+        if "agent_index" in inputs:
+            sidecar["agent_index"] = "int64 (batch,): the agent's place in 'agents'"
+        ex.write_model(
+            module,
+            tuple(example),
+            path,
+            sidecar,
+            inputs,
+            [ex.OUTPUT_NAME],
+            {n: batch for n in [*inputs, ex.OUTPUT_NAME]},
+        )
+        out[stem] = path
+    return out
+
+
+def _own_size(env: Any, agent_name: str, lay: Layout) -> int:
+    if env is None:
+        return lay.obs_dim
+    from ..envs.multiagent import _flat_dim
+
+    return _flat_dim(env.observation_space(agent_name))

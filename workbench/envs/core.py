@@ -229,6 +229,8 @@ class EnvSource:
     env_id: str | None = None
     vector: Any = None
     parallel: Any = None  # a PettingZoo ParallelEnv: one slot per agent (workbench.envs.multiagent)
+    _probed: bool = dataclasses.field(default=False, repr=False, compare=False)  # find_parallel() looked
+    _probed_spaces: Any = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def can_copy(self) -> bool:
@@ -284,7 +286,24 @@ class EnvSource:
             return parallel_spaces(self.parallel)[:2]
         if self.instance is not None:
             return self.instance.observation_space, self.instance.action_space
-        env = self.make()
+        if self._probed_spaces is not None:
+            return self._probed_spaces
+        if self.env_id is None and self.factory is not None:
+            env = self.factory()
+            from .multiagent import is_parallel_env, parallel_spaces
+
+            if not isinstance(env, gym.Env) and is_parallel_env(env):
+                # A factory of PettingZoo ParallelEnvs (for workers): the copy built here stays as the source's
+                # probe, for the spaces, the agents and play; workers build their own copies.
+                self.parallel = env
+                return parallel_spaces(env)[:2]
+            if not isinstance(env, gym.Env):
+                raise TypeError(
+                    f"the env factory {self.name} returned {type(env).__name__}, not a gymnasium.Env; "
+                    "it must take no arguments and return a new env instance"
+                )
+        else:
+            env = self.make()
         try:
             return env.observation_space, env.action_space
         finally:
@@ -297,6 +316,14 @@ class EnvSource:
                     RuntimeWarning,
                     stacklevel=2,
                 )
+
+    def find_parallel(self) -> Any:
+        """The source's PettingZoo ParallelEnv, if it has one: for a factory, one copy is built (as
+        :meth:`spaces` does) to see whether it returns a ParallelEnv, once per source. None otherwise."""
+        if self.parallel is None and self.factory is not None and self.env_id is None and not self._probed:
+            self._probed = True
+            self._probed_spaces = self.spaces()  # a single-agent factory is not built again for its spaces
+        return self.parallel
 
     def fit_hyperparameters(self, hyperparameters: dict[str, Any], config: Any, owner: str) -> dict[str, Any]:
         """An agent's hyperparameters with ``n_envs`` taken from a vector env (when its ``config``

@@ -38,10 +38,12 @@ __all__ = [
     "ALIVE_KEY",
     "Layout",
     "ParallelEnvAdapter",
+    "ParallelVec",
     "check_parallel_env",
     "is_aec_env",
     "is_parallel_env",
     "layout_for",
+    "make_parallel",
     "parallel_spaces",
     "play_parallel",
     "with_agent_ids",
@@ -367,6 +369,140 @@ class ParallelEnvAdapter:
     def close(self) -> None:
         """Close the ParallelEnv."""
         self.env.close()
+
+
+class ParallelVec:
+    """Copies of a ParallelEnv side by side as one vector of slots: copy ``c``'s agent ``i`` is row
+    ``c * n_agents + i``. What the runners step, in the training thread or in a worker process
+    (``workbench/parallel/_worker.py`` builds one from the user's factory), so the rows, the autoreset
+    and the episode accounting are the same wherever the env runs.
+
+    After every :meth:`reset` and :meth:`step`, :attr:`slot_info` (``(num_envs, 3)`` float32) says per
+    row whether its agent is present for the next decision (column 0), and, for the copies whose team
+    episode the step ended, the agent's return (column 1) and the team episode's length (column 2), NaN
+    elsewhere: a worker sends it with the step's answer (a few floats, no pickle).
+    """
+
+    game_ends = None  # the step protocol's attributes that a ParallelEnv never has
+    successes = None
+    SLOT_COLUMNS = 3
+    ALIVE_CALL = "_workbench_slot_info"
+    """The name :meth:`call` answers with :attr:`slot_info` rows (a worker's parent asks after a reset)."""
+
+    def __init__(self, envs: Sequence[Any], layout: Layout, *, seed: int | None = None) -> None:
+        if not envs:
+            raise ValueError("ParallelVec needs at least one ParallelEnv")
+        seeds = [None if seed is None else seed + 1_000 * i for i in range(len(envs))]
+        self.copies = [ParallelEnvAdapter(env, layout, seed=s) for env, s in zip(envs, seeds)]
+        self.layout = layout
+        first = self.copies[0]
+        self.agents = first.agents
+        self.n_agents = first.num_envs
+        self.num_envs = self.n_agents * len(self.copies)
+        self.action_space = first.action_space
+        self.observation_space = spaces.Box(-np.inf, np.inf, (layout.size,), np.float32)
+        self.slot_info = np.full((self.num_envs, self.SLOT_COLUMNS), np.nan, np.float32)
+        self.masks: np.ndarray | None = None
+        self.final_masks: np.ndarray | None = None
+        self.stepping: int | None = None
+        self.step_count = 0
+
+    def _slices(self) -> list[slice]:
+        n = self.n_agents
+        return [slice(c * n, (c + 1) * n) for c in range(len(self.copies))]
+
+    @property
+    def alive(self) -> np.ndarray:
+        """Which rows' agents are present for the next decision."""
+        return np.concatenate([c.alive for c in self.copies])
+
+    def _gather_masks(self, final: bool) -> np.ndarray | None:
+        parts = [c.final_masks if final else c.masks for c in self.copies]
+        if all(p is None for p in parts):
+            return None
+        n = mask_size(self.action_space) or 0
+        return np.concatenate([np.ones((self.n_agents, n), bool) if p is None else p for p in parts])
+
+    def reset(self, seed: int | None = None) -> np.ndarray:
+        """Reset every copy (copy ``c`` seeded ``seed + 1000 c`` when given); the rows."""
+        rows = [c.reset(None if seed is None else seed + i * 1_000) for i, c in enumerate(self.copies)]
+        self.slot_info[:, 0] = self.alive
+        self.slot_info[:, 1:] = np.nan
+        self.masks = self._gather_masks(False)
+        return np.concatenate(rows)
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Step every copy (same-step reset of a copy whose agents are all done); see :class:`ParallelEnvAdapter`."""
+        self.step_count += 1
+        self.slot_info[:, 1:] = np.nan
+        outs = []
+        for c, (copy, s) in enumerate(zip(self.copies, self._slices())):
+            self.stepping = c
+            outs.append(copy.step(actions[s]))
+            for _team, length, per_agent in copy.ended:
+                self.slot_info[s, 1] = [per_agent[a] for a in self.agents]
+                self.slot_info[s, 2] = length
+        self.stepping = None
+        self.slot_info[:, 0] = self.alive
+        obs, rewards, terminated, truncated, final = (np.concatenate(parts) for parts in zip(*outs))
+        self.masks = self._gather_masks(False)
+        self.final_masks = self._gather_masks(True)
+        # Same rows (no agent left, no team episode ended): the one array, so a worker sends it once.
+        return obs, rewards, terminated, truncated, obs if np.array_equal(final, obs) else final
+
+    def ended(self) -> list[tuple[int, float, int, dict[str, float]]]:
+        """The team episodes the last step ended, read from :attr:`slot_info`: ``(first_row, team_return,
+        length, {agent: return})``."""
+        return ended_from_slot_info(self.slot_info, self.agents)
+
+    def rng_states(self) -> list[Any]:
+        """No random streams are saved for ParallelEnvs (one None per row)."""
+        return [None] * self.num_envs
+
+    def set_rng_states(self, states: list[Any]) -> None:
+        """Nothing to continue (see :meth:`rng_states`)."""
+
+    def call(self, name: str, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None) -> list[Any]:
+        """``env.name(*args, **kwargs)`` on every copy, one result per copy; :data:`ALIVE_CALL` gives the
+        :attr:`slot_info` rows."""
+        if name == self.ALIVE_CALL:
+            return [row for row in self.slot_info.copy()]
+        out: list[Any] = []
+        for c in self.copies:
+            out.extend(c.call(name, args, kwargs))
+        return out
+
+    def close(self) -> None:
+        """Close every copy."""
+        for c in self.copies:
+            c.close()
+
+
+def ended_from_slot_info(info: np.ndarray, agents: Sequence[str]) -> list[tuple[int, float, int, dict[str, float]]]:
+    """The team episodes recorded in :attr:`ParallelVec.slot_info` rows (several copies, one after another):
+    ``(first_row, team_return, length, {agent: return})``."""
+    n = len(agents)
+    out = []
+    for first in range(0, info.shape[0], n):
+        rows = info[first : first + n]
+        if np.isnan(rows[0, 2]):
+            continue
+        per_agent = {a: float(r) for a, r in zip(agents, rows[:, 1])}
+        out.append((first, float(sum(per_agent.values())), int(rows[0, 2]), per_agent))
+    return out
+
+
+def make_parallel(factory: Any, name: str = "the env factory") -> Any:
+    """``factory()``, checked to be a PettingZoo ParallelEnv (a ``TypeError`` that says what it returned)."""
+    env = factory()
+    if is_aec_env(env):
+        check_parallel_env(env)  # says how to convert it
+    if not is_parallel_env(env):
+        raise TypeError(
+            f"{name} returned {type(env).__name__}, not a PettingZoo ParallelEnv; it must take no arguments and "
+            "return a new ParallelEnv each time (for example `lambda: simple_spread_v3.parallel_env()`)"
+        )
+    return env
 
 
 def _action_converter(space: spaces.Space) -> Any:

@@ -245,6 +245,12 @@ def check_worker_env(source: EnvSource, num_workers: int) -> None:
     """A ``ValueError`` when ``num_workers > 1`` and ``source`` is an env instance: worker
     processes need a way to build their own copies (``Session`` checks it when it is created,
     :func:`make_runner` when it builds)."""
+    if num_workers > 1 and source.parallel is not None and source.factory is None:
+        raise ValueError(
+            f"num_workers={num_workers} needs a way to build the PettingZoo ParallelEnv in each worker, but an env "
+            "instance cannot be copied to another process. Pass a zero-argument factory instead: "
+            "Session(agent, lambda: simple_spread_v3.parallel_env(), num_workers=...)"
+        )
     if num_workers > 1 and source.instance is not None:
         raise ValueError(
             f"num_workers={num_workers} needs a way to build the env in each worker, but an env "
@@ -283,15 +289,20 @@ def make_runner(
         backend, num_workers, {"envs_per_worker": envs_per_worker, "restart_workers": restart_workers, **options}
     )
     check_step_timeout(step_timeout)
-    if source.parallel is not None:  # a PettingZoo ParallelEnv: one slot per agent
-        from .multiagent import MultiAgentRunner
+    if source.find_parallel() is not None:  # a PettingZoo ParallelEnv (or its factory): one slot per agent
+        from .multiagent import make_multiagent_runner
 
-        if num_workers != 1 or backend not in ("auto", "inprocess"):
-            raise ValueError(
-                f"a PettingZoo ParallelEnv instance ({source.name}) is stepped in the training thread: "
-                f"num_workers={num_workers!r} and backend={backend!r} are not supported for it yet; leave them out"
-            )
-        return MultiAgentRunner(source, agent, seed=seed)
+        return make_multiagent_runner(
+            source,
+            agent,
+            seed=seed,
+            num_workers=num_workers,
+            backend=backend,
+            envs_per_worker=envs_per_worker,
+            restart_workers=restart_workers,
+            step_timeout=step_timeout,
+            **options,
+        )
     if source.vector is not None or backend == "envpool":  # a vector env steps its own envs
         from .vector import make_vector_runner
 

@@ -9,6 +9,9 @@ Protocol over the connection on file descriptor FD (messages are tuples, pickled
 
 * ``("init", factory_blob, env_id, num_envs, seed)``: build ``num_envs`` envs; ``factory_blob`` is
   the user's zero-argument factory serialised with cloudpickle (None when ``env_id`` is given).
+  ``("init", factory_blob, None, copies, seed, layout)``: ``copies`` PettingZoo ParallelEnvs from the
+  factory, one slot per agent with rows laid out as ``layout`` (``envs/multiagent.py``'s ``ParallelVec``);
+  their step answers carry its ``slot_info`` after the game ends' place.
 * ``("reset",)`` -> ``("ok", obs)``
 * a step: ``b"S"`` + the actions' raw bytes (int64 for Discrete, float32 for Box) -> ``b"K"`` + a float32
   head ``[busy_s, ended, has_successes, rewards, terminated, truncated, masks and final_masks if the envs
@@ -71,7 +74,8 @@ def _load_envs_module(here: str | None = None):  # type: ignore[no-untyped-def]
 
 
 def _build(message: tuple, envs_module):  # type: ignore[no-untyped-def]
-    _, blob, env_id, num_envs, seed = message
+    _, blob, env_id, num_envs, seed, *rest = message
+    layout = rest[0] if rest else None  # a PettingZoo ParallelEnv factory: the agent's row layout
     if env_id is not None:
 
         def factory():  # type: ignore[no-untyped-def]
@@ -80,6 +84,10 @@ def _build(message: tuple, envs_module):  # type: ignore[no-untyped-def]
         import cloudpickle
 
         factory = cloudpickle.loads(blob)
+    if layout is not None:  # num_envs copies of a ParallelEnv, one slot per agent (envs/multiagent.py)
+        multi = importlib.import_module(f"{envs_module.__package__}.multiagent")
+        copies = [multi.make_parallel(factory) for _ in range(num_envs)]
+        return multi.ParallelVec(copies, multi.Layout(**layout), seed=seed)
     envs = []
     for _ in range(num_envs):
         env = factory()
@@ -141,6 +149,9 @@ class Server:
             parts += [vec.masks, vec.final_masks]
         if vec.game_ends is not None:  # whole games' raw scores (workbench.envs.atari)
             parts.append(vec.game_ends)
+        slot_info = getattr(vec, "slot_info", None)  # ParallelEnv slots: alive, returns of ended team episodes
+        if slot_info is not None:
+            parts.append(slot_info)
         if successes is not None:
             parts.append(successes)
         head = np.concatenate([p.ravel().astype(np.float32) for p in parts])

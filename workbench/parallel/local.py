@@ -203,7 +203,7 @@ class LocalRunner(Runner):
                     f"the env factory {source.name} cannot be sent to a worker process ({exc}): "
                     "make it a plain function or lambda that builds the env, e.g. `lambda: MyEnv(cfg)`"
                 ) from exc
-        obs_space, action_space = source.spaces()
+        obs_space, action_space = self._spaces(source)
         self.observation_space, self.action_space = obs_space, action_space
         flat = flat_observation_space(obs_space)
         shape = flat.shape
@@ -238,6 +238,13 @@ class LocalRunner(Runner):
             raise
 
     # -- worker plumbing ------------------------------------------------------------------------
+
+    _slot_columns = 0  # floats per env after the game ends in a step answer (ParallelEnv slots: parallel/multiagent.py)
+    _worker_slot_info: np.ndarray | None = None
+
+    def _spaces(self, source: EnvSource) -> tuple[spaces.Space, spaces.Space]:
+        """The spaces of one env as the workers send its observations and take its actions."""
+        return source.spaces()
 
     def _new_worker(self, worker_id: int, first_env: int, num_envs: int) -> _Worker:
         """The worker object (process and connection) for worker ``worker_id``; not started yet."""
@@ -403,6 +410,9 @@ class LocalRunner(Runner):
             found, self._worker_successes = self._worker_successes, None
             if found is not None:
                 self.successes[s] = found  # type: ignore[index]
+            if self._slot_columns:
+                self._store_slot_info(s, self._worker_slot_info)
+                self._worker_slot_info = None
             w.steps += w.num_envs
             w.busy += busy
         self._obs = obs
@@ -419,7 +429,9 @@ class LocalRunner(Runner):
         observations in their own dtypes."""
         m = k * self._mask_size
         has_successes = np.frombuffer(raw, dtype=np.float32, count=3, offset=1)[2] > 0
-        head_len = 3 + 3 * k + 2 * m + (2 * k if self.game_ends is not None else 0) + (k if has_successes else 0)
+        slots = self._slot_columns * k
+        games_len = 2 * k if self.game_ends is not None else 0
+        head_len = 3 + 3 * k + 2 * m + games_len + slots + (k if has_successes else 0)
         buf = np.frombuffer(raw, dtype=np.float32, count=head_len, offset=1)
         busy, ended = float(buf[0]), buf[1] > 0
         if has_successes:  # goal envs' info["is_success"], at the end of the head
@@ -437,10 +449,17 @@ class LocalRunner(Runner):
             at += 2 * m
         if self.game_ends is not None:
             games = buf[at : at + 2 * k].reshape(k, 2).astype(np.float64)
+        at += games_len
+        if slots:
+            self._worker_slot_info = buf[at : at + slots].reshape(k, -1).copy()
         codec, start = self._codec, 1 + 4 * head_len
         obs = codec.decode(raw, start, k)
         final = codec.decode(raw, start + k * codec.row_bytes, k) if ended else None
         return obs, rewards, terminated, truncated, final, busy, masks, games
+
+    def _store_slot_info(self, envs: slice, info: np.ndarray | None) -> None:
+        """What a worker's step answer carried after the game ends (None: a restarted worker); kept by
+        the runners that ask for it (``_slot_columns``)."""
 
     def _track(self) -> None:
         now = time.perf_counter()

@@ -1,4 +1,5 @@
-"""The runner over a PettingZoo ParallelEnv: one slot per agent, stepped in the training thread.
+"""The runners over a PettingZoo ParallelEnv: one slot per agent, in the training thread, in local worker
+processes or in Ray actors (each worker holds its own copies, built from the user's factory).
 
 The slots come from ``workbench.envs.multiagent.ParallelEnvAdapter``; the observation rows are laid
 out as the agent expects (:func:`layout_for`: its own observation, the global state for a centralised
@@ -9,6 +10,7 @@ each agent's return is the signal ``episode_reward/<agent>`` and each group's (I
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,11 +19,27 @@ from gymnasium import spaces
 
 from ..envs.core import EnvSource
 from ..envs.masks import MASK_KEY
-from ..envs.multiagent import ALIVE_KEY, ParallelEnvAdapter, layout_for, parallel_spaces
+from ..envs.multiagent import (
+    ALIVE_KEY,
+    ParallelVec,
+    ended_from_slot_info,
+    layout_for,
+    make_parallel,
+    parallel_spaces,
+)
 from ..loop import Episode, Transitions, env_step
+from .local import LocalRunner
 from .runner import Runner
 
-__all__ = ["MultiAgentRunner", "check_agent_fits", "external_act", "external_feedback", "is_agent_dict"]
+__all__ = [
+    "MultiAgentLocalRunner",
+    "MultiAgentRunner",
+    "check_agent_fits",
+    "external_act",
+    "external_feedback",
+    "is_agent_dict",
+    "make_multiagent_runner",
+]
 
 
 def check_agent_fits(agent: Any, env: Any) -> None:
@@ -48,19 +66,62 @@ def check_agent_fits(agent: Any, env: Any) -> None:
         )
 
 
-class MultiAgentRunner(Runner):
-    """Steps a ParallelEnv for the session's loop, one row per agent."""
+class _SlotEpisodes:
+    """The team episodes and per-agent signals of ParallelEnv slots, read from ``slot_info`` rows
+    (:class:`~workbench.envs.multiagent.ParallelVec`): the same accounting in the training thread and
+    for rows stepped in workers."""
+
+    agents: list[str]
+    groups: dict[str, list[str]]
+    _ended: list[Episode]
+    _signals: list[tuple[str, float]]
+
+    def _init_slots(self, agent: Any, env: Any) -> None:
+        self.agents = list(env.possible_agents)
+        groups = dict(getattr(getattr(agent, "config", None), "groups", None) or {})
+        # IPPO's default groups are the agents themselves: their signal is the agent's, recorded once.
+        self.groups = {g: m for g, m in groups.items() if g not in self.agents}
+        self._ended = []
+        self._signals = []
+
+    def _record(self, slot_info: np.ndarray) -> None:
+        self._ended = []
+        for first, team, length, per_agent in ended_from_slot_info(slot_info, self.agents):
+            self._ended.append(Episode(first, team, length))
+            self._signals.extend((f"episode_reward/{a}", r) for a, r in per_agent.items())
+            for group, members in self.groups.items():
+                self._signals.append((f"episode_reward/{group}", float(sum(per_agent[a] for a in members))))
+
+    @staticmethod
+    def _with_alive(t: Transitions, alive: np.ndarray) -> Transitions:
+        return t._replace(extras={**t.extras, ALIVE_KEY: alive})
+
+    def ended_episodes(self) -> list[Episode]:
+        """The team episodes the last step ended (``episode_reward`` is the team's return; ``env`` is the
+        copy's first row, so a worker backend names the worker it ran in)."""
+        return self._ended
+
+    def drain_signals(self) -> list[tuple[str, float]]:
+        """Each agent's (and group's) return of the episodes ended since the last call, after the
+        backend's own signals."""
+        out, self._signals = self._signals, []
+        return [*super().drain_signals(), *out]  # type: ignore[misc]  # the runner's own (Runner: none)
+
+
+class MultiAgentRunner(_SlotEpisodes, Runner):
+    """Steps a ParallelEnv for the session's loop in the training thread, one row per agent: the user's
+    instance, or ``copies`` copies built from the source's factory (closed with the runner)."""
 
     persistent = True  # the user's ParallelEnv lives on between two start() calls: episodes continue
     backend = "inprocess"
 
-    def __init__(self, source: EnvSource, agent: Any, *, seed: int | None = None) -> None:
+    def __init__(self, source: EnvSource, agent: Any, *, seed: int | None = None, copies: int = 1) -> None:
         env = source.parallel
-        self.envs = ParallelEnvAdapter(env, layout_for(agent, env), seed=seed)
+        self._owned = source.factory is not None
+        envs = [make_parallel(source.factory, source.name) for _ in range(copies)] if self._owned else [env]
+        self.envs = ParallelVec(envs, layout_for(agent, env), seed=seed)
         self.num_envs = self.envs.num_envs
-        self.groups: dict[str, list[str]] = dict(getattr(getattr(agent, "config", None), "groups", None) or {})
-        self._ended: list[Episode] = []
-        self._signals: list[tuple[str, float]] = []
+        self._init_slots(agent, env)
 
     @property
     def masks(self) -> np.ndarray | None:  # type: ignore[override]
@@ -80,30 +141,133 @@ class MultiAgentRunner(Runner):
         """One step of every agent; the rows of absent agents carry ``"alive"`` 0 in the extras."""
         alive = self.envs.alive.astype(np.float32)
         t, next_obs = env_step(agent, self.envs, obs)
-        t = t._replace(extras={**t.extras, ALIVE_KEY: alive})
-        self._ended = []
-        for team, length, per_agent in self.envs.ended:
-            self._ended.append(Episode(0, team, length))
-            self._signals.extend((f"episode_reward/{a}", r) for a, r in per_agent.items())
-            for group, members in self.groups.items():
-                self._signals.append((f"episode_reward/{group}", float(sum(per_agent[a] for a in members))))
-        return t, next_obs
-
-    def ended_episodes(self) -> list[Episode]:
-        """The team episodes the last step ended (``episode_reward`` is the team's return)."""
-        return self._ended
-
-    def drain_signals(self) -> list[tuple[str, float]]:
-        """Each agent's (and group's) return of the episodes ended since the last call."""
-        out, self._signals = self._signals, []
-        return out
+        self._record(self.envs.slot_info)
+        return self._with_alive(t, alive), next_obs
 
     def call(self, name: str, args: Any = (), kwargs: dict[str, Any] | None = None) -> list[Any]:
-        """``session.call_env``: the method on the ParallelEnv."""
+        """``session.call_env``: the method on the ParallelEnv (one result per copy)."""
         return self.envs.call(name, tuple(args), dict(kwargs or {}))
 
     def close(self) -> None:
-        """The ParallelEnv belongs to the application: it stays open."""
+        """Copies built from a factory are closed; a user's ParallelEnv instance stays open."""
+        if self._owned:
+            self.envs.close()
+
+
+class _WorkerSlots(_SlotEpisodes):
+    """ParallelEnv copies in worker processes (local) or Ray actors: each worker builds ``copies``
+    ParallelEnvs from the user's factory and steps them as a :class:`~workbench.envs.multiagent.ParallelVec`
+    (``_worker.py``); its step answers carry the slots' ``slot_info`` (who is present, the returns of
+    ended team episodes), so the learner keeps the same accounting as in-process."""
+
+    _slot_columns = ParallelVec.SLOT_COLUMNS
+    num_envs: int
+
+    def __init__(self, source: EnvSource, agent: Any, num_workers: int, copies: int, **options: Any) -> None:
+        env = source.parallel
+        self._layout = layout_for(agent, env)
+        self._act_space = parallel_spaces(env, same_obs=False)[1]
+        self._init_slots(agent, env)
+        self.copies_per_worker = copies
+        super().__init__(source, num_workers, copies * len(self.agents), **options)  # type: ignore[call-arg]
+        self.slot_info = np.full((self.num_envs, ParallelVec.SLOT_COLUMNS), np.nan, np.float32)
+        self.slot_info[:, 0] = 1.0
+
+    def _spaces(self, source: EnvSource) -> tuple[spaces.Space, spaces.Space]:
+        return spaces.Box(-np.inf, np.inf, (self._layout.size,), np.float32), self._act_space
+
+    def _send_init(self, w: Any, seed: int | None) -> None:
+        copies = w.num_envs // len(self.agents)
+        worker_seed = None if seed is None else seed + 100_003 * w.id
+        layout = dataclasses.asdict(self._layout)
+        w.conn.send(("init", self._blob, None, copies, worker_seed, layout))  # type: ignore[attr-defined]
+
+    def _store_slot_info(self, envs: slice, info: np.ndarray | None) -> None:
+        if info is None:  # a restarted worker: its copies start afresh, every agent present
+            self.slot_info[envs] = (1.0, np.nan, np.nan)
+        else:
+            self.slot_info[envs] = info
+
+    def reset(self) -> np.ndarray:
+        """Reset every copy in every worker; the rows, and who is present in each copy."""
+        obs = super().reset()  # type: ignore[misc]
+        rows = self.call(ParallelVec.ALIVE_CALL)  # type: ignore[attr-defined]
+        self.slot_info[:] = np.asarray(rows, np.float32).reshape(self.num_envs, -1)
+        return obs
+
+    def transitions(self, agent: Any, obs: Any) -> tuple[Transitions, Any]:
+        """One step of every agent in every worker; absent agents' rows carry ``"alive"`` 0."""
+        alive = self.slot_info[:, 0].astype(np.float32)
+        t, next_obs = env_step(agent, self, obs)  # type: ignore[arg-type]
+        self._record(self.slot_info)
+        return self._with_alive(t, alive), next_obs
+
+
+class MultiAgentLocalRunner(_WorkerSlots, LocalRunner):
+    """``num_workers`` worker processes, each stepping ``copies`` ParallelEnvs built from the user's factory
+    (``Session(agent, make_env, num_workers=N, backend="local")``)."""
+
+
+def _ray_runner(source: EnvSource, agent: Any, num_workers: int, copies: int, **options: Any) -> Runner:
+    from .ray_envs import RayEnvRunner
+
+    class MultiAgentRayRunner(_WorkerSlots, RayEnvRunner):
+        """Ray actors, each stepping ``copies`` ParallelEnvs built from the user's factory, for the learner's
+        actions (``backend="ray"``: the actors step envs, the learner acts for every agent)."""
+
+    return MultiAgentRayRunner(source, agent, num_workers, copies, **options)
+
+
+def make_multiagent_runner(
+    source: EnvSource,
+    agent: Any,
+    *,
+    seed: int | None,
+    num_workers: int,
+    backend: str,
+    envs_per_worker: int | None,
+    restart_workers: bool,
+    step_timeout: float | None,
+    **options: Any,
+) -> Runner:
+    """The runner for a PettingZoo ParallelEnv source (``make_runner``'s branch): in the training thread
+    (one worker; the user's instance, or a copy from a factory), or ``num_workers`` local worker processes
+    or Ray actors each holding ``envs_per_worker`` copies (default 1) built from a factory. Backend
+    ``"auto"`` with several workers is local workers; ``"inprocess"`` with several steps
+    ``num_workers * envs_per_worker`` copies in the training thread."""
+    copies = 1 if envs_per_worker is None else int(envs_per_worker)
+    workers = num_workers > 1 or backend in ("local", "ray") or step_timeout is not None
+    if backend == "envpool":
+        raise ValueError(f"backend='envpool' steps EnvPool's own envs, not the PettingZoo ParallelEnv {source.name}")
+    if backend == "inprocess" and step_timeout is not None:
+        raise ValueError(
+            "step_timeout needs worker processes: an env.step running in the training thread cannot "
+            "be interrupted. Use backend='local' (one worker is enough) or backend='ray'"
+        )
+    if workers and backend != "inprocess" and source.factory is None:
+        raise ValueError(
+            f"num_workers={num_workers} with backend={backend!r} builds the ParallelEnv in each worker, but an env "
+            f"instance ({source.name}) cannot be copied to another process. Pass a zero-argument factory instead: "
+            "Session(agent, lambda: simple_spread_v3.parallel_env(), num_workers=..., backend='local')"
+        )
+    if not workers or backend == "inprocess":
+        if source.factory is None and num_workers * copies > 1:
+            raise ValueError(
+                f"backend='inprocess' with {num_workers * copies} copies of the ParallelEnv needs a zero-argument "
+                f"factory to build them; got the instance {source.name}"
+            )
+        return MultiAgentRunner(source, agent, seed=seed, copies=num_workers * copies if workers else 1)
+    common: dict[str, Any] = {"seed": seed, "restart_workers": restart_workers, "step_timeout": step_timeout}
+    if backend in ("auto", "local"):
+        return MultiAgentLocalRunner(source, agent, num_workers, copies, **common)
+    acting = options.pop("ray_acting", None)
+    if acting == "workers" or options.get("sync_every") is not None:
+        raise ValueError(
+            "with a PettingZoo ParallelEnv, Ray actors step the envs and the learner acts for every agent "
+            "(what ray_acting='learner' does for single-agent envs): leave ray_acting and sync_every out"
+        )
+    options.pop("sync_every", None)
+    return _ray_runner(source, agent, num_workers, copies, **common, **options)
 
 
 # -- an external session with several agents (Session.act / Session.feedback with dicts) ------------
