@@ -19,6 +19,7 @@ Not part of the test suite: results are pasted into docs/sparse.md with the budg
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import time
@@ -219,6 +220,44 @@ def run_rnd(steps: int, seed: int, rnd: bool, raw_rewards: bool = False) -> tupl
     return wall, float(np.mean(returns)), int(sum(r > -200 for r in returns))
 
 
+def make_minigrid(env_id: str):
+    """A MiniGrid env as a flat vector: the agent's 7x7 view (object, colour, state per cell), no mission text."""
+    import gymnasium as gym
+    import minigrid  # noqa: F401  (registers the MiniGrid ids)
+    from minigrid.wrappers import ImgObsWrapper
+
+    return gym.wrappers.FlattenObservation(ImgObsWrapper(gym.make(env_id)))
+
+
+def run_rnd_minigrid(env_id: str, steps: int, seed: int, rnd: bool, coef: float) -> tuple[float, float, int]:
+    # rl-baselines3-zoo's PPO settings for MiniGrid-DoorKey-5x5 (8 envs, n_steps 128, batch 64, lambda 0.95,
+    # 10 epochs, lr 2.5e-4, observations and rewards normalised), on the flattened 7x7 view.
+    factory = functools.partial(make_minigrid, env_id)
+    agent = wb.PPO(
+        factory,
+        seed=seed,
+        n_envs=8,
+        n_steps=128,
+        batch_size=64,
+        gae_lambda=0.95,
+        gamma=0.99,
+        n_epochs=10,
+        ent_coef=0.0,
+        learning_rate=2.5e-4,
+        clip_range=0.2,
+        normalize_observations=True,
+        normalize_rewards=True,
+        intrinsic=wb.RND() if rnd else None,
+        intrinsic_coef=coef,
+    )
+    session = wb.Session(agent, factory, seed=seed)
+    t0 = time.perf_counter()
+    session.run(steps=steps)
+    wall = time.perf_counter() - t0
+    returns = agent.play(factory(), episodes=20, seed=10_000 + seed)
+    return wall, float(np.mean(returns)), int(sum(r > 0 for r in returns))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("task", choices=["her", "fetch", "rnd"])
@@ -229,6 +268,8 @@ def main() -> None:
     parser.add_argument("--no-sb3", action="store_true")
     parser.add_argument("--env-id", default="FetchReach-v4", help="fetch: the gymnasium-robotics id")
     parser.add_argument("--episodes", type=int, default=50, help="fetch: deterministic eval episodes per run")
+    parser.add_argument("--minigrid", default=None, help="rnd: a MiniGrid id (MiniGrid-DoorKey-5x5-v0) for MountainCar")
+    parser.add_argument("--coef", type=float, default=1.0, help="rnd: intrinsic_coef")
     parser.add_argument("--raw-rewards", action="store_true", help="rnd: without the zoo's reward normalisation")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -252,14 +293,22 @@ def main() -> None:
     else:
         steps = args.steps or 100_000
         raw = args.raw_rewards
+        grid = args.minigrid
         runs = {
             "PPO+RND": lambda seed: run_rnd(steps, seed, True, raw),
             "PPO": lambda seed: run_rnd(steps, seed, False, raw),
         }
-        print(
-            f"MountainCar-v0, {steps} env steps per run, eval of 10 episodes"
-            + (", rewards not normalised" if raw else "")
-        )
+        if grid:
+            runs = {
+                "PPO+RND": lambda seed: run_rnd_minigrid(grid, steps, seed, True, args.coef),
+                "PPO": lambda seed: run_rnd_minigrid(grid, steps, seed, False, args.coef),
+            }
+            print(f"{grid}, {steps} env steps per run, intrinsic_coef {args.coef}, eval of 20 episodes")
+        else:
+            print(
+                f"MountainCar-v0, {steps} env steps per run, eval of 10 episodes"
+                + (", rewards not normalised" if raw else "")
+            )
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         for name, run in runs.items():
             result = run(seed)
@@ -267,19 +316,23 @@ def main() -> None:
             print(f"  {name:26s} seed {seed}: " + ", ".join(f"{v:.3g}" for v in result), flush=True)
     print(
         "\n| run | "
-        + ("success rate per seed" if args.task in ("her", "fetch") else "eval return per seed (flag reached /10)")
+        + (
+            "success rate per seed"
+            if args.task in ("her", "fetch")
+            else ("eval return per seed (solved /20)" if args.minigrid else "eval return per seed (flag reached /10)")
+        )
         + " | median wall (s) |\n|---|---|---|"
     )
     for name, results in rows.items():
         if args.task in ("her", "fetch"):
             per_seed = ", ".join(f"{r[1]:.2f}" for r in results)
         else:
-            per_seed = ", ".join(f"{r[1]:.0f} ({r[2]})" for r in results)
+            per_seed = ", ".join(f"{r[1]:.2f} ({r[2]})" if args.minigrid else f"{r[1]:.0f} ({r[2]})" for r in results)
         print(f"| {name} | {per_seed} | {statistics.median(r[0] for r in results):.0f} |")
     names = list(rows)
     if len(names) > 1 and names[-1].startswith("SB3"):
-        peer = statistics.median(r[0] for r in rows[names[-1]])
-        print(f"wall time of {names[0]} / {names[-1]} (medians): {statistics.median(r[0] for r in rows[names[0]]) / peer:.2f}")
+        ours, peer = (statistics.median(r[0] for r in rows[name]) for name in (names[0], names[-1]))
+        print(f"wall time of {names[0]} / {names[-1]} (medians): {ours / peer:.2f}")
     print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
