@@ -11,6 +11,7 @@ import pytest
 import workbench as wb
 from workbench.envs.goals import BitFlippingEnv
 from workbench.memory.her import HerMemory
+from workbench.parallel.ray_start import init_private_ray
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -47,7 +48,9 @@ def _check_whole_episodes_and_relabelling(memory: HerMemory, n_bits: int, time_l
 
 def test_her_sessions_train_and_relabel_through_ray_workers():
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="warning")
+    # The library's own start of a private Ray (loopback only, lean imports: its processes start faster).
+    options = dict(num_cpus=2, include_dashboard=False, logging_level="warning", _node_ip_address="127.0.0.1")
+    init_private_ray(ray, options)
     try:
         make_bits = functools.partial(BitFlippingEnv, n_bits=N_BITS)
         agent = wb.DQN(
