@@ -1,16 +1,21 @@
-"""Sparse rewards: Hindsight Experience Replay on bit flipping, and RND on MountainCar.
+"""Sparse rewards: Hindsight Experience Replay on bit flipping and FetchReach, and RND on MountainCar or MiniGrid.
 
 * ``her``: the HER paper's bit-flipping task (``BitFlipping-v0``, 15 bits by default): DQN with
   ``wb.HerReplay(strategy="future", n_sampled_goal=4)``, DQN alone, and Stable-Baselines3's DQN with its
   ``HerReplayBuffer`` at the same settings (when stable-baselines3 is installed), interleaved seed by seed
-  in this same run. Prints per run the success rate of 100 deterministic episodes and the wall time.
-  (The issue's FetchReach comparison needs gymnasium-robotics and mujoco; bit flipping is what runs here.)
-* ``rnd``: ``MountainCar-v0`` with PPO plus ``wb.RND()`` against PPO alone: the eval return of 10
-  deterministic episodes and how many of them reached the flag (return > -200), and the wall time.
+  in this same run. Prints per run the wall time and the success rate of 100 deterministic episodes.
+* ``fetch``: gymnasium-robotics' ``FetchReach-v4`` (``pip install rl-workbench[robotics]``) with SAC and
+  ``HerReplay`` against SB3's SAC with ``HerReplayBuffer``, rl-baselines3-zoo's settings (``FETCH_SETTINGS``):
+  the wall time and the success rate of ``--episodes`` deterministic episodes.
+* ``rnd``: ``MountainCar-v0`` (or ``--minigrid MiniGrid-DoorKey-5x5-v0``) with PPO plus ``wb.RND()`` against PPO
+  alone: the eval return of 10 (MiniGrid: 20) deterministic episodes and how many of them reached the goal, and
+  the wall time.
 
     python benchmarks/sparse.py her --seeds 3 --steps 12000
+    python benchmarks/sparse.py fetch --seeds 3 --steps 20000
     python benchmarks/sparse.py rnd --seeds 3 --steps 100000
     python benchmarks/sparse.py rnd --seeds 3 --steps 30000 --raw-rewards   # no reward normalisation
+    python benchmarks/sparse.py rnd --seeds 3 --steps 100000 --minigrid MiniGrid-DoorKey-5x5-v0
     python benchmarks/sparse.py her --bits 8 --steps 3000 --no-sb3     # a quick look
 
 Not part of the test suite: results are pasted into docs/sparse.md with the budget they had.
