@@ -1,16 +1,21 @@
-"""Sparse rewards: Hindsight Experience Replay on bit flipping, and RND on MountainCar.
+"""Sparse rewards: Hindsight Experience Replay on bit flipping and FetchReach, and RND on MountainCar or MiniGrid.
 
 * ``her``: the HER paper's bit-flipping task (``BitFlipping-v0``, 15 bits by default): DQN with
   ``wb.HerReplay(strategy="future", n_sampled_goal=4)``, DQN alone, and Stable-Baselines3's DQN with its
   ``HerReplayBuffer`` at the same settings (when stable-baselines3 is installed), interleaved seed by seed
-  in this same run. Prints per run the success rate of 100 deterministic episodes and the wall time.
-  (The issue's FetchReach comparison needs gymnasium-robotics and mujoco; bit flipping is what runs here.)
-* ``rnd``: ``MountainCar-v0`` with PPO plus ``wb.RND()`` against PPO alone: the eval return of 10
-  deterministic episodes and how many of them reached the flag (return > -200), and the wall time.
+  in this same run. Prints per run the wall time and the success rate of 100 deterministic episodes.
+* ``fetch``: gymnasium-robotics' ``FetchReach-v4`` (``pip install rl-workbench[robotics]``) with SAC and
+  ``HerReplay`` against SB3's SAC with ``HerReplayBuffer``, rl-baselines3-zoo's settings (``FETCH_SETTINGS``):
+  the wall time and the success rate of ``--episodes`` deterministic episodes.
+* ``rnd``: ``MountainCar-v0`` (or ``--minigrid MiniGrid-DoorKey-5x5-v0``) with PPO plus ``wb.RND()`` against PPO
+  alone: the eval return of 10 (MiniGrid: 20) deterministic episodes and how many of them reached the goal, and
+  the wall time.
 
-    python benchmarks/sparse.py her --seeds 3 --steps 20000
+    python benchmarks/sparse.py her --seeds 3 --steps 12000
+    python benchmarks/sparse.py fetch --seeds 3 --steps 20000
     python benchmarks/sparse.py rnd --seeds 3 --steps 100000
     python benchmarks/sparse.py rnd --seeds 3 --steps 30000 --raw-rewards   # no reward normalisation
+    python benchmarks/sparse.py rnd --seeds 3 --steps 100000 --minigrid MiniGrid-DoorKey-5x5-v0
     python benchmarks/sparse.py her --bits 8 --steps 3000 --no-sb3     # a quick look
 
 Not part of the test suite: results are pasted into docs/sparse.md with the budget they had.
@@ -19,6 +24,8 @@ Not part of the test suite: results are pasted into docs/sparse.md with the budg
 from __future__ import annotations
 
 import argparse
+import functools
+import os
 import statistics
 import time
 
@@ -117,6 +124,79 @@ def run_sb3_her(n_bits: int, steps: int, seed: int) -> tuple[float, float]:
     return wall, success_rate(lambda obs: int(model.predict(obs, deterministic=True)[0]), n_bits)
 
 
+# rl-baselines3-zoo's SAC+HER settings for FetchReach (hyperparams/sac.yml, FetchReach-v1): 20,000 steps, buffer 1e6,
+# batch 256, gamma 0.95, lr 1e-3, learning_starts 1000, ent_coef auto, net [64, 64], one critic, HER future with 4
+# sampled goals. Left out in both libraries: the zoo's VecNormalize and TimeFeatureWrapper (HerReplay refuses
+# observation normalisation: it relabels goals in the raw observations).
+FETCH_SETTINGS = dict(
+    buffer_size=1_000_000,
+    batch_size=256,
+    gamma=0.95,
+    learning_rate=1e-3,
+    learning_starts=1000,
+    net_arch=(64, 64),
+    n_critics=1,
+)
+
+
+def make_fetch(env_id: str):
+    import gymnasium as gym
+    import gymnasium_robotics
+
+    gym.register_envs(gymnasium_robotics)
+    return gym.make(env_id)
+
+
+def fetch_success(act, env_id: str, episodes: int, seed: int = 10_000) -> float:
+    """The share of ``episodes`` whose last step has ``info["is_success"]`` under ``act(obs) -> action``."""
+    env = make_fetch(env_id)
+    wins = 0
+    for i in range(episodes):
+        obs, _ = env.reset(seed=seed + i)
+        done, info = False, {}
+        while not done:
+            obs, _, terminated, truncated, info = env.step(act(obs))
+            done = terminated or truncated
+        wins += bool(info.get("is_success"))
+    env.close()
+    return wins / episodes
+
+
+def run_workbench_fetch(env_id: str, steps: int, seed: int, episodes: int) -> tuple[float, float]:
+    env = make_fetch(env_id)
+    agent = wb.SAC(
+        env, seed=seed, ent_coef="auto", replay=wb.HerReplay(strategy="future", n_sampled_goal=4), **FETCH_SETTINGS
+    )
+    session = wb.Session(agent, env, seed=seed)
+    t0 = time.perf_counter()
+    session.run(steps=steps)
+    wall = time.perf_counter() - t0
+    agent.eval()
+    return wall, fetch_success(lambda obs: agent.act(obs, deterministic=True), env_id, episodes)
+
+
+def run_sb3_fetch(env_id: str, steps: int, seed: int, episodes: int) -> tuple[float, float]:
+    from stable_baselines3 import SAC, HerReplayBuffer
+
+    s = dict(FETCH_SETTINGS)
+    net_arch, n_critics = list(s.pop("net_arch")), s.pop("n_critics")
+    model = SAC(
+        "MultiInputPolicy",
+        make_fetch(env_id),
+        replay_buffer_class=HerReplayBuffer,
+        replay_buffer_kwargs=dict(n_sampled_goal=4, goal_selection_strategy="future"),
+        ent_coef="auto",
+        policy_kwargs=dict(net_arch=net_arch, n_critics=n_critics),
+        seed=seed,
+        device="cpu",
+        **s,
+    )
+    t0 = time.perf_counter()
+    model.learn(total_timesteps=steps)
+    wall = time.perf_counter() - t0
+    return wall, fetch_success(lambda obs: model.predict(obs, deterministic=True)[0], env_id, episodes)
+
+
 def run_rnd(steps: int, seed: int, rnd: bool, raw_rewards: bool = False) -> tuple[float, float, int]:
     # rl-baselines3-zoo's MountainCar-v0 PPO settings (normalize, 16 envs, n_steps 16, lambda 0.98, 4 epochs);
     # raw_rewards: without the zoo's reward normalisation (the observations stay normalised).
@@ -145,20 +225,63 @@ def run_rnd(steps: int, seed: int, rnd: bool, raw_rewards: bool = False) -> tupl
     return wall, float(np.mean(returns)), int(sum(r > -200 for r in returns))
 
 
+def make_minigrid(env_id: str):
+    """A MiniGrid env as a flat vector: the agent's 7x7 view (object, colour, state per cell), no mission text."""
+    import gymnasium as gym
+    import minigrid  # noqa: F401  (registers the MiniGrid ids)
+    from minigrid.wrappers import ImgObsWrapper
+
+    return gym.wrappers.FlattenObservation(ImgObsWrapper(gym.make(env_id)))
+
+
+def run_rnd_minigrid(env_id: str, steps: int, seed: int, rnd: bool, coef: float) -> tuple[float, float, int]:
+    # rl-baselines3-zoo's PPO settings for MiniGrid-DoorKey-5x5 (8 envs, n_steps 128, batch 64, lambda 0.95,
+    # 10 epochs, lr 2.5e-4, observations and rewards normalised), on the flattened 7x7 view.
+    factory = functools.partial(make_minigrid, env_id)
+    agent = wb.PPO(
+        factory,
+        seed=seed,
+        n_envs=8,
+        n_steps=128,
+        batch_size=64,
+        gae_lambda=0.95,
+        gamma=0.99,
+        n_epochs=10,
+        ent_coef=0.0,
+        learning_rate=2.5e-4,
+        clip_range=0.2,
+        normalize_observations=True,
+        normalize_rewards=True,
+        intrinsic=wb.RND() if rnd else None,
+        intrinsic_coef=coef,
+    )
+    session = wb.Session(agent, factory, seed=seed)
+    t0 = time.perf_counter()
+    session.run(steps=steps)
+    wall = time.perf_counter() - t0
+    returns = agent.play(factory(), episodes=20, seed=10_000 + seed)
+    return wall, float(np.mean(returns)), int(sum(r > 0 for r in returns))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("task", choices=["her", "rnd"])
+    parser.add_argument("task", choices=["her", "fetch", "rnd"])
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1")
     parser.add_argument("--steps", type=int, default=None, help="env steps per run (her: 20000, rnd: 100000)")
     parser.add_argument("--bits", type=int, default=15)
     parser.add_argument("--no-sb3", action="store_true")
+    parser.add_argument("--env-id", default="FetchReach-v4", help="fetch: the gymnasium-robotics id")
+    parser.add_argument("--episodes", type=int, default=50, help="fetch: deterministic eval episodes per run")
+    parser.add_argument("--minigrid", default=None, help="rnd: a MiniGrid id (MiniGrid-DoorKey-5x5-v0) for MountainCar")
+    parser.add_argument("--coef", type=float, default=1.0, help="rnd: intrinsic_coef")
     parser.add_argument("--raw-rewards", action="store_true", help="rnd: without the zoo's reward normalisation")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     rows: dict[str, list[tuple]] = {}
     if args.task == "her":
-        steps = args.steps or 20_000
+        steps = args.steps or 12_000
         runs = {
             "workbench DQN+HER": lambda seed: run_workbench_her(args.bits, steps, seed, True),
             "workbench DQN": lambda seed: run_workbench_her(args.bits, steps, seed, False),
@@ -166,17 +289,31 @@ def main() -> None:
         if not args.no_sb3:
             runs["SB3 DQN+HerReplayBuffer"] = lambda seed: run_sb3_her(args.bits, steps, seed)
         print(f"bit flipping, {args.bits} bits, {steps} env steps per run, success rate of 100 episodes")
+    elif args.task == "fetch":
+        steps = args.steps or 20_000
+        runs = {"workbench SAC+HER": lambda seed: run_workbench_fetch(args.env_id, steps, seed, args.episodes)}
+        if not args.no_sb3:
+            runs["SB3 SAC+HerReplayBuffer"] = lambda seed: run_sb3_fetch(args.env_id, steps, seed, args.episodes)
+        print(f"{args.env_id}, {steps} env steps per run, success rate of {args.episodes} episodes")
     else:
         steps = args.steps or 100_000
         raw = args.raw_rewards
+        grid = args.minigrid
         runs = {
             "PPO+RND": lambda seed: run_rnd(steps, seed, True, raw),
             "PPO": lambda seed: run_rnd(steps, seed, False, raw),
         }
-        print(
-            f"MountainCar-v0, {steps} env steps per run, eval of 10 episodes"
-            + (", rewards not normalised" if raw else "")
-        )
+        if grid:
+            runs = {
+                "PPO+RND": lambda seed: run_rnd_minigrid(grid, steps, seed, True, args.coef),
+                "PPO": lambda seed: run_rnd_minigrid(grid, steps, seed, False, args.coef),
+            }
+            print(f"{grid}, {steps} env steps per run, intrinsic_coef {args.coef}, eval of 20 episodes")
+        else:
+            print(
+                f"MountainCar-v0, {steps} env steps per run, eval of 10 episodes"
+                + (", rewards not normalised" if raw else "")
+            )
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         for name, run in runs.items():
             result = run(seed)
@@ -184,15 +321,24 @@ def main() -> None:
             print(f"  {name:26s} seed {seed}: " + ", ".join(f"{v:.3g}" for v in result), flush=True)
     print(
         "\n| run | "
-        + ("success rate per seed" if args.task == "her" else "eval return per seed (flag reached /10)")
+        + (
+            "success rate per seed"
+            if args.task in ("her", "fetch")
+            else ("eval return per seed (solved /20)" if args.minigrid else "eval return per seed (flag reached /10)")
+        )
         + " | median wall (s) |\n|---|---|---|"
     )
     for name, results in rows.items():
-        if args.task == "her":
+        if args.task in ("her", "fetch"):
             per_seed = ", ".join(f"{r[1]:.2f}" for r in results)
         else:
-            per_seed = ", ".join(f"{r[1]:.0f} ({r[2]})" for r in results)
+            per_seed = ", ".join(f"{r[1]:.2f} ({r[2]})" if args.minigrid else f"{r[1]:.0f} ({r[2]})" for r in results)
         print(f"| {name} | {per_seed} | {statistics.median(r[0] for r in results):.0f} |")
+    names = list(rows)
+    if len(names) > 1 and names[-1].startswith("SB3"):
+        ours, peer = (statistics.median(r[0] for r in rows[name]) for name in (names[0], names[-1]))
+        print(f"wall time of {names[0]} / {names[-1]} (medians): {ours / peer:.2f}")
+    print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":
