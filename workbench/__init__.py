@@ -60,7 +60,7 @@ from .parallel import WorkerError
 from .presets import PRESETS, Preset, preset
 from .run.registry import sessions
 from .schedules import Schedule, linear
-from .session import Session
+from .session import Session, _warm_views
 from .signals import Signal, SignalSet
 from .validation import ArgumentError, NonFiniteLossError
 
@@ -172,3 +172,8 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
+
+
+# In a Jupyter kernel the dashboard's modules start importing in the background now, beside the first cell's
+# agent and session (issue 40: a newcomer's first paint); anywhere else this does nothing.
+_warm_views()

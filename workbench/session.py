@@ -540,10 +540,11 @@ _WARMING: list[threading.Thread] = []  # the one thread that imports the dashboa
 
 def _warm_views() -> None:
     """In a Jupyter kernel, import the dashboard's modules (ipywidgets, anywidget, ``workbench.ui.dashboard``)
-    in a background thread when the first session is made, once per kernel: showing a session then only
-    builds its widgets, and the import does not compete with a run that starts in the same cell as the
-    dashboard (``session.start(...); session``). Outside a kernel (scripts, the command line, tests)
-    nothing is imported. A failed import is left for showing the session to report (it names the extra)."""
+    in a background thread when workbench is imported or the first session is made, once per kernel: showing a
+    session then only builds its widgets, the import runs beside the agent's construction (time spent in torch,
+    without the GIL) and it does not compete with a run that starts in the same cell as the dashboard
+    (``session.start(...); session``). Outside a kernel (scripts, the command line, tests) nothing is
+    imported. A failed import is left for showing the session to report (it names the extra)."""
     if _WARMING or "ipykernel" not in sys.modules or "workbench.ui.dashboard" in sys.modules:
         return
     shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()

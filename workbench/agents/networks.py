@@ -9,6 +9,8 @@ from collections.abc import Iterator, Sequence
 import torch
 from torch import nn
 
+from .kernels.private_torch import build_optimizer
+
 __all__ = [
     "ACTIVATIONS",
     "DuelingQNetwork",
@@ -68,9 +70,9 @@ def make_adam(params: Sequence[torch.Tensor] | object, lr: float, eps: float = 1
     """Adam with the fastest CPU kernel available (fused, else foreach); ``agents.kernels`` steps it."""
     params = list(params)  # type: ignore[call-overload]
     try:
-        return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)  # type: ignore[arg-type]
+        return build_optimizer(torch.optim.Adam, params, lr=lr, eps=eps, fused=True)
     except (RuntimeError, TypeError, ValueError):  # pragma: no cover - older torch builds
-        return torch.optim.Adam(params, lr=lr, eps=eps, foreach=True)  # type: ignore[arg-type]
+        return build_optimizer(torch.optim.Adam, params, lr=lr, eps=eps, foreach=True)
 
 
 class DuelingQNetwork(nn.Module):

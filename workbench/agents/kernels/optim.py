@@ -244,7 +244,7 @@ class FlatRMSprop:
         """One RMSprop step: on the flat buffers when bound, else ``optimizer.step()`` (which
         creates the state on the first step), after which the buffers are bound."""
         if not self._bound:
-            self.optimizer.step()
+            private_torch.step(self.optimizer)
             self._bind()
             return
         g = self.optimizer.param_groups[0]

@@ -12,7 +12,10 @@ speed here, never correctness (``tests/test_kernels.py`` forces each fallback).
 
 from __future__ import annotations
 
+import sys
+import types
 from collections.abc import Sequence
+from typing import Any, TypeVar
 
 import torch
 import torch.optim.optimizer as _torch_optimizer
@@ -21,6 +24,7 @@ from torch import nn
 __all__ = [
     "OK",
     "adam_step",
+    "build_optimizer",
     "foreach_add_",
     "foreach_copy_",
     "foreach_lerp_",
@@ -32,6 +36,7 @@ __all__ = [
     "optimizer_hooks_set",
     "probe",
     "relu_backward_",
+    "step",
 ]
 
 OK: dict[str, bool] = {}
@@ -149,6 +154,88 @@ def relu_backward_(grad: torch.Tensor, activation: torch.Tensor) -> None:
     grad.masked_fill_(activation <= 0, 0.0)
 
 
+# -- optimizers built and stepped before torch._dynamo is imported --------------------------------------
+#
+# torch.optim's Optimizer wraps ``add_param_group`` (so its constructor), ``zero_grad``, ``state_dict`` and
+# ``load_state_dict`` in ``torch._disable_dynamo`` and ``step`` in ``_use_grad_for_differentiable``: each
+# imports ``torch._dynamo`` on its first call, a second or more of imports before a newcomer's first
+# cell can show anything (issue 40). Those wrappers only matter while torch.compile traces, and nothing
+# can be traced before ``torch._dynamo`` is imported (torch.compile imports it). So until then an
+# optimizer is built and stepped through the wrapped bodies, called as the wrappers call them; once
+# ``torch._dynamo`` is loaded (by anyone), the public calls are taken again. The wrappers are recognised
+# by their code objects, so a torch whose wrappers differ takes the public calls every time.
+
+_Opt = TypeVar("_Opt", bound=torch.optim.Optimizer)
+
+
+def _unused(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+def _code(wrap: Any) -> Any:
+    try:
+        return wrap(_unused).__code__
+    except Exception:  # a torch without the wrapper
+        return None
+
+
+_DISABLE_DYNAMO_CODE = _code(getattr(torch, "_disable_dynamo", None))
+_USE_GRAD_CODE = _code(getattr(_torch_optimizer, "_use_grad_for_differentiable", None))
+_PROFILE_HOOK_CODE = _code(getattr(torch.optim.Optimizer, "profile_hook_step", None))
+
+
+def _dynamo_loaded() -> bool:
+    return "torch._dynamo" in sys.modules
+
+
+def _unwrap(fn: Any, code: Any) -> Any:
+    """The function ``fn`` wraps when ``fn`` is the wrapper whose code is ``code``, else None."""
+    if code is not None and getattr(fn, "__code__", None) is code:
+        return getattr(fn, "__wrapped__", None)
+    return None
+
+
+def build_optimizer(cls: type[_Opt], params: Any, **kwargs: Any) -> _Opt:
+    """``cls(params, **kwargs)``; before ``torch._dynamo`` is imported, its parameter groups are added
+    through ``Optimizer.add_param_group``'s own body (the same dictionary, the same checks), on this
+    instance only, so building it imports nothing."""
+    public = torch.optim.Optimizer.__dict__.get("add_param_group")
+    body = _unwrap(public, _DISABLE_DYNAMO_CODE)
+    if body is None or _dynamo_loaded() or getattr(cls, "add_param_group", None) is not public:
+        return cls(params, **kwargs)
+    optimizer = cls.__new__(cls)
+    optimizer.__dict__["add_param_group"] = types.MethodType(body, optimizer)
+    try:
+        cls.__init__(optimizer, params, **kwargs)  # type: ignore[misc]
+    finally:
+        optimizer.__dict__.pop("add_param_group", None)
+    return optimizer
+
+
+def step(optimizer: torch.optim.Optimizer) -> None:
+    """``optimizer.step()``. Before ``torch._dynamo`` is imported, with no step hook set, it calls the
+    step's body as ``step()`` does (grad mode set to the optimizer's ``differentiable``, then restored)
+    without the wrappers that import ``torch._dynamo`` and time the step for the profiler."""
+    if _dynamo_loaded() or optimizer_hooks_set(optimizer):
+        optimizer.step()
+        return
+    wrapper = type(optimizer).step
+    if getattr(wrapper, "hooked", False):
+        wrapper = _unwrap(wrapper, _PROFILE_HOOK_CODE)
+    body = _unwrap(wrapper, _USE_GRAD_CODE)
+    differentiable = optimizer.defaults.get("differentiable")
+    if body is None or not isinstance(differentiable, bool):
+        optimizer.step()
+        return
+    before = torch.is_grad_enabled()
+    try:
+        torch.set_grad_enabled(differentiable)
+        body(optimizer)
+    finally:
+        torch.set_grad_enabled(before)
+    optimizer._optimizer_step_code()
+
+
 # -- Adam's fused kernel, called directly ---------------------------------------------------------------
 
 
@@ -174,13 +261,13 @@ def adam_step(optimizer: torch.optim.Optimizer) -> None:
     per-call hooks, checks and grouping). Anything else, the first step (which creates the state) and
     any failure of the kernel's call take ``optimizer.step()``."""
     if not OK.get("fused_adam", False) or not _plain_fused_adam(optimizer):
-        optimizer.step()
+        step(optimizer)
         return
     group = optimizer.param_groups[0]
     params = [p for p in group["params"] if p.grad is not None]
     state = optimizer.state
     if not params or any(p not in state for p in params):
-        optimizer.step()
+        step(optimizer)
         return
     states = [state[p] for p in params]
     steps = [s["step"] for s in states]
@@ -210,7 +297,7 @@ def adam_step(optimizer: torch.optim.Optimizer) -> None:
             # undo the step counts and take the public step, from now on every time.
             foreach_add_(steps, -1)
             OK["fused_adam"] = False
-            optimizer.step()
+            step(optimizer)
 
 
 # -- the import-time probe --------------------------------------------------------------------------------
@@ -220,7 +307,7 @@ def _probe_fused_adam() -> bool:
     def run(direct: bool) -> torch.Tensor:
         gen = torch.Generator().manual_seed(0)
         p = nn.Parameter(torch.randn(5, generator=gen))
-        opt = torch.optim.Adam([p], lr=0.1, fused=True)
+        opt = build_optimizer(torch.optim.Adam, [p], lr=0.1, fused=True)
         for _ in range(3):
             p.grad = torch.randn(5, generator=gen)
             if direct and p in opt.state:
@@ -229,7 +316,7 @@ def _probe_fused_adam() -> bool:
                 if not OK["fused_adam"]:
                     raise RuntimeError("fused Adam refused its arguments")
             else:
-                opt.step()
+                step(opt)
         return p.detach().clone()
 
     try:
@@ -265,7 +352,7 @@ def probe() -> dict[str, bool]:
         )
 
     def optimizer_hook_names() -> bool:
-        opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.1)
+        opt = build_optimizer(torch.optim.SGD, [nn.Parameter(torch.zeros(1))], lr=0.1)
         return all(
             isinstance(getattr(opt, n), dict) for n in ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks")
         ) and all(
