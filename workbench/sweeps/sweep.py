@@ -26,6 +26,7 @@ processes only); nothing read from the SQLite file is ever unpickled.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import multiprocessing
@@ -190,8 +191,12 @@ def _result(frozen: optuna.trial.FrozenTrial, choices: Mapping[str, Mapping[str,
 # -- the worker (a thread, or a spawned process) --------------------------------------------------
 
 
-def _run_trials(spec: _Spec, stop: Any, pause: Any, worker: int) -> None:
-    """A worker: ask the study for trials and run them until the budget is used or ``stop`` is set."""
+def _run_trials(spec: _Spec, stop: Any, pause: Any, worker: int, budget_lock: Any = None) -> None:
+    """A worker: ask the study for trials and run them until the budget is used or ``stop`` is set.
+
+    ``budget_lock`` (shared by the worker processes) makes counting the budget and asking for a trial one
+    step: without it, a worker that counted while another was between its count and its ``ask`` could start
+    one trial more than the budget."""
     sampler = optuna.samplers.TPESampler(seed=spec.seed + 7919 * worker, n_startup_trials=5)
     study = optuna.load_study(
         study_name=spec.study_name, storage=_open_storage(spec.url), sampler=sampler, pruner=spec.pruner
@@ -200,9 +205,10 @@ def _run_trials(spec: _Spec, stop: Any, pause: Any, worker: int) -> None:
         if pause.is_set():
             time.sleep(_POLL_S)
             continue
-        if _counted(study) >= spec.trials:
-            return
-        trial = study.ask(spec.dists)
+        with budget_lock if budget_lock is not None else contextlib.nullcontext():
+            if _counted(study) >= spec.trials:
+                return
+            trial = study.ask(spec.dists)  # stored as running before the lock is released: counted by the next
         params = _decode(trial.params, spec.choices)
 
         def report(score: float, step: int, trial: optuna.Trial = trial) -> bool:
@@ -227,14 +233,14 @@ def _run_trials(spec: _Spec, stop: Any, pause: Any, worker: int) -> None:
             study.tell(trial, value)
 
 
-def _process_main(payload: bytes, stop: Any, pause: Any, worker: int, errors: Any) -> None:
+def _process_main(payload: bytes, stop: Any, pause: Any, worker: int, errors: Any, budget_lock: Any = None) -> None:
     """Entry point of a spawned worker process."""
     import cloudpickle
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # this process is ours: the table reports, not the log
     try:
         spec = cloudpickle.loads(payload)  # written by this library's parent process, never read from a file
-        _run_trials(spec, stop, pause, worker)
+        _run_trials(spec, stop, pause, worker, budget_lock)
     except BaseException as exc:
         errors.put(f"worker {worker}: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
         raise SystemExit(1) from None
@@ -650,10 +656,11 @@ class Sweep:
                 "capture open files, locks or live sessions"
             ) from exc
         errors = self._ctx.Queue()
+        budget_lock = self._ctx.Lock()
         procs = [
             self._ctx.Process(
                 target=_process_main,
-                args=(payload, self._stop, self._pause, i, errors),
+                args=(payload, self._stop, self._pause, i, errors, budget_lock),
                 name=f"workbench-sweep-{i}",
                 daemon=False,
             )
