@@ -1,8 +1,7 @@
 """The dashboard's first paint waits for as little as possible (issue 40; measured in the page by
 tests/test_browser.py, benchmarks/first_paint.py and the browser test at the end of this file): in a Jupyter kernel
 the dashboard's modules are imported in the background when the first session is made, never by ``import workbench``
-and never outside a kernel; no optimizer imports ``torch._dynamo`` on the eager path; the first view is the status
-line and progress bar, the rest joins after the page painted."""
+and never outside a kernel; no optimizer imports ``torch._dynamo`` on the eager path."""
 
 from __future__ import annotations
 
@@ -112,42 +111,6 @@ print('ok')
 def test_optimizers_built_and_stepped_without_torch_dynamo_give_the_public_calls_numbers():
     done = subprocess.run([sys.executable, "-c", SAME_NUMBERS], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr[-3000:]
-
-
-def _new_models(before: set, instances: dict) -> list:
-    return [w for k, w in instances.items() if k not in before]
-
-
-def test_the_first_view_is_the_status_line_and_progress_bar_and_the_rest_joins_after():
-    pytest.importorskip("ipywidgets")
-    pytest.importorskip("anywidget")
-    from ipywidgets.widgets.widget import _instances, _remove_buffers
-
-    import workbench as wb
-
-    session = wb.Session(wb.PPO("CartPole-v1", n_envs=1, n_steps=16, batch_size=16, n_epochs=2), "CartPole-v1")
-    before = set(_instances)
-    dash = wb.Dashboard(session, interval=1.0)
-    try:
-        first = _new_models(before, _instances)
-        sizes = [json.dumps(_remove_buffers(w.get_state())[0]) for w in first]
-        assert len(first) <= 10 and sum(map(len, sizes)) < 10_000, (len(first), sum(map(len, sizes)))
-        assert dash.children == (dash.status_row, dash.progress) and "idle" in dash.status_line.value
-        assert "plotly" not in {type(w).__module__.split(".")[0] for w in first}
-        # Code that reads a later part gets it at once; the page gets it with the rest, after the first paint.
-        assert set(dash.buttons) == {"start", "pause", "resume", "stop", "save"} and dash.buttons["pause"].disabled
-        assert dash.children == (dash.status_row, dash.progress) and list(dash._panels) == ["episode_reward", "loss"]
-        dash._join_anywidgets()
-        assert dash.status_row.children == (dash.status_line, dash.heartbeat)
-        shown = [c for box in dash.children for c in getattr(box, "children", ())]
-        assert dash.edit_box in dash.children and dash.error_box in dash.children and dash.message in dash.children
-        assert any(dash.buttons["stop"] in getattr(c, "children", (c,)) for c in [*dash.children, *shown])
-        assert [p.name for p in dash._panels.values()] == ["episode_reward", "loss"]
-        assert tuple(dash.plots.children) == tuple(p.plot for p in dash._panels.values())
-    finally:
-        dash.close()
-    parts = [dash.status_line, dash.progress, dash.heartbeat, dash.buttons["stop"], dash.signal_select]
-    assert all(w.comm is None for w in parts + [p.plot for p in dash._panels.values()])  # closed, early or late
 
 
 @pytest.fixture

@@ -5,11 +5,9 @@ series already downsampled, or only their new points) and draws it: the status l
 heartbeat, the progress bar, the buttons (which call exactly the session's public commands) and one
 :class:`~workbench.ui.live_plot.LivePlot` per chosen signal. Refreshes run on a timer thread the
 dashboard owns, never in the training thread, and they slow down when the page acknowledges slowly.
-The first paint is light: the status line and the progress bar, nine widget models, importing
-neither plotly nor nbformat. The rest (buttons, view controls, heartbeat, plots, video panel) is made
-on the timer's first tick, after the page painted, or when code first reads one of them. When the
-run ends, the dashboard's output keeps an SVG picture of its plots for saved notebooks, nbviewer and
-GitHub.
+The first paint (status, progress, buttons) imports neither plotly nor nbformat; the plots fill in
+on the first tick. When the run ends, the dashboard's output keeps an SVG picture of its plots for
+saved notebooks, nbviewer and GitHub.
 """
 
 from __future__ import annotations
@@ -169,23 +167,6 @@ class _Panel:
         return self.plot
 
 
-class _Later:
-    """A part of the dashboard made after its first paint (:meth:`Dashboard._build_rest`), or when code
-    reads it first. Once made it is a plain instance attribute (this descriptor is not asked again)."""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    def __get__(self, obj: Any, owner: type | None = None) -> Any:
-        if obj is None:
-            return self
-        obj._build_rest()
-        try:
-            return obj.__dict__[self.name]
-        except KeyError:  # read while the rest is being made
-            raise AttributeError(self.name) from None
-
-
 class Dashboard(widgets.VBox):
     """The live dashboard of a session: status, progress, control buttons and signal plots.
 
@@ -209,24 +190,6 @@ class Dashboard(widgets.VBox):
         steps: how many steps the Start button trains for; default the session's last budget or 10,000.
         log_y: start with logarithmic y axes.
     """
-
-    # Made after the first paint (or on first read): see _build_rest.
-    heartbeat = _Later()
-    buttons = _Later()
-    steps_box = _Later()
-    save_path = _Later()
-    message = _Later()
-    traceback = _Later()
-    error_box = _Later()
-    signal_select = _Later()
-    smoothing = _Later()
-    x_axis = _Later()
-    log_scale = _Later()
-    plots = _Later()
-    video_panel = _Later()
-    edit_button = _Later()
-    edit_box = _Later()
-    _panels = _Later()
 
     def __init__(
         self,
@@ -263,6 +226,7 @@ class Dashboard(widgets.VBox):
         self._lock = threading.RLock()  # refreshes come from the timer and from button clicks
         self._closed = threading.Event()
         self._timer: threading.Thread | None = None
+        self._panels: dict[str, _Panel] = {}
         self._sps: tuple[float, int] | None = None  # (clock, steps) at the last refresh, for steps/s
         self._rate: float | None = None
         self._display_id = f"workbench-dashboard-{uuid.uuid4().hex}"
@@ -284,51 +248,17 @@ class Dashboard(widgets.VBox):
 
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         budget = steps or (session.target_steps if session.target_steps else 10_000)
-        chosen = [s for s in signals if isinstance(s, str)]
-        # What the parts made after the first paint start with (see _build_rest).
-        self._first_view = (tuple(chosen), x_axis, smoothing)
-        self._first_settings = {
-            "log_y": bool(log_y),
-            "budget": int(budget),
-            "save_path": save_path or f"runs/{session.agent.algorithm.lower()}-{stamp}",
-        }
-        self._rest: tuple[widgets.Widget, ...] | None = None  # the parts below the progress bar, once made
-        self._building = False
 
-        # The first paint: the status line (a plain HTML widget, which paints before anywidget's code
-        # has loaded on the page) and the progress bar, nine small models; everything else joins on
-        # the timer's first tick (_join_anywidgets), so the page's first message stays small.
+        # The status text is a plain HTML widget (it paints before anywidget's code has loaded on the
+        # page); the heartbeat and the plots, anywidgets, join on the timer's first tick.
         self.status_line = widgets.HTML()
         self.status_line.add_class("wb-status")
+        self.heartbeat = Heartbeat()
+        self.heartbeat.add_class("wb-heartbeat-box")
         self.status_row = widgets.HBox([self.status_line], layout={"align_items": "baseline", "flex_flow": "row wrap"})
         self.progress = widgets.FloatProgress(value=0.0, min=0.0, max=1.0, layout={"width": "auto"})
         self.progress.add_class("wb-progress")
-        super().__init__([self.status_row, self.progress])
-        self.add_class("wb-dashboard")
-        self._painted = False
-        with self._lock:
-            self._draw_status(self._status_view())
-        _subscribe_waker(self)
-        self._ensure_timer(watch=True)
-
-    def _build_rest(self) -> None:
-        """Make the parts below the first paint: buttons, view controls, heartbeat, video panel and one
-        plot per chosen signal (not yet shown: :meth:`_join_anywidgets` puts them on the page)."""
-        with self._lock:
-            if self._rest is not None or self._building:
-                return
-            self._building = True
-            try:
-                self._make_rest()
-            finally:
-                self._building = False
-
-    def _make_rest(self) -> None:
-        chosen, x_axis, smoothing = self._first_view
-        first = self._first_settings
-        self.heartbeat = Heartbeat()
-        self.heartbeat.add_class("wb-heartbeat-box")
-        self.buttons = {}
+        self.buttons: dict[str, widgets.Button] = {}
         for name, icon, tip in (
             ("start", "play", "train for the number of steps at the right"),
             ("pause", "pause", "session.pause()"),
@@ -341,7 +271,7 @@ class Dashboard(widgets.VBox):
             button.on_click(getattr(self, f"_on_{name}"))
             self.buttons[name] = button
         self.steps_box = widgets.BoundedIntText(
-            value=first["budget"],
+            value=int(budget),
             min=1,
             max=10**12,
             description="steps",
@@ -349,7 +279,7 @@ class Dashboard(widgets.VBox):
             style={"description_width": "40px"},
         )
         self.save_path = widgets.Text(
-            value=first["save_path"],
+            value=save_path or f"runs/{session.agent.algorithm.lower()}-{stamp}",
             description="save to",
             layout={"width": "300px"},
             style={"description_width": "50px"},
@@ -362,6 +292,7 @@ class Dashboard(widgets.VBox):
         self.error_box.layout.display = "none"
         self.error_box.add_class("wb-traceback")
 
+        chosen = [s for s in signals if isinstance(s, str)]
         self.signal_select = widgets.SelectMultiple(
             options=self._signal_options(chosen),
             value=tuple(chosen),
@@ -386,7 +317,7 @@ class Dashboard(widgets.VBox):
             style={"button_width": "90px"},
         )
         self.log_scale = widgets.ToggleButton(
-            value=first["log_y"],
+            value=bool(log_y),
             description="log y",
             tooltip="logarithmic y axes",
             icon="signal",
@@ -395,7 +326,7 @@ class Dashboard(widgets.VBox):
         self.log_scale.add_class("wb-log-scale")
         self.plots = widgets.Box(layout={"display": "flex", "flex_flow": "row wrap", "width": "100%"})
         self.plots.add_class("wb-plots")
-        self.video_panel = VideoPanel(self.session)  # the latest evaluation video beside the plots (session.videos)
+        self.video_panel = VideoPanel(session)  # the latest evaluation video beside the plots (session.videos)
         self.signal_select.observe(self._on_view_change, names="value")
         self.smoothing.observe(self._on_view_change, names="value")
         self.x_axis.observe(self._on_view_change, names="value")
@@ -421,19 +352,26 @@ class Dashboard(widgets.VBox):
             [self.signal_select, widgets.VBox([self.smoothing, widgets.HBox([self.x_axis, self.log_scale])])],
             layout={"align_items": "flex-start", "flex_flow": "row wrap"},
         )
-        self._rest = (
-            controls,
-            self.message,
-            self.edit_box,
-            self.error_box,
-            view,
-            widgets.HBox([self.plots, self.video_panel], layout={"width": "100%", "align_items": "flex-start"}),
+        super().__init__(
+            [
+                self.status_row,
+                self.progress,
+                controls,
+                self.message,
+                self.edit_box,
+                self.error_box,
+                view,
+                widgets.HBox([self.plots, self.video_panel], layout={"width": "100%", "align_items": "flex-start"}),
+            ]
         )
-        self._panels = {}
-        self._set_panels()
-        view_model = self.view or self._status_view()
-        for name, button in self.buttons.items():
-            button.disabled = not view_model.enabled[name]
+        self.add_class("wb-dashboard")
+        # The first paint needs no plotly and no anywidget; the plots join on the timer's first tick.
+        self._painted = False
+        with self._lock:
+            self._draw_status(self._status_view())
+            self._set_panels()
+        _subscribe_waker(self)
+        self._ensure_timer(watch=True)
 
     # -- reading the session --------------------------------------------------------------------
 
@@ -462,22 +400,15 @@ class Dashboard(widgets.VBox):
     def _status_view(self) -> DashboardView:
         session = self.session
         rate = self._steps_per_second(session.status, session.steps)
-        plotted, x_axis, smoothing = self._view_settings()
         return snapshot(
             session,
-            plotted=plotted,
-            x_axis=x_axis,
-            smoothing=smoothing,
+            plotted=tuple(self.signal_select.value),
+            x_axis=self.x_axis.value,
+            smoothing=self.smoothing.value,
             max_points=self.max_points,
             since={},  # the series come per plot, below
             steps_per_second=rate,
         )
-
-    def _view_settings(self) -> tuple[tuple[str, ...], str, int]:
-        """The plotted signals, x axis and smoothing: from the controls once they are made."""
-        if self._rest is None:
-            return self._first_view
-        return tuple(self.signal_select.value), self.x_axis.value, self.smoothing.value
 
     # -- drawing --------------------------------------------------------------------------------
 
@@ -504,14 +435,12 @@ class Dashboard(widgets.VBox):
             )
         if self.status_line.value != line:
             self.status_line.value = line
-        with self.progress.hold_sync():
-            self.progress.value = view.fraction
-            self.progress.bar_style = _BAR_STYLES.get(view.status, "")
-        if self._rest is None:
-            return  # the first paint: the rest is drawn once made
         with self.heartbeat.hold_sync():
             self.heartbeat.active = view.active and self.timer_alive
             self.heartbeat.beat += 1
+        with self.progress.hold_sync():
+            self.progress.value = view.fraction
+            self.progress.bar_style = _BAR_STYLES.get(view.status, "")
         for name, button in self.buttons.items():
             if button.disabled == view.enabled[name]:
                 button.disabled = not view.enabled[name]
@@ -759,8 +688,7 @@ class Dashboard(widgets.VBox):
     @property
     def wait_s(self) -> float:
         """Seconds to the next refresh: ``interval``, longer while the page acknowledges slowly."""
-        panels = self.__dict__.get("_panels", {})
-        trips = [p.plot.round_trip for p in panels.values() if p.plot.round_trip is not None]
+        trips = [p.plot.round_trip for p in self._panels.values() if p.plot.round_trip is not None]
         slowest = max(trips, default=0.0)
         return min(max(self.interval, 2.0 * slowest), _MAX_WAIT_S)
 
@@ -824,16 +752,12 @@ class Dashboard(widgets.VBox):
                         ended_at = None
 
     def _join_anywidgets(self) -> None:
-        """Put the rest of the dashboard on the page after its first paint: the buttons and view
-        controls, the heartbeat and the plots (made now unless code asked for them before)."""
+        """Put the heartbeat and the plots into the dashboard (after its first paint)."""
         with self._lock:
             if self._painted or self._closed.is_set():
                 return
-            self._build_rest()
-            assert self._rest is not None
             self._painted = True
             self.status_row.children = (self.status_line, self.heartbeat)
-            self.children = (self.status_row, self.progress, *self._rest)
             self._set_panels()
 
     @property
@@ -850,10 +774,9 @@ class Dashboard(widgets.VBox):
         timer = getattr(self, "_timer", None)
         if timer is not None and timer is not threading.current_thread():
             timer.join(timeout=5)
-        made = getattr(self, "__dict__", {})  # never make the rest only to close it
-        for panel in made.get("_panels", {}).values():
+        for panel in getattr(self, "_panels", {}).values():
             panel.plot.close()
-        for button in made.get("buttons", {}).values():
+        for button in getattr(self, "buttons", {}).values():
             button.close()
         for value in list(vars(self).values()):
             if isinstance(value, widgets.Widget) and value is not self:
