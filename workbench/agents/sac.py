@@ -31,6 +31,14 @@ __all__ = ["SAC", "SACConfig"]
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # keeps the Gaussian from collapsing or exploding (SB3, spinning-up)
 
 
+def squashed_gaussian_log_prob(z: torch.Tensor, log_std: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """The log-density of ``tanh(u)`` where ``u = mean + exp(log_std) * z`` is Gaussian: log N(u) minus
+    log|d tanh(u)/du|, the latter written stably as 2 (log 2 - u - softplus(-2u)), summed over the last axis.
+    The one formula both the actor's reparameterised draw and :meth:`SAC.log_density` use."""
+    log_prob = (-0.5 * z.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+    return log_prob - (2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))).sum(-1)
+
+
 def _is_auto(value: object) -> bool:
     if not isinstance(value, str) or not value.startswith("auto"):
         return False
@@ -87,6 +95,11 @@ class SDEActor(nn.Module):
         """Mean actions (before tanh) and the features the noise is built from."""
         features = self.trunk(obs)
         return self.mu(features).clamp(-2.0, 2.0), features
+
+    def action_std(self, features: torch.Tensor) -> torch.Tensor:
+        """Each action's standard deviation given the state's features: its variance is
+        sum_l features_l^2 std_la^2 (a Gaussian in the pre-tanh action given the state)."""
+        return ((features.pow(2) @ self.log_std.exp().pow(2)) + 1e-6).sqrt()
 
 
 @register
@@ -160,8 +173,7 @@ class SAC(OffPolicyAgent):
             else:
                 noise_term = features @ weights
             u = mean + noise_term
-            # Each action's variance is sum_l features_l^2 std_la^2 (a Gaussian in u given the state).
-            std = ((features.pow(2) @ self.actor.log_std.exp().pow(2)) + 1e-6).sqrt()
+            std = self.actor.action_std(features)
             z = noise_term / std
             log_std = std.log()
         else:
@@ -169,9 +181,9 @@ class SAC(OffPolicyAgent):
             log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
             z = drawn_like(torch.randn(mean.shape, generator=self.generator), mean)
             u = mean + log_std.exp() * z
-        # log N(u) minus log|d tanh(u)/du|, the latter written stably as 2 (log 2 - u - softplus(-2u)).
-        log_prob = (-0.5 * z.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
-        log_prob = log_prob - (2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))).sum(-1)
+        # The log-probability before tanh: the order the graph is built in is the order autograd adds the two
+        # gradients reaching u, and the reference weight hashes were made with this one.
+        log_prob = squashed_gaussian_log_prob(z, log_std, u)
         return torch.tanh(u), log_prob
 
     def _mean_action(self, obs: torch.Tensor) -> torch.Tensor:
@@ -206,14 +218,11 @@ class SAC(OffPolicyAgent):
         u = u.to(obs_t.device)
         if self.config.use_sde:
             mean, features = self.actor(obs_t)
-            std = ((features.pow(2) @ self.actor.log_std.exp().pow(2)) + 1e-6).sqrt()
-            log_std = std.log()
+            log_std = self.actor.action_std(features).log()
         else:
             mean, log_std = self.actor(obs_t).chunk(2, dim=-1)
             log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
-        z = (u - mean) / log_std.exp()
-        log_prob = (-0.5 * z.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
-        log_prob = log_prob - (2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))).sum(-1)
+        log_prob = squashed_gaussian_log_prob((u - mean) / log_std.exp(), log_std, u)
         return self._host(log_prob).astype(np.float64).reshape(-1) - log_scale
 
     def _alpha(self) -> torch.Tensor:
