@@ -12,20 +12,20 @@ population's ``population.json``, a population reopened from its directory draws
 from __future__ import annotations
 
 import html
-import threading
 from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 import plotly.graph_objects as go
 
 from .live import LiveFigure
+from .run_view import RunView
+from .run_view import fmt as _fmt
 
 if TYPE_CHECKING:
     from ..sweeps.pbt import Population
 
 __all__ = ["PopulationDashboard"]
 
-_ACTIVE = ("running", "paused")
 _PALETTE = (
     "#1f77b4",
     "#ff7f0e",
@@ -55,12 +55,6 @@ def color(index: int) -> str:
     return _PALETTE[index % len(_PALETTE)]
 
 
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return html.escape(str(value))
-
-
 class _MemberRow(widgets.HBox):
     """One member: its status, steps, score and values, and its Pause/Resume and Stop buttons."""
 
@@ -75,7 +69,7 @@ class _MemberRow(widgets.HBox):
         self.add_class("wb-pbt-member")
 
 
-class PopulationDashboard(widgets.VBox):
+class PopulationDashboard(RunView):
     """Start/Pause/Resume/Stop for the population, its members' score curves (the best drawn bold),
     a lineage chart (a line per member over env steps; an arrow from the member copied to the one
     that copied it at each exploit), and a row per member with its current values and its own
@@ -93,21 +87,7 @@ class PopulationDashboard(widgets.VBox):
 
     def __init__(self, population: Population, interval: float = 1.0) -> None:
         self.population = population
-        self.interval = float(interval)
-        self.refresh_count = 0
-        self._lock = threading.RLock()
-        self._closed = threading.Event()
-        self._timer: threading.Thread | None = None
-        self.buttons = {
-            name: widgets.Button(description=name, layout=widgets.Layout(width="90px"))
-            for name in ("Start", "Pause", "Resume", "Stop")
-        }
-        self.buttons["Start"].on_click(lambda _b: self._command(self.population.start))
-        self.buttons["Pause"].on_click(lambda _b: self._command(self.population.pause))
-        self.buttons["Resume"].on_click(lambda _b: self._command(self.population.resume))
-        self.buttons["Stop"].on_click(lambda _b: self._command(lambda: self.population.stop(timeout=0)))
-        self.status = widgets.HTML()
-        self.message = widgets.HTML()
+        super().__init__(population, interval, "workbench-pbt-view")
         margin = {"l": 55, "r": 15, "t": 35, "b": 40}
         self.curves = LiveFigure(
             layout=go.Layout(
@@ -139,32 +119,16 @@ class PopulationDashboard(widgets.VBox):
         self.rows = [_MemberRow(self, i) for i in range(len(population.members))]
         self._curve_key: tuple[Any, ...] = ()
         self._lineage_key: tuple[Any, ...] = ()
-        super().__init__(
-            children=[
-                widgets.HBox([*self.buttons.values(), self.status]),
-                self.message,
-                widgets.HBox([self.curves, self.lineage]),
-                widgets.VBox(self.rows),
-            ]
-        )
-        self.add_class("wb-pbt-dashboard")
-        self.refresh()
-        self._ensure_timer()
+        self._show([widgets.HBox([self.curves, self.lineage]), widgets.VBox(self.rows)], "wb-pbt-dashboard")
 
     # -- drawing --------------------------------------------------------------------------------
 
-    def refresh(self) -> None:
-        """Redraw everything from the population's current state (any thread)."""
-        if self._closed.is_set():
-            return
-        with self._lock:
-            p = self.population
-            best = p.best_index
-            self._draw_status(best)
-            self._draw_rows(best)
-            self._draw_curves(best)
-            self._draw_lineage()
-            self.refresh_count += 1
+    def _draw(self) -> None:
+        best = self.population.best_index
+        self._draw_status(best)
+        self._draw_rows(best)
+        self._draw_curves(best)
+        self._draw_lineage()
 
     def _draw_status(self, best: int | None) -> None:
         p = self.population
@@ -172,21 +136,11 @@ class PopulationDashboard(widgets.VBox):
         steps = sum(s.steps for s in p.members)
         exploits = sum(e.kind == "exploit" for e in p.events)
         best_text = "" if best is None else f", best {p.metric} <b>{p.scores[best]:.4g}</b> (member {best})"
-        value = (
+        self._draw_controls(
             f"<span class='wb-pbt-status'><b>{status}</b>: {len(p.members)} members, "
-            f"{steps} of {p.steps * len(p.members)} env steps, {exploits} exploits{best_text}</span>"
+            f"{steps} of {p.steps * len(p.members)} env steps, {exploits} exploits{best_text}</span>",
+            startable=steps < p.steps * len(p.members),
         )
-        if value != self.status.value:
-            self.status.value = value
-        for name, button in self.buttons.items():
-            disabled = {
-                "Start": status in _ACTIVE or steps >= p.steps * len(p.members),
-                "Pause": status != "running",
-                "Resume": status != "paused",
-                "Stop": status not in _ACTIVE,
-            }[name]
-            if button.disabled != disabled:
-                button.disabled = disabled
 
     def _draw_rows(self, best: int | None) -> None:
         p = self.population
@@ -292,33 +246,6 @@ class PopulationDashboard(widgets.VBox):
                 fig.add_trace(trace)
         fig.sent()
 
-    # -- the timer ------------------------------------------------------------------------------
-
-    @property
-    def timer_alive(self) -> bool:
-        """True while the refresh thread runs (it ends after drawing a population that ended)."""
-        return self._timer is not None and self._timer.is_alive()
-
-    def _ensure_timer(self) -> None:
-        with self._lock:
-            if self._closed.is_set() or self.timer_alive or self.population.status not in _ACTIVE:
-                return
-            self._timer = threading.Thread(target=self._tick, name="workbench-pbt-view", daemon=True)
-            self._timer.start()
-
-    def _tick(self) -> None:
-        while not self._closed.wait(self.interval):
-            status = self.population.status  # read first: once ended, this draw is the final state
-            try:
-                self.refresh()
-            except Exception as exc:  # keep the timer alive, say what went wrong
-                self.message.value = f"<span style='color:#cf222e'>refresh failed: {html.escape(repr(exc))}</span>"
-            if status not in _ACTIVE:
-                with self._lock:
-                    if self.population.status not in _ACTIVE:
-                        self._timer = None
-                        return
-
     def _toggle(self, index: int) -> None:
         p = self.population
         if p.member_status(index) == "paused":
@@ -326,34 +253,11 @@ class PopulationDashboard(widgets.VBox):
         else:
             p.pause_member(index)
 
-    def _command(self, action: Any) -> None:
-        try:
-            action()
-        except Exception as exc:
-            self.message.value = f"<span style='color:#cf222e'>{html.escape(f'{type(exc).__name__}: {exc}')}</span>"
-        else:
-            self.message.value = ""
-        self._ensure_timer()
-        self.refresh()
-
-    @property
-    def closed(self) -> bool:
-        """True once :meth:`close` has run."""
-        return self._closed.is_set()
-
     def close(self) -> None:
-        """Stop the refresh timer and close every widget of the view."""
-        closed = getattr(self, "_closed", None)
-        if closed is not None:
-            closed.set()
-        timer = getattr(self, "_timer", None)
-        if timer is not None and timer is not threading.current_thread():
-            timer.join(timeout=5)
+        """Stop the refresh timer and close every widget of the view, the members' rows too."""
+        self._stop_timer()
         for row in getattr(self, "rows", []):
             for w in (row.text, row.pause, row.stop):
                 w.close()
             row.close()
-        for value in [*getattr(self, "buttons", {}).values(), *vars(self).values()]:
-            if isinstance(value, widgets.Widget) and value is not self:
-                value.close()
         super().close()

@@ -8,20 +8,20 @@ refresh (``hold_sync`` for the controls and the table, ``batch_update`` for each
 from __future__ import annotations
 
 import html
-import threading
 from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 import plotly.graph_objects as go
 
 from .live import LiveFigure
+from .run_view import RunView
+from .run_view import fmt as _fmt
 
 if TYPE_CHECKING:
     from ..sweeps.sweep import Sweep, TrialResult
 
 __all__ = ["SweepDashboard"]
 
-_ACTIVE = ("running", "paused")
 _STATE_COLORS = {
     "complete": "#0550ae",
     "pruned": "#b35900",
@@ -33,13 +33,7 @@ _STATE_COLORS = {
 _MAX_ROWS = 200  # rows drawn in the table (the newest); sweep.table() has them all
 
 
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return html.escape(str(value))
-
-
-class SweepDashboard(widgets.VBox):
+class SweepDashboard(RunView):
     """Start/Pause/Resume/Stop buttons, status, the table of trials, the curve of every trial with
     the best so far drawn bold, and the parameters' importances once enough trials completed.
 
@@ -55,21 +49,7 @@ class SweepDashboard(widgets.VBox):
 
     def __init__(self, sweep: Sweep, interval: float = 1.0) -> None:
         self.sweep = sweep
-        self.interval = float(interval)
-        self.refresh_count = 0
-        self._lock = threading.RLock()
-        self._closed = threading.Event()
-        self._timer: threading.Thread | None = None
-        self.buttons = {
-            name: widgets.Button(description=name, layout=widgets.Layout(width="90px"))
-            for name in ("Start", "Pause", "Resume", "Stop")
-        }
-        self.buttons["Start"].on_click(lambda _b: self._command(self.sweep.start))
-        self.buttons["Pause"].on_click(lambda _b: self._command(self.sweep.pause))
-        self.buttons["Resume"].on_click(lambda _b: self._command(self.sweep.resume))
-        self.buttons["Stop"].on_click(lambda _b: self._command(lambda: self.sweep.stop(timeout=0)))
-        self.status = widgets.HTML()
-        self.message = widgets.HTML()
+        super().__init__(sweep, interval, "workbench-sweep-view")
         self.table = widgets.HTML(layout=widgets.Layout(max_height="320px", overflow="auto"))
         self.curves = LiveFigure(
             layout=go.Layout(
@@ -98,32 +78,17 @@ class SweepDashboard(widgets.VBox):
             classes=("wb-sweep-importance",),
         )
         self._curve_key: tuple[Any, ...] = ()
-        super().__init__(
-            children=[
-                widgets.HBox([*self.buttons.values(), self.status]),
-                self.message,
-                widgets.HBox([self.curves, self.importance]),
-                self.table,
-            ]
-        )
-        self.add_class("wb-sweep-dashboard")
-        self.refresh()
-        self._ensure_timer()
+        self._show([widgets.HBox([self.curves, self.importance]), self.table], "wb-sweep-dashboard")
 
     # -- drawing --------------------------------------------------------------------------------
 
-    def refresh(self) -> None:
-        """Redraw everything from the sweep's current state (any thread)."""
-        if self._closed.is_set():
-            return
-        with self._lock:
-            results = self.sweep.results()
-            best = self.sweep.best
-            self._draw_status(results, best)
-            self._draw_table(results, best)
-            self._draw_curves(results, best)
-            self._draw_importance()
-            self.refresh_count += 1
+    def _draw(self) -> None:
+        results = self.sweep.results()
+        best = self.sweep.best
+        self._draw_status(results, best)
+        self._draw_table(results, best)
+        self._draw_curves(results, best)
+        self._draw_importance()
 
     def _draw_status(self, results: list[TrialResult], best: TrialResult | None) -> None:
         s = self.sweep
@@ -131,18 +96,10 @@ class SweepDashboard(widgets.VBox):
         ended = sum(r.state in ("complete", "pruned", "failed") for r in results)
         running = sum(r.state == "running" for r in results)
         best_text = "" if best is None else f", best {s.metric} <b>{best.value:.4g}</b> (trial {best.number})"
-        with self.status.hold_sync():
-            self.status.value = (
-                f"<span class='wb-sweep-status'><b>{status}</b>: {ended} of {s.trials} trials ended, "
-                f"{running} running{best_text}</span>"
-            )
-        for name, button in self.buttons.items():
-            button.disabled = {
-                "Start": status in _ACTIVE,
-                "Pause": status != "running",
-                "Resume": status != "paused",
-                "Stop": status not in _ACTIVE,
-            }[name]
+        self._draw_controls(
+            f"<span class='wb-sweep-status'><b>{status}</b>: {ended} of {s.trials} trials ended, "
+            f"{running} running{best_text}</span>"
+        )
 
     def _draw_table(self, results: list[TrialResult], best: TrialResult | None) -> None:
         params = list(self.sweep.dists)
@@ -205,58 +162,3 @@ class SweepDashboard(widgets.VBox):
             fig.data[0].x = [importances[n] for n in names]
             fig.data[0].y = names
         fig.sent()
-
-    # -- the timer ------------------------------------------------------------------------------
-
-    @property
-    def timer_alive(self) -> bool:
-        """True while the refresh thread runs (it ends after drawing a sweep that ended)."""
-        return self._timer is not None and self._timer.is_alive()
-
-    def _ensure_timer(self) -> None:
-        with self._lock:
-            if self._closed.is_set() or self.timer_alive or self.sweep.status not in _ACTIVE:
-                return
-            self._timer = threading.Thread(target=self._tick, name="workbench-sweep-view", daemon=True)
-            self._timer.start()
-
-    def _tick(self) -> None:
-        while not self._closed.wait(self.interval):
-            status = self.sweep.status  # read first: once ended, this draw is the final state
-            try:
-                self.refresh()
-            except Exception as exc:  # keep the timer alive, say what went wrong
-                self.message.value = f"<span style='color:#cf222e'>refresh failed: {html.escape(repr(exc))}</span>"
-            if status not in _ACTIVE:
-                with self._lock:
-                    if self.sweep.status not in _ACTIVE:
-                        self._timer = None
-                        return
-
-    def _command(self, action: Any) -> None:
-        try:
-            action()
-        except Exception as exc:
-            self.message.value = f"<span style='color:#cf222e'>{html.escape(f'{type(exc).__name__}: {exc}')}</span>"
-        else:
-            self.message.value = ""
-        self._ensure_timer()
-        self.refresh()
-
-    @property
-    def closed(self) -> bool:
-        """True once :meth:`close` has run."""
-        return self._closed.is_set()
-
-    def close(self) -> None:
-        """Stop the refresh timer and close every widget of the view."""
-        closed = getattr(self, "_closed", None)
-        if closed is not None:
-            closed.set()
-        timer = getattr(self, "_timer", None)
-        if timer is not None and timer is not threading.current_thread():
-            timer.join(timeout=5)
-        for value in [*getattr(self, "buttons", {}).values(), *vars(self).values()]:
-            if isinstance(value, widgets.Widget) and value is not self:
-                value.close()
-        super().close()
