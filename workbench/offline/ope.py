@@ -111,7 +111,64 @@ def _standardizer(obs: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
     return mean, std
 
 
-class FittedQEvaluation:
+class _FittedQ:
+    """What both fitted-Q evaluations share: a Q-network and its target copy, their optimizer, and the
+    regression onto ``r + gamma * V_target(s')`` with a target refresh every ``target_every`` steps. A
+    subclass says how a batch of rows gives the Q-value of the logged action and the next state's value."""
+
+    def __init__(
+        self,
+        in_dim: int,
+        out_dim: int,
+        gamma: float,
+        net_arch: tuple[int, ...],
+        lr: float,
+        batch_size: int,
+        target_every: int,
+        seed: int,
+    ) -> None:
+        self.gamma, self.batch_size, self.target_every = float(gamma), int(batch_size), int(target_every)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            self.q = mlp(in_dim, net_arch, out_dim)
+            self.q_target = mlp(in_dim, net_arch, out_dim)
+        self.q_target.load_state_dict(self.q.state_dict())
+        self.optimizer = make_adam(self.q.parameters(), lr=lr)
+        self.rng = np.random.default_rng(seed)
+        self.steps = 0
+        self._norm: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def _regress(
+        self,
+        dataset: Dataset,
+        steps: int,
+        acted_q: Callable[[torch.Tensor], torch.Tensor],
+        next_value: Callable[[torch.Tensor], torch.Tensor],
+    ) -> None:
+        """``steps`` gradient steps: ``acted_q(idx)`` (the online net's value of rows ``idx``'s logged actions)
+        onto the rows' rewards plus the discounted ``next_value(idx)`` (from the target net)."""
+        rewards = torch.as_tensor(dataset.rewards)
+        alive = torch.as_tensor(1.0 - dataset.terminated.astype(np.float32))
+        n = len(dataset)
+        # A return is bounded by the reward range over 1 - gamma: clipping the targets there keeps the
+        # regression from diverging where the target policy leaves the data (the deadly triad).
+        horizon = 1.0 / max(1.0 - self.gamma, 1e-3)
+        low = min(0.0, float(dataset.rewards.min())) * horizon
+        high = max(0.0, float(dataset.rewards.max())) * horizon
+        for _ in range(int(steps)):
+            idx = torch.from_numpy(self.rng.integers(0, n, size=self.batch_size))
+            with torch.no_grad():
+                target = (rewards[idx] + self.gamma * alive[idx] * next_value(idx)).clamp(low, high)
+            loss = F.smooth_l1_loss(acted_q(idx), target)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            self.optimizer.step()
+            self.steps += 1
+            if self.steps % self.target_every == 0:
+                self.q_target.load_state_dict(self.q.state_dict())
+
+
+class FittedQEvaluation(_FittedQ):
     """Fitted Q evaluation (Le et al. 2019): the Q-function of a fixed target policy, learned from
     logged transitions by regression onto ``r + gamma * Q_target(s', pi(s'))``. ``fit`` may be
     called again (warm start), e.g. as the target policy changes during training.
@@ -146,17 +203,8 @@ class FittedQEvaluation:
                 seed=seed,
             ),
         )
-        self.gamma, self.batch_size, self.target_every = float(gamma), int(batch_size), int(target_every)
+        super().__init__(obs_dim, n_actions, gamma, net_arch, lr, batch_size, target_every, seed)
         self.n_actions = int(n_actions)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            self.q = mlp(obs_dim, net_arch, n_actions)
-            self.q_target = mlp(obs_dim, net_arch, n_actions)
-        self.q_target.load_state_dict(self.q.state_dict())
-        self.optimizer = make_adam(self.q.parameters(), lr=lr)
-        self.rng = np.random.default_rng(seed)
-        self.steps = 0
-        self._norm: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def _in(self, obs: np.ndarray | torch.Tensor) -> torch.Tensor:
         assert self._norm is not None
@@ -169,29 +217,14 @@ class FittedQEvaluation:
         if self._norm is None:
             self._norm = _standardizer(dataset.observations)
         obs, next_obs = self._in(dataset.observations), self._in(dataset.next_observations)
-        actions = torch.as_tensor(dataset.actions, dtype=torch.long)
-        rewards = torch.as_tensor(dataset.rewards)
-        alive = torch.as_tensor(1.0 - dataset.terminated.astype(np.float32))
+        actions = torch.as_tensor(dataset.actions, dtype=torch.long).unsqueeze(1)
         pi_next = torch.as_tensor(next_probs, dtype=torch.float32)
-        n = len(dataset)
-        # A return is bounded by the reward range over 1 - gamma: clipping the targets there keeps the
-        # regression from diverging where the target policy leaves the data (the deadly triad).
-        horizon = 1.0 / max(1.0 - self.gamma, 1e-3)
-        low = min(0.0, float(dataset.rewards.min())) * horizon
-        high = max(0.0, float(dataset.rewards.max())) * horizon
-        for _ in range(int(steps)):
-            idx = torch.from_numpy(self.rng.integers(0, n, size=self.batch_size))
-            with torch.no_grad():
-                v_next = (self.q_target(next_obs[idx]) * pi_next[idx]).sum(-1)
-                target = (rewards[idx] + self.gamma * alive[idx] * v_next).clamp(low, high)
-            q = self.q(obs[idx]).gather(1, actions[idx].unsqueeze(1)).squeeze(1)
-            loss = F.smooth_l1_loss(q, target)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            self.optimizer.step()
-            self.steps += 1
-            if self.steps % self.target_every == 0:
-                self.q_target.load_state_dict(self.q.state_dict())
+        self._regress(
+            dataset,
+            steps,
+            acted_q=lambda idx: self.q(obs[idx]).gather(1, actions[idx]).squeeze(1),
+            next_value=lambda idx: (self.q_target(next_obs[idx]) * pi_next[idx]).sum(-1),
+        )
         return self
 
     @torch.no_grad()
@@ -422,7 +455,7 @@ def estimate_continuous(
     return _with_intervals(terms, CONTINUOUS_ESTIMATORS, gamma, n_bootstrap, confidence, seed)
 
 
-class ContinuousFittedQEvaluation:
+class ContinuousFittedQEvaluation(_FittedQ):
     """Fitted Q evaluation for Box actions: ``Q(s, a)`` of a fixed deterministic target policy, the
     action an input (scaled to [-1, 1] by the space's bounds), learned by regression onto
     ``r + gamma * Q_target(s', pi(s'))``, as :class:`FittedQEvaluation` does for Discrete actions."""
@@ -453,19 +486,10 @@ class ContinuousFittedQEvaluation:
                 seed=seed,
             ),
         )
-        self.gamma, self.batch_size, self.target_every = float(gamma), int(batch_size), int(target_every)
+        super().__init__(obs_dim + act_dim, 1, gamma, net_arch, lr, batch_size, target_every, seed)
         middle, half = _action_scale(action_space)
         self._middle = torch.as_tensor(middle, dtype=torch.float32)
         self._half = torch.as_tensor(half, dtype=torch.float32)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            self.q = mlp(obs_dim + act_dim, net_arch, 1)
-            self.q_target = mlp(obs_dim + act_dim, net_arch, 1)
-        self.q_target.load_state_dict(self.q.state_dict())
-        self.optimizer = make_adam(self.q.parameters(), lr=lr)
-        self.rng = np.random.default_rng(seed)
-        self.steps = 0
-        self._norm: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def _in(self, obs: Any, actions: Any) -> torch.Tensor:
         assert self._norm is not None
@@ -483,24 +507,12 @@ class ContinuousFittedQEvaluation:
             self._norm = _standardizer(flat)
         taken = self._in(dataset.observations, dataset.actions)
         following = self._in(dataset.next_observations, next_actions)
-        rewards = torch.as_tensor(dataset.rewards)
-        alive = torch.as_tensor(1.0 - dataset.terminated.astype(np.float32))
-        n = len(dataset)
-        horizon = 1.0 / max(1.0 - self.gamma, 1e-3)  # targets clipped to what a return can be (FittedQEvaluation)
-        low = min(0.0, float(dataset.rewards.min())) * horizon
-        high = max(0.0, float(dataset.rewards.max())) * horizon
-        for _ in range(int(steps)):
-            idx = torch.from_numpy(self.rng.integers(0, n, size=self.batch_size))
-            with torch.no_grad():
-                v_next = self.q_target(following[idx]).squeeze(1)
-                target = (rewards[idx] + self.gamma * alive[idx] * v_next).clamp(low, high)
-            loss = F.smooth_l1_loss(self.q(taken[idx]).squeeze(1), target)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            self.optimizer.step()
-            self.steps += 1
-            if self.steps % self.target_every == 0:
-                self.q_target.load_state_dict(self.q.state_dict())
+        self._regress(
+            dataset,
+            steps,
+            acted_q=lambda idx: self.q(taken[idx]).squeeze(1),
+            next_value=lambda idx: self.q_target(following[idx]).squeeze(1),
+        )
         return self
 
     @torch.no_grad()
