@@ -10,6 +10,7 @@ import pytest
 import workbench as wb
 from workbench.envs import EnvMethodError
 from workbench.parallel import WorkerError
+from workbench.parallel.ray_start import init_private_ray
 
 ray = pytest.importorskip("ray")
 
@@ -23,7 +24,8 @@ ray.cloudpickle.register_pickle_by_value(test_live_edits)
 
 @pytest.fixture(scope="module", autouse=True)
 def local_ray():
-    ray.init(num_cpus=4, include_dashboard=False, logging_level="warning")
+    # The library's private start (loopback only, lean imports): a plain ray.init can give up under load.
+    init_private_ray(ray, {"num_cpus": 4, "include_dashboard": False, "logging_level": "warning"})
     yield
     ray.shutdown()
 

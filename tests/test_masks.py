@@ -222,7 +222,10 @@ def test_multidiscrete_masks(cls):
 @pytest.mark.ray
 def test_masks_in_ray_workers():
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="warning")
+    from workbench.parallel.ray_start import init_private_ray
+
+    # The library's private start (loopback only, lean imports): a plain ray.init can give up under load.
+    init_private_ray(ray, {"num_cpus": 2, "include_dashboard": False, "logging_level": "warning"})
     try:
         for agent, mask_in in (("DQN", "method"), ("PPO", "info"), ("RecurrentPPO", "obs")):
             cls, kwargs = AGENTS[IDS.index(agent)]
