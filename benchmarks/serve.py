@@ -240,6 +240,13 @@ def main() -> None:
         default="async",
         help="asyncio clients (measure the server) or wb.RemoteSession threads",
     )
+    parser.add_argument(
+        "--http-parsers",
+        nargs="+",
+        default=["auto"],
+        choices=["auto", "h11", "httptools"],
+        help="uvicorn's HTTP parser (serve(http=...)): one served session per parser, HTTP measured on each",
+    )
     parser.add_argument("--train", action="store_true", help="the session learns while it serves")
     parser.add_argument("--no-echo", action="store_true", help="skip the bare echo server's baseline")
     args = parser.parse_args()
@@ -253,15 +260,26 @@ def main() -> None:
     echoes = []
     servers = {}
     sessions = []
-    for batch in (True, False):
-        agent = wb.DQN(
-            observation_space=env.observation_space, action_space=env.action_space, n_envs=max(args.clients), seed=0
-        )
-        session = wb.Session.external(agent, seed=0, torch_threads=1)
-        if args.train:
-            session.start(steps=10**9)
-        sessions.append(session)
-        servers[batch] = session.serve(batch=batch, max_batch=max(args.clients))
+    parsers = args.http_parsers
+    for parser_name in parsers:
+        for batch in (True, False):
+            agent = wb.DQN(
+                observation_space=env.observation_space,
+                action_space=env.action_space,
+                n_envs=max(args.clients),
+                seed=0,
+            )
+            session = wb.Session.external(agent, seed=0, torch_threads=1)
+            if args.train:
+                session.start(steps=10**9)
+            sessions.append(session)
+            servers[batch, parser_name] = session.serve(batch=batch, max_batch=max(args.clients), http=parser_name)
+    # HTTP once per parser (labelled with the one used), the WebSocket once (the parser only reads its handshake)
+    cells = [
+        (f"http ({servers[True, p].http})" if len(parsers) > 1 else "http", "http", p)
+        for p in parsers
+        if "http" in args.transports
+    ] + [(t, t, parsers[0]) for t in args.transports if t != "http"]
     # For each number of clients, the bare echo server first, then every served cell: the load of the
     # machine's other jobs changes by the minute, so the ratio to the echo is taken between neighbours.
     try:
@@ -277,19 +295,18 @@ def main() -> None:
                     f"(load average {r['load']:.1f})",
                     flush=True,
                 )
-            for transport in args.transports:
+            for label, transport, parser_name in cells:
                 for batch in (True, False):
                     load, cpu = os.getloadavg()[0], time.process_time()
-                    r = measure(
-                        servers[batch].url, transport, clients, args.procs, args.seconds, args.warmup, args.client
-                    )
+                    url = servers[batch, parser_name].url
+                    r = measure(url, transport, clients, args.procs, args.seconds, args.warmup, args.client)
                     # This process is the server (the clients are others): its CPU time per pair, which
                     # the other jobs on the machine do not inflate as they do the wall-clock figures.
                     r["cpu_us"] = (time.process_time() - cpu) / r["pairs"] * 1e6
                     r["load"] = (load + os.getloadavg()[0]) / 2
-                    rows.append((transport, clients, "on" if batch else "off", r))
+                    rows.append((label, clients, "on" if batch else "off", r))
                     print(
-                        f"{transport:9s} {clients:3d} clients, batching {'on ' if batch else 'off'}: "
+                        f"{label:16s} {clients:3d} clients, batching {'on ' if batch else 'off'}: "
                         f"{r['pairs_per_s']:8.0f} pairs/s  p50 {r['p50_ms']:6.2f} ms  p99 {r['p99_ms']:6.2f} ms  "
                         f"server CPU {r['cpu_us']:5.0f} us/pair  (load average {r['load']:.1f})",
                         flush=True,
@@ -322,7 +339,7 @@ def main() -> None:
             f"| bare websockets echo (the machine's ceiling) | {clients} | - | {r['pairs_per_s']:.0f} | 1.00 "
             f"| {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['cpu_us']:.0f} | {r['load']:.1f} |"
         )
-    for transport in args.transports:
+    for transport, _, _ in cells:
         for clients in args.clients:
             on = [r for t, c, b, r in rows if (t, c, b) == (transport, clients, "on")]
             off = [r for t, c, b, r in rows if (t, c, b) == (transport, clients, "off")]

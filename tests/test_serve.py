@@ -39,10 +39,20 @@ def _session(n_envs: int = 1, start: bool = False, **options):
     return session
 
 
-@pytest.fixture
-def served():
+def _parsers():
+    try:
+        import httptools  # noqa: F401
+    except ImportError:
+        return ["h11"]
+    return ["h11", "httptools"]
+
+
+@pytest.fixture(params=_parsers())
+def served(request):
+    """A served session on each HTTP parser uvicorn can use here: the limits and timeouts hold on both."""
     session = _session(n_envs=2)
-    server = session.serve(read_timeout=0.5, episode_timeout=0.4)
+    server = session.serve(read_timeout=0.5, episode_timeout=0.4, http=request.param)
+    assert server.http == request.param
     yield session, server
     server.close()
     session.stop()
@@ -224,6 +234,39 @@ def test_a_stalled_request_head_is_closed_within_the_read_timeout(served):
         finally:
             sock.close()
         assert time.monotonic() - start < 3
+
+
+def test_act_and_feedback_take_post_only_and_keep_alive_serves_many_calls(served):
+    session, server = served
+    status, body = _get(server, "/act")
+    assert status == 405 and json.loads(body)["field"] == "method"
+    conn = http.client.HTTPConnection(server.host, server.port, timeout=10)  # one connection, many calls
+    try:
+        for i in range(3):
+            for path, body in (
+                ("/act", {"obs": OBS, "episode": "kept"}),
+                (
+                    "/feedback",
+                    {"reward": 1.0, "next_obs": OBS, "terminated": False, "truncated": i == 2, "episode": "kept"},
+                ),
+            ):
+                conn.request("POST", path, body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+                response = conn.getresponse()
+                assert response.status == 200 and response.getheader("Content-Type") == "application/json"
+                response.read()
+    finally:
+        conn.close()
+
+
+def test_the_http_parser_is_httptools_when_installed_and_can_be_chosen():
+    pytest.importorskip("httptools")
+    session = _session()
+    with session.serve() as server:
+        assert server.http == "httptools"
+    with session.serve(http="h11") as server:
+        assert server.http == "h11" and _post(server, "/act", {"obs": OBS})[0] == 200
+    with pytest.raises(ValueError, match="http= as 'auto', 'h11' or 'httptools'"):
+        session.serve(http="zttp")
 
 
 def test_a_token_is_required_when_set():
