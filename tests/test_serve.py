@@ -492,3 +492,17 @@ def test_websocket_messages_are_checked_and_a_huge_one_closes_the_socket():
             with pytest.raises(ConnectionClosed):
                 ws.recv(timeout=10)
         assert session.live_episodes == []
+
+
+def test_a_box_observation_is_converted_once_at_the_edge_and_others_pass_as_sent():
+    from workbench.serve.protocol import check_act, check_feedback
+
+    agent = _session().agent  # Box observations: the edge's array goes on, which prepare_obs takes unchanged
+    _, obs, _, _ = check_act(agent, {"obs": OBS})
+    assert isinstance(obs, np.ndarray) and obs.dtype == np.float32 and obs.tolist() == np.float32(OBS).tolist()
+    batch, single = agent.prepare_obs(obs)
+    assert single and np.array_equal(batch, agent.prepare_obs(OBS)[0])
+    next_obs = check_feedback(agent, {"reward": 1.0, "next_obs": OBS, "terminated": False, "truncated": False})[2]
+    assert isinstance(next_obs, np.ndarray) and np.array_equal(next_obs, obs)
+    discrete = wb.DQN(observation_space=gym.spaces.Discrete(5), action_space=gym.spaces.Discrete(2))
+    assert check_act(discrete, {"obs": 3})[1] == 3  # one-hot encoded by the session, not here

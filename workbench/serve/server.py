@@ -725,9 +725,11 @@ class Server:
         held: list[tuple[int, _Record]] = []
         later: list[int] = []
         taken: set[int] = set()
+        with self._records_lock:  # one take for the batch's records
+            records = self.records
+            mine = [records.get(episode) or records.setdefault(episode, _Record()) for episode, *_ in calls]
         try:
-            for i, (episode, _, _, seq) in enumerate(calls):
-                record = self._record(episode)
+            for i, (record, (_, _, _, seq)) in enumerate(zip(mine, calls)):
                 if id(record) in taken or not record.lock.acquire(blocking=False):
                     later.append(i)
                     continue
@@ -750,7 +752,7 @@ class Server:
                     actions = [exc] * len(held)
                 now = time.monotonic()
                 for (i, record), action in zip(held, actions):
-                    episode, obs, _, seq = calls[i]
+                    _, obs, _, seq = calls[i]
                     record.busy, record.time = False, now
                     if isinstance(action, Exception):
                         out[i] = (False, _act_error(action))
@@ -1017,7 +1019,7 @@ class Server:
                 busy, start = True, perf_counter()
                 data = message.get("text")
                 binary = data is None
-                body = (message.get("bytes") or b"") if binary else data.encode()
+                body = (message.get("bytes") or b"") if binary else data  # orjson reads str as well
                 status, op = 200, None
                 try:
                     request = decode(body)
