@@ -160,6 +160,15 @@ def test_strict_json_types_are_refused_with_the_field_named(served):
         raw=True,
     )
     assert (status, answer["field"]) == (400, "reward")
+    # Numbers past what the observation's float32 holds: an integer past 1e308, a float past 3.4e38.
+    for raw in (
+        b'{"obs": [1' + b"0" * 400 + b', 0, 0, 0], "episode": "b"}',
+        b'{"obs": [1e39, 0, 0, 0], "episode": "b"}',
+    ):
+        status, answer = _post(server, "/act", raw, raw=True)
+        assert (status, answer["field"], answer["type"]) == (400, "obs", "ValueError"), raw
+    big = {**good, "next_obs": [1e39, 0, 0, 0]}
+    assert _post(server, "/feedback", big)[:1] == (400,) and _post(server, "/feedback", big)[1]["field"] == "next_obs"
     assert _post(server, "/act", {"obs": [0.1] * 5, "episode": "b"})[1]["field"] == "obs"
     assert _post(server, "/feedback", good) == (200, {"ok": True, "ended": False})  # nothing bad got through
     assert session.live_episodes == ["a"]

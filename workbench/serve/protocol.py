@@ -99,8 +99,11 @@ def decode(body: bytes | str) -> dict[str, Any]:
 
 def encode(value: Any) -> bytes:
     """A JSON answer (finite numbers only)."""
-    if _orjson is not None and _finite(value):
-        return _orjson.dumps(value)
+    if _orjson is not None:
+        out = _orjson.dumps(value)
+        # orjson writes NaN and infinities as null: without a null in the text there was none to refuse
+        if b"null" not in out or _finite(value):
+            return out
     return json.dumps(value, allow_nan=False, separators=(",", ":")).encode()
 
 
@@ -171,11 +174,11 @@ def observation(agent: Any, value: Any, field: str) -> Any:
     _numbers(value, field)
     try:
         batch, single = agent.prepare_obs(value)
-    except (TypeError, ValueError, KeyError, IndexError) as exc:
+    except (TypeError, ValueError, KeyError, IndexError, OverflowError) as exc:  # Overflow: an integer past 1e308
         raise RequestError(
             f"{field}: {exc}",
             field=field,
-            kind=type(exc).__name__ if not isinstance(exc, KeyError | IndexError) else "ValueError",
+            kind="TypeError" if isinstance(exc, TypeError) else "ValueError",
         ) from None
     if not single:
         raise RequestError(
