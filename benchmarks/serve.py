@@ -228,6 +228,53 @@ def measure(
     }
 
 
+def logic_only(session, batch: bool, clients: int, pairs: int = 300) -> float:
+    """The server's own work per act+feedback pair, with no transport at all: ``clients`` fake ``/ws``
+    connections on one event loop, their messages handed to the server's WebSocket handler as uvicorn would
+    (each receive yields to the loop once, so acts of several connections meet in a batch). Returns the CPU
+    time per pair in microseconds (second of two passes: the first warms up)."""
+    import asyncio
+    import json
+
+    server = session.serve(batch=batch, max_batch=clients)
+    act = json.dumps({"op": "act", "obs": OBS})
+    feedback = [
+        json.dumps({"op": "feedback", "reward": 1.0, "next_obs": OBS, "terminated": False, "truncated": ended})
+        for ended in (False, True)
+    ]
+
+    async def connection(i: int) -> None:
+        messages = [{"type": "websocket.connect"}]
+        for k in range(pairs):
+            messages += [{"type": "websocket.receive", "text": act}]
+            messages += [{"type": "websocket.receive", "text": feedback[k % 200 == 199]}]
+        messages.append({"type": "websocket.disconnect"})
+        it = iter(messages)
+
+        async def receive() -> dict:
+            await asyncio.sleep(0)
+            return next(it)
+
+        async def send(message: dict) -> None:
+            if '"error"' in message.get("text", ""):
+                raise RuntimeError(message["text"])
+
+        scope = {"type": "websocket", "path": "/ws", "headers": [], "query_string": f"episode=l{i}".encode()}
+        await server._websocket(scope, receive, send)
+
+    async def passes() -> float:
+        for _ in range(2):
+            cpu = time.process_time()
+            await asyncio.gather(*(connection(i) for i in range(clients)))
+            cpu = time.process_time() - cpu
+        return cpu / (clients * pairs) * 1e6
+
+    try:
+        return asyncio.run(passes())
+    finally:
+        server.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 16, 64])
@@ -251,6 +298,11 @@ def main() -> None:
     parser.add_argument(
         "--rounds", type=int, default=1, help="measure every cell this many times (echo first each round); medians"
     )
+    parser.add_argument(
+        "--logic",
+        action="store_true",
+        help="only the server's own work per pair, no network: fake /ws connections on one loop (batching on/off)",
+    )
     parser.add_argument("--train", action="store_true", help="the session learns while it serves")
     parser.add_argument("--no-echo", action="store_true", help="skip the bare echo server's baseline")
     args = parser.parse_args()
@@ -260,6 +312,26 @@ def main() -> None:
     import workbench as wb
 
     env = gym.make("CartPole-v1")
+    if args.logic:
+        for _ in range(args.rounds):
+            for clients in args.clients:
+                cpu = {}
+                for batch in (True, False):
+                    agent = wb.DQN(
+                        observation_space=env.observation_space,
+                        action_space=env.action_space,
+                        n_envs=clients,
+                        seed=0,
+                    )
+                    session = wb.Session.external(agent, seed=0, torch_threads=1)
+                    cpu[batch] = logic_only(session, batch, clients)
+                    session.stop()
+                print(
+                    f"no network, {clients:3d} clients: server CPU per pair {cpu[True]:6.1f} us batched, "
+                    f"{cpu[False]:6.1f} us unbatched ({cpu[False] / cpu[True]:.2f}x less batched)",
+                    flush=True,
+                )
+        return
     rows = []
     echoes = []
     servers = {}
