@@ -13,6 +13,7 @@ an application would drive it (costlier on the client side: a thread per client,
 ``websockets`` sync client's own reader thread).
 
     nice python benchmarks/serve.py [--clients 1 16 64] [--seconds 3] [--procs 2] [--client async] [--train]
+                                    [--rounds 3] [--http-parsers httptools h11] [--transports websocket]
 
 Prints a markdown table (docs/serve.md keeps the last one measured, with the machine it ran on).
 """
@@ -227,6 +228,53 @@ def measure(
     }
 
 
+def logic_only(session, batch: bool, clients: int, pairs: int = 300) -> float:
+    """The server's own work per act+feedback pair, with no transport at all: ``clients`` fake ``/ws``
+    connections on one event loop, their messages handed to the server's WebSocket handler as uvicorn would
+    (each receive yields to the loop once, so acts of several connections meet in a batch). Returns the CPU
+    time per pair in microseconds (second of two passes: the first warms up)."""
+    import asyncio
+    import json
+
+    server = session.serve(batch=batch, max_batch=clients)
+    act = json.dumps({"op": "act", "obs": OBS})
+    feedback = [
+        json.dumps({"op": "feedback", "reward": 1.0, "next_obs": OBS, "terminated": False, "truncated": ended})
+        for ended in (False, True)
+    ]
+
+    async def connection(i: int) -> None:
+        messages = [{"type": "websocket.connect"}]
+        for k in range(pairs):
+            messages += [{"type": "websocket.receive", "text": act}]
+            messages += [{"type": "websocket.receive", "text": feedback[k % 200 == 199]}]
+        messages.append({"type": "websocket.disconnect"})
+        it = iter(messages)
+
+        async def receive() -> dict:
+            await asyncio.sleep(0)
+            return next(it)
+
+        async def send(message: dict) -> None:
+            if '"error"' in message.get("text", ""):
+                raise RuntimeError(message["text"])
+
+        scope = {"type": "websocket", "path": "/ws", "headers": [], "query_string": f"episode=l{i}".encode()}
+        await server._websocket(scope, receive, send)
+
+    async def passes() -> float:
+        for _ in range(2):
+            cpu = time.process_time()
+            await asyncio.gather(*(connection(i) for i in range(clients)))
+            cpu = time.process_time() - cpu
+        return cpu / (clients * pairs) * 1e6
+
+    try:
+        return asyncio.run(passes())
+    finally:
+        server.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 16, 64])
@@ -240,6 +288,21 @@ def main() -> None:
         default="async",
         help="asyncio clients (measure the server) or wb.RemoteSession threads",
     )
+    parser.add_argument(
+        "--http-parsers",
+        nargs="+",
+        default=["auto"],
+        choices=["auto", "h11", "httptools"],
+        help="uvicorn's HTTP parser (serve(http=...)): one served session per parser, HTTP measured on each",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="measure every cell this many times (echo first each round); medians"
+    )
+    parser.add_argument(
+        "--logic",
+        action="store_true",
+        help="only the server's own work per pair, no network: fake /ws connections on one loop (batching on/off)",
+    )
     parser.add_argument("--train", action="store_true", help="the session learns while it serves")
     parser.add_argument("--no-echo", action="store_true", help="skip the bare echo server's baseline")
     args = parser.parse_args()
@@ -249,51 +312,75 @@ def main() -> None:
     import workbench as wb
 
     env = gym.make("CartPole-v1")
+    if args.logic:
+        for _ in range(args.rounds):
+            for clients in args.clients:
+                cpu = {}
+                for batch in (True, False):
+                    agent = wb.DQN(
+                        observation_space=env.observation_space,
+                        action_space=env.action_space,
+                        n_envs=clients,
+                        seed=0,
+                    )
+                    session = wb.Session.external(agent, seed=0, torch_threads=1)
+                    cpu[batch] = logic_only(session, batch, clients)
+                    session.stop()
+                print(
+                    f"no network, {clients:3d} clients: server CPU per pair {cpu[True]:6.1f} us batched, "
+                    f"{cpu[False]:6.1f} us unbatched ({cpu[False] / cpu[True]:.2f}x less batched)",
+                    flush=True,
+                )
+        return
     rows = []
     echoes = []
     servers = {}
     sessions = []
-    for batch in (True, False):
-        agent = wb.DQN(
-            observation_space=env.observation_space, action_space=env.action_space, n_envs=max(args.clients), seed=0
-        )
-        session = wb.Session.external(agent, seed=0, torch_threads=1)
-        if args.train:
-            session.start(steps=10**9)
-        sessions.append(session)
-        servers[batch] = session.serve(batch=batch, max_batch=max(args.clients))
+    parsers = args.http_parsers
+    for parser_name in parsers:
+        for batch in (True, False):
+            agent = wb.DQN(
+                observation_space=env.observation_space,
+                action_space=env.action_space,
+                n_envs=max(args.clients),
+                seed=0,
+            )
+            session = wb.Session.external(agent, seed=0, torch_threads=1)
+            if args.train:
+                session.start(steps=10**9)
+            sessions.append(session)
+            servers[batch, parser_name] = session.serve(batch=batch, max_batch=max(args.clients), http=parser_name)
+    # HTTP once per parser (labelled with the one used), the WebSocket once (the parser only reads its handshake)
+    cells = [
+        (f"http ({servers[True, p].http})" if len(parsers) > 1 else "http", "http", p)
+        for p in parsers
+        if "http" in args.transports
+    ] + [(t, t, parsers[0]) for t in args.transports if t != "http"]
     # For each number of clients, the bare echo server first, then every served cell: the load of the
     # machine's other jobs changes by the minute, so the ratio to the echo is taken between neighbours.
     try:
-        for clients in args.clients:
-            if not args.no_echo:
-                load = os.getloadavg()[0]
-                r = echo_baseline(clients, args.procs, args.seconds, args.warmup)
-                r["load"] = (load + os.getloadavg()[0]) / 2
-                echoes.append((clients, r))
-                print(
-                    f"bare echo {clients:3d} clients: {r['pairs_per_s']:8.0f} pairs/s  p50 {r['p50_ms']:6.2f} ms  "
-                    f"p99 {r['p99_ms']:6.2f} ms  server CPU {r['cpu_us']:5.0f} us/pair  "
-                    f"(load average {r['load']:.1f})",
-                    flush=True,
-                )
-            for transport in args.transports:
-                for batch in (True, False):
-                    load, cpu = os.getloadavg()[0], time.process_time()
-                    r = measure(
-                        servers[batch].url, transport, clients, args.procs, args.seconds, args.warmup, args.client
-                    )
-                    # This process is the server (the clients are others): its CPU time per pair, which
-                    # the other jobs on the machine do not inflate as they do the wall-clock figures.
-                    r["cpu_us"] = (time.process_time() - cpu) / r["pairs"] * 1e6
-                    r["load"] = (load + os.getloadavg()[0]) / 2
-                    rows.append((transport, clients, "on" if batch else "off", r))
-                    print(
-                        f"{transport:9s} {clients:3d} clients, batching {'on ' if batch else 'off'}: "
-                        f"{r['pairs_per_s']:8.0f} pairs/s  p50 {r['p50_ms']:6.2f} ms  p99 {r['p99_ms']:6.2f} ms  "
-                        f"server CPU {r['cpu_us']:5.0f} us/pair  (load average {r['load']:.1f})",
-                        flush=True,
-                    )
+        for round_ in range(args.rounds):
+            for clients in args.clients:
+                echo = None
+                if not args.no_echo:
+                    load = os.getloadavg()[0]
+                    echo = echo_baseline(clients, args.procs, args.seconds, args.warmup)
+                    echo["load"] = (load + os.getloadavg()[0]) / 2
+                    echoes.append((round_, clients, echo))
+                    _show("bare echo", clients, "-", echo)
+                for label, transport, parser_name in cells:
+                    for batch in (True, False):
+                        load, cpu = os.getloadavg()[0], time.process_time()
+                        url = servers[batch, parser_name].url
+                        r = measure(url, transport, clients, args.procs, args.seconds, args.warmup, args.client)
+                        # This process is the server (the clients are others): its CPU time per pair, which
+                        # the other jobs on the machine do not inflate as they do the wall-clock figures.
+                        r["cpu_us"] = (time.process_time() - cpu) / r["pairs"] * 1e6
+                        r["load"] = (load + os.getloadavg()[0]) / 2
+                        if echo is not None:
+                            r["echo_ratio"] = r["pairs_per_s"] / echo["pairs_per_s"]
+                        rows.append((round_, label, clients, "on" if batch else "off", r))
+                        _show(label, clients, "on" if batch else "off", r)
     finally:
         for server in servers.values():
             server.close()
@@ -301,37 +388,59 @@ def main() -> None:
             session.stop()
     print(
         f"\n{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end; {args.seconds:g} s per cell, "
-        f"{args.procs} client processes ({args.client} clients); session {'learning' if args.train else 'idle'}\n"
+        f"{args.procs} client processes ({args.client} clients); session {'learning' if args.train else 'idle'}; "
+        f"{args.rounds} round(s), each figure the median over the rounds\n"
     )
     # The fair figures on a shared machine: pairs/s as a share of the bare echo server's, measured in
-    # the same run with as many clients, and the server's CPU time per pair.
-    echo_rate = {clients: r["pairs_per_s"] for clients, r in echoes}
+    # the same round with as many clients just before, and the server's CPU time per pair.
     print(
         "| transport | clients | batching | pairs/s | / echo pairs/s | p50 (ms) | p99 (ms) | server CPU/pair (us) "
         "| load average |"
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for transport, clients, batch, r in rows:
-        ratio = f"{r['pairs_per_s'] / echo_rate[clients]:.2f}" if clients in echo_rate else "-"
+    keys = list(dict.fromkeys((label, clients, batch) for _, label, clients, batch, _ in rows))
+    for label, clients, batch in keys:
+        rs = [r for _, t, c, b, r in rows if (t, c, b) == (label, clients, batch)]
+        ratio = f"{_median(rs, 'echo_ratio'):.2f}" if all("echo_ratio" in r for r in rs) else "-"
         print(
-            f"| {transport} | {clients} | {batch} | {r['pairs_per_s']:.0f} | {ratio} | {r['p50_ms']:.2f} "
-            f"| {r['p99_ms']:.2f} | {r['cpu_us']:.0f} | {r['load']:.1f} |"
+            f"| {label} | {clients} | {batch} | {_median(rs, 'pairs_per_s'):.0f} | {ratio} "
+            f"| {_median(rs, 'p50_ms'):.2f} | {_median(rs, 'p99_ms'):.2f} | {_median(rs, 'cpu_us'):.0f} "
+            f"| {_median(rs, 'load'):.1f} |"
         )
-    for clients, r in echoes:
-        print(
-            f"| bare websockets echo (the machine's ceiling) | {clients} | - | {r['pairs_per_s']:.0f} | 1.00 "
-            f"| {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['cpu_us']:.0f} | {r['load']:.1f} |"
-        )
-    for transport in args.transports:
+    for clients in args.clients:
+        rs = [r for _, c, r in echoes if c == clients]
+        if rs:
+            print(
+                f"| bare websockets echo (the machine's ceiling) | {clients} | - | {_median(rs, 'pairs_per_s'):.0f} "
+                f"| 1.00 | {_median(rs, 'p50_ms'):.2f} | {_median(rs, 'p99_ms'):.2f} | {_median(rs, 'cpu_us'):.0f} "
+                f"| {_median(rs, 'load'):.1f} |"
+            )
+    for label in dict.fromkeys(k[0] for k in keys):
         for clients in args.clients:
-            on = [r for t, c, b, r in rows if (t, c, b) == (transport, clients, "on")]
-            off = [r for t, c, b, r in rows if (t, c, b) == (transport, clients, "off")]
-            if on and off:
-                gain = on[0]["pairs_per_s"] / off[0]["pairs_per_s"]
+            # per round, batched against unbatched measured right after it; the median over the rounds
+            on = {n: r for n, t, c, b, r in rows if (t, c, b) == (label, clients, "on")}
+            off = {n: r for n, t, c, b, r in rows if (t, c, b) == (label, clients, "off")}
+            pairs = [(on[n], off[n]) for n in on if n in off]
+            if pairs:
+                gain = float(np.median([a["pairs_per_s"] / b["pairs_per_s"] for a, b in pairs]))
+                cpu = float(np.median([b["cpu_us"] / a["cpu_us"] for a, b in pairs]))
                 print(
-                    f"batching gain, {transport}, {clients} clients: {gain:.2f}x pairs/s, "
-                    f"{off[0]['cpu_us'] / on[0]['cpu_us']:.2f}x less server CPU per pair"
+                    f"batching gain, {label}, {clients} clients: {gain:.2f}x pairs/s, "
+                    f"{cpu:.2f}x less server CPU per pair (medians over {len(pairs)} round(s))"
                 )
+
+
+def _median(rs: list[dict[str, float]], key: str) -> float:
+    return float(np.median([r[key] for r in rs]))
+
+
+def _show(label: str, clients: int, batch: str, r: dict[str, float]) -> None:
+    print(
+        f"{label:16s} {clients:3d} clients, batching {batch:3s}: {r['pairs_per_s']:8.0f} pairs/s  "
+        f"p50 {r['p50_ms']:6.2f} ms  p99 {r['p99_ms']:6.2f} ms  server CPU {r['cpu_us']:5.0f} us/pair  "
+        f"(load average {r['load']:.1f})",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -39,10 +39,20 @@ def _session(n_envs: int = 1, start: bool = False, **options):
     return session
 
 
-@pytest.fixture
-def served():
+def _parsers():
+    try:
+        import httptools  # noqa: F401
+    except ImportError:
+        return ["h11"]
+    return ["h11", "httptools"]
+
+
+@pytest.fixture(params=_parsers())
+def served(request):
+    """A served session on each HTTP parser uvicorn can use here: the limits and timeouts hold on both."""
     session = _session(n_envs=2)
-    server = session.serve(read_timeout=0.5, episode_timeout=0.4)
+    server = session.serve(read_timeout=0.5, episode_timeout=0.4, http=request.param)
+    assert server.http == request.param
     yield session, server
     server.close()
     session.stop()
@@ -150,6 +160,15 @@ def test_strict_json_types_are_refused_with_the_field_named(served):
         raw=True,
     )
     assert (status, answer["field"]) == (400, "reward")
+    # Numbers past what the observation's float32 holds: an integer past 1e308, a float past 3.4e38.
+    for raw in (
+        b'{"obs": [1' + b"0" * 400 + b', 0, 0, 0], "episode": "b"}',
+        b'{"obs": [1e39, 0, 0, 0], "episode": "b"}',
+    ):
+        status, answer = _post(server, "/act", raw, raw=True)
+        assert (status, answer["field"], answer["type"]) == (400, "obs", "ValueError"), raw
+    big = {**good, "next_obs": [1e39, 0, 0, 0]}
+    assert _post(server, "/feedback", big)[:1] == (400,) and _post(server, "/feedback", big)[1]["field"] == "next_obs"
     assert _post(server, "/act", {"obs": [0.1] * 5, "episode": "b"})[1]["field"] == "obs"
     assert _post(server, "/feedback", good) == (200, {"ok": True, "ended": False})  # nothing bad got through
     assert session.live_episodes == ["a"]
@@ -224,6 +243,39 @@ def test_a_stalled_request_head_is_closed_within_the_read_timeout(served):
         finally:
             sock.close()
         assert time.monotonic() - start < 3
+
+
+def test_act_and_feedback_take_post_only_and_keep_alive_serves_many_calls(served):
+    session, server = served
+    status, body = _get(server, "/act")
+    assert status == 405 and json.loads(body)["field"] == "method"
+    conn = http.client.HTTPConnection(server.host, server.port, timeout=10)  # one connection, many calls
+    try:
+        for i in range(3):
+            for path, body in (
+                ("/act", {"obs": OBS, "episode": "kept"}),
+                (
+                    "/feedback",
+                    {"reward": 1.0, "next_obs": OBS, "terminated": False, "truncated": i == 2, "episode": "kept"},
+                ),
+            ):
+                conn.request("POST", path, body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+                response = conn.getresponse()
+                assert response.status == 200 and response.getheader("Content-Type") == "application/json"
+                response.read()
+    finally:
+        conn.close()
+
+
+def test_the_http_parser_is_httptools_when_installed_and_can_be_chosen():
+    pytest.importorskip("httptools")
+    session = _session()
+    with session.serve() as server:
+        assert server.http == "httptools"
+    with session.serve(http="h11") as server:
+        assert server.http == "h11" and _post(server, "/act", {"obs": OBS})[0] == 200
+    with pytest.raises(ValueError, match="http= as 'auto', 'h11' or 'httptools'"):
+        session.serve(http="zttp")
 
 
 def test_a_token_is_required_when_set():
@@ -449,3 +501,17 @@ def test_websocket_messages_are_checked_and_a_huge_one_closes_the_socket():
             with pytest.raises(ConnectionClosed):
                 ws.recv(timeout=10)
         assert session.live_episodes == []
+
+
+def test_a_box_observation_is_converted_once_at_the_edge_and_others_pass_as_sent():
+    from workbench.serve.protocol import check_act, check_feedback
+
+    agent = _session().agent  # Box observations: the edge's array goes on, which prepare_obs takes unchanged
+    _, obs, _, _ = check_act(agent, {"obs": OBS})
+    assert isinstance(obs, np.ndarray) and obs.dtype == np.float32 and obs.tolist() == np.float32(OBS).tolist()
+    batch, single = agent.prepare_obs(obs)
+    assert single and np.array_equal(batch, agent.prepare_obs(OBS)[0])
+    next_obs = check_feedback(agent, {"reward": 1.0, "next_obs": OBS, "terminated": False, "truncated": False})[2]
+    assert isinstance(next_obs, np.ndarray) and np.array_equal(next_obs, obs)
+    discrete = wb.DQN(observation_space=gym.spaces.Discrete(5), action_space=gym.spaces.Discrete(2))
+    assert check_act(discrete, {"obs": 3})[1] == 3  # one-hot encoded by the session, not here

@@ -25,6 +25,7 @@ from collections.abc import Hashable
 from typing import Any
 
 import numpy as np
+from gymnasium import spaces
 
 try:  # the serve extra's fast JSON; the standard library's parser where it is absent
     import orjson as _orjson
@@ -70,7 +71,7 @@ def _no_constant(name: str) -> Any:
     raise RequestError(f"the body holds {name}, which is not JSON: send finite numbers only", kind="ValueError")
 
 
-def decode(body: bytes) -> dict[str, Any]:
+def decode(body: bytes | str) -> dict[str, Any]:
     """The JSON object in a request body (strict JSON: no NaN/Infinity, an object at the top). Parsed
     by orjson when it is installed; a body it refuses is parsed again by the standard library, so that
     the answer says what was wrong as it always has (the field of a number too large for a float)."""
@@ -98,8 +99,11 @@ def decode(body: bytes) -> dict[str, Any]:
 
 def encode(value: Any) -> bytes:
     """A JSON answer (finite numbers only)."""
-    if _orjson is not None and _finite(value):
-        return _orjson.dumps(value)
+    if _orjson is not None:
+        out = _orjson.dumps(value)
+        # orjson writes NaN and infinities as null: without a null in the text there was none to refuse
+        if b"null" not in out or _finite(value):
+            return out
     return json.dumps(value, allow_nan=False, separators=(",", ":")).encode()
 
 
@@ -161,17 +165,20 @@ def _numbers(value: Any, field: str, depth: int = 0) -> None:
 
 
 def observation(agent: Any, value: Any, field: str) -> Any:
-    """A JSON observation checked as the agent's ``prepare_obs`` checks it: the value to pass on."""
+    """A JSON observation checked as the agent's ``prepare_obs`` checks it: the value to pass on. For
+    a Box space that is the array ``prepare_obs`` made of it (the session's own ``prepare_obs`` takes
+    it back unchanged, so the list is converted once, not twice); for other spaces (one-hot encoded,
+    flattened dicts) the JSON value itself."""
     if value is None:
         raise RequestError(f"{field} is required", field=field, kind="TypeError")
     _numbers(value, field)
     try:
-        _, single = agent.prepare_obs(value)
-    except (TypeError, ValueError, KeyError, IndexError) as exc:
+        batch, single = agent.prepare_obs(value)
+    except (TypeError, ValueError, KeyError, IndexError, OverflowError) as exc:  # Overflow: an integer past 1e308
         raise RequestError(
             f"{field}: {exc}",
             field=field,
-            kind=type(exc).__name__ if not isinstance(exc, KeyError | IndexError) else "ValueError",
+            kind="TypeError" if isinstance(exc, TypeError) else "ValueError",
         ) from None
     if not single:
         raise RequestError(
@@ -180,6 +187,9 @@ def observation(agent: Any, value: Any, field: str) -> Any:
             field=field,
             kind="ValueError",
         )
+    space = getattr(agent, "observation_space", None)
+    if isinstance(space, spaces.Box) and batch.shape[1:] == space.shape:
+        return batch[0]
     return value
 
 

@@ -23,8 +23,10 @@ one of the agent's ``n_envs`` slots) and counted in the signal ``serve_episodes_
 Batching: acts that arrive together (read in one turn of the event loop) are decided by one forward
 pass (the external runner's ``act_many``), waiting at most ``batch_wait`` seconds for more only while
 fewer have come than the last batch held; the batch sizes go to the signal ``serve_batch_size``.
-``/ws`` is a plain ASGI handler (HTTP goes through Starlette's routing). While the session does not
-learn, acts run on the event loop itself; while it learns (an update holds the agent), a batch runs in a serving thread.
+``POST /act``, ``POST /feedback`` and ``/ws`` are plain ASGI handlers (the other endpoints go through
+Starlette's routing); uvicorn parses HTTP with httptools when it is installed (``http=``), else h11.
+While the session does not learn, acts run on the event loop itself; while it learns (an update holds the
+agent), a batch runs in a serving thread.
 Feedback runs on the event loop unless ``max_lag`` may hold it (then in a serving thread).
 """
 
@@ -237,12 +239,63 @@ def _each(fn: Callable[..., Any]) -> Callable[[list[tuple[Any, ...]]], list[tupl
     return run
 
 
-def _header_timeout_protocol(read_timeout: float) -> type[H11Protocol]:
-    """uvicorn's h11 protocol, plus a limit on the time a request head may take to arrive (uvicorn's
-    own keep-alive timeout only starts after a first answer, so a client that connects and sends a
-    partial head would hold its connection forever)."""
+def _header_timeout_protocol(read_timeout: float, http: str) -> type[asyncio.Protocol]:
+    """uvicorn's HTTP protocol (``"h11"`` or ``"httptools"``), plus a limit on the time a request head
+    may take to arrive. uvicorn's own keep-alive timeout only runs between requests, after a first
+    answer: a client that connects and sends nothing, or a partial head, would hold its connection
+    forever. The timer is armed when the connection opens and whenever part of a head has come without
+    a timer running; the head's end disarms it (its body has ``read_timeout`` in the application); when it
+    fires with no head whole, the connection is closed (there is nothing to answer)."""
+    if http == "httptools":
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-    class Protocol(H11Protocol):
+        class HttpTools(HttpToolsProtocol):
+            # httptools calls on_message_begin at a head's first byte and on_headers_complete at its end,
+            # inside feed_data: after data_received, _in_head says whether a head is still partial.
+            _head_timer: asyncio.TimerHandle | None = None
+            _in_head = False
+
+            def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+                super().connection_made(transport)
+                self._arm()
+
+            def data_received(self, data: bytes) -> None:
+                super().data_received(data)
+                if self._in_head and self._head_timer is None and not self.transport.is_closing():
+                    self._arm()  # part of a head: the rest must come within read_timeout
+
+            def on_message_begin(self) -> None:
+                self._in_head = True
+                super().on_message_begin()
+
+            def on_headers_complete(self) -> None:
+                self._in_head = False
+                self._disarm()
+                super().on_headers_complete()
+
+            def connection_lost(self, exc: Exception | None) -> None:
+                self._disarm()
+                super().connection_lost(exc)
+
+            def _arm(self) -> None:
+                self._head_timer = self.loop.call_later(read_timeout, self._head_timed_out)
+
+            def _disarm(self) -> None:
+                if self._head_timer is not None:
+                    self._head_timer.cancel()
+                    self._head_timer = None
+
+            def _head_timed_out(self) -> None:
+                self._head_timer = None
+                if self.transport.is_closing() or self.transport.get_protocol() is not self:
+                    return
+                if self._in_head or self.cycle is None:
+                    self.transport.close()  # a head that never came whole: nothing to answer
+
+        return HttpTools
+
+    class H11(H11Protocol):
+        # h11's state says it: their_state leaves IDLE when a whole head has been read.
         _head_timer: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -275,7 +328,25 @@ def _header_timeout_protocol(read_timeout: float) -> type[H11Protocol]:
             if self.conn.their_state is h11.IDLE and (self.cycle is None or self.cycle.response_complete):
                 self.transport.close()  # a head that never came whole: nothing to answer
 
-    return Protocol
+    return H11
+
+
+def _http_parser(http: str) -> str:
+    """``"auto"``: httptools (a C parser, the ``serve`` extra) when it is installed, else h11."""
+    if http not in ("auto", "h11", "httptools"):
+        raise ValueError(f"serve() needs http= as 'auto', 'h11' or 'httptools', got {http!r}")
+    if http == "h11":
+        return http
+    try:
+        import httptools  # noqa: F401
+    except ImportError:
+        if http == "httptools":
+            raise ImportError(
+                "serve(http='httptools') needs the httptools package: pip install 'rl-workbench[serve]' "
+                "(or http='auto', which uses h11 without it)"
+            ) from None
+        return "h11"
+    return "httptools"
 
 
 class Server:
@@ -300,6 +371,7 @@ class Server:
         batch_wait: float = 0.001,
         max_batch: int = 64,
         log_requests: bool = False,
+        http: str = "auto",
     ) -> None:
         try:
             session.live_episodes  # noqa: B018 (only a session driven by the application has episodes)
@@ -320,6 +392,7 @@ class Server:
             raise ValueError(f"serve() needs batch_wait= between 0 and 0.1 seconds, got {batch_wait!r}")
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"serve() needs max_batch= as a positive integer, got {max_batch!r}")
+        self.http = _http_parser(http)
         self.session = session
         self.agent = session.agent
         self._runner: ExternalRunner = session.env_source.runner  # the session's act_many (one forward pass)
@@ -345,7 +418,7 @@ class Server:
         self.url = f"http://{shown}:{self.port}"
         config = Config(
             self._app(),
-            http=_header_timeout_protocol(self.read_timeout),
+            http=_header_timeout_protocol(self.read_timeout, self.http),
             ws="websockets-sansio",
             lifespan="off",
             log_level="warning",
@@ -408,8 +481,6 @@ class Server:
 
     def _app(self) -> Callable[..., Any]:
         routes = [
-            Route("/act", self._http(self._act_request), methods=["POST"]),
-            Route("/feedback", self._http(self._feedback_request), methods=["POST"]),
             Route("/status", self._http(self._status), methods=["GET"]),
             Route("/signals", self._http(self._signals), methods=["GET"]),
             Route("/info", self._http(self._info), methods=["GET"]),
@@ -422,7 +493,10 @@ class Server:
         app = Starlette(routes=routes)
 
         async def asgi(scope: dict[str, Any], receive: Any, send: Any) -> None:
-            if scope["type"] == "websocket" and scope["path"] == "/ws":
+            kind, path = scope["type"], scope["path"]
+            if kind == "http" and path in _CALLS:
+                return await self._call_request(scope, receive, send, path)
+            if kind == "websocket" and path == "/ws":
                 return await self._websocket(scope, receive, send)
             return await app(scope, receive, send)
 
@@ -478,8 +552,54 @@ class Server:
 
         return endpoint_fn
 
-    async def _body(self, request: Request) -> dict[str, Any]:
-        length = request.headers.get("content-length")
+    async def _call_request(self, scope: dict[str, Any], receive: Any, send: Any, path: str) -> None:
+        """``POST /act`` and ``POST /feedback``: a plain ASGI handler, as ``/ws`` is (no framework layer
+        between a request and its answer), answered and counted as the other endpoints are."""
+        start = time.perf_counter()
+        self._in_flight += 1
+        if self._reaper_task is None:  # on the server's loop, with the first request
+            self._start_reaper()
+        headers = [(b"content-type", b"application/json")]
+        try:
+            if scope["method"] != "POST":
+                headers.append((b"allow", b"POST"))
+                raise RequestError(
+                    f"{path} takes POST, not {scope['method']}", field="method", kind="ValueError", status=405
+                )
+            length, authorization = None, ""
+            for name, value in scope["headers"]:  # uvicorn gives the names in lower case
+                if name == b"content-length":
+                    length = value.decode("latin-1")
+                elif name == b"authorization":
+                    authorization = value.decode("latin-1")
+            if self.token is not None and not self._authorized({"authorization": authorization}):
+                headers.append((b"www-authenticate", b"Bearer"))
+                raise RequestError(
+                    "this server needs its token: send the header 'Authorization: Bearer TOKEN'",
+                    field="token",
+                    kind="PermissionError",
+                    status=401,
+                )
+            body = await self._body(receive, length)
+            if path == "/act":
+                answer = await self._call_act(*check_act(self.agent, body))
+            else:
+                answer = await self._call_feedback(*check_feedback(self.agent, body))
+            status = 200
+        except RequestError as exc:
+            status, answer = exc.status, error_body(exc)
+            if status in (408, 413):
+                headers.append((b"connection", b"close"))
+        finally:
+            self._in_flight -= 1
+        out = encode(answer)
+        headers.append((b"content-length", b"%d" % len(out)))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": out})
+        self.metrics.observe(path, status, time.perf_counter() - start)
+
+    async def _body(self, receive: Any, length: str | None) -> dict[str, Any]:
+        """The request's JSON body, within ``max_body`` bytes and ``read_timeout`` seconds."""
         if length is not None:
             if not length.isdigit():
                 raise RequestError(f"Content-Length must be a number of bytes, got {length!r}", field="body")
@@ -495,7 +615,11 @@ class Server:
 
         async def read() -> None:
             nonlocal size
-            async for chunk in request.stream():
+            while True:
+                message = await receive()
+                if message["type"] != "http.request":
+                    raise RequestError("the client went away before its body came", field="body")
+                chunk = message.get("body", b"")
                 size += len(chunk)
                 if size > self.max_body:
                     raise RequestError(
@@ -504,9 +628,11 @@ class Server:
                         status=413,
                     )
                 chunks.append(chunk)
+                if not message.get("more_body", False):
+                    return
 
         try:
-            await asyncio.wait_for(read(), self.read_timeout)
+            await _within(read(), self.read_timeout)
         except asyncio.TimeoutError:
             raise RequestError(
                 f"the body did not arrive within {self.read_timeout:g} s (read_timeout): got {size} bytes"
@@ -514,7 +640,7 @@ class Server:
                 field="body",
                 status=408,
             ) from None
-        return decode(b"".join(chunks))
+        return decode(chunks[0] if len(chunks) == 1 else b"".join(chunks))
 
     def _acts_inline(self) -> bool:
         """Whether acts may run on the event loop: while the session does not learn, nothing holds
@@ -548,16 +674,6 @@ class Server:
                 self, _each(self._feedback), lambda: False, self.max_batch, 0.0, record_sizes=False
             )
         return await self._feedbacks.submit(*args)
-
-    async def _act_request(self, request: Request) -> dict[str, Any]:
-        episode, obs, mask, seq = check_act(self.agent, await self._body(request))
-        return await self._call_act(episode, obs, mask, seq)
-
-    async def _feedback_request(self, request: Request) -> dict[str, Any]:
-        episode, reward, next_obs, terminated, truncated, info, seq = check_feedback(
-            self.agent, await self._body(request)
-        )
-        return await self._call_feedback(episode, reward, next_obs, terminated, truncated, info, seq)
 
     # -- the session's calls, in serving threads -------------------------------------------------
 
@@ -609,9 +725,11 @@ class Server:
         held: list[tuple[int, _Record]] = []
         later: list[int] = []
         taken: set[int] = set()
+        with self._records_lock:  # one take for the batch's records
+            records = self.records
+            mine = [records.get(episode) or records.setdefault(episode, _Record()) for episode, *_ in calls]
         try:
-            for i, (episode, _, _, seq) in enumerate(calls):
-                record = self._record(episode)
+            for i, (record, (_, _, _, seq)) in enumerate(zip(mine, calls)):
                 if id(record) in taken or not record.lock.acquire(blocking=False):
                     later.append(i)
                     continue
@@ -634,7 +752,7 @@ class Server:
                     actions = [exc] * len(held)
                 now = time.monotonic()
                 for (i, record), action in zip(held, actions):
-                    episode, obs, _, seq = calls[i]
+                    _, obs, _, seq = calls[i]
                     record.busy, record.time = False, now
                     if isinstance(action, Exception):
                         out[i] = (False, _act_error(action))
@@ -901,7 +1019,7 @@ class Server:
                 busy, start = True, perf_counter()
                 data = message.get("text")
                 binary = data is None
-                body = (message.get("bytes") or b"") if binary else data.encode()
+                body = (message.get("bytes") or b"") if binary else data  # orjson reads str as well
                 status, op = 200, None
                 try:
                     request = decode(body)
@@ -958,6 +1076,7 @@ class Server:
 
 
 _WS_ENDPOINTS = {"act": "/ws act", "feedback": "/ws feedback"}
+_CALLS = ("/act", "/feedback")  # answered by Server._call_request
 
 
 class _Held:
