@@ -239,6 +239,39 @@ def _each(fn: Callable[..., Any]) -> Callable[[list[tuple[Any, ...]]], list[tupl
     return run
 
 
+class _HeadTimer:
+    """The head timer both parsers' protocols share (mixed in before uvicorn's protocol): armed by
+    :meth:`_arm`, cancelled by :meth:`_disarm` and when the connection goes; when it fires, the connection
+    is closed if :meth:`_head_incomplete` says no head came whole (there is nothing to answer)."""
+
+    _head_timer: asyncio.TimerHandle | None = None
+    _read_timeout: float
+    loop: asyncio.AbstractEventLoop
+    transport: asyncio.Transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)  # type: ignore[misc]
+
+    def _arm(self) -> None:
+        self._head_timer = self.loop.call_later(self._read_timeout, self._head_timed_out)
+
+    def _disarm(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self.transport.is_closing() or self.transport.get_protocol() is not self:
+            return
+        if self._head_incomplete():
+            self.transport.close()
+
+    def _head_incomplete(self) -> bool:
+        raise NotImplementedError
+
+
 def _header_timeout_protocol(read_timeout: float, http: str) -> type[asyncio.Protocol]:
     """uvicorn's HTTP protocol (``"h11"`` or ``"httptools"``), plus a limit on the time a request head
     may take to arrive. uvicorn's own keep-alive timeout only runs between requests, after a first
@@ -249,10 +282,10 @@ def _header_timeout_protocol(read_timeout: float, http: str) -> type[asyncio.Pro
     if http == "httptools":
         from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-        class HttpTools(HttpToolsProtocol):
+        class HttpTools(_HeadTimer, HttpToolsProtocol):
             # httptools calls on_message_begin at a head's first byte and on_headers_complete at its end,
             # inside feed_data: after data_received, _in_head says whether a head is still partial.
-            _head_timer: asyncio.TimerHandle | None = None
+            _read_timeout = read_timeout
             _in_head = False
 
             def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -273,30 +306,14 @@ def _header_timeout_protocol(read_timeout: float, http: str) -> type[asyncio.Pro
                 self._disarm()
                 super().on_headers_complete()
 
-            def connection_lost(self, exc: Exception | None) -> None:
-                self._disarm()
-                super().connection_lost(exc)
-
-            def _arm(self) -> None:
-                self._head_timer = self.loop.call_later(read_timeout, self._head_timed_out)
-
-            def _disarm(self) -> None:
-                if self._head_timer is not None:
-                    self._head_timer.cancel()
-                    self._head_timer = None
-
-            def _head_timed_out(self) -> None:
-                self._head_timer = None
-                if self.transport.is_closing() or self.transport.get_protocol() is not self:
-                    return
-                if self._in_head or self.cycle is None:
-                    self.transport.close()  # a head that never came whole: nothing to answer
+            def _head_incomplete(self) -> bool:
+                return self._in_head or self.cycle is None
 
         return HttpTools
 
-    class H11(H11Protocol):
+    class H11(_HeadTimer, H11Protocol):
         # h11's state says it: their_state leaves IDLE when a whole head has been read.
-        _head_timer: asyncio.TimerHandle | None = None
+        _read_timeout = read_timeout
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -309,24 +326,8 @@ def _header_timeout_protocol(read_timeout: float, http: str) -> type[asyncio.Pro
             elif self._head_timer is None and not self.transport.is_closing():
                 self._arm()  # part of a head: the rest must come within read_timeout
 
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm()
-            super().connection_lost(exc)
-
-        def _arm(self) -> None:
-            self._head_timer = self.loop.call_later(read_timeout, self._head_timed_out)
-
-        def _disarm(self) -> None:
-            if self._head_timer is not None:
-                self._head_timer.cancel()
-                self._head_timer = None
-
-        def _head_timed_out(self) -> None:
-            self._head_timer = None
-            if self.transport.is_closing() or self.transport.get_protocol() is not self:
-                return
-            if self.conn.their_state is h11.IDLE and (self.cycle is None or self.cycle.response_complete):
-                self.transport.close()  # a head that never came whole: nothing to answer
+        def _head_incomplete(self) -> bool:
+            return self.conn.their_state is h11.IDLE and (self.cycle is None or self.cycle.response_complete)
 
     return H11
 
