@@ -218,3 +218,51 @@ def test_evaluation_plays_on_another_parallel_env():
     session.run(steps=32)
     mean = session.evaluate(episodes=2)
     assert 0.0 <= mean <= 8.0 and session.signals["eval_reward"].last == mean
+
+
+def _dense(net, x):
+    """What a routed network computes, written the slow way: every group's network on every row, then pick."""
+    import torch
+
+    inputs = x.index_select(-1, net.columns)
+    stacked = torch.stack([m(inputs) for m in net.nets], dim=0)
+    return stacked[net.groups_of(x), torch.arange(x.shape[0])]
+
+
+@pytest.mark.parametrize("fast", ["auto", "off"])
+def test_ippo_runs_each_group_network_only_on_its_own_rows(fast):
+    import torch
+
+    env = MatchTarget(n_agents=3, length=4)
+    groups = {"red": ["agent_0"], "blue": ["agent_1", "agent_2"]}
+    agent = wb.IPPO(env, groups=groups, seed=0, fast=fast, **SMALL)
+    n = agent.obs_shape[0]
+    rng = np.random.default_rng(0)
+    x = torch.as_tensor(rng.random((20, n)), dtype=torch.float32)
+    slots = torch.as_tensor(rng.integers(0, 3, 20))
+    x[:, -3:] = torch.eye(3)[slots]
+    group = torch.tensor([0, 1, 1])[slots]  # agent_0 -> red (0), the others -> blue (1)
+    # With fast on, the nets run through their written-out bodies; reference first (hooks turn those off).
+    with torch.no_grad():
+        expected = {name: _dense(getattr(agent, name), x) for name in ("actor", "critic")}
+        routed = {name: agent._forward(getattr(agent, name), x) for name in ("actor", "critic")}
+    for name in ("actor", "critic"):
+        assert torch.allclose(routed[name], expected[name], atol=1e-6)  # each row's output back in its place
+    seen: list[tuple[int, torch.Tensor]] = []
+    for g, net in enumerate(agent.actor.nets):
+        net.register_forward_pre_hook(lambda _m, args, g=g: seen.append((g, args[0].detach().clone())))
+    out = agent._forward(agent.actor, x)
+    assert torch.allclose(out, expected["actor"], atol=1e-6)
+    # One pass per group, each on exactly its own rows: 20 rows in all, not 2 x 20.
+    assert [g for g, _ in seen] == [0, 1]
+    assert sum(rows.shape[0] for _, rows in seen) == 20
+    for g, rows in seen:
+        mine = x[group == g][:, : rows.shape[1]]
+        assert torch.equal(rows, mine)
+    # A batch without a group's rows still runs its network (on no rows), so its parameters get a zero gradient.
+    seen.clear()
+    only_blue = x[group == 1]
+    agent._forward(agent.actor, only_blue).sum().backward()
+    assert [rows.shape[0] for _, rows in seen] == [0, only_blue.shape[0]]
+    red = agent.actor.nets[0]
+    assert all(p.grad is not None and not p.grad.any() for p in red.parameters())
