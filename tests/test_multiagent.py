@@ -266,3 +266,95 @@ def test_ippo_runs_each_group_network_only_on_its_own_rows(fast):
     assert [rows.shape[0] for _, rows in seen] == [0, only_blue.shape[0]]
     red = agent.actor.nets[0]
     assert all(p.grad is not None and not p.grad.any() for p in red.parameters())
+
+
+def _after(session, name, step):
+    sig = session.signals[name]
+    return [(int(s), float(v)) for s, v in zip(sig.steps, sig.values) if s > step]
+
+
+def test_reopened_run_continues_the_parallel_envs_random_stream(tmp_path):
+    # An uninterrupted run writes a checkpoint at agent-step 96 (4 team episodes, 4 rollouts end there); the run
+    # reopened from it draws the targets the uninterrupted one draws next, so it learns the same weights.
+    kwargs = {**SMALL, "n_steps": 8, "batch_size": 24}
+    env = MatchTarget(n_agents=3, length=8)
+    agent = wb.IPPO(env, groups={"red": ["agent_0"], "blue": ["agent_1", "agent_2"]}, seed=0, **kwargs)
+    straight = wb.Session(agent, env, seed=3, checkpoint_every=96, checkpoint_dir=tmp_path)
+    straight.run(steps=144)
+    resumed = wb.Session.reopen(tmp_path / "latest", MatchTarget(n_agents=3, length=8))
+    assert resumed.steps == 96
+    resumed.run(steps=48)
+    for name in ("episode_reward", "episode_reward/agent_0", "episode_reward/blue", "loss"):
+        assert _after(resumed, name, 96) == _after(straight, name, 96), name
+        assert _after(resumed, name, 96)
+    for name, net in straight.agent.networks.items():
+        for key, value in net.state_dict().items():
+            assert np.array_equal(value.numpy(), resumed.agent.networks[name].state_dict()[key].numpy()), key
+
+
+class _Draws(MatchTarget):
+    """Records every set of targets it draws (at each reset and each step)."""
+
+    def __init__(self, *args, **kwargs):
+        self.draws: list[dict[str, int]] = []
+        super().__init__(*args, **kwargs)
+
+    def _draw(self):
+        super()._draw()
+        self.draws.append(dict(self._targets))
+
+
+def test_reopened_run_saved_mid_episode_continues_the_stream_where_the_save_left_it(tmp_path):
+    made: list[_Draws] = []
+
+    def factory():
+        made.append(_Draws(n_agents=2, length=8))
+        return made[-1]
+
+    def stepped(since):  # the copy a session stepped (the others only had their spaces read)
+        return max(made[since:], key=lambda e: len(e.draws))
+
+    straight = wb.Session(wb.PPO(factory(), seed=0, **SMALL), factory, seed=5)
+    straight.run(steps=160)
+    theirs = stepped(0).draws
+    mark = len(made)
+    first = wb.Session(wb.PPO(factory(), seed=0, **SMALL), factory, seed=5)
+    first.run(steps=42)  # 21 env steps: the third team episode is 5 steps in
+    before = len(stepped(mark).draws)
+    assert stepped(mark).draws == theirs[:before]
+    path = first.save(tmp_path / "run")
+    mark = len(made)
+    resumed = wb.Session.reopen(path, factory)
+    resumed.run(steps=40)
+    mine = stepped(mark).draws
+    # The reopened copy starts a new episode, drawing what the uninterrupted run drew next: its stream
+    # went on from the save, it was not seeded again (which would replay the run's first draws).
+    assert len(mine) > 10 and mine == theirs[before : before + len(mine)]
+    assert mine[:5] != theirs[:5]
+
+
+def test_parallel_vec_streams_continue_after_a_restore():
+    from workbench.envs.multiagent import ParallelVec, parallel_rng_state
+
+    lay = parallel_spaces(MatchTarget(n_agents=2))[2]
+
+    def vec(seed):
+        return ParallelVec([MatchTarget(n_agents=2, length=4) for _ in range(2)], lay, seed=seed)
+
+    here = vec(1)
+    here.reset()
+    for _ in range(6):  # each copy's episode ends at step 4: a same-step reset inside
+        here.step(np.zeros(4, np.int64))
+    states = here.rng_states()  # copy c's stream in row c * n_agents
+    assert states[1] is None and states[3] is None and None not in (states[0], states[2]) and states[0] != states[2]
+    assert states[0] == parallel_rng_state(here.copies[0].env)
+    later = vec(99)
+    later.set_rng_states(states)
+    rows = here.reset()
+    np.testing.assert_array_equal(later.reset(), rows)  # the same next episodes
+    # Right after a reset the saved state is the one that drew it, so a restored copy draws that episode again.
+    assert here.rng_states() == states
+    again = vec(7)
+    again.set_rng_states(here.rng_states())
+    np.testing.assert_array_equal(again.reset(), rows)
+    assert not np.array_equal(vec(7).reset(), rows)  # seeded instead: other episodes
