@@ -358,3 +358,51 @@ def test_parallel_vec_streams_continue_after_a_restore():
     again.set_rng_states(here.rng_states())
     np.testing.assert_array_equal(again.reset(), rows)
     assert not np.array_equal(vec(7).reset(), rows)  # seeded instead: other episodes
+
+
+@pytest.mark.parametrize("cls", ["PPO", "IPPO", "MAPPO"])
+def test_play_takes_a_factory_of_parallel_envs_as_training_does(cls):
+    built: list[MatchTarget] = []
+
+    def factory():
+        env = MatchTarget(n_agents=2, length=4, leave=True, render_mode="rgb_array")
+        env.closed = False
+        env.close = lambda: setattr(env, "closed", True)  # type: ignore[method-assign]
+        built.append(env)
+        return env
+
+    agent = getattr(wb, cls)(factory, seed=0, **SMALL)
+    built.clear()  # the copy the agent read its spaces from
+    result = agent.play(factory, episodes=2, seed=1)
+    assert len(built) == 1 and built[0].closed  # one copy, built for this play and closed after it
+    assert result == agent.play(MatchTarget(n_agents=2, length=4, leave=True), episodes=2, seed=1)
+    assert result.lengths == [4, 4] and len(result.per_agent) == 2
+    result, frames = agent.play(factory, episodes=1, render="rgb_array")
+    assert len(frames[0]) == 5 and built[-1].closed
+
+
+def test_play_with_a_wrong_env_says_what_to_pass():
+    agent = wb.IPPO(MatchTarget(n_agents=2), seed=0, **SMALL)
+
+    class AEC:
+        possible_agents = ["a"]
+        agent_selection = "a"
+
+        def last(self):
+            return None
+
+    with pytest.raises(TypeError, match="ParallelEnv: pass an instance or a zero-argument factory.*int: 42"):
+        agent.play(42)
+    with pytest.raises(TypeError, match="ParallelEnv: pass an instance.*'CartPole-v1'"):
+        agent.play("CartPole-v1")
+    with pytest.raises(TypeError, match=r"needs arguments \(n\)"):
+        agent.play(lambda n: MatchTarget(n_agents=n))
+    with pytest.raises(TypeError, match="returned int, not a gymnasium.Env or a PettingZoo ParallelEnv"):
+        agent.play(lambda: 42)
+    with pytest.raises(TypeError, match="aec_to_parallel"):
+        agent.play(AEC)
+    with pytest.raises(TypeError, match="is a single-agent env"):
+        agent.play(lambda: __import__("gymnasium").make("CartPole-v1"))
+    shared = wb.PPO(MatchTarget(n_agents=2), seed=0, **SMALL)
+    with pytest.raises(TypeError, match="needs arguments"):
+        shared.play(lambda n: MatchTarget(n_agents=n))

@@ -43,6 +43,7 @@ __all__ = [
     "Layout",
     "ParallelEnvAdapter",
     "ParallelVec",
+    "build_for_play",
     "check_parallel_env",
     "is_aec_env",
     "is_parallel_env",
@@ -576,6 +577,43 @@ def make_parallel(factory: Any, name: str = "the env factory") -> Any:
             "return a new ParallelEnv each time (for example `lambda: simple_spread_v3.parallel_env()`)"
         )
     return env
+
+
+def _required_parameters(factory: Any) -> list[str]:
+    """The parameters ``factory`` cannot be called without (none when its signature cannot be read)."""
+    import inspect
+
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return [p.name for p in params if p.kind in kinds and p.default is inspect.Parameter.empty]
+
+
+def build_for_play(factory: Any, name: str, owner: str) -> Any:
+    """``factory()`` for ``agent.play``: a PettingZoo ParallelEnv or a gymnasium.Env, built once; a
+    ``TypeError`` at the call that says what was wrong (a factory that needs arguments, an AEC env, or
+    something that is neither)."""
+    import gymnasium as gym
+
+    required = _required_parameters(factory)
+    if required:
+        raise TypeError(
+            f"{owner} got the factory {name}, which needs arguments ({', '.join(required)}): pass an env instance, "
+            "a registered id, or a zero-argument factory such as `lambda: simple_spread_v3.parallel_env()` "
+            'or `lambda: gym.make("CartPole-v1")`'
+        )
+    env = factory()
+    if is_aec_env(env):
+        check_parallel_env(env)  # says how to convert it
+    if isinstance(env, gym.Env) or is_parallel_env(env):
+        return env
+    raise TypeError(
+        f"{owner}: the factory {name} returned {type(env).__name__}, not a gymnasium.Env or a PettingZoo "
+        "ParallelEnv; it must take no arguments and return a new env each time "
+        '(for example `lambda: simple_spread_v3.parallel_env()` or `lambda: gym.make("CartPole-v1")`)'
+    )
 
 
 def _action_converter(space: spaces.Space) -> Any:
