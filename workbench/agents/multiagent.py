@@ -37,6 +37,12 @@ from .ppo import PPO, PPOConfig
 __all__ = ["IPPO", "IPPOConfig", "MAPPO", "MAPPOConfig", "SlotNet", "export_policies"]
 
 
+def _compiling() -> bool:
+    """True while ``torch.compile`` traces (``torch.compiler.is_compiling``, PyTorch 2.3 on; False before)."""
+    check = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    return bool(check()) if check is not None else False
+
+
 class SlotNet(nn.Module):
     """One network per group; each row goes to its group's network only (the group read from the row's
     one-hot id, the columns from ``id_start`` on), which is fed only ``columns`` of the row.
@@ -66,7 +72,7 @@ class SlotNet(nn.Module):
         if len(self.nets) == 1:
             return forward(self.nets[0], inputs, fast=fast)
         group = self.groups_of(x)
-        if torch.jit.is_tracing() or torch.compiler.is_compiling():
+        if torch.jit.is_tracing() or _compiling():
             # ONNX export and compile=True: one graph without data-dependent shapes (a row count per group
             # would end the graph and recompile it for every new split), so every network on every row, then pick.
             stacked = torch.stack([net(inputs) for net in self.nets], dim=0)
