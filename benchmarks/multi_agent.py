@@ -7,7 +7,11 @@ same PPO settings (rollout of 128 env steps, one minibatch, 5 epochs, learning r
 0.2, entropy 0.01, value loss 0.5, gradient norm 0.5, two hidden layers of 64 tanh units, discrete actions) over
 several seeds in this same run. The table gives the mean team return (the sum over agents) of 10
 deterministic evaluation episodes at the end (per seed, then mean; the same evaluation seeds for every
-method) and the median wall time of training.
+method) and the median wall and CPU time of training (CPU: ``time.process_time``, every thread of the
+process, so less moved by other jobs on a shared machine than the wall time). The methods take turns
+within each seed (seed 0: every method, then seed 1...), so a change of the machine's load falls on all
+of them alike; each workbench method is then compared with skrl's of the same name: the ratio of the
+median wall times, and the median of the per-seed ratios (runs of the same seed ran close in time).
 
     pip install pettingzoo skrl && pip install --no-deps mpe2   # mpe2 asks for pygame-ce; MPE steps without it
     python benchmarks/multi_agent.py                            # 3 seeds, 15k agent-steps per run
@@ -59,18 +63,18 @@ def _groups(task: str) -> dict[str, Any]:
     return {}
 
 
-def run_workbench(method: str, task: str, seed: int, steps: int) -> tuple[float, float]:
-    """Train one workbench method; (wall seconds of training, mean evaluation return)."""
+def run_workbench(method: str, task: str, seed: int, steps: int) -> tuple[float, float, float]:
+    """Train one workbench method; (wall seconds of training, CPU seconds, mean evaluation return)."""
     env = make(task)
     cls = {"shared PPO": wb.PPO, "IPPO": wb.IPPO, "MAPPO": wb.MAPPO}[method]
     extra = _groups(task) if method == "IPPO" else {}
     agent = cls(env, seed=seed, **SETTINGS, **extra)
     session = wb.Session(agent, env, seed=seed)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     session.run(steps=steps)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     returns = agent.play(make(task), episodes=EVAL_EPISODES, seed=10_000 + seed)
-    return wall, float(np.mean(returns))
+    return wall, cpu, float(np.mean(returns))
 
 
 def _skrl_models(env: Any, centralised: bool) -> dict[str, dict[str, Any]]:
@@ -116,8 +120,9 @@ def _skrl_models(env: Any, centralised: bool) -> dict[str, dict[str, Any]]:
     return models
 
 
-def run_skrl(method: str, task: str, seed: int, steps: int) -> tuple[float, float]:
-    """Train skrl's IPPO or MAPPO at the same settings; (wall seconds of training, mean evaluation return)."""
+def run_skrl(method: str, task: str, seed: int, steps: int) -> tuple[float, float, float]:
+    """Train skrl's IPPO or MAPPO at the same settings; (wall seconds of training, CPU seconds, mean evaluation
+    return)."""
     from skrl.envs.wrappers.torch import wrap_env
     from skrl.memories.torch import RandomMemory
     from skrl.trainers.torch import SequentialTrainer
@@ -172,9 +177,9 @@ def run_skrl(method: str, task: str, seed: int, steps: int) -> tuple[float, floa
         agents=agent,
         cfg={"timesteps": steps // n_agents, "headless": True, "disable_progressbar": True},
     )
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     trainer.train()
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     returns = []
     eval_env = make(task)
     for episode in range(EVAL_EPISODES):
@@ -189,7 +194,7 @@ def run_skrl(method: str, task: str, seed: int, steps: int) -> tuple[float, floa
             obs, rewards, _, _, _ = eval_env.step(actions)
             total += float(sum(rewards.values()))
         returns.append(total)
-    return wall, float(np.mean(returns))
+    return wall, cpu, float(np.mean(returns))
 
 
 def main() -> None:
@@ -209,26 +214,48 @@ def main() -> None:
         peer = None
         print("skrl is not installed: no peer rows (pip install skrl to add them)")
     print(f"load average at start: {os.getloadavg()[0]:.2f}; torch {torch.__version__}; peer: {peer}")
-    print(f"| task | method | return per seed | mean return | median wall (s) |  ({args.steps} agent-steps)")
-    print("|---|---|---|---|---|")
+    print(f"({args.steps} agent-steps; methods take turns within each seed)")
+    print("| task | method | return per seed | mean return | median wall (s) | median CPU (s) |")
+    print("|---|---|---|---|---|---|")
     for task in args.tasks:
+        runs: dict[str, list[tuple[float, float, float]]] = {}
+        for seed in range(args.seeds):
+            for method in args.methods:
+                if method == "shared PPO" and task == "simple_adversary_v3":
+                    continue  # the adversary sees 8 numbers, the agents 10: one shared network needs one size
+                if method.startswith("skrl") and peer is None:
+                    continue
+                run = run_skrl if method.startswith("skrl") else run_workbench
+                result = run(method, task, seed, args.steps)
+                runs.setdefault(method, []).append(result)
+                print(
+                    f"# {task} {method} seed {seed}: wall {result[0]:.1f} s, CPU {result[1]:.1f} s, "
+                    f"return {result[2]:.1f}, load {os.getloadavg()[0]:.2f}",
+                    flush=True,
+                )
         for method in args.methods:
-            if method == "shared PPO" and task == "simple_adversary_v3":
-                # The adversary sees 8 numbers, the agents 10: one shared network needs one size (IPPO/MAPPO pad).
-                print(f"| {task} | {method} | n/a: observation sizes differ | | |", flush=True)
+            if method not in runs:
+                why = "observation sizes differ" if method == "shared PPO" else "skrl not installed"
+                print(f"| {task} | {method} | n/a: {why} | | | |", flush=True)
                 continue
-            if method.startswith("skrl") and peer is None:
-                print(f"| {task} | {method} | n/a: skrl not installed | | |", flush=True)
-                continue
-            run = run_skrl if method.startswith("skrl") else run_workbench
-            walls, rets = [], []
-            for seed in range(args.seeds):
-                wall, ret = run(method, task, seed, args.steps)
-                walls.append(wall)
-                rets.append(ret)
+            walls, cpus, rets = (list(column) for column in zip(*runs[method]))
             per = ", ".join(f"{r:.1f}" for r in rets)
             print(
-                f"| {task} | {method} | {per} | {statistics.mean(rets):.1f} | {statistics.median(walls):.1f} |",
+                f"| {task} | {method} | {per} | {statistics.mean(rets):.1f} | {statistics.median(walls):.1f} "
+                f"| {statistics.median(cpus):.1f} |",
+                flush=True,
+            )
+        for method in args.methods:
+            peer_runs = runs.get(f"skrl {method}")
+            if method.startswith("skrl") or method not in runs or not peer_runs:
+                continue
+            mine = runs[method]
+            paired = [a[0] / b[0] for a, b in zip(mine, peer_runs)]
+            wall = statistics.median(a[0] for a in mine) / statistics.median(b[0] for b in peer_runs)
+            cpu = statistics.median(a[1] for a in mine) / statistics.median(b[1] for b in peer_runs)
+            print(
+                f"{task}: {method} / skrl {method}: wall {wall:.2f}x (per seed "
+                f"{', '.join(f'{r:.2f}' for r in paired)}; median {statistics.median(paired):.2f}x), CPU {cpu:.2f}x",
                 flush=True,
             )
     print(f"load average at end: {os.getloadavg()[0]:.2f}")

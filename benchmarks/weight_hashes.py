@@ -1,8 +1,9 @@
-"""The trained weights of eleven reference setups, as sha256 hashes: run before and after a change
+"""The trained weights of sixteen reference setups, as sha256 hashes: run before and after a change
 that should not change what agents learn, and compare the two outputs line by line.
 
 The setups: PPO, A2C, DQN, QRDQN, C51, Rainbow and RecurrentPPO on CartPole-v1; SAC, TD3 and DDPG
-on Pendulum-v1; PPO on Pendulum-v1 (a Box head). Each trains with seed 0 for a small budget (a few
+on Pendulum-v1; PPO on Pendulum-v1 (a Box head); shared PPO, IPPO (one group per agent, two groups, a
+Box head) and MAPPO on the toy ParallelEnv ``MatchTarget`` (3 agents). Each trains with seed 0 for a small budget (a few
 seconds each) in a session; the hash covers every declared network's state (``agent.networks``, in
 name and key order) and the optimizers' moments (``agent.state()``'s ``optim/`` tensors).
 
@@ -38,7 +39,32 @@ SETUPS: dict[str, tuple[str, str, int, dict]] = {
     "td3-pendulum": ("TD3", "Pendulum-v1", 400, {"learning_starts": 100, "batch_size": 64}),
     "ddpg-pendulum": ("DDPG", "Pendulum-v1", 400, {"learning_starts": 100, "batch_size": 64}),
     "ppo-pendulum": ("PPO", "Pendulum-v1", 2048, {"n_epochs": 5, "batch_size": 64}),
+    # Multi-agent (the toy ParallelEnv MatchTarget, 3 agents; steps count every agent's step).
+    "ppo-matchtarget": ("PPO", "MatchTarget", 1536, {"n_steps": 32, "batch_size": 48, "n_epochs": 4}),
+    "ippo-matchtarget": ("IPPO", "MatchTarget", 1536, {"n_steps": 32, "batch_size": 48, "n_epochs": 4}),
+    "ippo-groups-matchtarget": (
+        "IPPO",
+        "MatchTarget",
+        1536,
+        {
+            "n_steps": 32,
+            "batch_size": 48,
+            "n_epochs": 4,
+            "groups": {"red": ["agent_0"], "blue": ["agent_1", "agent_2"]},
+        },
+    ),
+    "ippo-box-matchtarget": ("IPPO", "MatchTarget-box", 1536, {"n_steps": 32, "batch_size": 48, "n_epochs": 4}),
+    "mappo-matchtarget": ("MAPPO", "MatchTarget", 1536, {"n_steps": 32, "batch_size": 48, "n_epochs": 4}),
 }
+
+
+def make_env(env_id: str):
+    """The env a setup trains on: a gymnasium id as it is, or a MatchTarget ParallelEnv (3 agents)."""
+    if env_id.startswith("MatchTarget"):
+        from workbench.envs.multiagent_toy import MatchTarget
+
+        return MatchTarget(n_agents=3, length=8, box=env_id.endswith("-box"))
+    return env_id
 
 
 def weights_hash(agent) -> str:
@@ -65,8 +91,9 @@ def main() -> None:
     for name in names:
         algorithm, env_id, steps, hyper = SETUPS[name]
         start = time.perf_counter()
-        agent = getattr(wb, algorithm)(env_id, **hyper)
-        wb.Session(agent, env_id, seed=0).run(steps=steps)
+        env = make_env(env_id)
+        agent = getattr(wb, algorithm)(env, **hyper)
+        wb.Session(agent, env, seed=0).run(steps=steps)
         print(f"{name:24s} {weights_hash(agent)}  ({time.perf_counter() - start:.1f} s)", flush=True)
 
 

@@ -218,3 +218,191 @@ def test_evaluation_plays_on_another_parallel_env():
     session.run(steps=32)
     mean = session.evaluate(episodes=2)
     assert 0.0 <= mean <= 8.0 and session.signals["eval_reward"].last == mean
+
+
+def _dense(net, x):
+    """What a routed network computes, written the slow way: every group's network on every row, then pick."""
+    import torch
+
+    inputs = x.index_select(-1, net.columns)
+    stacked = torch.stack([m(inputs) for m in net.nets], dim=0)
+    return stacked[net.groups_of(x), torch.arange(x.shape[0])]
+
+
+@pytest.mark.parametrize("fast", ["auto", "off"])
+def test_ippo_runs_each_group_network_only_on_its_own_rows(fast):
+    import torch
+
+    env = MatchTarget(n_agents=3, length=4)
+    groups = {"red": ["agent_0"], "blue": ["agent_1", "agent_2"]}
+    agent = wb.IPPO(env, groups=groups, seed=0, fast=fast, **SMALL)
+    n = agent.obs_shape[0]
+    rng = np.random.default_rng(0)
+    x = torch.as_tensor(rng.random((20, n)), dtype=torch.float32)
+    slots = torch.as_tensor(rng.integers(0, 3, 20))
+    x[:, -3:] = torch.eye(3)[slots]
+    group = torch.tensor([0, 1, 1])[slots]  # agent_0 -> red (0), the others -> blue (1)
+    # With fast on, the nets run through their written-out bodies; reference first (hooks turn those off).
+    with torch.no_grad():
+        expected = {name: _dense(getattr(agent, name), x) for name in ("actor", "critic")}
+        routed = {name: agent._forward(getattr(agent, name), x) for name in ("actor", "critic")}
+    for name in ("actor", "critic"):
+        assert torch.allclose(routed[name], expected[name], atol=1e-6)  # each row's output back in its place
+    seen: list[tuple[int, torch.Tensor]] = []
+    for g, net in enumerate(agent.actor.nets):
+        net.register_forward_pre_hook(lambda _m, args, g=g: seen.append((g, args[0].detach().clone())))
+    out = agent._forward(agent.actor, x)
+    assert torch.allclose(out, expected["actor"], atol=1e-6)
+    # One pass per group, each on exactly its own rows: 20 rows in all, not 2 x 20.
+    assert [g for g, _ in seen] == [0, 1]
+    assert sum(rows.shape[0] for _, rows in seen) == 20
+    for g, rows in seen:
+        mine = x[group == g][:, : rows.shape[1]]
+        assert torch.equal(rows, mine)
+    # A batch without a group's rows still runs its network (on no rows), so its parameters get a zero gradient.
+    seen.clear()
+    only_blue = x[group == 1]
+    agent._forward(agent.actor, only_blue).sum().backward()
+    assert [rows.shape[0] for _, rows in seen] == [0, only_blue.shape[0]]
+    red = agent.actor.nets[0]
+    assert all(p.grad is not None and not p.grad.any() for p in red.parameters())
+
+
+def _after(session, name, step):
+    sig = session.signals[name]
+    return [(int(s), float(v)) for s, v in zip(sig.steps, sig.values) if s > step]
+
+
+def test_reopened_run_continues_the_parallel_envs_random_stream(tmp_path):
+    # An uninterrupted run writes a checkpoint at agent-step 96 (4 team episodes, 4 rollouts end there); the run
+    # reopened from it draws the targets the uninterrupted one draws next, so it learns the same weights.
+    kwargs = {**SMALL, "n_steps": 8, "batch_size": 24}
+    env = MatchTarget(n_agents=3, length=8)
+    agent = wb.IPPO(env, groups={"red": ["agent_0"], "blue": ["agent_1", "agent_2"]}, seed=0, **kwargs)
+    straight = wb.Session(agent, env, seed=3, checkpoint_every=96, checkpoint_dir=tmp_path)
+    straight.run(steps=144)
+    resumed = wb.Session.reopen(tmp_path / "latest", MatchTarget(n_agents=3, length=8))
+    assert resumed.steps == 96
+    resumed.run(steps=48)
+    for name in ("episode_reward", "episode_reward/agent_0", "episode_reward/blue", "loss"):
+        assert _after(resumed, name, 96) == _after(straight, name, 96), name
+        assert _after(resumed, name, 96)
+    for name, net in straight.agent.networks.items():
+        for key, value in net.state_dict().items():
+            assert np.array_equal(value.numpy(), resumed.agent.networks[name].state_dict()[key].numpy()), key
+
+
+class _Draws(MatchTarget):
+    """Records every set of targets it draws (at each reset and each step)."""
+
+    def __init__(self, *args, **kwargs):
+        self.draws: list[dict[str, int]] = []
+        super().__init__(*args, **kwargs)
+
+    def _draw(self):
+        super()._draw()
+        self.draws.append(dict(self._targets))
+
+
+def test_reopened_run_saved_mid_episode_continues_the_stream_where_the_save_left_it(tmp_path):
+    made: list[_Draws] = []
+
+    def factory():
+        made.append(_Draws(n_agents=2, length=8))
+        return made[-1]
+
+    def stepped(since):  # the copy a session stepped (the others only had their spaces read)
+        return max(made[since:], key=lambda e: len(e.draws))
+
+    straight = wb.Session(wb.PPO(factory(), seed=0, **SMALL), factory, seed=5)
+    straight.run(steps=160)
+    theirs = stepped(0).draws
+    mark = len(made)
+    first = wb.Session(wb.PPO(factory(), seed=0, **SMALL), factory, seed=5)
+    first.run(steps=42)  # 21 env steps: the third team episode is 5 steps in
+    before = len(stepped(mark).draws)
+    assert stepped(mark).draws == theirs[:before]
+    path = first.save(tmp_path / "run")
+    mark = len(made)
+    resumed = wb.Session.reopen(path, factory)
+    resumed.run(steps=40)
+    mine = stepped(mark).draws
+    # The reopened copy starts a new episode, drawing what the uninterrupted run drew next: its stream
+    # went on from the save, it was not seeded again (which would replay the run's first draws).
+    assert len(mine) > 10 and mine == theirs[before : before + len(mine)]
+    assert mine[:5] != theirs[:5]
+
+
+def test_parallel_vec_streams_continue_after_a_restore():
+    from workbench.envs.multiagent import ParallelVec, parallel_rng_state
+
+    lay = parallel_spaces(MatchTarget(n_agents=2))[2]
+
+    def vec(seed):
+        return ParallelVec([MatchTarget(n_agents=2, length=4) for _ in range(2)], lay, seed=seed)
+
+    here = vec(1)
+    here.reset()
+    for _ in range(6):  # each copy's episode ends at step 4: a same-step reset inside
+        here.step(np.zeros(4, np.int64))
+    states = here.rng_states()  # copy c's stream in row c * n_agents
+    assert states[1] is None and states[3] is None and None not in (states[0], states[2]) and states[0] != states[2]
+    assert states[0] == parallel_rng_state(here.copies[0].env)
+    later = vec(99)
+    later.set_rng_states(states)
+    rows = here.reset()
+    np.testing.assert_array_equal(later.reset(), rows)  # the same next episodes
+    # Right after a reset the saved state is the one that drew it, so a restored copy draws that episode again.
+    assert here.rng_states() == states
+    again = vec(7)
+    again.set_rng_states(here.rng_states())
+    np.testing.assert_array_equal(again.reset(), rows)
+    assert not np.array_equal(vec(7).reset(), rows)  # seeded instead: other episodes
+
+
+@pytest.mark.parametrize("cls", ["PPO", "IPPO", "MAPPO"])
+def test_play_takes_a_factory_of_parallel_envs_as_training_does(cls):
+    built: list[MatchTarget] = []
+
+    def factory():
+        env = MatchTarget(n_agents=2, length=4, leave=True, render_mode="rgb_array")
+        env.closed = False
+        env.close = lambda: setattr(env, "closed", True)  # type: ignore[method-assign]
+        built.append(env)
+        return env
+
+    agent = getattr(wb, cls)(factory, seed=0, **SMALL)
+    built.clear()  # the copy the agent read its spaces from
+    result = agent.play(factory, episodes=2, seed=1)
+    assert len(built) == 1 and built[0].closed  # one copy, built for this play and closed after it
+    assert result == agent.play(MatchTarget(n_agents=2, length=4, leave=True), episodes=2, seed=1)
+    assert result.lengths == [4, 4] and len(result.per_agent) == 2
+    result, frames = agent.play(factory, episodes=1, render="rgb_array")
+    assert len(frames[0]) == 5 and built[-1].closed
+
+
+def test_play_with_a_wrong_env_says_what_to_pass():
+    agent = wb.IPPO(MatchTarget(n_agents=2), seed=0, **SMALL)
+
+    class AEC:
+        possible_agents = ["a"]
+        agent_selection = "a"
+
+        def last(self):
+            return None
+
+    with pytest.raises(TypeError, match="ParallelEnv: pass an instance or a zero-argument factory.*int: 42"):
+        agent.play(42)
+    with pytest.raises(TypeError, match="ParallelEnv: pass an instance.*'CartPole-v1'"):
+        agent.play("CartPole-v1")
+    with pytest.raises(TypeError, match=r"needs arguments \(n\)"):
+        agent.play(lambda n: MatchTarget(n_agents=n))
+    with pytest.raises(TypeError, match="returned int, not a gymnasium.Env or a PettingZoo ParallelEnv"):
+        agent.play(lambda: 42)
+    with pytest.raises(TypeError, match="aec_to_parallel"):
+        agent.play(AEC)
+    with pytest.raises(TypeError, match="is a single-agent env"):
+        agent.play(lambda: __import__("gymnasium").make("CartPole-v1"))
+    shared = wb.PPO(MatchTarget(n_agents=2), seed=0, **SMALL)
+    with pytest.raises(TypeError, match="needs arguments"):
+        shared.play(lambda n: MatchTarget(n_agents=n))

@@ -153,3 +153,25 @@ def _alive(pid: int) -> bool:
             return f.read().split(")")[-1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_local_workers_carry_the_parallel_envs_random_streams_like_the_training_thread():
+    factory = make_match(2, 8)
+    agent = wb.PPO(factory, seed=0, **SMALL)
+    source = as_env_source(factory)
+    options = {"agent": agent, "envs_per_worker": 2, "num_workers": 1}
+    source.find_parallel()  # what make_runner does first: a copy read for the agents and spaces
+    here = MultiAgentRunner(source, agent, seed=0, copies=2)  # what one worker holds, in the training thread
+    workers = make_runner(source, 2, seed=0, backend="local", **options)
+    later = make_runner(source, 2, seed=99, backend="local", **options)
+    try:
+        np.testing.assert_array_equal(workers.reset(), here.reset())
+        states = workers.rng_states()  # one stream per copy, in its first row
+        assert states == here.rng_states() and states[0] is not None and states[2] is not None
+        assert states[1] is None and states[3] is None
+        later.set_rng_states(states)
+        here.set_rng_states(here.rng_states())
+        np.testing.assert_array_equal(later.reset(), here.reset())  # the same episodes: the streams went on
+    finally:
+        for runner in (here, workers, later):
+            runner.close()

@@ -1034,7 +1034,8 @@ class Agent:
     ) -> Any:
         """Play ``episodes`` episodes and return their returns (an :class:`EpisodeReturns` list).
 
-        ``env`` is an instance, id or factory. With ``render="rgb_array"`` it returns
+        ``env`` is an instance, id or factory; a PettingZoo ParallelEnv or a zero-argument factory
+        returning one plays every agent (``result.per_agent``). With ``render="rgb_array"`` it returns
         ``(returns, frames)``: ``frames[i]`` is the list of RGB arrays of episode ``i``, one per
         step plus the first (an id is made with that render mode; an instance must have it).
         ``viewer=True`` shows the frames in a notebook widget and returns the viewer. Nothing
@@ -1058,10 +1059,38 @@ class Agent:
             from ..ui import PlayViewer
 
             return PlayViewer(self, env, episodes=episodes, seed=seed)
+        owner = f"{self.algorithm}.play"
+        multi_only = getattr(self, "multi_agent_only", False)
+        if multi_only and not callable(env) and not hasattr(env, "possible_agents"):
+            raise TypeError(
+                f"{owner} plays a PettingZoo ParallelEnv: pass an instance or a zero-argument factory that returns "
+                f"one (as for training), got {type(env).__name__}: {env!r}"
+            )
         source = as_env_source(env)
-        if source.parallel is not None:  # a PettingZoo ParallelEnv: the agent decides for every agent
-            return self._play_parallel(source.parallel, episodes, render, deterministic, seed, max_steps)
-        if source.instance is not None:
+        built = None
+        if source.parallel is None and source.factory is not None and source.env_id is None:
+            from ..envs.multiagent import build_for_play
+
+            built = build_for_play(source.factory, source.name, owner)  # the user's factory, called once
+        parallel = source.parallel
+        if built is not None and not isinstance(built, gym.Env):
+            parallel = built  # a factory of ParallelEnvs, as training takes: played on this copy, then closed
+        if parallel is not None:  # a PettingZoo ParallelEnv: the agent decides for every agent
+            try:
+                return self._play_parallel(parallel, episodes, render, deterministic, seed, max_steps)
+            finally:
+                if built is not None:
+                    built.close()
+        if multi_only:
+            if built is not None:
+                built.close()
+            raise TypeError(
+                f"{owner} plays a PettingZoo ParallelEnv (an instance, or a zero-argument factory returning one), "
+                f"but {source.name} is a single-agent env: use the ParallelEnv the agent was trained on"
+            )
+        if built is not None:
+            instance, owned = built, True
+        elif source.instance is not None:
             instance, owned = source.instance, False
             if render and instance.render_mode != render:
                 raise ValueError(

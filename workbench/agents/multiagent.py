@@ -30,15 +30,30 @@ from ..envs.core import as_env_source
 from ..envs.multiagent import Layout, layout_for, parallel_spaces
 from ..validation import Constraint, checked, choice
 from .base import register
+from .kernels import forward
 from .networks import mlp
 from .ppo import PPO, PPOConfig
 
 __all__ = ["IPPO", "IPPOConfig", "MAPPO", "MAPPOConfig", "SlotNet", "export_policies"]
 
 
+def _compiling() -> bool:
+    """True while ``torch.compile`` traces (``torch.compiler.is_compiling``, PyTorch 2.3 on; False before)."""
+    check = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    return bool(check()) if check is not None else False
+
+
 class SlotNet(nn.Module):
-    """One network per group; each row goes to its group's network (read from the row's one-hot id
-    in ``id_columns``) and is fed only ``columns`` of the row."""
+    """One network per group; each row goes to its group's network only (the group read from the row's
+    one-hot id, the columns from ``id_start`` on), which is fed only ``columns`` of the row.
+
+    The rows are sorted by group, each network runs once on its own rows (an empty batch for a group
+    with none, so every network's parameters get a gradient, zero when it had no rows), and the outputs
+    go back to the rows' places: with ``k`` groups a batch costs about one network pass per row, not
+    ``k``. ``fast`` (the agent's ``fast="auto"``) runs each network through its written-out body
+    (``workbench.agents.kernels.forward``), as ``wb.PPO``'s networks run. Traced for ONNX export or compiled
+    (``compile=True``), every network runs on every row and each row's output is picked: one graph for any batch.
+    """
 
     def __init__(self, nets: list[nn.Module], columns: list[int], id_start: int, slot_group: list[int]) -> None:
         super().__init__()
@@ -47,15 +62,26 @@ class SlotNet(nn.Module):
         self.register_buffer("slot_group", torch.tensor(slot_group, dtype=torch.long), persistent=False)
         self.id_start = id_start
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def groups_of(self, x: torch.Tensor) -> torch.Tensor:
+        """The group of each row of ``x`` (``(batch,)``, int64)."""
+        return self.slot_group[x[:, self.id_start :].argmax(-1)]
+
+    def forward(self, x: torch.Tensor, fast: bool = False) -> torch.Tensor:
         """The outputs of each row's group network."""
         inputs = x.index_select(-1, self.columns)
         if len(self.nets) == 1:
-            return self.nets[0](inputs)
-        group = self.slot_group[x[:, self.id_start :].argmax(-1)]
-        outs = [net(inputs) for net in self.nets]  # small nets: every group on every row, then pick
-        stacked = torch.stack(outs, dim=0)
-        return stacked[group, torch.arange(x.shape[0])]
+            return forward(self.nets[0], inputs, fast=fast)
+        group = self.groups_of(x)
+        if torch.jit.is_tracing() or _compiling():
+            # ONNX export and compile=True: one graph without data-dependent shapes (a row count per group
+            # would end the graph and recompile it for every new split), so every network on every row, then pick.
+            stacked = torch.stack([net(inputs) for net in self.nets], dim=0)
+            return stacked[group, torch.arange(x.shape[0])]
+        order = torch.argsort(group, stable=True)
+        counts = torch.bincount(group, minlength=len(self.nets)).tolist()
+        parts = inputs.index_select(0, order).split(counts)
+        outs = torch.cat([forward(net, part, fast=fast) for net, part in zip(self.nets, parts, strict=True)])
+        return outs.new_empty(outs.shape).index_copy(0, order, outs)
 
 
 def _groups_of(agents: list[str], groups: dict[str, list[str]] | None, owner: str) -> dict[str, list[str]]:
@@ -148,6 +174,13 @@ class _MultiAgentPPO(PPO):
 
     def _state_for(self, env: Any, hyperparameters: dict[str, Any]) -> str | None:
         return None
+
+    def _forward(self, net: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        """``net(x)``; a routed network runs each group's network through its written-out body when
+        ``fast`` allows one, as PPO's own networks do (the loss above it is PPO's, unchanged)."""
+        if isinstance(net, SlotNet):
+            return net(x, fast=self._fast)
+        return super()._forward(net, x)
 
     def export_policies(
         self, directory: str | os.PathLike[str], *, action_mask: bool = False, overwrite: bool = False

@@ -18,6 +18,10 @@ slot's episode; the env is reset when no agent is left (same-step autoreset, as 
 Action masks: ``info[agent]["action_mask"]`` or a Dict observation's ``"action_mask"`` key.
 Observations: each agent's space flattened (``flat_observation_space``; a Dict's mask key left out).
 
+Random streams: a ParallelEnv's generator (``np_random`` on ``env.unwrapped``, where PettingZoo's envs
+keep it; :func:`parallel_rng_state`) is saved with a run and continued by a reopened one, as the
+single-agent ``VecEnv`` does with ``env.np_random``.
+
 Episodes: the team's return (the sum over agents) and length are what ``episode_reward`` and
 ``episode_length`` record; each agent's return is the signal ``episode_reward/<agent>``, and with
 ``groups`` each group's sum is ``episode_reward/<group>``.
@@ -39,13 +43,16 @@ __all__ = [
     "Layout",
     "ParallelEnvAdapter",
     "ParallelVec",
+    "build_for_play",
     "check_parallel_env",
     "is_aec_env",
     "is_parallel_env",
     "layout_for",
     "make_parallel",
+    "parallel_rng_state",
     "parallel_spaces",
     "play_parallel",
+    "set_parallel_rng_state",
     "with_agent_ids",
 ]
 
@@ -224,6 +231,40 @@ def layout_for(agent: Any, env: Any) -> Layout:
     )
 
 
+def _generator(env: Any) -> tuple[str | None, np.random.Generator | None]:
+    """The attribute of ``env.unwrapped`` that holds its numpy generator, and the generator (read from
+    the instance's own attributes, so a gymnasium-style ``np_random`` property is not made to create one)."""
+    raw = getattr(env, "unwrapped", env)
+    own = getattr(raw, "__dict__", {})
+    for name in ("np_random", "_np_random"):
+        found = own.get(name)
+        if isinstance(found, np.random.Generator):
+            return name, found
+    return None, None
+
+
+def parallel_rng_state(env: Any) -> dict[str, Any] | None:
+    """The state of a ParallelEnv's random generator (``np_random``, or gymnasium's ``_np_random``, on
+    ``env.unwrapped``: where PettingZoo's envs such as MPE keep it), or None when it has none."""
+    _, generator = _generator(env)
+    return None if generator is None else dict(generator.bit_generator.state)
+
+
+def set_parallel_rng_state(env: Any, state: dict[str, Any]) -> bool:
+    """Give ``env`` a generator in ``state`` (from :func:`parallel_rng_state`), in the attribute its own
+    generator is in; False (nothing changed) when it has none or numpy cannot rebuild the state."""
+    name, _ = _generator(env)
+    if name is None:
+        return False
+    try:
+        bit_generator = getattr(np.random, state["bit_generator"])()
+        bit_generator.state = state
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return False
+    setattr(getattr(env, "unwrapped", env), name, np.random.Generator(bit_generator))
+    return True
+
+
 class ParallelEnvAdapter:
     """A ParallelEnv stepped as one slot per possible agent (see the module docstring).
 
@@ -231,6 +272,7 @@ class ParallelEnvAdapter:
     ``VecEnv`` does; ``masks``/``final_masks`` hold the action masks when the env gives them;
     ``alive`` says which slots' current observations belong to an agent in the env; ``ended`` lists
     the team episodes that the last step ended as ``(team_return, length, {agent: return})``.
+    :meth:`rng_state` / :meth:`set_rng_state` carry the env's random stream across a save and reopen.
     """
 
     game_ends = None
@@ -257,6 +299,11 @@ class ParallelEnvAdapter:
         self.finished = False  # the last step ended the team's episode
         self.autoreset = True
         self._eye = np.eye(self.num_envs, dtype=np.float32)
+        # The env's random stream before its last reset, and whether it has stepped since: a save right
+        # after a reset keeps the stream that drew that episode, so a reopened run draws it again.
+        self._pre_reset: dict[str, Any] | None = None
+        self._fresh = False
+        self._restore: dict[str, Any] | None = None
 
     # -- rows ------------------------------------------------------------------------------------
 
@@ -304,9 +351,15 @@ class ParallelEnvAdapter:
     # -- the VecEnv interface -------------------------------------------------------------------
 
     def reset(self, seed: int | None = None) -> np.ndarray:
-        """Reset the env (seeded with ``seed``, or the adapter's seed the first time) and return the rows."""
+        """Reset the env (seeded with ``seed``, or the adapter's seed the first time, or continuing the
+        stream given to :meth:`set_rng_state`) and return the rows."""
         if seed is None:
             seed, self._seed = self._seed, None
+        restore, self._restore = self._restore, None
+        if restore is not None and set_parallel_rng_state(self.env, restore):
+            seed = None
+        self._pre_reset = parallel_rng_state(self.env)
+        self._fresh = seed is None
         result = self.env.reset(seed=seed)
         obs, info = result if isinstance(result, tuple) else (result, {})
         present = list(self.env.agents)
@@ -328,6 +381,7 @@ class ParallelEnvAdapter:
         """Step the live agents with their rows' actions; same-step reset when no agent is left."""
         self.step_count += 1
         self.ended = []
+        self._fresh = False
         before = self.alive.copy()
         act = {a: self._convert(actions[i]) for i, a in enumerate(self.agents) if before[i]}
         obs, rew, term, trunc, info = self.env.step(act)
@@ -360,6 +414,18 @@ class ParallelEnvAdapter:
         self.masks = self._read_masks(obs, info, present, final=False)
         next_obs = self._rows(obs, present)
         return next_obs, rewards, terminated, truncated, final_obs
+
+    def rng_state(self) -> dict[str, Any] | None:
+        """The env's random stream (:func:`parallel_rng_state`) at the point an uninterrupted run would
+        continue from: right after a reset, the state that drew that reset, so a reopened run redraws it."""
+        if self._fresh and self._pre_reset is not None:
+            return self._pre_reset
+        return parallel_rng_state(self.env)
+
+    def set_rng_state(self, state: dict[str, Any] | None) -> None:
+        """Continue this stream (from :meth:`rng_state`) at the next :meth:`reset` instead of seeding
+        (None: seeded as usual)."""
+        self._restore = state
 
     def call(self, name: str, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None) -> list[Any]:
         """``env.name(*args, **kwargs)`` (or the attribute) on the ParallelEnv; one result."""
@@ -456,11 +522,19 @@ class ParallelVec:
         return ended_from_slot_info(self.slot_info, self.agents)
 
     def rng_states(self) -> list[Any]:
-        """No random streams are saved for ParallelEnvs (one None per row)."""
-        return [None] * self.num_envs
+        """Every copy's random stream (:meth:`ParallelEnvAdapter.rng_state`), one entry per row as the
+        runners carry them: copy ``c``'s in row ``c * n_agents``, None in its other rows."""
+        states: list[Any] = [None] * self.num_envs
+        for c, copy in enumerate(self.copies):
+            states[c * self.n_agents] = copy.rng_state()
+        return states
 
-    def set_rng_states(self, states: list[Any]) -> None:
-        """Nothing to continue (see :meth:`rng_states`)."""
+    def set_rng_states(self, states: Sequence[Any]) -> None:
+        """Continue these streams (from :meth:`rng_states`) at the next :meth:`reset`; copies without one
+        (None, or beyond the list) are seeded as usual."""
+        for c, copy in enumerate(self.copies):
+            row = c * self.n_agents
+            copy.set_rng_state(states[row] if row < len(states) else None)
 
     def call(self, name: str, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None) -> list[Any]:
         """``env.name(*args, **kwargs)`` on every copy, one result per copy; :data:`ALIVE_CALL` gives the
@@ -503,6 +577,43 @@ def make_parallel(factory: Any, name: str = "the env factory") -> Any:
             "return a new ParallelEnv each time (for example `lambda: simple_spread_v3.parallel_env()`)"
         )
     return env
+
+
+def _required_parameters(factory: Any) -> list[str]:
+    """The parameters ``factory`` cannot be called without (none when its signature cannot be read)."""
+    import inspect
+
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return [p.name for p in params if p.kind in kinds and p.default is inspect.Parameter.empty]
+
+
+def build_for_play(factory: Any, name: str, owner: str) -> Any:
+    """``factory()`` for ``agent.play``: a PettingZoo ParallelEnv or a gymnasium.Env, built once; a
+    ``TypeError`` at the call that says what was wrong (a factory that needs arguments, an AEC env, or
+    something that is neither)."""
+    import gymnasium as gym
+
+    required = _required_parameters(factory)
+    if required:
+        raise TypeError(
+            f"{owner} got the factory {name}, which needs arguments ({', '.join(required)}): pass an env instance, "
+            "a registered id, or a zero-argument factory such as `lambda: simple_spread_v3.parallel_env()` "
+            'or `lambda: gym.make("CartPole-v1")`'
+        )
+    env = factory()
+    if is_aec_env(env):
+        check_parallel_env(env)  # says how to convert it
+    if isinstance(env, gym.Env) or is_parallel_env(env):
+        return env
+    raise TypeError(
+        f"{owner}: the factory {name} returned {type(env).__name__}, not a gymnasium.Env or a PettingZoo "
+        "ParallelEnv; it must take no arguments and return a new env each time "
+        '(for example `lambda: simple_spread_v3.parallel_env()` or `lambda: gym.make("CartPole-v1")`)'
+    )
 
 
 def _action_converter(space: spaces.Space) -> Any:

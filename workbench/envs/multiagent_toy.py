@@ -4,7 +4,8 @@
 (Discrete(3)), or ``-|action - target/2|`` with ``box=True`` (Box(-1, 1, (1,))). Options exercise
 what multi-agent training must handle: ``masks`` (action 2 forbidden, through ``info[agent]["action_mask"]``,
 or the Dict observation's ``"action_mask"`` with ``dict_obs``), ``leave`` (the last agent leaves after
-step 3), and ``state_space``/``state()`` for a centralised critic.
+step 3), and ``state_space``/``state()`` for a centralised critic. Its random stream is ``np_random``
+(PettingZoo's convention), so a saved run continues it.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ class MatchTarget:
         self._obs_space = obs
         self._act_space = spaces.Box(-1.0, 1.0, (1,), np.float32) if box else spaces.Discrete(3)
         self.state_space = spaces.Box(0.0, 1.0, (3 * n_agents,), np.float32)
-        self._rng = np.random.default_rng()
+        self.np_random = np.random.default_rng()
         self._targets: dict[str, int] = {}
         self._t = 0
 
@@ -72,12 +73,12 @@ class MatchTarget:
 
     def _draw(self) -> None:
         top = 2 if self.masks else 3
-        self._targets = {a: int(self._rng.integers(top)) for a in self.possible_agents}
+        self._targets = {a: int(self.np_random.integers(top)) for a in self.possible_agents}
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
         """Start an episode with every agent present."""
         if seed is not None:
-            self._rng = np.random.default_rng(seed)
+            self.np_random = np.random.default_rng(seed)
         self.agents = list(self.possible_agents)
         self._t = 0
         self._draw()

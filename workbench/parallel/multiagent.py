@@ -144,6 +144,14 @@ class MultiAgentRunner(_SlotEpisodes, Runner):
         self._record(self.envs.slot_info)
         return self._with_alive(t, alive), next_obs
 
+    def rng_states(self) -> list[Any]:
+        """Every copy's random stream, saved with a run (``ParallelVec.rng_states``)."""
+        return self.envs.rng_states()
+
+    def set_rng_states(self, states: list[Any]) -> None:
+        """Continue these streams at the next :meth:`reset`."""
+        self.envs.set_rng_states(states)
+
     def call(self, name: str, args: Any = (), kwargs: dict[str, Any] | None = None) -> list[Any]:
         """``session.call_env``: the method on the ParallelEnv (one result per copy)."""
         return self.envs.call(name, tuple(args), dict(kwargs or {}))
