@@ -234,9 +234,11 @@ def make_minigrid(env_id: str):
     return gym.wrappers.FlattenObservation(ImgObsWrapper(gym.make(env_id)))
 
 
-def run_rnd_minigrid(env_id: str, steps: int, seed: int, rnd: bool, coef: float) -> tuple[float, float, int]:
+def run_rnd_minigrid(
+    env_id: str, steps: int, seed: int, rnd: bool, coef: float, ent_coef: float = 0.0
+) -> tuple[float, float, int, float]:
     # rl-baselines3-zoo's PPO settings for MiniGrid-DoorKey-5x5 (8 envs, n_steps 128, batch 64, lambda 0.95,
-    # 10 epochs, lr 2.5e-4, observations and rewards normalised), on the flattened 7x7 view.
+    # 10 epochs, lr 2.5e-4, observations and rewards normalised), on the flattened 7x7 view; ent_coef the zoo's 0.
     factory = functools.partial(make_minigrid, env_id)
     agent = wb.PPO(
         factory,
@@ -247,7 +249,7 @@ def run_rnd_minigrid(env_id: str, steps: int, seed: int, rnd: bool, coef: float)
         gae_lambda=0.95,
         gamma=0.99,
         n_epochs=10,
-        ent_coef=0.0,
+        ent_coef=ent_coef,
         learning_rate=2.5e-4,
         clip_range=0.2,
         normalize_observations=True,
@@ -259,8 +261,10 @@ def run_rnd_minigrid(env_id: str, steps: int, seed: int, rnd: bool, coef: float)
     t0 = time.perf_counter()
     session.run(steps=steps)
     wall = time.perf_counter() - t0
+    trained = np.asarray(session.signals["episode_reward"].values[-100:], dtype=float)
+    train_success = float((trained > 0).mean()) if trained.size else 0.0  # the last 100 training episodes
     returns = agent.play(factory(), episodes=20, seed=10_000 + seed)
-    return wall, float(np.mean(returns)), int(sum(r > 0 for r in returns))
+    return wall, float(np.mean(returns)), int(sum(r > 0 for r in returns)), train_success
 
 
 def main() -> None:
@@ -275,6 +279,7 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=50, help="fetch: deterministic eval episodes per run")
     parser.add_argument("--minigrid", default=None, help="rnd: a MiniGrid id (MiniGrid-DoorKey-5x5-v0) for MountainCar")
     parser.add_argument("--coef", type=float, default=1.0, help="rnd: intrinsic_coef")
+    parser.add_argument("--ent-coef", type=float, default=0.0, help="rnd --minigrid: PPO's ent_coef (zoo: 0)")
     parser.add_argument("--raw-rewards", action="store_true", help="rnd: without the zoo's reward normalisation")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -305,10 +310,13 @@ def main() -> None:
         }
         if grid:
             runs = {
-                "PPO+RND": lambda seed: run_rnd_minigrid(grid, steps, seed, True, args.coef),
-                "PPO": lambda seed: run_rnd_minigrid(grid, steps, seed, False, args.coef),
+                "PPO+RND": lambda seed: run_rnd_minigrid(grid, steps, seed, True, args.coef, args.ent_coef),
+                "PPO": lambda seed: run_rnd_minigrid(grid, steps, seed, False, args.coef, args.ent_coef),
             }
-            print(f"{grid}, {steps} env steps per run, intrinsic_coef {args.coef}, eval of 20 episodes")
+            print(
+                f"{grid}, {steps} env steps per run, intrinsic_coef {args.coef}, ent_coef {args.ent_coef}, "
+                "eval of 20 episodes"
+            )
         else:
             print(
                 f"MountainCar-v0, {steps} env steps per run, eval of 10 episodes"
@@ -324,7 +332,11 @@ def main() -> None:
         + (
             "success rate per seed"
             if args.task in ("her", "fetch")
-            else ("eval return per seed (solved /20)" if args.minigrid else "eval return per seed (flag reached /10)")
+            else (
+                "eval return per seed (solved /20; success of the last 100 training episodes)"
+                if args.minigrid
+                else "eval return per seed (flag reached /10)"
+            )
         )
         + " | median wall (s) |\n|---|---|---|"
     )
@@ -332,7 +344,9 @@ def main() -> None:
         if args.task in ("her", "fetch"):
             per_seed = ", ".join(f"{r[1]:.2f}" for r in results)
         else:
-            per_seed = ", ".join(f"{r[1]:.2f} ({r[2]})" if args.minigrid else f"{r[1]:.0f} ({r[2]})" for r in results)
+            per_seed = ", ".join(
+                f"{r[1]:.2f} ({r[2]}; {r[3]:.2f})" if args.minigrid else f"{r[1]:.0f} ({r[2]})" for r in results
+            )
         print(f"| {name} | {per_seed} | {statistics.median(r[0] for r in results):.0f} |")
     names = list(rows)
     if len(names) > 1 and names[-1].startswith("SB3"):
