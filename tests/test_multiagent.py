@@ -164,6 +164,35 @@ def test_play_gives_team_and_per_agent_returns_and_frames(cls):
     assert len(frames[0]) == 5 and frames[0][0].shape == (16, 32, 3)
 
 
+@pytest.mark.parametrize("cls", ["PPO", "IPPO"])
+def test_play_viewer_shows_a_parallel_env_frame_by_frame_with_the_team_rewards(cls):
+    pytest.importorskip("ipywidgets")
+    env = MatchTarget(n_agents=2, length=4, leave=True, render_mode="rgb_array")
+    agent = getattr(wb, cls)(env, seed=0, **SMALL)
+    expected = agent.play(env, episodes=2, seed=1)
+    for source in (env, lambda: MatchTarget(n_agents=2, length=4, leave=True, render_mode="rgb_array")):
+        viewer = agent.play(source, episodes=2, seed=1, viewer=True)
+        try:
+            assert viewer.returns == list(expected)  # the team's returns, as play gives them
+            assert len(viewer.frames) == sum(n + 1 for n in expected.lengths)  # the reset's frame and one per step
+            assert viewer.frames[0].startswith(b"\x89PNG") and viewer.episode_of[-1] == 1
+            assert sum(viewer.rewards) == pytest.approx(sum(expected))
+        finally:
+            viewer.close()
+    cut = agent.play(env, episodes=1, seed=1, max_steps=2, viewer=True)
+    assert len(cut.frames) == 3  # max_steps reaches the viewer
+    cut.close()
+
+
+def test_play_viewer_refuses_a_parallel_env_that_does_not_render_frames():
+    pytest.importorskip("ipywidgets")
+    agent = wb.PPO(MatchTarget(n_agents=2), seed=0, **SMALL)
+    with pytest.raises(ValueError, match="render_mode='rgb_array'"):
+        agent.play(MatchTarget(n_agents=2), viewer=True)
+    with pytest.raises(ValueError, match="render_mode=None"):
+        agent.play(lambda: MatchTarget(n_agents=2), viewer=True)
+
+
 def test_export_of_a_routed_policy_matches_act(tmp_path):
     ort = pytest.importorskip("onnxruntime")
     pytest.importorskip("onnx")

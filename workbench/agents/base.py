@@ -1058,7 +1058,7 @@ class Agent:
             # The one place an agent shows itself in a notebook: the UI is imported when asked for.
             from ..ui import PlayViewer
 
-            return PlayViewer(self, env, episodes=episodes, seed=seed)
+            return PlayViewer(self, env, episodes=episodes, seed=seed, max_steps=max_steps)
         owner = f"{self.algorithm}.play"
         multi_only = getattr(self, "multi_agent_only", False)
         if multi_only and not callable(env) and not hasattr(env, "possible_agents"):

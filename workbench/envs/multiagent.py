@@ -29,7 +29,7 @@ Episodes: the team's return (the sum over agents) and length are what ``episode_
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +49,7 @@ __all__ = [
     "is_parallel_env",
     "layout_for",
     "make_parallel",
+    "parallel_episode",
     "parallel_rng_state",
     "parallel_spaces",
     "play_parallel",
@@ -624,6 +625,34 @@ def _action_converter(space: spaces.Space) -> Any:
     return lambda a: np.asarray(a).astype(space.dtype, copy=False)
 
 
+def parallel_episode(
+    agent: Any,
+    adapter: ParallelEnvAdapter,
+    *,
+    seed: int | None = None,
+    deterministic: bool = True,
+    max_steps: int | None = None,
+    render: bool = False,
+) -> Iterator[tuple[np.ndarray | None, float]]:
+    """One team episode of the ParallelEnv behind ``adapter``, ``agent`` deciding for every agent: yields
+    ``(frame, team reward)`` after the reset (reward 0) and after each step, ``frame`` being
+    ``env.render()`` when ``render`` (else None). The one play loop of a ParallelEnv: ``agent.play`` and the
+    notebook's play viewer both use it. ``adapter.returns`` holds each agent's return when it ends."""
+    obs = adapter.reset(seed)
+    yield (np.asarray(adapter.env.render()) if render else None), 0.0
+    before = 0.0
+    t = 0
+    while True:
+        step = agent.decide(obs, deterministic=deterministic, action_mask=adapter.masks)
+        obs = adapter._step_no_reset(step.actions)
+        t += 1
+        total = float(adapter.returns.sum())
+        yield (np.asarray(adapter.env.render()) if render else None), total - before
+        before = total
+        if adapter.finished or (max_steps is not None and t >= max_steps):
+            return
+
+
 def play_parallel(
     agent: Any,
     env: Any,
@@ -643,18 +672,20 @@ def play_parallel(
     per_agent: list[dict[str, float]] = []
     frames: list[list[np.ndarray]] | None = [] if render else None
     for episode in range(episodes):
-        obs = adapter.reset(None if seed is None else seed + episode)
-        shots = [np.asarray(env.render())] if render else []
-        t = 0
-        while True:
-            masks = adapter.masks
-            step = agent.decide(obs, deterministic=deterministic, action_mask=masks)
-            obs = adapter._step_no_reset(step.actions)
+        shots: list[np.ndarray] = []
+        t = -1
+        moments = parallel_episode(
+            agent,
+            adapter,
+            seed=None if seed is None else seed + episode,
+            deterministic=deterministic,
+            max_steps=max_steps,
+            render=render,
+        )
+        for frame, _reward in moments:
             t += 1
-            if render:
-                shots.append(np.asarray(env.render()))
-            if adapter.finished or (max_steps is not None and t >= max_steps):
-                break
+            if frame is not None:
+                shots.append(frame)
         returns.append(float(adapter.returns.sum()))
         lengths.append(t)
         per_agent.append({a: float(adapter.returns[i]) for i, a in enumerate(adapter.agents)})

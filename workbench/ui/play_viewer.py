@@ -92,6 +92,35 @@ def _render_env(env: Any) -> tuple[gym.Env, bool]:
     return made, True
 
 
+def _parallel_render_env(env: Any) -> tuple[Any, bool]:
+    """``(env, owned)`` when ``env`` is a PettingZoo ParallelEnv, or a zero-argument factory building one,
+    that renders ``rgb_array`` frames; ``(None, False)`` for a single-agent env (an id, an instance or a
+    factory of gymnasium envs, which :func:`_render_env` takes)."""
+    from ..envs.multiagent import build_for_play, is_parallel_env
+
+    source = as_env_source(env)
+    made: Any = None
+    if source.parallel is not None:
+        parallel, owned = source.parallel, False
+    elif source.factory is not None and source.env_id is None:
+        made = build_for_play(source.factory, source.name, "PlayViewer")
+        if not is_parallel_env(made):
+            made.close()  # a gymnasium factory: _render_env builds its own copy with the render mode it needs
+            return None, False
+        parallel, owned = made, True
+    else:
+        return None, False
+    mode = getattr(parallel, "render_mode", None)
+    if mode != "rgb_array":
+        if owned:
+            parallel.close()
+        raise ValueError(
+            f"PlayViewer needs a ParallelEnv that renders frames: {source.name} has render_mode={mode!r}. "
+            "Build it with render_mode='rgb_array' (e.g. simple_spread_v3.parallel_env(render_mode='rgb_array'))"
+        )
+    return parallel, owned
+
+
 class PlayViewer(widgets.VBox):
     """Play ``episodes`` episodes with ``agent`` and show them frame by frame in the notebook.
 
@@ -103,7 +132,9 @@ class PlayViewer(widgets.VBox):
     Parameters:
         agent: the agent to play (a trained or loaded one); it acts deterministically and learns nothing.
         env: a registered id (made with ``render_mode="rgb_array"``), a factory, or an env instance
-            built with ``render_mode="rgb_array"``.
+            built with ``render_mode="rgb_array"``; or a PettingZoo ParallelEnv (an instance or a
+            zero-argument factory, rendering ``rgb_array``), the agent deciding for every agent and the
+            rewards shown being the team's.
         episodes: how many episodes to play.
         seed: seeds the episodes' resets (``seed + i`` for episode ``i``).
         max_steps: cut an episode after this many steps (None: play until it ends).
@@ -214,6 +245,14 @@ class PlayViewer(widgets.VBox):
 
     def _play(self, env: Any, episodes: int, seed: int | None, max_steps: int | None) -> None:
         agent = self.agent
+        parallel, owned_parallel = _parallel_render_env(env)
+        if parallel is not None:
+            try:
+                self._play_parallel(parallel, episodes, seed, max_steps)
+            finally:
+                if owned_parallel:
+                    parallel.close()
+            return
         instance, owned = _render_env(env)
         was_training = agent.training
         agent.training = False  # play mode: deterministic, no exploration, nothing stored
@@ -236,6 +275,25 @@ class PlayViewer(widgets.VBox):
             agent.training = was_training
             if owned:
                 instance.close()
+
+    def _play_parallel(self, env: Any, episodes: int, seed: int | None, max_steps: int | None) -> None:
+        """A PettingZoo ParallelEnv: the agent decides for every agent; the rewards shown are the team's."""
+        from ..envs.multiagent import ParallelEnvAdapter, layout_for, parallel_episode
+
+        agent = self.agent
+        adapter = ParallelEnvAdapter(env, layout_for(agent, env))
+        was_training = agent.training
+        agent.training = False
+        try:
+            for episode in range(episodes):
+                total = 0.0
+                seed_i = None if seed is None else seed + episode
+                for frame, reward in parallel_episode(agent, adapter, seed=seed_i, max_steps=max_steps, render=True):
+                    total += reward
+                    self._keep(frame, reward, episode)
+                self.returns.append(total)
+        finally:
+            agent.training = was_training
 
     def _keep(self, frame: Any, reward: float, episode: int) -> None:
         if frame is None:
