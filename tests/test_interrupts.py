@@ -154,3 +154,39 @@ def test_ctrl_c_in_a_sweeps_wait_stops_the_sweep_before_reaching_the_caller(tmp_
         sweep.run()
     assert sweep.status == "stopped" and not sweep.is_alive
     assert [r.state for r in sweep.results()] == ["interrupted"]
+
+
+RACE = """
+import random, signal, sys, threading
+from workbench.run.control import RunControl
+
+control = RunControl(None, lambda: None)
+control.ended = threading.Event()  # a run going on: nothing has set it yet
+wait = control.ended.wait if sys.argv[1] == "event" else control.wait_ended
+random.seed(0)
+signal.signal(signal.SIGALRM, signal.default_int_handler)  # raises KeyboardInterrupt, as Ctrl-C does
+for _ in range(5000):
+    try:
+        signal.setitimer(signal.ITIMER_REAL, random.uniform(1e-6, 2e-4))
+        while True:
+            wait(0.0001)
+    except KeyboardInterrupt:
+        pass
+    assert not control.ended._cond._lock.locked(), "the event's lock was left held"
+setter = threading.Thread(target=control.ended.set)  # the training thread's last act
+setter.start()
+setter.join(5)
+assert not setter.is_alive() and control.wait_ended(1.0)
+print("ok")
+"""
+
+
+@pytest.mark.slow
+def test_ctrl_c_landing_anywhere_in_the_main_threads_wait_leaves_no_lock_held():
+    """Thousands of interrupts at random moments of the main thread's wait for a run's end: the wait holds
+    no lock a Ctrl-C could leave held (``Event.wait`` does: CPython can raise the interrupt inside it with
+    the event's lock taken or its state half-restored, and the training thread's ``ended.set()`` then hangs
+    or fails; the script's ``event`` mode shows it)."""
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run([sys.executable, "-c", RACE, "poll"], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr[-2000:]

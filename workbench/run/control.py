@@ -130,7 +130,7 @@ class RunControl:
                 "returned (session.is_alive turns False), or build a new Session with a fresh env; "
                 "run the env in worker processes with step_timeout= to have a hung env killed"
             )
-        self.ended.wait(CONTROL_TIMEOUT_S)
+        self.wait_ended(CONTROL_TIMEOUT_S)
 
     def begin(self, thread: threading.Thread) -> None:
         """A new run on ``thread`` (not started yet): flags cleared, status ``running`` (under :attr:`cond`)."""
@@ -171,7 +171,7 @@ class RunControl:
             self.stop_requested = True
             self.cond.notify_all()
         if self.thread is not None and not self.in_loop_thread():
-            self.ended.wait(timeout)
+            self.wait_ended(timeout)
             if self.is_alive:
                 self.timed_out("stop", timeout)
 
@@ -197,7 +197,26 @@ class RunControl:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 return False
-            self.ended.wait(0.1 if remaining is None else min(0.1, remaining))
+            self.wait_ended(0.1 if remaining is None else min(0.1, remaining))
+        return True
+
+    def wait_ended(self, timeout: float | None) -> bool:
+        """Wait up to ``timeout`` seconds (None: as long as it takes) for :attr:`ended`; True once it is set.
+
+        In the main thread this polls the flag between short sleeps instead of ``Event.wait``: Ctrl-C
+        lands in the main thread, and CPython can raise it just after ``Event.wait`` has taken the event's
+        internal lock and before the ``with`` that releases it is entered; that lock then stays held, and
+        the training thread's last act (``ended.set()``) and every later wait block on it for good (a
+        Ctrl-C that hung a script under load). A sleep that Ctrl-C cuts short holds no lock."""
+        ended = self.ended
+        if threading.current_thread() is not threading.main_thread():
+            return ended.wait(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not ended.is_set():
+            remaining = 0.005 if deadline is None else deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            time.sleep(min(0.005, remaining))
         return True
 
     # -- the loop's side --------------------------------------------------------------------------
@@ -258,5 +277,5 @@ class RunControl:
             self.cond.notify_all()
         if interrupt:
             runner.interrupt()  # a blocked receive from a killed worker returns at once, with an error
-            self.ended.wait(5.0)
+            self.wait_ended(5.0)
         warnings.warn(str(error), RuntimeWarning, stacklevel=4)
