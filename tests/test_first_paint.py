@@ -133,7 +133,7 @@ def test_first_paint_in_a_fresh_kernel_import_included(browser_ready):
     code here can shorten). Figures in test-artifacts/first_paint.json; the goal itself is measured and reported
     by ``benchmarks/first_paint.py`` (speed targets are the benchmarks' job, not the tests'). What is asserted is
     that the view arrives in every round (``measure`` waits for the status line in each), and a bound only a regression breaks (the old 8 s first paint would):
-    the page three times as slow as the imported goal, or workbench's share beyond torch's import twice it."""
+    the imported paint over three times its goal, or workbench's share beyond torch's import over 5 s."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from first_paint import measure
 
@@ -146,4 +146,4 @@ def test_first_paint_in_a_fresh_kernel_import_included(browser_ready):
     (ROOT / "test-artifacts" / "first_paint.json").write_text(json.dumps(figures, indent=1))
     print("first paint:", json.dumps({k: v for k, v in figures.items() if k != "rounds"}))
     assert imported <= 4.5, figures  # workbench imported: the cell, the kernel and the page
-    assert paint - torch_s <= 3.0, figures  # import included: workbench's import, the session, the view, the page
+    assert paint - torch_s <= 5.0, figures  # import included: workbench's import, the session, the view, the page
