@@ -737,6 +737,23 @@ def test_play_viewer_needs_an_env_that_renders(app_env):
         wb.PlayViewer(agent, app_env, episodes=0)
 
 
+def test_play_viewer_calls_a_factory_once_and_says_when_it_does_not_render(app_env):
+    agent = small_ppo(app_env)
+    built: list[AppEnv] = []
+
+    def factory() -> AppEnv:
+        built.append(AppEnv(model={}, app_args={}, config=None, render_mode="rgb_array"))
+        return built[-1]
+
+    viewer = wb.PlayViewer(agent, factory, seed=1)
+    try:
+        assert len(built) == 1 and len(viewer.frames) == 21
+    finally:
+        viewer.close()
+    with pytest.raises(ValueError, match="the factory"):
+        wb.PlayViewer(agent, lambda: AppEnv(model={}, app_args={}, config=None))
+
+
 def test_play_viewer_rejects_an_env_of_other_spaces(app_env):
     agent = small_ppo(app_env)
     with pytest.raises(ValueError, match="space"):

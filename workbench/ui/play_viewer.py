@@ -14,7 +14,6 @@ import struct
 import zlib
 from typing import TYPE_CHECKING, Any
 
-import gymnasium as gym
 import ipywidgets as widgets
 import numpy as np
 
@@ -69,56 +68,41 @@ def _quiet_sdl() -> None:
     os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
 
 
-def _render_env(env: Any) -> tuple[gym.Env, bool]:
-    """An env that renders ``rgb_array`` frames, and whether the viewer owns (and closes) it."""
-    _quiet_sdl()
-    source = as_env_source(env)
-    if source.instance is not None:
-        instance = source.instance
-        if instance.render_mode != "rgb_array":
-            raise ValueError(
-                f"PlayViewer needs an env that renders frames: this {source.name} has "
-                f"render_mode={instance.render_mode!r}. Build it with render_mode='rgb_array' "
-                f"(e.g. gym.make(id, render_mode='rgb_array')), or pass the registered id instead"
-            )
-        return instance, False
-    made = source.make(render_mode="rgb_array") if source.env_id else source.make()
-    if made.render_mode != "rgb_array":
-        made.close()
-        raise ValueError(
-            f"PlayViewer needs an env that renders frames: the factory {source.name} builds envs with "
-            f"render_mode={made.render_mode!r}; make it build them with render_mode='rgb_array'"
-        )
-    return made, True
-
-
-def _parallel_render_env(env: Any) -> tuple[Any, bool]:
-    """``(env, owned)`` when ``env`` is a PettingZoo ParallelEnv, or a zero-argument factory building one,
-    that renders ``rgb_array`` frames; ``(None, False)`` for a single-agent env (an id, an instance or a
-    factory of gymnasium envs, which :func:`_render_env` takes)."""
+def _render_env(env: Any) -> tuple[Any, bool, bool]:
+    """An env that renders ``rgb_array`` frames, whether the viewer owns (and closes) it, and whether it is a
+    PettingZoo ParallelEnv (an instance, or what a zero-argument factory built: the factory is called once)."""
     from ..envs.multiagent import build_for_play, is_parallel_env
 
+    _quiet_sdl()
     source = as_env_source(env)
-    made: Any = None
-    if source.parallel is not None:
-        parallel, owned = source.parallel, False
-    elif source.factory is not None and source.env_id is None:
-        made = build_for_play(source.factory, source.name, "PlayViewer")
-        if not is_parallel_env(made):
-            made.close()  # a gymnasium factory: _render_env builds its own copy with the render mode it needs
-            return None, False
-        parallel, owned = made, True
+    given = source.parallel if source.parallel is not None else source.instance
+    if given is not None:
+        instance, owned = given, False
+    elif source.env_id:
+        instance, owned = source.make(render_mode="rgb_array"), True
     else:
-        return None, False
-    mode = getattr(parallel, "render_mode", None)
-    if mode != "rgb_array":
-        if owned:
-            parallel.close()
+        instance, owned = build_for_play(source.factory, source.name, "PlayViewer"), True
+    parallel = is_parallel_env(instance)
+    mode = getattr(instance, "render_mode", None)
+    if mode == "rgb_array":
+        return instance, owned, parallel
+    if owned:
+        instance.close()
+    if parallel:
         raise ValueError(
             f"PlayViewer needs a ParallelEnv that renders frames: {source.name} has render_mode={mode!r}. "
             "Build it with render_mode='rgb_array' (e.g. simple_spread_v3.parallel_env(render_mode='rgb_array'))"
         )
-    return parallel, owned
+    if not owned:
+        raise ValueError(
+            f"PlayViewer needs an env that renders frames: this {source.name} has "
+            f"render_mode={mode!r}. Build it with render_mode='rgb_array' "
+            f"(e.g. gym.make(id, render_mode='rgb_array')), or pass the registered id instead"
+        )
+    raise ValueError(
+        f"PlayViewer needs an env that renders frames: the factory {source.name} builds envs with "
+        f"render_mode={mode!r}; make it build them with render_mode='rgb_array'"
+    )
 
 
 class PlayViewer(widgets.VBox):
@@ -245,15 +229,14 @@ class PlayViewer(widgets.VBox):
 
     def _play(self, env: Any, episodes: int, seed: int | None, max_steps: int | None) -> None:
         agent = self.agent
-        parallel, owned_parallel = _parallel_render_env(env)
-        if parallel is not None:
+        instance, owned, parallel = _render_env(env)
+        if parallel:
             try:
-                self._play_parallel(parallel, episodes, seed, max_steps)
+                self._play_parallel(instance, episodes, seed, max_steps)
             finally:
-                if owned_parallel:
-                    parallel.close()
+                if owned:
+                    instance.close()
             return
-        instance, owned = _render_env(env)
         was_training = agent.training
         agent.training = False  # play mode: deterministic, no exploration, nothing stored
         try:
