@@ -18,6 +18,9 @@ from typing import Any
 
 from .registry import ControlError, StuckError
 
+_POLL_S = 0.01
+"""How often the main thread looks at a run's end flag while it waits (:meth:`RunControl.wait_ended`)."""
+
 __all__ = ["CONTROL_TIMEOUT_S", "STATUSES", "RunControl"]
 
 STATUSES = ("idle", "running", "paused", "stopped", "finished", "failed")
@@ -211,12 +214,13 @@ class RunControl:
         ended = self.ended
         if threading.current_thread() is not threading.main_thread():
             return ended.wait(timeout)
+        # 10 ms slices: each wake-up takes the GIL from the training thread for a moment, so not much finer.
         deadline = None if timeout is None else time.monotonic() + timeout
         while not ended.is_set():
-            remaining = 0.005 if deadline is None else deadline - time.monotonic()
+            remaining = _POLL_S if deadline is None else deadline - time.monotonic()
             if remaining <= 0:
                 return False
-            time.sleep(min(0.005, remaining))
+            time.sleep(min(_POLL_S, remaining))
         return True
 
     # -- the loop's side --------------------------------------------------------------------------
