@@ -9,8 +9,15 @@ column and is counted in the wall time. Every row also says what ``device="auto"
 ``--sb3`` adds Stable-Baselines3's PPO on Breakout on the same devices, for the ratio the issue asks for
 (PPO-Atari on a GPU: at least 5x this project's CPU throughput, and SB3's GPU throughput x 1.5).
 
+Both libraries are timed alike: building the agent and its envs, compiling and a warm-up (``--warm`` env steps:
+one PPO rollout, or the off-policy rows' ``learning_starts`` and a few updates) are not in ``steps/s``, which
+counts the ``--steps`` that follow; ``wall s`` is the whole run, setup included. Both use torch's own thread
+count (``Session(torch_threads=None)``; ``--threads N`` sets it for both). ``--workers N`` steps the envs in N
+worker processes: ``backend="local"`` here, ``SubprocVecEnv`` for SB3.
+
     python benchmarks/devices.py                          # every row; on a CPU-only machine the CPU rows
     python benchmarks/devices.py --rows ppo-breakout --steps 4096 --sb3
+    python benchmarks/devices.py --rows ppo-breakout --sb3 --workers 8      # envs in 8 worker processes
     python benchmarks/devices.py --rows ppo-cartpole,sac-pendulum --score
 
 On a machine without CUDA it runs the CPU rows and says that the GPU rows need CUDA; on a GPU machine
@@ -62,8 +69,20 @@ def build(row: str, device: str, compile_mode: bool | str) -> Any:
         return wb.preset(env_id, algo, seed=0, device=device, compile=compile_mode, **over).agent
 
 
-def train(row: str, device: str, compile_mode: bool | str, steps: int, score: bool) -> dict[str, Any]:
-    """One session of the row; env steps per second over the whole wall time (compiling included)."""
+def warm_steps(row: str) -> int:
+    """Env steps run before the timed part: one PPO rollout, or the off-policy row's learning_starts and
+    a few hundred updates (so that its first updates, and any compiling, are behind it)."""
+    algo, _, over, *_ = ROWS[row]
+    if algo == "ppo":
+        settings = wb.PRESETS[(ROWS[row][1], "ppo")].hyperparameters
+        return int(settings.get("n_envs", 1)) * int(settings.get("n_steps", 2048))
+    return int(over.get("learning_starts", 100)) + 200
+
+
+def train(
+    row: str, device: str, compile_mode: bool | str, steps: int, score: bool, workers: int, threads: int | None
+) -> dict[str, Any]:
+    """One session of the row: env steps per second after the warm-up, and the whole wall time."""
     _, env_id, _, _, target, cap = ROWS[row]
     start = time.perf_counter()
     agent = build(row, device, compile_mode)
@@ -74,11 +93,27 @@ def train(row: str, device: str, compile_mode: bool | str, steps: int, score: bo
             rewards = s.signals.get("episode_reward")
             return rewards is not None and len(rewards) >= 10 and rewards.mean(last=10) >= target
 
-    session = wb.Session(agent, env_id, seed=0, stop_when=stop_when)
-    session.run(steps=cap if score else steps)
+    options: dict[str, Any] = {"num_workers": workers, "backend": "local"} if workers > 1 else {}
+    session = wb.Session(agent, env_id, seed=0, stop_when=stop_when, torch_threads=threads, **options)
+    if score:
+        session.run(steps=cap)
+        timed_steps, timed = session.steps, time.perf_counter() - start
+    else:
+        # One run (worker processes live for one run), its clock started once the warm-up steps are done.
+        warm = warm_steps(row)
+        session.start(steps=warm + steps)
+        # Past the warm-up's last step, so that the update of its rollout is behind the clock's start too
+        # (SB3's warm-up learn() ends with that update).
+        while session.steps <= warm and session.is_alive:
+            time.sleep(0.005)
+        before, t0 = session.steps, time.perf_counter()
+        session.wait()
+        timed_steps, timed = session.steps - before, time.perf_counter() - t0
+        if session.status != "finished":
+            raise SystemExit(f"{row} on {device}: the run ended {session.status}: {session.error!r}")
     wall = time.perf_counter() - start
     return {
-        "sps": session.steps / wall,
+        "sps": timed_steps / timed,
         "wall": wall,
         "steps": session.steps,
         "compile": agent.compile_time,
@@ -87,14 +122,16 @@ def train(row: str, device: str, compile_mode: bool | str, steps: int, score: bo
     }
 
 
-def sb3_ppo_breakout(device: str, steps: int) -> float:
-    """SB3's PPO CnnPolicy on the same Breakout frames and settings: env steps per second."""
+def sb3_ppo_breakout(device: str, steps: int, workers: int) -> float:
+    """SB3's PPO CnnPolicy on the same Breakout frames and settings: env steps per second after one
+    rollout and update (SB3's model and envs are built before its clock starts, as ours are)."""
     from stable_baselines3 import PPO
-    from stable_baselines3.common.vec_env import DummyVecEnv
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
     from workbench.envs import make_env
 
-    env = DummyVecEnv([lambda: make_env("BreakoutNoFrameskip-v4") for _ in range(8)])
+    factories = [lambda: make_env("BreakoutNoFrameskip-v4") for _ in range(8)]
+    env = SubprocVecEnv(factories) if workers > 1 else DummyVecEnv(factories)
     model = PPO(
         "CnnPolicy",
         env,
@@ -109,9 +146,13 @@ def sb3_ppo_breakout(device: str, steps: int) -> float:
         seed=0,
         verbose=0,
     )
-    start = time.perf_counter()
-    model.learn(total_timesteps=steps)
-    return steps / (time.perf_counter() - start)
+    try:
+        model.learn(total_timesteps=warm_steps("ppo-breakout"))
+        start = time.perf_counter()
+        model.learn(total_timesteps=steps, reset_num_timesteps=False)
+        return steps / (time.perf_counter() - start)
+    finally:
+        env.close()
 
 
 def main() -> None:
@@ -126,7 +167,13 @@ def main() -> None:
     )
     parser.add_argument("--score", action="store_true", help="also the time to the row's score (long)")
     parser.add_argument("--sb3", action="store_true", help="also SB3's PPO on Breakout on each device")
+    parser.add_argument("--workers", type=int, default=1, help="worker processes stepping the envs (default 1: none)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads for both libraries (default torch's)")
     args = parser.parse_args()
+    if args.workers < 1 or (args.threads is not None and args.threads < 1):
+        raise SystemExit(f"--workers and --threads take 1 or more, not {args.workers} and {args.threads}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
     rows = [r.strip() for r in args.rows.split(",") if r.strip()]
     unknown = [r for r in rows if r not in ROWS]
     if unknown:
@@ -136,8 +183,8 @@ def main() -> None:
     compiled = args.compile == "on" or (args.compile == "auto" and has_cuda)
     modes: list[bool | str] = [False, True] if compiled else [False]
     print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads; devices: {', '.join(targets)}"
-        + (f" ({torch.cuda.get_device_name(0)})" if has_cuda else "")
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.workers} env worker(s); "
+        f"devices: {', '.join(targets)}" + (f" ({torch.cuda.get_device_name(0)})" if has_cuda else "")
     )
     if not has_cuda:
         print(
@@ -155,7 +202,7 @@ def main() -> None:
         for device in targets:
             for mode in modes:
                 steps = args.steps or ROWS[row][3]
-                r = train(row, device, mode, steps, score=False)
+                r = train(row, device, mode, steps, False, args.workers, args.threads)
                 results[(row, device, mode)] = r
                 label = "compiled" if mode and r["compiled"] else ("eager" if not mode else "eager*")
                 comp = f"{r['compile']:.1f}" if r["compile"] else "-"
@@ -165,7 +212,7 @@ def main() -> None:
                     flush=True,
                 )
                 if args.score:
-                    s = train(row, device, mode, steps, score=True)
+                    s = train(row, device, mode, steps, True, args.workers, args.threads)
                     reached = (
                         f"reached {ROWS[row][4]:g} in {s['wall']:.0f} s, {s['steps']} steps"
                         if s["reached"]
@@ -175,7 +222,7 @@ def main() -> None:
     if args.sb3 and "ppo-breakout" in rows and available("ppo-breakout") is None:
         steps = args.steps or ROWS["ppo-breakout"][3]
         for device in targets:
-            sps = sb3_ppo_breakout(device, steps)
+            sps = sb3_ppo_breakout(device, steps, args.workers)
             results[("sb3-ppo-breakout", device, False)] = {"sps": sps}
             print(f"{'sb3 ppo-breakout':<16} {device:<6} {'eager':<8} {sps:>9.0f}", flush=True)
     ours_cpu = results.get(("ppo-breakout", "cpu", False))

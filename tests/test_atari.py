@@ -213,7 +213,9 @@ def _agent(algo: str, **kw):
 def test_image_agents_share_one_cnn_trained_by_both_heads(algo, tmp_path):
     agent = _agent(algo)
     assert agent.encoder_shared and agent.actor[0] is agent.critic[0]
-    assert "shared by the policy and value networks" in repr(agent)
+    assert repr(agent).count("shared by the policy and value networks") == 1
+    wb.Session(agent, Pictures, seed=1).run(steps=1)  # the session's seed rebuilds the networks: said once still
+    assert repr(agent).count("shared by the policy and value networks") == 1
     unique = {id(p) for p in [*agent.actor.parameters(), *agent.critic.parameters()]}
     in_optimizer = [p for g in agent.optimizer.param_groups for p in g["params"]]
     assert len(in_optimizer) == len(unique) == len({id(p) for p in in_optimizer})  # each parameter once

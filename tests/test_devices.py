@@ -346,6 +346,39 @@ def test_compile_runs_the_update_compiled_and_reports_its_time(monkeypatch, tmp_
     assert loaded.act(obs) == agent.eval().act(obs)
 
 
+@pytest.mark.slow
+def test_compiled_networks_compile_once_whatever_the_updates_and_the_sessions_threads(monkeypatch, caplog):
+    """A shared image encoder's feature cache stays out of the traced graph (its key moves with every
+    optimizer step, and each move recompiled until dynamo gave up and ran eagerly), and a session's
+    ``torch_threads`` (torch's thread count is part of what compiled code is specialised to) is compiled
+    for when the run starts, timed as compile time, not in the middle of the first update."""
+    graphs: list[Any] = []
+
+    def counting(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        graphs.append(gm)
+        return gm.forward
+
+    real = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda *a, **k: real(*a, **{**k, "backend": counting, "mode": None}))
+    agent = wb.PPO(SeeTheSide, device="cpu", compile=True, **SMALL["PPO"])
+    assert agent.compiled and agent.encoder_shared
+    prepared: list[tuple[int, float]] = []
+    prepare = agent.prepare_compiled
+
+    def recorded_prepare() -> None:
+        prepare()
+        prepared.append((len(graphs), agent.compile_time))
+
+    monkeypatch.setattr(agent, "prepare_compiled", recorded_prepare)
+    session = wb.Session(agent, SeeTheSide, seed=0, torch_threads=torch.get_num_threads() + 1)
+    session.run(steps=48)
+    session.run(steps=48)
+    assert agent.num_updates >= 6 and len(prepared) == 2
+    assert prepared[0] == prepared[1] and len(graphs) == prepared[0][0]  # nothing compiled after the start
+    assert agent.compile_time == prepared[0][1]
+    assert "recompile_limit" not in caplog.text
+
+
 # -- precision -------------------------------------------------------------------------------------
 
 

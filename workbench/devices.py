@@ -270,6 +270,13 @@ def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
 # ``module.compile()`` keeps its compiled call in ``_compiled_call_impl``: the one private name used here.
 
 
+def compiling() -> bool:
+    """True while ``torch.compile`` traces (``torch.compiler.is_compiling``, PyTorch 2.3 on; False before):
+    Python-side caches and per-call branches step aside then, as the traced graph cannot keep them."""
+    check = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    return bool(check()) if check is not None else False
+
+
 def uncompile(net: torch.nn.Module) -> None:
     """Undo ``net.compile()`` on ``net`` and its submodules: their calls run the eager modules again."""
     for module in net.modules():

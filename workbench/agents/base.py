@@ -353,6 +353,8 @@ class Agent:
         self._moved = False
         self._compiled = False
         self.compile_time: float | None = None
+        self._compiled_threads: set[int] = set()
+        self._trace_calls: tuple[list[Any], list[Any]] = ([], [])
         self._compile_time_due = False
         self.compile_error: str | None = None
         # Build networks under a private seed without disturbing torch's global generator,
@@ -535,28 +537,27 @@ class Agent:
 
     def _compile(self) -> None:
         """``compile``: each declared network through ``torch.compile`` (``module.compile()``, so its
-        saved names stay), compiled at once by one probe pass whose time is ``compile_time``; when
-        that fails, the networks run eagerly and a warning says why."""
+        saved names stay), compiled at once by tracing passes (:meth:`_trace_compiled`) whose time is
+        ``compile_time``; when that fails, the networks run eagerly and a warning says why."""
         mode = self.config.compile
         self._compiled = False
+        self._compiled_threads = set()
         if mode is False:
             return
         mode = "default" if mode is True else str(mode)
-        nets = {
-            name: getattr(self, name) for name in self.network_names if isinstance(getattr(self, name, None), nn.Module)
-        }
+        nets = self._declared_networks()
         with torch.no_grad():  # which networks take an observation batch, found eagerly
-            calls = self._probe_calls(nets, self.device, self._probe_batch_size())
+            update_calls = self._probe_calls(nets, self.device, self._probe_batch_size())
+            acting_calls = self._probe_calls(nets, self.device, self.num_envs)
+        self._trace_calls = (update_calls, acting_calls)
         start = time.perf_counter()
         for net in nets.values():
             net.compile(mode=mode)
         self._compiled = True  # the kernels' written-out passes would bypass the compiled forward
         try:
-            if not calls:
+            if not update_calls:
                 raise RuntimeError("no network of this agent takes an observation batch to compile with")
-            with self._autocast():
-                _run_probe(calls)
-            synchronize(self.device)
+            self._trace_compiled()
         except Exception as exc:
             for net in nets.values():
                 uncompile(net)
@@ -569,11 +570,44 @@ class Agent:
                 stacklevel=4,
             )
             return
+        # Every compilation of this agent counts (a rebuild under the session's seed compiles again).
+        self.compile_time = (self.compile_time or 0.0) + time.perf_counter() - start
+        self._compile_time_due = True
+
+    def _declared_networks(self) -> dict[str, nn.Module]:
+        return {
+            name: getattr(self, name) for name in self.network_names if isinstance(getattr(self, name, None), nn.Module)
+        }
+
+    def _trace_compiled(self) -> None:
+        """Run the compiled networks as training will, so that they compile now: the update's forward
+        and backward pass on a batch of its size, and acting's no-grad pass on the envs' batch. What
+        compiled code is specialised to (grad mode, batch size, torch's thread count) is then seen
+        before the first step; the thread count is recorded for :meth:`prepare_compiled`."""
+        update_calls, acting_calls = self._trace_calls
+        nets = self._declared_networks()
+        try:
+            with self._autocast():
+                _run_probe(update_calls)
+                with torch.no_grad():
+                    for call in acting_calls:
+                        call()
+            synchronize(self.device)
         finally:
             for net in nets.values():
                 for p in net.parameters():
                     p.grad = None
-        # Every compilation of this agent counts (a rebuild under the session's seed compiles again).
+        self._compiled_threads.add(torch.get_num_threads())
+
+    def prepare_compiled(self) -> None:
+        """Compile again now, counted in ``compile_time``, when torch's thread count differs from every
+        one the compiled networks were traced under (a session's ``torch_threads``): compiled code is
+        specialised to it, and the first step would otherwise recompile, uncounted. Nothing when the
+        agent is not compiled or the count was seen before."""
+        if not self._compiled or torch.get_num_threads() in self._compiled_threads:
+            return
+        start = time.perf_counter()
+        self._trace_compiled()
         self.compile_time = (self.compile_time or 0.0) + time.perf_counter() - start
         self._compile_time_due = True
 

@@ -34,6 +34,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+from ..devices import compiling
 from ..envs.core import flat_observation_space, is_image_space
 from ..validation import Constraint
 
@@ -134,7 +135,10 @@ class _Encoder(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Features of a batch (any leading dimensions) of flat observations."""
-        if self.shared:
+        # Not while torch.compile traces: the cache's key (the weights' version counters) changes with every
+        # optimizer step, and each change would be a guard failure and a recompile until dynamo gave up.
+        shared = self.shared and not compiling()
+        if shared:
             key = (torch.is_grad_enabled(), sum(p._version for p in self.parameters()))
             cached = self._cached
             if cached is not None and cached[0] is obs and cached[1] == key:
@@ -142,7 +146,7 @@ class _Encoder(nn.Module):
         lead = obs.shape[: obs.dim() - len(self.in_shape)]
         out = self.encode(obs.reshape(-1, *self.in_shape))
         out = out.reshape(*lead, out.shape[-1])
-        if self.shared:
+        if shared:
             self._cached = (obs, key, out)
             if out.requires_grad:  # a backward pass frees the graph: later calls compute afresh
                 out.register_hook(self._forget)

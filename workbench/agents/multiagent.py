@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..devices import compiling
 from ..envs.core import as_env_source
 from ..envs.multiagent import Layout, layout_for, parallel_spaces
 from ..validation import Constraint, checked, choice
@@ -35,12 +36,6 @@ from .networks import mlp
 from .ppo import PPO, PPOConfig
 
 __all__ = ["IPPO", "IPPOConfig", "MAPPO", "MAPPOConfig", "SlotNet", "export_policies"]
-
-
-def _compiling() -> bool:
-    """True while ``torch.compile`` traces (``torch.compiler.is_compiling``, PyTorch 2.3 on; False before)."""
-    check = getattr(getattr(torch, "compiler", None), "is_compiling", None)
-    return bool(check()) if check is not None else False
 
 
 class SlotNet(nn.Module):
@@ -72,7 +67,7 @@ class SlotNet(nn.Module):
         if len(self.nets) == 1:
             return forward(self.nets[0], inputs, fast=fast)
         group = self.groups_of(x)
-        if torch.jit.is_tracing() or _compiling():
+        if torch.jit.is_tracing() or compiling():
             # ONNX export and compile=True: one graph without data-dependent shapes (a row count per group
             # would end the graph and recompile it for every new split), so every network on every row, then pick.
             stacked = torch.stack([net(inputs) for net in self.nets], dim=0)

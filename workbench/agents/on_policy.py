@@ -243,7 +243,9 @@ class OnPolicyAgent(Agent):
         shared = self._shared_encoder()
         if shared is not None:  # one encoder, read by both heads (its features computed once a batch)
             shared.shared = True
-            self.encoder_description += ", shared by the policy and value networks"
+            note = ", shared by the policy and value networks"
+            if not self.encoder_description.endswith(note):  # a rebuild (reseed, load) builds the networks again
+                self.encoder_description += note
             self.critic = with_encoder(
                 shared,
                 mlp(

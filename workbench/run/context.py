@@ -128,6 +128,7 @@ class RunContext:
         if session.seed is not None and not counters.seeded:
             session.agent.reseed(session.seed)
         counters.seeded = True
+        session.agent.prepare_compiled()  # under the run's thread count (after any rebuild), timed as compile time
         self.rate = StepRate(session)
 
     def between_steps(self) -> bool:
