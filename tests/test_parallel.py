@@ -114,6 +114,16 @@ def test_unknown_backend_and_option_are_clear_errors():
         make_runner(source, 4, num_workers=2, backend="local", envs_per_worker=0)
 
 
+@pytest.mark.parametrize("backend", ["inprocess", "auto"])
+def test_envs_per_worker_is_honoured_by_one_in_process_worker_too(backend):
+    source = as_env_source("CartPole-v1")
+    assert make_runner(source, 4, num_workers=1, backend=backend, envs_per_worker=3).num_envs == 3
+    assert make_runner(source, 4, num_workers=1, backend=backend).num_envs == 4  # the agent's preference
+    assert make_runner(source, 4, num_workers=2, backend="inprocess", envs_per_worker=3).num_envs == 6
+    with pytest.raises(ValueError, match=r"envs_per_worker=0"):
+        make_runner(source, 4, num_workers=1, backend=backend, envs_per_worker=0)
+
+
 def test_ray_acting_is_checked_when_the_session_is_made():
     agent = wb.PPO("CartPole-v1")
     with pytest.raises(ValueError, match=r"ray_acting='actors'.*one of 'workers', 'learner'"):

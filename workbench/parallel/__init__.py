@@ -274,8 +274,8 @@ def make_runner(
 ) -> Any:
     """Build the runner that steps envs from ``source`` for a session.
 
-    With one worker, ``num_envs`` envs (the agent's preference); with ``num_workers > 1``,
-    ``envs_per_worker`` envs in each worker (default: enough to cover ``num_envs``).
+    ``envs_per_worker`` envs in each worker (default: enough to cover ``num_envs``, the agent's
+    preference; with one in-process worker, exactly ``num_envs``).
     ``restart_workers=True`` starts a dead worker again instead of failing the run.
     ``step_timeout`` (seconds, worker backends only) kills a worker whose env's ``step`` does not
     return in time; the run fails naming the worker and its envs, or restarts it with
@@ -325,10 +325,11 @@ def make_runner(
             )
         if backend == "auto":
             backend = "local"  # only workers can enforce step_timeout
-    if num_workers == 1 and backend in ("auto", "inprocess"):
-        # The single-worker path: exactly the plain vector env, nothing measured, nothing started.
-        return InProcessRunner(source, num_envs, seed)
     per = split_envs(num_envs, num_workers, envs_per_worker)
+    if num_workers == 1 and backend in ("auto", "inprocess"):
+        # The single-worker path: exactly the plain vector env, nothing measured, nothing started (its
+        # envs_per_worker when given, as one local worker would hold; else the agent's num_envs).
+        return InProcessRunner(source, per, seed)
     if backend == "auto":
         backend = choose_backend(source, num_workers, per, seed=seed).backend
     if backend == "inprocess":
