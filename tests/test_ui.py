@@ -428,6 +428,39 @@ def test_widgets_a_busy_page_never_started_are_rebuilt(app_env, no_timer, monkey
         dash.close()
 
 
+def test_a_reload_whose_hello_was_lost_gets_fresh_plots(app_env, no_timer, monkeypatch):
+    # A reload on a busy page: the new model's hello never reaches the kernel and anywidget drops
+    # what the kernel sends it, while the page before had answered everything. The kernel hears only
+    # silence after those answers; the plot is rebuilt, and the page draws the fresh one.
+    import workbench.ui.dashboard as dashboard_module
+
+    monkeypatch.setattr(dashboard_module, "_DEAF_S", 0.05)
+    session = wb.Session(small_ppo(app_env), app_env)
+    for i in range(3):
+        session.log("loss", float(i), step=i)
+    dash = wb.Dashboard(session, signals=("loss",))
+    try:
+        old_plot = dash._panels["loss"].plot
+        page = Page(old_plot)
+        dash.refresh()
+        assert page.y() == [0.0, 1.0, 2.0]
+        page.ack = False  # the reloaded page: nothing it receives is answered, and it says no hello
+        session.log("loss", 3.0, step=3)
+        dash.refresh()
+        time.sleep(0.1)
+        dash.refresh()
+        fresh = dash._panels["loss"].plot
+        assert fresh is not old_plot and fresh in dash.plots.children and dash.replaced_count == 1
+        drawn = Page(fresh)
+        dash.refresh()
+        assert drawn.y() == [0.0, 1.0, 2.0, 3.0]
+        time.sleep(0.1)
+        dash.refresh()
+        assert dash._panels["loss"].plot is fresh  # it answers: left alone
+    finally:
+        dash.close()
+
+
 def test_a_reload_restarts_the_wait_before_rebuilding(app_env, no_timer, monkeypatch):
     # Rebuilds that got no answer double the wait before the next; a reload is a new page, which
     # gets the first, short wait again (not the one earned by the page before it).

@@ -280,10 +280,10 @@ class LivePlot(anywidget.AnyWidget):
         self._rtt: float | None = None  # smoothed seconds from send to acknowledgement
         self._wants_reset = True
         self._page_seen = False  # no page has said hello: nobody to wait for
-        self._acks_since_hello = 0
         self._unanswered_since: float | None = None  # first update the page has not answered yet
         self.points = [0] * len(traces)  # points the page holds per trace
         self.sent_bytes: list[int] = []  # bytes of every data message sent, in order
+        self.sent_kinds: list[str] = []  # the kind of each ("reset", "extend", "replace"), in the same order
         self.acks = 0
         self.hellos = 0  # times a page built this model (more than one: a reload or a reopened tab)
         self.on_page: Callable[[LivePlot], None] | None = None  # called when a page asks for the data
@@ -297,7 +297,6 @@ class LivePlot(anywidget.AnyWidget):
             if kind == "ack":
                 seq = int(content.get("seq", 0))
                 self._unanswered_since = None
-                self._acks_since_hello += 1
                 if seq >= self._acked:
                     self._acked = seq
                     self.acks += 1
@@ -308,7 +307,6 @@ class LivePlot(anywidget.AnyWidget):
             elif kind in ("hello", "need_reset"):
                 if kind == "hello":
                     self.hellos += 1
-                    self._acks_since_hello = 0
                     self._unanswered_since = None
                 self._page_seen = True
                 self._wants_reset = True
@@ -329,13 +327,18 @@ class LivePlot(anywidget.AnyWidget):
         return self._page_seen
 
     def deaf(self, after_s: float, now: float | None = None) -> bool:
-        """True when a page opened the plot but has answered none of the updates sent for ``after_s`` seconds.
+        """True when a page opened the plot and no page has answered the updates sent for ``after_s`` seconds.
 
         anywidget drops every message to a model whose JavaScript took over 2 s to start (a busy
-        page), for the model's whole life; such a plot never draws. Its owner replaces it.
+        page), for the model's whole life; such a plot never draws. Its owner replaces it. Judged by
+        the unanswered time alone, not by whether the page answered since its hello: after a reload
+        on a busy page the new model's hello can be lost with everything else, and the kernel then
+        hears only the silence after the old page's answers (the plots stayed empty until a second
+        reload). A page that left is judged the same way: its plot is rebuilt once, and the fresh
+        one waits for a page to open it (a plot no page has opened is never deaf).
         """
         with self._lock:
-            if not self._page_seen or self._acks_since_hello or self._unanswered_since is None:
+            if not self._page_seen or self._unanswered_since is None:
                 return False
             now = time.monotonic() if now is None else now
             return now - self._unanswered_since > after_s
@@ -375,6 +378,7 @@ class LivePlot(anywidget.AnyWidget):
             self.send(content, buffers)
             size = len(json.dumps(content)) + sum(len(b) for b in buffers)
             self.sent_bytes.append(size)
+            self.sent_kinds.append(kind)
         return size
 
     def use_library(self) -> None:
