@@ -9,7 +9,7 @@ column and is counted in the wall time. Every row also says what ``device="auto"
 ``--sb3`` adds Stable-Baselines3's PPO on Breakout on the same devices, for the ratio the issue asks for
 (PPO-Atari on a GPU: at least 5x this project's CPU throughput, and SB3's GPU throughput x 1.5).
 
-Both libraries are timed alike: building the agent and its envs, compiling and a warm-up (``--warm`` env steps:
+Both libraries are timed alike: building the agent and its envs, compiling and a warm-up (``warm_steps``:
 one PPO rollout, or the off-policy rows' ``learning_starts`` and a few updates) are not in ``steps/s``, which
 counts the ``--steps`` that follow; ``wall s`` is the whole run, setup included. Both use torch's own thread
 count (``Session(torch_threads=None)``; ``--threads N`` sets it for both). ``--workers N`` steps the envs in N

@@ -397,16 +397,22 @@ def test_a_new_page_or_one_that_missed_an_update_gets_everything(app_env, no_tim
         dash.close()
 
 
-def test_widgets_a_busy_page_never_started_are_rebuilt(app_env, no_timer, monkeypatch):
-    # anywidget drops every message to a model whose JavaScript took over 2 s to start: the page
-    # said hello but never answers. The dashboard swaps in fresh widgets carrying the current data.
+def _loss_dashboard_judged_deaf_quickly(app_env, monkeypatch, points):
+    """A session with ``points`` loss values and its dashboard of that one plot, which judges a widget
+    deaf after 0.05 s of silence (6 s in use)."""
     import workbench.ui.dashboard as dashboard_module
 
     monkeypatch.setattr(dashboard_module, "_DEAF_S", 0.05)
     session = wb.Session(small_ppo(app_env), app_env)
-    for i in range(5):
+    for i in range(points):
         session.log("loss", float(i), step=i)
-    dash = wb.Dashboard(session, signals=("loss",))
+    return session, wb.Dashboard(session, signals=("loss",))
+
+
+def test_widgets_a_busy_page_never_started_are_rebuilt(app_env, no_timer, monkeypatch):
+    # anywidget drops every message to a model whose JavaScript took over 2 s to start: the page
+    # said hello but never answers. The dashboard swaps in fresh widgets carrying the current data.
+    session, dash = _loss_dashboard_judged_deaf_quickly(app_env, monkeypatch, points=5)
     try:
         old_plot, old_beat = dash._panels["loss"].plot, dash.heartbeat
         Page(old_plot, ack=False)
@@ -432,13 +438,7 @@ def test_a_reload_whose_hello_was_lost_gets_fresh_plots(app_env, no_timer, monke
     # A reload on a busy page: the new model's hello never reaches the kernel and anywidget drops
     # what the kernel sends it, while the page before had answered everything. The kernel hears only
     # silence after those answers; the plot is rebuilt, and the page draws the fresh one.
-    import workbench.ui.dashboard as dashboard_module
-
-    monkeypatch.setattr(dashboard_module, "_DEAF_S", 0.05)
-    session = wb.Session(small_ppo(app_env), app_env)
-    for i in range(3):
-        session.log("loss", float(i), step=i)
-    dash = wb.Dashboard(session, signals=("loss",))
+    session, dash = _loss_dashboard_judged_deaf_quickly(app_env, monkeypatch, points=3)
     try:
         old_plot = dash._panels["loss"].plot
         page = Page(old_plot)
