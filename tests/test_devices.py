@@ -379,6 +379,32 @@ def test_compiled_networks_compile_once_whatever_the_updates_and_the_sessions_th
     assert "recompile_limit" not in caplog.text
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("algo, env", [("DQN", SeeTheSide), ("SAC", "Pendulum-v1")])
+def test_compiled_off_policy_agents_trace_every_variant_their_updates_and_acting_run(algo, env, monkeypatch, caplog):
+    """An online network and its target, a critic on the actor's (gradient-carrying) actions, the
+    targets of every gradient step's minibatch at once, acting on one env: all share a function's graph
+    budget, so all are traced when the agent compiles and the run compiles nothing more (on a GPU, DQN
+    on Pong went past PyTorch's 8 graphs and ran eagerly)."""
+    graphs: list[Any] = []
+
+    def counting(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        graphs.append(gm)
+        return gm.forward
+
+    real = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda *a, **k: real(*a, **{**k, "backend": counting, "mode": None}))
+    agent = getattr(wb, algo)(env, device="cpu", compile=True, **SMALL[algo])
+    assert agent.compiled
+    session = wb.Session(agent, env, seed=0, torch_threads=torch.get_num_threads() + 1)
+    session.run(steps=24)  # learning has not started: what is compiled by now is what the start compiled
+    at_start = len(graphs)
+    session.run(steps=72)
+    assert agent.num_updates >= 8 and len(graphs) == at_start
+    assert torch._dynamo.config.recompile_limit >= 64
+    assert "recompile_limit" not in caplog.text
+
+
 # -- precision -------------------------------------------------------------------------------------
 
 

@@ -34,7 +34,7 @@ from gymnasium import spaces
 from torch import nn
 
 from .. import checkpoint
-from ..devices import DeviceChoice, choose_device, parse_device, synchronize, to_device, uncompile
+from ..devices import DeviceChoice, allow_graph_variants, choose_device, parse_device, synchronize, to_device, uncompile
 from ..envs.core import as_env_source, describe_space, flat_observation_space, observation_flattener
 from ..envs.masks import MASK_KEY, check_masks, mask_size, strip_mask_space
 from ..loop import NO_EXTRAS, Step, Transitions, play_episode
@@ -505,12 +505,20 @@ class Agent:
             size = int(getattr(c, "n_steps", 64)) * int(getattr(c, "n_envs", 1))
         return max(1, int(size))
 
-    def _probe_calls(self, nets: dict[str, nn.Module], device: torch.device, batch: int) -> list[Any]:
+    def _probe_calls(
+        self, nets: dict[str, nn.Module], device: torch.device, batch: int, dynamic_batch: bool = False
+    ) -> list[Any]:
         """Calls running each network of ``nets`` that takes an observation batch (or an observation
-        and an action batch, as critics do) on zeros; networks taking other inputs are left out."""
+        and an action batch, as critics do) on zeros; networks taking other inputs are left out.
+        ``dynamic_batch``: the batch dimension is marked dynamic for ``torch.compile``, so that the
+        graph traced on it serves every batch size above one (an update's targets may run on several
+        minibatches at once)."""
         obs = torch.zeros((batch, *self.obs_shape), dtype=_torch_dtype(self.obs_dtype), device=device)
         act_dim = int(np.prod(self.action_space.shape)) if isinstance(self.action_space, spaces.Box) else 1
         act = torch.zeros((batch, act_dim), device=device)
+        if dynamic_batch and batch > 1:
+            torch._dynamo.maybe_mark_dynamic(obs, 0)
+            torch._dynamo.maybe_mark_dynamic(act, 0)
         calls = []
         for net in nets.values():
             for args in ((obs,), (obs, act)):
@@ -519,8 +527,16 @@ class Agent:
                 except Exception:  # not this signature (or not a network with a forward)
                     continue
                 calls.append(functools.partial(net, *args))
+                if dynamic_batch and len(args) == 2:  # an actor's loss: the critic on actions carrying gradients
+                    calls.append(functools.partial(net, obs, act.detach().clone().requires_grad_(True)))
                 break
         return calls
+
+    def _targets_batch_size(self) -> int:
+        """The batch an update's no-grad passes (its targets) may see: an off-policy update draws the
+        minibatches of all its gradient steps at once and runs the target network over them together."""
+        steps = getattr(self.config, "gradient_steps", 1)
+        return self._probe_batch_size() * (int(steps) if isinstance(steps, int) and steps > 1 else 1)
 
     def _device_probe(self, device: torch.device) -> Any:
         """A short update on ``device`` for ``"auto"`` to time: copies of the declared networks, one
@@ -545,11 +561,15 @@ class Agent:
         if mode is False:
             return
         mode = "default" if mode is True else str(mode)
+        allow_graph_variants()
         nets = self._declared_networks()
         with torch.no_grad():  # which networks take an observation batch, found eagerly
-            update_calls = self._probe_calls(nets, self.device, self._probe_batch_size())
-            acting_calls = self._probe_calls(nets, self.device, self.num_envs)
-        self._trace_calls = (update_calls, acting_calls)
+            update_calls = self._probe_calls(nets, self.device, self._probe_batch_size(), dynamic_batch=True)
+            no_grad_calls = list(update_calls)
+            if self._targets_batch_size() != self._probe_batch_size():
+                no_grad_calls += self._probe_calls(nets, self.device, self._targets_batch_size(), dynamic_batch=True)
+            no_grad_calls += self._probe_calls(nets, self.device, self.num_envs)
+        self._trace_calls = (update_calls, no_grad_calls)
         start = time.perf_counter()
         for net in nets.values():
             net.compile(mode=mode)
@@ -581,16 +601,18 @@ class Agent:
 
     def _trace_compiled(self) -> None:
         """Run the compiled networks as training will, so that they compile now: the update's forward
-        and backward pass on a batch of its size, and acting's no-grad pass on the envs' batch. What
-        compiled code is specialised to (grad mode, batch size, torch's thread count) is then seen
-        before the first step; the thread count is recorded for :meth:`prepare_compiled`."""
-        update_calls, acting_calls = self._trace_calls
+        and backward pass on a batch of its size (its batch dimension dynamic), its no-grad passes (for
+        targets, also on all gradient steps' minibatches at once), and acting's no-grad pass on the
+        envs' batch. What compiled code is specialised to
+        (grad mode, batch size, torch's thread count) is then seen before the first step; the thread
+        count is recorded for :meth:`prepare_compiled`."""
+        update_calls, no_grad_calls = self._trace_calls
         nets = self._declared_networks()
         try:
             with self._autocast():
                 _run_probe(update_calls)
-                with torch.no_grad():
-                    for call in acting_calls:
+                with torch.no_grad():  # an update's targets (target networks, double-Q), then acting
+                    for call in no_grad_calls:
                         call()
             synchronize(self.device)
         finally:
