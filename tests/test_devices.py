@@ -379,6 +379,31 @@ def test_compiled_networks_compile_once_whatever_the_updates_and_the_sessions_th
     assert "recompile_limit" not in caplog.text
 
 
+@pytest.mark.parametrize(
+    "algo, env",
+    [
+        ("DQN", "CartPole-v1"),
+        ("C51", "CartPole-v1"),
+        ("PPO", "CartPole-v1"),
+        ("A2C", "CartPole-v1"),
+        ("RecurrentPPO", "CartPole-v1"),
+        ("SAC", "Pendulum-v1"),
+        ("TD3", "Pendulum-v1"),
+    ],
+)
+def test_every_kind_of_agent_compiles_and_trains_compiled(algo, env, monkeypatch):
+    """Each agent's own way of probing its networks (RecurrentPPO unrolls an LSTM) fits the compile
+    trace: no agent falls back to eager with a warning."""
+    real = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda *a, **k: real(*a, **{**k, "backend": "eager", "mode": None}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        agent = getattr(wb, algo)(env, device="cpu", compile=True, **SMALL[algo])
+    assert agent.compiled and agent.compile_error is None
+    wb.Session(agent, env, seed=0).run(steps=48)
+    assert agent.num_updates > 0
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("algo, env", [("DQN", SeeTheSide), ("SAC", "Pendulum-v1")])
 def test_compiled_off_policy_agents_trace_every_variant_their_updates_and_acting_run(algo, env, monkeypatch, caplog):

@@ -143,9 +143,12 @@ class RecurrentPPO(OnPolicyAgent):
         self._clip = as_schedule(c.clip_range)
         self.optimizer = make_adam(params, lr=self._lr(0.0), eps=1e-5)
 
-    def _probe_calls(self, nets: dict[str, nn.Module], device: torch.device, batch: int) -> list[Any]:
+    def _probe_calls(
+        self, nets: dict[str, nn.Module], device: torch.device, batch: int, dynamic_batch: bool = False
+    ) -> list[Any]:
         """The LSTM networks unrolled over ``n_steps`` for the envs of one minibatch (for ``device="auto"``
-        and ``compile``), from zero states."""
+        and ``compile``), from zero states. ``dynamic_batch`` changes nothing: every minibatch unrolls
+        the same number of envs."""
         steps = self.config.n_steps
         envs = max(1, batch // steps)
         obs = torch.zeros(
