@@ -197,7 +197,15 @@ def run_sb3_fetch(env_id: str, steps: int, seed: int, episodes: int) -> tuple[fl
     return wall, fetch_success(lambda obs: model.predict(obs, deterministic=True)[0], env_id, episodes)
 
 
-def run_rnd(steps: int, seed: int, rnd: bool, raw_rewards: bool = False) -> tuple[float, float, int]:
+def run_rnd(
+    steps: int,
+    seed: int,
+    rnd: bool,
+    raw_rewards: bool = False,
+    coef: float = 1.0,
+    update_proportion: float = 1.0,
+    warmup: int = 0,
+) -> tuple[float, float, int]:
     # rl-baselines3-zoo's MountainCar-v0 PPO settings (normalize, 16 envs, n_steps 16, lambda 0.98, 4 epochs);
     # raw_rewards: without the zoo's reward normalisation (the observations stay normalised).
     agent = wb.PPO(
@@ -214,8 +222,8 @@ def run_rnd(steps: int, seed: int, rnd: bool, raw_rewards: bool = False) -> tupl
         clip_range=0.2,
         normalize_observations=True,
         normalize_rewards=not raw_rewards,
-        intrinsic=wb.RND() if rnd else None,
-        intrinsic_coef=1.0,
+        intrinsic=wb.RND(update_proportion=update_proportion, warmup=warmup) if rnd else None,
+        intrinsic_coef=coef,
     )
     session = wb.Session(agent, "MountainCar-v0", seed=seed)
     t0 = time.perf_counter()
@@ -235,7 +243,7 @@ def make_minigrid(env_id: str):
 
 
 def run_rnd_minigrid(
-    env_id: str, steps: int, seed: int, rnd: bool, coef: float, ent_coef: float = 0.0
+    env_id: str, steps: int, seed: int, rnd: bool, coef: float, ent_coef: float = 0.0, update_proportion: float = 1.0
 ) -> tuple[float, float, int, float]:
     # rl-baselines3-zoo's PPO settings for MiniGrid-DoorKey-5x5 (8 envs, n_steps 128, batch 64, lambda 0.95,
     # 10 epochs, lr 2.5e-4, observations and rewards normalised), on the flattened 7x7 view; ent_coef the zoo's 0.
@@ -254,7 +262,7 @@ def run_rnd_minigrid(
         clip_range=0.2,
         normalize_observations=True,
         normalize_rewards=True,
-        intrinsic=wb.RND() if rnd else None,
+        intrinsic=wb.RND(update_proportion=update_proportion) if rnd else None,
         intrinsic_coef=coef,
     )
     session = wb.Session(agent, factory, seed=seed)
@@ -281,6 +289,11 @@ def main() -> None:
     parser.add_argument("--coef", type=float, default=1.0, help="rnd: intrinsic_coef")
     parser.add_argument("--ent-coef", type=float, default=0.0, help="rnd --minigrid: PPO's ent_coef (zoo: 0)")
     parser.add_argument("--raw-rewards", action="store_true", help="rnd: without the zoo's reward normalisation")
+    parser.add_argument(
+        "--update-proportion", type=float, default=1.0, help="rnd: RND's update_proportion (CleanRL: 0.25)"
+    )
+    parser.add_argument("--warmup", type=int, default=0, help="rnd: RND's warmup (steps per env without the bonus)")
+    parser.add_argument("--rnd-only", action="store_true", help="rnd: PPO+RND alone, without the PPO baseline")
     args = parser.parse_args()
     torch.set_num_threads(1)
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
@@ -305,12 +318,14 @@ def main() -> None:
         raw = args.raw_rewards
         grid = args.minigrid
         runs = {
-            "PPO+RND": lambda seed: run_rnd(steps, seed, True, raw),
+            "PPO+RND": lambda seed: run_rnd(steps, seed, True, raw, args.coef, args.update_proportion, args.warmup),
             "PPO": lambda seed: run_rnd(steps, seed, False, raw),
         }
         if grid:
             runs = {
-                "PPO+RND": lambda seed: run_rnd_minigrid(grid, steps, seed, True, args.coef, args.ent_coef),
+                "PPO+RND": lambda seed: run_rnd_minigrid(
+                    grid, steps, seed, True, args.coef, args.ent_coef, args.update_proportion
+                ),
                 "PPO": lambda seed: run_rnd_minigrid(grid, steps, seed, False, args.coef, args.ent_coef),
             }
             print(
@@ -319,9 +334,12 @@ def main() -> None:
             )
         else:
             print(
-                f"MountainCar-v0, {steps} env steps per run, eval of 10 episodes"
+                f"MountainCar-v0, {steps} env steps per run, intrinsic_coef {args.coef}, RND update_proportion "
+                f"{args.update_proportion}, warmup {args.warmup}, eval of 10 episodes"
                 + (", rewards not normalised" if raw else "")
             )
+        if args.rnd_only:
+            del runs["PPO"]
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         for name, run in runs.items():
             result = run(seed)

@@ -406,6 +406,33 @@ def test_intrinsic_bonus_is_added_to_the_rewards_scaled_by_the_live_coefficient(
         session.set(intrinsic_coef=-1.0)
 
 
+def test_intrinsic_warmup_measures_the_bonus_without_adding_it_for_its_steps_per_env():
+    agent = wb.PPO("CartPole-v1", intrinsic=wb.RND(warmup=3), n_steps=8, n_envs=2, seed=0)
+    obs = np.random.default_rng(0).normal(size=(2, 4)).astype(np.float32)
+    for _ in range(5):
+        agent.observe(_step(agent, obs))
+    rewards = agent.rollout.rewards[:5]
+    assert rewards[:3].tolist() == [[1.0, 1.0]] * 3  # measured, not added
+    assert (rewards[3:] > 1.0).all()
+    assert agent.intrinsic.return_norm.rms.count.item() > 5  # the statistics learned from the warm-up too
+    with pytest.raises(ValueError, match=r"warmup=-1.*integer >= 0"):
+        wb.RND(warmup=-1)
+
+
+def test_intrinsic_update_proportion_trains_the_module_on_that_share_of_the_new_steps(monkeypatch):
+    agent = wb.PPO("CartPole-v1", intrinsic=wb.RND(update_proportion=0.25, epochs=1), n_steps=32, n_envs=2)
+    from workbench.agents.intrinsic import RNDModule
+
+    seen: list[int] = []
+    real = RNDModule.loss
+    monkeypatch.setattr(RNDModule, "loss", lambda self, obs, a, nx: seen.append(len(obs)) or real(self, obs, a, nx))
+    wb.Session(agent, "CartPole-v1", seed=0).run(steps=64)
+    assert sum(seen) == 16  # a quarter of the 64 steps since the last update
+    assert wb.RND(update_proportion=0.25).to_dict()["update_proportion"] == 0.25
+    with pytest.raises(ValueError, match=r"update_proportion=0.*> 0 and <= 1"):
+        wb.RND(update_proportion=0)
+
+
 def test_intrinsic_module_is_saved_with_the_agent_and_not_used_in_play(tmp_path, monkeypatch):
     agent = wb.PPO("CartPole-v1", intrinsic=wb.ICM(features=8), intrinsic_coef=0.3, n_steps=16, n_envs=1)
     session = wb.Session(agent, "CartPole-v1", seed=0)

@@ -74,13 +74,26 @@ class IntrinsicReward:
     """Discount of the intrinsic return whose running std normalises the bonus."""
     normalize: bool = True
     """Divide the bonus by the running std of the discounted intrinsic return (False: the raw error)."""
+    update_proportion: float = 1.0
+    """The share of the steps seen since the last update that the module trains on, drawn at random
+    (CleanRL's RND: 0.25): below 1 the module learns the visited states more slowly, so their bonus
+    fades more slowly, and its training costs that share of the time."""
+
+    warmup: int = 0
+    """Steps per env at the start whose bonus is measured (the statistics learn from it, the module
+    trains on it) but not added to the rewards. The running std that normalises the bonus is first
+    taken from returns only a few steps long, so the first bonuses come out up to ``1 / (1 - gamma)``
+    times too large; ``warmup=100`` (for ``gamma=0.99``) lets the statistics see a whole horizon first."""
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
+        if isinstance(self.warmup, bool) or not isinstance(self.warmup, int | np.integer) or self.warmup < 0:
+            raise ArgumentError(f"{owner} got warmup={self.warmup!r}: warmup must be an integer >= 0 (steps per env).")
         _positive(owner, "learning_rate", self.learning_rate)
         _positive_int(owner, "epochs", self.epochs)
         _positive_int(owner, "batch_size", self.batch_size)
         _positive(owner, "gamma", self.gamma, 1.0)
+        _positive(owner, "update_proportion", self.update_proportion, 1.0)
         if not isinstance(self.normalize, bool):
             raise ArgumentError(f"{owner} got normalize={self.normalize!r}: normalize must be True or False.")
 
@@ -234,7 +247,11 @@ class IntrinsicModule(nn.Module):
         else:
             bonus = raw.astype(np.float32)
         self._rows.append((np.asarray(t.obs), np.asarray(t.actions), np.asarray(t.next_obs)))
-        added = (coef * bonus).astype(np.float32)
+        # The observation statistics count every step seen (saved with the agent): the warm-up is over once
+        # they hold ``warmup`` steps of each env.
+        warming = float(self.obs_norm.rms.count.item()) < self.spec.warmup * len(raw) + 1
+        added = (0.0 if warming else coef) * np.asarray(bonus, dtype=np.float64)
+        added = added.astype(np.float32)
         self._stats += (float(added.sum()), float(raw.sum()), len(raw))
         return t._replace(rewards=(np.asarray(t.rewards, dtype=np.float32) + added).astype(np.float32))
 
@@ -255,12 +272,16 @@ class IntrinsicModule(nn.Module):
         actions = np.concatenate([r[1] for r in self._rows])[-_MAX_ROWS:]
         next_obs = np.concatenate([r[2] for r in self._rows])[-_MAX_ROWS:]
         self._rows = []
+        generator = torch.Generator().manual_seed(int(self.obs_norm.rms.count.item() * 1000) % (2**31))
+        if self.spec.update_proportion < 1.0:
+            keep = max(1, round(self.spec.update_proportion * len(obs)))
+            chosen = torch.randperm(len(obs), generator=generator)[:keep].sort().values.numpy()
+            obs, actions, next_obs = obs[chosen], actions[chosen], next_obs[chosen]
         x, a, nx = self._inputs(obs), self._actions(actions), self._inputs(next_obs)
         n = len(x)
         for group in self.optimizer.param_groups:  # its own rate, whatever edits set on the agent's
             group["lr"] = self.spec.learning_rate
         total, steps = 0.0, 0
-        generator = torch.Generator().manual_seed(int(self.obs_norm.rms.count.item() * 1000) % (2**31))
         for _ in range(self.spec.epochs):
             perm = torch.randperm(n, generator=generator)
             for start in range(0, n, self.spec.batch_size):
