@@ -430,6 +430,21 @@ def test_compiled_off_policy_agents_trace_every_variant_their_updates_and_acting
     assert "recompile_limit" not in caplog.text
 
 
+@pytest.mark.parametrize("env, expected", [("CartPole-v1", 1), (SeeTheSide, None)])
+def test_auto_torch_threads_is_one_for_mlps_and_torchs_own_count_for_cnns(env, expected, monkeypatch):
+    agent = wb.PPO(env, device="cpu", **SMALL["PPO"])
+    assert agent.convolutional is (expected is None)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 3)  # torch's own count, whatever the machine
+    threads: list[int] = []
+    real_set = torch.set_num_threads
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: threads.append(n) or real_set(n))
+    session = wb.Session(agent, env, seed=0)
+    assert session.torch_threads == "auto"
+    session.run(steps=32)
+    assert agent.num_updates > 0
+    assert threads == ([] if expected is None else [1, 3])  # set for the run, then torch's count restored
+
+
 # -- precision -------------------------------------------------------------------------------------
 
 

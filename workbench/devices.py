@@ -289,8 +289,9 @@ def allow_graph_variants(limit: int = RECOMPILE_LIMIT) -> None:
     draw on one function's budget of 8 graphs. Past it dynamo runs that function eagerly for the rest
     of the process and only says so in a log line: a compiled agent silently slower than an eager one."""
     config = torch._dynamo.config
-    if config.recompile_limit < limit:
-        config.recompile_limit = limit
+    name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"  # before PyTorch 2.6
+    if getattr(config, name) < limit:
+        setattr(config, name, limit)
 
 
 def uncompile(net: torch.nn.Module) -> None:

@@ -41,8 +41,10 @@ from .run.videos import SessionMedia, evaluate
 from .signals import DEFAULT_MAX_POINTS, SignalSet
 from .validation import (
     ArgumentError,
+    any_of,
     check_arguments,
     check_value,
+    choice,
     flag,
     function_of,
     integer,
@@ -63,7 +65,7 @@ _ARGUMENT_CHECKS = {
     "checkpoint_every": optional(integer(min=1)),
     "checkpoint_dir": optional(path_like()),
     "keep_best": flag(),
-    "torch_threads": optional(integer(min=1)),
+    "torch_threads": optional(any_of(integer(min=1), choice("auto"))),
     "max_signal_points": integer(min=2),
     "record": optional(path_like()),
     "ope_every": optional(integer(min=1)),
@@ -126,7 +128,7 @@ class Session(SessionMedia):
             Ray ``ray_address``, ``sync_every``, ``cpus_per_worker``, ``ray_init``, ``ray_acting``
             (``"workers"``: each actor acts with an agent replica; ``"learner"``: actors only step
             envs, the learner acts for all of them, actors start without torch).
-        torch_threads: torch intra-op threads while training (1 is fastest for small networks).
+        torch_threads: torch threads while training: ``"auto"``, 1 for MLP agents, torch's own for CNN ones.
         sinks: experiment trackers fed from the signals, off the training loop, e.g.
             ``[wb.TensorBoard("runs/tb"), wb.MLflow(), wb.WandB(offline=True)]`` (docs/tracking.md).
         dataset: a :class:`~workbench.Dataset`: an offline agent (BC, BCQ, CQL, IQL) learns from it
@@ -157,7 +159,7 @@ class Session(SessionMedia):
         keep_best: bool = False,
         num_workers: int = 1,
         backend: str = "auto",
-        torch_threads: int | None = 1,
+        torch_threads: int | str | None = "auto",
         max_signal_points: int = DEFAULT_MAX_POINTS,
         sinks: Sequence[Any] | None = None,
         dataset: Any = None,

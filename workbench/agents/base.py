@@ -455,7 +455,7 @@ class Agent:
         p = self.config.precision
         if p == "fp32":
             return
-        if not (_has_image(self.observation_space) or isinstance(self.config.encoder, type)):
+        if not self.convolutional:
             raise ValueError(
                 f"{type(self).__name__} got precision={p!r}, which is for agents with a CNN encoder (image "
                 f"observations), but {describe_space(self.observation_space)} holds no image: its small MLPs "
@@ -632,6 +632,13 @@ class Agent:
         self._trace_compiled()
         self.compile_time = (self.compile_time or 0.0) + time.perf_counter() - start
         self._compile_time_due = True
+
+    @property
+    def convolutional(self) -> bool:
+        """True when the networks read images through a CNN encoder (image observations, or an encoder
+        class of the user's): what ``precision=`` is for, and what a session's ``torch_threads="auto"``
+        gives torch's own thread count."""
+        return _has_image(self.observation_space) or isinstance(self.config.encoder, type)
 
     @property
     def compiled(self) -> bool:

@@ -27,12 +27,22 @@ from .persistence import Counters, rng_states
 from .registry import ControlError, start_thread
 from .videos import VideoJobs
 
-__all__ = ["SPS_INTERVAL_S", "RunContext", "StepRate"]
+__all__ = ["SPS_INTERVAL_S", "RunContext", "StepRate", "training_threads"]
 
 _VIDEO_WAIT_S = 30.0  # at a run's end, how long the sinks wait for videos still being written
 
 SPS_INTERVAL_S = 1.0
 """How often ``steps_per_second`` is recorded."""
+
+
+def training_threads(setting: Any, agent: Any) -> Any:
+    """The torch thread count a run trains under for a session's ``torch_threads``: ``"auto"`` is 1 for an
+    agent of small MLPs (a second thread only contends with the envs and the dashboard for them) and
+    None, torch's own count, for one with a CNN encoder (``agent.convolutional``), whose updates use the
+    cores; any other setting as it is (None: torch's count; a bad value fails in ``torch.set_num_threads``)."""
+    if isinstance(setting, str) and setting == "auto":
+        return None if getattr(agent, "convolutional", False) else 1
+    return setting
 
 
 class StepRate:
@@ -209,9 +219,10 @@ class RunContext:
     def _train(self, target_steps: int) -> None:
         session, control = self.session, self.control
         previous_threads = torch.get_num_threads()
+        threads = training_threads(session.torch_threads, session.agent)
         try:  # whatever fails here, before the loop too, ends the run as failed
-            if session.torch_threads:
-                torch.set_num_threads(session.torch_threads)
+            if threads:
+                torch.set_num_threads(threads)
             final = self.loop.run(self, target_steps)
             if session.stop_reason is None:
                 session.stop_reason = "stop" if final == "stopped" else "budget"
@@ -222,7 +233,7 @@ class RunContext:
             self.close_runner(force=True)
         finally:
             control.where = None
-            if session.torch_threads:
+            if threads:
                 torch.set_num_threads(previous_threads)
         with control.cond:
             if control.abandoned:
