@@ -566,8 +566,13 @@ class Agent:
         with torch.no_grad():  # which networks take an observation batch, found eagerly
             update_calls = self._probe_calls(nets, self.device, self._probe_batch_size(), dynamic_batch=True)
             no_grad_calls = list(update_calls)
-            if self._targets_batch_size() != self._probe_batch_size():
-                no_grad_calls += self._probe_calls(nets, self.device, self._targets_batch_size(), dynamic_batch=True)
+            batch, targets = self._probe_batch_size(), self._targets_batch_size()
+            if targets != batch:
+                # The graph traced with a dynamic batch serves every larger size, except across 16 for a CNN
+                # (PyTorch's convolution picks another memory layout there): a size past both is enough,
+                # never the whole (possibly huge: 64 x 128 steps) batch of targets.
+                size = min(targets, max(2 * batch, 16))
+                no_grad_calls += self._probe_calls(nets, self.device, size, dynamic_batch=True)
             no_grad_calls += self._probe_calls(nets, self.device, self.num_envs)
         self._trace_calls = (update_calls, no_grad_calls)
         start = time.perf_counter()
