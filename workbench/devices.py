@@ -277,23 +277,6 @@ def compiling() -> bool:
     return bool(check()) if check is not None else False
 
 
-RECOMPILE_LIMIT = 64
-"""The least ``torch._dynamo.config.recompile_limit`` an agent compiles under (PyTorch's default is 8)."""
-
-
-def allow_graph_variants(limit: int = RECOMPILE_LIMIT) -> None:
-    """Raise dynamo's per-function graph limit to ``limit`` (never lower it). Dynamo keeps compiled
-    graphs per Python function, not per module: an agent's networks of one class (an online network
-    and its target, the members of critic ensembles, the CNN encoder inside each) called with and
-    without gradients, on the update's batch and the envs', under the session's thread count, all
-    draw on one function's budget of 8 graphs. Past it dynamo runs that function eagerly for the rest
-    of the process and only says so in a log line: a compiled agent silently slower than an eager one."""
-    config = torch._dynamo.config
-    name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"  # before PyTorch 2.6
-    if getattr(config, name) < limit:
-        setattr(config, name, limit)
-
-
 def uncompile(net: torch.nn.Module) -> None:
     """Undo ``net.compile()`` on ``net`` and its submodules: their calls run the eager modules again."""
     for module in net.modules():

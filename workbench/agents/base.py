@@ -34,7 +34,7 @@ from gymnasium import spaces
 from torch import nn
 
 from .. import checkpoint
-from ..devices import DeviceChoice, allow_graph_variants, choose_device, parse_device, synchronize, to_device, uncompile
+from ..devices import DeviceChoice, choose_device, parse_device, synchronize, to_device, uncompile
 from ..envs.core import as_env_source, describe_space, flat_observation_space, observation_flattener
 from ..envs.masks import MASK_KEY, check_masks, mask_size, strip_mask_space
 from ..loop import NO_EXTRAS, Step, Transitions, play_episode
@@ -517,8 +517,9 @@ class Agent:
         act_dim = int(np.prod(self.action_space.shape)) if isinstance(self.action_space, spaces.Box) else 1
         act = torch.zeros((batch, act_dim), device=device)
         if dynamic_batch and batch > 1:
-            torch._dynamo.maybe_mark_dynamic(obs, 0)
-            torch._dynamo.maybe_mark_dynamic(act, 0)
+            from .kernels.private_torch import mark_batch_dynamic
+
+            mark_batch_dynamic(obs, act)
         calls = []
         for net in nets.values():
             for args in ((obs,), (obs, act)):
@@ -561,6 +562,8 @@ class Agent:
         if mode is False:
             return
         mode = "default" if mode is True else str(mode)
+        from .kernels.private_torch import allow_graph_variants
+
         allow_graph_variants()
         nets = self._declared_networks()
         with torch.no_grad():  # which networks take an observation batch, found eagerly

@@ -23,7 +23,9 @@ from torch import nn
 
 __all__ = [
     "OK",
+    "RECOMPILE_LIMIT",
     "adam_step",
+    "allow_graph_variants",
     "build_optimizer",
     "foreach_add_",
     "foreach_copy_",
@@ -32,6 +34,7 @@ __all__ = [
     "foreach_norm",
     "global_hooks_set",
     "hooks_set",
+    "mark_batch_dynamic",
     "module_hooks_set",
     "optimizer_hooks_set",
     "probe",
@@ -407,3 +410,43 @@ def probe() -> dict[str, bool]:
 
 
 probe()
+
+
+# -- torch.compile's dynamo settings (what Agent's compile trace needs) ------------------------------
+
+RECOMPILE_LIMIT = 64
+"""The least ``torch._dynamo.config.recompile_limit`` an agent compiles under (PyTorch's default is 8)."""
+
+
+def _dynamo() -> Any:
+    try:
+        import torch._dynamo as dynamo
+    except Exception:  # a torch without dynamo: nothing to set, compiling fails and runs eagerly anyway
+        return None
+    return dynamo
+
+
+def allow_graph_variants(limit: int = RECOMPILE_LIMIT) -> None:
+    """Raise dynamo's per-function graph limit to ``limit`` (never lower it). Dynamo keeps compiled
+    graphs per Python function, not per module: an agent's networks of one class (an online network
+    and its target, the members of critic ensembles, the CNN encoder inside each) called with and
+    without gradients, on the update's batch and the envs', under the session's thread count, all
+    draw on one function's budget of 8 graphs. Past it dynamo runs that function eagerly for the rest
+    of the process and only says so in a log line: a compiled agent silently slower than an eager one."""
+    dynamo = _dynamo()
+    config = getattr(dynamo, "config", None)
+    if config is None:
+        return
+    name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"  # before PyTorch 2.6
+    if getattr(config, name, limit) < limit:
+        setattr(config, name, limit)
+
+
+def mark_batch_dynamic(*tensors: torch.Tensor) -> None:
+    """Mark the first dimension of ``tensors`` dynamic for ``torch.compile`` where it can stay so
+    (``maybe_mark_dynamic``): the graph traced on them then serves other batch sizes too."""
+    mark = getattr(_dynamo(), "maybe_mark_dynamic", None)
+    if mark is None:
+        return
+    for tensor in tensors:
+        mark(tensor, 0)
