@@ -243,7 +243,14 @@ def make_minigrid(env_id: str):
 
 
 def run_rnd_minigrid(
-    env_id: str, steps: int, seed: int, rnd: bool, coef: float, ent_coef: float = 0.0, update_proportion: float = 1.0
+    env_id: str,
+    steps: int,
+    seed: int,
+    rnd: bool,
+    coef: float,
+    ent_coef: float = 0.0,
+    update_proportion: float = 1.0,
+    warmup: int = 0,
 ) -> tuple[float, float, int, float]:
     # rl-baselines3-zoo's PPO settings for MiniGrid-DoorKey-5x5 (8 envs, n_steps 128, batch 64, lambda 0.95,
     # 10 epochs, lr 2.5e-4, observations and rewards normalised), on the flattened 7x7 view; ent_coef the zoo's 0.
@@ -262,7 +269,7 @@ def run_rnd_minigrid(
         clip_range=0.2,
         normalize_observations=True,
         normalize_rewards=True,
-        intrinsic=wb.RND(update_proportion=update_proportion) if rnd else None,
+        intrinsic=wb.RND(update_proportion=update_proportion, warmup=warmup) if rnd else None,
         intrinsic_coef=coef,
     )
     session = wb.Session(agent, factory, seed=seed)
@@ -324,13 +331,13 @@ def main() -> None:
         if grid:
             runs = {
                 "PPO+RND": lambda seed: run_rnd_minigrid(
-                    grid, steps, seed, True, args.coef, args.ent_coef, args.update_proportion
+                    grid, steps, seed, True, args.coef, args.ent_coef, args.update_proportion, args.warmup
                 ),
                 "PPO": lambda seed: run_rnd_minigrid(grid, steps, seed, False, args.coef, args.ent_coef),
             }
             print(
                 f"{grid}, {steps} env steps per run, intrinsic_coef {args.coef}, ent_coef {args.ent_coef}, "
-                "eval of 20 episodes"
+                f"RND update_proportion {args.update_proportion}, warmup {args.warmup}, eval of 20 episodes"
             )
         else:
             print(
