@@ -346,12 +346,8 @@ def test_compile_runs_the_update_compiled_and_reports_its_time(monkeypatch, tmp_
     assert loaded.act(obs) == agent.eval().act(obs)
 
 
-@pytest.mark.slow
-def test_compiled_networks_compile_once_whatever_the_updates_and_the_sessions_threads(monkeypatch, caplog):
-    """A shared image encoder's feature cache stays out of the traced graph (its key moves with every
-    optimizer step, and each move recompiled until dynamo gave up and ran eagerly), and a session's
-    ``torch_threads`` (torch's thread count is part of what compiled code is specialised to) is compiled
-    for when the run starts, timed as compile time, not in the middle of the first update."""
+def count_compiled_graphs(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """``torch.compile`` through a backend that runs each graph eagerly and appends it to the list returned."""
     graphs: list[Any] = []
 
     def counting(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
@@ -360,6 +356,16 @@ def test_compiled_networks_compile_once_whatever_the_updates_and_the_sessions_th
 
     real = torch.compile
     monkeypatch.setattr(torch, "compile", lambda *a, **k: real(*a, **{**k, "backend": counting, "mode": None}))
+    return graphs
+
+
+@pytest.mark.slow
+def test_compiled_networks_compile_once_whatever_the_updates_and_the_sessions_threads(monkeypatch, caplog):
+    """A shared image encoder's feature cache stays out of the traced graph (its key moves with every
+    optimizer step, and each move recompiled until dynamo gave up and ran eagerly), and a session's
+    ``torch_threads`` (torch's thread count is part of what compiled code is specialised to) is compiled
+    for when the run starts, timed as compile time, not in the middle of the first update."""
+    graphs = count_compiled_graphs(monkeypatch)
     agent = wb.PPO(SeeTheSide, device="cpu", compile=True, **SMALL["PPO"])
     assert agent.compiled and agent.encoder_shared
     prepared: list[tuple[int, float]] = []
@@ -411,14 +417,7 @@ def test_compiled_off_policy_agents_trace_every_variant_their_updates_and_acting
     targets of every gradient step's minibatch at once, acting on one env: all share a function's graph
     budget, so all are traced when the agent compiles and the run compiles nothing more (on a GPU, DQN
     on Pong went past PyTorch's 8 graphs and ran eagerly)."""
-    graphs: list[Any] = []
-
-    def counting(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
-        graphs.append(gm)
-        return gm.forward
-
-    real = torch.compile
-    monkeypatch.setattr(torch, "compile", lambda *a, **k: real(*a, **{**k, "backend": counting, "mode": None}))
+    graphs = count_compiled_graphs(monkeypatch)
     agent = getattr(wb, algo)(env, device="cpu", compile=True, **SMALL[algo])
     assert agent.compiled
     session = wb.Session(agent, env, seed=0, torch_threads=torch.get_num_threads() + 1)

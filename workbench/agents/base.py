@@ -567,9 +567,9 @@ class Agent:
         allow_graph_variants()
         nets = self._declared_networks()
         with torch.no_grad():  # which networks take an observation batch, found eagerly
-            update_calls = self._probe_calls(nets, self.device, self._probe_batch_size(), dynamic_batch=True)
-            no_grad_calls = list(update_calls)
             batch, targets = self._probe_batch_size(), self._targets_batch_size()
+            update_calls = self._probe_calls(nets, self.device, batch, dynamic_batch=True)
+            no_grad_calls = list(update_calls)
             if targets != batch:
                 # The graph traced with a dynamic batch serves every larger size, except across 16 for a CNN
                 # (PyTorch's convolution picks another memory layout there): a size past both is enough,
@@ -611,9 +611,8 @@ class Agent:
         """Run the compiled networks as training will, so that they compile now: the update's forward
         and backward pass on a batch of its size (its batch dimension dynamic), its no-grad passes (for
         targets, also on all gradient steps' minibatches at once), and acting's no-grad pass on the
-        envs' batch. What compiled code is specialised to
-        (grad mode, batch size, torch's thread count) is then seen before the first step; the thread
-        count is recorded for :meth:`prepare_compiled`."""
+        envs' batch. What compiled code is specialised to (grad mode, batch size, torch's thread count)
+        is then seen before the first step; the thread count is recorded for :meth:`prepare_compiled`."""
         update_calls, no_grad_calls = self._trace_calls
         nets = self._declared_networks()
         try:

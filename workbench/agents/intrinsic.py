@@ -249,9 +249,8 @@ class IntrinsicModule(nn.Module):
         self._rows.append((np.asarray(t.obs), np.asarray(t.actions), np.asarray(t.next_obs)))
         # The observation statistics count every step seen (saved with the agent): the warm-up is over once
         # they hold ``warmup`` steps of each env.
-        warming = float(self.obs_norm.rms.count.item()) < self.spec.warmup * len(raw) + 1
-        added = (0.0 if warming else coef) * np.asarray(bonus, dtype=np.float64)
-        added = added.astype(np.float32)
+        warming = self.spec.warmup > 0 and float(self.obs_norm.rms.count.item()) < self.spec.warmup * len(raw) + 1
+        added = ((0.0 if warming else coef) * bonus).astype(np.float32)
         self._stats += (float(added.sum()), float(raw.sum()), len(raw))
         return t._replace(rewards=(np.asarray(t.rewards, dtype=np.float32) + added).astype(np.float32))
 
