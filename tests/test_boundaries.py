@@ -66,7 +66,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 # (module, enclosing function) -> why it may import a higher layer, lazily.
 ALLOWED_UPWARD = {
     ("workbench.session", "_views"): "a session shows itself in a notebook (the dashboard, progress)",
-    ("workbench.agents.base", "Agent.play"): "play(viewer=True) shows the play viewer in a notebook",
+    ("workbench.agents.play", "Playing.play"): "play(viewer=True) shows the play viewer in a notebook",
     ("workbench.session", "Session.serve"): "a session serves itself over HTTP (workbench.serve, on first use)",
 }
 

@@ -1,0 +1,185 @@
+"""The registries of agents by name, the hyperparameters every agent has, and the checks of an
+agent's construction that name the agents that would fit instead.
+
+``register`` files an agent class under its lower-case name in :data:`AGENTS`, :data:`OFFLINE_AGENTS`
+or :data:`MULTI_AGENTS` (the CLI, presets, ``wb.load`` and the refusals below read them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from typing import TYPE_CHECKING, Any, Literal
+
+from gymnasium import spaces
+
+from ..envs.core import describe_space
+from ..envs.masks import mask_size
+from ..validation import any_of, checked, choice, flag, is_live, optional, validate_config
+from .encoders import encoder_choice, json_object
+
+if TYPE_CHECKING:
+    from .contract import Agent
+
+__all__ = [
+    "AGENTS",
+    "COMPILE_MODES",
+    "MULTI_AGENTS",
+    "OFFLINE_AGENTS",
+    "PRECISIONS",
+    "ActionMaskError",
+    "AgentConfig",
+    "CompileMode",
+    "check_action_space",
+    "make_config",
+    "mask_refusal",
+    "register",
+]
+
+AGENTS: dict[str, type[Agent]] = {}
+"""Every agent class that trains on an env, by its lower-case name (``"dqn"``, ``"ppo"``...), filled by
+:func:`register`."""
+OFFLINE_AGENTS: dict[str, type[Agent]] = {}
+"""The agents that learn from a dataset instead (``"bc"``, ``"bcq"``, ``"cql"``, ``"iql"``); ``wb.load``
+finds saved agents in every registry."""
+MULTI_AGENTS: dict[str, type[Agent]] = {}
+"""The agents made for a PettingZoo ``ParallelEnv`` only (``"ippo"``, ``"mappo"``): apart from
+:data:`AGENTS`, whose agents each fit a single-agent env (and the lists of agents that fit a space)."""
+
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
+"""The ``torch.compile`` modes ``compile=`` takes by name (True is "default")."""
+CompileMode = Literal["default", "reduce-overhead", "max-autotune"]
+PRECISIONS = ("fp32", "bf16", "fp16")
+"""What ``precision=`` takes."""
+
+
+@dataclasses.dataclass
+class AgentConfig:
+    """Hyperparameters every agent has; each agent's ``Config`` dataclass extends this one."""
+
+    normalize_observations: bool = checked(False, flag())
+    """Feed the networks observations standardized by running mean/std (saved, frozen in play)."""
+    normalize_rewards: bool = checked(False, flag())
+    """Scale rewards by the running std of the discounted return (SB3 VecNormalize)."""
+    encoder: str | type = checked("auto", encoder_choice())
+    """What turns observations into features: "auto" (from the space: a CNN for images, one encoder per
+    Dict key, the MLP alone for vectors), "nature", "small", "flat", or your torch.nn.Module class,
+    built as ``cls(observation_space, **encoder_kwargs)`` (see workbench.agents.encoders)."""
+    encoder_kwargs: dict | None = checked(None, optional(json_object()))
+    """Keyword arguments of the encoder (JSON values: they are saved with the run)."""
+    fast: str = checked("auto", choice("auto", "off"))
+    """"auto": written-out passes of plain network bodies and fused optimizer steps where they apply
+    (``workbench.agents.kernels``; the losses stay the torch ones, and only on the CPU, never with
+    ``compile`` or a lower ``precision``); "off": the torch modules and optimizers called as they are."""
+    compile: bool | CompileMode = checked(False, any_of(flag(), choice(*COMPILE_MODES)))
+    """True (or a ``torch.compile`` mode: "default", "reduce-overhead" for CUDA graphs where shapes are
+    static, "max-autotune"): the networks run through ``torch.compile`` in updates and acting; the
+    compile time is reported as the ``compile_time`` signal; a network that fails to compile runs
+    eagerly, with a warning. False (the default): eager PyTorch. See docs/devices.md."""
+    precision: str = checked("fp32", choice(*PRECISIONS))
+    """"fp32" (the default); "bf16" (autocast, CPU or GPU) or "fp16" (autocast with a gradient
+    scaler, GPU only) for the updates of agents with a CNN encoder (image observations)."""
+
+
+def register(cls: type[Agent]) -> type[Agent]:
+    """Class decorator adding an agent to :data:`AGENTS` (used by the CLI, presets and tests).
+
+    A ``Config`` that does not extend :class:`AgentConfig` gets its fields added here, so every
+    registered agent takes ``normalize_observations=`` and ``normalize_rewards=``. The config's
+    docstring gets the list of its fields that may change mid-run (declared ``live=True``).
+    """
+    if not issubclass(cls.Config, AgentConfig):
+        cls.Config = dataclasses.make_dataclass(
+            cls.Config.__name__, [], bases=(cls.Config, AgentConfig), namespace={"__doc__": cls.Config.__doc__}
+        )
+    live = [f.name for f in dataclasses.fields(cls.Config) if is_live(cls.Config, f.name)]
+    if live and "Live (" not in (cls.Config.__doc__ or ""):
+        cls.Config.__doc__ = (cls.Config.__doc__ or "").rstrip() + (
+            f"\n\n    Live (``session.set`` changes them mid-run, from the next update): {', '.join(live)}.\n"
+        )
+    if cls.offline:
+        registry = OFFLINE_AGENTS
+    elif cls.multi_agent_only:
+        registry = MULTI_AGENTS
+    else:
+        registry = AGENTS
+    registry[cls.__name__.lower()] = cls
+    return cls
+
+
+
+def _agents_for(action_space: spaces.Space) -> list[str]:
+    return sorted(cls.__name__ for cls in AGENTS.values() if isinstance(action_space, cls.action_spaces))
+
+
+class ActionMaskError(TypeError, ValueError):
+    """An action mask given to an agent or action space that takes none (a ``TypeError`` for the
+    agent, a ``ValueError`` for the space: either ``except`` catches it)."""
+
+
+def mask_refusal(algorithm: str, action_space: spaces.Space) -> ActionMaskError:
+    """The one refusal of an action mask that ``algorithm`` cannot apply in ``action_space``, naming
+    the agents that take masks there (or, for a space no mask fits, such as MultiBinary, the spaces
+    and agents that take them)."""
+
+    def takers(space: spaces.Space) -> str:
+        names = sorted(
+            c.__name__ for c in AGENTS.values() if c.supports_action_masks and isinstance(space, c.action_spaces)
+        )
+        return ", ".join(names) or "none of the built-in agents"
+
+    if mask_size(action_space) is None:
+        return ActionMaskError(
+            f"{algorithm} does not take action masks in the action space {describe_space(action_space)}: "
+            f"action masks need a Discrete or MultiDiscrete action space (agents that take them: Discrete: "
+            f"{takers(spaces.Discrete(2))}; MultiDiscrete: {takers(spaces.MultiDiscrete([2]))}). Leave the mask "
+            "out, or make the forbidden choices part of a Discrete or MultiDiscrete action space"
+        )
+    return ActionMaskError(
+        f"{algorithm} does not take action masks: agents that take them in the action space "
+        f"{describe_space(action_space)}: {takers(action_space)}"
+    )
+
+
+
+def check_action_space(cls: type[Agent], action_space: spaces.Space) -> None:
+    """A ``ValueError`` when ``cls`` cannot act in ``action_space``, naming the agents that can."""
+    if not isinstance(action_space, cls.action_spaces):
+        fitting = _agents_for(action_space)
+        which = ", ".join(fitting) if fitting else "none of the built-in agents"
+        kinds = " or ".join(t.__name__ for t in cls.action_spaces)
+        raise ValueError(
+            f"{cls.__name__} cannot act in the action space {describe_space(action_space)}: "
+            f"it needs a {kinds} action space. Agents that fit this space: {which}."
+        )
+
+
+def make_config(cls: type[Agent], hyperparameters: dict[str, Any]) -> Any:
+    """``cls.Config`` built from keyword hyperparameters: an unknown name is a ``TypeError`` that
+    suggests close ones, and every field's declared constraint is checked here (named, at the door)
+    rather than later inside the training thread."""
+    names = [f.name for f in dataclasses.fields(cls.Config)]
+    unknown = [k for k in hyperparameters if k not in names]
+    if unknown:
+        key = unknown[0]
+        _refuse_plug_in(cls, key)
+        close = difflib.get_close_matches(key, names, n=3)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise TypeError(f"{cls.__name__} got an unknown hyperparameter {key!r}.{hint} Known: {', '.join(names)}.")
+    config = cls.Config(**hyperparameters)
+    validate_config(config, cls.__name__)
+    return config
+
+
+def _refuse_plug_in(cls: type[Agent], key: str) -> None:
+    """A clear ``TypeError`` for ``replay=`` or ``intrinsic=`` on an agent that does not take it."""
+    if key in ("replay", "intrinsic", "intrinsic_coef"):
+        takers = [a.__name__ for a in AGENTS.values() if key in {f.name for f in dataclasses.fields(a.Config)}]
+        what = "a replay memory's kind (wb.HerReplay)" if key == "replay" else "an intrinsic reward (wb.RND, wb.ICM)"
+        why = (
+            " (it is on-policy: it learns from its own rollouts, not from a replay memory)"
+            if (key == "replay" and cls.on_policy)
+            else ""
+        )
+        raise TypeError(f"{cls.__name__} does not take {key}=: {what} plugs into {', '.join(sorted(takers))}{why}")
+
