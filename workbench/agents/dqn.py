@@ -258,6 +258,16 @@ class DQN(OffPolicyAgent):
     def _update_target(self) -> None:
         polyak_update(self.q_target, self.q_net, self.config.tau)
 
+    def apply_edits(self, changed: set[str]) -> None:
+        """The learning rate's and prioritized replay's beta schedules; the optimizer's rate at once."""
+        super().apply_edits(changed)
+        if "learning_rate" in changed:
+            self._lr = as_schedule(self.config.learning_rate)
+        if "prioritized_beta" in changed:
+            self._beta = as_schedule(self.config.prioritized_beta)
+        rate = self._lr(self.progress)
+        self._set_learning_rates({name: rate for name in self.optimizers})
+
     # -- learning -----------------------------------------------------------------------------
 
     def _update(self) -> dict[str, float]:

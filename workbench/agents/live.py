@@ -2,10 +2,10 @@
 
 A config field declared ``checked(..., live=True)`` (``workbench.validation``) may change mid-run:
 ``session.set(learning_rate=1e-4)`` checks the new value exactly as the agent's constructor would,
-then :func:`apply_edits` writes it into ``agent.config`` and refreshes what the agent derived from it
-when it was built: the learning-rate schedule and the optimizers' ``param_groups``, PPO's clip
-schedule, prioritized replay's beta schedule, SAC's entropy coefficient (a number, or ``"auto"`` /
-``"auto_0.1"`` to learn it from that start). A number replaces a schedule and a schedule a number.
+then :func:`apply_edits` writes it into ``agent.config`` and the agent refreshes what it derived from
+it when it was built (``Agent.apply_edits``, each algorithm its own: the learning-rate schedule and the
+optimizers' ``param_groups``, PPO's clip schedule, prioritized replay's beta schedule, SAC's entropy
+coefficient). A number replaces a schedule and a schedule a number.
 Everything else the agent reads from ``agent.config`` at each step or update, so it takes effect at
 the next one. A field that is not live (network sizes, ``n_envs``, ``buffer_size``...) is refused
 with the reason.
@@ -18,14 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import math
 from typing import Any
 
-import torch
-
-from ..schedules import as_schedule
 from ..validation import ArgumentError, check_value, constraint_of, is_live, validate_config
-from .networks import ScalarParameter, make_adam
 
 __all__ = ["apply_edits", "check_edits", "editable", "why_fixed"]
 
@@ -113,63 +108,5 @@ def apply_edits(agent: Any, values: dict[str, Any]) -> dict[str, Any]:
     old = {name: getattr(config, name) for name in values}
     for name, value in values.items():
         setattr(config, name, value)
-    _refresh(agent, set(values))
+    agent.apply_edits(set(values))
     return old
-
-
-def _refresh(agent: Any, changed: set[str]) -> None:
-    """Rebuild what ``agent`` computed from the changed fields when it was built."""
-    c = agent.config
-    if hasattr(agent, "_actor_lr") and changed & {"learning_rate", "actor_lr", "critic_lr"}:  # TD3, DDPG
-        agent._actor_lr = as_schedule(c.learning_rate if c.actor_lr is None else c.actor_lr)
-        agent._critic_lr = as_schedule(c.learning_rate if c.critic_lr is None else c.critic_lr)
-    elif "learning_rate" in changed and hasattr(agent, "_lr"):
-        agent._lr = as_schedule(c.learning_rate)
-    if "clip_range" in changed and hasattr(agent, "_clip"):
-        agent._clip = as_schedule(c.clip_range)
-    if "prioritized_beta" in changed and hasattr(agent, "_beta"):
-        agent._beta = as_schedule(c.prioritized_beta)
-    if "gamma" in changed and getattr(agent, "reward_normalizer", None) is not None:
-        agent.reward_normalizer.gamma = float(c.gamma)
-    if "ent_coef" in changed and hasattr(agent, "_auto_alpha"):
-        _set_sac_alpha(agent, c.ent_coef)
-    if "target_entropy" in changed and hasattr(agent, "target_entropy"):
-        agent.target_entropy = float(-agent.act_dim if c.target_entropy is None else c.target_entropy)
-    _sync_learning_rates(agent)
-
-
-def _sync_learning_rates(agent: Any) -> None:
-    """The optimizers' ``param_groups`` at the learning rates the schedules give now (the next
-    update sets them again; setting them here lets a reader see the edit at once)."""
-    progress = agent.progress
-    if hasattr(agent, "_actor_lr"):
-        rates = {"actor_optimizer": agent._actor_lr(progress), "critic_optimizer": agent._critic_lr(progress)}
-    elif hasattr(agent, "_lr"):
-        rate = agent._lr(progress)
-        rates = {name: rate for name in agent.optimizers}
-    else:
-        return
-    for name, opt in agent.optimizers.items():
-        if name in rates:
-            for group in opt.param_groups:
-                group["lr"] = rates[name]
-
-
-def _set_sac_alpha(agent: Any, ent_coef: float | str) -> None:
-    """SAC's entropy coefficient: a fixed number, or learned from a start (``"auto_0.1"``)."""
-    if isinstance(ent_coef, str):
-        start = float(ent_coef.split("_", 1)[1]) if "_" in ent_coef else 1.0
-        if getattr(agent, "log_alpha", None) is None:
-            agent.log_alpha = ScalarParameter(math.log(start))
-            agent.alpha_optimizer = make_adam(agent.log_alpha.parameters(), lr=agent._lr(agent.progress))
-        else:  # learning restarts from the given start, with fresh optimizer moments
-            with torch.no_grad():
-                agent.log_alpha.value.fill_(math.log(start))
-            agent.alpha_optimizer = make_adam(agent.log_alpha.parameters(), lr=agent._lr(agent.progress))
-        agent._auto_alpha = True
-    else:
-        agent._fixed_alpha = torch.tensor(float(ent_coef), device=agent.device)
-        agent._auto_alpha = False
-        # A SAC built with a fixed coefficient has neither: a save now loads like one.
-        agent.log_alpha = None
-        agent.alpha_optimizer = None

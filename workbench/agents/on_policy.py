@@ -33,7 +33,7 @@ from torch import nn
 from ..envs.masks import MASK_KEY
 from ..envs.multiagent import ALIVE_KEY
 from ..memory.rollout import RolloutBuffer, compute_gae
-from ..schedules import Schedule
+from ..schedules import Schedule, as_schedule
 from ..validation import checked, choice, flag, integer, layer_widths, number
 from .base import Agent, AgentConfig, Step, Transitions
 from .encoders import DictEncoder, ImageEncoder, orthogonal_init, with_encoder
@@ -423,6 +423,14 @@ class OnPolicyAgent(Agent):
 
     def ready(self) -> bool:
         return self.rollout is not None and self.rollout.full
+
+    def apply_edits(self, changed: set[str]) -> None:
+        """A learning-rate edit replaces the schedule; every optimizer takes its rate at once."""
+        super().apply_edits(changed)
+        if "learning_rate" in changed:
+            self._lr = as_schedule(self.config.learning_rate)
+        rate = self._lr(self.progress)
+        self._set_learning_rates({name: rate for name in self.optimizers})
 
     # -- learning helpers ---------------------------------------------------------------------
 

@@ -117,6 +117,8 @@ class SAC(OffPolicyAgent):
     network_names = ("actor", "critic", "critic_target", "log_alpha")
     optimizer_names = ("actor_optimizer", "critic_optimizer", "alpha_optimizer")
     config: SACConfig
+    log_alpha: ScalarParameter | None = None  # learned entropy coefficient (ent_coef="auto"), else None
+    alpha_optimizer: torch.optim.Optimizer | None = None
 
     # -- networks -----------------------------------------------------------------------------
 
@@ -246,6 +248,38 @@ class SAC(OffPolicyAgent):
         else:
             squashed = self._host(self._policy(self._tensor(obs))[0])
         return self._scale_action(squashed).reshape(obs.shape[0], *self.action_space.shape)
+
+    def apply_edits(self, changed: set[str]) -> None:
+        """The learning-rate schedule, the entropy coefficient (a number, or ``"auto"`` / ``"auto_0.1"``
+        to learn it from that start) and the target entropy; every optimizer's rate at once."""
+        super().apply_edits(changed)
+        c = self.config
+        if "learning_rate" in changed:
+            self._lr = as_schedule(c.learning_rate)
+        if "ent_coef" in changed:
+            self._set_alpha(c.ent_coef)
+        if "target_entropy" in changed:
+            self.target_entropy = float(-self.act_dim if c.target_entropy is None else c.target_entropy)
+        rate = self._lr(self.progress)
+        self._set_learning_rates({name: rate for name in self.optimizers})
+
+    def _set_alpha(self, ent_coef: float | str) -> None:
+        """The entropy coefficient: a fixed number, or learned from a start (``"auto_0.1"``)."""
+        if isinstance(ent_coef, str):
+            start = float(ent_coef.split("_", 1)[1]) if "_" in ent_coef else 1.0
+            if self.log_alpha is None:
+                self.log_alpha = ScalarParameter(math.log(start))
+            else:  # learning restarts from the given start, with fresh optimizer moments
+                with torch.no_grad():
+                    self.log_alpha.value.fill_(math.log(start))
+            self.alpha_optimizer = make_adam(self.log_alpha.parameters(), lr=self._lr(self.progress))
+            self._auto_alpha = True
+        else:
+            self._fixed_alpha = torch.tensor(float(ent_coef), device=self.device)
+            self._auto_alpha = False
+            # A SAC built with a fixed coefficient has neither: a save now loads like one.
+            self.log_alpha = None
+            self.alpha_optimizer = None
 
     # -- learning -----------------------------------------------------------------------------
 

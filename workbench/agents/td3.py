@@ -142,6 +142,19 @@ class TD3(OffPolicyAgent):
         if self.config.exploration is not None:
             self.config.exploration.reset(done)  # Ornstein-Uhlenbeck restarts from its mean
 
+    def apply_edits(self, changed: set[str]) -> None:
+        """The actor's and critic's learning-rate schedules (``learning_rate`` is both unless
+        ``actor_lr``/``critic_lr`` is set); the optimizers' rates at once."""
+        super().apply_edits(changed)
+        c = self.config
+        if changed & {"learning_rate", "actor_lr", "critic_lr"}:
+            self._actor_lr = as_schedule(c.learning_rate if c.actor_lr is None else c.actor_lr)
+            self._critic_lr = as_schedule(c.learning_rate if c.critic_lr is None else c.critic_lr)
+        progress = self.progress
+        self._set_learning_rates(
+            {"actor_optimizer": self._actor_lr(progress), "critic_optimizer": self._critic_lr(progress)}
+        )
+
     # -- learning -----------------------------------------------------------------------------
 
     def _update(self) -> dict[str, float]:
