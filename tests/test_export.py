@@ -412,6 +412,6 @@ def test_mask_input_needs_masked_discrete_actions(tmp_path):
 
 
 def test_masked_logit_agrees_with_the_on_policy_heads():
-    from workbench.agents import export, on_policy
+    from workbench.agents import heads, on_policy
 
-    assert export._MASKED_LOGIT == on_policy.MASKED_LOGIT
+    assert heads.MASKED_LOGIT == on_policy.MASKED_LOGIT

@@ -21,6 +21,7 @@ from ..memory.replay import ReplayBatch
 from ..validation import checked, integer, number
 from .base import register
 from .dqn import DQN, DQNConfig
+from .heads import DistributionalArgmax, PolicyHead, frozen
 
 __all__ = ["C51", "C51Config", "categorical_projection"]
 
@@ -95,6 +96,17 @@ class C51(DQN):
         """The atoms' values, ``linspace(v_min, v_max, n_atoms)``."""
         c = self.config
         return torch.linspace(c.v_min, c.v_max, c.n_atoms, device=self.device)
+
+    def policy_head(self) -> PolicyHead:
+        """Export's head: the greedy action by expected return (softmax over the atoms times their values);
+        DQN's when there is one atom per action (Rainbow with ``distributional=False``)."""
+        atoms = int(self._atoms())
+        if atoms == 1:
+            return super().policy_head()
+        head = DistributionalArgmax(frozen(self.q_net), self.n_actions, atoms, self.support)
+        return PolicyHead(
+            head, "argmax over actions of the expected return (softmax over the atoms times their values)"
+        )
 
     def _q_values(self, out: torch.Tensor) -> torch.Tensor:
         return (F.softmax(out, dim=-1) * self.support).sum(-1)

@@ -30,6 +30,7 @@ from ..memory.replay import ReplayBatch, ReplayMemory
 from ..schedules import Schedule, as_schedule, linear
 from ..validation import Constraint, checked, flag, integer, number
 from .base import AgentState, Transitions, register
+from .heads import MASKED_Q, Argmax, DistributionalArgmax, PolicyHead, frozen
 from .intrinsic import INTRINSIC, IntrinsicReward
 from .kernels import gradient_step, polyak_update
 from .networks import DuelingQNetwork, make_adam, mlp, noise_off, reset_noise
@@ -224,6 +225,15 @@ class DQN(OffPolicyAgent):
         if explore.any():
             actions[explore] = masked_choice(mask[explore], self.rng)
         return actions
+
+    def policy_head(self) -> PolicyHead:
+        """Export's head: the greedy action (frozen copies are in eval mode, so noisy layers act on their
+        mean weights); QR-DQN's from the mean of each action's quantiles."""
+        atoms = int(self._atoms())
+        if atoms == 1:
+            return PolicyHead(Argmax(frozen(self.q_net), MASKED_Q), "argmax of the Q-values")
+        head = DistributionalArgmax(frozen(self.q_net), self.n_actions, atoms, None)
+        return PolicyHead(head, "argmax over actions of the mean quantile")
 
     # -- storing ------------------------------------------------------------------------------
 

@@ -36,9 +36,9 @@ batch axis; needs the ``onnx`` package: ``pip install 'rl-workbench[export]'``).
 ``.pt2`` archives are not offered: they carry their example inputs as a ``torch.save`` pickle, and
 nothing this library writes for others to load may need unpickling.
 
-This module knows the algorithm families by class name, not by import: ``base.py`` imports it
-(lazily, in ``Agent.export``), so it must not import the agents back. A new algorithm adds its
-family to :data:`_HEADS`.
+Each algorithm picks its deterministic head in its own file (``Agent.policy_head()``, from the heads of
+``workbench.agents.heads``); this module wraps it and writes it, and never imports the algorithms
+(``Agent.export`` imports it lazily).
 """
 
 from __future__ import annotations
@@ -51,8 +51,7 @@ import platform
 import tempfile
 import time
 import warnings
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -62,10 +61,12 @@ from torch import nn
 
 from .. import checkpoint
 from .._version import __version__
-from ..devices import eager_copy
 from ..envs.core import describe_space, flat_observation_space
 from ..envs.masks import mask_size, strip_mask_space
 from ..validation import ArgumentError
+
+if TYPE_CHECKING:
+    from .contract import Agent
 
 __all__ = [
     "EXPORT_FORMATS",
@@ -106,180 +107,6 @@ class _FrozenNormalizer(nn.Module):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Normalized float32 observations."""
         return ((obs.double() - self.mean) / self.std).clamp(-self.clip, self.clip).float()
-
-
-# What a masked action's logit / Q-value becomes before the argmax, as the agents mask them: the
-# on-policy heads' ``on_policy.MASKED_LOGIT`` (a test checks they agree), the DQN family's -inf.
-_MASKED_LOGIT = -1e8
-_MASKED_Q = float("-inf")
-
-
-def _masked(values: torch.Tensor, mask: torch.Tensor | None, fill: float) -> torch.Tensor:
-    """``values`` with the disallowed entries (``mask`` False) set to ``fill``; unchanged without a mask."""
-    return values if mask is None else values.masked_fill(~mask, fill)
-
-
-class _Argmax(nn.Module):
-    """The greedy action of a Discrete policy: argmax of the logits or Q-values (of the allowed
-    actions only when an action mask is given)."""
-
-    def __init__(self, net: nn.Module, fill: float = _MASKED_LOGIT) -> None:
-        super().__init__()
-        self.net = net
-        self.fill = fill
-
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        """int64 actions, shape ``(batch,)``."""
-        return _masked(self.net(x), mask, self.fill).argmax(-1)
-
-
-class _DistributionalArgmax(nn.Module):
-    """The greedy action of the distributional DQN family: each action's expected return from its
-    ``atoms`` outputs (the mean of QR-DQN's quantiles, or C51's softmax over the atoms weighted by
-    ``support``), then the argmax, as the agent's ``_q_values`` computes it."""
-
-    def __init__(self, net: nn.Module, n_actions: int, atoms: int, support: torch.Tensor | None) -> None:
-        super().__init__()
-        self.net = net
-        self.n_actions, self.atoms = int(n_actions), int(atoms)
-        self.categorical = support is not None
-        self.register_buffer("support", support.clone() if support is not None else torch.zeros(0))
-
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        """int64 actions, shape ``(batch,)``."""
-        out = self.net(x).reshape(-1, self.n_actions, self.atoms)
-        q = (torch.softmax(out, dim=-1) * self.support).sum(-1) if self.categorical else out.mean(-1)
-        return _masked(q, mask, _MASKED_Q).argmax(-1)
-
-
-class _ArgmaxPerDimension(nn.Module):
-    """The most likely action of each dimension of a MultiDiscrete policy: argmax over each split
-    ``nvec[i]`` of the logits."""
-
-    def __init__(self, net: nn.Module, nvec: tuple[int, ...]) -> None:
-        super().__init__()
-        self.net = net
-        self.nvec = [int(n) for n in nvec]
-
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        """int64 actions, shape ``(batch, len(nvec))``."""
-        parts = torch.split(_masked(self.net(x), mask, _MASKED_LOGIT), self.nvec, dim=-1)
-        return torch.stack([p.argmax(-1) for p in parts], dim=-1)
-
-
-class _PositiveLogits(nn.Module):
-    """The most likely value of each bit of a MultiBinary policy: 1 where the logit is positive."""
-
-    def __init__(self, net: nn.Module) -> None:
-        super().__init__()
-        self.net = net
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """int64 actions (0 or 1), shape ``(batch, n)``."""
-        return (self.net(x) > 0).long()
-
-
-class _ClippedMean(nn.Module):
-    """The mean of a Gaussian policy clipped to the Box bounds (``np.clip`` = min(max(a, low), high))."""
-
-    def __init__(self, net: nn.Module, low: np.ndarray, high: np.ndarray) -> None:
-        super().__init__()
-        self.net = net
-        self.register_buffer("low", torch.from_numpy(low.astype(np.float32).reshape(-1)))
-        self.register_buffer("high", torch.from_numpy(high.astype(np.float32).reshape(-1)))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """float32 actions, shape ``(batch, action_dim)``."""
-        return torch.minimum(torch.maximum(self.net(x), self.low), self.high)
-
-
-class _SquashedMean(nn.Module):
-    """SAC's deterministic action in [-1, 1]: tanh of the Gaussian mean (gSDE's mean is the first
-    output of its actor, already clipped to [-2, 2]; otherwise the first half of the head)."""
-
-    def __init__(self, actor: nn.Module, act_dim: int, sde: bool) -> None:
-        super().__init__()
-        self.actor = actor
-        self.act_dim = act_dim
-        self.sde = sde
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Squashed actions in [-1, 1], shape ``(batch, action_dim)``."""
-        out = self.actor(x)
-        mean = out[0] if self.sde else out[:, : self.act_dim]
-        return torch.tanh(mean)
-
-
-class _ScaledIntoBounds(nn.Module):
-    """An action in [-1, 1] mapped onto the Box bounds: ``center + squashed * half_range``
-    (``Agent._scale_action``)."""
-
-    def __init__(self, squashed: nn.Module, center: np.ndarray, half_range: np.ndarray) -> None:
-        super().__init__()
-        self.squashed = squashed
-        self.register_buffer("center", torch.from_numpy(center.astype(np.float32).reshape(-1)))
-        self.register_buffer("half_range", torch.from_numpy(half_range.astype(np.float32).reshape(-1)))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """float32 actions within the bounds, shape ``(batch, action_dim)``."""
-        return self.center + self.squashed(x) * self.half_range
-
-
-def _frozen(net: nn.Module) -> nn.Module:
-    """A copy of ``net`` in eval mode without gradients, so exporting never touches the agent (eager
-    even when the agent's networks are compiled)."""
-    net = eager_copy(net).eval()
-    net.requires_grad_(False)
-    return net
-
-
-def _on_policy_head(agent: Any, net: nn.Module | None = None) -> tuple[nn.Module, str]:
-    # gSDE only changes exploration: the deterministic action is the actor's mean either way.
-    # ``net``: what makes the logits / means from the head's input (the frozen actor by default;
-    # the recurrent policy passes an identity, its LSTM actor runs before the head).
-    net = _frozen(agent.actor) if net is None else net
-    if agent.discrete:
-        return _Argmax(net), "argmax of the policy logits"
-    if agent.action_kind == "multidiscrete":
-        return _ArgmaxPerDimension(net, agent.nvec), "argmax of each action dimension's logits"
-    if agent.action_kind == "multibinary":
-        return _PositiveLogits(net), "1 where a bit's Bernoulli logit is positive, else 0"
-    return _ClippedMean(net, agent.action_low, agent.action_high), "Gaussian mean clipped to the action bounds"
-
-
-def _dqn_head(agent: Any) -> tuple[nn.Module, str]:
-    # Frozen copies are in eval mode, so noisy layers (Rainbow, noisy=True) act on their mean weights.
-    atoms = int(agent._atoms())
-    if atoms == 1:
-        return _Argmax(_frozen(agent.q_net), _MASKED_Q), "argmax of the Q-values"
-    support = getattr(agent, "support", None)  # C51 and Rainbow: a categorical over fixed atoms
-    head = _DistributionalArgmax(_frozen(agent.q_net), agent.n_actions, atoms, support)
-    if support is not None:
-        return head, "argmax over actions of the expected return (softmax over the atoms times their values)"
-    return head, "argmax over actions of the mean quantile"
-
-
-def _sac_head(agent: Any) -> tuple[nn.Module, str]:
-    squashed = _SquashedMean(_frozen(agent.actor), agent.act_dim, bool(agent.config.use_sde))
-    return _ScaledIntoBounds(squashed, agent._action_center, agent._action_half_range), (
-        "tanh of the Gaussian mean, scaled into the action bounds"
-    )
-
-
-def _td3_head(agent: Any) -> tuple[nn.Module, str]:
-    return _ScaledIntoBounds(_frozen(agent.actor), agent._action_center, agent._action_half_range), (
-        "deterministic actor (tanh), scaled into the action bounds"
-    )
-
-
-# Algorithm family (a class name in the agent's MRO) -> its deterministic head and a description.
-# Checked in order: DDPG is a TD3, so TD3's entry serves it.
-_HEADS: dict[str, Callable[[Any], tuple[nn.Module, str]]] = {
-    "OnPolicyAgent": _on_policy_head,
-    "DQN": _dqn_head,
-    "SAC": _sac_head,
-    "TD3": _td3_head,
-}
 
 
 class ExportedPolicy(nn.Module):
@@ -352,30 +179,12 @@ class ExportedRecurrentPolicy(nn.Module):
         return actions, h.unsqueeze(0), c.unsqueeze(0)
 
 
-# Recurrent algorithms (a class name in the agent's MRO): their actor is a RecurrentNetwork whose
-# output the on-policy heads turn into actions.
-_RECURRENT = ("RecurrentPPO",)
 STATE_INPUTS = ("lstm_h", "lstm_c")
 STATE_OUTPUTS = ("next_lstm_h", "next_lstm_c")
 EPISODE_START = "episode_start"
 
 
-def _recurrent(agent: Any) -> bool:
-    return any(cls.__name__ in _RECURRENT for cls in type(agent).__mro__)
-
-
-def _family(agent: Any) -> str:
-    names = [cls.__name__ for cls in type(agent).__mro__]
-    for family in _HEADS:
-        if family in names:
-            return family
-    raise TypeError(
-        f"{type(agent).__name__} has no policy export: agent.export() knows the built-in families "
-        f"({', '.join(_HEADS)}); a new algorithm adds its deterministic head to workbench.agents.export._HEADS"
-    )
-
-
-def _input_dtype(agent: Any) -> np.dtype:
+def _input_dtype(agent: Agent) -> np.dtype:
     """The dtype the exported model takes: a Box's own dtype (e.g. uint8 images, cast inside),
     for everything flattened (Discrete one-hot, Dict, Tuple...) the flat dtype the agent reads
     (uint8 for a Dict of uint8 images, else float32)."""
@@ -385,7 +194,7 @@ def _input_dtype(agent: Any) -> np.dtype:
     return np.dtype(flat_observation_space(space).dtype)
 
 
-def _check_exportable(agent: Any) -> None:
+def _check_exportable(agent: Agent) -> None:
     if len(agent.obs_shape) > 1 and agent.encoder_description == "mlp":
         raise ValueError(
             f"{agent.algorithm} cannot export a policy over the observation space "
@@ -394,7 +203,7 @@ def _check_exportable(agent: Any) -> None:
         )
 
 
-def policy_module(agent: Any) -> ExportedPolicy | ExportedRecurrentPolicy:
+def policy_module(agent: Agent) -> ExportedPolicy | ExportedRecurrentPolicy:
     """The deterministic policy of ``agent`` as a standalone torch module: observation batch of the
     input dtype (see the sidecar) -> env actions, normalization and action scaling baked in; for a
     recurrent agent (RecurrentPPO) an :class:`ExportedRecurrentPolicy`, whose LSTM state goes in
@@ -403,17 +212,15 @@ def policy_module(agent: Any) -> ExportedPolicy | ExportedRecurrentPolicy:
     The module holds copies of the networks and of the normalization statistics as they are now;
     later training of the agent does not change it. It is on the CPU whatever the agent's device."""
     _check_exportable(agent)
+    head = agent.policy_head()
     normalizer = None
     if agent.config.normalize_observations:
         normalizer = _FrozenNormalizer(agent.obs_normalizer)
     action_shape = () if agent.discrete else tuple(agent.action_space.shape)
-    if _recurrent(agent):
-        head, description = _on_policy_head(agent, nn.Identity())
-        description = f"LSTM actor, then the {description}"
-        module = ExportedRecurrentPolicy(_frozen(agent.actor), head, normalizer, action_shape, description)
+    if head.recurrent_actor is not None:
+        module = ExportedRecurrentPolicy(head.recurrent_actor, head.module, normalizer, action_shape, head.description)
         return module.eval().cpu()
-    head, description = _HEADS[_family(agent)](agent)
-    return ExportedPolicy(head, normalizer, action_shape, description).eval().cpu()
+    return ExportedPolicy(head.module, normalizer, action_shape, head.description).eval().cpu()
 
 
 # -- the sidecar -------------------------------------------------------------------------------
@@ -468,7 +275,9 @@ def _versions(fmt: str) -> dict[str, str]:
     return versions
 
 
-def _sidecar(agent: Any, path: str, fmt: str, action_head: str, action_mask: bool = False) -> dict[str, Any]:
+def _sidecar(
+    agent: Agent, path: str, fmt: str, action_head: str, action_mask: bool = False, recurrent: bool = False
+) -> dict[str, Any]:
     obs_space = agent.observation_space
     in_dtype = _input_dtype(agent)
     flat = not isinstance(obs_space, spaces.Box)
@@ -505,12 +314,12 @@ def _sidecar(agent: Any, path: str, fmt: str, action_head: str, action_mask: boo
         "observation_layout": observation_layout(obs_space),
         "baked_in": {"observation_normalization": norm, "action": action_head},
         "action_mask": _mask_sidecar(agent) if action_mask else None,
-        **({"recurrent": _recurrent_sidecar(agent)} if _recurrent(agent) else {}),
+        **({"recurrent": _recurrent_sidecar(agent)} if recurrent else {}),
         "versions": _versions(fmt),
     }
 
 
-def _mask_sidecar(agent: Any) -> dict[str, Any]:
+def _mask_sidecar(agent: Agent) -> dict[str, Any]:
     """The optional action-mask input: its name, dtype, shape and meaning."""
     return {
         "name": MASK_NAME,
@@ -522,7 +331,7 @@ def _mask_sidecar(agent: Any) -> dict[str, Any]:
     }
 
 
-def _recurrent_sidecar(agent: Any) -> dict[str, Any]:
+def _recurrent_sidecar(agent: Agent) -> dict[str, Any]:
     """The LSTM state's inputs and outputs of a recurrent policy, and how to loop over them."""
     shape = [1, "batch", int(agent.config.lstm_hidden_size)]
     return {
@@ -642,8 +451,8 @@ def _check_replaceable(path: str, overwrite: bool) -> None:
             )
 
 
-def _check_maskable(agent: Any) -> None:
-    if not getattr(agent, "supports_action_masks", False) or mask_size(agent.action_space) is None:
+def _check_maskable(agent: Agent) -> None:
+    if not agent.supports_action_masks or mask_size(agent.action_space) is None:
         raise TypeError(
             f"{agent.algorithm} cannot export an action_mask input for the action space "
             f"{describe_space(agent.action_space)}: masks apply to Discrete and MultiDiscrete actions of the "
@@ -713,7 +522,7 @@ def _remove_leftovers(path: str) -> None:
 
 
 def export_policy(
-    agent: Any,
+    agent: Agent,
     path: str | os.PathLike[str],
     *,
     format: str | None = None,
@@ -748,11 +557,12 @@ def export_policy(
     module = policy_module(agent)
     in_dtype = _input_dtype(agent)
     obs = torch.from_numpy(np.zeros((2, *agent.obs_shape), dtype=in_dtype))
-    sidecar = _sidecar(agent, path, fmt, module.description, action_mask)
+    recurrent = isinstance(module, ExportedRecurrentPolicy)
+    sidecar = _sidecar(agent, path, fmt, module.description, action_mask, recurrent)
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     batch = {0: "batch"}
-    if isinstance(module, ExportedRecurrentPolicy):
+    if recurrent:
         state = torch.zeros(1, 2, int(agent.config.lstm_hidden_size))
         example: tuple[torch.Tensor, ...] = (obs, state, state.clone(), torch.zeros(2))
         inputs, outputs = [INPUT_NAME, *STATE_INPUTS, EPISODE_START], [OUTPUT_NAME, *STATE_OUTPUTS]

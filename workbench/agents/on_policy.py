@@ -37,6 +37,7 @@ from ..schedules import Schedule, as_schedule
 from ..validation import checked, choice, flag, integer, layer_widths, number
 from .base import Agent, AgentConfig, Step, Transitions
 from .encoders import DictEncoder, ImageEncoder, orthogonal_init, with_encoder
+from .heads import Argmax, ArgmaxPerDimension, ClippedMean, PolicyHead, PositiveLogits, frozen
 from .intrinsic import INTRINSIC, IntrinsicReward
 from .kernels import forward, gradient_step
 from .networks import ACTIVATIONS, gaussian_policy_terms, mlp
@@ -384,6 +385,22 @@ class OnPolicyAgent(Agent):
         # What observe() stores with this step travels with it, as the step's extras.
         extras = {"values": self._host(self._values(x)), "log_probs": self._host(chosen)}
         return Step(self._host(actions), extras)
+
+    def policy_head(self) -> PolicyHead:
+        """Export's head: the most likely action of the policy (gSDE only changes exploration: the
+        deterministic action is the actor's mean either way)."""
+        return PolicyHead(*self._deterministic_head(frozen(self.actor)))
+
+    def _deterministic_head(self, net: nn.Module) -> tuple[nn.Module, str]:
+        """The head over ``net``'s logits or means (the recurrent policy passes an identity: its LSTM
+        actor runs before the head)."""
+        if self.discrete:
+            return Argmax(net), "argmax of the policy logits"
+        if self.action_kind == "multidiscrete":
+            return ArgmaxPerDimension(net, self.nvec), "argmax of each action dimension's logits"
+        if self.action_kind == "multibinary":
+            return PositiveLogits(net), "1 where a bit's Bernoulli logit is positive, else 0"
+        return ClippedMean(net, self.action_low, self.action_high), "Gaussian mean clipped to the action bounds"
 
     # -- storing ------------------------------------------------------------------------------
 

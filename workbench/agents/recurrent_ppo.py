@@ -31,6 +31,7 @@ from ..memory.rollout import RolloutBuffer, compute_gae
 from ..schedules import as_schedule
 from ..validation import checked, integer
 from .base import AgentState, Step, Transitions, register
+from .heads import PolicyHead, frozen
 from .networks import drawn_like as _from_generator
 from .networks import gaussian_policy_terms, make_adam, mlp
 from .networks import multinomial as _multinomial
@@ -217,6 +218,11 @@ class RecurrentPPO(OnPolicyAgent):
             "lstm_states": self._host(used),
         }
         return Step(self._host(actions), extras)
+
+    def policy_head(self) -> PolicyHead:
+        """Export's head: one step of the LSTM actor (its state explicit), then the on-policy head."""
+        head, description = self._deterministic_head(nn.Identity())
+        return PolicyHead(head, f"LSTM actor, then the {description}", recurrent_actor=frozen(self.actor))
 
     # -- storing ------------------------------------------------------------------------------
 

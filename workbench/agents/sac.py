@@ -22,6 +22,7 @@ from ..schedules import as_schedule
 from ..validation import Constraint, any_of, checked, flag, integer, number, optional
 from .base import register
 from .encoders import with_encoder
+from .heads import PolicyHead, ScaledIntoBounds, SquashedMean, frozen
 from .kernels import gradient_step, polyak_update
 from .networks import EnsembleMLP, ScalarParameter, drawn_like, make_adam, mlp
 from .off_policy import OffPolicyAgent, OffPolicyConfig
@@ -229,6 +230,14 @@ class SAC(OffPolicyAgent):
 
     def _alpha(self) -> torch.Tensor:
         return self.log_alpha.value.detach().exp() if self._auto_alpha else self._fixed_alpha
+
+    def policy_head(self) -> PolicyHead:
+        """Export's head: tanh of the Gaussian mean, scaled into the action bounds."""
+        squashed = SquashedMean(frozen(self.actor), self.act_dim, bool(self.config.use_sde))
+        return PolicyHead(
+            ScaledIntoBounds(squashed, self._action_center, self._action_half_range),
+            "tanh of the Gaussian mean, scaled into the action bounds",
+        )
 
     # -- acting -------------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from ..memory.replay import ReplayMemory
 from ..schedules import Schedule, as_schedule
 from ..validation import Constraint, checked, integer, number, optional
 from .base import AgentState, register
+from .heads import PolicyHead, ScaledIntoBounds, frozen
 from .kernels import gradient_step, polyak_update
 from .networks import EnsembleMLP, drawn_like, make_adam, mlp
 from .off_policy import OffPolicyAgent, OffPolicyConfig
@@ -121,6 +122,13 @@ class TD3(OffPolicyAgent):
         """Current strength of the exploration noise (0 without exploration)."""
         e = self.config.exploration
         return 0.0 if e is None else e.value(self.progress)
+
+    def policy_head(self) -> PolicyHead:
+        """Export's head: the deterministic actor (tanh), scaled into the action bounds."""
+        return PolicyHead(
+            ScaledIntoBounds(frozen(self.actor), self._action_center, self._action_half_range),
+            "deterministic actor (tanh), scaled into the action bounds",
+        )
 
     # -- acting -------------------------------------------------------------------------------
 
