@@ -226,6 +226,20 @@ class DQN(OffPolicyAgent):
             actions[explore] = masked_choice(mask[explore], self.rng)
         return actions
 
+    def behaviour_log_probs(self, t: Transitions) -> np.ndarray | None:
+        """Epsilon-greedy's probability of each taken action: ``eps / n + (1 - eps)`` for the greedy one,
+        ``eps / n`` for the others, with this step's epsilon (1 before ``learning_starts``); None with
+        noisy networks, whose exploration has no such probability."""
+        if "log_probs" in t.extras or self.config.noisy:
+            return super().behaviour_log_probs(t)
+        n_actions = int(self.n_actions)
+        eps = float(self.epsilon) if self.num_timesteps >= self.config.learning_starts else 1.0
+        obs, _ = self.prepare_obs(t.obs)
+        if self.config.normalize_observations:
+            obs = self.obs_normalizer(obs)
+        chosen = np.asarray(self._greedy(obs)).reshape(-1) == np.asarray(t.actions).reshape(-1)
+        return np.log(np.where(chosen, 1.0 - eps + eps / n_actions, eps / n_actions))
+
     def policy_head(self) -> PolicyHead:
         """Export's head: the greedy action (frozen copies are in eval mode, so noisy layers act on their
         mean weights); QR-DQN's from the mean of each action's quantiles."""

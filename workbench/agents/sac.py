@@ -20,7 +20,7 @@ from torch import nn
 from ..memory.replay import ReplayMemory
 from ..schedules import as_schedule
 from ..validation import Constraint, any_of, checked, flag, integer, number, optional
-from .base import register
+from .base import Transitions, register
 from .encoders import with_encoder
 from .heads import PolicyHead, ScaledIntoBounds, SquashedMean, frozen
 from .kernels import gradient_step, polyak_update
@@ -193,6 +193,10 @@ class SAC(OffPolicyAgent):
         if self.config.use_sde:
             return torch.tanh(self.actor(obs)[0])
         return torch.tanh(self.actor(obs)[:, : self.act_dim])
+
+    def behaviour_log_probs(self, t: Transitions) -> np.ndarray | None:
+        """The log-density of each taken action (:meth:`log_density`)."""
+        return np.asarray(self.log_density(t.obs, t.actions), dtype=np.float64).reshape(-1)
 
     def log_density(self, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
         """The log-density with which this agent, acting to learn (not deterministically), draws each of

@@ -34,22 +34,7 @@ _FIELDS = ("observations", "actions", "rewards", "next_observations", "terminate
 def behaviour_log_probs(agent: Agent, t: Transitions) -> np.ndarray | None:
     """The log-probability with which ``agent`` (in training mode, before it observes ``t``) took
     each of ``t``'s actions, or None when it cannot tell."""
-    if "log_probs" in t.extras:
-        return np.asarray(t.extras["log_probs"], dtype=np.float64).reshape(-1)
-    log_density = getattr(agent, "log_density", None)
-    if log_density is not None:
-        return np.asarray(log_density(t.obs, t.actions), dtype=np.float64).reshape(-1)
-    greedy = getattr(agent, "_greedy", None)
-    if greedy is None or not hasattr(agent, "epsilon") or getattr(agent.config, "noisy", False):
-        return None
-    n_actions = int(agent.action_space.n)  # type: ignore[attr-defined]
-    learning = agent.num_timesteps >= getattr(agent.config, "learning_starts", 0)
-    eps = float(agent.epsilon) if learning else 1.0
-    obs, _ = agent.prepare_obs(t.obs)
-    if agent.config.normalize_observations:
-        obs = agent.obs_normalizer(obs)
-    chosen = np.asarray(greedy(obs)).reshape(-1) == np.asarray(t.actions).reshape(-1)
-    return np.log(np.where(chosen, 1.0 - eps + eps / n_actions, eps / n_actions))
+    return agent.behaviour_log_probs(t)
 
 
 class Recorder:
