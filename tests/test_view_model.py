@@ -14,7 +14,6 @@ import pytest
 
 import workbench as wb
 from workbench.ui.view_model import (
-    DEFAULT_PLOTS,
     DashboardView,
     default_signals,
     end_reason,
@@ -46,7 +45,9 @@ def fake_session(
         error=error,
         stop_reason=stop_reason,
         signals=signals if signals is not None else wb.SignalSet(),
-        agent=SimpleNamespace(algorithm=algorithm),
+        agent=SimpleNamespace(
+            algorithm=algorithm, device_choice=None, default_plots=getattr(wb, algorithm, wb.Agent).default_plots
+        ),
     )
 
 
@@ -112,8 +113,9 @@ def test_default_plots_follow_the_algorithm_and_its_signals():
     assert default_signals("DDPG") == ("episode_reward", "critic_loss", "actor_loss")
     assert default_signals("Custom", ["episode_reward", "critic_loss"]) == ("episode_reward", "critic_loss")
     assert default_signals("Custom") == ("episode_reward", "loss")
-    for algorithm, plots in DEFAULT_PLOTS.items():  # every table entry names signals that algorithm records
-        assert plots[0] == "episode_reward" and algorithm.lower() in wb.AGENTS
+    assert default_signals(wb.SAC("Pendulum-v1")) == wb.SAC.default_plots  # an agent's own declaration
+    for cls in wb.AGENTS.values():  # every declaration starts with the episodes' reward
+        assert not cls.default_plots or cls.default_plots[0] == "episode_reward", cls
     view = snapshot(fake_session(algorithm="DDPG"))
     assert view.plotted == ("episode_reward", "critic_loss", "actor_loss")
     assert set(view.plotted) <= set(view.signal_names)

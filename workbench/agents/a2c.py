@@ -83,6 +83,7 @@ class A2C(OnPolicyAgent):
     """
 
     Config = A2CConfig
+    default_plots = ("episode_reward", "loss")
     action_spaces = (spaces.Discrete, spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)
     config: A2CConfig
 

@@ -39,6 +39,7 @@ class BC(OfflineAgent):
     """
 
     Config = BCConfig
+    default_plots = ("eval_reward", "loss")
     network_names = ("policy",)
     config: BCConfig
 

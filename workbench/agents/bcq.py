@@ -62,6 +62,7 @@ class BCQ(OfflineAgent):
     """
 
     Config = BCQConfig
+    default_plots = ("eval_reward", "loss", "ope_dr")
     action_spaces = (spaces.Discrete,)
     network_names = ("q_net", "q_target", "behaviour")
     config: BCQConfig

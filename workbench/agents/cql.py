@@ -90,6 +90,7 @@ class CQL(OfflineAgent):
     """
 
     Config = CQLConfig
+    default_plots = ("eval_reward", "cql_loss", "ope_dr")
     network_names = ("q_net", "q_target", "actor", "actor_average", "critic", "critic_target", "log_alpha")
     optimizer_names = ("optimizer", "actor_optimizer", "alpha_optimizer")
     config: CQLConfig

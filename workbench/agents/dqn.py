@@ -98,6 +98,7 @@ class DQN(OffPolicyAgent):
     """
 
     Config = DQNConfig
+    default_plots = ("episode_reward", "loss")
     action_spaces = (spaces.Discrete,)
     supports_action_masks = True
     network_names = ("q_net", "q_target")

@@ -73,6 +73,7 @@ class IQL(OfflineAgent):
     """
 
     Config = IQLConfig
+    default_plots = ("eval_reward", "critic_loss", "actor_loss")
     network_names = ("value", "critic", "critic_target", "actor")
     optimizer_names = ("optimizer", "actor_optimizer")
     config: IQLConfig

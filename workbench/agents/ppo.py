@@ -58,6 +58,7 @@ class PPO(OnPolicyAgent):
     """
 
     Config = PPOConfig
+    default_plots = ("episode_reward", "loss")
     action_spaces = (spaces.Discrete, spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)
     config: PPOConfig
 

@@ -114,6 +114,7 @@ class SAC(OffPolicyAgent):
     """
 
     Config = SACConfig
+    default_plots = ("episode_reward", "critic_loss", "actor_loss")
     action_spaces = (spaces.Box,)
     network_names = ("actor", "critic", "critic_target", "log_alpha")
     optimizer_names = ("actor_optimizer", "critic_optimizer", "alpha_optimizer")

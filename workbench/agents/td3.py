@@ -72,6 +72,7 @@ class TD3(OffPolicyAgent):
     """
 
     Config = TD3Config
+    default_plots = ("episode_reward", "critic_loss", "actor_loss")
     action_spaces = (spaces.Box,)
     network_names = ("actor", "actor_target", "critic", "critic_target")
     optimizer_names = ("actor_optimizer", "critic_optimizer")

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_SIGNALS", "Dashboard"]
 
 DEFAULT_SIGNALS = ("episode_reward", "loss")
-"""The plots of an algorithm the dashboard knows nothing about (see ``view_model.DEFAULT_PLOTS``)."""
+"""The plots of an algorithm the dashboard knows nothing about (see ``Agent.default_plots``)."""
 
 _STATUS_COLORS = {
     "idle": "#555",
@@ -215,7 +215,7 @@ class Dashboard(widgets.VBox):
         if isinstance(signals, str):
             signals = (signals,)
         if signals is None:
-            signals = default_signals(session.agent.algorithm, session.signals.names())
+            signals = default_signals(session.agent, session.signals.names())
         if max_points < 4:
             raise ValueError(f"max_points must be at least 4, got {max_points}")
         if not isinstance(smoothing, int) or smoothing < 1:

@@ -14,16 +14,17 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .plots import MAX_POINTS, X_AXES, downsample, moving_average, x_values
 
+if TYPE_CHECKING:
+    from ..agents.contract import Agent
+
 __all__ = [
     "ACTIVE",
-    "DEFAULT_PLOTS",
-    "OFFLINE_PLOTS",
     "ENDED",
     "DashboardView",
     "SeriesView",
@@ -44,41 +45,30 @@ ACTIVE = ("running", "paused")
 ENDED = ("stopped", "finished", "failed")
 """Statuses of a run that has ended."""
 
-DEFAULT_PLOTS: dict[str, tuple[str, ...]] = {
-    "DQN": ("episode_reward", "loss"),
-    "PPO": ("episode_reward", "loss"),
-    "A2C": ("episode_reward", "loss"),
-    "DDPG": ("episode_reward", "critic_loss", "actor_loss"),
-    "TD3": ("episode_reward", "critic_loss", "actor_loss"),
-    "SAC": ("episode_reward", "critic_loss", "actor_loss"),
-}
-"""The plots a dashboard opens with, per algorithm: the signals that algorithm records."""
-
-OFFLINE_PLOTS: dict[str, tuple[str, ...]] = {
-    "BC": ("eval_reward", "loss"),
-    "BCQ": ("eval_reward", "loss", "ope_dr"),
-    "CQL": ("eval_reward", "cql_loss", "ope_dr"),
-    "IQL": ("eval_reward", "critic_loss", "actor_loss"),
-}
-"""The same for the agents that learn from a dataset (no episodes: ``eval_reward`` and the estimates)."""
-
 COMPANIONS: dict[str, tuple[str, ...]] = {"episode_reward": ("eval_reward",), "ope_dr": ("ope_wis", "ope_sdr")}
 """Series drawn in the same plot as another (``eval_reward`` beside ``episode_reward``)."""
 
 _LOSS_NAMES = ("loss", "critic_loss", "actor_loss", "policy_loss", "value_loss")
 
 
-def default_signals(algorithm: str, recorded: Iterable[str] = ()) -> tuple[str, ...]:
-    """The signals a dashboard plots at first for ``algorithm``, given the signals recorded so far.
+def default_signals(agent: Agent | str, recorded: Iterable[str] = ()) -> tuple[str, ...]:
+    """The signals a dashboard plots at first for ``agent`` (an agent, or a registered algorithm's name),
+    given the signals recorded so far.
 
-    A known algorithm gets its table entry (:data:`DEFAULT_PLOTS`), so its losses show before the
-    first update records them; another one gets ``episode_reward`` and the loss-like signals it has
-    recorded (``loss`` when it recorded none yet).
+    An agent that declares its ``default_plots`` gets them, so its losses show before the first update
+    records them; another one gets ``episode_reward`` and the loss-like signals it has recorded
+    (``loss`` when it recorded none yet).
     """
-    if algorithm in DEFAULT_PLOTS:
-        return DEFAULT_PLOTS[algorithm]
-    if algorithm in OFFLINE_PLOTS:
-        return OFFLINE_PLOTS[algorithm]
+    if isinstance(agent, str):
+        from ..agents.registry import AGENTS, MULTI_AGENTS, OFFLINE_AGENTS  # lazily: torch, for a name alone
+
+        name = agent.lower()
+        cls = AGENTS.get(name) or OFFLINE_AGENTS.get(name) or MULTI_AGENTS.get(name)
+        plots: tuple[str, ...] = cls.default_plots if cls is not None else ()
+    else:
+        plots = agent.default_plots
+    if plots:
+        return tuple(plots)
     names = set(recorded)
     losses = tuple(name for name in _LOSS_NAMES if name in names)
     return ("episode_reward", *(losses[:2] or ("loss",)))
@@ -282,9 +272,10 @@ def snapshot(
     target = session.target_steps
     signals = session.signals
     names = tuple(sorted(signals.names()))
-    algorithm = str(getattr(getattr(session, "agent", None), "algorithm", ""))
-    choice = getattr(getattr(session, "agent", None), "device_choice", None)
-    plots = tuple(plotted) if plotted is not None else default_signals(algorithm, names)
+    agent = session.agent
+    algorithm = agent.algorithm
+    choice = agent.device_choice
+    plots = tuple(plotted) if plotted is not None else default_signals(agent, names)
 
     rate = steps_per_second
     if rate is None and status == "running":
