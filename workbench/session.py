@@ -175,9 +175,8 @@ class Session(SessionMedia):
                 f"Session needs an agent such as wb.PPO(env) as its first argument, got {type(agent).__name__}"
             )
         source, loop = _source_and_loop(agent, env, dataset, eval_env)
-        bind_env = getattr(agent, "bind_env", None)
-        if bind_env is not None and isinstance(source, EnvSource):  # HER takes the env's compute_reward
-            bind_env(source)
+        if isinstance(source, EnvSource):  # HER takes the env's compute_reward
+            agent.bind_env(source)
         arguments = {name: value for name, value in locals().items() if name in _ARGUMENT_CHECKS}
         check_arguments("Session", arguments, _ARGUMENT_CHECKS, _session_defaults())
         check_runner_options(backend, num_workers, backend_options, owner="Session")
@@ -507,7 +506,7 @@ def _log_value(name: str, value: Any) -> float:
 
 def _source_and_loop(agent: Agent, env: Any, dataset: Any, eval_env: Any) -> tuple[EnvSource, Loop]:
     """Where a session's envs come from, and its loop: the kind of session is the loop it composes."""
-    if getattr(agent, "offline", False):
+    if agent.offline:
         return offline_loop.offline_source(agent, env, dataset, eval_env), OfflineLoop()
     if isinstance(env, ExternalSource):  # Session.external: the application's envs
         return env, ExternalLoop(env.runner)

@@ -429,6 +429,11 @@ class Agent(Execution, Shaping, Persistence, Playing):
         return float(getattr(self.config, "gamma", 0.99))
 
     @property
+    def rollout_steps(self) -> int | None:
+        """Steps per env of each rollout it learns from (on-policy ``n_steps``); None for the others."""
+        return None
+
+    @property
     def multiagent_layout(self) -> Layout | None:
         """The row layout it reads on a ParallelEnv (IPPO, MAPPO); None: one observation per row."""
         return None

@@ -192,6 +192,17 @@ class _MultiAgentPPO(PPO):
             raise ValueError(f"{type(self).__name__} was built without a ParallelEnv: pass the env")
         return Layout(int(lay["obs_dim"]), len(lay["agents"]), True, lay["state"], int(lay["state_dim"]))
 
+    @property
+    def multiagent_agents(self) -> list[str] | None:
+        """The ParallelEnv's agents it was built for, in order (from its saved layout)."""
+        lay = self.config.layout
+        return list(lay["agents"]) if isinstance(lay, dict) else None
+
+    @property
+    def agent_groups(self) -> dict[str, list[str]]:
+        """IPPO's groups of agents sharing a policy (MAPPO: none)."""
+        return dict(getattr(self.config, "groups", None) or {})
+
     def _net_groups(self) -> tuple[list[list[str]], list[int]]:
         agents = list(self.config.layout["agents"])
         return [agents], [0] * len(agents)

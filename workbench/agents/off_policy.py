@@ -13,7 +13,7 @@ creates ``self.memory`` and sets ``self._steps_since_update = 0``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -65,6 +65,7 @@ class OffPolicyConfig(AgentConfig):
 class OffPolicyAgent(Agent):
     """Base of the replay-memory agents: storing transitions and the update schedule."""
 
+    takes_dataset: ClassVar[bool] = True  # load_dataset pre-fills the replay memory
     _steps_since_update: int
 
     def _memory_options(self) -> dict:
@@ -131,7 +132,7 @@ class OffPolicyAgent(Agent):
     def bind_env(self, source: Any) -> None:
         """The session tells the agent which env it trains on (an ``EnvSource``): a HER memory without a
         ``compute_reward`` (an agent built from spaces, a loaded run) takes the env's."""
-        memory = getattr(self, "memory", None)
+        memory = self.memory
         if isinstance(memory, HerMemory) and memory.compute_reward is None:
             fn = env_compute_reward(source)
             if fn is None:

@@ -133,6 +133,7 @@ class OfflineAgent(Agent):
     ``update()``. Subclasses implement ``_build``, ``_act`` and ``_learn(batch) -> metrics``."""
 
     offline: ClassVar[bool] = True
+    takes_dataset: ClassVar[bool] = True
     """Learns from a dataset, not from env steps (a session then counts gradient steps)."""
     data: OfflineData | None
 

@@ -386,6 +386,11 @@ class OnPolicyAgent(Agent):
         extras = {"values": self._host(self._values(x)), "log_probs": self._host(chosen)}
         return Step(self._host(actions), extras)
 
+    @property
+    def rollout_steps(self) -> int | None:
+        """``n_steps``: what each env steps between updates (Ray workers collect chunks of it)."""
+        return int(self.config.n_steps)
+
     def policy_head(self) -> PolicyHead:
         """Export's head: the most likely action of the policy (gSDE only changes exploration: the
         deterministic action is the actor's mean either way)."""

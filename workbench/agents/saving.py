@@ -164,7 +164,7 @@ def agent_from_run(
         raise
     except (KeyError, RuntimeError, ValueError) as exc:
         raise CheckpointError(f"{run.label(WEIGHTS)}: {exc}; it does not fit the {cls.__name__} agent") from None
-    replay = getattr(agent, "memory", None)
+    replay = agent.memory
     if memory and replay is not None:
         # A saved memory of this agent is never larger than the one it just allocated for its spaces.
         budget = replay.file_budget()

@@ -217,7 +217,7 @@ def layout_for(agent: Any, env: Any) -> Layout:
     """The row layout ``agent`` was built for on ``env``: the agent's own (IPPO, MAPPO: its
     ``multiagent_layout``), else plain observations, with one-hot ids when the agent's observation
     size says so (a shared policy built on ``wb.with_agent_ids(env)``)."""
-    own = getattr(agent, "multiagent_layout", None)
+    own = agent.multiagent_layout if agent is not None else None
     if own is not None:
         return own
     _, _, plain = parallel_spaces(env)

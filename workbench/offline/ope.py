@@ -42,6 +42,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..agents.contract import Agent
 from ..agents.networks import make_adam, mlp
 from ..validation import check_arguments, integer, layer_widths, number, optional
 from .datasets import Dataset, DatasetError
@@ -651,8 +652,10 @@ def evaluate_offline(
     ``TypeError``) naming it, its value and what is allowed."""
     if not isinstance(dataset, Dataset):
         raise TypeError(f"evaluate_offline needs a wb.Dataset, got {type(dataset).__name__}")
-    if not hasattr(agent, "act") or not hasattr(agent, "action_space"):
-        raise TypeError(f"evaluate_offline needs an agent such as wb.BCQ(...), got {type(agent).__name__}")
+    try:  # a wb agent, or any policy with act(obs, deterministic=True) and action_space
+        agent.act, agent.action_space  # noqa: B018
+    except AttributeError:
+        raise TypeError(f"evaluate_offline needs an agent such as wb.BCQ(...), got {type(agent).__name__}") from None
     _check(
         "evaluate_offline",
         dict(
@@ -677,7 +680,7 @@ def evaluate_offline(
         raise DatasetError(
             f"the agent's action space {agent.action_space} differs from the dataset's {dataset.action_space}"
         )
-    obs_shape = getattr(agent, "obs_shape", None)
+    obs_shape = agent.obs_shape if isinstance(agent, Agent) else None
     if obs_shape is not None and tuple(obs_shape) != dataset.observations.shape[1:]:
         raise DatasetError(
             f"the dataset's observations have shape {dataset.observations.shape[1:]}, the agent expects "

@@ -63,12 +63,12 @@ def attach_dataset(agent: Any, dataset: Any, ope_every: int | None, ope_dataset:
         raise TypeError(f"Session dataset= needs a wb.Dataset, got {type(dataset).__name__}")
     if ope_dataset is not None and not isinstance(ope_dataset, Dataset):
         raise TypeError(f"Session ope_dataset= needs a wb.Dataset, got {type(ope_dataset).__name__}")
-    offline = getattr(agent, "offline", False)
+    offline = agent.offline
     if ope_every is not None and not offline:
         raise ValueError(
             "ope_every estimates an offline agent's value while it learns from dataset=; this agent learns online"
         )
-    if dataset is not None and not hasattr(agent, "load_dataset"):
+    if dataset is not None and not agent.takes_dataset:
         raise TypeError(
             f"{agent.algorithm} has no replay memory to start from a dataset; use BC, BCQ, CQL, IQL "
             "or a replay agent (DQN, SAC...)"

@@ -488,7 +488,7 @@ def refuse_env_options(agent: Any, options: dict[str, Any]) -> None:
             "(the application steps its env and calls act/feedback); leave it out, or use "
             "Session(agent, env, ...) to train on an env the session steps"
         )
-    if getattr(agent, "per_env_decisions", False):
+    if agent.per_env_decisions:
         raise ValueError(
             f"Session.external cannot drive {agent.algorithm}: its decisions carry per-env state "
             "between calls (a recurrent policy), which act() from concurrent episodes would mix up. "

@@ -46,11 +46,11 @@ def check_agent_fits(agent: Any, env: Any) -> None:
     """Raise a ``ValueError`` when ``agent`` was not built for the ParallelEnv ``env`` (its agents, its
     action space, the size of its observation rows)."""
     lay = layout_for(agent, env)
-    own = getattr(getattr(agent, "config", None), "layout", None)
+    own = agent.multiagent_agents
     agents = list(env.possible_agents)
-    if isinstance(own, dict) and list(own.get("agents", [])) != agents:
+    if own is not None and list(own) != agents:
         raise ValueError(
-            f"{type(agent).__name__} was built for the agents {own['agents']}, the env has {agents}: "
+            f"{type(agent).__name__} was built for the agents {own}, the env has {agents}: "
             "build the agent from the same env"
         )
     _, act_space, _ = parallel_spaces(env, same_obs=False)
@@ -78,7 +78,7 @@ class _SlotEpisodes:
 
     def _init_slots(self, agent: Any, env: Any) -> None:
         self.agents = list(env.possible_agents)
-        groups = dict(getattr(getattr(agent, "config", None), "groups", None) or {})
+        groups = dict(agent.agent_groups)
         # IPPO's default groups are the agents themselves: their signal is the agent's, recorded once.
         self.groups = {g: m for g, m in groups.items() if g not in self.agents}
         self._ended = []
@@ -293,10 +293,10 @@ def is_agent_dict(agent: Any, obs: Any) -> bool:
 def _rows(agent: Any, obs: Mapping[Any, Any]) -> dict[Any, Any]:
     """Each agent's row as ``agent`` reads it: the observation itself for a shared policy; for IPPO
     and MAPPO the padded observation, the state (the observations side by side) and the one-hot id."""
-    lay = getattr(agent, "multiagent_layout", None)
+    lay = agent.multiagent_layout
     if lay is None:
         return dict(obs)
-    names = list(agent.config.layout["agents"])
+    names = list(agent.multiagent_agents or ())
     unknown = [a for a in obs if a not in names]
     if unknown:
         raise ValueError(f"{agent.algorithm} was built for the agents {names}; got observations of {unknown}")

@@ -270,7 +270,7 @@ class RayRunner(Runner):
         self.restarts = 0
         self.on_policy = is_on_policy(agent)
         if self.on_policy:
-            self.chunk = int(getattr(agent.config, "n_steps", sync_every or _DEFAULT_SYNC_EVERY))
+            self.chunk = int(agent.rollout_steps or sync_every or _DEFAULT_SYNC_EVERY)
         else:
             self.chunk = sync_every or _DEFAULT_SYNC_EVERY
         self.owns_ray = start_ray(ray, num_workers, cpus_per_worker, ray_address, ray_init, learner_gpus)

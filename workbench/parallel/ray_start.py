@@ -182,7 +182,7 @@ def check_learner_gpus(learner_gpus: int, agent: Any = None) -> None:
             "on a GPU node of the cluster (it joins with ray_address=...), or leave learner_gpus out to learn "
             "on the CPU"
         )
-    if agent is None or getattr(agent, "device", None) is None or agent.device.type == "cuda":
+    if agent is None or agent.device.type == "cuda":
         return
     if agent.device_choice.requested != "auto":
         raise ValueError(

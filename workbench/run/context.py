@@ -41,7 +41,7 @@ def training_threads(setting: Any, agent: Any) -> Any:
     None, torch's own count, for one with a CNN encoder (``agent.convolutional``), whose updates use the
     cores; any other setting as it is (None: torch's count; a bad value fails in ``torch.set_num_threads``)."""
     if isinstance(setting, str) and setting == "auto":
-        return None if getattr(agent, "convolutional", False) else 1
+        return None if agent.convolutional else 1
     return setting
 
 

@@ -69,7 +69,7 @@ def record_estimates(ctx: Any, periodic: Periodic) -> dict[str, Any]:
     session = periodic.session
     agent = session.agent
     if periodic.ope is None:
-        gamma = float(getattr(agent.config, "gamma", 0.99))
+        gamma = agent.gamma
         periodic.ope = OffPolicyEvaluator(session.ope_dataset, gamma=gamma, fqe_steps=1000, n_bootstrap=100)
     was_training = agent.training
     agent.training = False

@@ -81,7 +81,7 @@ def write_run(
             "env_rng": rng_states(runner) if runner is not None else ctx.counters.env_rng,
             "external": ctx.loop.external,
             # Where it trained and why (information only: loading chooses its own device).
-            "device": agent.device_choice.to_dict() if hasattr(agent, "device_choice") else None,
+            "device": agent.device_choice.to_dict(),
             # Live edits and env calls (workbench.run.live_edits.Event), plain JSON.
             "events": [event.to_dict() for event in session.events],
             # The datasets an offline run learned from and estimated on, where they are on disk
@@ -117,7 +117,7 @@ def reopen(
     saved = run.meta.get("session", {})
     if env is not None and external:
         raise TypeError("Session.reopen got an env and external=True: an external session has no env")
-    offline = bool(getattr(agent, "offline", False))
+    offline = agent.offline
     if offline:  # it learns from dataset=; the saved env was its evaluation env
         if env is not None or saved.get("env_id"):
             kwargs.setdefault("eval_env", env if env is not None else saved.get("env_id"))

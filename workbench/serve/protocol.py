@@ -187,7 +187,7 @@ def observation(agent: Any, value: Any, field: str) -> Any:
             field=field,
             kind="ValueError",
         )
-    space = getattr(agent, "observation_space", None)
+    space = agent.observation_space
     if isinstance(space, spaces.Box) and batch.shape[1:] == space.shape:
         return batch[0]
     return value

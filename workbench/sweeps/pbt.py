@@ -1023,7 +1023,7 @@ def _shown(value: Any) -> Any:
 
 
 def _has_memory(agent: Agent) -> bool:
-    return getattr(agent, "memory", None) is not None
+    return agent.memory is not None
 
 
 def load_state(
@@ -1050,7 +1050,7 @@ def load_state(
             agent.restore(AgentState(tensors, data))
         except (KeyError, RuntimeError, ValueError) as exc:
             raise CheckpointError(f"{path}: {exc}; it does not fit this {agent.algorithm} agent") from None
-        replay = getattr(agent, "memory", None)
+        replay = agent.memory
         if memory and replay is not None:
             arrays = run.memory(replay.file_budget())
             if arrays is not None:

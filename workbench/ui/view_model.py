@@ -51,22 +51,22 @@ COMPANIONS: dict[str, tuple[str, ...]] = {"episode_reward": ("eval_reward",), "o
 _LOSS_NAMES = ("loss", "critic_loss", "actor_loss", "policy_loss", "value_loss")
 
 
-def default_signals(agent: Agent | str, recorded: Iterable[str] = ()) -> tuple[str, ...]:
-    """The signals a dashboard plots at first for ``agent`` (an agent, or a registered algorithm's name),
+def default_signals(algorithm: Agent | str, recorded: Iterable[str] = ()) -> tuple[str, ...]:
+    """The signals a dashboard plots at first for ``algorithm`` (an agent, or a registered algorithm's name),
     given the signals recorded so far.
 
     An agent that declares its ``default_plots`` gets them, so its losses show before the first update
     records them; another one gets ``episode_reward`` and the loss-like signals it has recorded
     (``loss`` when it recorded none yet).
     """
-    if isinstance(agent, str):
+    if isinstance(algorithm, str):
         from ..agents.registry import AGENTS, MULTI_AGENTS, OFFLINE_AGENTS  # lazily: torch, for a name alone
 
-        name = agent.lower()
+        name = algorithm.lower()
         cls = AGENTS.get(name) or OFFLINE_AGENTS.get(name) or MULTI_AGENTS.get(name)
         plots: tuple[str, ...] = cls.default_plots if cls is not None else ()
     else:
-        plots = agent.default_plots
+        plots = algorithm.default_plots
     if plots:
         return tuple(plots)
     names = set(recorded)
