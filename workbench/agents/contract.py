@@ -265,6 +265,7 @@ class Agent(Execution, Shaping, Persistence, Playing):
                 self._build()
                 self._build_plug_ins()
             self._after_build()
+
     def _build(self) -> None:
         """Create networks, optimizers and storage (called under the agent's private seed)."""
         raise NotImplementedError

@@ -40,7 +40,6 @@ def has_image(space: spaces.Space) -> bool:
     return is_image_space(space)
 
 
-
 class Execution:
     """The device, precision and compile members of an agent (``self`` is the :class:`Agent`)."""
 
@@ -331,7 +330,6 @@ class Execution:
             and self.config.precision == "fp32"
         )
 
-
     def __repr__(self) -> str:
         mode = "training" if self.training else "play"
         c = self.config
@@ -370,4 +368,3 @@ def _run_probe(calls: list[Any]) -> None:
 
 def _torch_dtype(dtype: np.dtype) -> torch.dtype:
     return torch.from_numpy(np.zeros(1, dtype=dtype)).dtype
-

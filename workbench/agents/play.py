@@ -38,7 +38,6 @@ class EpisodeReturns(list):
         self.frames = frames
 
 
-
 class Playing:
     """The play members of an agent (``self`` is the :class:`Agent`)."""
 

@@ -107,7 +107,6 @@ def register(cls: type[Agent]) -> type[Agent]:
     return cls
 
 
-
 def _agents_for(action_space: spaces.Space) -> list[str]:
     return sorted(cls.__name__ for cls in AGENTS.values() if isinstance(action_space, cls.action_spaces))
 
@@ -139,7 +138,6 @@ def mask_refusal(algorithm: str, action_space: spaces.Space) -> ActionMaskError:
         f"{algorithm} does not take action masks: agents that take them in the action space "
         f"{describe_space(action_space)}: {takers(action_space)}"
     )
-
 
 
 def check_action_space(cls: type[Agent], action_space: spaces.Space) -> None:
@@ -182,4 +180,3 @@ def _refuse_plug_in(cls: type[Agent], key: str) -> None:
             else ""
         )
         raise TypeError(f"{cls.__name__} does not take {key}=: {what} plugs into {', '.join(sorted(takers))}{why}")
-

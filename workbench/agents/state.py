@@ -30,7 +30,6 @@ class AgentState(NamedTuple):
     positions and other algorithm state) and ``rng`` (the numpy generator)."""
 
 
-
 def _check_moments(opt: torch.optim.Optimizer, moments: dict[int, dict[str, torch.Tensor]], name: str) -> None:
     """Every per-parameter tensor of a saved optimizer state (Adam's moments) has its parameter's
     shape: torch would accept a wrong one and silently never use it."""
@@ -44,7 +43,6 @@ def _check_moments(opt: torch.optim.Optimizer, moments: dict[int, dict[str, torc
                 raise ValueError(
                     f"optimizer {name!r} state {idx}/{key} has shape {tuple(t.shape)}, its parameter has {want}"
                 )
-
 
 
 class Persistence:
@@ -213,7 +211,6 @@ def _saved(t: torch.Tensor) -> torch.Tensor:
     trained on a GPU loads anywhere)."""
     t = t.detach()
     return t.contiguous().clone() if t.device.type == "cpu" else t.to("cpu").contiguous()
-
 
 
 def _writable(value: Any) -> np.ndarray:
