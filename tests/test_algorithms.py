@@ -141,7 +141,7 @@ def test_save_load_round_trip_and_deterministic_play(name, tmp_path):
     agent = AGENTS[name](env, seed=0, **FAST[name])
     session = wb.Session(agent, env, seed=0)
     session.run(steps=300)
-    session.save(tmp_path / "run", memory=hasattr(agent, "memory"))
+    session.save(tmp_path / "run", memory=agent.memory is not None)
     loaded = wb.load(tmp_path / "run")
     assert type(loaded) is type(agent) and not loaded.training
     assert loaded.hyperparameters() == agent.hyperparameters()
