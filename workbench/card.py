@@ -14,7 +14,7 @@ import dataclasses
 import math
 import os
 import shutil
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,6 +22,9 @@ from .agents.saving import agent_from_run, open_saved
 from .checkpoint import META
 from .signals import SignalSet
 from .video import Video, read_index
+
+if TYPE_CHECKING:
+    from .agents.contract import Agent
 
 __all__ = ["CARD_NAME", "CURVES_NAME", "Evaluation", "ModelCard", "find_saved", "write_card"]
 
@@ -86,7 +89,7 @@ def find_saved(folder: str) -> str:
     )
 
 
-def _evaluate(agent: Any, env: Any, episodes: int, seed: int | None, name: str) -> Evaluation:
+def _evaluate(agent: Agent, env: Any, episodes: int, seed: int | None, name: str) -> Evaluation:
     returns = agent.play(env, episodes=episodes, seed=seed)
     values = np.asarray(list(returns), dtype=np.float64)
     return Evaluation(float(values.mean()), float(values.std()), len(values), seed, name)
@@ -184,6 +187,7 @@ def write_card(
             if isinstance(play_env, str)
             else (getattr(play_env, "name", None) or getattr(play_env, "__name__", type(play_env).__name__))
         )
+        assert agent is not None  # loaded above when evaluating
         evaluation = _evaluate(agent, play_env, episodes, seed, str(shown))
     if videos is None:
         videos = read_index(os.path.join(card_dir, "videos")) or read_index(os.path.join(folder, "videos"))

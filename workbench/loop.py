@@ -22,13 +22,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from types import MappingProxyType
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
 
 from .envs.atari import GAME_END_KEY, real_episodes
 from .envs.core import SUCCESS_KEY, checked_reset, checked_step, env_action_converter
 from .envs.masks import NEXT_MASK_KEY, MaskReader
+
+if TYPE_CHECKING:
+    from .agents.contract import Agent
 
 __all__ = [
     "NO_EXTRAS",
@@ -221,7 +224,7 @@ class PlayStep(NamedTuple):
 
 
 def play_episode(
-    agent: Any,
+    agent: Agent,
     env: Any,
     *,
     seed: int | None = None,

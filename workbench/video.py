@@ -26,12 +26,15 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .loop import play_episode
 from .validation import ArgumentError, check_value, choice, integer, number, optional
+
+if TYPE_CHECKING:
+    from .agents.contract import Agent
 
 __all__ = [
     "Video",
@@ -203,7 +206,7 @@ def _shrink(frame: np.ndarray, max_width: int) -> np.ndarray:
 
 
 def record_episode(
-    agent: Any, env: Any, settings: VideoSettings, *, seed: int | None = None
+    agent: Agent, env: Any, settings: VideoSettings, *, seed: int | None = None
 ) -> tuple[float, int, list[np.ndarray]]:
     """Play one deterministic episode of ``env`` (renders ``rgb_array``) and keep a bounded clip.
 

@@ -51,6 +51,7 @@ class Execution:
     """Seconds spent compiling (``compile=``), None when not compiled."""
     compile_error: str | None
     """Why ``compile=`` failed (the networks then run eagerly), else None."""
+    _compiled_threads: set[int]  # torch thread counts the compiled networks were traced under
 
     def _after_build(self) -> None:
         """Put what ``_build`` made on the agent's device, then compile it when asked."""

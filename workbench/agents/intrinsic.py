@@ -28,7 +28,7 @@ normalisation's running std), ``intrinsic_loss`` (the module's training loss) an
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -40,6 +40,9 @@ from ..loop import Transitions
 from ..normalization import ObservationNormalizer, RewardNormalizer
 from ..validation import ArgumentError, Constraint, optional
 from .networks import make_adam, mlp
+
+if TYPE_CHECKING:
+    from .contract import Agent
 
 __all__ = ["ICM", "INTRINSIC", "RND", "IntrinsicModule", "IntrinsicReward", "intrinsic_from_dict"]
 
@@ -105,7 +108,7 @@ class IntrinsicReward:
                 data[key] = list(value)
         return {"type": type(self).__name__, **data}
 
-    def build(self, agent: Any) -> IntrinsicModule:
+    def build(self, agent: Agent) -> IntrinsicModule:
         """The module for ``agent``'s spaces (networks, optimizer, running statistics)."""
         raise NotImplementedError
 
@@ -133,7 +136,7 @@ class RND(IntrinsicReward):
             _positive_int("RND", "hidden", width)
         _positive_int("RND", "features", self.features)
 
-    def build(self, agent: Any) -> IntrinsicModule:
+    def build(self, agent: Agent) -> IntrinsicModule:
         """The RND networks for ``agent``'s observations."""
         return RNDModule(self, int(np.prod(agent.obs_shape)))
 
@@ -163,7 +166,7 @@ class ICM(IntrinsicReward):
         _positive_int("ICM", "features", self.features)
         _positive("ICM", "beta", self.beta, 1.0)
 
-    def build(self, agent: Any) -> IntrinsicModule:
+    def build(self, agent: Agent) -> IntrinsicModule:
         """The ICM networks for ``agent``'s observations and actions."""
         space = agent.action_space
         if not isinstance(space, spaces.Discrete | spaces.Box | spaces.MultiBinary):

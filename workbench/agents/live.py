@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..validation import ArgumentError, check_value, constraint_of, is_live, validate_config
+
+if TYPE_CHECKING:
+    from .contract import Agent
 
 __all__ = ["apply_edits", "check_edits", "editable", "why_fixed"]
 
@@ -67,7 +70,7 @@ def why_fixed(name: str) -> str:
     return _FIXED.get(name, "the agent was built around it")
 
 
-def check_edits(agent: Any, values: dict[str, Any], owner: str | None = None) -> dict[str, Any]:
+def check_edits(agent: Agent, values: dict[str, Any], owner: str | None = None) -> dict[str, Any]:
     """Check ``values`` (hyperparameter name -> new value) for ``agent`` as its constructor would;
     return them unchanged. Raises :class:`~workbench.validation.ArgumentError` (a ``ValueError``)
     for an unknown name (naming the editable ones), a field that cannot change mid-run (saying
@@ -100,7 +103,7 @@ def check_edits(agent: Any, values: dict[str, Any], owner: str | None = None) ->
     return values
 
 
-def apply_edits(agent: Any, values: dict[str, Any]) -> dict[str, Any]:
+def apply_edits(agent: Agent, values: dict[str, Any]) -> dict[str, Any]:
     """Check ``values`` (:func:`check_edits`), write them into ``agent.config`` and refresh what the
     agent derived from them; returns the old values. Call it between updates (the session does)."""
     check_edits(agent, values)

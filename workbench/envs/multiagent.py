@@ -31,12 +31,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from gymnasium import spaces
 
 from .masks import MASK_KEY, check_masks, mask_size, strip_mask_space
+
+if TYPE_CHECKING:
+    from ..agents.contract import Agent
 
 __all__ = [
     "ALIVE_KEY",
@@ -213,7 +216,7 @@ def _flatten_obs(space: spaces.Space, obs: Any, dim: int) -> np.ndarray:
     return flat
 
 
-def layout_for(agent: Any, env: Any) -> Layout:
+def layout_for(agent: Agent | None, env: Any) -> Layout:
     """The row layout ``agent`` was built for on ``env``: the agent's own (IPPO, MAPPO: its
     ``multiagent_layout``), else plain observations, with one-hot ids when the agent's observation
     size says so (a shared policy built on ``wb.with_agent_ids(env)``)."""
@@ -626,7 +629,7 @@ def _action_converter(space: spaces.Space) -> Any:
 
 
 def parallel_episode(
-    agent: Any,
+    agent: Agent,
     adapter: ParallelEnvAdapter,
     *,
     seed: int | None = None,
@@ -654,7 +657,7 @@ def parallel_episode(
 
 
 def play_parallel(
-    agent: Any,
+    agent: Agent,
     env: Any,
     episodes: int,
     *,

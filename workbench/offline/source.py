@@ -10,10 +10,13 @@ become signals (``workbench.run.periodic``). ``stop_when`` is asked after every 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..envs.core import as_env_source, describe_space
 from .datasets import Dataset
+
+if TYPE_CHECKING:
+    from ..agents.contract import Agent
 
 __all__ = ["DatasetSource", "attach_dataset", "offline_source"]
 
@@ -32,7 +35,7 @@ class DatasetSource:
         raise TypeError("a dataset session has no env")
 
 
-def offline_source(agent: Any, env: Any, dataset: Any, eval_env: Any) -> Any:
+def offline_source(agent: Agent, env: Any, dataset: Any, eval_env: Any) -> Any:
     """What stands as the env of an offline agent's session (its evaluation env when there is one)."""
     if env is not None:
         raise TypeError(
@@ -56,7 +59,7 @@ def offline_source(agent: Any, env: Any, dataset: Any, eval_env: Any) -> Any:
     return agent.env_source if agent.env_source is not None else DatasetSource()
 
 
-def attach_dataset(agent: Any, dataset: Any, ope_every: int | None, ope_dataset: Any) -> Dataset | None:
+def attach_dataset(agent: Agent, dataset: Any, ope_every: int | None, ope_dataset: Any) -> Dataset | None:
     """Give ``dataset`` to the agent (an offline agent learns from it, a replay agent starts with it
     in memory); returns the episodes off-policy evaluation will use (None without ``ope_every``)."""
     if dataset is not None and not isinstance(dataset, Dataset):

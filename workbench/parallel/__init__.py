@@ -1,4 +1,7 @@
 """Where env steps happen. Every backend is a :class:`~workbench.parallel.runner.Runner`: the base
+
+if TYPE_CHECKING:
+    from ..agents.contract import Agent
 class declares, with its default, every member the session's loop calls, so the loop calls them
 directly and never asks which backend it has. Each runner gives ``reset() -> obs``,
 ``transitions(agent, obs) -> (Transitions, next_obs)`` (one step of every env, taken by
@@ -35,7 +38,7 @@ from __future__ import annotations
 import difflib
 import os
 import time
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..envs.core import EnvOutputError, EnvSource, VecEnv, as_env_source
 from ..envs.masks import MaskReader, sample_action
@@ -45,6 +48,9 @@ from .errors import EnvStepError, WorkerError
 from .local import LocalRunner, check_step_timeout, split_envs
 from .ray_start import check_learner_gpus
 from .runner import Runner
+
+if TYPE_CHECKING:
+    from ..agents.contract import Agent
 
 __all__ = [
     "BACKENDS",
@@ -102,7 +108,7 @@ class InProcessRunner(VecEnv, Runner):
             self._owned = True
         super().__init__(envs, seed=seed)
 
-    def transitions(self, agent: Any, obs: Any) -> tuple[Transitions, Any]:
+    def transitions(self, agent: Agent, obs: Any) -> tuple[Transitions, Any]:
         """One step of every env for the agent's decision on ``obs``. An exception raised inside an
         env's ``step`` becomes an :class:`EnvStepError` naming the env and the step (the env's
         exception is its cause, and its traceback continues into the env's code)."""
@@ -266,7 +272,7 @@ def make_runner(
     seed: int | None = None,
     num_workers: int = 1,
     backend: str = "auto",
-    agent: Any = None,
+    agent: Agent | None = None,
     envs_per_worker: int | None = None,
     restart_workers: bool = False,
     step_timeout: float | None = None,

@@ -31,7 +31,7 @@ import warnings
 from collections import deque
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from gymnasium import spaces
@@ -43,6 +43,9 @@ from ..loop import Episode, Transitions
 from ..validation import check_value, integer, optional
 from . import _OPTIONS, _RAY_OPTIONS
 from .runner import Runner
+
+if TYPE_CHECKING:
+    from ..agents.contract import Agent
 
 __all__ = [
     "DEFAULT_EPISODE",
@@ -123,7 +126,7 @@ class ExternalRunner(Runner):
     persistent = True
     backend = "external"
 
-    def __init__(self, agent: Any, max_lag: int | None = None, max_queued: int = 100_000) -> None:
+    def __init__(self, agent: Agent, max_lag: int | None = None, max_queued: int = 100_000) -> None:
         self.agent = agent
         self.num_envs = agent.num_envs
         self.max_lag = max_lag
@@ -412,7 +415,7 @@ class ExternalRunner(Runner):
                 self._cond.notify_all()
             return self._cond.wait_for(self.ready, timeout=timeout)
 
-    def transitions(self, agent: Any, obs: Any) -> tuple[Transitions, np.ndarray]:
+    def transitions(self, agent: Agent, obs: Any) -> tuple[Transitions, np.ndarray]:
         """One queued transition of every slot (call once :meth:`wait_ready` said so)."""
         with self._cond:
             rows = [queue.popleft() for queue in self._queues]
@@ -459,7 +462,7 @@ class ExternalRunner(Runner):
         """Nothing to close: the envs belong to the application."""
 
 
-def external_source(agent: Any, max_lag: Any, max_queued: Any, options: dict[str, Any]) -> ExternalSource:
+def external_source(agent: Agent, max_lag: Any, max_queued: Any, options: dict[str, Any]) -> ExternalSource:
     """The env source of ``Session.external(agent, max_lag=..., max_queued=..., **options)``, holding
     its runner; refuses what an external session cannot honour (see :func:`refuse_env_options`)."""
     if not isinstance(agent, Agent):
@@ -478,7 +481,7 @@ def external_source(agent: Any, max_lag: Any, max_queued: Any, options: dict[str
     )
 
 
-def refuse_env_options(agent: Any, options: dict[str, Any]) -> None:
+def refuse_env_options(agent: Agent, options: dict[str, Any]) -> None:
     """Refuse what ``Session.external`` cannot honour: options about the session's own envs, and
     agents whose decisions keep per-env state between calls (RecurrentPPO's LSTM state)."""
     refused = [name for name in ("env", "num_workers", "backend", *_OPTIONS, *_RAY_OPTIONS) if name in options]
@@ -496,7 +499,7 @@ def refuse_env_options(agent: Any, options: dict[str, Any]) -> None:
         )
 
 
-def _one_observation(agent: Any, obs: Any, call: str, episode: Hashable) -> np.ndarray:
+def _one_observation(agent: Agent, obs: Any, call: str, episode: Hashable) -> np.ndarray:
     batch, single = agent.prepare_obs(obs)
     if not single:
         raise ValueError(

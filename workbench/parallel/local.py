@@ -21,7 +21,7 @@ import time
 import weakref
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from gymnasium import spaces
@@ -32,6 +32,9 @@ from ..loop import Transitions, env_step
 from ._worker import STEP, STEP_REPLY
 from .errors import WorkerError
 from .runner import Runner
+
+if TYPE_CHECKING:
+    from ..agents.contract import Agent
 
 __all__ = ["LocalRunner"]
 
@@ -359,7 +362,7 @@ class LocalRunner(Runner):
         self._window_start = time.perf_counter()
         return self._obs.copy()
 
-    def transitions(self, agent: Any, obs: np.ndarray) -> tuple[Transitions, np.ndarray]:
+    def transitions(self, agent: Agent, obs: np.ndarray) -> tuple[Transitions, np.ndarray]:
         """One step of every env for the agent's decision on ``obs`` (the workers step the envs)."""
         return env_step(agent, self, obs)
 

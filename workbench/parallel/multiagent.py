@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from gymnasium import spaces
@@ -31,6 +31,9 @@ from ..loop import Episode, Transitions, env_step
 from .local import LocalRunner
 from .runner import Runner
 
+if TYPE_CHECKING:
+    from ..agents.contract import Agent
+
 __all__ = [
     "MultiAgentLocalRunner",
     "MultiAgentRunner",
@@ -42,7 +45,7 @@ __all__ = [
 ]
 
 
-def check_agent_fits(agent: Any, env: Any) -> None:
+def check_agent_fits(agent: Agent, env: Any) -> None:
     """Raise a ``ValueError`` when ``agent`` was not built for the ParallelEnv ``env`` (its agents, its
     action space, the size of its observation rows)."""
     lay = layout_for(agent, env)
@@ -76,9 +79,9 @@ class _SlotEpisodes:
     _ended: list[Episode]
     _signals: list[tuple[str, float]]
 
-    def _init_slots(self, agent: Any, env: Any) -> None:
+    def _init_slots(self, agent: Agent | None, env: Any) -> None:
         self.agents = list(env.possible_agents)
-        groups = dict(agent.agent_groups)
+        groups = dict(agent.agent_groups) if agent is not None else {}
         # IPPO's default groups are the agents themselves: their signal is the agent's, recorded once.
         self.groups = {g: m for g, m in groups.items() if g not in self.agents}
         self._ended = []
@@ -115,7 +118,7 @@ class MultiAgentRunner(_SlotEpisodes, Runner):
     persistent = True  # the user's ParallelEnv lives on between two start() calls: episodes continue
     backend = "inprocess"
 
-    def __init__(self, source: EnvSource, agent: Any, *, seed: int | None = None, copies: int = 1) -> None:
+    def __init__(self, source: EnvSource, agent: Agent | None, *, seed: int | None = None, copies: int = 1) -> None:
         env = source.parallel
         self._owned = source.factory is not None
         envs = [make_parallel(source.factory, source.name) for _ in range(copies)] if self._owned else [env]
@@ -137,7 +140,7 @@ class MultiAgentRunner(_SlotEpisodes, Runner):
         """Reset the ParallelEnv; one row per agent."""
         return self.envs.reset()
 
-    def transitions(self, agent: Any, obs: Any) -> tuple[Transitions, Any]:
+    def transitions(self, agent: Agent, obs: Any) -> tuple[Transitions, Any]:
         """One step of every agent; the rows of absent agents carry ``"alive"`` 0 in the extras."""
         alive = self.envs.alive.astype(np.float32)
         t, next_obs = env_step(agent, self.envs, obs)
@@ -171,7 +174,7 @@ class _WorkerSlots(_SlotEpisodes):
     _slot_columns = ParallelVec.SLOT_COLUMNS
     num_envs: int
 
-    def __init__(self, source: EnvSource, agent: Any, num_workers: int, copies: int, **options: Any) -> None:
+    def __init__(self, source: EnvSource, agent: Agent | None, num_workers: int, copies: int, **options: Any) -> None:
         env = source.parallel
         self._layout = layout_for(agent, env)
         self._act_space = parallel_spaces(env, same_obs=False)[1]
@@ -203,7 +206,7 @@ class _WorkerSlots(_SlotEpisodes):
         self.slot_info[:] = np.asarray(rows, np.float32).reshape(self.num_envs, -1)
         return obs
 
-    def transitions(self, agent: Any, obs: Any) -> tuple[Transitions, Any]:
+    def transitions(self, agent: Agent, obs: Any) -> tuple[Transitions, Any]:
         """One step of every agent in every worker; absent agents' rows carry ``"alive"`` 0."""
         alive = self.slot_info[:, 0].astype(np.float32)
         t, next_obs = env_step(agent, self, obs)  # type: ignore[arg-type]
@@ -216,7 +219,7 @@ class MultiAgentLocalRunner(_WorkerSlots, LocalRunner):
     (``Session(agent, make_env, num_workers=N, backend="local")``)."""
 
 
-def _ray_runner(source: EnvSource, agent: Any, num_workers: int, copies: int, **options: Any) -> Runner:
+def _ray_runner(source: EnvSource, agent: Agent | None, num_workers: int, copies: int, **options: Any) -> Runner:
     from .ray_envs import RayEnvRunner
 
     class MultiAgentRayRunner(_WorkerSlots, RayEnvRunner):
@@ -228,7 +231,7 @@ def _ray_runner(source: EnvSource, agent: Any, num_workers: int, copies: int, **
 
 def make_multiagent_runner(
     source: EnvSource,
-    agent: Any,
+    agent: Agent | None,
     *,
     seed: int | None,
     num_workers: int,
@@ -281,7 +284,7 @@ def make_multiagent_runner(
 # -- an external session with several agents (Session.act / Session.feedback with dicts) ------------
 
 
-def is_agent_dict(agent: Any, obs: Any) -> bool:
+def is_agent_dict(agent: Agent, obs: Any) -> bool:
     """True when ``obs`` given to an external session's ``act`` is ``{agent_id: observation}`` rather
     than one observation (a Dict observation has the observation space's keys)."""
     if not isinstance(obs, Mapping):
@@ -290,7 +293,7 @@ def is_agent_dict(agent: Any, obs: Any) -> bool:
     return not (isinstance(space, spaces.Dict) and set(obs) == set(space.spaces))
 
 
-def _rows(agent: Any, obs: Mapping[Any, Any]) -> dict[Any, Any]:
+def _rows(agent: Agent, obs: Mapping[Any, Any]) -> dict[Any, Any]:
     """Each agent's row as ``agent`` reads it: the observation itself for a shared policy; for IPPO
     and MAPPO the padded observation, the state (the observations side by side) and the one-hot id."""
     lay = agent.multiagent_layout
@@ -339,7 +342,7 @@ def _per_agent(value: Any, agent_id: Any, name: str) -> Any:
     return value
 
 
-def external_act(runner: Any, agent: Any, obs: Any, episode: Any, action_mask: Any) -> Any:
+def external_act(runner: Any, agent: Agent, obs: Any, episode: Any, action_mask: Any) -> Any:
     """``Session.act``: ``{agent_id: action}`` for ``{agent_id: obs}``, each agent of ``episode`` being the
     external episode ``(episode, agent_id)`` of ``runner`` (one slot each); one observation's action otherwise."""
     if not is_agent_dict(agent, obs):
@@ -350,7 +353,7 @@ def external_act(runner: Any, agent: Any, obs: Any, episode: Any, action_mask: A
 
 
 def external_feedback(
-    runner: Any, agent: Any, rewards: Any, next_obs: Any, terminated: Any, truncated: Any, episode: Any, info: Any
+    runner: Any, agent: Agent, rewards: Any, next_obs: Any, terminated: Any, truncated: Any, episode: Any, info: Any
 ) -> None:
     """``Session.feedback``: what followed :func:`external_act`; with ``rewards`` a dict, per agent its reward,
     next observation and end (a bool for all agents, or a dict per agent), ``info`` per agent (its

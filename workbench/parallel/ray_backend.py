@@ -34,7 +34,7 @@ import os
 import threading
 import time
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -47,13 +47,16 @@ from .local import check_step_timeout
 from .ray_start import import_ray, start_ray
 from .runner import Runner
 
+if TYPE_CHECKING:
+    from ..agents.contract import Agent
+
 __all__ = ["RayRunner", "is_on_policy"]
 
 _DEFAULT_SYNC_EVERY = 32  # off-policy: steps per env between weight pulls
 _START_TIMEOUT_S = 120.0  # actor start: a cluster may have to pull the environment first
 
 
-def is_on_policy(agent: Any) -> bool:
+def is_on_policy(agent: Agent) -> bool:
     """True for agents that learn only from data of their current weights (PPO, A2C): each agent
     class says so with its ``on_policy`` attribute."""
     return bool(agent.on_policy)
@@ -63,7 +66,7 @@ class _ClockedReplica:
     """An acting replica whose step clock follows the learner's: every decision advances it by
     the envs of all workers, as one learner step would, so schedules (epsilon, warm-up) match."""
 
-    def __init__(self, agent: Any, stride: int) -> None:
+    def __init__(self, agent: Agent, stride: int) -> None:
         self.agent = agent
         self.stride = stride
 
@@ -242,7 +245,7 @@ class RayRunner(Runner):
     def __init__(
         self,
         source: EnvSource,
-        agent: Any,
+        agent: Agent,
         num_workers: int,
         envs_per_worker: int,
         *,
@@ -473,7 +476,7 @@ class RayRunner(Runner):
         self._inflight = None
         return self._obs.copy()
 
-    def transitions(self, agent: Any, obs: np.ndarray) -> tuple[Transitions, np.ndarray]:
+    def transitions(self, agent: Agent, obs: np.ndarray) -> tuple[Transitions, np.ndarray]:
         """The next step of every env, as the workers took it with the agent's weights (the
         learner's ``obs`` is where the workers are: they step on from there themselves)."""
         if self._data is None or self._t >= self._chunk_len:

@@ -12,11 +12,14 @@ import contextlib
 import logging
 import os
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..envs.core import EnvSource
+
+if TYPE_CHECKING:
+    from ..agents.contract import Agent
 
 __all__ = ["LEAN_IMPORTS_DIR", "RAY_NOTICES", "import_ray", "init_private_ray", "quiet_ray_notices", "start_ray"]
 
@@ -166,7 +169,7 @@ def _resources_text(resources: dict[str, float]) -> str:
     return ", ".join(f"{k} {v:g}" for k, v in shown.items()) or "none"
 
 
-def check_learner_gpus(learner_gpus: int, agent: Any = None) -> None:
+def check_learner_gpus(learner_gpus: int, agent: Agent | None = None) -> None:
     """Where the learner of ``learner_gpus > 0`` runs: in the session's process, which must see that
     many CUDA GPUs; its agent then trains on ``cuda`` (an agent built with ``device="auto"`` is moved
     there; one built for another device is a ValueError). Env actors never ask Ray for a GPU."""

@@ -8,11 +8,14 @@ agent replicas and the application's envs of an external session.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..loop import Episode, Transitions
+
+if TYPE_CHECKING:
+    from ..agents.contract import Agent
 
 __all__ = ["Runner"]
 
@@ -58,7 +61,7 @@ class Runner:
         """Reset every env; the first observations, one row per env."""
         raise NotImplementedError
 
-    def transitions(self, agent: Any, obs: Any) -> tuple[Transitions, Any]:
+    def transitions(self, agent: Agent, obs: Any) -> tuple[Transitions, Any]:
         """One step of every env for the agent's decision on ``obs``; the transitions and the next observations."""
         raise NotImplementedError
 

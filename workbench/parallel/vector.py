@@ -16,7 +16,7 @@ seed derived from its seed and step count (see docs/parallel.md).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,6 +24,9 @@ from ..envs.core import EnvSource
 from ..envs.vector import VectorEnvAdapter, check_vector_session, make_envpool
 from ..loop import Transitions, env_step
 from .runner import Runner
+
+if TYPE_CHECKING:
+    from ..agents.contract import Agent
 
 __all__ = ["VectorRunner", "make_vector_runner"]
 
@@ -53,7 +56,7 @@ class VectorRunner(Runner):
         seed, self._seed = self._seed, None
         return self.envs.reset(seed)
 
-    def transitions(self, agent: Any, obs: np.ndarray) -> tuple[Transitions, np.ndarray]:
+    def transitions(self, agent: Agent, obs: np.ndarray) -> tuple[Transitions, np.ndarray]:
         """One step of every env for the agent's decision on ``obs``."""
         return env_step(agent, self.envs, obs)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -27,6 +27,9 @@ from .persistence import Counters, rng_states
 from .registry import ControlError, start_thread
 from .videos import VideoJobs
 
+if TYPE_CHECKING:
+    from ..agents.contract import Agent
+
 __all__ = ["SPS_INTERVAL_S", "RunContext", "StepRate", "training_threads"]
 
 _VIDEO_WAIT_S = 30.0  # at a run's end, how long the sinks wait for videos still being written
@@ -35,7 +38,7 @@ SPS_INTERVAL_S = 1.0
 """How often ``steps_per_second`` is recorded."""
 
 
-def training_threads(setting: Any, agent: Any) -> Any:
+def training_threads(setting: Any, agent: Agent) -> Any:
     """The torch thread count a run trains under for a session's ``torch_threads``: ``"auto"`` is 1 for an
     agent of small MLPs (a second thread only contends with the envs and the dashboard for them) and
     None, torch's own count, for one with a CNN encoder (``agent.convolutional``), whose updates use the

@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -32,6 +32,9 @@ import torch
 from ..agents.live import apply_edits, check_edits, editable
 from ..exploration import Exploration
 from ..schedules import Schedule
+
+if TYPE_CHECKING:
+    from ..agents.contract import Agent
 
 __all__ = ["SIGNAL_PREFIX", "Event", "LiveControl", "editable_hyperparameters"]
 
@@ -263,6 +266,6 @@ class LiveControl:
             runner.call(name, args, kwargs)
 
 
-def editable_hyperparameters(agent: Any) -> dict[str, Any]:
+def editable_hyperparameters(agent: Agent) -> dict[str, Any]:
     """The agent's editable hyperparameters and their current values (what a panel shows)."""
     return {name: getattr(agent.config, name) for name in editable(agent)}

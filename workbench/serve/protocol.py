@@ -22,10 +22,13 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Hashable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from gymnasium import spaces
+
+if TYPE_CHECKING:
+    from ..agents.contract import Agent
 
 try:  # the serve extra's fast JSON; the standard library's parser where it is absent
     import orjson as _orjson
@@ -164,7 +167,7 @@ def _numbers(value: Any, field: str, depth: int = 0) -> None:
             _numbers(item, f"{field}.{key}", depth + 1)
 
 
-def observation(agent: Any, value: Any, field: str) -> Any:
+def observation(agent: Agent, value: Any, field: str) -> Any:
     """A JSON observation checked as the agent's ``prepare_obs`` checks it: the value to pass on. For
     a Box space that is the array ``prepare_obs`` made of it (the session's own ``prepare_obs`` takes
     it back unchanged, so the list is converted once, not twice); for other spaces (one-hot encoded,
@@ -193,7 +196,7 @@ def observation(agent: Any, value: Any, field: str) -> Any:
     return value
 
 
-def check_act(agent: Any, request: dict[str, Any]) -> tuple[Hashable | None, Any, Any, int | None]:
+def check_act(agent: Agent, request: dict[str, Any]) -> tuple[Hashable | None, Any, Any, int | None]:
     """An act request checked: ``(episode, obs, action_mask, seq)``."""
     _unknown(request, _ACT_FIELDS, "act")
     episode = episode_id(request)
@@ -220,7 +223,7 @@ def _mask_values(mask: Any) -> None:
 
 
 def check_feedback(
-    agent: Any, request: dict[str, Any]
+    agent: Agent, request: dict[str, Any]
 ) -> tuple[Hashable | None, float, Any, bool, bool, dict[str, Any] | None, int | None]:
     """A feedback request checked: ``(episode, reward, next_obs, terminated, truncated, info, seq)``."""
     _unknown(request, _FEEDBACK_FIELDS, "feedback")
