@@ -447,10 +447,13 @@ class OnPolicyAgent(Agent):
         return self.rollout is not None and self.rollout.full
 
     def apply_edits(self, changed: set[str]) -> None:
-        """A learning-rate edit replaces the schedule; every optimizer takes its rate at once."""
+        """A learning-rate edit replaces the schedule, every optimizer taking its rate at once; a clip-range
+        edit (PPO's, RecurrentPPO's: the only ones that have it) the clip schedule."""
         super().apply_edits(changed)
         if "learning_rate" in changed:
             self._lr = as_schedule(self.config.learning_rate)
+        if "clip_range" in changed:
+            self._clip = as_schedule(self.config.clip_range)
         rate = self._lr(self.progress)
         self._set_learning_rates({name: rate for name in self.optimizers})
 

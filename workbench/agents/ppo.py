@@ -68,12 +68,6 @@ class PPO(OnPolicyAgent):
         self._clip = as_schedule(self.config.clip_range)
         self.optimizer = make_adam(params, lr=self._lr(0.0), eps=1e-5)
 
-    def apply_edits(self, changed: set[str]) -> None:
-        """Also the clip range's schedule (``clip_range``)."""
-        super().apply_edits(changed)
-        if "clip_range" in changed:
-            self._clip = as_schedule(self.config.clip_range)
-
     # -- learning -----------------------------------------------------------------------------
 
     def _update(self) -> dict[str, float]:

@@ -259,12 +259,6 @@ class RecurrentPPO(OnPolicyAgent):
         self.rollout.add(obs, actions, rewards, dones, extras["values"], extras["log_probs"], extras.get(MASK_KEY))
         self._next_obs = next_obs
 
-    def apply_edits(self, changed: set[str]) -> None:
-        """Also the clip range's schedule (``clip_range``)."""
-        super().apply_edits(changed)
-        if "clip_range" in changed:
-            self._clip = as_schedule(self.config.clip_range)
-
     # -- learning -----------------------------------------------------------------------------
 
     def _update(self) -> dict[str, float]:
