@@ -34,7 +34,7 @@ from gymnasium import spaces
 from torch import nn
 
 from .. import checkpoint
-from ..devices import DeviceChoice, choose_device, parse_device, synchronize, to_device, uncompile
+from ..devices import DeviceChoice, choose_device, parse_device, synchronize, to_device
 from ..envs.core import as_env_source, describe_space, flat_observation_space, observation_flattener
 from ..envs.masks import MASK_KEY, check_masks, mask_size, strip_mask_space
 from ..loop import NO_EXTRAS, Step, Transitions, play_episode
@@ -61,6 +61,7 @@ from .encoders import (
     with_encoder,
 )
 from .fairlock import FairRLock
+from .kernels.private_torch import uncompile
 
 __all__ = [
     "AGENTS",
@@ -117,9 +118,8 @@ class AgentConfig:
     encoder_kwargs: dict | None = checked(None, optional(json_object()))
     """Keyword arguments of the encoder (JSON values: they are saved with the run)."""
     fast: str = checked("auto", choice("auto", "off"))
-    """"auto": written-out passes of plain network bodies and fused optimizer steps where they apply
-    (``workbench.agents.kernels``; the losses stay the torch ones, and only on the CPU, never with
-    ``compile`` or a lower ``precision``); "off": the torch modules and optimizers called as they are."""
+    """No effect any more (kept so that runs saved with it load, and code passing it runs): "auto" and
+    "off" both call the torch modules and optimizers as they are (docs/speed.md)."""
     compile: bool | CompileMode = checked(False, any_of(flag(), choice(*COMPILE_MODES)))
     """True (or a ``torch.compile`` mode: "default", "reduce-overhead" for CUDA graphs where shapes are
     static, "max-autotune"): the networks run through ``torch.compile`` in updates and acting; the
@@ -390,7 +390,7 @@ class Agent:
         self._place()
         self._compile()
         if self.config.precision == "fp16":
-            from .kernels import set_grad_scaler
+            from .updates import set_grad_scaler
 
             for opt in self.optimizers.values():
                 set_grad_scaler(opt, torch.amp.GradScaler(self.device.type))
@@ -581,7 +581,7 @@ class Agent:
         start = time.perf_counter()
         for net in nets.values():
             net.compile(mode=mode)
-        self._compiled = True  # the kernels' written-out passes would bypass the compiled forward
+        self._compiled = True
         try:
             if not update_calls:
                 raise RuntimeError("no network of this agent takes an observation batch to compile with")
@@ -727,17 +727,6 @@ class Agent:
         if getattr(self, "intrinsic", None) is not None:
             opts["intrinsic_optimizer"] = self.intrinsic.optimizer
         return opts
-
-    @property
-    def _fast(self) -> bool:
-        """True unless the config says ``fast="off"``: the kernels of ``workbench.agents.kernels`` may run.
-        They are CPU-only fp32 passes, so never on another device, compiled or in lower precision."""
-        return (
-            self.config.fast != "off"
-            and self.device.type == "cpu"
-            and not self._compiled
-            and self.config.precision == "fp32"
-        )
 
     @property
     def progress(self) -> float:
@@ -1269,7 +1258,7 @@ class Agent:
         return (
             f"{self.algorithm}(obs={describe_space(self.observation_space)}, "
             f"action={describe_space(self.action_space)}, encoder={self.encoder_description}, "
-            f"fast={c.fast}, device={self.device} [{self.device_choice.reason}], {compiled}, "
+            f"device={self.device} [{self.device_choice.reason}], {compiled}, "
             f"precision={c.precision}, steps={self.num_timesteps}, {mode})"
         )
 

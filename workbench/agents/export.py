@@ -62,10 +62,10 @@ from torch import nn
 
 from .. import checkpoint
 from .._version import __version__
-from ..devices import eager_copy
 from ..envs.core import describe_space, flat_observation_space
 from ..envs.masks import mask_size, strip_mask_space
 from ..validation import ArgumentError
+from .kernels.private_torch import eager_copy
 
 __all__ = [
     "EXPORT_FORMATS",
