@@ -13,7 +13,8 @@ name and key order) and the optimizers' moments (``agent.state()``'s ``optim/`` 
 It measures the checkout it lives in (its own root comes first on ``sys.path``), so
 ``python <other checkout>/benchmarks/weight_hashes.py`` hashes that one.
 
-Not part of the test suite; ``docs/speed.md`` records where a change moved a hash and why.
+Not part of the test suite; ``docs/speed.md`` records where a change moved a hash and why, and the
+latest hashes of every setup (section "Public PyTorch only").
 """
 
 from __future__ import annotations

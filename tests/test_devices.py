@@ -243,17 +243,6 @@ def test_a_torch_device_is_taken_too():
     assert wb.A2C("CartPole-v1", device=torch.device("cpu")).device == torch.device("cpu")
 
 
-# -- the numpy fast paths are CPU-only -----------------------------------------------------------
-
-
-def test_the_fast_kernels_are_never_chosen_off_the_cpu():
-    agent = wb.PPO("CartPole-v1", device="cpu")
-    assert agent._fast
-    agent.device = torch.device("meta")  # any other device
-    assert not agent._fast
-    assert not wb.PPO("CartPole-v1", device="cpu", fast="off")._fast
-
-
 def test_replay_minibatches_go_to_the_memorys_device_and_the_memory_stays_on_the_host():
     agent = _trained("DQN", "cpu")
     agent.memory.device = torch.device("meta")
@@ -334,7 +323,7 @@ def test_compile_runs_the_update_compiled_and_reports_its_time(monkeypatch, tmp_
     # The eager backend: dynamo traces the networks as torch.compile does, without a C++ build.
     monkeypatch.setattr(torch, "compile", lambda *a, **k: real(*a, **{**k, "backend": "eager", "mode": None}))
     agent = wb.DQN("CartPole-v1", device="cpu", compile=True, **SMALL["DQN"])
-    assert agent.compiled and agent.compile_time > 0 and not agent._fast
+    assert agent.compiled and agent.compile_time > 0
     assert "s to compile" in repr(agent)
     session = wb.Session(agent, "CartPole-v1", seed=0)
     session.run(steps=64)
@@ -468,7 +457,7 @@ def test_bf16_trains_a_cnn_agent_on_the_cpu_under_autocast(monkeypatch):
 
     monkeypatch.setattr(torch, "autocast", recording)
     agent = wb.DQN(SeeTheSide, device="cpu", precision="bf16", **SMALL["DQN"])
-    assert "precision=bf16" in repr(agent) and not agent._fast
+    assert "precision=bf16" in repr(agent)
     wb.Session(agent, SeeTheSide, seed=0).run(steps=64)
     assert agent.num_updates > 0 and seen and seen[0] == (("cpu",), {"dtype": torch.bfloat16})
     assert all(p.dtype == torch.float32 for p in agent.q_net.parameters())  # the weights stay fp32

@@ -225,38 +225,3 @@ def test_recurrent_export_takes_and_returns_the_lstm_state(tmp_path):
     graph = onnx.load(path).graph
     assert [i.name for i in graph.input] == ["obs", "lstm_h", "lstm_c", "episode_start"]
     assert [o.name for o in graph.output] == ["action", "next_lstm_h", "next_lstm_c"]
-
-
-def test_adam_step_matches_optimizer_step_bit_for_bit_and_skips_the_optimizer():
-    from workbench.agents.kernels.private_torch import adam_step
-    from workbench.agents.networks import make_adam, mlp
-
-    def trained(fast):
-        torch.manual_seed(0)
-        net = mlp(4, (16,), 2)
-        opt = make_adam(net.parameters(), lr=1e-2)
-        calls = 0
-        original = opt.step
-
-        def counted(*args, **kwargs):
-            nonlocal calls
-            calls += 1
-            return original(*args, **kwargs)
-
-        opt.step = counted
-        gen = torch.Generator().manual_seed(1)
-        for _ in range(5):
-            net.zero_grad(set_to_none=True)
-            net(torch.randn(8, 4, generator=gen)).pow(2).mean().backward()
-            adam_step(opt) if fast else opt.step()
-        return [p.detach().clone() for p in net.parameters()], opt.state_dict(), calls
-
-    fast, fast_state, fast_calls = trained(True)
-    slow, slow_state, _ = trained(False)
-    assert all(torch.equal(a, b) for a, b in zip(fast, slow))
-    assert all(
-        torch.equal(fast_state["state"][i][k], slow_state["state"][i][k])
-        for i in slow_state["state"]
-        for k in slow_state["state"][i]
-    )
-    assert fast_calls == 1  # only the first step (which creates the state) goes through step()

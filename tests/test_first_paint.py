@@ -1,7 +1,7 @@
 """The dashboard's first paint waits for as little as possible (issue 40; measured in the page by
 tests/test_browser.py, benchmarks/first_paint.py and the browser test at the end of this file): in a Jupyter kernel
 the dashboard's modules are imported in the background when the first session is made, never by ``import workbench``
-and never outside a kernel; no optimizer imports ``torch._dynamo`` on the eager path."""
+and never outside a kernel."""
 
 from __future__ import annotations
 
@@ -44,72 +44,6 @@ def test_a_session_in_a_kernel_imports_the_dashboard_in_the_background_once():
     pytest.importorskip("anywidget")
     pytest.importorskip("ipykernel")
     done = subprocess.run([sys.executable, "-c", CHECK], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr[-3000:]
-
-
-NO_DYNAMO = """
-import sys
-import workbench as wb
-for agent in (wb.PPO('CartPole-v1', n_envs=1, n_steps=16, batch_size=16, n_epochs=2), wb.A2C('CartPole-v1', n_envs=1)):
-    wb.Session(agent, 'CartPole-v1', seed=0).run(steps=64)
-assert 'torch._dynamo' not in sys.modules, 'torch._dynamo was imported'
-print('ok')
-"""
-
-
-def test_import_and_training_on_the_eager_path_never_import_torch_dynamo():
-    # torch.optim imports torch._dynamo on an optimizer's first construction and step (a second or more of
-    # a newcomer's first cell); the agents build and step theirs through private_torch.build_optimizer/step.
-    done = subprocess.run([sys.executable, "-c", NO_DYNAMO], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr[-3000:]
-
-
-SAME_NUMBERS = """
-import sys
-import torch
-from torch import nn
-from workbench.agents.kernels import private_torch as pt
-
-KINDS = [
-    (torch.optim.Adam, dict(lr=0.01, fused=True)),
-    (torch.optim.Adam, dict(lr=0.01, foreach=True, weight_decay=0.1)),
-    (torch.optim.RMSprop, dict(lr=0.01, alpha=0.99, eps=1e-5, foreach=True)),
-    (torch.optim.SGD, dict(lr=0.1, momentum=0.9)),
-]
-
-def train(cls, kwargs, private):
-    gen = torch.Generator().manual_seed(0)
-    params = [nn.Parameter(torch.randn(4, 3, generator=gen)), nn.Parameter(torch.randn(3, generator=gen))]
-    opt = pt.build_optimizer(cls, params, **kwargs) if private else cls(params, **kwargs)
-    assert 'add_param_group' not in opt.__dict__
-    for _ in range(4):
-        for p in params:
-            p.grad = torch.randn(p.shape, generator=gen)
-        pt.step(opt) if private else opt.step()
-    groups = [{k: v for k, v in g.items() if k != 'params'} for g in opt.param_groups]
-    state = dict(enumerate(opt.state[p] for p in params))  # state_dict() would import torch._dynamo
-    return params, groups, state, torch.is_grad_enabled()
-
-private = [train(cls, kw, True) for cls, kw in KINDS]
-assert 'torch._dynamo' not in sys.modules
-import torch._dynamo  # now the public calls, which import it
-public = [train(cls, kw, False) for cls, kw in KINDS]
-for (pp, pg, ps, pgrad), (qp, qg, qs, qgrad) in zip(private, public):
-    assert all(torch.equal(a, b) for a, b in zip(pp, qp)), 'parameters differ'
-    assert pg == qg and pgrad and qgrad
-    assert ps.keys() == qs.keys()
-    for i in ps:
-        assert ps[i].keys() == qs[i].keys()
-        assert all(torch.equal(torch.as_tensor(ps[i][k]), torch.as_tensor(qs[i][k])) for k in ps[i]), (i, ps[i])
-# once torch._dynamo is loaded, build_optimizer is the plain constructor
-opt = pt.build_optimizer(torch.optim.SGD, [nn.Parameter(torch.zeros(1))], lr=0.1)
-assert 'add_param_group' not in opt.__dict__ and len(opt.param_groups) == 1
-print('ok')
-"""
-
-
-def test_optimizers_built_and_stepped_without_torch_dynamo_give_the_public_calls_numbers():
-    done = subprocess.run([sys.executable, "-c", SAME_NUMBERS], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr[-3000:]
 
 

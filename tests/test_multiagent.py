@@ -258,20 +258,18 @@ def _dense(net, x):
     return stacked[net.groups_of(x), torch.arange(x.shape[0])]
 
 
-@pytest.mark.parametrize("fast", ["auto", "off"])
-def test_ippo_runs_each_group_network_only_on_its_own_rows(fast):
+def test_ippo_runs_each_group_network_only_on_its_own_rows():
     import torch
 
     env = MatchTarget(n_agents=3, length=4)
     groups = {"red": ["agent_0"], "blue": ["agent_1", "agent_2"]}
-    agent = wb.IPPO(env, groups=groups, seed=0, fast=fast, **SMALL)
+    agent = wb.IPPO(env, groups=groups, seed=0, **SMALL)
     n = agent.obs_shape[0]
     rng = np.random.default_rng(0)
     x = torch.as_tensor(rng.random((20, n)), dtype=torch.float32)
     slots = torch.as_tensor(rng.integers(0, 3, 20))
     x[:, -3:] = torch.eye(3)[slots]
     group = torch.tensor([0, 1, 1])[slots]  # agent_0 -> red (0), the others -> blue (1)
-    # With fast on, the nets run through their written-out bodies; reference first (hooks turn those off).
     with torch.no_grad():
         expected = {name: _dense(getattr(agent, name), x) for name in ("actor", "critic")}
         routed = {name: agent._forward(getattr(agent, name), x) for name in ("actor", "critic")}

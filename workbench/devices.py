@@ -18,7 +18,6 @@ memory with ``non_blocking=True`` on CUDA, as-is on the CPU. See docs/devices.md
 
 from __future__ import annotations
 
-import copy
 import difflib
 import threading
 import time
@@ -34,11 +33,9 @@ __all__ = [
     "available_devices",
     "choose_device",
     "clear_measurements",
-    "eager_copy",
     "parse_device",
     "time_probe",
     "to_device",
-    "uncompile",
 ]
 
 DEVICE_KINDS = ("auto", "cpu", "cuda", "cuda:N", "mps")
@@ -267,29 +264,8 @@ def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
     return tensor.to(device)
 
 
-# ``module.compile()`` keeps its compiled call in ``_compiled_call_impl``: the one private name used here.
-
-
 def compiling() -> bool:
     """True while ``torch.compile`` traces (``torch.compiler.is_compiling``, PyTorch 2.3 on; False before):
     Python-side caches and per-call branches step aside then, as the traced graph cannot keep them."""
     check = getattr(getattr(torch, "compiler", None), "is_compiling", None)
     return bool(check()) if check is not None else False
-
-
-def uncompile(net: torch.nn.Module) -> None:
-    """Undo ``net.compile()`` on ``net`` and its submodules: their calls run the eager modules again."""
-    for module in net.modules():
-        if getattr(module, "_compiled_call_impl", None) is not None:
-            module._compiled_call_impl = None
-
-
-def eager_copy(net: torch.nn.Module) -> torch.nn.Module:
-    """A deep copy of ``net`` without its ``torch.compile`` wrappers (those stay bound to the original
-    module): what export uses for a compiled agent's networks."""
-    memo: dict[int, Any] = {}
-    for module in net.modules():
-        compiled = getattr(module, "_compiled_call_impl", None)
-        if compiled is not None:
-            memo[id(compiled)] = None
-    return copy.deepcopy(net, memo)

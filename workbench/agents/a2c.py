@@ -16,7 +16,6 @@ from gymnasium import spaces
 from ..schedules import as_schedule
 from ..validation import checked, flag, number
 from .base import register
-from .kernels.private_torch import build_optimizer
 from .networks import make_adam
 from .on_policy import OnPolicyAgent, OnPolicyConfig, RolloutBatch
 
@@ -92,13 +91,11 @@ class A2C(OnPolicyAgent):
         params = self._build_actor_critic()
         self._lr = as_schedule(c.learning_rate)
         if c.use_rms_prop and c.rms_prop_tf_like:
-            self.optimizer: torch.optim.Optimizer = build_optimizer(
-                RMSpropTFLike, params, lr=self._lr(0.0), alpha=0.99, eps=c.rms_prop_eps
+            self.optimizer: torch.optim.Optimizer = RMSpropTFLike(
+                params, lr=self._lr(0.0), alpha=0.99, eps=c.rms_prop_eps
             )
         elif c.use_rms_prop:
-            self.optimizer = build_optimizer(
-                torch.optim.RMSprop, params, lr=self._lr(0.0), alpha=0.99, eps=c.rms_prop_eps, foreach=True
-            )
+            self.optimizer = torch.optim.RMSprop(params, lr=self._lr(0.0), alpha=0.99, eps=c.rms_prop_eps, foreach=True)
         else:
             self.optimizer = make_adam(params, lr=self._lr(0.0))
 

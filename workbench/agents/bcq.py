@@ -19,9 +19,9 @@ from gymnasium import spaces
 
 from ..validation import checked, integer, number
 from .base import register
-from .kernels import gradient_step, polyak_update
 from .networks import make_adam, mlp
 from .offline import OfflineAgent, OfflineBatch, OfflineConfig
+from .updates import gradient_step, polyak_update
 
 __all__ = ["BCQ", "BCQConfig"]
 
@@ -104,7 +104,7 @@ class BCQ(OfflineAgent):
         logits = self.behaviour(batch.obs)
         imitation = F.cross_entropy(logits, actions)
         loss = q_loss + c.imitation_weight * imitation + c.logit_penalty * logits.pow(2).mean()
-        gradient_step(self.optimizer, loss, c.max_grad_norm, fast=self._fast)
+        gradient_step(self.optimizer, loss, c.max_grad_norm)
         if (self.num_updates + 1) % c.target_update_interval == 0:
             polyak_update(self.q_target, self.q_net, c.tau)
         return {

@@ -8,8 +8,7 @@ outside the data.
 * Discrete actions: double DQN + ``cql_weight * (logsumexp_a Q(s, a) - Q(s, a_data))`` (CQL(H)).
 * Box actions: SAC (twin critics, learned entropy coefficient) + the same term, the ``logsumexp``
   estimated from ``n_action_samples`` uniform actions and actions of the policy at ``s`` and ``s'``
-  (the paper's importance-sampled CQL(H)). One critic pass covers the logged and all sampled rows;
-  its forward and backward are written out (``kernels.EnsemblePass``), the loss above them is autograd's.
+  (the paper's importance-sampled CQL(H)). One critic pass covers the logged and all sampled rows.
   The policy that acts is an exponential moving average of the trained policy's weights
   (``policy_average_tau``; Polyak averaging of the iterates): the trained policy chases critics that
   keep moving, and its return swings from one thousand steps to the next; the average does not.
@@ -27,9 +26,9 @@ import torch.nn.functional as F
 
 from ..validation import checked, flag, integer, number, optional
 from .base import register
-from .kernels import forward, gradient_step, polyak_update
 from .networks import EnsembleMLP, ScalarParameter, make_adam, mlp
 from .offline import OfflineAgent, OfflineBatch, OfflineConfig, SquashedGaussianActor
+from .updates import gradient_step, polyak_update
 
 __all__ = ["CQL", "CQLConfig"]
 
@@ -149,7 +148,7 @@ class CQL(OfflineAgent):
         td = F.smooth_l1_loss(q, target)
         conservative = (torch.logsumexp(all_q, -1) - q).mean()
         loss = td + self.cql_weight * conservative
-        gradient_step(self.optimizer, loss, c.max_grad_norm, fast=self._fast)
+        gradient_step(self.optimizer, loss, c.max_grad_norm)
         polyak_update(self.q_target, self.q_net, c.tau)
         return {
             "loss": float(td.detach()),
@@ -211,7 +210,7 @@ class CQL(OfflineAgent):
                     npi_logp.view(b, n),
                 ]
             )
-        q_all = forward(self.critic, rows, fast=self._fast).squeeze(-1)  # the written-out pass, when it applies
+        q_all = self.critic(rows).squeeze(-1)
         q = q_all[:, :b]
         td = (q - target).pow(2).mean(1).sum()  # each critic's MSE (the paper's, d3rlpy's)
         samples = q_all[:, b:].view(2, 3, b, n) - log_density

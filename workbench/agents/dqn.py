@@ -32,9 +32,9 @@ from ..validation import Constraint, checked, flag, integer, number
 from .base import AgentState, Transitions, register
 from .heads import MASKED_Q, Argmax, DistributionalArgmax, PolicyHead, frozen
 from .intrinsic import INTRINSIC, IntrinsicReward
-from .kernels import gradient_step, polyak_update
 from .networks import DuelingQNetwork, make_adam, mlp, noise_off, reset_noise
 from .off_policy import OffPolicyAgent, OffPolicyConfig
+from .updates import gradient_step, polyak_update
 
 __all__ = ["DQN", "DQNConfig"]
 
@@ -390,7 +390,7 @@ class DQN(OffPolicyAgent):
             self.memory.update_priorities(batch.indices, self._host(errors))
         else:
             loss = per_sample.mean()
-        gradient_step(self.optimizer, loss, c.max_grad_norm, fast=self._fast)
+        gradient_step(self.optimizer, loss, c.max_grad_norm)
         return loss.detach(), q.detach().mean()
 
     def state(self) -> AgentState:

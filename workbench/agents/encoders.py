@@ -37,6 +37,7 @@ from torch import nn
 from ..devices import compiling
 from ..envs.core import flat_observation_space, is_image_space
 from ..validation import Constraint
+from .kernels.private_torch import weights_version
 
 __all__ = [
     "BUILTIN_ENCODERS",
@@ -138,8 +139,10 @@ class _Encoder(nn.Module):
         # Not while torch.compile traces: the cache's key (the weights' version counters) changes with every
         # optimizer step, and each change would be a guard failure and a recompile until dynamo gave up.
         shared = self.shared and not compiling()
+        version = weights_version(self.parameters()) if shared else None
+        shared = version is not None
         if shared:
-            key = (torch.is_grad_enabled(), sum(p._version for p in self.parameters()))
+            key = (torch.is_grad_enabled(), version)
             cached = self._cached
             if cached is not None and cached[0] is obs and cached[1] == key:
                 return cached[2]

@@ -19,9 +19,10 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from ..devices import DeviceChoice, parse_device, synchronize, to_device, uncompile
+from ..devices import DeviceChoice, parse_device, synchronize, to_device
 from ..envs.core import describe_space
 from .encoders import is_image_space
+from .kernels.private_torch import uncompile
 
 if TYPE_CHECKING:
     from .contract import Agent
@@ -58,7 +59,7 @@ class Execution:
         self._place()
         self._compile()
         if self.config.precision == "fp16":
-            from .kernels import set_grad_scaler
+            from .updates import set_grad_scaler
 
             for opt in self.optimizers.values():
                 set_grad_scaler(opt, torch.amp.GradScaler(self.device.type))
@@ -249,7 +250,7 @@ class Execution:
         start = time.perf_counter()
         for net in nets.values():
             net.compile(mode=mode)
-        self._compiled = True  # the kernels' written-out passes would bypass the compiled forward
+        self._compiled = True
         try:
             if not update_calls:
                 raise RuntimeError("no network of this agent takes an observation batch to compile with")
@@ -320,17 +321,6 @@ class Execution:
         """True when the networks run through ``torch.compile`` (``compile=`` set and it worked)."""
         return self._compiled
 
-    @property
-    def _fast(self) -> bool:
-        """True unless the config says ``fast="off"``: the kernels of ``workbench.agents.kernels`` may run.
-        They are CPU-only fp32 passes, so never on another device, compiled or in lower precision."""
-        return (
-            self.config.fast != "off"
-            and self.device.type == "cpu"
-            and not self._compiled
-            and self.config.precision == "fp32"
-        )
-
     def __repr__(self) -> str:
         mode = "training" if self.training else "play"
         c = self.config
@@ -344,7 +334,7 @@ class Execution:
         return (
             f"{self.algorithm}(obs={describe_space(self.observation_space)}, "
             f"action={describe_space(self.action_space)}, encoder={self.encoder_description}, "
-            f"fast={c.fast}, device={self.device} [{self.device_choice.reason}], {compiled}, "
+            f"device={self.device} [{self.device_choice.reason}], {compiled}, "
             f"precision={c.precision}, steps={self.num_timesteps}, {mode})"
         )
 

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..devices import eager_copy
+from .kernels.private_torch import eager_copy
 
 __all__ = [
     "MASKED_LOGIT",

@@ -18,9 +18,9 @@ from torch import nn
 
 from ..validation import checked, number
 from .base import register
-from .kernels import polyak_update
 from .networks import EnsembleMLP, drawn_like, make_adam, mlp, multinomial
 from .offline import OfflineAgent, OfflineBatch, OfflineConfig
+from .updates import polyak_update
 
 __all__ = ["IQL", "IQLConfig"]
 

@@ -31,7 +31,6 @@ from ..envs.core import as_env_source
 from ..envs.multiagent import Layout, layout_for, parallel_spaces
 from ..validation import Constraint, checked, choice
 from .base import register
-from .kernels import forward
 from .networks import mlp
 from .ppo import PPO, PPOConfig
 
@@ -45,8 +44,7 @@ class SlotNet(nn.Module):
     The rows are sorted by group, each network runs once on its own rows (an empty batch for a group
     with none, so every network's parameters get a gradient, zero when it had no rows), and the outputs
     go back to the rows' places: with ``k`` groups a batch costs about one network pass per row, not
-    ``k``. ``fast`` (the agent's ``fast="auto"``) runs each network through its written-out body
-    (``workbench.agents.kernels.forward``), as ``wb.PPO``'s networks run. Traced for ONNX export or compiled
+    ``k``. Traced for ONNX export or compiled
     (``compile=True``), every network runs on every row and each row's output is picked: one graph for any batch.
     """
 
@@ -61,11 +59,11 @@ class SlotNet(nn.Module):
         """The group of each row of ``x`` (``(batch,)``, int64)."""
         return self.slot_group[x[:, self.id_start :].argmax(-1)]
 
-    def forward(self, x: torch.Tensor, fast: bool = False) -> torch.Tensor:
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         """The outputs of each row's group network."""
         inputs = x.index_select(-1, self.columns)
         if len(self.nets) == 1:
-            return forward(self.nets[0], inputs, fast=fast)
+            return self.nets[0](inputs)
         group = self.groups_of(x)
         if torch.jit.is_tracing() or compiling():
             # ONNX export and compile=True: one graph without data-dependent shapes (a row count per group
@@ -75,7 +73,7 @@ class SlotNet(nn.Module):
         order = torch.argsort(group, stable=True)
         counts = torch.bincount(group, minlength=len(self.nets)).tolist()
         parts = inputs.index_select(0, order).split(counts)
-        outs = torch.cat([forward(net, part, fast=fast) for net, part in zip(self.nets, parts, strict=True)])
+        outs = torch.cat([net(part) for net, part in zip(self.nets, parts, strict=True)])
         return outs.new_empty(outs.shape).index_copy(0, order, outs)
 
 
@@ -169,13 +167,6 @@ class _MultiAgentPPO(PPO):
 
     def _state_for(self, env: Any, hyperparameters: dict[str, Any]) -> str | None:
         return None
-
-    def _forward(self, net: nn.Module, x: torch.Tensor) -> torch.Tensor:
-        """``net(x)``; a routed network runs each group's network through its written-out body when
-        ``fast`` allows one, as PPO's own networks do (the loss above it is PPO's, unchanged)."""
-        if isinstance(net, SlotNet):
-            return net(x, fast=self._fast)
-        return super()._forward(net, x)
 
     def export_policies(
         self, directory: str | os.PathLike[str], *, action_mask: bool = False, overwrite: bool = False

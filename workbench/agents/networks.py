@@ -9,8 +9,6 @@ from collections.abc import Iterator, Sequence
 import torch
 from torch import nn
 
-from .kernels.private_torch import build_optimizer
-
 __all__ = [
     "ACTIVATIONS",
     "DuelingQNetwork",
@@ -67,12 +65,13 @@ def mlp(
 
 
 def make_adam(params: Sequence[torch.Tensor] | object, lr: float, eps: float = 1e-8) -> torch.optim.Adam:
-    """Adam with the fastest CPU kernel available (fused, else foreach); ``agents.kernels`` steps it."""
+    """``torch.optim.Adam`` with its fused kernel (one kernel for every parameter's update, the fastest
+    on the CPU at these sizes: docs/speed.md), else its ``foreach`` form where this torch has no fused one."""
     params = list(params)  # type: ignore[call-overload]
     try:
-        return build_optimizer(torch.optim.Adam, params, lr=lr, eps=eps, fused=True)
+        return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
     except (RuntimeError, TypeError, ValueError):  # pragma: no cover - older torch builds
-        return build_optimizer(torch.optim.Adam, params, lr=lr, eps=eps, foreach=True)
+        return torch.optim.Adam(params, lr=lr, eps=eps, foreach=True)
 
 
 class DuelingQNetwork(nn.Module):

@@ -24,8 +24,8 @@ from ..devices import to_device
 from ..offline.datasets import Dataset
 from ..validation import checked, integer, layer_widths, number
 from .base import Agent, AgentConfig, Transitions
-from .kernels import gradient_step
 from .networks import mlp
+from .updates import gradient_step
 
 __all__ = ["OfflineAgent", "OfflineBatch", "OfflineConfig", "OfflineData", "SquashedGaussianActor"]
 
@@ -190,4 +190,4 @@ class OfflineAgent(Agent):
     def _step(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> None:
         """One optimizer step on ``loss``; gradients reach only ``optimizer``'s parameters (autograd
         skips the weight gradients of any other network the loss went through)."""
-        gradient_step(optimizer, loss, fast=self._fast, only_optimized=True)
+        gradient_step(optimizer, loss, only_optimized=True)

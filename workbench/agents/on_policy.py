@@ -4,7 +4,7 @@ Separate policy and value networks; sampling that returns each step's values and
 as the step's ``extras`` (they come back to ``observe`` inside the transitions); rollout storage with
 time-limit bootstrapping; and GAE over a full rollout. An
 algorithm built on :class:`OnPolicyAgent` adds its config, its optimizer and its policy loss (``_update``);
-the rest of the loss is :meth:`OnPolicyAgent._loss`, and the networks run through ``kernels.forward``.
+the rest of the loss is :meth:`OnPolicyAgent._loss`, and every network runs as the module it is.
 
 Their hyperparameters in common are :class:`OnPolicyConfig`'s, written once; PPO and A2C add their
 own and set their own defaults.
@@ -39,9 +39,9 @@ from .base import Agent, AgentConfig, Step, Transitions
 from .encoders import DictEncoder, ImageEncoder, orthogonal_init, with_encoder
 from .heads import Argmax, ArgmaxPerDimension, ClippedMean, PolicyHead, PositiveLogits, frozen
 from .intrinsic import INTRINSIC, IntrinsicReward
-from .kernels import forward, gradient_step
 from .networks import ACTIVATIONS, gaussian_policy_terms, mlp
 from .networks import drawn_like as _from_generator
+from .updates import gradient_step
 
 __all__ = [
     "OnPolicyAgent",
@@ -312,9 +312,9 @@ class OnPolicyAgent(Agent):
         return gaussian_policy_terms(self._forward(self.actor, obs), self.log_std, actions, self.discrete)
 
     def _forward(self, net: nn.Module, x: torch.Tensor) -> torch.Tensor:
-        """``net(x)`` (the actor's or the critic's), through its written-out body when ``fast`` allows
-        one (``workbench.agents.kernels``): the same outputs inside autograd, so every loss is the torch one."""
-        return forward(net, x, fast=self._fast)
+        """``net(x)`` (the actor's or the critic's): the one place the update and acting call a network,
+        so a subclass routing its networks (IPPO's :class:`~workbench.agents.multiagent.SlotNet`) overrides it."""
+        return net(x)
 
     def _values(self, obs: torch.Tensor) -> torch.Tensor:
         """The critic's value of each observation, shape ``(batch,)``."""
@@ -511,7 +511,7 @@ class OnPolicyAgent(Agent):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The loss of one gradient step, ``policy_loss - ent_coef * entropy + vf_coef * MSE(values, returns)``
         (A2C, PPO and RecurrentPPO differ only in the policy loss): returns (loss, value loss, mean entropy).
-        A subclass changing the loss overrides this (or the policy loss above it); no fast path bypasses it."""
+        A subclass changing the loss overrides this (or the policy loss above it)."""
         c = self.config
         value_loss = F.mse_loss(values, returns)
         entropy_mean = entropy.mean()
@@ -528,7 +528,7 @@ class OnPolicyAgent(Agent):
 
         Returns (value loss, mean entropy, total loss)."""
         loss, value_loss, entropy_mean = self._loss(policy_loss, entropy, values, returns)
-        gradient_step(self.optimizer, loss, self.config.max_grad_norm, fast=self._fast)
+        gradient_step(self.optimizer, loss, self.config.max_grad_norm)
         return value_loss, entropy_mean, loss
 
     def _end_update(self, metrics: dict[str, float], batch: RolloutBatch) -> dict[str, float]:

@@ -68,9 +68,8 @@ class AgentConfig:
     encoder_kwargs: dict | None = checked(None, optional(json_object()))
     """Keyword arguments of the encoder (JSON values: they are saved with the run)."""
     fast: str = checked("auto", choice("auto", "off"))
-    """"auto": written-out passes of plain network bodies and fused optimizer steps where they apply
-    (``workbench.agents.kernels``; the losses stay the torch ones, and only on the CPU, never with
-    ``compile`` or a lower ``precision``); "off": the torch modules and optimizers called as they are."""
+    """No effect any more (kept so that runs saved with it load, and code passing it runs): "auto" and
+    "off" both call the torch modules and optimizers as they are (docs/speed.md)."""
     compile: bool | CompileMode = checked(False, any_of(flag(), choice(*COMPILE_MODES)))
     """True (or a ``torch.compile`` mode: "default", "reduce-overhead" for CUDA graphs where shapes are
     static, "max-autotune"): the networks run through ``torch.compile`` in updates and acting; the

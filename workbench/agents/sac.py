@@ -23,9 +23,9 @@ from ..validation import Constraint, any_of, checked, flag, integer, number, opt
 from .base import Transitions, register
 from .encoders import with_encoder
 from .heads import PolicyHead, ScaledIntoBounds, SquashedMean, frozen
-from .kernels import gradient_step, polyak_update
 from .networks import EnsembleMLP, ScalarParameter, drawn_like, make_adam, mlp
 from .off_policy import OffPolicyAgent, OffPolicyConfig
+from .updates import gradient_step, polyak_update
 
 __all__ = ["SAC", "SACConfig"]
 
@@ -316,7 +316,7 @@ class SAC(OffPolicyAgent):
             # Entropy coefficient first, so the losses below use the updated alpha (as SB3 does).
             if self._auto_alpha:
                 alpha_loss = -(self.log_alpha.value * (log_prob.detach() + self.target_entropy)).mean()
-                gradient_step(self.alpha_optimizer, alpha_loss, fast=self._fast)
+                gradient_step(self.alpha_optimizer, alpha_loss)
             alpha = self._alpha()
 
             with torch.no_grad():
@@ -326,13 +326,13 @@ class SAC(OffPolicyAgent):
                 target = batch.rewards + batch.discounts * (1.0 - batch.dones) * soft_value
             q = self.critic(obs, actions).squeeze(-1)  # (n_critics, batch)
             critic_loss = 0.5 * (q - target).pow(2).mean(1).sum()
-            gradient_step(self.critic_optimizer, critic_loss, fast=self._fast)
+            gradient_step(self.critic_optimizer, critic_loss)
 
             # The actor's loss needs gradients through the critic's input only, not its weights.
             self.critic.requires_grad_(False)
             q_pi = self.critic(obs, pi_actions).min(0).values.squeeze(-1)
             actor_loss = (alpha * log_prob - q_pi).mean()
-            gradient_step(self.actor_optimizer, actor_loss, fast=self._fast)
+            gradient_step(self.actor_optimizer, actor_loss)
             self.critic.requires_grad_(True)
 
             self.num_updates += 1

@@ -21,9 +21,9 @@ from ..schedules import Schedule, as_schedule
 from ..validation import Constraint, checked, integer, number, optional
 from .base import AgentState, register
 from .heads import PolicyHead, ScaledIntoBounds, frozen
-from .kernels import gradient_step, polyak_update
 from .networks import EnsembleMLP, drawn_like, make_adam, mlp
 from .off_policy import OffPolicyAgent, OffPolicyConfig
+from .updates import gradient_step, polyak_update
 
 __all__ = ["TD3", "TD3Config"]
 
@@ -190,7 +190,7 @@ class TD3(OffPolicyAgent):
                 target = batch.rewards + batch.discounts * (1.0 - batch.dones) * next_q
             q = self.critic(obs, actions).squeeze(-1)  # (n_critics, batch)
             critic_loss = (q - target).pow(2).mean(1).sum()
-            gradient_step(self.critic_optimizer, critic_loss, fast=self._fast)
+            gradient_step(self.critic_optimizer, critic_loss)
             critic_sum += critic_loss.detach()
             q_sum += q.detach().mean()
 
@@ -199,7 +199,7 @@ class TD3(OffPolicyAgent):
                 # Gradients flow through the first critic's input only, not into its weights.
                 self.critic.requires_grad_(False)
                 actor_loss = -self.critic(obs, self.actor(obs), member=0).mean()
-                gradient_step(self.actor_optimizer, actor_loss, fast=self._fast)
+                gradient_step(self.actor_optimizer, actor_loss)
                 self.critic.requires_grad_(True)
                 polyak_update(self.critic_target, self.critic, c.tau)
                 polyak_update(self.actor_target, self.actor, c.tau)
