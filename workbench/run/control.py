@@ -33,7 +33,7 @@ from .registry import ControlError, StuckError
 _POLL_S = 0.01
 """How often the main thread looks at a run's end flag while it waits (:meth:`RunControl.wait_ended`)."""
 
-__all__ = ["ACTIVE", "CONTROL_TIMEOUT_S", "STATUSES", "RunControl"]
+__all__ = ["ACTIVE", "CONTROL_TIMEOUT_S", "STATUSES", "Controlled", "RunControl"]
 
 STATUSES = ("idle", "running", "paused", "stopped", "finished", "failed")
 """Every value the ``status`` of a session, a sweep or a population can take."""
@@ -414,6 +414,45 @@ class RunControl:
             runner.interrupt()  # a blocked receive from a killed worker returns at once, with an error
             self.wait_ended(5.0)
         warnings.warn(str(error), RuntimeWarning, stacklevel=4)
+
+
+class Controlled:
+    """What every run kind shows of its lifecycle (``self._control``, a :class:`RunControl`): its
+    status, whether its thread is alive, its error, ``resume`` and ``wait``. A sweep and a population
+    are built on it; their ``start``, ``pause`` and ``stop`` call the same lifecycle."""
+
+    _control: RunControl
+
+    @property
+    def status(self) -> str:
+        """One of ``idle, running, paused, stopped, finished, failed``."""
+        return self._control.status
+
+    @property
+    def is_alive(self) -> bool:
+        """True while the run's thread runs (also while paused)."""
+        return self._control.is_alive
+
+    @property
+    def error(self) -> BaseException | None:
+        """What the last run failed with (``wait()`` re-raises it), or None."""
+        return self._control.error
+
+    @property
+    def run_control(self) -> RunControl:
+        """The run's lifecycle (:class:`RunControl`, the same class for sessions, sweeps and populations)."""
+        return self._control
+
+    def resume(self) -> None:
+        """Continue after ``pause()`` (does nothing unless paused)."""
+        self._control.resume()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the run ends; re-raise its error. False when ``timeout`` passed first.
+
+        Ctrl-C (or SIGTERM) stops the run before ``KeyboardInterrupt`` (``SystemExit(143)``) reaches
+        the caller; more Ctrl-C meanwhile do not cut that short (``workbench.run.interrupts``)."""
+        return self._control.wait(timeout)
 
 
 def _no_runner() -> Any:

@@ -54,7 +54,7 @@ from ..agents.base import Agent, AgentState
 from ..agents.live import editable, why_fixed
 from ..agents.saving import open_saved
 from ..checkpoint import CheckpointError, json_ready
-from ..run.control import ACTIVE, RunControl
+from ..run.control import ACTIVE, Controlled, RunControl
 from ..run.registry import start_thread
 from ..session import Session
 from ..validation import ArgumentError
@@ -283,7 +283,7 @@ class _Member:
 # -- the live object ------------------------------------------------------------------------------
 
 
-class Population:
+class Population(Controlled):
     """A population-based training run whose members are live Sessions.
 
     Build it with :func:`pbt` (which also starts it), or ``wb.Population(...)`` and :meth:`start`;
@@ -589,26 +589,6 @@ class Population:
         return [m.session for m in self._members]
 
     @property
-    def status(self) -> str:
-        """One of ``idle, running, paused, stopped, finished, failed``."""
-        return self._control.status
-
-    @property
-    def is_alive(self) -> bool:
-        """True while members train (also while paused)."""
-        return self._control.is_alive
-
-    @property
-    def error(self) -> BaseException | None:
-        """What the population failed with (``wait()`` re-raises it), or None."""
-        return self._control.error
-
-    @property
-    def run_control(self) -> RunControl:
-        """The population's lifecycle (``workbench.run.RunControl``, as a session's)."""
-        return self._control
-
-    @property
     def elapsed(self) -> float:
         """Seconds of training so far (continues across reopening)."""
         return self._time_offset + (0.0 if self._clock is None else time.perf_counter() - self._clock)
@@ -736,13 +716,6 @@ class Population:
     def stop(self, timeout: float | None = 60.0) -> None:
         """Stop every member; each is saved to the population's directory, and :meth:`start` goes on."""
         self._control.stop(timeout)
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Block until the population ends; re-raise its error. False when ``timeout`` passed first.
-
-        Ctrl-C (or SIGTERM) stops it (members saved) before ``KeyboardInterrupt`` reaches the
-        caller; more Ctrl-C meanwhile do not cut that short (``workbench.run.interrupts``)."""
-        return self._control.wait(timeout)
 
     # The lifecycle's hooks, called under its lock as a command takes effect: a driver that starts a
     # member's interval after the pause request pauses it itself (see _drive).

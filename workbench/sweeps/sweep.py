@@ -41,7 +41,7 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
-from ..run.control import ACTIVE, RunControl
+from ..run.control import ACTIVE, Controlled, RunControl
 from ..run.registry import start_thread
 from .trials import (
     _POLL_S,
@@ -250,7 +250,7 @@ def _process_main(payload: bytes, stop: Any, pause: Any, worker: int, errors: An
 # -- the live object ------------------------------------------------------------------------------
 
 
-class Sweep:
+class Sweep(Controlled):
     """A hyperparameter search whose trials are Sessions; live like a session.
 
     Build it with :func:`sweep` (which also starts it) or ``wb.Sweep(...)`` and :meth:`start`.
@@ -261,6 +261,10 @@ class Sweep:
         s = wb.Sweep(make_agent, "CartPole-v1", space={"lr": (1e-5, 1e-2)}, trials=20, steps=20_000)
         s.start(); s.pause(); s.resume(); s.stop(); s.start()   # start again: resumes
         s.wait(); s.best, s.table(), s.importances()
+
+    Its lifecycle is a session's (``workbench.run.RunControl``): ``status``, ``is_alive``, ``error``,
+    ``wait()`` re-raising a worker's error; Ctrl-C in ``wait()`` stops it first (the trials in flight
+    are marked interrupted and run again on the next start).
     """
 
     def __init__(
@@ -437,26 +441,6 @@ class Sweep:
 
     # -- state ----------------------------------------------------------------------------------
 
-    @property
-    def status(self) -> str:
-        """One of ``idle, running, paused, stopped, finished, failed``."""
-        return self._control.status
-
-    @property
-    def is_alive(self) -> bool:
-        """True while trials run (also while paused)."""
-        return self._control.is_alive
-
-    @property
-    def error(self) -> BaseException | None:
-        """What the sweep failed with (``wait()`` re-raises it), or None."""
-        return self._control.error
-
-    @property
-    def run_control(self) -> RunControl:
-        """The sweep's lifecycle (``workbench.run.RunControl``, as a session's)."""
-        return self._control
-
     def results(self) -> list[TrialResult]:
         """Every trial so far, by number (read from the study; fills in while the sweep runs)."""
         return [_result(t, self.choices) for t in self.study.get_trials(deepcopy=False)]
@@ -542,21 +526,9 @@ class Sweep:
             raise RuntimeError("a Ray Tune sweep cannot pause: stop() it, and start() it again to resume")
         self._control.pause()
 
-    def resume(self) -> None:
-        """Continue after :meth:`pause`."""
-        self._control.resume()
-
     def stop(self, timeout: float | None = 120.0) -> None:
         """Stop the trials in flight (marked interrupted, run again on the next start) and the sweep."""
         self._control.stop(timeout)
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Block until the sweep ends; re-raise a worker's error. False when ``timeout`` passed first.
-
-        Ctrl-C (or SIGTERM) stops the sweep (the trials in flight are marked interrupted and its
-        thread has ended) before ``KeyboardInterrupt`` reaches the caller; more Ctrl-C meanwhile do
-        not cut that short (``workbench.run.interrupts``)."""
-        return self._control.wait(timeout)
 
     def _on_stop(self) -> None:
         self._stop.set()
