@@ -255,9 +255,9 @@ def test_pause_stop_and_feedback_after_the_run():
     wait_until(lambda: session.steps == 130)
     session.stop()
     assert session.status == "stopped" and session.stop_reason == "stop"
-    dropped = session._loop.runner.dropped
+    dropped = session._ctx.loop.runner.dropped
     drive(session, env, 10)  # after the run: still served, transitions dropped
-    assert session._loop.runner.dropped == dropped + 10
+    assert session._ctx.loop.runner.dropped == dropped + 10
     assert session.steps == 130
 
 
@@ -300,7 +300,7 @@ def test_max_lag_keeps_a_fast_application_in_step():
         session.feedback(1.0, obs, False, False)
         fed += 1
         # Taken by the loop before feedback returned (unless that feedback came as the run ended).
-        assert session._loop.runner.queued == 0 or session.status != "running"
+        assert session._ctx.loop.runner.queued == 0 or session.status != "running"
     assert session.wait(timeout=30) and session.steps == 200 and fed <= 201
 
 

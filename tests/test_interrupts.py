@@ -1,6 +1,7 @@
 """Ctrl-C and SIGTERM while a session trains: the run is stopped and its thread joined before the
 interrupt reaches the caller, a script that does not catch it exits as Python does, and the last
-periodic checkpoint stays loadable (issue 32, case 1)."""
+periodic checkpoint stays loadable (issue 32, case 1). The same in process, for sessions, sweeps and
+populations alike (a second Ctrl-C too): tests/test_lifecycle.py."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -86,32 +86,6 @@ def test_sigterm_stops_the_run_and_the_exit_code_says_so(tmp_path):
     assert not leftovers, leftovers  # no half-written checkpoint beside the last good one
 
 
-def test_keyboard_interrupt_in_run_stops_the_run_in_process(monkeypatch):
-    """In-process: the interrupt raised while run() waits stops the run first, then reaches the caller."""
-    agent = wb.PPO("CartPole-v1", n_envs=1, n_steps=16, batch_size=16, n_epochs=1)
-    session = wb.Session(agent, seed=0)
-    calls = []
-    real_wait = type(session.run_control).wait
-
-    def wait(control, timeout=None):
-        if not calls:
-            calls.append(1)
-            deadline = time.monotonic() + 10
-            while session.steps < 50 and time.monotonic() < deadline:
-                time.sleep(0.005)
-            raise KeyboardInterrupt
-        return real_wait(control, timeout)
-
-    monkeypatch.setattr(type(session.run_control), "wait", wait)
-    with pytest.raises(KeyboardInterrupt):
-        session.run(10_000_000)
-    assert session.status == "stopped"
-    assert session.stop_reason == "interrupted"
-    assert not session.is_alive
-    session.run(16)  # and it can go on afterwards
-    assert session.status == "finished"
-
-
 def test_the_sigterm_handler_is_put_back_after_run():
     before = signal.getsignal(signal.SIGTERM)
     session = wb.Session(wb.PPO("CartPole-v1", n_envs=1, n_steps=16, batch_size=16, n_epochs=1), seed=0)
@@ -119,48 +93,11 @@ def test_the_sigterm_handler_is_put_back_after_run():
     assert signal.getsignal(signal.SIGTERM) is before
 
 
-def test_ctrl_c_in_a_sweeps_wait_stops_the_sweep_before_reaching_the_caller(tmp_path, monkeypatch):
-    pytest.importorskip("optuna")
-
-    def make_dqn(eps: float = 1.0):
-        return wb.DQN("CartPole-v1", learning_starts=0, train_freq=10**6, exploration=wb.EpsilonGreedy(eps, eps, 0.1))
-
-    sweep = wb.sweep(
-        make_dqn,
-        "CartPole-v1",
-        {"eps": [1.0, 0.5]},
-        trials=2,
-        prune=False,
-        storage=tmp_path / "s.db",
-        steps=50_000,
-        metric="episode_reward",
-        report_every=500,
-    )
-    deadline = time.monotonic() + 60
-    while not any(r.state == "running" and r.steps > 0 for r in sweep.results()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    ended = sweep._ended
-    real_wait = type(ended).wait
-    raised = []
-
-    def wait(event, timeout=None):
-        if event is ended and not raised:
-            raised.append(1)
-            raise KeyboardInterrupt
-        return real_wait(event, timeout)
-
-    monkeypatch.setattr(type(ended), "wait", wait)
-    with pytest.raises(KeyboardInterrupt):
-        sweep.run()
-    assert sweep.status == "stopped" and not sweep.is_alive
-    assert [r.state for r in sweep.results()] == ["interrupted"]
-
-
 RACE = """
 import random, signal, sys, threading
 from workbench.run.control import RunControl
 
-control = RunControl(None, lambda: None)
+control = RunControl()
 control.ended = threading.Event()  # a run going on: nothing has set it yet
 wait = control.ended.wait if sys.argv[1] == "event" else control.wait_ended
 random.seed(0)

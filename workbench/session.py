@@ -32,12 +32,11 @@ from .offline.recording import Recorder
 from .parallel import check_runner_options, check_worker_env
 from .parallel.external import DEFAULT_EPISODE, ExternalSource, external_source
 from .parallel.multiagent import external_act, external_feedback
-from .run import STATUSES, EnvLoop, ExternalLoop, Loop, OfflineLoop, RunContext, RunControl
+from .run import STATUSES, EnvLoop, ExternalLoop, Loop, OfflineLoop, RunContext, RunControl, RunState
 from .run.control import CONTROL_TIMEOUT_S
 from .run.interrupts import interruptible
-from .run.live_edits import Event, LiveControl
-from .run.persistence import reopen, write_run
-from .run.videos import SessionMedia, evaluate
+from .run.persistence import read_saved, restore, write_run
+from .run.videos import eval_source, evaluate, video_folder
 from .signals import DEFAULT_MAX_POINTS, SignalSet
 from .validation import (
     ArgumentError,
@@ -51,7 +50,7 @@ from .validation import (
     optional,
     path_like,
 )
-from .video import video_settings
+from .video import Videos, video_settings
 
 __all__ = ["STATUSES", "Session"]
 
@@ -94,7 +93,22 @@ class _ResumeMethod:
         return resume
 
 
-class Session(SessionMedia):
+class _InState:
+    """A public attribute of a session that lives in its run's state (``session.run_state``)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Session | None, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        return getattr(obj._ctx.state, self.name)
+
+    def __set__(self, obj: Session, value: Any) -> None:
+        setattr(obj._ctx.state, self.name, value)
+
+
+class Session:
     """A training run you can start, pause, resume, stop, inspect and save while it trains.
 
     Example::
@@ -182,35 +196,74 @@ class Session(SessionMedia):
         check_runner_options(backend, num_workers, backend_options, owner="Session")
         check_vector_session(source, agent.num_envs, num_workers, backend)  # vector envs, backend="envpool"
         check_worker_env(source, num_workers)
-        self._eval_source = _eval_source(source, eval_env, eval_every or video_every)
-
-        self.agent, self.env_source, self.seed, self.stop_when = agent, source, seed, stop_when
-        self.eval_every, self.eval_episodes, self.keep_best = eval_every, eval_episodes, keep_best
-        self.checkpoint_every, self.video_every = checkpoint_every, video_every
-        self.video_options = video_settings(video_options)  # a VideoSettings (workbench.video)
-        self.checkpoint_dir = _checkpoint_dir(agent, checkpoint_every or video_every, checkpoint_dir)
-        self.num_workers, self.backend, self.backend_options = num_workers, backend, backend_options
-        self.torch_threads = torch_threads
-        self.signals = SignalSet(max_points=max_signal_points)
-        # Learning from logged data (workbench.offline.source) and recording a dataset (workbench.offline.recording).
-        self.ope_every = ope_every
-        self.ope_dataset = offline_loop.attach_dataset(agent, dataset, ope_every, ope_dataset)
-        self.dataset = dataset  # what a saved run names as its data (Dataset.path; Dataset.from_run)
-        self.recorder = None if record is None else Recorder(record, agent)
-        self.episodes = 0
-        self.error: BaseException | None = None
-        self.stop_reason: str | None = None
-        self.best_eval_reward: float | None = None
-        self.target_steps: int | None = None
-        self.events: list[Event] = []
-        """What was changed while the run lived (``set`` and ``call_env``), oldest first."""
-        # The run's machinery (workbench.run); experiment trackers are fed from the signals off the loop.
-        self._ctx = RunContext(self, loop, sinks)
-        self.sinks = [] if self._ctx.tracking is None else self._ctx.tracking.sinks
-        self._loop: Loop = loop
-        self._control: RunControl = self._ctx.control
-        self._live = self._ctx.live = LiveControl(self, self._ctx)
+        # The run's state (workbench.run.RunState) and machinery; the attributes below read it.
+        state = RunState(
+            agent=agent,
+            env_source=source,
+            signals=SignalSet(max_points=max_signal_points),
+            eval_source=_eval_source(source, eval_env, eval_every or video_every),
+            seed=seed,
+            stop_when=stop_when,
+            eval_every=eval_every,
+            eval_episodes=eval_episodes,
+            keep_best=keep_best,
+            checkpoint_every=checkpoint_every,
+            checkpoint_dir=_checkpoint_dir(agent, checkpoint_every or video_every, checkpoint_dir),
+            video_every=video_every,
+            video_options=video_settings(video_options),  # a VideoSettings (workbench.video)
+            num_workers=num_workers,
+            backend=backend,
+            backend_options=backend_options,
+            torch_threads=torch_threads,
+            # Learning from logged data (workbench.offline.source), recording a dataset (offline.recording).
+            ope_every=ope_every,
+            ope_dataset=offline_loop.attach_dataset(agent, dataset, ope_every, ope_dataset),
+            dataset=dataset,
+            recorder=None if record is None else Recorder(record, agent),
+        )
+        self._ctx = RunContext(self, state, loop, sinks)  # experiment trackers are fed from the signals
         _warm_views()
+
+    # -- what the run is, and where it stands (the run's state: workbench.run.RunState) --------------
+
+    agent = _InState()
+    """The agent being trained."""
+    env_source = _InState()
+    """Where the envs come from (a :class:`~workbench.envs.EnvSource`)."""
+    signals = _InState()
+    """The run's signals (:class:`~workbench.signals.SignalSet`): losses, rewards, evaluations, your ``log``."""
+    seed, stop_when, eval_every, eval_episodes, keep_best = _InState(), _InState(), _InState(), _InState(), _InState()
+    """The constructor's arguments of the same names."""
+    checkpoint_every, checkpoint_dir, video_every, video_options = _InState(), _InState(), _InState(), _InState()
+    """When and where checkpoints and videos go (``video_options``: a :class:`~workbench.video.VideoSettings`)."""
+    num_workers, backend, backend_options, torch_threads = _InState(), _InState(), _InState(), _InState()
+    """Where env steps run, and the torch threads of training."""
+    ope_every, ope_dataset, dataset, recorder, sinks = _InState(), _InState(), _InState(), _InState(), _InState()
+    """Off-policy estimates, the dataset learned from, the run's recorder and its experiment trackers."""
+    episodes = _InState()
+    """Episodes ended so far."""
+    best_eval_reward = _InState()
+    """The best ``eval_reward`` so far (None before an evaluation)."""
+    target_steps = _InState()
+    """The step count the current (or last) run trains to."""
+    events = _InState()
+    """What was changed while the run lived (``set`` and ``call_env``), oldest first."""
+
+    @property
+    def run_state(self) -> RunState:
+        """The run's state as one typed object (``workbench.run.RunState``), which the attributes above read."""
+        return self._ctx.state
+
+    @property
+    def error(self) -> BaseException | None:
+        """What the last run failed with (``wait()`` re-raises it), or None."""
+        return self._ctx.control.error
+
+    @property
+    def stop_reason(self) -> str | None:
+        """Why the last run ended: ``"budget"``, ``"stop"``, ``"stop_when"``, ``"interrupted"``
+        (Ctrl-C), ``"terminated"`` (SIGTERM) or ``"stuck"``; None while it runs."""
+        return self._ctx.control.stop_reason
 
     # -- state ----------------------------------------------------------------------------------
 
@@ -223,23 +276,24 @@ class Session(SessionMedia):
     @property
     def status(self) -> str:
         """One of ``idle, running, paused, stopped, finished, failed``."""
-        return self._control.status
+        return self._ctx.control.status
 
     @property
     def elapsed(self) -> float:
         """Seconds since the run first started (continues across resumes from disk)."""
-        return self._ctx.counters.elapsed
+        return self._ctx.state.elapsed
 
     @property
     def is_alive(self) -> bool:
         """True while the training thread runs (also while paused)."""
-        return self._control.is_alive
+        return self._ctx.control.is_alive
 
     @property
     def run_control(self) -> RunControl:
-        """The run's control state (``workbench.run.RunControl``): status, pause and stop
-        requests, what the training thread is inside (:meth:`~workbench.run.RunControl.activity`)."""
-        return self._control
+        """The run's lifecycle (``workbench.run.RunControl``, shared with sweeps and populations):
+        status, pause and stop requests, what the training thread is inside
+        (:meth:`~workbench.run.RunControl.activity`)."""
+        return self._ctx.control
 
     def __repr__(self) -> str:
         target = "" if self.target_steps is None else f"/{self.target_steps}"
@@ -269,7 +323,7 @@ class Session(SessionMedia):
         training error is re-raised. ``progress=True`` shows a console progress bar.
         """
         first = self.steps
-        with interruptible(self, self._control):
+        with interruptible(self._ctx.control):
             self.start(steps)
             if progress:
                 _views().follow(self, start_steps=first)  # the run may end before the bar is drawn
@@ -284,11 +338,11 @@ class Session(SessionMedia):
         :class:`~workbench.run.registry.StuckError` naming the env and for how long, and a
         ``RuntimeWarning`` with the same words (see :meth:`stop`).
         """
-        self._control.pause(timeout)
+        self._ctx.control.pause(timeout)
 
     def _resume_paused(self) -> None:
         """Continue a paused run (``session.resume()``); does nothing unless paused."""
-        self._control.release()
+        self._ctx.control.resume()
 
     def stop(self, timeout: float = CONTROL_TIMEOUT_S) -> None:
         """Stop after the current env step (or update); returns once the loop has ended.
@@ -298,7 +352,7 @@ class Session(SessionMedia):
         :class:`~workbench.run.registry.StuckError` naming what it is stuck in, a ``RuntimeWarning`` with the
         same words, and local or Ray workers are killed (docs/faults.md).
         """
-        self._control.stop(timeout)
+        self._ctx.control.stop(timeout)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the run ends; re-raise its error with the original traceback.
@@ -308,12 +362,7 @@ class Session(SessionMedia):
         once. From the training thread itself (``stop_when``, a signal subscriber) it raises
         :class:`~workbench.run.registry.ControlError` instead of waiting for itself; the run goes on.
         """
-        with interruptible(self, self._control):  # Ctrl-C: the run stops, then the interrupt goes on
-            if not self._control.wait(timeout):
-                return False
-        if self.error is not None:
-            raise self.error
-        return True
+        return self._ctx.control.wait(timeout)  # Ctrl-C: the run stops, then the interrupt goes on
 
     def set(self, **values: Any) -> dict[str, Any]:
         """Change hyperparameters while the run is idle, running or paused, from any thread:
@@ -323,7 +372,7 @@ class Session(SessionMedia):
         ``ArgumentError`` naming the editable ones, and nothing changes. A running session applies the
         edit between two steps (at the next update). Recorded in :attr:`events` and as a ``set/<name>``
         signal. See docs/live-edits.md."""
-        return self._live.set(values)
+        return self._ctx.live.set(values)
 
     def call_env(self, name: str, *args: Any, **kwargs: Any) -> list[Any]:
         """Call ``env.name(*args, **kwargs)`` on every env copy (in-process, local workers, Ray
@@ -333,7 +382,7 @@ class Session(SessionMedia):
         env copies built later get the calls made so far again, in order. An env without the method
         raises :class:`~workbench.envs.EnvMethodError`; the method's own exception reaches the caller
         and the run goes on. Recorded in :attr:`events` (docs/live-edits.md, docs/faults.md)."""
-        return self._live.call_env(name, args, kwargs)
+        return self._ctx.live.call_env(name, args, kwargs)
 
     def log(self, name: str, value: float, step: int | None = None) -> None:
         """Record a user signal ``name`` beside the built-in ones (at the current step by default,
@@ -347,24 +396,57 @@ class Session(SessionMedia):
         """Play ``episodes`` deterministic episodes on the evaluation env; record and return the mean.
         ``record_video=True`` renders the first one into a video (:attr:`videos`, docs/videos.md)."""
         check_value("Session.evaluate", "record_video", record_video, flag())
-        return evaluate(self, self._ctx, episodes, record_video)
+        return evaluate(self._ctx, episodes, record_video)
+
+    @property
+    def videos(self) -> Videos:
+        """The run's evaluation videos, oldest first (:class:`~workbench.video.Video`: ``path``,
+        ``step``, ``episode_return``...); they join once written. ``videos.wait()`` waits for those
+        being written. Recorded by ``video_every`` and ``evaluate(record_video=True)``."""
+        return self._ctx.videos.videos
+
+    def card(self, path: str | os.PathLike[str] | None = None, *, episodes: int | None = None, seed: int = 0) -> Any:
+        """Write the run's model card, ``README.md`` in ``path`` (default: ``checkpoint_dir``) and
+        return it (a :class:`~workbench.card.ModelCard`, shown as Markdown in a notebook): agent, env,
+        hyperparameters, device, versions; ``episodes`` deterministic episodes (default
+        ``eval_episodes``) from ``seed`` as the evaluation table; the curves; the last video; how to
+        load and play it. Unless ``path`` holds a saved run, the run is saved to ``path/latest`` first."""
+        from .card import CARD_NAME, write_card
+
+        state = self._ctx.state
+        folder = os.fspath(path) if path is not None else os.path.dirname(video_folder(state))
+        if not os.path.isfile(os.path.join(folder, "meta.json")):
+            self.save(os.path.join(folder, "latest"))
+        self.videos.wait()
+        source = eval_source(state)
+        card = write_card(
+            folder,
+            env=source,
+            episodes=episodes or self.eval_episodes,
+            seed=seed,
+            evaluate=source is not None,
+            signals=self.signals,
+            videos=list(self.videos),
+        )
+        assert card.path.endswith(CARD_NAME)
+        return card
 
     def save(self, path: str | os.PathLike[str], *, memory: bool = False, overwrite: bool = False) -> str:
         """Save the run (weights, optimizer, counters, schedules, signals; replay memory with
         ``memory=True``) to a directory, or a ``.zip`` when ``path`` ends so. Returns the path.
         An existing ``path`` is replaced only when it is a checkpoint (or an empty directory), unless
         ``overwrite=True``; saves to one path from several threads take turns."""
-        c = self._control
+        c = self._ctx.control
         with c.cond:
             # Save a consistent state: a running session is paused for the write, then continues.
             was_running = c.status == "running" and not c.in_loop_thread()
             if was_running:
                 c.pause()
         try:
-            return write_run(self, self._ctx, path, memory=memory, overwrite=overwrite)
+            return write_run(self._ctx, path, memory=memory, overwrite=overwrite)
         finally:
             if was_running:
-                c.release()
+                c.resume()
 
     @classmethod
     def reopen(
@@ -385,7 +467,13 @@ class Session(SessionMedia):
         :class:`Session`'s (the saved seed by default). ``device`` is where the agent trains on
         (``"auto"`` by default; a saved run holds no device, see docs/devices.md).
         ``Session.resume(path, env)`` is the old, deprecated spelling."""
-        return reopen(cls, path, env, external=external, allow_encoders=allow_encoders, device=device, **kwargs)
+        saved = read_saved(path, env, external=external, allow_encoders=allow_encoders, device=device, **kwargs)
+        if external:
+            session = cls.external(saved.agent, **saved.kwargs)
+        else:
+            session = cls(saved.agent, saved.env, **saved.kwargs)
+        restore(session._ctx, saved)
+        return session
 
     # -- an env-less session, driven by the application ----------------------------------------
 
@@ -444,7 +532,7 @@ class Session(SessionMedia):
         restricts the action as in ``agent.decide``.
         Several agents: ``act({agent_id: obs}, episode=...)`` -> ``{agent_id: action}`` (docs/multi_agent.md).
         """
-        return external_act(self._loop.external_runner("act"), self.agent, obs, _episode_key(episode), action_mask)
+        return external_act(self._ctx.loop.external_runner("act"), self.agent, obs, _episode_key(episode), action_mask)
 
     def feedback(
         self,
@@ -467,7 +555,7 @@ class Session(SessionMedia):
         A feedback without an ``act`` awaiting it is a ``RuntimeError`` naming the episode.
         Several agents: ``feedback({agent_id: reward}, {agent_id: next_obs}, ...)`` (docs/multi_agent.md).
         """
-        external = self._loop.external_runner("feedback")
+        external = self._ctx.loop.external_runner("feedback")
         if info is not None and not isinstance(info, dict):
             raise TypeError(f"feedback() got info={info!r}: pass the env's info dict or leave it out")
         external_feedback(external, self.agent, reward, next_obs, terminated, truncated, _episode_key(episode), info)
@@ -475,7 +563,7 @@ class Session(SessionMedia):
     @property
     def live_episodes(self) -> list[Any]:
         """An external session's episodes started and not yet ended (the default one as None)."""
-        external = self._loop.external_runner("live_episodes")
+        external = self._ctx.loop.external_runner("live_episodes")
         return [None if e is DEFAULT_EPISODE else e for e in external.live_episodes]
 
     def dashboard(self) -> Any:

@@ -1,10 +1,21 @@
-"""The run's control state: status, the pause and stop requests, what the loop is inside, timeouts.
+"""The one lifecycle of a run: status, start, pause, resume, stop, wait, Ctrl-C and SIGTERM.
 
-:class:`RunControl` is the one place a session's status and its control flags live. Every thread
-that steers or watches a run goes through it: the session's commands (``pause``, ``resume``,
-``stop``, ``wait``), the loop between two steps (:meth:`RunControl.wait_while_paused`), live edits
-(``workbench.run.live_edits``, which queue work for the loop under :attr:`RunControl.cond`) and the
-exit hook of ``workbench.run.registry`` (:meth:`RunControl.stop_at_exit`, :meth:`RunControl.activity`).
+:class:`RunControl` is shared by the three run kinds, a session, a sweep and a population: each
+facade's ``status``, ``start``, ``pause``, ``resume``, ``stop`` and ``wait`` are this class's, with
+one behaviour (which statuses a command acts in, what it waits for, a second Ctrl-C, SIGTERM,
+the training error re-raised by ``wait``, the exit hook of ``workbench.run.registry``). What differs
+between the kinds is what the run's thread does (its ``body``) and where a pause lands:
+
+* a session's loop pauses itself between two steps (:meth:`RunControl.wait_while_paused`): a pause
+  returns once the loop has acknowledged it, and a loop stuck in an env step is given up after the
+  call's timeout (:meth:`RunControl.timed_out`);
+* a sweep's trials and a population's members run elsewhere (worker processes, member sessions):
+  the status changes at once and the ``on_pause``/``on_resume``/``on_stop`` hooks carry the
+  command there (under :attr:`RunControl.cond`, so a pause and a resume land in order).
+
+Every thread that steers or watches a run goes through it: the facade's commands, the loop between
+two steps, live edits (``workbench.run.live_edits``, which queue work for the loop under
+:attr:`RunControl.cond`) and the exit hook (:meth:`RunControl.stop_at_exit`, :meth:`RunControl.activity`).
 """
 
 from __future__ import annotations
@@ -16,15 +27,19 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from .interrupts import interruptible
 from .registry import ControlError, StuckError
 
 _POLL_S = 0.01
 """How often the main thread looks at a run's end flag while it waits (:meth:`RunControl.wait_ended`)."""
 
-__all__ = ["CONTROL_TIMEOUT_S", "STATUSES", "RunControl"]
+__all__ = ["ACTIVE", "CONTROL_TIMEOUT_S", "STATUSES", "Controlled", "RunControl"]
 
 STATUSES = ("idle", "running", "paused", "stopped", "finished", "failed")
-"""Every value ``Session.status`` can take."""
+"""Every value the ``status`` of a session, a sweep or a population can take."""
+
+ACTIVE = ("running", "paused")
+"""The statuses of a run that is going: ``start`` refuses, ``stop`` acts."""
 
 # What the loop may be stuck in inside the env's own code: a control call that times out there
 # gives the run up (Python cannot interrupt it); elsewhere (an update) it lands when that returns.
@@ -33,13 +48,19 @@ _ENV_CODE = ("env.step", "call_env")
 CONTROL_TIMEOUT_S = 60.0
 """Longest a control call waits for the loop to acknowledge it, by default."""
 
+Hook = Callable[[], None]
+
 
 class RunControl:
-    """Status, pause/stop/abandon flags, the training thread and what it is inside, for one session.
+    """Status, pause/stop/abandon flags, the run's thread, its error and why it stopped, for one run.
 
-    ``owner`` is the session (its public ``error`` and ``stop_reason`` are set when a run is given
-    up); ``runner`` returns the runner stepping its envs now (or None), to say which env a stuck
-    step is in and to interrupt worker backends.
+    Parameters:
+        kind: ``"session"``, ``"sweep"`` or ``"population"``: named in messages and by the registry.
+        runner: a session's: returns the runner stepping its envs now (or None), to say which env
+            a stuck step is in and to interrupt worker backends.
+        loop_pauses: True (a session) when the run's own loop acknowledges a pause between two
+            steps; False when the status changes at once and the hooks carry the command.
+        on_pause, on_resume, on_stop: called under :attr:`cond` when the command takes effect.
 
     Example::
 
@@ -48,9 +69,24 @@ class RunControl:
         control.activity()             # "env.step of env 2 for 61.0 s"
     """
 
-    def __init__(self, owner: Any, runner: Callable[[], Any]) -> None:
-        self.owner = owner
-        self.runner = runner
+    def __init__(
+        self,
+        kind: str = "session",
+        runner: Callable[[], Any] | None = None,
+        *,
+        loop_pauses: bool = True,
+        on_pause: Hook | None = None,
+        on_resume: Hook | None = None,
+        on_stop: Hook | None = None,
+    ) -> None:
+        self.kind = kind
+        self.runner = runner if runner is not None else _no_runner
+        self.loop_pauses = loop_pauses
+        self.on_pause, self.on_resume, self.on_stop = on_pause, on_resume, on_stop
+        self.on_end: Callable[[str], None] | None = None
+        """Called with the final status under :attr:`cond` as the run ends, before waiters wake."""
+        self.after_end: Callable[[str], None] | None = None
+        """Called with the final status after the status is set, before :attr:`ended` (outside the lock)."""
         self.cond = threading.Condition(threading.RLock())
         """Guards everything here; notified on every change."""
         self.status = "idle"
@@ -58,9 +94,14 @@ class RunControl:
         self.stop_requested = False
         self.abandoned = False
         """A control call gave the run up: its thread is stuck in a step (see :meth:`timed_out`)."""
+        self.error: BaseException | None = None
+        """What the last run failed with (re-raised by :meth:`wait`), or None."""
+        self.stop_reason: str | None = None
+        """Why the last run ended: ``"budget"``, ``"stop"``, ``"stop_when"``, ``"interrupted"``
+        (Ctrl-C), ``"terminated"`` (SIGTERM), ``"stuck"``; None while it runs."""
         self.thread: threading.Thread | None = None
         self.ended = threading.Event()
-        """Set by the training thread as its last act. Waiting on it, not on ``Thread.join``: a
+        """Set by the run's thread as its last act. Waiting on it, not on ``Thread.join``: a
         ``Thread.join`` cut short by Ctrl-C can leave a thread that still runs marked as stopped
         (CPython before 3.13), and a stop would then return while the run goes on."""
         self.ended.set()
@@ -71,11 +112,11 @@ class RunControl:
 
     @property
     def is_alive(self) -> bool:
-        """True while the training thread runs (also while paused, or stuck)."""
+        """True while the run's thread runs (also while paused, or stuck)."""
         return self.thread is not None and self.thread.ident is not None and not self.ended.is_set()
 
     def in_loop_thread(self) -> bool:
-        """True when called from the training thread itself."""
+        """True when called from the run's thread itself."""
         return self.thread is not None and threading.current_thread() is self.thread
 
     def set_status(self, status: str) -> None:
@@ -94,10 +135,10 @@ class RunControl:
             self.where = None
 
     def activity(self) -> str:
-        """What the training thread is inside now, for messages: "env.step of env 2 for 61.0 s"."""
+        """What the run's thread is inside now, for messages: "env.step of env 2 for 61.0 s"."""
         where = self.where
         if where is None or not self.is_alive:
-            return "no step (between steps)"
+            return "no step (between steps)" if self.loop_pauses else f"the {self.kind}'s work in flight"
         name, since = where
         if name == "env.step":
             name = self.stepping()
@@ -116,9 +157,9 @@ class RunControl:
 
     def refuse_if_running(self) -> None:
         """A ``RuntimeError`` when a run is going (running or paused)."""
-        if self.status in ("running", "paused"):
+        if self.status in ACTIVE:
             raise RuntimeError(
-                f"this session is already {self.status}: call stop() (or wait()) before starting it again"
+                f"this {self.kind} is already {self.status}: call stop() (or wait()) before starting it again"
             )
 
     def join_previous(self) -> None:
@@ -128,9 +169,9 @@ class RunControl:
             return
         if self.abandoned:
             raise RuntimeError(
-                f"this session's previous run is still stuck in {self.activity()}: Python cannot "
+                f"this {self.kind}'s previous run is still stuck in {self.activity()}: Python cannot "
                 "interrupt it, and a new run would share its envs. Start again once that step has "
-                "returned (session.is_alive turns False), or build a new Session with a fresh env; "
+                f"returned ({self.kind}.is_alive turns False), or build a new one with a fresh env; "
                 "run the env in worker processes with step_timeout= to have a hung env killed"
             )
         self.wait_ended(CONTROL_TIMEOUT_S)
@@ -138,44 +179,112 @@ class RunControl:
     def begin(self, thread: threading.Thread) -> None:
         """A new run on ``thread`` (not started yet): flags cleared, status ``running`` (under :attr:`cond`)."""
         self.pause_requested = self.stop_requested = self.abandoned = False
+        self.error = self.stop_reason = None
         self.status = "running"
         self.thread = thread
         self.ended = threading.Event()
 
+    def start(
+        self,
+        body: Callable[[], str],
+        *,
+        name: str,
+        launch: Callable[[threading.Thread], None] | None = None,
+        started: Hook | None = None,
+    ) -> None:
+        """Start a run: ``body()`` in a new daemon thread ``name``; returns at once.
+
+        ``body`` returns the final status (``"finished"`` or ``"stopped"``); an exception it raises
+        fails the run (status ``failed``, :attr:`error` set, re-raised by :meth:`wait`).
+        ``launch(thread)`` starts the thread (default: ``thread.start()``) under :attr:`cond`; when
+        it raises, nothing changed and the error reaches the caller. ``started()`` follows it,
+        still under the lock (before the run can end). Raises ``RuntimeError`` when a run is going.
+        """
+        with self.cond:
+            self.refuse_if_running()
+        self.join_previous()
+        with self.cond:
+            self.refuse_if_running()  # again: another thread may have started it meanwhile
+            previous = (self.status, self.thread, self.ended, self.error, self.stop_reason)
+            thread = threading.Thread(target=self._main, args=(body,), name=name, daemon=True)
+            self.begin(thread)
+            try:
+                (launch or threading.Thread.start)(thread)
+            except BaseException:
+                self.status, self.thread, self.ended, self.error, self.stop_reason = previous
+                raise
+            if started is not None:
+                started()
+
+    def _main(self, body: Callable[[], str]) -> None:
+        """The run's thread: the body, then the final status, the end hooks, and last :attr:`ended`."""
+        try:
+            try:
+                final = body()
+            except BaseException as exc:
+                if not self.abandoned:  # a given-up run keeps the StuckError that explains it
+                    self.error = exc
+                final = "failed"
+            self.where = None
+            with self.cond:
+                if self.abandoned:  # the stuck step returned after the run was given up: it stays failed
+                    final = "failed"
+                self.pause_requested = False
+                self.status = final
+                if self.on_end is not None:
+                    self.on_end(final)
+                self.cond.notify_all()
+            if self.after_end is not None:
+                self.after_end(final)
+        finally:
+            self.ended.set()
+
     # -- commands ---------------------------------------------------------------------------------
 
     def pause(self, timeout: float = CONTROL_TIMEOUT_S) -> None:
-        """Ask the loop to pause and wait until it has (see ``Session.pause``)."""
+        """Pause a running run; does nothing in any other status. A loop that pauses itself is
+        waited for (``timeout`` seconds at most, see :meth:`timed_out`); otherwise the status is
+        ``paused`` at once and ``on_pause`` carries the pause to where the work runs."""
         with self.cond:
             if self.status != "running":
                 return
             self.pause_requested = True
             self.cond.notify_all()
+            if not self.loop_pauses:
+                self.status = "paused"
+                self._hook(self.on_pause)
+                return
             if self.in_loop_thread():
                 return
             if self.cond.wait_for(lambda: self.status != "running", timeout=timeout):
                 return
         self.timed_out("pause", timeout)
 
-    def release(self) -> None:
-        """Let a paused loop continue (``session.resume()``); waits until it has."""
+    def resume(self) -> None:
+        """Let a paused run continue; waits until its loop has (does nothing unless paused)."""
         with self.cond:
             self.pause_requested = False
             self.cond.notify_all()
-            if self.status == "paused" and not self.in_loop_thread():
+            if self.status != "paused":
+                return
+            if not self.loop_pauses:
+                self.status = "running"
+                self._hook(self.on_resume)
+            elif not self.in_loop_thread():
                 self.cond.wait_for(lambda: self.status != "paused", timeout=CONTROL_TIMEOUT_S)
 
-    def stop(self, timeout: float = CONTROL_TIMEOUT_S) -> None:
-        """Ask the loop to stop and join its thread, giving the run up after ``timeout`` seconds
-        when it is stuck in a step (see ``Session.stop``)."""
+    def stop(self, timeout: float | None = CONTROL_TIMEOUT_S) -> None:
+        """Stop a running or paused run and wait for its thread to end; after ``timeout``
+        seconds a run stuck in a step is given up, any other is left to end (see :meth:`timed_out`)."""
         with self.cond:
-            if self.status not in ("running", "paused"):
+            if self.status not in ACTIVE:
                 return
             self.stop_requested = True
             self.cond.notify_all()
+            self._hook(self.on_stop)
         if self.thread is not None and not self.in_loop_thread():
             self.wait_ended(timeout)
-            if self.is_alive:
+            if self.is_alive and timeout is not None:
                 self.timed_out("stop", timeout)
 
     def stop_at_exit(self, timeout: float) -> None:
@@ -186,16 +295,30 @@ class RunControl:
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the run ends; True when it has, False when ``timeout`` passed first.
-        Raises :class:`ControlError` from the training thread itself."""
+
+        Re-raises the run's error (with its traceback). Ctrl-C or SIGTERM meanwhile stops the run
+        and joins its thread before the interrupt reaches the caller (``workbench.run.interrupts``;
+        more Ctrl-C during that join do not cut it short). From the run's own thread it raises
+        :class:`ControlError` instead of waiting for itself."""
+        with interruptible(self):
+            if not self.wait_until_ended(timeout):
+                return False
+        if self.error is not None:
+            raise self.error
+        return True
+
+    def wait_until_ended(self, timeout: float | None = None) -> bool:
+        """:meth:`wait` without the interrupts and the error: True once the run has ended, False
+        when ``timeout`` passed first. Raises :class:`ControlError` from the run's own thread."""
         if self.in_loop_thread():
             raise ControlError(
-                "wait() was called from the session's own training thread (from stop_when or a signal "
+                f"wait() was called from the {self.kind}'s own {self._thread_name} (from stop_when or a signal "
                 "subscriber), where it would wait for itself forever; the run goes on. To end the run "
-                "there, return True from stop_when or call session.stop()"
+                f"there, return True from stop_when or call {self.kind}.stop()"
             )
         # Wait in slices so Ctrl-C reaches the caller promptly.
         deadline = None if timeout is None else time.monotonic() + timeout
-        # A given-up run (stuck in env.step) has ended for the session, whatever its thread does.
+        # A given-up run (stuck in env.step) has ended for its owner, whatever its thread does.
         while self.is_alive and not self.abandoned:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
@@ -209,7 +332,7 @@ class RunControl:
         In the main thread this polls the flag between short sleeps instead of ``Event.wait``: Ctrl-C
         lands in the main thread, and CPython can raise it just after ``Event.wait`` has taken the event's
         internal lock and before the ``with`` that releases it is entered; that lock then stays held, and
-        the training thread's last act (``ended.set()``) and every later wait block on it for good (a
+        the run's thread's last act (``ended.set()``) and every later wait block on it for good (a
         Ctrl-C that hung a script under load). A sleep that Ctrl-C cuts short holds no lock."""
         ended = self.ended
         if threading.current_thread() is not threading.main_thread():
@@ -222,6 +345,14 @@ class RunControl:
                 return False
             time.sleep(min(_POLL_S, remaining))
         return True
+
+    @property
+    def _thread_name(self) -> str:
+        return "training thread" if self.loop_pauses else "thread"
+
+    def _hook(self, hook: Hook | None) -> None:
+        if hook is not None:
+            hook()
 
     # -- the loop's side --------------------------------------------------------------------------
 
@@ -247,8 +378,8 @@ class RunControl:
         where = self.where
         if where is None or not where[0].startswith(_ENV_CODE):
             warnings.warn(
-                f"{call}() waited {timeout:g} s for the training thread, which is still in {self.activity()}; "
-                f"the {call} takes effect when that returns",
+                f"{call}() waited {timeout:g} s for the {self.kind}'s {self._thread_name}, which is still in "
+                f"{self.activity()}; the {call} takes effect when that returns",
                 RuntimeWarning,
                 stacklevel=4,
             )
@@ -275,11 +406,54 @@ class RunControl:
             self.abandoned = True
             self.stop_requested = True
             self.pause_requested = False
-            self.owner.error = error
-            self.owner.stop_reason = "stuck"
+            self.error = error
+            self.stop_reason = "stuck"
             self.status = "failed"
             self.cond.notify_all()
         if interrupt:
             runner.interrupt()  # a blocked receive from a killed worker returns at once, with an error
             self.wait_ended(5.0)
         warnings.warn(str(error), RuntimeWarning, stacklevel=4)
+
+
+class Controlled:
+    """What every run kind shows of its lifecycle (``self._control``, a :class:`RunControl`): its
+    status, whether its thread is alive, its error, ``resume`` and ``wait``. A sweep and a population
+    are built on it; their ``start``, ``pause`` and ``stop`` call the same lifecycle."""
+
+    _control: RunControl
+
+    @property
+    def status(self) -> str:
+        """One of ``idle, running, paused, stopped, finished, failed``."""
+        return self._control.status
+
+    @property
+    def is_alive(self) -> bool:
+        """True while the run's thread runs (also while paused)."""
+        return self._control.is_alive
+
+    @property
+    def error(self) -> BaseException | None:
+        """What the last run failed with (``wait()`` re-raises it), or None."""
+        return self._control.error
+
+    @property
+    def run_control(self) -> RunControl:
+        """The run's lifecycle (:class:`RunControl`, the same class for sessions, sweeps and populations)."""
+        return self._control
+
+    def resume(self) -> None:
+        """Continue after ``pause()`` (does nothing unless paused)."""
+        self._control.resume()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the run ends; re-raise its error. False when ``timeout`` passed first.
+
+        Ctrl-C (or SIGTERM) stops the run before ``KeyboardInterrupt`` (``SystemExit(143)``) reaches
+        the caller; more Ctrl-C meanwhile do not cut that short (``workbench.run.interrupts``)."""
+        return self._control.wait(timeout)
+
+
+def _no_runner() -> Any:
+    return None

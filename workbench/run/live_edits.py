@@ -140,11 +140,10 @@ class _Request:
 
 
 class LiveControl:
-    """A session's live edits and env calls: the queue the training thread serves, and the records."""
+    """A run's live edits and env calls: the queue the training thread serves, and the records."""
 
-    def __init__(self, session: Any, ctx: Any) -> None:
-        self.session = session
-        self.ctx = ctx  # the session's run (workbench.run.context.RunContext): its control, runner, sinks
+    def __init__(self, ctx: Any) -> None:
+        self.ctx = ctx  # the run (workbench.run.context.RunContext): its state, control, runner, sinks
         self.pending: list[_Request] = []
         self.calls: list[tuple[str, tuple, dict[str, Any]]] = []  # replayed on env copies built later
 
@@ -183,7 +182,7 @@ class LiveControl:
                 if request in self.pending:
                     self.pending.remove(request)
                 raise TimeoutError(
-                    f"the run was given up while this request waited or ran ({self.session.error}); "
+                    f"the run was given up while this request waited or ran ({control.error}); "
                     "its result will not reach you"
                 )
         if request.error is not None:
@@ -210,12 +209,12 @@ class LiveControl:
 
     def set(self, values: dict[str, Any]) -> dict[str, Any]:
         """``session.set``: check at once (in the caller's thread), apply where it cannot race."""
-        agent = self.session.agent
+        agent = self.ctx.state.agent
         check_edits(agent, values, owner="Session.set")
         return self.submit(lambda: self._apply(dict(values)))
 
     def _apply(self, values: dict[str, Any]) -> dict[str, Any]:
-        s = self.session
+        s = self.ctx.state
         agent = s.agent
         old = apply_edits(agent, values)
         runner = self.ctx.runner
@@ -240,7 +239,7 @@ class LiveControl:
         return self.submit(lambda: self._call(name, tuple(args), dict(kwargs)))
 
     def _call(self, name: str, args: tuple, kwargs: dict[str, Any]) -> list[Any]:
-        s = self.session
+        s = self.ctx.state
         if s.env_source is None:
             raise ValueError(
                 f"call_env({name!r}) calls a method on the session's env copies, but this session has none "
@@ -260,7 +259,7 @@ class LiveControl:
         return results
 
     def replay(self, runner: Any) -> None:
-        """Make the calls of this session again, in order, on a runner's freshly built env copies
+        """Make the calls of this run again, in order, on a runner's freshly built env copies
         (worker backends build new ones for every run), so every copy is configured alike."""
         for name, args, kwargs in self.calls:
             runner.call(name, args, kwargs)

@@ -7,7 +7,7 @@
 * :class:`OfflineLoop`: each step is one gradient step of an offline agent on its dataset
   (``wb.Session(agent, dataset=ds)``); ``stop_when`` is asked after evaluations and estimates.
 
-A loop reaches its session only through ``ctx`` (:class:`workbench.run.context.RunContext`):
+A loop reaches its run only through ``ctx`` (:class:`workbench.run.context.RunContext`): its ``state``,
 ``between_steps``, ``update_once``, ``after_step``, ``ask_stop_when`` and the runner it holds.
 The end reason is ``"finished"`` (the budget was reached, or ``stop_when`` said so) or ``"stopped"``.
 """
@@ -47,7 +47,7 @@ class Loop:
 
     def build_runner(self, ctx: Any) -> Runner:
         """The runner stepping the session's envs (``call_env`` builds one before a run too)."""
-        s = ctx.session
+        s = ctx.state
         seed = s.seed
         if ctx.counters.resumed_from_disk and seed is not None:
             # A resumed run must not replay its first episodes: envs whose random streams were
@@ -88,7 +88,7 @@ class EnvLoop(Loop):
     """Env steps through the session's runner; the agent learns from each batch."""
 
     def run(self, ctx: Any, target_steps: int) -> str:
-        recorder = ctx.session.recorder
+        recorder = ctx.state.recorder
         try:
             return self._run(ctx, target_steps)
         finally:
@@ -96,24 +96,24 @@ class EnvLoop(Loop):
                 recorder.write()
 
     def _run(self, ctx: Any, target_steps: int) -> str:
-        session, agent = ctx.session, ctx.session.agent
+        state, agent = ctx.state, ctx.state.agent
         ctx.begin()
         runner, obs, episodes = ctx.prepare_runner()
         agent.train()
         # Schedules count against the furthest target planned so far: a run stopped (or saved)
         # and continued to its planned end follows an uninterrupted run's schedule exactly.
         agent.total_timesteps = max(target_steps, agent.total_timesteps or 0)
-        record = session.signals.record
-        recorder = session.recorder
+        record = state.signals.record
+        recorder = state.recorder
         # Worker backends name the worker an episode ran in.
         per_worker = runner.envs_per_worker
         # What the envs return and what the updates return are checked on every batch (cheaply):
         # a NaN fails the run naming its source instead of silently breaking the weights.
-        check_env_batch(session.steps, obs)
+        check_env_batch(state.steps, obs)
         losses = LossWatch(agent.algorithm)
         ended = "finished"
 
-        while session.steps < target_steps:
+        while state.steps < target_steps:
             if ctx.between_steps():
                 ended = "stopped"
                 break
@@ -126,7 +126,7 @@ class EnvLoop(Loop):
             if ctx.control.abandoned:
                 break  # given up while this step hung: nothing more is learned or counted
             t = transitions
-            check_env_batch(session.steps, obs, t.rewards, t.next_obs, t.terminated, t.truncated)
+            check_env_batch(state.steps, obs, t.rewards, t.next_obs, t.terminated, t.truncated)
             if recorder is not None:
                 recorder.add(transitions)
             agent.observe(transitions)
@@ -139,15 +139,14 @@ class EnvLoop(Loop):
                 else:
                     finished = episodes.add(t.rewards, t.terminated | t.truncated)
             if finished:
-                now = session.elapsed
+                now = state.elapsed
                 for episode in finished:
-                    session.episodes += 1
-                    record("episode_reward", session.steps, episode.reward, now)
-                    record("episode_length", session.steps, float(episode.length), now)
+                    state.episodes += 1
+                    record("episode_reward", state.steps, episode.reward, now)
+                    record("episode_length", state.steps, float(episode.length), now)
                     if per_worker:
-                        record(f"worker_{episode.env // per_worker}/episode_reward", session.steps, episode.reward, now)
-                if session.stop_when is not None and ctx.ask_stop_when():
-                    session.stop_reason = "stop_when"
+                        record(f"worker_{episode.env // per_worker}/episode_reward", state.steps, episode.reward, now)
+                if ctx.ask_stop_when():
                     # The data of this step is learned from as an uninterrupted run would (a full
                     # PPO rollout at the cut is not dropped: a resumed run then does the same updates).
                     if agent.ready():
@@ -156,10 +155,10 @@ class EnvLoop(Loop):
 
             successes = t.extras.get(SUCCESS_KEY)
             if successes is not None:  # goal envs: info["is_success"] of the episodes that ended
-                self._record_successes(session, successes)
+                self._record_successes(state, successes)
 
             for name, value in runner.drain_signals():
-                record(name, session.steps, value, session.elapsed)
+                record(name, state.steps, value, state.elapsed)
 
             if agent.ready():
                 ctx.update_once(losses)
@@ -169,7 +168,7 @@ class EnvLoop(Loop):
         ctx.close_runner()
         return ended
 
-    def _record_successes(self, session: Any, successes: np.ndarray) -> None:
+    def _record_successes(self, state: Any, successes: np.ndarray) -> None:
         """Record ``success_rate`` (over the last :data:`SUCCESS_WINDOW` episodes) for each episode that
         ended with ``info["is_success"]`` (the non-NaN entries)."""
         ended = successes[~np.isnan(successes)]
@@ -178,10 +177,10 @@ class EnvLoop(Loop):
         window = getattr(self, "_successes", None)
         if window is None:
             window = self._successes = deque(maxlen=SUCCESS_WINDOW)  # type: ignore[var-annotated]
-        now = session.elapsed
+        now = state.elapsed
         for value in ended.tolist():
             window.append(value)
-            session.signals.record("success_rate", session.steps, float(np.mean(window)), now)
+            state.signals.record("success_rate", state.steps, float(np.mean(window)), now)
 
 
 class ExternalLoop(EnvLoop):
@@ -222,8 +221,8 @@ class OfflineLoop(Loop):
     """Gradient steps of an offline agent on its dataset until ``target_steps``."""
 
     def run(self, ctx: Any, target_steps: int) -> str:
-        session = ctx.session
-        agent = session.agent
+        state = ctx.state
+        agent = state.agent
         ctx.begin()
         agent.train()
         agent.total_timesteps = max(target_steps, agent.total_timesteps or 0)
@@ -231,14 +230,13 @@ class OfflineLoop(Loop):
             raise RuntimeError(f"{agent.algorithm} has no dataset to learn from: pass dataset= to the session")
         losses = LossWatch(agent.algorithm)
         ended = "finished"
-        while session.steps < target_steps:
-            if ctx.between_steps():  # live edits (session.set), pause and stop as in the env loop
+        while state.steps < target_steps:
+            if ctx.between_steps():  # live edits (set), pause and stop, pause and stop as in the env loop
                 ended = "stopped"
                 break
             ctx.update_once(losses)
             asked = ctx.after_step()  # steps_per_second, evaluation, estimates, checkpoint
-            if asked and session.stop_when is not None and ctx.ask_stop_when():
-                session.stop_reason = "stop_when"
+            if asked and ctx.ask_stop_when():
                 break
         ctx.rate.tick(final=True)  # the rate since the last one, as the env loop records at its end
         return ended

@@ -4,7 +4,7 @@
 (:meth:`Periodic.after_step`), in that order: evaluation (``eval_every``, ``eval_reward``; with
 ``keep_best`` the best checkpoint; every ``video_every`` steps with a video), an offline agent's
 off-policy estimates (``ope_every``), the checkpoint to ``checkpoint_dir/latest`` (``checkpoint_every``).
-The intervals are read from the session's public attributes each time.
+The intervals are read from the run's state each time.
 """
 
 from __future__ import annotations
@@ -13,16 +13,18 @@ import os
 from typing import Any
 
 from ..offline.ope import OffPolicyEvaluator
+from .persistence import write_run
+from .videos import evaluate
 
 __all__ = ["Periodic", "record_estimates"]
 
 
 class Periodic:
-    """The periodic jobs of one session (``session`` is the facade: its public attributes)."""
+    """The periodic jobs of one run (``ctx``: its :class:`~workbench.run.context.RunContext`)."""
 
-    def __init__(self, session: Any) -> None:
-        self.session = session
-        steps = session.steps
+    def __init__(self, ctx: Any) -> None:
+        self.ctx = ctx
+        steps = ctx.state.steps
         self.last_eval_step = steps
         self.last_ope_step = steps
         self.last_checkpoint_step = steps
@@ -32,7 +34,7 @@ class Periodic:
     def after_step(self, ctx: Any) -> bool:
         """Run what is due now; True when an evaluation or an estimate ran (an offline loop asks
         ``stop_when`` then)."""
-        s = self.session
+        s = ctx.state
         steps = s.steps
         asked = False
         video = s.video_every is not None and steps - self.last_video_step >= s.video_every
@@ -48,29 +50,35 @@ class Periodic:
             asked = True
         if s.checkpoint_every is not None and steps - self.last_checkpoint_step >= s.checkpoint_every:
             self.last_checkpoint_step = steps
-            s.save(os.path.join(s.checkpoint_dir, "latest"))
+            self.checkpoint("latest")
         return asked
 
     def evaluate(self, record_video: bool = False) -> None:
         """A periodic evaluation (with a video every ``video_every`` steps); keeps the best
         checkpoint with ``keep_best``."""
-        s = self.session
-        mean = s.evaluate(record_video=record_video)
+        s = self.ctx.state
+        mean = evaluate(self.ctx, None, record_video)
         if s.best_eval_reward is None or mean > s.best_eval_reward:
             s.best_eval_reward = mean
             if s.keep_best and s.checkpoint_dir is not None:
-                s.save(os.path.join(s.checkpoint_dir, "best"))
+                self.checkpoint("best")
+
+    def checkpoint(self, name: str) -> None:
+        """Save the run to ``checkpoint_dir/name`` (from the training thread: the run is between steps)."""
+        directory = self.ctx.state.checkpoint_dir
+        assert directory is not None
+        write_run(self.ctx, os.path.join(directory, name))
 
 
 def record_estimates(ctx: Any, periodic: Periodic) -> dict[str, Any]:
     """Run the off-policy estimators on the held-out episodes and record them as signals
     (``ope_ips``, ``ope_wis``, ``ope_dm``, ``ope_dr``, ``ope_sdr``; ``_low``/``_high`` for the
     intervals of ``dr`` and ``sdr``)."""
-    session = periodic.session
-    agent = session.agent
+    state = ctx.state
+    agent = state.agent
     if periodic.ope is None:
         gamma = agent.gamma
-        periodic.ope = OffPolicyEvaluator(session.ope_dataset, gamma=gamma, fqe_steps=1000, n_bootstrap=100)
+        periodic.ope = OffPolicyEvaluator(state.ope_dataset, gamma=gamma, fqe_steps=1000, n_bootstrap=100)
     was_training = agent.training
     agent.training = False
     try:
@@ -78,10 +86,10 @@ def record_estimates(ctx: Any, periodic: Periodic) -> dict[str, Any]:
             estimates = periodic.ope(agent)
     finally:
         agent.training = was_training
-    now = session.elapsed
+    now = state.elapsed
     for name, est in estimates.items():
-        session.signals.record(f"ope_{name}", session.steps, est.value, now)
+        state.signals.record(f"ope_{name}", state.steps, est.value, now)
         if name in ("dr", "sdr"):
-            session.signals.record(f"ope_{name}_low", session.steps, est.low, now)
-            session.signals.record(f"ope_{name}_high", session.steps, est.high, now)
+            state.signals.record(f"ope_{name}_low", state.steps, est.low, now)
+            state.signals.record(f"ope_{name}_high", state.steps, est.high, now)
     return estimates

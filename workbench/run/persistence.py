@@ -1,16 +1,16 @@
-"""A session's part of a saved run: its counters, written beside the agent's state and read back.
+"""A run's part of a saved run: its counters, written beside the agent's state and read back.
 
-:func:`write_run` saves a session (``session.save``): the agent's state, then under ``meta.json``'s
+:func:`write_run` saves a run (``session.save``): the agent's state, then under ``meta.json``'s
 ``"session"`` key the run's counters (steps, episodes, elapsed time, seed, the best evaluation, each
-env's random stream, the live edits and env calls). :func:`reopen` rebuilds a session from a saved
-run so that it continues exactly where it stopped (``Session.reopen``). ``workbench.checkpoint`` is
-only the format.
+env's random stream, the live edits and env calls). :func:`read_saved` reads a saved run back and
+:func:`restore` puts its counters into the run rebuilt from it, so that it continues exactly where it
+stopped (``Session.reopen``). ``workbench.checkpoint`` is only the format.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
-import time
 from typing import Any
 
 from .. import checkpoint
@@ -18,32 +18,7 @@ from ..agents.saving import agent_from_run, open_saved
 from ..offline.datasets import Dataset
 from .live_edits import Event
 
-__all__ = ["Counters", "reopen", "rng_states", "write_run"]
-
-
-class Counters:
-    """The run's clock and what a resumed run continues: ``time_offset`` (seconds of earlier
-    runs), whether the agent's generators are seeded already, whether the session was reopened
-    from disk, and the envs' saved random streams for the next runner's first reset."""
-
-    def __init__(self) -> None:
-        self.time_offset = 0.0
-        self.clock_start: float | None = None
-        self.seeded = False
-        self.resumed_from_disk = False
-        self.env_rng: list[Any] | None = None
-
-    @property
-    def elapsed(self) -> float:
-        """Seconds since the run first started (continues across resumes from disk)."""
-        if self.clock_start is None:
-            return self.time_offset
-        return self.time_offset + time.perf_counter() - self.clock_start
-
-    def start_clock(self) -> None:
-        """Start the clock, the first time only."""
-        if self.clock_start is None:
-            self.clock_start = time.perf_counter()
+__all__ = ["SavedRun", "read_saved", "restore", "rng_states", "write_run"]
 
 
 def rng_states(runner: Any) -> list[Any] | None:
@@ -55,53 +30,65 @@ def rng_states(runner: Any) -> list[Any] | None:
         return None
 
 
-def write_run(
-    session: Any, ctx: Any, path: str | os.PathLike[str], *, memory: bool = False, overwrite: bool = False
-) -> str:
-    """Write the agent's state and the session's counters and signals to ``path``."""
-    agent = session.agent
-    state = agent.state()
+def write_run(ctx: Any, path: str | os.PathLike[str], *, memory: bool = False, overwrite: bool = False) -> str:
+    """Write the agent's state and the run's counters and signals to ``path`` (``ctx``: the run's
+    :class:`~workbench.run.context.RunContext`)."""
+    state = ctx.state
+    agent = state.agent
+    saved = agent.state()
     runner = ctx.runner
     meta = {
         **agent.describe(),
-        **state.data,
+        **saved.data,
         "session": {
-            "steps": session.steps,
-            "episodes": session.episodes,
-            "elapsed": session.elapsed,
-            "seed": session.seed,
-            "env_id": session.env_source.env_id,
-            "env_name": session.env_source.name,
-            "best_eval_reward": session.best_eval_reward,
+            "steps": state.steps,
+            "episodes": state.episodes,
+            "elapsed": state.elapsed,
+            "seed": state.seed,
+            "env_id": state.env_source.env_id,
+            "env_name": state.env_source.name,
+            "best_eval_reward": state.best_eval_reward,
             "last_eval_step": ctx.periodic.last_eval_step,
             "last_video_step": ctx.periodic.last_video_step,
-            "target_steps": session.target_steps,
+            "target_steps": state.target_steps,
             # Each env's random stream (None where the env has no np_random), so a resumed run
             # continues the streams instead of replaying its first episodes.
-            "env_rng": rng_states(runner) if runner is not None else ctx.counters.env_rng,
+            "env_rng": rng_states(runner) if runner is not None else state.counters.env_rng,
             "external": ctx.loop.external,
             # Where it trained and why (information only: loading chooses its own device).
             "device": agent.device_choice.to_dict(),
             # Live edits and env calls (workbench.run.live_edits.Event), plain JSON.
-            "events": [event.to_dict() for event in session.events],
+            "events": [event.to_dict() for event in state.events],
             # The datasets an offline run learned from and estimated on, where they are on disk
             # (workbench.Dataset.from_run reads them back to evaluate the loaded agent again).
-            "dataset": getattr(getattr(session, "dataset", None), "path", None),
-            "ope_dataset": getattr(session.ope_dataset, "path", None),
+            "dataset": getattr(state.dataset, "path", None),
+            "ope_dataset": getattr(state.ope_dataset, "path", None),
         },
     }
     return checkpoint.write_run(
         path,
         meta=meta,
-        tensors=state.tensors,
-        signals=session.signals,
+        tensors=saved.tensors,
+        signals=state.signals,
         memory=agent.memory_arrays() if memory else None,
         overwrite=overwrite,
     )
 
 
-def reopen(
-    cls: Any,
+@dataclasses.dataclass
+class SavedRun:
+    """What :func:`read_saved` reads of a saved run: the agent (with its memory), the env to train
+    on (None: the facade's default), the facade's keyword arguments, its signals and counters."""
+
+    agent: Any
+    env: Any
+    kwargs: dict[str, Any]
+    signals: dict[str, Any]
+    counters: dict[str, Any]
+    offline: bool
+
+
+def read_saved(
     path: str | os.PathLike[str],
     env: Any = None,
     *,
@@ -109,8 +96,9 @@ def reopen(
     allow_encoders: Any = None,
     device: Any = "auto",
     **kwargs: Any,
-) -> Any:
-    """Rebuild a saved session of class ``cls`` (see ``Session.reopen``)."""
+) -> SavedRun:
+    """Read a saved run to rebuild it (see ``Session.reopen``): the facade is built from the
+    result, then :func:`restore` puts its counters back."""
     with open_saved(path) as run:
         agent = agent_from_run(run, memory=True, allow_encoders=allow_encoders, device=device).train()
         signals = run.signals()
@@ -125,6 +113,7 @@ def reopen(
         named = saved.get("dataset")
         if kwargs.get("dataset") is None and named and os.path.isfile(os.path.join(named, "dataset.json")):
             kwargs["dataset"] = Dataset.load(named)
+        env = None
     elif env is None and not external:
         env = saved.get("env_id")
         if env is None:
@@ -135,22 +124,23 @@ def reopen(
             )
             raise ValueError(f"{path}: the run was trained on an env built by the application; {hint}")
     kwargs.setdefault("seed", saved.get("seed"))
-    if external:
-        session = cls.external(agent, **kwargs)
-    else:
-        session = cls(agent, None if offline else env, **kwargs)
-    for name, sig in signals.items():
-        session.signals.signal(name).extend(*sig.snapshot())
-    ctx = session._ctx
-    session.episodes = int(saved.get("episodes", 0))
-    ctx.counters.time_offset = float(saved.get("elapsed", 0.0))
-    ctx.counters.seeded = True  # the generators continue from their saved states
-    session.best_eval_reward = saved.get("best_eval_reward")
-    ctx.periodic.last_eval_step = int(saved.get("last_eval_step", session.steps))
-    ctx.periodic.last_video_step = int(saved.get("last_video_step", session.steps))
-    ctx.periodic.last_checkpoint_step = session.steps
-    session.target_steps = saved.get("target_steps")
-    ctx.counters.env_rng = saved.get("env_rng")
-    session.events = [Event.from_dict(e) for e in saved.get("events", [])]
-    ctx.counters.resumed_from_disk = True
-    return session
+    return SavedRun(agent=agent, env=env, kwargs=kwargs, signals=signals, counters=saved, offline=offline)
+
+
+def restore(ctx: Any, saved: SavedRun) -> None:
+    """Put a saved run's signals and counters back into a freshly built run (``ctx``), so that it
+    continues exactly where it stopped."""
+    state, counters = ctx.state, saved.counters
+    for name, sig in saved.signals.items():
+        state.signals.signal(name).extend(*sig.snapshot())
+    state.episodes = int(counters.get("episodes", 0))
+    state.counters.time_offset = float(counters.get("elapsed", 0.0))
+    state.counters.seeded = True  # the generators continue from their saved states
+    state.best_eval_reward = counters.get("best_eval_reward")
+    ctx.periodic.last_eval_step = int(counters.get("last_eval_step", state.steps))
+    ctx.periodic.last_video_step = int(counters.get("last_video_step", state.steps))
+    ctx.periodic.last_checkpoint_step = state.steps
+    state.target_steps = counters.get("target_steps")
+    state.counters.env_rng = counters.get("env_rng")
+    state.events = [Event.from_dict(e) for e in counters.get("events", [])]
+    state.counters.resumed_from_disk = True

@@ -1,10 +1,10 @@
-"""A session's evaluations, with and without a video, and the list of its videos.
+"""A run's evaluations, with and without a video, and the list of its videos.
 
 :func:`evaluate` is ``Session.evaluate``: deterministic episodes on the evaluation env, their mean
 recorded as ``eval_reward``; with ``record_video=True`` the first episode is rendered into a bounded
 clip (``workbench.video``) that a :class:`~workbench.video.VideoWriter` thread encodes into
-``<checkpoint_dir>/videos/``. :class:`VideoJobs` holds a session's :class:`~workbench.video.Videos`
-and its writer; :class:`SessionMedia` gives :class:`~workbench.Session` its ``videos`` and ``card()``.
+``<checkpoint_dir>/videos/``. :class:`VideoJobs` holds a run's :class:`~workbench.video.Videos`
+and its writer.
 """
 
 from __future__ import annotations
@@ -18,36 +18,35 @@ import numpy as np
 from ..video import Video, Videos, VideoWriter, read_index, record_episode, render_env
 from .interrupts import interruptible
 
-__all__ = ["SessionMedia", "VideoJobs", "evaluate", "video_folder"]
+__all__ = ["VideoJobs", "eval_source", "evaluate", "video_folder"]
 
 
-def video_folder(session: Any) -> str:
-    """``<checkpoint_dir>/videos``: beside the run's checkpoints. A session without a
+def video_folder(state: Any) -> str:
+    """``<checkpoint_dir>/videos``: beside the run's checkpoints. A run without a
     ``checkpoint_dir`` gets the default one (``runs/<algorithm>-<date>-<time>``) the first time."""
-    if session.checkpoint_dir is None:
-        session.checkpoint_dir = os.path.join(
-            "runs", f"{session.agent.algorithm.lower()}-{time.strftime('%Y%m%d-%H%M%S')}"
-        )
-    return os.path.join(session.checkpoint_dir, "videos")
+    if state.checkpoint_dir is None:
+        state.checkpoint_dir = os.path.join("runs", f"{state.agent.algorithm.lower()}-{time.strftime('%Y%m%d-%H%M%S')}")
+    return os.path.join(state.checkpoint_dir, "videos")
 
 
 class VideoJobs:
-    """A session's videos (:attr:`videos`) and the thread writing them (built on first use)."""
+    """A run's videos (:attr:`videos`) and the thread writing them (built on first use)."""
 
-    def __init__(self, session: Any, ctx: Any) -> None:
-        self.session = session
+    def __init__(self, ctx: Any) -> None:
         self.ctx = ctx
         self.videos = Videos()
         self.writer: VideoWriter | None = None
         self.encoder: Any = None  # fn(frames, path, fps): a benchmark's slow encoder; None: the real one
-        if session.checkpoint_dir is not None:  # a reopened run keeps listing the videos it wrote
-            self.videos.replace(read_index(os.path.join(session.checkpoint_dir, "videos")))
+        directory = ctx.state.checkpoint_dir
+        if directory is not None:  # a reopened run keeps listing the videos it wrote
+            self.videos.replace(read_index(os.path.join(directory, "videos")))
 
     def submit(self, step: int, episode_return: float, frames: list[np.ndarray]) -> bool:
         """Hand a clip to the writer thread; returns at once."""
+        state = self.ctx.state
         if self.writer is None:
-            self.writer = VideoWriter(self.videos, self.session.video_options, self._written, self.encoder)
-        return self.writer.submit(video_folder(self.session), step, episode_return, frames)
+            self.writer = VideoWriter(self.videos, state.video_options, self._written, self.encoder)
+        return self.writer.submit(video_folder(state), step, episode_return, frames)
 
     def _written(self, video: Video) -> None:
         tracking = self.ctx.tracking
@@ -55,30 +54,37 @@ class VideoJobs:
             tracking.log_video(video.step, video)
 
 
-def evaluate(session: Any, ctx: Any, episodes: int | None, record_video: bool) -> float:
+def eval_source(state: Any) -> Any:
+    """The env evaluations play on: ``eval_env``, else the run's own env when it can be copied, else None."""
+    if state.eval_source is not None:
+        return state.eval_source
+    return state.env_source if state.env_source.can_copy else None
+
+
+def evaluate(ctx: Any, episodes: int | None, record_video: bool) -> float:
     """``Session.evaluate``: play deterministic episodes on the evaluation env, record the mean as
     ``eval_reward`` and return it; ``record_video`` renders the first episode into a video."""
-    source = session._eval_source
+    state = ctx.state
+    source = eval_source(state)
     if source is None:
-        if not session.env_source.can_copy:
-            raise ValueError(ctx.loop.no_eval_env())
-        source = session.env_source
-    episodes = episodes or session.eval_episodes
-    seed = None if session.seed is None else session.seed + 10_000 + session.steps
-    with interruptible(session, ctx.control):  # Ctrl-C while a run trains beside it: the run stops too
+        raise ValueError(ctx.loop.no_eval_env())
+    episodes = episodes or state.eval_episodes
+    seed = None if state.seed is None else state.seed + 10_000 + state.steps
+    with interruptible(ctx.control):  # Ctrl-C while a run trains beside it: the run stops too
         if record_video:
-            returns = _with_video(session, ctx, source, episodes, seed)
+            returns = _with_video(ctx, source, episodes, seed)
         else:
-            returns = list(session.agent.play(source, episodes=episodes, seed=seed))
+            returns = list(state.agent.play(source, episodes=episodes, seed=seed))
     mean = float(np.mean(returns))
-    session.signals.record("eval_reward", session.steps, mean, session.elapsed)
+    state.signals.record("eval_reward", state.steps, mean, state.elapsed)
     return mean
 
 
-def _with_video(session: Any, ctx: Any, source: Any, episodes: int, seed: int | None) -> list[float]:
+def _with_video(ctx: Any, source: Any, episodes: int, seed: int | None) -> list[float]:
     """The evaluation's episodes, the first one rendered into a clip for the writer thread (the same
     seeds as without a video: ``seed + i`` for episode ``i``)."""
-    agent = session.agent
+    state = ctx.state
+    agent = state.agent
     env, owned = render_env(source, "a video of the evaluation")
     try:
         agent.check_spaces(env)
@@ -86,7 +92,7 @@ def _with_video(session: Any, ctx: Any, source: Any, episodes: int, seed: int | 
         agent.training = False
         try:
             with ctx.control.inside("a video's evaluation episode"):
-                first, _, frames = record_episode(agent, env, session.video_options, seed=seed)
+                first, _, frames = record_episode(agent, env, state.video_options, seed=seed)
         finally:
             agent.training = was_training
         rest = (
@@ -97,44 +103,5 @@ def _with_video(session: Any, ctx: Any, source: Any, episodes: int, seed: int | 
     finally:
         if owned:
             env.close()
-    ctx.videos.submit(session.steps, first, frames)
+    ctx.videos.submit(state.steps, first, frames)
     return [first, *rest]
-
-
-class SessionMedia:
-    """What a :class:`~workbench.Session` shows of itself beyond signals: its videos and its model card."""
-
-    @property
-    def videos(self) -> Videos:
-        """The run's evaluation videos, oldest first (:class:`~workbench.video.Video`: ``path``,
-        ``step``, ``episode_return``...); they join once written. ``videos.wait()`` waits for those
-        being written. Recorded by ``video_every`` and ``evaluate(record_video=True)``."""
-        return self._ctx.videos.videos  # type: ignore[attr-defined]
-
-    def card(self, path: str | os.PathLike[str] | None = None, *, episodes: int | None = None, seed: int = 0) -> Any:
-        """Write the run's model card, ``README.md`` in ``path`` (default: ``checkpoint_dir``) and
-        return it (a :class:`~workbench.card.ModelCard`, shown as Markdown in a notebook): agent, env,
-        hyperparameters, device, versions; ``episodes`` deterministic episodes (default
-        ``eval_episodes``) from ``seed`` as the evaluation table; the curves; the last video; how to
-        load and play it. Unless ``path`` holds a saved run, the run is saved to ``path/latest`` first."""
-        from ..card import CARD_NAME, write_card
-
-        session: Any = self
-        folder = os.fspath(path) if path is not None else os.path.dirname(video_folder(session))
-        if not os.path.isfile(os.path.join(folder, "meta.json")):
-            session.save(os.path.join(folder, "latest"))
-        session.videos.wait()
-        source = session._eval_source
-        if source is None and session.env_source.can_copy:
-            source = session.env_source
-        card = write_card(
-            folder,
-            env=source,
-            episodes=episodes or session.eval_episodes,
-            seed=seed,
-            evaluate=source is not None,
-            signals=session.signals,
-            videos=list(session.videos),
-        )
-        assert card.path.endswith(CARD_NAME)
-        return card

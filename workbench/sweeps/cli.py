@@ -22,7 +22,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["add_parser", "parse_space_args", "run"]
+__all__ = ["add_parser", "follow", "parse_space_args", "run"]
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -171,29 +171,17 @@ def run(args: argparse.Namespace) -> int:
     )
     print(f"sweep {s.name!r} in {s.url} ({args.trials} trials of {args.steps} steps, {args.parallel} at a time)")
     shown: set[int] = set()
-    s.start()
-    error: BaseException | None = None
-    try:
-        while True:
-            try:
-                ended = s.wait(timeout=1.0)
-            except Exception as exc:  # the sweep failed: show the trials, then the error
-                error, ended = exc, True
-            for r in s.results():
-                if r.number in shown or r.state in ("running", "waiting"):
-                    continue
-                shown.add(r.number)
-                value = "" if r.value is None else f" {args.metric}={r.value:.4g}"
-                note = f" ({r.note})" if r.note else ""
-                print(f"trial {r.number} {r.state}:{value} {r.params}{note}", flush=True)
-            if ended:
-                break
-    except KeyboardInterrupt:
-        print("stopping; run the same command again to resume")
-        s.stop()
-    print(s.table().to_string())
-    if error is not None:
-        print(f"workbench: error: {error}", file=sys.stderr)
+
+    def report() -> None:
+        for r in s.results():
+            if r.number in shown or r.state in ("running", "waiting"):
+                continue
+            shown.add(r.number)
+            value = "" if r.value is None else f" {args.metric}={r.value:.4g}"
+            note = f" ({r.note})" if r.note else ""
+            print(f"trial {r.number} {r.state}:{value} {r.params}{note}", flush=True)
+
+    if follow(s, report, "stopping; run the same command again to resume") is not None:
         return 1
     best = s.best
     if best is None:
@@ -201,3 +189,27 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"{s.status}: best {args.metric}={best.value:.4g} in trial {best.number} with {best.params}")
     return 0
+
+
+def follow(run: Any, report: Callable[[], None], stopping: str) -> BaseException | None:
+    """Start ``run`` (a sweep or a population), call ``report()`` every second until it ends, then
+    print its table. Ctrl-C stops it (its ``wait`` does, and ``stopping`` is printed). Returns the
+    run's error (printed on stderr after the table), or None."""
+    run.start()
+    error: BaseException | None = None
+    try:
+        while True:
+            try:
+                ended = run.wait(timeout=1.0)
+            except Exception as exc:  # the run failed: show what it did, then the error
+                error, ended = exc, True
+            report()
+            if ended:
+                break
+    except KeyboardInterrupt:
+        print(stopping)
+        run.stop()
+    print(run.table().to_string())
+    if error is not None:
+        print(f"workbench: error: {error}", file=sys.stderr)
+    return error

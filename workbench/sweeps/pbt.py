@@ -54,6 +54,8 @@ from ..agents.base import Agent, AgentState
 from ..agents.live import editable, why_fixed
 from ..agents.saving import open_saved
 from ..checkpoint import CheckpointError, json_ready
+from ..run.control import ACTIVE, Controlled, RunControl
+from ..run.registry import start_thread
 from ..session import Session
 from ..validation import ArgumentError
 
@@ -61,7 +63,6 @@ __all__ = ["Population", "PopulationEvent", "pbt"]
 
 _STATE_FILE = "population.json"
 _FORMAT = 1
-_ACTIVE = ("running", "paused")
 _POLL_S = 0.1
 _SIDE_BY_SIDE = r".*other session\(s\) still training in this process"
 
@@ -282,7 +283,7 @@ class _Member:
 # -- the live object ------------------------------------------------------------------------------
 
 
-class Population:
+class Population(Controlled):
     """A population-based training run whose members are live Sessions.
 
     Build it with :func:`pbt` (which also starts it), or ``wb.Population(...)`` and :meth:`start`;
@@ -402,16 +403,18 @@ class Population:
         )
         self.events: list[PopulationEvent] = []
         """The exploits and explores so far, oldest first."""
-        self.error: BaseException | None = None
         self._rng = np.random.default_rng(self.seed)
         self._lock = threading.RLock()
-        self._status = "idle"
-        self._stop = threading.Event()
-        self._pause = threading.Event()
+        # The lifecycle (workbench.run.control), as a session's: its hooks carry pause, resume and
+        # stop to the members' sessions; the drivers read its pause and stop requests.
+        self._control = RunControl(
+            "population",
+            loop_pauses=False,
+            on_pause=self._pause_members,
+            on_resume=self._resume_members,
+            on_stop=self._stop_members,
+        )
         self._slots = threading.Semaphore(parallel)
-        self._ended = threading.Event()
-        self._ended.set()
-        self._supervisor: threading.Thread | None = None
         self._time_offset = 0.0
         self._clock: float | None = None
         if os.path.exists(os.path.join(self.directory, _STATE_FILE)):
@@ -586,16 +589,6 @@ class Population:
         return [m.session for m in self._members]
 
     @property
-    def status(self) -> str:
-        """One of ``idle, running, paused, stopped, finished, failed``."""
-        return self._status
-
-    @property
-    def is_alive(self) -> bool:
-        """True while members train (also while paused)."""
-        return not self._ended.is_set()
-
-    @property
     def elapsed(self) -> float:
         """Seconds of training so far (continues across reopening)."""
         return self._time_offset + (0.0 if self._clock is None else time.perf_counter() - self._clock)
@@ -626,7 +619,7 @@ class Population:
         if m.retired:
             return "retired"
         status = m.session.status
-        if status in _ACTIVE:
+        if status in ACTIVE:
             return status
         if m.user_paused:
             return "paused"
@@ -693,75 +686,54 @@ class Population:
     # -- commands -------------------------------------------------------------------------------
 
     def start(self) -> Population:
-        """Train the members in the background and return at once; starting again after a stop goes on."""
-        with self._lock:
-            if self._status in _ACTIVE:
-                raise RuntimeError(f"this population is already {self._status}: stop() or wait() before starting again")
-            self._stop.clear()
-            self._pause.clear()
-            self.error = None
-            self._status = "running"
+        """Train the members in the background and return at once; starting again after a stop goes on.
+
+        Raises ``RuntimeError`` when the population is already running or paused."""
+
+        def launch(thread: threading.Thread) -> None:
             self._clock = time.perf_counter()
-            self._ended = threading.Event()
-            self._supervisor = threading.Thread(target=self._supervise, name="workbench-pbt", daemon=True)
-            self._supervisor.start()
+            start_thread(self, thread)
+
+        self._control.start(self._supervise, name="workbench-pbt", launch=launch)
         return self
 
     def run(self) -> Population:
-        """Start and block until every member has trained ``steps`` (re-raises an error)."""
-        if self._status not in _ACTIVE:
+        """Start and block until every member has trained ``steps`` (re-raises an error). Ctrl-C
+        stops it cleanly (as :meth:`wait` says), then reaches the caller."""
+        if self.status not in ACTIVE:
             self.start()
         self.wait()
         return self
 
     def pause(self) -> None:
         """Pause every member (their sessions pause) until :meth:`resume`."""
+        self._control.pause()
+
+    def resume(self) -> None:
+        """Continue after :meth:`pause` (members paused one by one stay paused)."""
+        self._control.resume()
+
+    def stop(self, timeout: float | None = 60.0) -> None:
+        """Stop every member; each is saved to the population's directory, and :meth:`start` goes on."""
+        self._control.stop(timeout)
+
+    # The lifecycle's hooks, called under its lock as a command takes effect: a driver that starts a
+    # member's interval after the pause request pauses it itself (see _drive).
+    def _pause_members(self) -> None:
         with self._lock:
-            if self._status != "running":
-                return
-            self._pause.set()
-            self._status = "paused"
             sessions = [m.session for m in self._members]
         for s in sessions:
             s.pause()
 
-    def resume(self) -> None:
-        """Continue after :meth:`pause` (members paused one by one stay paused)."""
+    def _resume_members(self) -> None:
         with self._lock:
-            if self._status != "paused":
-                return
-            self._pause.clear()
-            self._status = "running"
             sessions = [m.session for m in self._members if not m.user_paused]
         for s in sessions:
             s.resume()
 
-    def stop(self, timeout: float | None = 60.0) -> None:
-        """Stop every member; each is saved to the population's directory, and :meth:`start` goes on."""
-        if self._status not in _ACTIVE:
-            return
-        self._stop.set()
-        self._pause.clear()
+    def _stop_members(self) -> None:
         for m in self._members:
             m.session.stop()
-        self._ended.wait(timeout)
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Block until the population ends; re-raise its error. False when ``timeout`` passed first.
-        Ctrl-C stops it (members saved) before ``KeyboardInterrupt`` reaches the caller."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        try:
-            while not self._ended.is_set():
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return False
-                self._ended.wait(_POLL_S if remaining is None else min(_POLL_S, remaining))
-        except KeyboardInterrupt:
-            self.stop()
-            raise
-        if self.error is not None:
-            raise self.error
-        return True
 
     def pause_member(self, index: int) -> None:
         """Pause one member (it holds its slot); the others go on."""
@@ -773,7 +745,7 @@ class Population:
         """Let a member paused by :meth:`pause_member` (or its session's pause) go on."""
         m = self._member(index)
         m.user_paused = False
-        if not self._pause.is_set():
+        if not self._control.pause_requested:
             m.session.resume()
 
     def stop_member(self, index: int) -> None:
@@ -817,8 +789,12 @@ class Population:
         workers = self.parallel * int(kw.get("num_workers", 1))
         return start_ray(ray, workers, float(kw.get("cpus_per_worker", 1.0)), kw.get("ray_address"), kw.get("ray_init"))
 
-    def _supervise(self) -> None:
+    def _supervise(self) -> str:
+        """The population's thread (run by its lifecycle): a driver per member, then the final status.
+        The population's state is written last, whatever happened (the run's own error matters more
+        than one writing it)."""
         owns_ray = False
+        failure: BaseException | None = None
         try:
             if self.backend == "ray":
                 owns_ray = self._start_ray()
@@ -840,10 +816,10 @@ class Population:
             failed = [m for m in self._members if m.failed]
             if failed and len(failed) == len(self._members):
                 raise RuntimeError(f"every member of population {self.name!r} failed; the first: {failed[0].error}")
-            final = "stopped" if self._stop.is_set() else "finished"
+            return "stopped" if self._control.stop_requested else "finished"
         except BaseException as exc:
-            self.error = exc
-            final = "failed"
+            failure = exc
+            raise
         finally:
             if owns_ray:
                 import ray
@@ -853,33 +829,32 @@ class Population:
             self._clock = None
             try:
                 self._write_state()
-            except Exception as exc:  # the run's own error matters more
-                if self.error is None:
-                    self.error = exc
-                    final = "failed"
-        self._status = final
-        self._ended.set()
+            except Exception:
+                if failure is None:
+                    raise
 
     def _drive(self, m: _Member) -> None:
         """One member's driver: train an interval, score, checkpoint, exploit/explore; again."""
         session = m.session
-        while not self._stop.is_set() and not m.retired:
-            if self._pause.is_set() or m.user_paused:
+        control = self._control
+        while not control.stop_requested and not m.retired:
+            if control.pause_requested or m.user_paused:
                 time.sleep(_POLL_S)
                 continue
             left = self.steps - session.steps
             if left <= 0:
                 break
             with self._slots:
-                if self._stop.is_set() or m.retired:
+                if control.stop_requested or m.retired:
                     break
                 try:
                     with self._lock, warnings.catch_warnings():
-                        # pause() pauses sessions under this lock: none starts unpaused after it. The
-                        # members train side by side by design: not worth the "other sessions" warning.
+                        # A pause is requested before its hook takes this lock to pause the members: a
+                        # session started here is paused by one or the other. The members train side by
+                        # side by design: not worth the "other sessions" warning.
                         warnings.filterwarnings("ignore", message=_SIDE_BY_SIDE, category=RuntimeWarning)
                         session.start(min(self.interval, left))
-                        if self._pause.is_set() or m.user_paused:
+                        if control.pause_requested or m.user_paused:
                             session.pause()
                     session.wait()
                 except Exception as exc:
@@ -898,10 +873,10 @@ class Population:
                 self._checkpoint(m)
                 if score is not None:
                     m.scores.append((session.steps, score))
-                    if session.steps < self.steps and not self._stop.is_set():
+                    if session.steps < self.steps and not control.stop_requested:
                         self._exploit_and_explore(m)
                 self._write_state()
-            if ended_as == "stopped" and not self._stop.is_set():
+            if ended_as == "stopped" and not control.stop_requested:
                 m.retired = True  # its session was stopped by hand
         if m.failed:
             with self._lock:

@@ -15,10 +15,9 @@ live-editable hyperparameters. Ctrl-C stops the population (every member saved);
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
-from .cli import _load_function, parse_space_args
+from .cli import _load_function, follow, parse_space_args
 
 __all__ = ["add_parser", "run"]
 
@@ -115,33 +114,22 @@ def run(args: argparse.Namespace) -> int:
         flush=True,
     )
     shown = len(p.events)
-    p.start()
-    error: BaseException | None = None
-    try:
-        while True:
-            try:
-                ended = p.wait(timeout=1.0)
-            except Exception as exc:  # the population failed: show the table, then the error
-                error, ended = exc, True
-            for e in p.events[shown:]:
-                if e.kind == "exploit":
-                    print(
-                        f"step {e.step}: member {e.member} ({_num(e.score)}) copied member {e.source} "
-                        f"({_num(e.source_score)})",
-                        flush=True,
-                    )
-                else:
-                    changes = ", ".join(f"{k} {_num(old)} -> {_num(new)}" for k, (old, new) in e.changes.items())
-                    print(f"step {e.step}: member {e.member} explores: {changes}", flush=True)
-            shown = len(p.events)
-            if ended:
-                break
-    except KeyboardInterrupt:
-        print("stopping (members saved); run the same command again to resume")
-        p.stop()
-    print(p.table().to_string())
-    if error is not None:
-        print(f"workbench: error: {error}", file=sys.stderr)
+
+    def report() -> None:
+        nonlocal shown
+        for e in p.events[shown:]:
+            if e.kind == "exploit":
+                print(
+                    f"step {e.step}: member {e.member} ({_num(e.score)}) copied member {e.source} "
+                    f"({_num(e.source_score)})",
+                    flush=True,
+                )
+            else:
+                changes = ", ".join(f"{k} {_num(old)} -> {_num(new)}" for k, (old, new) in e.changes.items())
+                print(f"step {e.step}: member {e.member} explores: {changes}", flush=True)
+        shown = len(p.events)
+
+    if follow(p, report, "stopping (members saved); run the same command again to resume") is not None:
         return 1
     best = p.best_index
     if best is None:

@@ -41,6 +41,8 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
+from ..run.control import ACTIVE, Controlled, RunControl
+from ..run.registry import start_thread
 from .trials import (
     _POLL_S,
     _counted,
@@ -56,7 +58,6 @@ from .trials import (
 __all__ = ["Sweep", "TrialResult", "parse_space", "sweep"]
 
 _SCORE_ATTR = "workbench"  # study user attribute holding the sweep's settings, as JSON-ready data
-_STATUSES = ("idle", "running", "paused", "stopped", "finished", "failed")
 
 
 # -- the search space ---------------------------------------------------------------------------
@@ -249,7 +250,7 @@ def _process_main(payload: bytes, stop: Any, pause: Any, worker: int, errors: An
 # -- the live object ------------------------------------------------------------------------------
 
 
-class Sweep:
+class Sweep(Controlled):
     """A hyperparameter search whose trials are Sessions; live like a session.
 
     Build it with :func:`sweep` (which also starts it) or ``wb.Sweep(...)`` and :meth:`start`.
@@ -260,6 +261,10 @@ class Sweep:
         s = wb.Sweep(make_agent, "CartPole-v1", space={"lr": (1e-5, 1e-2)}, trials=20, steps=20_000)
         s.start(); s.pause(); s.resume(); s.stop(); s.start()   # start again: resumes
         s.wait(); s.best, s.table(), s.importances()
+
+    Its lifecycle is a session's (``workbench.run.RunControl``): ``status``, ``is_alive``, ``error``,
+    ``wait()`` re-raising a worker's error; Ctrl-C in ``wait()`` stops it first (the trials in flight
+    are marked interrupted and run again on the next start).
     """
 
     def __init__(
@@ -358,17 +363,13 @@ class Sweep:
         )
         self._check_same_search()
 
-        self.error: BaseException | None = None
-        self._status = "idle"
         self._ctx = multiprocessing.get_context("spawn")
+        # The flags the worker processes read; the lifecycle (workbench.run.control) sets them.
         self._stop = self._ctx.Event()
         self._pause = self._ctx.Event()
-        self._thread: threading.Thread | None = None
-        # Set by the supervising thread as its last act: waiting on it, not on Thread.join, which
-        # Ctrl-C can cut short leaving a running thread marked as stopped (CPython before 3.13).
-        self._ended = threading.Event()
-        self._ended.set()
-        self._lock = threading.Lock()
+        self._control = RunControl(
+            "sweep", loop_pauses=False, on_pause=self._pause.set, on_resume=self._pause.clear, on_stop=self._on_stop
+        )
 
     # -- where the study lives ------------------------------------------------------------------
 
@@ -440,16 +441,6 @@ class Sweep:
 
     # -- state ----------------------------------------------------------------------------------
 
-    @property
-    def status(self) -> str:
-        """One of ``idle, running, paused, stopped, finished, failed``."""
-        return self._status
-
-    @property
-    def is_alive(self) -> bool:
-        """True while trials run (also while paused)."""
-        return self._thread is not None and not self._ended.is_set()
-
     def results(self) -> list[TrialResult]:
         """Every trial so far, by number (read from the study; fills in while the sweep runs)."""
         return [_result(t, self.choices) for t in self.study.get_trials(deepcopy=False)]
@@ -508,28 +499,23 @@ class Sweep:
     # -- commands -------------------------------------------------------------------------------
 
     def start(self) -> Sweep:
-        """Run the trials in the background and return at once; starting again after a stop resumes."""
-        with self._lock:
-            if self._status in ("running", "paused"):
-                raise RuntimeError(f"this sweep is already {self._status}: stop() or wait() before starting it again")
+        """Run the trials in the background and return at once; starting again after a stop resumes.
+
+        Raises ``RuntimeError`` when the sweep is already running or paused."""
+
+        def launch(thread: threading.Thread) -> None:
             self._prepare_resume()
             self._stop.clear()
             self._pause.clear()
-            self.error = None
-            self._status = "running"
-            self._ended = threading.Event()
-            self._thread = threading.Thread(target=self._supervise_to_the_end, name="workbench-sweep", daemon=True)
-            try:
-                self._thread.start()
-            except BaseException:
-                self._ended.set()
-                raise
+            start_thread(self, thread)
+
+        self._control.start(self._supervise, name="workbench-sweep", launch=launch)
         return self
 
     def run(self) -> Sweep:
         """Start and block until the sweep ends; re-raises a worker's error. Ctrl-C stops it cleanly
         (as :meth:`wait` says), then reaches the caller."""
-        if self._status not in ("running", "paused"):
+        if self.status not in ACTIVE:
             self.start()
         self.wait()
         return self
@@ -538,50 +524,15 @@ class Sweep:
         """Pause every running trial (their sessions pause) and start no new one until :meth:`resume`."""
         if self.backend == "ray":
             raise RuntimeError("a Ray Tune sweep cannot pause: stop() it, and start() it again to resume")
-        if self._status == "running":
-            self._pause.set()
-            self._status = "paused"
-
-    def resume(self) -> None:
-        """Continue after :meth:`pause`."""
-        if self._status == "paused":
-            self._pause.clear()
-            self._status = "running"
+        self._control.pause()
 
     def stop(self, timeout: float | None = 120.0) -> None:
         """Stop the trials in flight (marked interrupted, run again on the next start) and the sweep."""
-        if self._status not in ("running", "paused"):
-            return
+        self._control.stop(timeout)
+
+    def _on_stop(self) -> None:
         self._stop.set()
         self._pause.clear()
-        if self._thread is not None:
-            self._ended.wait(timeout)
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Block until the sweep ends; re-raise a worker's error. False when ``timeout`` passed first.
-
-        Ctrl-C stops the sweep (the trials in flight are marked interrupted and its thread has
-        ended) before ``KeyboardInterrupt`` reaches the caller; more Ctrl-C meanwhile do not cut
-        that short."""
-        if self._thread is not None:
-            deadline = None if timeout is None else time.monotonic() + timeout
-            try:
-                while not self._ended.is_set():
-                    remaining = None if deadline is None else deadline - time.monotonic()
-                    if remaining is not None and remaining <= 0:
-                        return False
-                    self._ended.wait(0.1 if remaining is None else min(0.1, remaining))
-            except KeyboardInterrupt:
-                while True:
-                    try:
-                        self.stop()
-                        break
-                    except KeyboardInterrupt:
-                        continue
-                raise
-        if self.error is not None:
-            raise self.error
-        return True
 
     def dashboard(self) -> Any:
         """The live notebook view of this sweep (an ipywidgets widget)."""
@@ -621,28 +572,18 @@ class Sweep:
             sinks=self.sinks,
         )
 
-    def _supervise_to_the_end(self) -> None:
-        try:
-            self._supervise()
-        finally:
-            self._ended.set()
+    def _supervise(self) -> str:
+        """The sweep's thread (run by its lifecycle): the trials, then the final status."""
+        if self.backend == "ray":
+            from .ray_tune import run_tune
 
-    def _supervise(self) -> None:
-        try:
-            if self.backend == "ray":
-                from .ray_tune import run_tune
-
-                run_tune(self, self._stop)
-            elif self.parallel == 1:
-                _run_trials(self._spec(), self._stop, self._pause, 0)
-            else:
-                self._run_processes()
-            self._check_not_all_failed()
-            final = "stopped" if self._stop.is_set() else "finished"
-        except BaseException as exc:
-            self.error = exc
-            final = "failed"
-        self._status = final
+            run_tune(self, self._stop)
+        elif self.parallel == 1:
+            _run_trials(self._spec(), self._stop, self._pause, 0)
+        else:
+            self._run_processes()
+        self._check_not_all_failed()
+        return "stopped" if self._stop.is_set() else "finished"
 
     def _run_processes(self) -> None:
         import cloudpickle

@@ -1,4 +1,4 @@
-"""Feeding a session's sinks: a subscriber that only queues, and a flusher thread that batches.
+"""Feeding a run's sinks: a subscriber that only queues, and a flusher thread that batches.
 
 The training thread records signals; the subscriber added here appends each point to a deque
 (one allocation, no I/O, no lock held by anyone else), so the loop never waits on a file, a
@@ -6,9 +6,10 @@ database or a network. A flusher thread wakes every ``flush_every`` seconds, tak
 queued and hands it to each sink as one batch. When the run ends the flusher is stopped, the rest
 is written, the end is logged, and each sink is closed (flushed).
 
-The session calls four methods: :meth:`SinkFeed.run_started` (from ``start``),
-:meth:`SinkFeed.run_ended` (from the end of the training thread), :meth:`SinkFeed.log_event`
-for live edits (``session.set``) and :meth:`SinkFeed.log_video` for each evaluation video written.
+It takes the run's signals and facts, never the session itself. The run calls four methods:
+:meth:`SinkFeed.run_started` (from ``start``), :meth:`SinkFeed.run_ended` (from the end of the
+training thread), :meth:`SinkFeed.log_event` for live edits (``session.set``) and
+:meth:`SinkFeed.log_video` for each evaluation video written.
 """
 
 from __future__ import annotations
@@ -18,13 +19,13 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .base import Point, RunInfo, Sink
 
 if TYPE_CHECKING:
-    from ..session import Session
+    from ..signals import SignalSet
 
 __all__ = ["SinkFeed", "check_sinks"]
 
@@ -66,17 +67,30 @@ def check_sinks(sinks: Any) -> list[Sink]:
 
 
 class SinkFeed:
-    """Moves one session's signals, live edits and run ends to its sinks, off the training loop.
+    """Moves one run's signals, live edits and run ends to its sinks, off the training loop.
 
     Parameters:
-        session: the session to feed from.
+        signals: the run's signals (each new point is queued for the sinks).
         sinks: the sinks (validated by :func:`check_sinks`).
+        facts: returns the run's facts when a run starts: ``algorithm``, ``env``, ``seed`` and
+            ``hyperparameters`` (:class:`~workbench.tracking.base.RunInfo`'s fields).
+        steps: returns the run's step counter now.
         flush_every: seconds between batches.
     """
 
-    def __init__(self, session: Session, sinks: Any, flush_every: float = 1.0) -> None:
+    def __init__(
+        self,
+        signals: SignalSet,
+        sinks: Any,
+        *,
+        facts: Callable[[], Mapping[str, Any]],
+        steps: Callable[[], int],
+        flush_every: float = 1.0,
+    ) -> None:
         self.sinks = check_sinks(sinks)
-        self.session = session
+        self.signals = signals
+        self.facts = facts
+        self.steps = steps
         self.flush_every = float(flush_every)
         self.run_id = uuid.uuid4().hex
         self.errors: list[tuple[Sink, BaseException]] = []
@@ -90,9 +104,10 @@ class SinkFeed:
         self._stop = threading.Event()
         self._flusher: threading.Thread | None = None
         self._write_lock = threading.Lock()  # one batch at a time (flusher, final drain)
-        self._name = f"{session.agent.algorithm.lower()}-{session.env_source.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        first = facts()
+        self._name = f"{str(first['algorithm']).lower()}-{first['env']}-{time.strftime('%Y%m%d-%H%M%S')}"
 
-    # -- called by the session ------------------------------------------------------------------
+    # -- called by the run ----------------------------------------------------------------------
 
     def run_started(self) -> None:
         """Open every sink for a new run and start the flusher (``session.start`` calls this).
@@ -100,17 +115,17 @@ class SinkFeed:
         A sink that cannot open raises here, in the caller's thread, before training begins.
         """
         if not self._subscribed:
-            self.session.signals.subscribe(self._on_point)
+            self.signals.subscribe(self._on_point)
             self._subscribed = True
-        session = self.session
+        facts = self.facts()
         run = RunInfo(
             run_id=self.run_id,
             name=self._name,
-            algorithm=session.agent.algorithm,
-            env=session.env_source.name,
-            seed=session.seed,
-            hyperparameters=session.agent.hyperparameters(),
-            start_step=int(session.steps),
+            algorithm=facts["algorithm"],
+            env=facts["env"],
+            seed=facts["seed"],
+            hyperparameters=facts["hyperparameters"],
+            start_step=int(self.steps()),
         )
         opened: list[Sink] = []
         try:
@@ -138,7 +153,7 @@ class SinkFeed:
         """Write what is queued, log the end, and close every sink (the training thread calls this last)."""
         if error is not None and reason is None:
             reason = f"error: {type(error).__name__}: {error}"
-        self._queue.append(_Event(("end", int(self.session.steps), status, reason)))
+        self._queue.append(_Event(("end", int(self.steps()), status, reason)))
         # The flusher writes the rest, logs the end and closes the sinks: every sink call stays in its thread.
         self._join_flusher()
         if self._active:  # the flusher did not finish in time: close here rather than leave files open
