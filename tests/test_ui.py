@@ -400,9 +400,9 @@ def test_a_new_page_or_one_that_missed_an_update_gets_everything(app_env, no_tim
 def _loss_dashboard_judged_deaf_quickly(app_env, monkeypatch, points):
     """A session with ``points`` loss values and its dashboard of that one plot, which judges a widget
     deaf after 0.05 s of silence (6 s in use)."""
-    import workbench.ui.dashboard as dashboard_module
+    import workbench.ui.run_view as run_view_module
 
-    monkeypatch.setattr(dashboard_module, "_DEAF_S", 0.05)
+    monkeypatch.setattr(run_view_module, "_DEAF_S", 0.05)
     session = wb.Session(small_ppo(app_env), app_env)
     for i in range(points):
         session.log("loss", float(i), step=i)
@@ -464,9 +464,9 @@ def test_a_reload_whose_hello_was_lost_gets_fresh_plots(app_env, no_timer, monke
 def test_a_reload_restarts_the_wait_before_rebuilding(app_env, no_timer, monkeypatch):
     # Rebuilds that got no answer double the wait before the next; a reload is a new page, which
     # gets the first, short wait again (not the one earned by the page before it).
-    import workbench.ui.dashboard as dashboard_module
+    import workbench.ui.run_view as run_view_module
 
-    monkeypatch.setattr(dashboard_module, "_DEAF_S", 0.5)
+    monkeypatch.setattr(run_view_module, "_DEAF_S", 0.5)
     session = wb.Session(small_ppo(app_env), app_env)
     session.log("loss", 0.0, step=0)
     dash = wb.Dashboard(session, signals=("loss",))
