@@ -192,8 +192,9 @@ DIAGNOSE_JS = """() => ({
     drawn: document.querySelectorAll('.js-plotly-plot').length,
     plotly: typeof globalThis.__workbenchPlotly,
     loads: globalThis.__workbenchPlotlyLoads || 0,
-    stores: globalThis.__workbenchStores ? [...globalThis.__workbenchStores.values()].map(
-        (s) => ({ seq: s.seq, views: s.views.size, data: s.data ? s.data.map((d) => d.x.length) : null })) : null,
+    stores: globalThis.__workbenchStores ? [...globalThis.__workbenchStores.entries()].map(
+        ([key, s]) => ({ key: key.slice(0, 6), seq: s.seq, views: s.views.size,
+                         data: s.data ? s.data.map((d) => d.x.length) : null })) : null,
 })"""
 
 FPS_JS = """async () => {
@@ -848,11 +849,23 @@ def _notebook_page(pw, served: Path, path: str, cells: list[str], workspace: str
     return context, page, profile, f"{base}/lab/workspaces/{workspace}/tree/{path}?token={token}&reset"
 
 
-def _back_from_another_page(page, url: str, away_s: float, selector: str, wait_s: float) -> bool:
+def _save_outputs(page, path: Path) -> None:
+    """Save the notebook (in command mode) until ``path`` holds a widget output: a reload shows the live
+    view from the saved output, and a notebook with unsaved changes would ask before it unloads."""
+
+    def saved() -> bool:
+        page.keyboard.press("Escape")
+        page.keyboard.press("Control+s")
+        page.wait_for_timeout(700)
+        return "application/vnd.jupyter.widget-view+json" in path.read_text()
+
+    _wait_for(page, saved, 30, f"{path.name} saved with its outputs")
+
+
+def _back_from_another_page(page, url: str, saved: Path, away_s: float, selector: str, wait_s: float) -> bool:
     """Save, leave for a blank page for ``away_s`` seconds, load the notebook once: True when every plot
     matching ``selector`` fills within ``wait_s`` seconds of the kernel's status reading idle."""
-    page.keyboard.press("Control+s")  # saved: the notebook unloads without asking
-    page.wait_for_timeout(500)
+    _save_outputs(page, saved)
     page.goto("about:blank")
     page.wait_for_timeout(int(away_s * 1000))
     page.goto(url)
@@ -884,8 +897,13 @@ def test_dashboard_comes_back_on_the_first_load_every_time(jupyter):
             for i in range(20):
                 # Away for 0.5 to 14 s: short visits, and ones past the 6 and 12 s after which the kernel
                 # rebuilds a widget no page answers (the rebuild may land while the page loads again).
-                loads.append(_back_from_another_page(page, url, (0.5, 4, 7, 9, 14)[i % 5], ".wb-plot", 45))
+                loads.append(
+                    _back_from_another_page(
+                        page, url, served / RELOAD_NOTEBOOK, (0.5, 4, 7, 9, 14)[i % 5], ".wb-plot", 45
+                    )
+                )
                 if not loads[-1]:
+                    page.screenshot(path=str(ARTIFACTS / "reload-empty.png"), full_page=True)
                     break
             _run_and_wait(page, 1)
         except BaseException:
@@ -918,7 +936,7 @@ def test_population_dashboard_comes_back_after_a_reload(jupyter):
             page.locator(".jp-OutputArea-output .wb-pbt-dashboard").first.wait_for(state="visible", timeout=60_000)
             _wait_for(page, lambda: _filled(page, ".wb-pbt-curves"), 120, "the members' curves")
             for away_s in (0.5, 8):
-                loads.append(_back_from_another_page(page, url, away_s, ".wb-pbt-curves", 45))
+                loads.append(_back_from_another_page(page, url, served / PBT_NOTEBOOK, away_s, ".wb-pbt-curves", 45))
             assert "member 1" in page.locator(".jp-OutputArea-output .wb-pbt-dashboard").first.inner_text()
             _run_and_wait(page, 1)
         except BaseException:

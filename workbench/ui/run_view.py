@@ -41,7 +41,7 @@ _WATCH_S = 120.0  # after a run ends, how long the timer waits for the page to a
 _MAX_WAIT_S = 4.0  # the slowest refresh rate a slow page backs a view off to
 _DEAF_S = 6.0  # a page that opened a widget but answered nothing for this long gets a fresh widget
 _MAX_REPLACEMENTS = 5  # rebuilds in a row without any answer; then stop trying
-_RESYNC_S = 10.0  # after a page opened a widget of the view, how long refreshes send the boxes' children again
+_RESYNC_AFTER_S = 1.5  # after a page opened a widget of the view, when the boxes' children are sent again (once)
 
 
 def fmt(value: Any) -> str:
@@ -121,7 +121,7 @@ class RunView(widgets.VBox):
         self._timer: threading.Thread | None = None
         self._deaf_streak = 0
         self._reopened = 0  # hellos beyond each plot's first, at the last check (a new page: a reload)
-        self._page_at: float | None = None  # when a page last opened one of the view's widgets
+        self._resync_at: float | None = None  # when to send the boxes' children again (a page opened a widget)
         self.heartbeat: Heartbeat | None = None
         self.buttons: dict[str, widgets.Button] = {}
         for name in buttons:
@@ -222,8 +222,9 @@ class RunView(widgets.VBox):
 
     def _on_page(self, _widget: Any = None) -> None:
         """A page opened one of the view's widgets (a reload, the notebook opened again): wake the timer, and
-        send the boxes' layout again for the next seconds (see :meth:`_resync`)."""
-        self._page_at = time.monotonic()
+        send the boxes' layout again a moment later, once (see :meth:`_resync`)."""
+        if self._resync_at is None:
+            self._resync_at = time.monotonic() + _RESYNC_AFTER_S
         self._ensure_timer(watch=True)
 
     def _boxes(self, widget: widgets.Widget | None = None) -> Iterator[widgets.Box]:
@@ -235,7 +236,7 @@ class RunView(widgets.VBox):
                 yield from self._boxes(child)
 
     def _resync(self) -> None:
-        """For a while after a page opened a widget of the view, send every box's children again.
+        """A moment after a page opened a widget of the view, send every box's children again, once.
 
         A page that loads while the kernel runs (a reload, a return from another page) rebuilds its widgets
         from the kernel's state in one batch: it asks every model for its state, then builds them all. A
@@ -244,8 +245,9 @@ class RunView(widgets.VBox):
         stay empty until the next load. Sending the children again once the page is there, a list of model
         ids, puts the current plots in place.
         """
-        if self._page_at is None or time.monotonic() - self._page_at > _RESYNC_S:
+        if self._resync_at is None or time.monotonic() < self._resync_at:
             return
+        self._resync_at = None
         for box in self._boxes():
             box.send_state("children")
 
