@@ -91,17 +91,7 @@ class PopulationDashboard(RunView):
         self.rows = [_MemberRow(self, i) for i in range(len(population.members))]
         self._curve_key: tuple[Any, ...] = ()
         self._lineage_key: tuple[Any, ...] = ()
-        self._lay_out(
-            [
-                widgets.HBox([*self.buttons.values(), self.status]),
-                self.message,
-                widgets.HBox([self.curves, self.lineage], layout={"width": "100%"}),
-                widgets.VBox(self.rows),
-            ],
-            "wb-pbt-dashboard",
-        )
-        self.refresh()
-        self._ensure_timer()
+        self._show_run(widgets.VBox(self.rows), "wb-pbt-dashboard")
 
     @property
     def curves(self) -> Any:
@@ -120,9 +110,6 @@ class PopulationDashboard(RunView):
             layout = plot_layout("lineage: who copied whom", x_title="env steps", y_title="member")
             layout["yaxis"].update(dtick=1, autorange="reversed")
         return self._new_plot([], layout, height=300, classes=(f"wb-pbt-{name}",))
-
-    def _live_plots(self) -> dict[str, Any]:
-        return dict(self._plots)
 
     def _rebuild_plot(self, name: str) -> Any:
         fresh = self._fresh_plot(name)

@@ -123,6 +123,7 @@ class RunView(widgets.VBox):
         self._reopened = 0  # hellos beyond each plot's first, at the last check (a new page: a reload)
         self._resync_at: float | None = None  # when to send the boxes' children again (a page opened a widget)
         self.heartbeat: Heartbeat | None = None
+        self._plots: dict[str, LivePlot] = {}  # the plots by name (a view keeps them here or says otherwise)
         self.buttons: dict[str, widgets.Button] = {}
         for name in buttons:
             icon, tip = _BUTTONS[name]
@@ -138,6 +139,21 @@ class RunView(widgets.VBox):
         """Build the view's box from ``children`` (the subclass places the button row among them)."""
         super().__init__(children=children)
         self.add_class(css_class)
+
+    def _show_run(self, below: widgets.Widget, css_class: str) -> None:
+        """Lay out the buttons and status, the message line, the plots side by side and ``below``; draw the
+        view once and start the timer (the sweep's and the population's layout)."""
+        self._lay_out(
+            [
+                widgets.HBox([*self.buttons.values(), self.status]),
+                self.message,
+                widgets.HBox(list(self._plots.values()), layout={"width": "100%"}),
+                below,
+            ],
+            css_class,
+        )
+        self.refresh()
+        self._ensure_timer()
 
     # -- the run's commands, from the buttons ----------------------------------------------------
 
@@ -214,7 +230,7 @@ class RunView(widgets.VBox):
 
     def _live_plots(self) -> dict[str, LivePlot]:
         """The view's plots by name (those the page may show)."""
-        return {}
+        return dict(self._plots)
 
     def _rebuild_plot(self, name: str) -> LivePlot:
         """A fresh plot for ``name``, in the view's records (the box it sits in is updated by the caller)."""

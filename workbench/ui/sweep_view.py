@@ -60,17 +60,7 @@ class SweepDashboard(RunView):
         }
         self._curve_key: tuple[Any, ...] = ()
         self._importance_key: tuple[Any, ...] = ()
-        self._lay_out(
-            [
-                widgets.HBox([*self.buttons.values(), self.status]),
-                self.message,
-                widgets.HBox([self.curves, self.importance], layout={"width": "100%"}),
-                self.table,
-            ],
-            "wb-sweep-dashboard",
-        )
-        self.refresh()
-        self._ensure_timer()
+        self._show_run(self.table, "wb-sweep-dashboard")
 
     @property
     def curves(self) -> Any:
@@ -81,9 +71,6 @@ class SweepDashboard(RunView):
     def importance(self) -> Any:
         """The plot of the parameters' importances (a :class:`~workbench.ui.live_plot.LivePlot`)."""
         return self._plots["importance"]
-
-    def _live_plots(self) -> dict[str, Any]:
-        return dict(self._plots)
 
     def _rebuild_plot(self, name: str) -> Any:
         old = self._plots[name]
