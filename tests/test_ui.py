@@ -791,3 +791,33 @@ def test_play_viewer_rejects_an_env_of_other_spaces(app_env):
     agent = small_ppo(app_env)
     with pytest.raises(ValueError, match="space"):
         wb.PlayViewer(agent, gym.make("CartPole-v1", render_mode="rgb_array"))
+
+
+def test_a_plot_unheard_since_its_page_loaded_is_rebuilt_once(app_env, no_timer, monkeypatch):
+    # A page loads (its heartbeat says hello) while a plot's hello is lost in the page's rebuild of its
+    # widgets: that plot never hears from a page, so the silence test alone never rebuilds it (empty plots
+    # under a live heartbeat). It is rebuilt once; a plot built after the page loaded, or one that spoke, is not.
+    import workbench.ui.run_view as run_view_module
+
+    monkeypatch.setattr(run_view_module, "_DEAF_S", 0.05)
+    session = wb.Session(small_ppo(app_env), app_env)
+    session.log("loss", 0.0, step=0)
+    session.log("episode_reward", 1.0, step=0)
+    dash = wb.Dashboard(session, signals=("loss", "episode_reward"))
+    try:
+        dash._join_anywidgets()
+        lost, heard = dash._panels["loss"].plot, dash._panels["episode_reward"].plot
+        dash.heartbeat._on_page_msg(dash.heartbeat, {"kind": "hello"}, [])
+        dash.heartbeat._on_page_msg(dash.heartbeat, {"kind": "ack", "beat": 1}, [])  # the page is live
+        heard._on_page_msg(heard, {"kind": "hello", "have": -1}, [])
+        heard._on_page_msg(heard, {"kind": "ack", "seq": 10**6}, [])  # it answers everything
+        time.sleep(0.1)
+        dash.refresh()
+        fresh = dash._panels["loss"].plot
+        assert fresh is not lost and fresh in dash.plots.children and lost not in dash.plots.children
+        assert dash._panels["episode_reward"].plot is heard and dash.replaced_count == 1
+        time.sleep(0.1)
+        dash.refresh()  # the fresh plot was built after the page loaded: it waits for its own hello
+        assert dash._panels["loss"].plot is fresh
+    finally:
+        dash.close()

@@ -293,6 +293,8 @@ class LivePlot(anywidget.AnyWidget):
         self.sent_kinds: list[str] = []  # the kind of each ("reset", "extend", "replace"), in the same order
         self.acks = 0
         self.hellos = 0  # times a page built this model (more than one: a reload or a reopened tab)
+        self.created_at = time.monotonic()
+        self.heard_at: float | None = None  # when a page last said anything to this plot
         self.on_page: Callable[[LivePlot], None] | None = None  # called when a page asks for the data
         self.on_msg(self._on_page_msg)
 
@@ -301,6 +303,7 @@ class LivePlot(anywidget.AnyWidget):
     def _on_page_msg(self, _widget: Any, content: dict[str, Any], _buffers: Any) -> None:
         kind = content.get("kind") if isinstance(content, dict) else None
         with self._lock:
+            self.heard_at = time.monotonic()
             if kind == "ack":
                 seq = int(content.get("seq", 0))
                 self._unanswered_since = None

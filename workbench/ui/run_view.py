@@ -122,6 +122,7 @@ class RunView(widgets.VBox):
         self._deaf_streak = 0
         self._reopened = 0  # hellos beyond each plot's first, at the last check (a new page: a reload)
         self._resync_at: float | None = None  # when to send the boxes' children again (a page opened a widget)
+        self._page_opened_at: float | None = None  # when a page last opened the heartbeat (a load of the page)
         self.heartbeat: Heartbeat | None = None
         self._plots: dict[str, LivePlot] = {}  # the plots by name (a view keeps them here or says otherwise)
         self.buttons: dict[str, widgets.Button] = {}
@@ -241,6 +242,8 @@ class RunView(widgets.VBox):
         send the boxes' layout again a moment later, once (see :meth:`_resync`)."""
         if self._resync_at is None:
             self._resync_at = time.monotonic() + _RESYNC_AFTER_S
+        if isinstance(_widget, Heartbeat):
+            self._page_opened_at = time.monotonic()
         self._ensure_timer(watch=True)
 
     def _boxes(self, widget: widgets.Widget | None = None) -> Iterator[widgets.Box]:
@@ -304,8 +307,20 @@ class RunView(widgets.VBox):
             self._swap(old_beat, self.heartbeat)
             old_beat.close()
             replaced = True
+        shown = {id(child) for box in self._boxes() for child in box.children}
+        opened = self._page_opened_at
         for name, plot in plots.items():
-            if plot.deaf(after, now):
+            # A page that loaded (its heartbeat said hello) but from which a plot older than it heard nothing
+            # since: the plot's hello was lost while the page rebuilt its widgets, and without one it would
+            # never be judged deaf (seen as empty plots under a live heartbeat after a return to the page).
+            unheard = (
+                opened is not None
+                and id(plot) in shown
+                and plot.created_at < opened
+                and now - opened > after
+                and (plot.heard_at is None or plot.heard_at < opened)
+            )
+            if plot.deaf(after, now) or unheard:
                 fresh = self._rebuild_plot(name)
                 self._swap(plot, fresh)
                 plot.close()
