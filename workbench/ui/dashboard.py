@@ -413,9 +413,11 @@ class Dashboard(RunView):
             )
         if self.status_line.value != line:
             self.status_line.value = line
-        with self.heartbeat.hold_sync():
-            self.heartbeat.active = view.active and self.timer_alive
-            self.heartbeat.beat += 1
+        beat = self.heartbeat
+        if beat is not None:  # the dashboard always has one (RunView's may not)
+            with beat.hold_sync():
+                beat.active = view.active and self.timer_alive
+                beat.beat += 1
         with self.progress.hold_sync():
             self.progress.value = view.fraction
             self.progress.bar_style = _BAR_STYLES.get(view.status, "")
@@ -644,7 +646,7 @@ class Dashboard(RunView):
         if self._shown.wait(0.3):
             self._closed.wait(0.3)
         self._join_anywidgets()
-        if self._displayed:
+        if self._displayed and self.heartbeat is not None:
             self.heartbeat.page_opened.wait(1.0)
 
     def _timer_refresh(self) -> None:
