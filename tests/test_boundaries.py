@@ -40,6 +40,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "workbench.loop",
             "workbench.validation",
             "workbench.video",
+            "workbench.views",
             "workbench.offline",
             "workbench.offline.datasets",
         ),
@@ -66,8 +67,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 
 # (module, enclosing function) -> why it may import a higher layer, lazily.
 ALLOWED_UPWARD = {
-    ("workbench.session", "_views"): "a session shows itself in a notebook (the dashboard, progress)",
-    ("workbench.agents.play", "Playing.play"): "play(viewer=True) shows the play viewer in a notebook",
+    ("workbench.views", "ui"): "the one lazy hook through which every model reaches its views",
     ("workbench.session", "Session.serve"): "a session serves itself over HTTP (workbench.serve, on first use)",
 }
 
@@ -220,6 +220,33 @@ def _strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
         if v not in index:
             connect(v)
     return result
+
+
+def test_models_reach_views_only_through_the_one_hook():
+    """Nothing outside ``workbench/ui`` imports ``workbench.ui`` (lazily or not) but ``workbench.views``, and
+    no module of the views shares an import cycle with a module outside them (the hook's edge left out)."""
+    hook = "workbench.views"
+    reaching = [
+        f"{path.relative_to(PACKAGE.parent)}:{line} ({scope or 'module level'}) imports {target}"
+        for module, path in MODULES.items()
+        if module != hook and not (module == "workbench.ui" or module.startswith("workbench.ui."))
+        for target, scope, line in _imports(module, path)
+        if target == "workbench.ui" or target.startswith("workbench.ui.")
+    ]
+    assert not reaching, "modules reaching the views without workbench.views:\n" + "\n".join(reaching)
+    graph: dict[str, set[str]] = {m: set() for m in MODULES}
+    for module, path in MODULES.items():
+        if module == hook:
+            continue
+        for target, _, _ in _imports(module, path):
+            if target in graph and target != module:
+                graph[module].add(target)
+    mixed = [
+        c
+        for c in _strongly_connected(graph)
+        if any(m.startswith("workbench.ui") for m in c) and not all(m.startswith("workbench.ui") for m in c)
+    ]
+    assert not mixed, f"import cycles between views and the modules below them: {mixed}"
 
 
 @pytest.mark.parametrize(

@@ -192,8 +192,9 @@ DIAGNOSE_JS = """() => ({
     drawn: document.querySelectorAll('.js-plotly-plot').length,
     plotly: typeof globalThis.__workbenchPlotly,
     loads: globalThis.__workbenchPlotlyLoads || 0,
-    stores: globalThis.__workbenchStores ? [...globalThis.__workbenchStores.values()].map(
-        (s) => ({ seq: s.seq, views: s.views.size, data: s.data ? s.data.map((d) => d.x.length) : null })) : null,
+    stores: globalThis.__workbenchStores ? [...globalThis.__workbenchStores.entries()].map(
+        ([key, s]) => ({ key: key.slice(0, 6), seq: s.seq, views: s.views.size,
+                         data: s.data ? s.data.map((d) => d.x.length) : null })) : null,
 })"""
 
 FPS_JS = """async () => {
@@ -379,7 +380,7 @@ LOAD_CELLS = [
     "second = session.dashboard()\nsecond",
     "second.close()",
     # 6: what the kernel side measured
-    "dash = session._shown_dashboard\n"
+    "from workbench.views import shown\ndash = shown(session)\n"
     "print('WB-METRICS ' + json.dumps({'samples': samples, 'sent': {n: [p.plot.sent_bytes, p.plot.sent_kinds] for n, p in "
     "dash._panels.items()}, 'skipped': dash.skipped_count, 'refreshes': dash.refresh_count, "
     "'replaced': dash.replaced_count}))",
@@ -794,3 +795,154 @@ def test_interrupt_kernel_stops_the_run_and_keeps_the_kernel(jupyter):
         finally:
             context.close()
             shutil.rmtree(profile, ignore_errors=True)
+
+
+# -- back from another page: the dashboard on the first load, every time (issue 49) -------------------
+
+RELOAD_NOTEBOOK = "notebooks/reload.ipynb"
+RELOAD_CELLS = [
+    "import workbench as wb\n"
+    "session = wb.Session(wb.PPO('CartPole-v1'), 'CartPole-v1', seed=0)\n"
+    "session.start(steps=50_000_000)\n"
+    "session",
+    "session.stop()",
+]
+PBT_NOTEBOOK = "notebooks/pbt_reload.ipynb"
+PBT_CELLS = [
+    "import workbench as wb\n"
+    "def make(**hp):\n"
+    "    return wb.PPO('CartPole-v1', n_steps=64, batch_size=64, n_epochs=1, net_arch=(8,), **hp)\n"
+    "population = wb.pbt(make, 'CartPole-v1', population=2, space={'learning_rate': (1e-4, 1e-2)},\n"
+    "                    steps=5_000_000, interval=256, metric='episode_reward', window=5, directory='pbt-reload')\n"
+    "population",
+    "population.stop()",
+]
+
+FILLED_JS = """(selector) => {
+    const plots = [...document.querySelectorAll('.jp-OutputArea-output ' + selector)];
+    const filled = plots.filter((p) => {
+        const div = p.querySelector('.js-plotly-plot');
+        return div && div.data && div.data.length && div.data.some((t) => t.x && t.x.length > 0);
+    });
+    return { plots: plots.length, filled: filled.length };
+}"""
+
+
+def _filled(page, selector: str) -> bool:
+    """True when the page shows at least one plot matching ``selector`` and every one of them has points."""
+    state = page.evaluate(FILLED_JS, selector)
+    return state["plots"] > 0 and state["filled"] == state["plots"]
+
+
+def _notebook_page(pw, served: Path, path: str, cells: list[str], workspace: str, base: str, token: str):
+    """A fresh Chromium profile on ``path`` (written with ``cells``), in a workspace of its own."""
+    notebook = _load_notebook()
+    notebook["cells"] = [{**notebook["cells"][0], "source": src} for src in cells]
+    (served / path).write_text(json.dumps(notebook))
+    profile = ROOT / "test-artifacts" / f".chromium-profile-{workspace}"
+    shutil.rmtree(profile, ignore_errors=True)
+    context = pw.chromium.launch_persistent_context(
+        str(profile), executable_path=CHROMIUM, headless=True, viewport={"width": 1300, "height": 1100}, args=ARGS
+    )
+    page = context.pages[0] if context.pages else context.new_page()
+    page.set_default_timeout(60_000)
+    return context, page, profile, f"{base}/lab/workspaces/{workspace}/tree/{path}?token={token}&reset"
+
+
+def _save_outputs(page, path: Path) -> None:
+    """Save the notebook (in command mode) until ``path`` holds a widget output: a reload shows the live
+    view from the saved output, and a notebook with unsaved changes would ask before it unloads."""
+
+    def saved() -> bool:
+        page.keyboard.press("Escape")
+        page.keyboard.press("Control+s")
+        page.wait_for_timeout(700)
+        return "application/vnd.jupyter.widget-view+json" in path.read_text()
+
+    _wait_for(page, saved, 30, f"{path.name} saved with its outputs")
+
+
+def _back_from_another_page(page, url: str, saved: Path, away_s: float, selector: str, wait_s: float) -> bool:
+    """Save, leave for a blank page for ``away_s`` seconds, load the notebook once: True when every plot
+    matching ``selector`` fills within ``wait_s`` seconds of the kernel's status reading idle."""
+    _save_outputs(page, saved)
+    page.goto("about:blank")
+    page.wait_for_timeout(int(away_s * 1000))
+    page.goto(url)
+    _wait_for_kernel(page)
+    try:
+        _wait_for(page, lambda: _filled(page, selector), wait_s, "the plots after coming back")
+    except AssertionError:
+        return False
+    return True
+
+
+def test_dashboard_comes_back_on_the_first_load_every_time(jupyter):
+    """Twenty times: leave the notebook for a blank page (from a moment to longer than the dashboard waits
+    before it rebuilds a silent widget), load it once, and every plot of the live dashboard fills."""
+    from playwright.sync_api import sync_playwright
+
+    base, token, served = jupyter
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as pw:
+        context, page, profile, url = _notebook_page(pw, served, RELOAD_NOTEBOOK, RELOAD_CELLS, "wbreload", base, token)
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(f"pageerror: {exc}"))
+        loads: list[bool] = []
+        try:
+            page.goto(url)
+            _wait_for_kernel(page)
+            _run_code_cell(page, 0)
+            _wait_for(page, lambda: _filled(page, ".wb-plot"), 90, "the dashboard's plots")
+            for i in range(20):
+                # Away for 0.5 to 14 s: short visits, and ones past the 6 and 12 s after which the kernel
+                # rebuilds a widget no page answers (the rebuild may land while the page loads again).
+                loads.append(
+                    _back_from_another_page(
+                        page, url, served / RELOAD_NOTEBOOK, (0.5, 4, 7, 9, 14)[i % 5], ".wb-plot", 45
+                    )
+                )
+                if not loads[-1]:
+                    page.screenshot(path=str(ARTIFACTS / "reload-empty.png"), full_page=True)
+                    break
+            _run_and_wait(page, 1)
+        except BaseException:
+            page.screenshot(path=str(ARTIFACTS / "reload-failure.png"), full_page=True)
+            raise
+        finally:
+            print(
+                f"\nfirst loads that filled the plots: {sum(loads)} of {len(loads)}; page state",
+                page.evaluate(DIAGNOSE_JS) if page.url != "about:blank" else None,
+            )
+            context.close()
+            shutil.rmtree(profile, ignore_errors=True)
+    assert loads == [True] * 20, f"a load left the plots empty: {loads}"
+    assert not errors, errors
+
+
+def test_population_dashboard_comes_back_after_a_reload(jupyter):
+    """A population's dashboard: its curves fill, and fill again on the first load after leaving the page."""
+    from playwright.sync_api import sync_playwright
+
+    base, token, served = jupyter
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as pw:
+        context, page, profile, url = _notebook_page(pw, served, PBT_NOTEBOOK, PBT_CELLS, "wbpbt", base, token)
+        loads: list[bool] = []
+        try:
+            page.goto(url)
+            _wait_for_kernel(page)
+            _run_code_cell(page, 0)
+            page.locator(".jp-OutputArea-output .wb-pbt-dashboard").first.wait_for(state="visible", timeout=60_000)
+            _wait_for(page, lambda: _filled(page, ".wb-pbt-curves"), 120, "the members' curves")
+            for away_s in (0.5, 8):
+                loads.append(_back_from_another_page(page, url, served / PBT_NOTEBOOK, away_s, ".wb-pbt-curves", 45))
+            assert "member 1" in page.locator(".jp-OutputArea-output .wb-pbt-dashboard").first.inner_text()
+            _run_and_wait(page, 1)
+        except BaseException:
+            page.screenshot(path=str(ARTIFACTS / "pbt-reload-failure.png"), full_page=True)
+            raise
+        finally:
+            context.close()
+            shutil.rmtree(profile, ignore_errors=True)
+    assert loads == [True, True], f"a load left the curves empty: {loads}"

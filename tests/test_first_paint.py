@@ -18,13 +18,13 @@ ROOT = Path(__file__).resolve().parents[1]
 CHECK = """
 import sys
 import workbench as wb
-from workbench import session as session_module
+from workbench import views as views_module
 
 def views():
     return [m for m in ('ipywidgets', 'anywidget', 'plotly', 'workbench.ui.dashboard') if m in sys.modules]
 
 wb.Session(wb.PPO('CartPole-v1'), 'CartPole-v1')  # a script: nothing imported, no thread
-assert session_module._WARMING == [] and views() == [], views()
+assert views_module._warming == [] and views() == [], views()
 
 import IPython, ipykernel  # now as in a kernel: ipykernel loaded, a shell with a kernel
 class Shell:
@@ -32,8 +32,8 @@ class Shell:
 IPython.get_ipython = lambda: Shell()
 wb.Session(wb.PPO('CartPole-v1'), 'CartPole-v1')
 wb.Session(wb.PPO('CartPole-v1'), 'CartPole-v1')
-assert len(session_module._WARMING) == 1  # once per kernel
-session_module._WARMING[0].join(120)
+assert len(views_module._warming) == 1  # once per kernel
+views_module._warming[0].join(120)
 assert views() == ['ipywidgets', 'anywidget', 'workbench.ui.dashboard'], views()  # plotly stays for the page
 print('ok')
 """

@@ -380,33 +380,33 @@ def test_the_dashboard_draws_curves_lineage_and_rows_and_its_buttons_steer_membe
     )
     view = p.dashboard()
     try:
-        assert len(view.rows) == 3 and view.buttons["Pause"].disabled and not view.buttons["Start"].disabled
+        assert len(view.rows) == 3 and view.buttons["pause"].disabled and not view.buttons["start"].disabled
         view.rows[1].pause.click()  # member 1's own Pause button
         assert p.member_status(1) == "paused" and view.rows[1].pause.description == "Resume"
         view.rows[2].stop.click()  # member 2's own Stop button
         assert p.member_status(2) == "retired" and view.rows[2].stop.disabled
-        view.buttons["Start"].click()
-        assert p.status == "running" and view.timer_alive and not view.buttons["Pause"].disabled
+        view.buttons["start"].click()
+        assert p.status == "running" and view.timer_alive and not view.buttons["pause"].disabled
         wait_until(lambda: p.members[0].steps >= 320)
         view.rows[1].pause.click()  # Resume
         p.wait(timeout=120)
         view.refresh()
         assert "finished" in view.status.value and "best rigged" in view.status.value
-        assert len(view.curves.data) == 3
-        assert max(t.line.width for t in view.curves.data) == 3  # the best member, bold
+        assert len(view.curves.data) == 3 and len(view.curves.data[0][0]) > 0
+        assert max(t["line"]["width"] for t in view.curves.traces) == 3  # the best member, bold
         assert "learning_rate=" in view.rows[0].text.value and "ent_coef=" in view.rows[0].text.value
         exploits = [e for e in p.events if e.kind == "exploit"]
-        arrows = view.lineage.data[-1]
-        assert len([x for x in arrows.x if x is not None]) == 2 * len(exploits)
-        assert all(y in (0, 1) for y in arrows.y if y is not None), (arrows.y, p.events)  # member 2 left alone
+        arrows_x, arrows_y = view.lineage.data[-1]
+        assert np.isfinite(arrows_x).sum() == 2 * len(exploits)
+        assert all(y in (0, 1) for y in arrows_y[np.isfinite(arrows_y)]), (arrows_y, p.events)  # member 2 left alone
     finally:
         view.close()
     assert not view.timer_alive
     # reopened from its directory (another kernel, after a restart): the same curves and lineage
     again = wb.Population.open(tmp_path / "p", session_kwargs={"stop_when": rigged}).dashboard()
     try:
-        assert [list(t.y) for t in again.curves.data] == [list(t.y) for t in view.curves.data]
-        assert list(again.lineage.data[-1].y) == list(arrows.y)
+        assert [list(y) for _, y in again.curves.data] == [list(y) for _, y in view.curves.data]
+        np.testing.assert_array_equal(again.lineage.data[-1][1], arrows_y)
         assert "retired" in again.rows[2].text.value
     finally:
         again.close()

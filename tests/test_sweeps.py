@@ -310,16 +310,17 @@ def test_the_notebook_view_fills_in_the_table_curves_and_importances(tmp_path):
     try:
         assert s.status == "running"
         view.refresh()
-        assert view.buttons["Pause"].disabled is False and view.buttons["Start"].disabled is True
+        assert view.buttons["pause"].disabled is False and view.buttons["start"].disabled is True
         gate.set()
         s.wait()
         view.refresh()
         assert view.table.value.count("<tr") == 5  # header and four trials
         assert "complete" in view.table.value and "finished" in view.status.value
-        assert len(view.curves.data) == 4
-        assert max(t.line.width for t in view.curves.data) == 3  # the best trial, bold
-        assert set(view.importance.data[0].y) == {"eps", "lr"}
-        assert view.buttons["Start"].disabled is False and view.buttons["Stop"].disabled is True
+        assert len(view.curves.data) == 4 and all(len(x) for x, _ in view.curves.data)
+        assert max(t["line"]["width"] for t in view.curves.traces) == 3  # the best trial, bold
+        assert set(view.importance.plot_layout["yaxis"]["ticktext"]) == {"eps", "lr"}
+        assert len(view.importance.data[0][0]) == 2  # a bar per parameter
+        assert view.buttons["start"].disabled is False and view.buttons["stop"].disabled is True
     finally:
         view.close()
     assert not view.timer_alive

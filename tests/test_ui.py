@@ -400,9 +400,9 @@ def test_a_new_page_or_one_that_missed_an_update_gets_everything(app_env, no_tim
 def _loss_dashboard_judged_deaf_quickly(app_env, monkeypatch, points):
     """A session with ``points`` loss values and its dashboard of that one plot, which judges a widget
     deaf after 0.05 s of silence (6 s in use)."""
-    import workbench.ui.dashboard as dashboard_module
+    import workbench.ui.run_view as run_view_module
 
-    monkeypatch.setattr(dashboard_module, "_DEAF_S", 0.05)
+    monkeypatch.setattr(run_view_module, "_DEAF_S", 0.05)
     session = wb.Session(small_ppo(app_env), app_env)
     for i in range(points):
         session.log("loss", float(i), step=i)
@@ -464,9 +464,9 @@ def test_a_reload_whose_hello_was_lost_gets_fresh_plots(app_env, no_timer, monke
 def test_a_reload_restarts_the_wait_before_rebuilding(app_env, no_timer, monkeypatch):
     # Rebuilds that got no answer double the wait before the next; a reload is a new page, which
     # gets the first, short wait again (not the one earned by the page before it).
-    import workbench.ui.dashboard as dashboard_module
+    import workbench.ui.run_view as run_view_module
 
-    monkeypatch.setattr(dashboard_module, "_DEAF_S", 0.5)
+    monkeypatch.setattr(run_view_module, "_DEAF_S", 0.5)
     session = wb.Session(small_ppo(app_env), app_env)
     session.log("loss", 0.0, step=0)
     dash = wb.Dashboard(session, signals=("loss",))
@@ -791,3 +791,33 @@ def test_play_viewer_rejects_an_env_of_other_spaces(app_env):
     agent = small_ppo(app_env)
     with pytest.raises(ValueError, match="space"):
         wb.PlayViewer(agent, gym.make("CartPole-v1", render_mode="rgb_array"))
+
+
+def test_a_plot_unheard_since_its_page_loaded_is_rebuilt_once(app_env, no_timer, monkeypatch):
+    # A page loads (its heartbeat says hello) while a plot's hello is lost in the page's rebuild of its
+    # widgets: that plot never hears from a page, so the silence test alone never rebuilds it (empty plots
+    # under a live heartbeat). It is rebuilt once; a plot built after the page loaded, or one that spoke, is not.
+    import workbench.ui.run_view as run_view_module
+
+    monkeypatch.setattr(run_view_module, "_DEAF_S", 0.05)
+    session = wb.Session(small_ppo(app_env), app_env)
+    session.log("loss", 0.0, step=0)
+    session.log("episode_reward", 1.0, step=0)
+    dash = wb.Dashboard(session, signals=("loss", "episode_reward"))
+    try:
+        dash._join_anywidgets()
+        lost, heard = dash._panels["loss"].plot, dash._panels["episode_reward"].plot
+        dash.heartbeat._on_page_msg(dash.heartbeat, {"kind": "hello"}, [])
+        dash.heartbeat._on_page_msg(dash.heartbeat, {"kind": "ack", "beat": 1}, [])  # the page is live
+        heard._on_page_msg(heard, {"kind": "hello", "have": -1}, [])
+        heard._on_page_msg(heard, {"kind": "ack", "seq": 10**6}, [])  # it answers everything
+        time.sleep(0.1)
+        dash.refresh()
+        fresh = dash._panels["loss"].plot
+        assert fresh is not lost and fresh in dash.plots.children and lost not in dash.plots.children
+        assert dash._panels["episode_reward"].plot is heard and dash.replaced_count == 1
+        time.sleep(0.1)
+        dash.refresh()  # the fresh plot was built after the page loaded: it waits for its own hello
+        assert dash._panels["loss"].plot is fresh
+    finally:
+        dash.close()

@@ -388,9 +388,9 @@ class HumanPlay:
         """The notebook widget (frames, keys, counters); built once."""
         existing = getattr(self, "_widget", None)
         if existing is None:
-            from .ui.human_view import HumanPlayView
+            from . import views
 
-            existing = self._widget = HumanPlayView(self)
+            existing = self._widget = views.view("human", self)
         return existing
 
     def _ipython_display_(self) -> None:

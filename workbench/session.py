@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import inspect
 import os
-import sys
-import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from types import ModuleType
 from typing import Any
 
+from . import views
 from .agents.base import Agent
 from .envs.core import EnvSource, as_env_source, describe_space
 from .envs.vector import check_vector_session
@@ -326,7 +324,7 @@ class Session:
         with interruptible(self._ctx.control):
             self.start(steps)
             if progress:
-                _views().follow(self, start_steps=first)  # the run may end before the bar is drawn
+                views.follow(self, start_steps=first)  # the run may end before the bar is drawn
             self.wait()
         return self
 
@@ -568,18 +566,10 @@ class Session:
 
     def dashboard(self) -> Any:
         """The live notebook dashboard for this session (an ipywidgets widget)."""
-        return _views().Dashboard(self)
+        return views.view("session", self)
 
     def _ipython_display_(self) -> None:
-        from IPython.display import display
-
-        # Showing the session again while its dashboard is live shows that dashboard in one more
-        # place: one refresh timer per session however often a cell shows it. A dashboard whose
-        # timer has stopped (the run ended) or that was closed is replaced by a fresh one.
-        shown = getattr(self, "_shown_dashboard", None)
-        if shown is None or shown.closed or not shown.timer_alive:
-            shown = self._shown_dashboard = self.dashboard()
-        display(shown)
+        views.display(self)  # one live dashboard (one refresh timer) however often a cell shows it
 
 
 def _log_value(name: str, value: Any) -> float:
@@ -624,41 +614,8 @@ def _episode_key(episode: Any) -> Any:
     return DEFAULT_EPISODE if episode is None else episode
 
 
-_WARMING: list[threading.Thread] = []  # the one thread that imports the dashboard's modules, once started
-
-
-def _warm_views() -> None:
-    """In a Jupyter kernel, import the dashboard's modules (ipywidgets, anywidget, ``workbench.ui.dashboard``)
-    in a background thread when workbench is imported or the first session is made, once per kernel: showing a
-    session then only builds its widgets, the import runs beside the agent's construction (time spent in torch,
-    without the GIL) and it does not compete with a run that starts in the same cell as the dashboard
-    (``session.start(...); session``). Outside a kernel (scripts, the command line, tests) nothing is
-    imported. A failed import is left for showing the session to report (it names the extra)."""
-    if _WARMING or "ipykernel" not in sys.modules or "workbench.ui.dashboard" in sys.modules:
-        return
-    shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
-    if getattr(shell, "kernel", None) is None:
-        return
-    thread = threading.Thread(target=_import_views, name="workbench-import-views", daemon=True)
-    _WARMING.append(thread)
-    thread.start()
-
-
-def _import_views() -> None:
-    try:
-        _views().Dashboard  # noqa: B018 (the name is loaded on first use, with ipywidgets and anywidget)
-    except Exception:
-        pass  # showing a session imports it again and says what is missing
-
-
-def _views() -> ModuleType:
-    """The views of a session (``workbench.ui``: dashboard, console progress bar).
-
-    The one place where the session layer reaches up to the views, so that a session can show
-    itself when a notebook displays it; imported on first use, so ``import workbench`` stays light."""
-    from . import ui
-
-    return ui
+# The views' warm-up (a kernel imports them in the background); workbench/__init__.py calls it at import.
+_warm_views = views.warm
 
 
 def _eval_source(source: EnvSource, eval_env: Any, eval_every: int | None) -> EnvSource | None:

@@ -88,9 +88,9 @@ class Playing:
         )
         if viewer:
             # The one place an agent shows itself in a notebook: the UI is imported when asked for.
-            from ..ui import PlayViewer
+            from .. import views
 
-            return PlayViewer(self, env, episodes=episodes, seed=seed, max_steps=max_steps)
+            return views.view("play", self, env=env, episodes=episodes, seed=seed, max_steps=max_steps)
         owner = f"{self.algorithm}.play"
         multi_only = self.multi_agent_only
         if multi_only and not callable(env) and not hasattr(env, "possible_agents"):

@@ -50,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import views
 from ..agents.base import Agent, AgentState
 from ..agents.live import editable, why_fixed
 from ..agents.saving import open_saved
@@ -764,17 +765,10 @@ class Population(Controlled):
 
     def dashboard(self) -> Any:
         """The live notebook view of this population (an ipywidgets widget)."""
-        from ..ui.population_view import PopulationDashboard
-
-        return PopulationDashboard(self)
+        return views.view("population", self)
 
     def _ipython_display_(self) -> None:
-        from IPython.display import display
-
-        shown = getattr(self, "_shown_dashboard", None)
-        if shown is None or shown.closed or not shown.timer_alive:
-            shown = self._shown_dashboard = self.dashboard()
-        display(shown)
+        views.display(self)  # as a session does: one live view (one refresh timer) however often it is shown
 
     # -- the drivers ----------------------------------------------------------------------------
 

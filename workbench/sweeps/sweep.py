@@ -41,6 +41,7 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
+from .. import views
 from ..run.control import ACTIVE, Controlled, RunControl
 from ..run.registry import start_thread
 from .trials import (
@@ -536,18 +537,10 @@ class Sweep(Controlled):
 
     def dashboard(self) -> Any:
         """The live notebook view of this sweep (an ipywidgets widget)."""
-        from ..ui.sweep_view import SweepDashboard
-
-        return SweepDashboard(self)
+        return views.view("sweep", self)
 
     def _ipython_display_(self) -> None:
-        from IPython.display import display
-
-        # As a session does: one live view (one refresh timer) however often a cell shows the sweep.
-        shown = getattr(self, "_shown_dashboard", None)
-        if shown is None or shown.closed or not shown.timer_alive:
-            shown = self._shown_dashboard = self.dashboard()
-        display(shown)
+        views.display(self)  # as a session does: one live view (one refresh timer) however often it is shown
 
     # -- the supervisor thread ------------------------------------------------------------------
 

@@ -4,6 +4,10 @@ This is the only package that imports ipywidgets and plotly, and only in the mod
 them; ``workbench`` loads it on first use (``wb.Dashboard``, ``wb.PlayViewer``, ``wb.compare``,
 ``session.dashboard()``). The names below load lazily too, so ``workbench.ui.view_model`` and
 ``workbench.ui.console`` (plain Python) import without ipywidgets or plotly.
+
+Models never import this package: they ask ``workbench.views`` (the one lazy hook) for a view by kind, and
+:func:`view` below builds it. Every run view (session, sweep, population) is a :class:`~.run_view.RunView`:
+one button row, one status line, one refresh timer, and plots that are all :class:`~.live_plot.LivePlot`.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["Dashboard", "PlayViewer", "compare", "follow"]
+__all__ = ["Dashboard", "PlayViewer", "compare", "follow", "view"]
 
 _WHERE = {
     "Dashboard": ".dashboard",
@@ -19,6 +23,24 @@ _WHERE = {
     "compare": ".compare",
     "follow": ".console",
 }
+
+
+# The view of each kind of model (workbench.views names the kind): module, class.
+_VIEWS = {
+    "session": (".dashboard", "Dashboard"),
+    "sweep": (".sweep_view", "SweepDashboard"),
+    "population": (".population_view", "PopulationDashboard"),
+    "play": (".play_viewer", "PlayViewer"),
+    "human": (".human_view", "HumanPlayView"),
+}
+
+
+def view(kind: str, model: Any, **options: Any) -> Any:
+    """A new live view of ``model``, ``kind`` one of ``session``, ``sweep``, ``population``, ``play``, ``human``."""
+    if kind not in _VIEWS:
+        raise ValueError(f"no view of kind {kind!r}; the kinds are {', '.join(sorted(_VIEWS))}")
+    module, name = _VIEWS[kind]
+    return getattr(importlib.import_module(module, __name__), name)(model, **options)
 
 
 def __getattr__(name: str) -> Any:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import datetime
 import html
-import threading
 import time
 import traceback
 import uuid
@@ -29,11 +28,11 @@ from .heartbeat import Heartbeat
 from .live_plot import LivePlot
 from .picture import svg_picture
 from .plots import MAX_POINTS, X_AXES
+from .run_view import RunView, error_html
 from .video_panel import VideoPanel
 from .view_model import (
     ACTIVE,
     COMPANIONS,
-    ENDED,
     DashboardView,
     default_signals,
     event_markers,
@@ -59,11 +58,7 @@ _STATUS_COLORS = {
 }
 _BAR_STYLES = {"running": "info", "paused": "warning", "finished": "success", "failed": "danger"}
 _PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd")
-_WATCH_S = 120.0  # after a run ends, how long the timer waits for the page to acknowledge the last draw
-_MAX_WAIT_S = 4.0  # the slowest refresh rate a slow page backs the dashboard off to
 _PLOT_EVERY_S = 1.0  # plots redraw at most this often while training (the status line every interval)
-_DEAF_S = 6.0  # a page that opened a widget but answered nothing for this long gets a fresh widget
-_MAX_REPLACEMENTS = 5  # rebuilds in a row without any answer; then stop trying
 _WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 
 
@@ -77,10 +72,6 @@ _RECONNECT_HTML = (
 )
 # In the status line of every live dashboard: hides the hint above a dashboard that rendered.
 _HIDE_HINT = "<style>.jp-OutputArea:has(.wb-dashboard) .wb-reconnect-hint { display: none; }</style>"
-
-
-def _error_html(text: str) -> str:
-    return f"<span style='color:{_STATUS_COLORS['failed']}' class='wb-error'>{html.escape(text)}</span>"
 
 
 def _trace_specs(series: tuple[str, ...], smoothing: int, x_title: str) -> list[dict[str, Any]]:
@@ -167,8 +158,8 @@ class _Panel:
         return self.plot
 
 
-class Dashboard(widgets.VBox):
-    """The live dashboard of a session: status, progress, control buttons and signal plots.
+class Dashboard(RunView):
+    """The live dashboard of a session: status, progress, control buttons and signal plots (a :class:`RunView`).
 
     Example::
 
@@ -220,25 +211,17 @@ class Dashboard(widgets.VBox):
             raise ValueError(f"max_points must be at least 4, got {max_points}")
         if not isinstance(smoothing, int) or smoothing < 1:
             raise ValueError(f"smoothing must be a window of at least 1 point, got {smoothing!r}")
+        super().__init__(session, interval, "workbench-dashboard", ("start", "pause", "resume", "stop", "save"))
         self.session = session
-        self.interval = float(interval)
         self.max_points = int(max_points)
-        self._lock = threading.RLock()  # refreshes come from the timer and from button clicks
-        self._closed = threading.Event()
-        self._timer: threading.Thread | None = None
         self._panels: dict[str, _Panel] = {}
         self._sps: tuple[float, int] | None = None  # (clock, steps) at the last refresh, for steps/s
         self._rate: float | None = None
         self._display_id = f"workbench-dashboard-{uuid.uuid4().hex}"
         self._displayed = False
-        self._shown = threading.Event()  # set once the dashboard was displayed (or closed)
         self._picture_for: tuple[Any, ...] | None = None  # the run state the picture in the output shows
         self._known_signals: frozenset[str] = frozenset(session.signals.names())
-        self.refresh_count = 0
         self.skipped_count = 0  # plot updates held back because the page had not acknowledged the last
-        self.replaced_count = 0  # rebuilds of widgets a busy page never started (anywidget's 2 s limit)
-        self._deaf_streak = 0
-        self._reopened = 0  # hellos beyond each plot's first, at the last check (a new page: a reload)
         self._ticking = False
         self._plotted_at = 0.0
         self.view: DashboardView | None = None  # the view-model drawn last
@@ -251,25 +234,22 @@ class Dashboard(widgets.VBox):
 
         # The status text is a plain HTML widget (it paints before anywidget's code has loaded on the
         # page); the heartbeat and the plots, anywidgets, join on the timer's first tick.
-        self.status_line = widgets.HTML()
+        self.status_line = self.status
         self.status_line.add_class("wb-status")
         self.heartbeat = Heartbeat()
         self.heartbeat.add_class("wb-heartbeat-box")
+        self.heartbeat.on_page = self._on_page
         self.status_row = widgets.HBox([self.status_line], layout={"align_items": "baseline", "flex_flow": "row wrap"})
         self.progress = widgets.FloatProgress(value=0.0, min=0.0, max=1.0, layout={"width": "auto"})
         self.progress.add_class("wb-progress")
-        self.buttons: dict[str, widgets.Button] = {}
-        for name, icon, tip in (
-            ("start", "play", "train for the number of steps at the right"),
-            ("pause", "pause", "session.pause()"),
-            ("resume", "play", "session.resume()"),
-            ("stop", "stop", "session.stop()"),
-            ("save", "save", "session.save(path)"),
+        for name, tip in (
+            ("start", "train for the number of steps at the right"),
+            ("pause", "session.pause()"),
+            ("resume", "session.resume()"),
+            ("stop", "session.stop()"),
+            ("save", "session.save(path)"),
         ):
-            button = widgets.Button(description=name.capitalize(), icon=icon, tooltip=tip, layout={"width": "92px"})
-            button.add_class(f"wb-{name}")
-            button.on_click(getattr(self, f"_on_{name}"))
-            self.buttons[name] = button
+            self.buttons[name].tooltip = tip
         self.steps_box = widgets.BoundedIntText(
             value=int(budget),
             min=1,
@@ -284,8 +264,6 @@ class Dashboard(widgets.VBox):
             layout={"width": "300px"},
             style={"description_width": "50px"},
         )
-        self.message = widgets.HTML()
-        self.message.add_class("wb-message")
         self.traceback = widgets.HTML()
         self.error_box = widgets.Accordion(children=[self.traceback], titles=("Traceback",))
         self.error_box.selected_index = None
@@ -352,7 +330,7 @@ class Dashboard(widgets.VBox):
             [self.signal_select, widgets.VBox([self.smoothing, widgets.HBox([self.x_axis, self.log_scale])])],
             layout={"align_items": "flex-start", "flex_flow": "row wrap"},
         )
-        super().__init__(
+        self._lay_out(
             [
                 self.status_row,
                 self.progress,
@@ -362,9 +340,9 @@ class Dashboard(widgets.VBox):
                 self.error_box,
                 view,
                 widgets.HBox([self.plots, self.video_panel], layout={"width": "100%", "align_items": "flex-start"}),
-            ]
+            ],
+            "wb-dashboard",
         )
-        self.add_class("wb-dashboard")
         # The first paint needs no plotly and no anywidget; the plots join on the timer's first tick.
         self._painted = False
         with self._lock:
@@ -435,9 +413,11 @@ class Dashboard(widgets.VBox):
             )
         if self.status_line.value != line:
             self.status_line.value = line
-        with self.heartbeat.hold_sync():
-            self.heartbeat.active = view.active and self.timer_alive
-            self.heartbeat.beat += 1
+        beat = self.heartbeat
+        if beat is not None:  # the dashboard always has one (RunView's may not)
+            with beat.hold_sync():
+                beat.active = view.active and self.timer_alive
+                beat.beat += 1
         with self.progress.hold_sync():
             self.progress.value = view.fraction
             self.progress.bar_style = _BAR_STYLES.get(view.status, "")
@@ -470,7 +450,7 @@ class Dashboard(widgets.VBox):
             _layout(name, series, x_axis, self.log_scale.value, self._markers),
             classes=(f"wb-plot-{name}",),
         )
-        plot.on_page = self._on_page  # a new page model (a reload) asks for the data: wake the timer
+        plot.on_page = self._on_page  # a new page model (a reload) asks for the data: wake the timer, resync
         panel = _Panel(name, series, plot)
         panel.markers = self._markers
         return panel
@@ -536,42 +516,12 @@ class Dashboard(widgets.VBox):
             panel.cursors[label] = v.cursor
         plot.extend(new)
 
-    def _replace_deaf(self) -> None:
-        """Rebuild the widgets a page opened but never answered (anywidget's 2 s start-up limit).
+    def _live_plots(self) -> dict[str, LivePlot]:
+        return {name: panel.plot for name, panel in self._panels.items()}
 
-        The wait doubles after each rebuild that got no answer either, and at most
-        ``_MAX_REPLACEMENTS`` are tried in a row; a fresh model starts with the current data. A new
-        page (a plot's model built again: a reload) starts the count afresh: the waits earned by the
-        page before it say nothing about this one, and a reload is when a busy page is likeliest.
-        """
-        now = time.monotonic()
-        reopened = sum(max(p.plot.hellos - 1, 0) for p in self._panels.values())
-        if reopened > self._reopened:
-            self._deaf_streak = 0
-        self._reopened = reopened
-        after = _DEAF_S * 2 ** min(self._deaf_streak, 4)
-        if self._deaf_streak >= _MAX_REPLACEMENTS:
-            return
-        replaced = False
-        if self.heartbeat.deaf(after, now):
-            old_beat = self.heartbeat
-            self.heartbeat = Heartbeat(beat=old_beat.beat, active=old_beat.active)
-            self.heartbeat.add_class("wb-heartbeat-box")
-            self.status_row.children = tuple(self.heartbeat if c is old_beat else c for c in self.status_row.children)
-            old_beat.close()
-            replaced = True
-        for name, panel in list(self._panels.items()):
-            if panel.plot.deaf(after, now):
-                fresh = self._new_panel(name)
-                self._panels[name] = fresh
-                self.plots.children = tuple(fresh.plot if c is panel.plot else c for c in self.plots.children)
-                panel.plot.close()
-                replaced = True
-        if replaced:
-            self.replaced_count += 1
-            self._deaf_streak += 1
-        elif any(p.plot.acks for p in self._panels.values()):
-            self._deaf_streak = 0
+    def _rebuild_plot(self, name: str) -> LivePlot:
+        fresh = self._panels[name] = self._new_panel(name)
+        return fresh.plot
 
     def _refresh_plots(self, force: bool = False) -> None:
         self._replace_deaf()
@@ -603,16 +553,17 @@ class Dashboard(widgets.VBox):
         if self._closed.is_set():
             return
         self._join_anywidgets()
-        with self._lock:
-            view = self._status_view()
-            self._draw_status(view)
-            self._refresh_options(view)
-            now = time.monotonic()
-            if not self._ticking or view.status not in ACTIVE or now - self._plotted_at >= _PLOT_EVERY_S:
-                self._plotted_at = now
-                self._refresh_plots()
-            self.view = view
-            self.refresh_count += 1
+        super().refresh()
+
+    def _draw(self) -> None:
+        view = self._status_view()
+        self._draw_status(view)
+        self._refresh_options(view)
+        now = time.monotonic()
+        if not self._ticking or view.status not in ACTIVE or now - self._plotted_at >= _PLOT_EVERY_S:
+            self._plotted_at = now
+            self._refresh_plots()
+        self.view = view
 
     # -- the picture left behind ----------------------------------------------------------------
 
@@ -678,32 +629,9 @@ class Dashboard(widgets.VBox):
 
             update_display(self._bundle(), raw=True, display_id=self._display_id)
 
-    # -- the timer ------------------------------------------------------------------------------
+    # -- the timer (RunView's, with the dashboard's first paint, plot rate and picture) ----------
 
-    @property
-    def timer_alive(self) -> bool:
-        """True while the refresh thread runs (it ends once a finished run's last state is drawn)."""
-        return self._timer is not None and self._timer.is_alive()
-
-    @property
-    def wait_s(self) -> float:
-        """Seconds to the next refresh: ``interval``, longer while the page acknowledges slowly."""
-        trips = [p.plot.round_trip for p in self._panels.values() if p.plot.round_trip is not None]
-        slowest = max(trips, default=0.0)
-        return min(max(self.interval, 2.0 * slowest), _MAX_WAIT_S)
-
-    def _ensure_timer(self, watch: bool = False) -> None:
-        """Start the refresh thread if it is not running; ``watch``: also after the run ended."""
-        with self._lock:
-            if self._closed.is_set() or self.timer_alive:
-                return
-            if self.session.status in ENDED and not watch:
-                return  # nothing will change until a button starts it again
-            self._timer = threading.Thread(target=self._tick, name="workbench-dashboard", daemon=True)
-            self._timer.start()
-
-    def _on_page(self, _plot: LivePlot) -> None:
-        self._ensure_timer(watch=True)
+    LIVE = ("idle", "running", "paused")  # an idle session may be started from code: keep watching
 
     def _settled(self) -> bool:
         """True when every shown plot's page has the final draw (or no page is there to get it)."""
@@ -711,45 +639,25 @@ class Dashboard(widgets.VBox):
             not p.plot.wants_reset and p.plot.ready() for n, p in self._panels.items() if n in self.signal_select.value
         )
 
-    def _tick(self) -> None:
-        ended_at = None
-        first = True
+    def _before_ticks(self) -> None:
         # The first paint (status line, progress, buttons: plain ipywidgets) goes first; the heartbeat
         # and plots (anywidgets, whose code a page loads once) join after it, then plotly.js (4.8 MB)
         # and the points follow once a page has opened the heartbeat, or after a second without one.
         if self._shown.wait(0.3):
             self._closed.wait(0.3)
         self._join_anywidgets()
-        if self._displayed:
+        if self._displayed and self.heartbeat is not None:
             self.heartbeat.page_opened.wait(1.0)
-        while first or not self._closed.wait(self.wait_s):
-            first = False
-            # Read the status before drawing: once it says the run ended, the loop thread has
-            # recorded its last point, so this draw is the final state and the timer may stop.
-            status = self.session.status
-            try:
-                self._ticking = True  # timer refreshes draw the plots at most once a second
-                self.refresh()
-            except Exception as exc:  # a broken refresh must not kill the timer silently
-                self.message.value = _error_html(f"dashboard refresh failed: {exc!r}")
-            finally:
-                self._ticking = False
-            if status in ENDED:
-                with self._lock:
-                    # Decide under the lock _ensure_timer takes: a Start clicked meanwhile either
-                    # sees this timer gone and starts another, or this timer sees the run going on.
-                    if self.session.status in ENDED:
-                        ended_at = ended_at or time.monotonic()
-                        if self._settled() or time.monotonic() - ended_at > _WATCH_S:
-                            try:
-                                self._leave_picture()
-                            except Exception as exc:  # the picture is a bonus: never lose the timer's end
-                                self.message.value = _error_html(f"could not draw the picture: {exc!r}")
-                            self._timer = None
-                            self.heartbeat.active = False
-                            return
-                    else:
-                        ended_at = None
+
+    def _timer_refresh(self) -> None:
+        self._ticking = True  # timer refreshes draw the plots at most once a second
+        try:
+            self.refresh()
+        finally:
+            self._ticking = False
+
+    def _ended(self) -> None:
+        self._leave_picture()
 
     def _join_anywidgets(self) -> None:
         """Put the heartbeat and the plots into the dashboard (after its first paint)."""
@@ -760,28 +668,11 @@ class Dashboard(widgets.VBox):
             self.status_row.children = (self.status_line, self.heartbeat)
             self._set_panels()
 
-    @property
-    def closed(self) -> bool:
-        """True once :meth:`close` has run."""
-        return self._closed.is_set()
-
     def close(self) -> None:
-        """Stop the refresh timer and close every widget of the dashboard."""
-        closed = getattr(self, "_closed", None)  # ipywidgets also calls close() on half-built widgets
-        if closed is not None:
-            closed.set()
-            self._shown.set()
-        timer = getattr(self, "_timer", None)
-        if timer is not None and timer is not threading.current_thread():
-            timer.join(timeout=5)
+        """Stop the refresh timer and close every widget of the dashboard, the hidden plots too."""
+        super().close()
         for panel in getattr(self, "_panels", {}).values():
             panel.plot.close()
-        for button in getattr(self, "buttons", {}).values():
-            button.close()
-        for value in list(vars(self).values()):
-            if isinstance(value, widgets.Widget) and value is not self:
-                value.close()
-        super().close()
 
     # -- user actions ---------------------------------------------------------------------------
 
@@ -807,27 +698,11 @@ class Dashboard(widgets.VBox):
                     panel.name, panel.series, self.x_axis.value, bool(change["new"]), panel.markers
                 )
 
-    def _command(self, action: Any, done: str = "") -> None:
-        try:
-            action()
-        except Exception as exc:
-            self.message.value = _error_html(f"{type(exc).__name__}: {exc}")
-        else:
-            self.message.value = done
-        self._ensure_timer()
-        self.refresh()
+    def _start(self) -> None:
+        self.session.start(steps=int(self.steps_box.value))
 
-    def _on_start(self, _button: widgets.Button | None = None) -> None:
-        self._command(lambda: self.session.start(steps=int(self.steps_box.value)))
-
-    def _on_pause(self, _button: widgets.Button | None = None) -> None:
-        self._command(self.session.pause)
-
-    def _on_resume(self, _button: widgets.Button | None = None) -> None:
-        self._command(self.session.resume)
-
-    def _on_stop(self, _button: widgets.Button | None = None) -> None:
-        self._command(self.session.stop)
+    def _stop(self) -> None:
+        self.session.stop()
 
     def _on_edit(self, change: dict[str, Any]) -> None:
         """Show or hide the edit panel (built on first use; it shows the values current then)."""
@@ -845,7 +720,7 @@ class Dashboard(widgets.VBox):
     def _on_save(self, _button: widgets.Button | None = None) -> None:
         path = self.save_path.value.strip()
         if not path:
-            self.message.value = _error_html("type a path to save to (a folder, or a name ending in .zip)")
+            self.message.value = error_html("type a path to save to (a folder, or a name ending in .zip)")
             return
         saved: list[str] = []
         self._command(lambda: saved.append(self.session.save(path)))

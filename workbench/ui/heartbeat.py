@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import anywidget
@@ -75,6 +76,7 @@ class Heartbeat(anywidget.AnyWidget):
         self._lock = threading.Lock()
         self._page_seen = False
         self.page_opened = threading.Event()  # set when a page opened the heartbeat (its hello)
+        self.on_page: Callable[[Heartbeat], None] | None = None  # called (on the kernel's thread) at each hello
         self._answered = False
         self._unanswered_since: float | None = None
         self.on_msg(self._on_page_msg)
@@ -93,6 +95,8 @@ class Heartbeat(anywidget.AnyWidget):
                 self.page_opened.set()
             elif kind == "ack":
                 self._answered, self._unanswered_since = True, None
+        if kind == "hello" and self.on_page is not None:
+            self.on_page(self)
 
     def deaf(self, after_s: float, now: float | None = None) -> bool:
         """True when a page opened the heartbeat but answered none of the beats of the last ``after_s`` seconds.

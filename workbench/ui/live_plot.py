@@ -282,10 +282,19 @@ class LivePlot(anywidget.AnyWidget):
         self._page_seen = False  # no page has said hello: nobody to wait for
         self._unanswered_since: float | None = None  # first update the page has not answered yet
         self.points = [0] * len(traces)  # points the page holds per trace
+        self.data: list[tuple[np.ndarray, np.ndarray]] = []  # the points sent, per trace (x, y)
+        self.whole: tuple[list[dict[str, Any]], list[tuple[np.ndarray, np.ndarray]], dict[str, Any] | None] = (
+            list(traces),
+            [],
+            None,
+        )  # what set_whole last set: traces, points, layout
+        self._whole_sent = True
         self.sent_bytes: list[int] = []  # bytes of every data message sent, in order
         self.sent_kinds: list[str] = []  # the kind of each ("reset", "extend", "replace"), in the same order
         self.acks = 0
         self.hellos = 0  # times a page built this model (more than one: a reload or a reopened tab)
+        self.created_at = time.monotonic()
+        self.heard_at: float | None = None  # when a page last said anything to this plot
         self.on_page: Callable[[LivePlot], None] | None = None  # called when a page asks for the data
         self.on_msg(self._on_page_msg)
 
@@ -294,6 +303,7 @@ class LivePlot(anywidget.AnyWidget):
     def _on_page_msg(self, _widget: Any, content: dict[str, Any], _buffers: Any) -> None:
         kind = content.get("kind") if isinstance(content, dict) else None
         with self._lock:
+            self.heard_at = time.monotonic()
             if kind == "ack":
                 seq = int(content.get("seq", 0))
                 self._unanswered_since = None
@@ -392,13 +402,15 @@ class LivePlot(anywidget.AnyWidget):
         with self._lock:
             self._wants_reset = False
             self.points = [int(np.size(x)) for x, _ in data]
+            self.data = [(np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)) for x, y in data]
             return self._send_points("reset", [(i, x, y) for i, (x, y) in enumerate(data)], library=self.library)
 
     def replace(self, data: dict[int, tuple[np.ndarray, np.ndarray]]) -> int:
         """Replace some traces' points (trace index to ``(x, y)``), keeping the others; returns the bytes sent."""
         with self._lock:
-            for i, (x, _) in data.items():
+            for i, (x, y) in data.items():
                 self.points[i] = int(np.size(x))
+                self._keep(i, x, y, append=False)
             return self._send_points("replace", [(i, x, y) for i, (x, y) in sorted(data.items())])
 
     def extend(self, data: dict[int, tuple[np.ndarray, np.ndarray]]) -> int:
@@ -407,6 +419,45 @@ class LivePlot(anywidget.AnyWidget):
         if not data:
             return 0
         with self._lock:
-            for i, (x, _) in data.items():
+            for i, (x, y) in data.items():
                 self.points[i] += int(np.size(x))
+                self._keep(i, x, y, append=True)
             return self._send_points("extend", [(i, x, y) for i, (x, y) in sorted(data.items())])
+
+    def _keep(self, i: int, x: np.ndarray, y: np.ndarray, append: bool) -> None:
+        """Record trace ``i``'s points as the page will hold them (see :attr:`data`)."""
+        while len(self.data) <= i:
+            self.data.append((np.zeros(0), np.zeros(0)))
+        x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+        if append:
+            x, y = np.concatenate([self.data[i][0], x]), np.concatenate([self.data[i][1], y])
+        self.data[i] = (x, y)
+
+    # -- plots sent whole -----------------------------------------------------------------------
+
+    def set_whole(
+        self,
+        traces: list[dict[str, Any]],
+        data: list[tuple[np.ndarray, np.ndarray]],
+        layout: dict[str, Any] | None = None,
+    ) -> None:
+        """What the plot shows now, sent whole by :meth:`send_whole`: trace styles, each trace's points and,
+        if given, a new layout (for plots whose traces come and go, such as a sweep's trials)."""
+        with self._lock:
+            self.whole = (list(traces), list(data), layout)
+            self._whole_sent = False
+
+    def send_whole(self) -> int:
+        """Send what :meth:`set_whole` set, when it changed since it was sent or a page asked for the data
+        (a reload, a new view); returns the bytes sent (0: nothing to send)."""
+        with self._lock:
+            traces, data, layout = self.whole
+            if self._whole_sent and not self._wants_reset:
+                return 0
+            with self.hold_sync():
+                if traces != self.traces:
+                    self.traces = traces
+                if layout is not None and layout != self.plot_layout:
+                    self.plot_layout = layout
+            self._whole_sent = True
+            return self.reset(data)

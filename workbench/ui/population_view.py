@@ -1,12 +1,12 @@
 """The live notebook view of a :class:`~workbench.Population`: the members' curves, their lineage,
 each member's current values with a pause/resume and a stop button, and the population's controls.
 
-Like the sweep view it only observes (the population's status, scores, lineage and values) and its
-buttons call the population's public commands. It redraws on a timer in a thread it owns, sending
-only what changed (``hold_sync`` for the controls and rows, ``batch_update`` for each figure). Its
-figures are :class:`~workbench.ui.live.LiveFigure`: a view that appears later (the notebook reloaded,
-the cell shown again) gets the full current data; and since everything it draws is also in the
-population's ``population.json``, a population reopened from its directory draws the same.
+Like the session dashboard and the sweep view it is a :class:`~workbench.ui.run_view.RunView`: it only
+observes (the population's status, scores, lineage and values), its buttons call the population's public
+commands, and it redraws on a timer in a thread it owns, sending only what changed. Its plots are
+:class:`~workbench.ui.live_plot.LivePlot`: a page that opens one later (the notebook reloaded, the cell shown
+again) gets the full current data; and since everything it draws is also in the population's
+``population.json``, a population reopened from its directory draws the same.
 """
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ import html
 from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
-import plotly.graph_objects as go
+import numpy as np
 
-from .live import LiveFigure
-from .run_view import RunView
+from .run_view import RunView, line_trace, plot_layout
 from .run_view import fmt as _fmt
 
 if TYPE_CHECKING:
@@ -88,38 +87,35 @@ class PopulationDashboard(RunView):
     def __init__(self, population: Population, interval: float = 1.0) -> None:
         self.population = population
         super().__init__(population, interval, "workbench-pbt-view")
-        margin = {"l": 55, "r": 15, "t": 35, "b": 40}
-        self.curves = LiveFigure(
-            layout=go.Layout(
-                title={"text": f"{population.metric} by member (best in bold)", "x": 0.02, "font": {"size": 14}},
-                height=300,
-                width=520,
-                template="plotly_white",
-                margin=margin,
-                xaxis={"title": {"text": "env steps"}},
-                showlegend=False,
-                uirevision="curves",
-            ),
-            classes=("wb-pbt-curves",),
-        )
-        self.lineage = LiveFigure(
-            layout=go.Layout(
-                title={"text": "lineage: who copied whom", "x": 0.02, "font": {"size": 14}},
-                height=300,
-                width=420,
-                template="plotly_white",
-                margin=margin,
-                xaxis={"title": {"text": "env steps"}},
-                yaxis={"title": {"text": "member"}, "dtick": 1, "autorange": "reversed"},
-                showlegend=False,
-                uirevision="lineage",
-            ),
-            classes=("wb-pbt-lineage",),
-        )
+        self._plots = {name: self._fresh_plot(name) for name in ("curves", "lineage")}
         self.rows = [_MemberRow(self, i) for i in range(len(population.members))]
         self._curve_key: tuple[Any, ...] = ()
         self._lineage_key: tuple[Any, ...] = ()
-        self._show([widgets.HBox([self.curves, self.lineage]), widgets.VBox(self.rows)], "wb-pbt-dashboard")
+        self._show_run(widgets.VBox(self.rows), "wb-pbt-dashboard")
+
+    @property
+    def curves(self) -> Any:
+        """The members' score curves (a :class:`~workbench.ui.live_plot.LivePlot`)."""
+        return self._plots["curves"]
+
+    @property
+    def lineage(self) -> Any:
+        """Who copied whom (a :class:`~workbench.ui.live_plot.LivePlot`)."""
+        return self._plots["lineage"]
+
+    def _fresh_plot(self, name: str) -> Any:
+        if name == "curves":
+            layout = plot_layout(f"{self.population.metric} by member (best in bold)", x_title="env steps")
+        else:
+            layout = plot_layout("lineage: who copied whom", x_title="env steps", y_title="member")
+            layout["yaxis"].update(dtick=1, autorange="reversed")
+        return self._new_plot([], layout, height=300, classes=(f"wb-pbt-{name}",))
+
+    def _rebuild_plot(self, name: str) -> Any:
+        fresh = self._fresh_plot(name)
+        fresh.set_whole(*self._plots[name].whole)
+        self._plots[name] = fresh
+        return fresh
 
     # -- drawing --------------------------------------------------------------------------------
 
@@ -132,15 +128,14 @@ class PopulationDashboard(RunView):
 
     def _draw_status(self, best: int | None) -> None:
         p = self.population
-        status = p.status
         steps = sum(s.steps for s in p.members)
         exploits = sum(e.kind == "exploit" for e in p.events)
         best_text = "" if best is None else f", best {p.metric} <b>{p.scores[best]:.4g}</b> (member {best})"
-        self._draw_controls(
-            f"<span class='wb-pbt-status'><b>{status}</b>: {len(p.members)} members, "
-            f"{steps} of {p.steps * len(p.members)} env steps, {exploits} exploits{best_text}</span>",
-            startable=steps < p.steps * len(p.members),
+        self._draw_status_line(
+            f"<span class='wb-pbt-status'><b>{p.status}</b>: {len(p.members)} members, "
+            f"{steps} of {p.steps * len(p.members)} env steps, {exploits} exploits{best_text}</span>"
         )
+        self._draw_controls(self._run_buttons(startable=steps < p.steps * len(p.members)))
 
     def _draw_rows(self, best: int | None) -> None:
         p = self.population
@@ -175,76 +170,51 @@ class PopulationDashboard(RunView):
     def _draw_curves(self, best: int | None) -> None:
         curves = self.population.curves()
         key = (*(len(c) for c in curves), best)
-        if key == self._curve_key:
-            return  # nothing new: send nothing
-        self._curve_key = key
-        traces = []
-        for i, curve in enumerate(curves):
-            steps, values = (list(x) for x in zip(*curve, strict=True)) if curve else ([], [])
-            traces.append(
-                go.Scatter(
-                    x=steps,
-                    y=values,
-                    mode="lines+markers",
-                    name=f"member {i}",
-                    marker={"size": 4},
-                    line={"width": 3 if i == best else 1.5, "color": color(i)},
-                    opacity=1.0 if i == best else 0.6,
-                )
-            )
-        fig = self.curves
-        with fig.lock, fig.batch_update():
-            fig.data = ()
-            for trace in traces:
-                fig.add_trace(trace)
-        fig.sent()
+        if key != self._curve_key:
+            self._curve_key = key
+            traces = [
+                line_trace(f"member {i}", color(i), bold=i == best, mode="lines+markers", marker={"size": 4})
+                for i in range(len(curves))
+            ]
+            self.curves.set_whole(traces, [_points(curve) for curve in curves])
+        self.curves.send_whole()
 
     def _draw_lineage(self) -> None:
         p = self.population
         lineage = p.lineage()
         steps = [s.steps for s in p.members]
         key = (tuple(len(x) for x in lineage), tuple(n // max(p.interval, 1) for n in steps))
-        if key == self._lineage_key:
-            return
-        self._lineage_key = key
-        traces = []
-        for i, n in enumerate(steps):  # each member's life, a line over the steps it trained
+        if key != self._lineage_key:
+            self._lineage_key = key
+            # Each member's life, a line over the steps it trained; then one trace of arrows, from the
+            # member copied to the one that copied it at each exploit (NaN between arrows: a gap).
+            traces = [
+                line_trace(f"member {i}", color(i), bold=True, hoverinfo="skip", line={"color": color(i), "width": 4})
+                for i in range(len(steps))
+            ]
+            data = [(np.array([0.0, n]), np.array([float(i), float(i)])) for i, n in enumerate(steps)]
+            xs: list[float] = []
+            ys: list[float] = []
+            texts: list[str | None] = []
+            for i, parents in enumerate(lineage):
+                for step, source in parents:
+                    xs += [step, step, np.nan]
+                    ys += [source, i, np.nan]
+                    texts += [f"member {i} copied member {source} at step {step}"] * 2 + [None]
             traces.append(
-                go.Scatter(
-                    x=[0, n],
-                    y=[i, i],
-                    mode="lines",
-                    line={"color": color(i), "width": 4},
-                    hoverinfo="skip",
-                    name=f"member {i}",
-                )
+                {
+                    "type": "scatter",
+                    "mode": "lines+markers",
+                    "name": "exploits",
+                    "line": {"color": "#444", "width": 1},
+                    "marker": {"symbol": "arrow", "size": 9, "angleref": "previous", "color": "#444"},
+                    "text": texts,
+                    "hoverinfo": "text",
+                }
             )
-        xs: list[Any] = []
-        ys: list[Any] = []
-        texts: list[Any] = []
-        for i, parents in enumerate(lineage):
-            for step, source in parents:
-                xs += [step, step, None]
-                ys += [source, i, None]
-                texts += [f"member {i} copied member {source} at step {step}"] * 2 + [None]
-        traces.append(
-            go.Scatter(
-                x=xs,
-                y=ys,
-                mode="lines+markers",
-                line={"color": "#444", "width": 1},
-                marker={"symbol": "arrow", "size": 9, "angleref": "previous", "color": "#444"},
-                text=texts,
-                hoverinfo="text",
-                name="exploits",
-            )
-        )
-        fig = self.lineage
-        with fig.lock, fig.batch_update():
-            fig.data = ()
-            for trace in traces:
-                fig.add_trace(trace)
-        fig.sent()
+            data.append((np.array(xs, dtype=np.float64), np.array(ys, dtype=np.float64)))
+            self.lineage.set_whole(traces, data)
+        self.lineage.send_whole()
 
     def _toggle(self, index: int) -> None:
         p = self.population
@@ -253,11 +223,10 @@ class PopulationDashboard(RunView):
         else:
             p.pause_member(index)
 
-    def close(self) -> None:
-        """Stop the refresh timer and close every widget of the view, the members' rows too."""
-        self._stop_timer()
-        for row in getattr(self, "rows", []):
-            for w in (row.text, row.pause, row.stop):
-                w.close()
-            row.close()
-        super().close()
+
+def _points(curve: list[tuple[int, float]]) -> tuple[np.ndarray, np.ndarray]:
+    """A curve of ``(step, value)`` pairs as the x and y arrays of a trace."""
+    if not curve:
+        return np.zeros(0), np.zeros(0)
+    steps, values = zip(*curve, strict=True)
+    return np.asarray(steps, dtype=np.float64), np.asarray(values, dtype=np.float64)

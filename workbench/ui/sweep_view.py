@@ -1,8 +1,9 @@
 """The live notebook view of a :class:`~workbench.Sweep`: controls, the trials table, curves, importances.
 
-Like the session dashboard it only observes (the sweep's status and its study) and its buttons call
-the sweep's public commands. It redraws on a timer in a thread it owns: one update per widget per
-refresh (``hold_sync`` for the controls and the table, ``batch_update`` for each figure).
+Like the session dashboard it is a :class:`~workbench.ui.run_view.RunView`: it only observes (the sweep's
+status and its study), its buttons call the sweep's public commands, and it redraws on a timer in a thread
+it owns. Its two plots are :class:`~workbench.ui.live_plot.LivePlot`, sent whole when what they show changed
+or a page (a reload, the cell shown again) asks for the data.
 """
 
 from __future__ import annotations
@@ -11,10 +12,9 @@ import html
 from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
-import plotly.graph_objects as go
+import numpy as np
 
-from .live import LiveFigure
-from .run_view import RunView
+from .run_view import RunView, line_trace, plot_layout
 from .run_view import fmt as _fmt
 
 if TYPE_CHECKING:
@@ -31,6 +31,7 @@ _STATE_COLORS = {
     "waiting": "#555",
 }
 _MAX_ROWS = 200  # rows drawn in the table (the newest); sweep.table() has them all
+_BAR = {"type": "bar", "orientation": "h", "marker": {"color": "#1f77b4"}}
 
 
 class SweepDashboard(RunView):
@@ -51,34 +52,42 @@ class SweepDashboard(RunView):
         self.sweep = sweep
         super().__init__(sweep, interval, "workbench-sweep-view")
         self.table = widgets.HTML(layout=widgets.Layout(max_height="320px", overflow="auto"))
-        self.curves = LiveFigure(
-            layout=go.Layout(
-                title={"text": f"{sweep.metric} by trial (best so far in bold)", "x": 0.02, "font": {"size": 14}},
-                height=300,
-                width=560,
-                template="plotly_white",
-                margin={"l": 55, "r": 15, "t": 35, "b": 40},
-                xaxis={"title": {"text": "env steps"}},
-                showlegend=False,
-                uirevision="curves",
+        self._plots = {
+            "curves": self._new_plot([], self._curves_layout(), height=300, classes=("wb-sweep-curves",)),
+            "importance": self._new_plot(
+                [_BAR], self._importance_layout([]), height=300, classes=("wb-sweep-importance",)
             ),
-            classes=("wb-sweep-curves",),
-        )
-        self.importance = LiveFigure(
-            data=[go.Bar(x=[], y=[], orientation="h", marker={"color": "#1f77b4"})],
-            layout=go.Layout(
-                title={"text": "parameter importance (after a few complete trials)", "x": 0.02, "font": {"size": 14}},
-                height=300,
-                width=380,
-                template="plotly_white",
-                margin={"l": 110, "r": 15, "t": 35, "b": 40},
-                xaxis={"range": [0, 1]},
-                uirevision="importance",
-            ),
-            classes=("wb-sweep-importance",),
-        )
+        }
         self._curve_key: tuple[Any, ...] = ()
-        self._show([widgets.HBox([self.curves, self.importance]), self.table], "wb-sweep-dashboard")
+        self._importance_key: tuple[Any, ...] = ()
+        self._show_run(self.table, "wb-sweep-dashboard")
+
+    @property
+    def curves(self) -> Any:
+        """The plot of every trial's curve (a :class:`~workbench.ui.live_plot.LivePlot`)."""
+        return self._plots["curves"]
+
+    @property
+    def importance(self) -> Any:
+        """The plot of the parameters' importances (a :class:`~workbench.ui.live_plot.LivePlot`)."""
+        return self._plots["importance"]
+
+    def _rebuild_plot(self, name: str) -> Any:
+        old = self._plots[name]
+        fresh = self._plots[name] = self._new_plot(
+            list(old.traces), dict(old.plot_layout), height=old.height, classes=(f"wb-sweep-{name}",)
+        )
+        fresh.set_whole(*old.whole)
+        return fresh
+
+    def _curves_layout(self) -> dict[str, Any]:
+        return plot_layout(f"{self.sweep.metric} by trial (best so far in bold)", x_title="env steps")
+
+    def _importance_layout(self, names: list[str]) -> dict[str, Any]:
+        layout = plot_layout("parameter importance (after a few complete trials)", margin_left=110)
+        layout["xaxis"]["range"] = [0, 1]
+        layout["yaxis"].update(tickvals=list(range(len(names))), ticktext=names)
+        return layout
 
     # -- drawing --------------------------------------------------------------------------------
 
@@ -92,14 +101,14 @@ class SweepDashboard(RunView):
 
     def _draw_status(self, results: list[TrialResult], best: TrialResult | None) -> None:
         s = self.sweep
-        status = s.status
         ended = sum(r.state in ("complete", "pruned", "failed") for r in results)
         running = sum(r.state == "running" for r in results)
         best_text = "" if best is None else f", best {s.metric} <b>{best.value:.4g}</b> (trial {best.number})"
-        self._draw_controls(
-            f"<span class='wb-sweep-status'><b>{status}</b>: {ended} of {s.trials} trials ended, "
+        self._draw_status_line(
+            f"<span class='wb-sweep-status'><b>{s.status}</b>: {ended} of {s.trials} trials ended, "
             f"{running} running{best_text}</span>"
         )
+        self._draw_controls(self._run_buttons())
 
     def _draw_table(self, results: list[TrialResult], best: TrialResult | None) -> None:
         params = list(self.sweep.dists)
@@ -126,39 +135,26 @@ class SweepDashboard(RunView):
 
     def _draw_curves(self, results: list[TrialResult], best: TrialResult | None) -> None:
         key = tuple((r.number, r.state, len(r.curve)) for r in results) + ((best.number,) if best else ())
-        if key == self._curve_key:
-            return  # nothing new: send nothing
-        self._curve_key = key
-        traces = []
-        for r in results:
-            if not r.curve:
-                continue
-            is_best = best is not None and r.number == best.number
-            steps, values = zip(*r.curve)
-            traces.append(
-                go.Scatter(
-                    x=list(steps),
-                    y=list(values),
-                    mode="lines",
-                    name=f"trial {r.number}",
-                    line={"width": 3 if is_best else 1, "color": "#d62728" if is_best else _STATE_COLORS.get(r.state)},
-                    opacity=1.0 if is_best else 0.45,
-                )
-            )
-        fig = self.curves
-        with fig.lock, fig.batch_update():
-            fig.data = ()
-            for trace in traces:
-                fig.add_trace(trace)
-        fig.sent()
+        if key != self._curve_key:
+            self._curve_key = key
+            traces, data = [], []
+            for r in results:
+                if not r.curve:
+                    continue
+                is_best = best is not None and r.number == best.number
+                color = "#d62728" if is_best else _STATE_COLORS.get(r.state, "#555")
+                traces.append(line_trace(f"trial {r.number}", color, bold=is_best, faint=0.45))
+                steps, values = zip(*r.curve, strict=True)
+                data.append((np.asarray(steps, dtype=np.float64), np.asarray(values, dtype=np.float64)))
+            self.curves.set_whole(traces, data)
+        self.curves.send_whole()
 
     def _draw_importance(self) -> None:
         importances = self.sweep.importances()
-        if not importances:
-            return
         names = list(importances)[::-1]
-        fig = self.importance
-        with fig.lock, fig.batch_update():
-            fig.data[0].x = [importances[n] for n in names]
-            fig.data[0].y = names
-        fig.sent()
+        key = tuple((n, importances[n]) for n in names)
+        if importances and key != self._importance_key:
+            self._importance_key = key
+            data = [(np.array([importances[n] for n in names], dtype=np.float64), np.arange(len(names), dtype=float))]
+            self.importance.set_whole([_BAR], data, self._importance_layout(names))
+        self.importance.send_whole()
