@@ -335,9 +335,7 @@ def main(argv: list[str] | None = None) -> int:
             moved = sorted(n for n in hashes if reference.get(n) != hashes[n])
             if moved:
                 failed = True
-                print(
-                    f"weight hashes: FAIL, {len(moved)} of {len(hashes)} differ from the stored ones: {', '.join(moved)}"
-                )
+                print(f"weight hashes: FAIL, {len(moved)} of {len(hashes)} differ from the stored: {', '.join(moved)}")
             else:
                 print(f"weight hashes: ok, {len(hashes)} equal the stored ones")
 

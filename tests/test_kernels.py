@@ -8,7 +8,6 @@ import importlib
 import warnings
 from pathlib import Path
 
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -277,14 +276,6 @@ def test_a_subclass_overriding_the_public_update_is_told_and_still_works():
     assert agent.num_timesteps == 64 and session.signals["extra"].last == 1.0
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("algo, steps", [("ppo", 50_000), ("a2c", 100_000)])
-def test_zoo_presets_learn_cartpole_with_the_fast_bodies(algo, steps):
-    agent, env = wb.preset("CartPole-v1", algo, seed=0)
-    wb.Session(agent, env, seed=0).run(steps=steps)
-    assert np.mean(agent.play(gym.make("CartPole-v1"), episodes=5, seed=1)) >= 400
-
-
 # -- acting through the seam ----------------------------------------------------------------------------------
 
 
@@ -317,12 +308,6 @@ def test_hooks_and_deterministic_decisions_run_the_module():
     agent.decide(obs, deterministic=True)
     step = agent.decide(obs, action_mask=np.array([[True, False]] * 8))
     assert (step.actions == 0).all()
-
-
-def test_a2c_still_learns_cartpole_with_fast_acting_and_updates():
-    agent = wb.A2C("CartPole-v1", seed=0, n_envs=8, ent_coef=0.0)
-    wb.Session(agent, "CartPole-v1", seed=0).run(steps=30_000)
-    assert np.mean(agent.play(gym.make("CartPole-v1"), episodes=3, seed=1)) > 150
 
 
 def test_private_torch_names_appear_in_one_module_only():
