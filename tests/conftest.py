@@ -1,6 +1,9 @@
-"""Shared test fixtures: small envs built the way an application builds its own."""
+"""Shared test helpers: small envs built the way an application builds its own, a small PPO, and a wait."""
 
 from __future__ import annotations
+
+import time
+from collections.abc import Callable
 
 import gymnasium as gym
 import numpy as np
@@ -82,3 +85,25 @@ class SlowEnv(AppEnv):
 @pytest.fixture
 def app_env() -> AppEnv:
     return AppEnv(model={"layers": 3}, app_args={"lr": 0.1}, config=object())
+
+
+def small_ppo(env, *, spaces_only: bool = False, **kw):
+    """A PPO that updates every 16 steps (one env, two epochs): sessions around it finish in moments.
+
+    ``spaces_only``: built from ``env``'s spaces alone, as for an external session; ``kw`` overrides the rest."""
+    import workbench as wb
+
+    kw = {"n_envs": 1, "n_steps": 16, "batch_size": 16, "n_epochs": 2, **kw}
+    if spaces_only:
+        return wb.PPO(observation_space=env.observation_space, action_space=env.action_space, **kw)
+    return wb.PPO(env, **kw)
+
+
+def wait_until(predicate: Callable[[], object], timeout: float = 60.0, poll: float = 0.005) -> None:
+    """Return once ``predicate()`` is true; fail after ``timeout`` seconds. The timeout is generous (worker
+    processes start slowly on a loaded machine) and costs nothing where the condition comes at once."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not reached in {timeout:.0f} s")
+        time.sleep(poll)

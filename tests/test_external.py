@@ -7,7 +7,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import AppEnv
+from conftest import AppEnv, small_ppo, wait_until
 
 import workbench as wb
 from workbench.parallel.external import ExternalRunner
@@ -20,19 +20,6 @@ def app_env(**kw):
 def small_dqn(env, **kw):
     kw = {"learning_starts": 50, "buffer_size": 1000, "batch_size": 8, "train_freq": 8, **kw}
     return wb.DQN(observation_space=env.observation_space, action_space=env.action_space, **kw)
-
-
-def small_ppo(env, **kw):
-    kw = {"n_envs": 1, "n_steps": 16, "batch_size": 16, "n_epochs": 2, **kw}
-    return wb.PPO(observation_space=env.observation_space, action_space=env.action_space, **kw)
-
-
-def wait_until(predicate, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.005)
 
 
 def drive(session, env, steps, episode=None, seed=0):
@@ -165,7 +152,7 @@ def test_an_ended_episode_frees_its_id_and_slot():
 
 def test_interleaved_episodes_each_keep_one_column_with_their_extras():
     env = app_env()
-    agent = small_ppo(env, n_envs=3)
+    agent = small_ppo(env, spaces_only=True, n_envs=3)
     runner = ExternalRunner(agent)
     users = ["u0", "u1", "u2"]
     # Each user's observations carry its number, so a column's origin can be read back.
@@ -209,7 +196,7 @@ def test_learning_waits_for_every_slot():
 
 def test_concurrent_episodes_from_threads_learn_in_the_background():
     env0 = app_env()
-    session = wb.Session.external(small_ppo(env0, n_envs=4), seed=0)
+    session = wb.Session.external(small_ppo(env0, spaces_only=True, n_envs=4), seed=0)
     session.start(steps=4 * 160)
     errors = []
 
