@@ -274,10 +274,9 @@ def test_ppo_trains_with_four_local_workers():
     session = wb.Session(agent, cartpole, num_workers=4, backend="local", seed=0)
     session.run(2_048)
     assert session.status == "finished" and agent.num_timesteps >= 2_048
-    # Per-worker signals: every worker's episodes and speed show separately.
+    # Per-worker signals: every worker's episodes show separately (their speed: the slow-worker test below).
     for w in range(4):
         assert len(session.signals[f"worker_{w}/episode_reward"]) > 0
-    assert session.signals["worker_0/steps_per_second"].last > 0
 
 
 def test_dqn_trains_with_four_local_workers():
