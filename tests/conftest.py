@@ -122,6 +122,12 @@ SLOW_TESTS = {
     "tests/test_ui.py::test_dashboard_bounds_the_points_it_sends",
     "tests/test_ui.py::test_default_plots_follow_the_algorithm",
     "tests/test_ui.py::test_save_button_writes_the_run_to_the_path_field",
+    "tests/test_offline.py::test_cql_box_starts_by_imitating_the_data_for_bc_steps",
+    "tests/test_offline.py::test_bcq_keeps_to_the_actions_the_data_holds",
+    "tests/test_offline.py::test_session_ope_signals_and_seeded_reproducibility",
+    "tests/test_parallel.py::test_workers_end_with_the_interpreter",
+    "tests/test_parallel.py::test_killed_worker_is_restarted_when_asked_and_the_run_continues",
+    "tests/test_sparse.py::test_her_agent_saves_and_reopens_with_its_memory",
 }
 
 
