@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # torch first, as the CPU build: with torch already installed, pip never fetches a CUDA build.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: demo test test-fast lint bench docs clean
+.PHONY: demo test test-fast lint bench bench-check docs clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -30,11 +30,11 @@ test: $(VENV)/.installed
 	$(BIN)/pytest -q -ra --durations=10 -m "browser or ray or timing"
 	cd notebooks && WB_QUICK=1 ../$(BIN)/pytest -q -n 2 --nbmake --nbmake-timeout=600 *.ipynb
 
-# The inner loop: the unit tests only (no training runs, browser or Ray), stopping at the first failure.
+# The inner loop: the unit tests only (no test marked slow, browser, Ray or timing), stopping at the first failure.
 test-fast: $(VENV)/.installed
 	$(BIN)/ruff check workbench tests benchmarks examples notebooks tools
 	$(BIN)/ruff format --check workbench tests benchmarks examples notebooks tools
-	$(BIN)/pytest -q -x -m "not slow and not browser and not ray"
+	$(BIN)/pytest -q -x -n 2 --durations=30 -m "not slow and not browser and not ray and not timing"
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check workbench tests benchmarks examples notebooks tools
@@ -45,6 +45,12 @@ lint: $(VENV)/.installed
 # warnings as errors (a broken link or reference fails): open build/site/index.html, or `$(BIN)/mkdocs serve`.
 docs: $(VENV)/.installed
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+# The learning checks (the unit tests never train to a score): short rows over 3 seeds, each seed its own process,
+# against the thresholds of benchmarks/results/bench_check.json, then the reference weight hashes. Exit 1 on a drop.
+# Re-record after a change meant to change learning: $(BIN)/python benchmarks/bench_check.py --record
+bench-check: $(VENV)/.installed
+	$(BIN)/python benchmarks/bench_check.py
 
 bench: $(VENV)/.installed
 	$(BIN)/pip install -q -e ".[bench]"

@@ -345,14 +345,21 @@ def test_a_crash_between_renames_falls_back_to_the_previous_checkpoint(tmp_path)
     assert wb.load(path).algorithm == "PPO"
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a subprocess saving a 300k-row memory again and again
 def test_killing_the_process_mid_save_leaves_the_previous_checkpoint_loadable(tmp_path):
+    # A full 300k-row memory makes each save long enough to be killed inside; it is filled directly
+    # (one batch of rows), not by stepping CartPole 300,000 times.
     script = textwrap.dedent(
         f"""
-        import sys, workbench as wb
+        import numpy as np, workbench as wb
         agent = wb.DQN("CartPole-v1", buffer_size=300_000, learning_starts=10**9)
         session = wb.Session(agent, "CartPole-v1", seed=0)
-        session.run(steps=300_000 // 8 * 8)
+        session.run(steps=800)
+        memory, n = agent.memory, 300_000 - len(agent.memory)
+        rows = np.random.default_rng(0).normal(size=(n, 4)).astype(np.float32)
+        actions = np.zeros((n, *memory.action_shape), dtype=memory.actions.dtype)
+        memory.add(rows, actions, np.ones(n, np.float32), rows, np.zeros(n, np.float32), 0.99)
+        assert len(memory) == 300_000
         session.save({str(tmp_path / "run")!r}, memory=True)
         print("saved", flush=True)
         while True:
@@ -369,6 +376,6 @@ def test_killing_the_process_mid_save_leaves_the_previous_checkpoint_loadable(tm
         if proc.poll() is None:
             proc.kill()
     agent = wb.load(tmp_path / "run")
-    assert agent.num_timesteps >= 299_000
+    assert agent.num_timesteps == 800
     resumed = wb.Session.reopen(tmp_path / "run")
     assert len(resumed.agent.memory) == 300_000

@@ -14,7 +14,7 @@ import warnings
 import gymnasium as gym
 import numpy as np
 import pytest
-from conftest import AppEnv
+from conftest import AppEnv, small_ppo, wait_until
 from gymnasium import spaces
 
 import workbench as wb
@@ -51,18 +51,6 @@ class HangEnv(gym.Env):
             else:
                 time.sleep(3600)
         return np.zeros(3, dtype=np.float32), 0.0, False, self.steps % 10 == 0, {}
-
-
-def small_ppo(env, **kw):
-    return wb.PPO(env, n_envs=1, n_steps=16, batch_size=16, n_epochs=1, **kw)
-
-
-def wait_until(predicate, timeout=60.0):  # generous: worker processes start slowly on a loaded machine
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.01)
 
 
 def pid_alive(pid: int) -> bool:

@@ -9,24 +9,12 @@ import warnings
 
 import numpy as np
 import pytest
-from conftest import AppEnv
+from conftest import AppEnv, small_ppo, wait_until
 from gymnasium import spaces
 
 import workbench as wb
 from workbench.envs import as_env_source
 from workbench.parallel import WorkerError, make_runner
-
-
-def small_ppo(env, **kw):
-    return wb.PPO(env, n_envs=1, n_steps=16, batch_size=16, n_epochs=1, **kw)
-
-
-def wait_until(predicate, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.005)
 
 
 class CallableEnv(AppEnv):

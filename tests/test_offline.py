@@ -142,17 +142,6 @@ def test_bcq_keeps_to_the_actions_the_data_holds():
     assert (agent.act(obs, deterministic=True) == 0).all()
 
 
-@pytest.mark.slow
-def test_bcq_learns_cartpole_from_recorded_data(tmp_path):
-    behaviour = wb.DQN("CartPole-v1", learning_starts=500, seed=0)
-    wb.Session(behaviour, "CartPole-v1", seed=0, record=tmp_path / "data").run(steps=15_000)
-    ds = wb.Dataset.load(tmp_path / "data")
-    agent = wb.BCQ(dataset=ds, seed=0)
-    wb.Session(agent, dataset=ds, seed=0).run(steps=3000)
-    learned = np.mean(agent.play("CartPole-v1", episodes=5, seed=0))
-    assert learned > np.mean(ds.episode_returns())
-
-
 def test_the_dashboard_opens_on_evaluation_and_estimates():
     from workbench.ui.view_model import default_signals
 

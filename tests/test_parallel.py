@@ -268,28 +268,18 @@ def test_local_runner_seeds_each_env_like_the_in_process_one():
     assert not any(_alive(p) for p in runner.pids())
 
 
-@pytest.mark.slow
-def test_ppo_learns_cartpole_with_four_local_workers():
-    agent = wb.PPO("CartPole-v1", seed=0)
-    session = wb.Session(
-        agent,
-        cartpole,
-        num_workers=4,
-        backend="local",
-        seed=0,
-        stop_when=lambda s: s.signals["episode_reward"].mean(last=10) >= 200,
-    )
-    session.run(40_000)
-    assert session.status == "finished"
-    assert session.signals["episode_reward"].mean(last=10) >= 200
-    # Per-worker signals: every worker's episodes and speed show separately.
+def test_ppo_trains_with_four_local_workers():
+    # That it learns CartPole so: `make bench-check` (rows ppo-workers-cartpole, dqn-workers-cartpole).
+    agent = wb.PPO("CartPole-v1", seed=0, n_steps=64, batch_size=64, n_epochs=1)
+    session = wb.Session(agent, cartpole, num_workers=4, backend="local", seed=0)
+    session.run(2_048)
+    assert session.status == "finished" and agent.num_timesteps >= 2_048
+    # Per-worker signals: every worker's episodes show separately (their speed: the slow-worker test below).
     for w in range(4):
         assert len(session.signals[f"worker_{w}/episode_reward"]) > 0
-    assert session.signals["worker_0/steps_per_second"].last > 0
 
 
-@pytest.mark.slow
-def test_dqn_learns_cartpole_with_four_local_workers():
+def test_dqn_trains_with_four_local_workers():
     agent = wb.DQN(
         "CartPole-v1",
         seed=0,
@@ -302,17 +292,9 @@ def test_dqn_learns_cartpole_with_four_local_workers():
         buffer_size=20_000,
         exploration=wb.EpsilonGreedy(1.0, 0.05, 0.25),
     )
-    session = wb.Session(
-        agent,
-        cartpole,
-        num_workers=4,
-        backend="local",
-        seed=0,
-        stop_when=lambda s: s.signals["episode_reward"].mean(last=10) >= 150,
-    )
-    session.run(25_000)
-    assert session.status == "finished"
-    assert session.signals["episode_reward"].mean(last=10) >= 150
+    session = wb.Session(agent, cartpole, num_workers=4, backend="local", seed=0)
+    session.run(2_000)
+    assert session.status == "finished" and session.signals["loss"].values.size > 0
     assert {f"worker_{w}/episode_reward" for w in range(4)} <= set(session.signals.names())
 
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
 
 import numpy as np
 import pytest
 import torch
+from conftest import wait_until
 
 import workbench as wb
 from workbench.sweeps.pbt import _parse_space, load_state
@@ -31,13 +31,6 @@ def rigged(session):
     episode from stop_when (which runs on each member's training thread), read as the metric."""
     session.log("rigged", -float(session.seed))
     return False
-
-
-def wait_until(condition, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 RIGGED = dict(metric="rigged", window=1, session_kwargs={"stop_when": rigged})

@@ -5,21 +5,9 @@ import time
 
 import numpy as np
 import pytest
-from conftest import AppEnv, ExplodingEnv, SlowEnv
+from conftest import AppEnv, ExplodingEnv, SlowEnv, small_ppo, wait_until
 
 import workbench as wb
-
-
-def small_ppo(env, **kw):
-    return wb.PPO(env, n_envs=1, n_steps=16, batch_size=16, n_epochs=2, **kw)
-
-
-def wait_until(predicate, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.005)
 
 
 def test_start_returns_at_once_and_trains_in_background(app_env):

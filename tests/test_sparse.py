@@ -232,17 +232,15 @@ def test_her_memory_refuses_bad_saved_episode_lengths():
 # -- HER in the agents ----------------------------------------------------------------------------------
 
 
-@pytest.mark.slow  # about 4 s on an idle 2-core machine, 17 s on a loaded one
-def test_dqn_with_her_learns_bit_flipping_and_records_success_rate():
+def test_dqn_with_her_trains_on_bit_flipping_and_records_success_rate():
     env = _bits(4)
     agent = wb.DQN(env, replay=wb.HerReplay(strategy="future", n_sampled_goal=4), **SMALL_DQN)
     assert isinstance(agent.memory, HerMemory)
     session = wb.Session(agent, env, seed=0)
-    session.run(steps=600)
+    session.run(steps=200)  # that HER learns the task: `make bench-check` (row dqn-her-bitflip)
     rate = session.signals["success_rate"]
-    assert 0.0 <= rate.min() and rate.max() <= 1.0
-    returns = agent.play(env, episodes=20, seed=100)
-    assert np.mean([r > -4 for r in returns]) >= 0.7  # solved before the time limit (-4: 4 steps, truncated)
+    assert len(rate) == session.episodes > 0 and 0.0 <= rate.min() and rate.max() <= 1.0
+    assert session.signals["loss"].values.size > 0
 
 
 def test_success_rate_comes_from_info_is_success():

@@ -10,7 +10,7 @@ import zlib
 import gymnasium as gym
 import numpy as np
 import pytest
-from conftest import AppEnv, ExplodingEnv, SlowEnv
+from conftest import AppEnv, ExplodingEnv, SlowEnv, small_ppo, wait_until
 
 import workbench as wb
 
@@ -19,18 +19,6 @@ pytest.importorskip("plotly")
 
 from workbench.ui.play_viewer import encode_png
 from workbench.ui.plots import downsample, moving_average, x_values
-
-
-def small_ppo(env, **kw):
-    return wb.PPO(env, n_envs=1, n_steps=16, batch_size=16, n_epochs=2, **kw)
-
-
-def wait_until(predicate, timeout=15.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.01)
 
 
 def enabled(dash):

@@ -352,14 +352,3 @@ def test_envpool_with_its_own_episodic_life_is_refused():
     venv = envpool.make("Breakout-v5", env_type="gymnasium", num_envs=1, episodic_life=True)
     with pytest.raises(ValueError, match="episodic_life=False"):
         VectorEnvAdapter(venv)
-
-
-# -- learning --------------------------------------------------------------------------------------
-
-
-@pytest.mark.slow
-def test_ppo_learns_cartpole_through_a_vector_env():
-    venv = gym.make_vec("CartPole-v1", num_envs=8, vectorization_mode="sync")
-    agent = wb.PPO(venv, seed=0)
-    wb.Session(agent, venv, seed=0).run(steps=50_000)
-    assert np.mean(agent.play("CartPole-v1", episodes=5, seed=100)) >= 150

@@ -11,6 +11,11 @@ from typing import Any
 __all__ = ["build_parser", "main", "parse_hyperparameters"]
 
 
+# The names `--agent` takes, written out so that building the parser (`workbench --help`) imports neither the
+# agents nor torch; tests/test_namespace.py holds them equal to the registry, ``sorted(workbench.agents.AGENTS)``.
+AGENT_NAMES = ("a2c", "c51", "ddpg", "dqn", "ppo", "qrdqn", "rainbow", "recurrentppo", "sac", "td3")
+
+
 def _agent_names() -> list[str]:
     from .agents import AGENTS
 
@@ -39,7 +44,7 @@ def parse_hyperparameters(pairs: Sequence[str]) -> dict[str, Any]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (``workbench --help``)."""
-    agents = ", ".join(_agent_names())
+    agents = ", ".join(AGENT_NAMES)
     parser = argparse.ArgumentParser(
         prog="workbench",
         description="Train and play reinforcement-learning agents; every run is a live session.",

@@ -2,7 +2,8 @@
 MinAtar preprocessing, action masks, and the small test tasks (:mod:`workbench.envs.testing`).
 
 The bottom layer: it imports nothing else of the package, so a worker process can load
-:mod:`workbench.envs.core` by path without importing torch (``workbench/parallel/_worker.py``).
+:mod:`workbench.envs.core` without importing torch (``workbench/parallel/_worker.py``; ``import workbench``
+loads its names on first use).
 """
 
 from .core import (

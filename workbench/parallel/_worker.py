@@ -1,8 +1,9 @@
 """The program a local worker process runs: build envs from the user's factory, step them on request.
 
 It is started as a script (``python _worker.py FD``), not as ``workbench.parallel._worker``, so a
-worker does not import the ``workbench`` package (and with it torch): a worker starts in about a
-tenth of a second. It loads ``workbench/envs/core.py`` by path, so the autoreset rules stay written once.
+worker imports only ``workbench.envs`` (the package's face loads its names on first use, so
+``import workbench`` imports no torch): a worker starts in about a tenth of a second, and the
+autoreset rules stay written once, in ``envs/core.py``.
 
 Protocol over the connection on file descriptor FD (messages are tuples, pickled by
 ``multiprocessing.connection`` between this library's own processes, never read from a file):
@@ -55,22 +56,19 @@ STEP_REPLY = b"K"  # first byte of a step answer: a float32 head and the observa
 
 
 def _load_envs_module(here: str | None = None):  # type: ignore[no-untyped-def]
-    """``workbench/envs/core.py`` from the package folder ``here`` (default: this file's), loaded by path."""
-    import types
+    """``workbench.envs.core`` of the package folder ``here`` (default: this file's), imported normally.
 
+    ``import workbench`` is light (its names load on first use), so this imports gymnasium and numpy, not
+    torch. Where ``workbench`` would not resolve to ``here`` (a script's own ``sys.path``, another copy
+    installed), the folder above ``here`` goes first on ``sys.path``: the worker runs the parent's copy."""
     if here is None:
         here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    # A bare package over the workbench folder, without running its __init__ (which imports torch),
-    # so core.py's relative imports (masks.py, atari.py) resolve.
-    package = types.ModuleType("_workbench_worker")
-    package.__path__ = [os.path.join(here, "envs")]  # type: ignore[attr-defined]
-    sys.modules["_workbench_worker"] = package
-    spec = importlib.util.spec_from_file_location("_workbench_worker.core", os.path.join(here, "envs", "core.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up here
-    spec.loader.exec_module(module)
-    return module
+    here = os.path.abspath(here)
+    if "workbench" not in sys.modules:
+        spec = importlib.util.find_spec("workbench")  # finds the package without running its __init__
+        if spec is None or not any(os.path.abspath(p) == here for p in spec.submodule_search_locations or []):
+            sys.path.insert(0, os.path.dirname(here))
+    return importlib.import_module("workbench.envs.core")
 
 
 def _build(message: tuple, envs_module):  # type: ignore[no-untyped-def]
