@@ -27,6 +27,7 @@ from typing import Any
 from .agents.base import Agent
 from .envs.core import EnvSource, as_env_source, describe_space
 from .envs.vector import check_vector_session
+from .files import check_folder
 from .offline import source as offline_loop
 from .offline.recording import Recorder
 from .parallel import check_runner_options, check_worker_env
@@ -51,7 +52,7 @@ from .validation import (
     optional,
     path_like,
 )
-from .video import video_settings
+from .video import check_renders, video_settings
 
 __all__ = ["STATUSES", "Session"]
 
@@ -190,6 +191,10 @@ class Session(SessionMedia):
         self.checkpoint_every, self.video_every = checkpoint_every, video_every
         self.video_options = video_settings(video_options)  # a VideoSettings (workbench.video)
         self.checkpoint_dir = _checkpoint_dir(agent, checkpoint_every or video_every, checkpoint_dir)
+        if self.checkpoint_dir is not None:
+            check_folder(self.checkpoint_dir, owner="Session", argument="checkpoint_dir")
+        if video_every is not None:  # found now, not at the first video (reads render_mode; steps nothing)
+            check_renders(self._eval_source, "Session(video_every=...)")
         self.num_workers, self.backend, self.backend_options = num_workers, backend, backend_options
         self.torch_threads = torch_threads
         self.signals = SignalSet(max_points=max_signal_points)

@@ -5,12 +5,17 @@ recorded as ``eval_reward``; with ``record_video=True`` the first episode is ren
 clip (``workbench.video``) that a :class:`~workbench.video.VideoWriter` thread encodes into
 ``<checkpoint_dir>/videos/``. :class:`VideoJobs` holds a session's :class:`~workbench.video.Videos`
 and its writer; :class:`SessionMedia` gives :class:`~workbench.Session` its ``videos`` and ``card()``.
+
+A video never fails the run: an env whose ``render()`` raises or gives no RGB frame loses that
+video, the error joins ``session.videos.errors`` (a ``RuntimeWarning`` the first time) and the
+``video_errors`` signal counts the videos lost so (docs/videos.md).
 """
 
 from __future__ import annotations
 
 import os
 import time
+import warnings
 from typing import Any
 
 import numpy as np
@@ -18,7 +23,10 @@ import numpy as np
 from ..video import Video, Videos, VideoWriter, read_index, record_episode, render_env
 from .interrupts import interruptible
 
-__all__ = ["SessionMedia", "VideoJobs", "evaluate", "video_folder"]
+__all__ = ["VIDEO_ERRORS", "SessionMedia", "VideoJobs", "evaluate", "video_folder"]
+
+VIDEO_ERRORS = "video_errors"
+"""The signal counting the evaluation videos lost because the env rendered no frame (cumulative)."""
 
 
 def video_folder(session: Any) -> str:
@@ -86,7 +94,7 @@ def _with_video(session: Any, ctx: Any, source: Any, episodes: int, seed: int | 
         agent.training = False
         try:
             with ctx.control.inside("a video's evaluation episode"):
-                first, _, frames = record_episode(agent, env, session.video_options, seed=seed)
+                first, _, frames, error = record_episode(agent, env, session.video_options, seed=seed)
         finally:
             agent.training = was_training
         rest = (
@@ -97,8 +105,27 @@ def _with_video(session: Any, ctx: Any, source: Any, episodes: int, seed: int | 
     finally:
         if owned:
             env.close()
-    ctx.videos.submit(session.steps, first, frames)
+    if error is None:
+        ctx.videos.submit(session.steps, first, frames)
+    else:
+        _dropped(session, ctx, error)
     return [first, *rest]
+
+
+def _dropped(session: Any, ctx: Any, error: BaseException) -> None:
+    """A video lost to its env's ``render()``: kept in ``videos.errors``, counted as a signal, said once."""
+    videos = ctx.videos.videos
+    if not videos.errors:
+        warnings.warn(
+            f"the evaluation video at step {session.steps} was dropped: {error} (the run goes on; "
+            f"session.videos.errors and the {VIDEO_ERRORS!r} signal count such videos)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    videos.errors.append(error)
+    counted = session.signals.get(VIDEO_ERRORS)
+    total = 1 + (0 if counted is None or not len(counted) else int(counted.last))
+    session.signals.record(VIDEO_ERRORS, session.steps, float(total), session.elapsed)
 
 
 class SessionMedia:
@@ -111,16 +138,29 @@ class SessionMedia:
         being written. Recorded by ``video_every`` and ``evaluate(record_video=True)``."""
         return self._ctx.videos.videos  # type: ignore[attr-defined]
 
-    def card(self, path: str | os.PathLike[str] | None = None, *, episodes: int | None = None, seed: int = 0) -> Any:
+    def card(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        episodes: int | None = None,
+        seed: int = 0,
+        overwrite: bool = False,
+    ) -> Any:
         """Write the run's model card, ``README.md`` in ``path`` (default: ``checkpoint_dir``) and
         return it (a :class:`~workbench.card.ModelCard`, shown as Markdown in a notebook): agent, env,
         hyperparameters, device, versions; ``episodes`` deterministic episodes (default
         ``eval_episodes``) from ``seed`` as the evaluation table; the curves; the last video; how to
-        load and play it. Unless ``path`` holds a saved run, the run is saved to ``path/latest`` first."""
-        from ..card import CARD_NAME, write_card
+        load and play it. Unless ``path`` holds a saved run, the run is saved to ``path/latest`` first.
+
+        A ``README.md`` or ``curves.png`` there that the card did not write (or a link) is refused
+        with ``FileExistsError`` before anything is saved or played, unless ``overwrite=True``."""
+        from ..card import CARD_NAME, check_card_folder, write_card
 
         session: Any = self
+        if episodes is not None and (not isinstance(episodes, int) or isinstance(episodes, bool) or episodes < 1):
+            raise ValueError(f"card: episodes must be an integer >= 1, got {episodes!r}")
         folder = os.fspath(path) if path is not None else os.path.dirname(video_folder(session))
+        check_card_folder(folder, overwrite=overwrite)
         if not os.path.isfile(os.path.join(folder, "meta.json")):
             session.save(os.path.join(folder, "latest"))
         session.videos.wait()
@@ -135,6 +175,7 @@ class SessionMedia:
             evaluate=source is not None,
             signals=session.signals,
             videos=list(session.videos),
+            overwrite=overwrite,
         )
         assert card.path.endswith(CARD_NAME)
         return card
