@@ -184,17 +184,13 @@ class Session(SessionMedia):
         check_runner_options(backend, num_workers, backend_options, owner="Session")
         check_vector_session(source, agent.num_envs, num_workers, backend)  # vector envs, backend="envpool"
         check_worker_env(source, num_workers)
-        self._eval_source = _eval_source(source, eval_env, eval_every or video_every)
+        self._eval_source = _eval_source(source, eval_env, eval_every, video_every)
 
         self.agent, self.env_source, self.seed, self.stop_when = agent, source, seed, stop_when
         self.eval_every, self.eval_episodes, self.keep_best = eval_every, eval_episodes, keep_best
         self.checkpoint_every, self.video_every = checkpoint_every, video_every
         self.video_options = video_settings(video_options)  # a VideoSettings (workbench.video)
         self.checkpoint_dir = _checkpoint_dir(agent, checkpoint_every or video_every, checkpoint_dir)
-        if self.checkpoint_dir is not None:
-            check_folder(self.checkpoint_dir, owner="Session", argument="checkpoint_dir")
-        if video_every is not None:  # found now, not at the first video (reads render_mode; steps nothing)
-            check_renders(self._eval_source, "Session(video_every=...)")
         self.num_workers, self.backend, self.backend_options = num_workers, backend, backend_options
         self.torch_threads = torch_threads
         self.signals = SignalSet(max_points=max_signal_points)
@@ -535,6 +531,8 @@ def _checkpoint_dir(agent: Agent, every: int | None, directory: str | os.PathLik
     place by default, ``runs/<algorithm>-<date>-<time>`` (``session.checkpoint_dir`` says where)."""
     if every is not None and directory is None:
         directory = os.path.join("runs", f"{agent.algorithm.lower()}-{time.strftime('%Y%m%d-%H%M%S')}")
+    if directory is not None:  # a file there is found now, not when the first checkpoint or video is due
+        check_folder(directory, owner="Session", argument="checkpoint_dir")
     return None if directory is None else os.fspath(directory)
 
 
@@ -579,8 +577,17 @@ def _views() -> ModuleType:
     return ui
 
 
-def _eval_source(source: EnvSource, eval_env: Any, eval_every: int | None) -> EnvSource | None:
-    """The env ``evaluate()`` plays on: ``eval_env``, else (with ``eval_every``) a copy of the session's."""
+def _eval_source(source: EnvSource, eval_env: Any, eval_every: int | None, video_every: int | None) -> Any:
+    """The env ``evaluate()`` plays on: ``eval_env``, else (with ``eval_every`` or ``video_every``) a
+    copy of the session's; with ``video_every`` it must render frames, found now, not at the first
+    video (``check_renders`` reads ``render_mode``, it steps nothing)."""
+    found = _evaluated_source(source, eval_env, eval_every or video_every)
+    if video_every is not None:
+        check_renders(found, "Session(video_every=...)")
+    return found
+
+
+def _evaluated_source(source: EnvSource, eval_env: Any, eval_every: int | None) -> EnvSource | None:
     if eval_env is not None:
         try:
             return as_env_source(eval_env)
