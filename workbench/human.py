@@ -457,7 +457,9 @@ def play_in_window(
     try:
         import pygame
     except ImportError as exc:
-        raise SystemExit(f"workbench: playing in a window needs pygame: pip install pygame ({exc})") from None
+        raise SystemExit(
+            f"workbench: playing in a window needs pygame: pip install 'rl-workbench[human]' (pygame-ce; {exc})"
+        ) from None
     play = HumanPlay(env_id, fps=fps, seed=seed, episodes=episodes)
     if off_screen and play.keys.default is None:
         play.close()
