@@ -24,7 +24,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterator
 
-__all__ = ["check_folder", "check_replaceable", "follow_umask", "replacing", "umask", "write_bytes", "write_text"]
+__all__ = ["check_folder", "check_replaceable", "follow_umask", "replacing", "umask", "write_text"]
 
 Ours = Callable[[str], bool]
 """Whether an existing regular file (never a link: those are refused before) is the writer's own."""
@@ -132,24 +132,6 @@ def replacing(
         raise
 
 
-def write_bytes(
-    path: str | os.PathLike[str],
-    data: bytes,
-    *,
-    owner: str,
-    kind: str = "a file it wrote",
-    ours: Ours | None = None,
-    overwrite: bool = False,
-) -> str:
-    """Write ``data`` to ``path`` through :func:`replacing`; returns the path."""
-    path = os.fspath(path)
-    with replacing(path, owner=owner, kind=kind, ours=ours, overwrite=overwrite) as tmp:
-        fd = os.open(tmp, os.O_WRONLY | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0))
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-    return path
-
-
 def write_text(
     path: str | os.PathLike[str],
     text: str,
@@ -160,4 +142,9 @@ def write_text(
     overwrite: bool = False,
 ) -> str:
     """Write ``text`` (UTF-8) to ``path`` through :func:`replacing`; returns the path."""
-    return write_bytes(path, text.encode("utf-8"), owner=owner, kind=kind, ours=ours, overwrite=overwrite)
+    path = os.fspath(path)
+    with replacing(path, owner=owner, kind=kind, ours=ours, overwrite=overwrite) as tmp:
+        fd = os.open(tmp, os.O_WRONLY | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0))
+        with os.fdopen(fd, "wb") as f:
+            f.write(text.encode("utf-8"))
+    return path
