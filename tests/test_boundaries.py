@@ -36,6 +36,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "workbench.exploration",
             "workbench.normalization",
             "workbench.devices",
+            "workbench.files",
             "workbench.checkpoint",
             "workbench.loop",
             "workbench.validation",

@@ -5,6 +5,12 @@ and library versions (from the saved run's ``meta.json``), an evaluation table (
 seed: deterministic episodes played when the card is written), the curves as ``curves.png`` (with
 matplotlib), the last evaluation video and how to load and play the agent. A notebook shows the
 returned :class:`ModelCard` as Markdown. See docs/videos.md.
+
+A card replaces only its own files (``workbench.files``): a ``README.md`` it wrote ends with
+:data:`CARD_MARKER` (cards of earlier versions are known by their opening lines), a ``curves.png``
+it wrote carries ``Software: rl-workbench`` in its PNG text. A user's ``README.md`` or
+``curves.png`` in the folder, or a link there, is refused before anything is evaluated, unless
+``overwrite=True`` (``workbench card --overwrite``).
 """
 
 from __future__ import annotations
@@ -13,23 +19,39 @@ import base64
 import dataclasses
 import math
 import os
-import shutil
+import re
+import struct
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .agents.saving import agent_from_run, open_saved
 from .checkpoint import META
+from .files import check_replaceable, replacing, write_text
 from .signals import SignalSet
-from .video import Video, read_index
+from .video import Video, is_our_video, read_index
 
 if TYPE_CHECKING:
     from .agents.contract import Agent
 
-__all__ = ["CARD_NAME", "CURVES_NAME", "Evaluation", "ModelCard", "find_saved", "write_card"]
+__all__ = [
+    "CARD_MARKER",
+    "CARD_NAME",
+    "CURVES_NAME",
+    "Evaluation",
+    "ModelCard",
+    "check_card_folder",
+    "find_saved",
+    "write_card",
+]
 
 CARD_NAME = "README.md"
 CURVES_NAME = "curves.png"
+CARD_MARKER = "<!-- model card written by rl-workbench: `workbench card` rewrites this file -->"
+"""The last line of every card: how a later card knows the ``README.md`` is its own to replace."""
+_SOFTWARE = "rl-workbench model card"  # the PNG text of curves.png
+# A card of an earlier version (before the marker): its title, a blank line, then this sentence.
+_EARLIER_CARD = re.compile(r"\A# [^\n]* on [^\n]*\n\nA [^\n]* agent trained with rl-workbench for ")
 _CURVES = ("episode_reward", "eval_reward", "loss", "policy_loss", "critic_loss", "value_loss", "actor_loss")
 
 
@@ -89,13 +111,84 @@ def find_saved(folder: str) -> str:
     )
 
 
+def _head(path: str, size: int) -> bytes:
+    with open(path, "rb") as f:
+        return f.read(size)
+
+
+def _is_our_card(path: str) -> bool:
+    """Whether the regular file ``path`` is a model card this module wrote (now or in an earlier version)."""
+    try:
+        if os.path.getsize(path) > 4 * 2**20:  # a card is a few kB
+            return False
+        text = _head(path, 4 * 2**20).decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    return text.rstrip().endswith(CARD_MARKER) or _EARLIER_CARD.match(text) is not None
+
+
+def _png_software(path: str) -> str | None:
+    """The ``Software`` text of a PNG file (None: not a PNG, or none in its first chunks)."""
+    try:
+        data = _head(path, 64 * 2**10)
+    except OSError:
+        return None
+    if not data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return None
+    at = 8
+    while at + 8 <= len(data):
+        (length,), kind = struct.unpack(">I", data[at : at + 4]), data[at + 4 : at + 8]
+        body = data[at + 8 : at + 8 + length]
+        if kind == b"tEXt" and body.startswith(b"Software\x00"):
+            return body[len(b"Software\x00") :].decode("latin-1")
+        if kind == b"IDAT":  # text chunks come before the image data (matplotlib writes them so)
+            return None
+        at += 12 + length
+    return None
+
+
+def _our_curves(card: str) -> Any:
+    """The ``ours`` test of a card's curves: PNG text naming this library, or (an earlier version's
+    curves) the card beside it, itself ours, linking to this file."""
+
+    def ours(path: str) -> bool:
+        if _png_software(path) == _SOFTWARE:
+            return True
+        if not (os.path.isfile(card) and not os.path.islink(card) and _is_our_card(card)):
+            return False
+        return f"]({os.path.basename(path)})" in _head(card, 4 * 2**20).decode("utf-8", "replace")
+
+    return ours
+
+
+_CARD_KIND = "a model card written by rl-workbench"
+_CURVES_KIND = "training curves written by rl-workbench"
+
+
+def check_card_folder(
+    folder: str, card_name: str = CARD_NAME, curves_name: str = CURVES_NAME, *, overwrite: bool = False
+) -> None:
+    """Raise the ``FileExistsError`` writing a card into ``folder`` would: a ``README.md`` or
+    ``curves.png`` there that a card did not write, or a link (unless ``overwrite``). Called before
+    anything is saved or played, so a refused card costs nothing."""
+    path = os.path.join(folder, card_name)
+    check_replaceable(path, _is_our_card, overwrite=overwrite, owner="the model card", kind=_CARD_KIND)
+    check_replaceable(
+        os.path.join(folder, curves_name),
+        _our_curves(path),
+        overwrite=overwrite,
+        owner="the model card",
+        kind=_CURVES_KIND,
+    )
+
+
 def _evaluate(agent: Agent, env: Any, episodes: int, seed: int | None, name: str) -> Evaluation:
     returns = agent.play(env, episodes=episodes, seed=seed)
     values = np.asarray(list(returns), dtype=np.float64)
     return Evaluation(float(values.mean()), float(values.std()), len(values), seed, name)
 
 
-def _curves(signals: SignalSet, path: str) -> str | None:
+def _curves(signals: SignalSet, path: str, card: str, overwrite: bool) -> str | None:
     """``curves.png``: one panel per plotted signal; None without matplotlib or signals."""
     try:
         from matplotlib.figure import Figure
@@ -113,7 +206,8 @@ def _curves(signals: SignalSet, path: str) -> str | None:
         ax.set_xlabel("env steps")
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, format="png")
+    with replacing(path, owner="the model card", kind=_CURVES_KIND, ours=_our_curves(card), overwrite=overwrite) as tmp:
+        fig.savefig(tmp, format="png", metadata={"Software": _SOFTWARE})
     return path
 
 
@@ -152,21 +246,30 @@ def write_card(
     evaluate: bool = True,
     signals: SignalSet | None = None,
     videos: list[Video] | None = None,
+    overwrite: bool = False,
 ) -> ModelCard:
     """Write ``folder/README.md`` for the run saved in ``folder`` (see :func:`find_saved`; for a
     ``runs/x.zip``, ``runs/x.README.md`` beside it).
 
     ``env`` (default: the env id the run was trained on) plays ``episodes`` deterministic episodes
     from ``seed`` for the evaluation table (``evaluate=False``: none, the last ``eval_reward`` is
-    shown instead); ``signals`` and ``videos`` default to the saved run's and ``folder/videos``."""
+    shown instead); ``signals`` and ``videos`` default to the saved run's and ``folder/videos``.
+
+    Only the card's own earlier files are replaced: a ``README.md`` or ``curves.png`` of the user's
+    there (or a link) is a ``FileExistsError``, raised before anything is evaluated, unless
+    ``overwrite=True``."""
     folder = os.fspath(folder)
     if not isinstance(episodes, int) or isinstance(episodes, bool) or episodes < 1:
         raise ValueError(f"card: episodes must be an integer >= 1, got {episodes!r}")
+    if not isinstance(overwrite, bool):
+        raise TypeError(f"card: overwrite must be True or False, got {overwrite!r}")
     saved = find_saved(folder)
     card_dir, card_name, curves_name = folder, CARD_NAME, CURVES_NAME
     if saved.endswith(".zip"):  # a zip stays as it is: the card goes beside it, runs/x.zip -> runs/x.README.md
         stem = os.path.splitext(os.path.basename(saved))[0]
         card_dir, card_name, curves_name = os.path.dirname(saved) or ".", f"{stem}.{CARD_NAME}", f"{stem}.{CURVES_NAME}"
+    path, curves_path = os.path.join(card_dir, card_name), os.path.join(card_dir, curves_name)
+    check_card_folder(card_dir, card_name, curves_name, overwrite=overwrite)
     with open_saved(saved) as run:
         meta = run.meta
         if signals is None:
@@ -197,10 +300,20 @@ def write_card(
         video_path = video.path
         if not os.path.abspath(video_path).startswith(os.path.abspath(card_dir) + os.sep):
             # A video outside the card's folder is copied in, so the folder travels whole.
-            os.makedirs(os.path.join(card_dir, "videos"), exist_ok=True)
             video_path = os.path.join(card_dir, "videos", os.path.basename(video.path))
-            shutil.copyfile(video.path, video_path)
-    curves = _curves(signals, os.path.join(card_dir, curves_name))
+            with (
+                replacing(
+                    video_path,
+                    owner="the model card",
+                    kind="a video written by rl-workbench",
+                    ours=is_our_video,
+                    overwrite=overwrite,
+                ) as tmp,
+                open(video.path, "rb") as src,
+                open(tmp, "wb") as dst,
+            ):
+                dst.write(src.read())
+    curves = _curves(signals, curves_path, path, overwrite)
 
     algorithm = meta.get("algorithm", "?")
     versions = meta.get("versions") or {}
@@ -274,11 +387,9 @@ def write_card(
         f"workbench play {load_path}" + ("" if session.get("env_id") else " --env ID"),
         "```",
         "",
+        CARD_MARKER,
+        "",
     ]
     text = "\n".join(lines)
-    path = os.path.join(card_dir, card_name)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    write_text(path, text, owner="the model card", kind=_CARD_KIND, ours=_is_our_card, overwrite=overwrite)
     return ModelCard(path, text, evaluation, curves, video_path)

@@ -55,6 +55,7 @@ import torch
 from gymnasium import spaces
 
 from ._version import __version__
+from .files import follow_umask, replacing
 from .signals import SignalSet
 
 __all__ = [
@@ -162,18 +163,9 @@ def write_npz(path: str | os.PathLike[str], arrays: dict[str, np.ndarray]) -> No
     for name, arr in arrays.items():
         if np.asarray(arr).dtype == object:
             raise CheckpointError(f"{path}: array {name!r} has dtype object, which would need pickle")
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)  # type: ignore[arg-type]  # numpy's stub reads allow_pickle into **kwds
-        _follow_umask(tmp)  # mkstemp made it 0600
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    # The caller named this file: whatever regular file is there goes (a link is replaced, not followed).
+    with replacing(path, owner="saving arrays") as tmp, open(tmp, "wb") as f:
+        np.savez(f, **arrays)  # type: ignore[arg-type]  # numpy's stub reads allow_pickle into **kwds
 
 
 def _physical_memory() -> int:
@@ -296,6 +288,27 @@ def _read_safetensors(path: str, label: str | None = None) -> dict[str, torch.Te
         return load_file(path)
     except Exception as exc:  # safetensors raises its own error types
         raise CheckpointError(f"{label}: not a valid safetensors file, possibly truncated ({exc})") from None
+
+
+# Tensors of a checkpoint whose rank and dtype the format fixes (networks and optimizer moments are
+# checked against the agent that loads them): a tensor of the right size but another shape would load.
+_FIXED_TENSORS: dict[str, tuple[int, tuple[torch.dtype, ...]]] = {
+    "rng/torch": (1, (torch.uint8,)),  # torch.Generator.get_state(): a flat byte string
+    "acting/lstm_states": (3, (torch.float16, torch.bfloat16, torch.float32, torch.float64)),
+}
+
+
+def _check_tensors(tensors: dict[str, torch.Tensor], label: str) -> dict[str, torch.Tensor]:
+    """``tensors`` (of ``weights.safetensors``) after checking the ones whose shape the format
+    fixes; a ``CheckpointError`` names the file, the tensor and the shape it should have."""
+    for name, (ndim, dtypes) in _FIXED_TENSORS.items():
+        t = tensors.get(name)
+        if t is not None and (t.dim() != ndim or t.dtype not in dtypes):
+            raise CheckpointError(
+                f"{label}: tensor {name!r} has shape {tuple(t.shape)} and dtype {t.dtype}; a checkpoint holds it "
+                f"as a {ndim}-dimensional {' or '.join(str(d) for d in dtypes)} tensor"
+            )
+    return tensors
 
 
 def json_ready(value: Any) -> Any:
@@ -909,8 +922,8 @@ class OpenRun:
         return self._opened.label(name)
 
     def tensors(self) -> dict[str, torch.Tensor]:
-        """``weights.safetensors``."""
-        return _read_safetensors(self._opened.file(WEIGHTS), self.label(WEIGHTS))
+        """``weights.safetensors``, the tensors whose shape the format fixes checked."""
+        return _check_tensors(_read_safetensors(self._opened.file(WEIGHTS), self.label(WEIGHTS)), self.label(WEIGHTS))
 
     def memory(self, max_bytes: int) -> dict[str, np.ndarray] | None:
         """``memory.npz`` (None when the run has none), refused when it would take more than
@@ -1032,36 +1045,6 @@ def _write_run(
         np.savez(os.path.join(directory, MEMORY), **memory)  # type: ignore[arg-type]  # as above
 
 
-def _umask() -> int:
-    """The process umask, read without changing it (``os.umask`` would, for every thread)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    with _UMASK_LOCK:
-        mask = os.umask(0o022)
-        os.umask(mask)
-    return mask
-
-
-_UMASK_LOCK = threading.Lock()
-
-
-def _follow_umask(path: str) -> None:
-    """Give ``path`` (and what is in it) the modes a plain ``open``/``mkdir`` would have given:
-    ``mkdtemp``/``mkstemp`` (and so every file written through them) create 0700/0600."""
-    mask = _umask()
-    if os.path.isdir(path):
-        os.chmod(path, 0o777 & ~mask)
-        for name in os.listdir(path):
-            os.chmod(os.path.join(path, name), 0o666 & ~mask)
-    else:
-        os.chmod(path, 0o666 & ~mask)
-
-
 def _is_checkpoint(path: str) -> tuple[bool, str]:
     """Whether ``path`` (which exists) is something :func:`save` may replace, and if not, why."""
     names = (META, WEIGHTS, SIGNALS, MEMORY)
@@ -1156,7 +1139,7 @@ def _write_zip(tmp_dir: str, path: str) -> str:
         with os.fdopen(fd, "wb") as f, zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED) as zf:
             for name in sorted(os.listdir(tmp_dir)):
                 zf.write(os.path.join(tmp_dir, name), name)
-        _follow_umask(tmp_zip)
+        follow_umask(tmp_zip)
     except BaseException:
         _remove(tmp_zip)
         raise
@@ -1170,7 +1153,7 @@ def _commit(tmp_dir: str, path: str) -> None:
     entry is first renamed to ``PATH.old-PID`` (which ``load`` falls back to when a crash hits
     between the two renames) and deleted once the new one is in place.
     """
-    _follow_umask(tmp_dir)
+    follow_umask(tmp_dir)
     new = _write_zip(tmp_dir, path) if path.endswith(".zip") else tmp_dir
     try:
         if new != tmp_dir and os.path.isfile(path) and not os.path.islink(path):

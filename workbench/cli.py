@@ -138,6 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
     card.add_argument("--episodes", type=int, default=10, help="evaluation episodes (default 10)")
     card.add_argument("--seed", type=int, default=0, help="seed of the first evaluation episode (default 0)")
     card.add_argument("--no-eval", action="store_true", help="play no episodes: show the last eval_reward")
+    card.add_argument(
+        "--overwrite", action="store_true", help="replace a README.md or curves.png there that no card wrote"
+    )
     from .sweeps.cli import add_parser as add_sweep_parser
 
     add_sweep_parser(sub)
@@ -398,8 +401,15 @@ def _card(args: argparse.Namespace) -> int:
     from .card import write_card
 
     try:
-        card = write_card(args.run, env=args.env, episodes=args.episodes, seed=args.seed, evaluate=not args.no_eval)
-    except FileNotFoundError as exc:
+        card = write_card(
+            args.run,
+            env=args.env,
+            episodes=args.episodes,
+            seed=args.seed,
+            evaluate=not args.no_eval,
+            overwrite=args.overwrite,
+        )
+    except (FileNotFoundError, FileExistsError, IsADirectoryError) as exc:
         raise SystemExit(f"workbench: {exc}") from None
     if card.evaluation is not None:
         e = card.evaluation

@@ -11,11 +11,18 @@ which is how the tests inject keys.
 
 With ``default=None`` (an env with no "do nothing" action, such as CartPole) the env waits for a key:
 it steps while one is held, and a tap shorter than a step still counts once.
+
+A window needs a display: ``workbench play --human`` without one (no ``DISPLAY`` or
+``WAYLAND_DISPLAY``) stops at once saying so, instead of waiting for keys no window can take. With
+``SDL_VIDEODRIVER=dummy`` set on purpose (off-screen, as the tests play) an env that waits for a key
+is refused the same way, since nothing could ever press one.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -29,6 +36,13 @@ from .video import render_env
 
 __all__ = ["HumanPlay", "KeyMap", "default_mapping", "normalize_key", "play_in_window"]
 
+# Key names a mapping may use: what the page's keyboard events (KeyboardEvent.key) and pygame's key
+# names become under normalize_key, beside any one character ("a", "1", "+").
+_KEY_NAMES = frozenset(
+    {"left", "right", "up", "down", "space", "enter", "tab", "escape", "backspace", "delete", "insert"}
+    | {"home", "end", "pageup", "pagedown", "shift", "control", "alt", "meta"}
+    | {f"f{i}" for i in range(1, 13)}
+)
 _ALIASES = {
     " ": "space",
     "spacebar": "space",
@@ -37,6 +51,10 @@ _ALIASES = {
     "arrowup": "up",
     "arrowdown": "down",
     "return": "enter",
+    "ctrl": "control",
+    "esc": "escape",
+    "page up": "pageup",
+    "page down": "pagedown",
 }
 
 # Atari's and MinAtar's action names, built from these parts (gymnasium's play utility does the same).
@@ -133,7 +151,16 @@ def key_map(mapping: Mapping[Any, Any], default: Any) -> KeyMap:
     combos: dict[frozenset[str], Any] = {}
     for keys, action in mapping.items():
         names = (keys,) if isinstance(keys, str) else tuple(keys)
-        combos[frozenset(normalize_key(k) for k in names)] = action
+        if not names:
+            raise ValueError(f"mapping has an empty tuple of keys for the action {action!r}: name at least one key")
+        combo = frozenset(normalize_key(k) for k in names)
+        unknown = sorted(k for k in combo if len(k) != 1 and k not in _KEY_NAMES)
+        if unknown:
+            raise ValueError(
+                f"mapping names the key {unknown[0]!r}, which no keyboard sends: use one character ('a', '1') or "
+                f"one of {', '.join(sorted(_KEY_NAMES - {f'f{i}' for i in range(2, 13)}))}, f2..f12"
+            )
+        combos[combo] = action
     return KeyMap(combos, default)
 
 
@@ -400,22 +427,59 @@ class HumanPlay:
         self.start()
 
 
+_DISPLAY_DRIVERS = ("kmsdrm", "fbcon", "directfb", "rpi", "vivante", "evdev")  # SDL drivers that need no X/Wayland
+_OFF_SCREEN = ("dummy", "offscreen")
+
+
+def _check_display(driver: str | None) -> bool:
+    """Stop at once (``SystemExit``) when no window can be shown; True when the user chose an
+    off-screen SDL driver on purpose (``driver``: their ``SDL_VIDEODRIVER``)."""
+    if driver in _OFF_SCREEN:
+        return True
+    if sys.platform in ("win32", "darwin") or driver in _DISPLAY_DRIVERS:
+        return False
+    if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        raise SystemExit(
+            "workbench: play --human needs a display to open its window, and this machine has none (neither DISPLAY "
+            "nor WAYLAND_DISPLAY is set): run it on a desktop, or over ssh -X, or play in a notebook with "
+            "wb.HumanPlay(env)"
+        )
+    return False
+
+
 def play_in_window(
     env_id: str, *, record: str | None = None, fps: float | None = None, seed: int | None = None, episodes: int = 1
 ) -> int:
     """``workbench play --human ENV``: play in a pygame window (arrows, space, Escape to quit) and
     save the episodes as a dataset in ``record``. Returns the exit code."""
+    driver = os.environ.get("SDL_VIDEODRIVER")  # the user's, before rendering sets its off-screen default
+    off_screen = _check_display(driver)
     try:
         import pygame
     except ImportError as exc:
-        raise SystemExit(f"workbench: playing in a window needs pygame: pip install pygame ({exc})") from None
+        raise SystemExit(
+            f"workbench: playing in a window needs pygame: pip install 'rl-workbench[human]' (pygame-ce; {exc})"
+        ) from None
     play = HumanPlay(env_id, fps=fps, seed=seed, episodes=episodes)
+    if off_screen and play.keys.default is None:
+        play.close()
+        raise SystemExit(
+            f"workbench: play --human {env_id} waits for a key, and SDL_VIDEODRIVER={driver} opens no window "
+            "to press one in: run it on a desktop (unset SDL_VIDEODRIVER), or play in a notebook (wb.HumanPlay)"
+        )
+    if driver is None:  # the window goes to the user's display, not to the off-screen driver rendering chose
+        os.environ.pop("SDL_VIDEODRIVER", None)
     print(f"{env_id}: {play.keys.describe()}; Escape quits")
-    pygame.init()
-    frame = play.frame
-    assert frame is not None
-    scale = max(1, 480 // max(frame.shape[:2]))
-    screen = pygame.display.set_mode((frame.shape[1] * scale, frame.shape[0] * scale))
+    try:
+        pygame.init()
+        frame = play.frame
+        assert frame is not None
+        scale = max(1, 480 // max(frame.shape[:2]))
+        screen = pygame.display.set_mode((frame.shape[1] * scale, frame.shape[0] * scale))
+    except pygame.error as exc:
+        pygame.quit()
+        play.close()
+        raise SystemExit(f"workbench: play --human needs a display, and none could be opened ({exc})") from None
     clock = pygame.time.Clock()
     names = {
         pygame.K_LEFT: "left",

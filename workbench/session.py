@@ -25,6 +25,7 @@ from . import views
 from .agents.base import Agent
 from .envs.core import EnvSource, as_env_source, describe_space
 from .envs.vector import check_vector_session
+from .files import check_folder
 from .offline import source as offline_loop
 from .offline.recording import Recorder
 from .parallel import check_runner_options, check_worker_env
@@ -48,7 +49,7 @@ from .validation import (
     optional,
     path_like,
 )
-from .video import Videos, video_settings
+from .video import Videos, check_renders, video_settings
 
 __all__ = ["STATUSES", "Session"]
 
@@ -199,7 +200,7 @@ class Session:
             agent=agent,
             env_source=source,
             signals=SignalSet(max_points=max_signal_points),
-            eval_source=_eval_source(source, eval_env, eval_every or video_every),
+            eval_source=_eval_source(source, eval_env, eval_every, video_every),
             seed=seed,
             stop_when=stop_when,
             eval_every=eval_every,
@@ -403,16 +404,29 @@ class Session:
         being written. Recorded by ``video_every`` and ``evaluate(record_video=True)``."""
         return self._ctx.videos.videos
 
-    def card(self, path: str | os.PathLike[str] | None = None, *, episodes: int | None = None, seed: int = 0) -> Any:
+    def card(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        episodes: int | None = None,
+        seed: int = 0,
+        overwrite: bool = False,
+    ) -> Any:
         """Write the run's model card, ``README.md`` in ``path`` (default: ``checkpoint_dir``) and
         return it (a :class:`~workbench.card.ModelCard`, shown as Markdown in a notebook): agent, env,
         hyperparameters, device, versions; ``episodes`` deterministic episodes (default
         ``eval_episodes``) from ``seed`` as the evaluation table; the curves; the last video; how to
-        load and play it. Unless ``path`` holds a saved run, the run is saved to ``path/latest`` first."""
-        from .card import CARD_NAME, write_card
+        load and play it. Unless ``path`` holds a saved run, the run is saved to ``path/latest`` first.
 
+        A ``README.md`` or ``curves.png`` there that the card did not write (or a link) is refused
+        with ``FileExistsError`` before anything is saved or played, unless ``overwrite=True``."""
+        from .card import CARD_NAME, check_card_folder, write_card
+
+        if episodes is not None and (not isinstance(episodes, int) or isinstance(episodes, bool) or episodes < 1):
+            raise ValueError(f"card: episodes must be an integer >= 1, got {episodes!r}")
         state = self._ctx.state
         folder = os.fspath(path) if path is not None else os.path.dirname(video_folder(state))
+        check_card_folder(folder, overwrite=overwrite)
         if not os.path.isfile(os.path.join(folder, "meta.json")):
             self.save(os.path.join(folder, "latest"))
         self.videos.wait()
@@ -425,6 +439,7 @@ class Session:
             evaluate=source is not None,
             signals=self.signals,
             videos=list(self.videos),
+            overwrite=overwrite,
         )
         assert card.path.endswith(CARD_NAME)
         return card
@@ -607,6 +622,8 @@ def _checkpoint_dir(agent: Agent, every: int | None, directory: str | os.PathLik
     place by default, ``runs/<algorithm>-<date>-<time>`` (``session.checkpoint_dir`` says where)."""
     if every is not None and directory is None:
         directory = os.path.join("runs", f"{agent.algorithm.lower()}-{time.strftime('%Y%m%d-%H%M%S')}")
+    if directory is not None:  # a file there is found now, not when the first checkpoint or video is due
+        check_folder(directory, owner="Session", argument="checkpoint_dir")
     return None if directory is None else os.fspath(directory)
 
 
@@ -618,8 +635,17 @@ def _episode_key(episode: Any) -> Any:
 _warm_views = views.warm
 
 
-def _eval_source(source: EnvSource, eval_env: Any, eval_every: int | None) -> EnvSource | None:
-    """The env ``evaluate()`` plays on: ``eval_env``, else (with ``eval_every``) a copy of the session's."""
+def _eval_source(source: EnvSource, eval_env: Any, eval_every: int | None, video_every: int | None) -> Any:
+    """The env ``evaluate()`` plays on: ``eval_env``, else (with ``eval_every`` or ``video_every``) a
+    copy of the session's; with ``video_every`` it must render frames, found now, not at the first
+    video (``check_renders`` reads ``render_mode``, it steps nothing)."""
+    found = _evaluated_source(source, eval_env, eval_every or video_every)
+    if video_every is not None:
+        check_renders(found, "Session(video_every=...)")
+    return found
+
+
+def _evaluated_source(source: EnvSource, eval_env: Any, eval_every: int | None) -> EnvSource | None:
     if eval_env is not None:
         try:
             return as_env_source(eval_env)

@@ -28,12 +28,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .files import replacing
+
 if TYPE_CHECKING:  # pandas is optional and only needed for to_pandas()
     import pandas as pd
 
 __all__ = ["Signal", "SignalSet"]
 
 _INITIAL_CAPACITY = 256
+_MAX_STEP = 2**63 - 1  # steps are held as int64
+_MIN_STEP = -(2**63)
 DEFAULT_MAX_POINTS = 4_000_000
 
 Subscriber = Callable[[str, int, float], Any]
@@ -89,8 +93,14 @@ class Signal:
     # -- writing -------------------------------------------------------------------------------
 
     def append(self, step: int, value: float, time_s: float | None = None) -> None:
-        """Record ``value`` at env step ``step`` (``time_s``: seconds since the run began)."""
+        """Record ``value`` at env step ``step`` (``time_s``: seconds since the run began).
+        A step beyond a 64-bit integer is a ``ValueError`` naming the signal."""
         value = float(value)
+        if not _MIN_STEP <= step <= _MAX_STEP:
+            raise ValueError(
+                f"signal {self.name!r}: step {step} is beyond what a signal holds (a 64-bit integer, at most "
+                f"{_MAX_STEP}); record it at the run's step (session.log(name, value) without step=)"
+            )
         with self._lock:
             self._count += 1
             if self._stride > 1:
@@ -347,17 +357,15 @@ class SignalSet:
         return f"SignalSet({', '.join(self.names())})"
 
     def to_csv(self, path: str | os.PathLike[str]) -> None:
-        """Write every point to ``path`` as CSV rows ``signal,step,value,time`` (long format)."""
-        path = os.fspath(path)
-        tmp = f"{path}.tmp-{os.getpid()}"
-        with open(tmp, "w", newline="") as f:
+        """Write every point to ``path`` as CSV rows ``signal,step,value,time`` (long format),
+        through a temporary file renamed into place (``workbench.files``: a link is never followed)."""
+        with replacing(os.fspath(path), owner="SignalSet.to_csv") as tmp, open(tmp, "w", newline="") as f:
             writer = csv.writer(f)
             writer.writerow(["signal", "step", "value", "time"])
             for name, sig in self.items():
                 steps, values, times = sig.snapshot()
                 for s, v, t in zip(steps.tolist(), values.tolist(), times.tolist()):
                     writer.writerow([name, s, repr(v), repr(t)])
-        os.replace(tmp, path)
 
     @classmethod
     def from_csv(cls, path: str | os.PathLike[str]) -> SignalSet:

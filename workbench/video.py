@@ -10,6 +10,12 @@ plays its first episode with ``render_mode="rgb_array"`` and keeps a bounded cli
 it to the session's sinks. A writer that falls behind drops a clip (counted in
 :attr:`Videos.dropped`) rather than make training wait.
 
+A video never fails the run: an env that cannot render is refused when the session is built
+(:func:`check_renders`), and a ``render()`` that raises or returns no RGB frame (None, a string, a
+wrong shape) drops that episode's video, which :func:`record_episode` reports and the session
+counts in the ``video_errors`` signal. Files go through ``workbench.files``: a video replaces only a
+video of its own name, never a link or a user's file.
+
 ``pip install 'rl-workbench[video]'`` installs the encoder. See docs/videos.md.
 """
 
@@ -30,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .files import replacing
 from .loop import play_episode
 from .validation import ArgumentError, check_value, choice, integer, number, optional
 
@@ -41,10 +48,12 @@ __all__ = [
     "VideoSettings",
     "VideoWriter",
     "Videos",
+    "check_renders",
     "encode_gif",
     "encode_video",
     "gif_of",
     "has_mp4_encoder",
+    "is_our_video",
     "read_frames",
     "read_index",
     "record_episode",
@@ -191,13 +200,54 @@ def render_env(source: Any, owner: str) -> tuple[Any, bool]:
     return env, True
 
 
-def _shrink(frame: np.ndarray, max_width: int) -> np.ndarray:
+def check_renders(source: Any, owner: str) -> None:
+    """Raise now the ``ValueError`` that recording a video from ``source`` (an ``EnvSource``) would
+    raise later: its env does not render ``rgb_array`` frames. Nothing is reset or stepped: an
+    instance's ``render_mode`` is read, an id's env class is looked up in gymnasium's registry (its
+    ``metadata["render_modes"]``), a factory builds one env (as reading its spaces does) and closes it."""
+    if source is None:
+        return
+    if source.instance is not None or source.env_id is None:
+        if source.instance is None and (source.vector is not None or source.parallel is not None):
+            raise ValueError(f"{owner} needs an env that renders frames: {source.name} cannot be copied to record one")
+        env, owned = render_env(source, owner)
+        if owned:
+            env.close()
+        return
+    import gymnasium as gym
+    from gymnasium.envs.registration import load_env_creator
+
+    try:
+        entry = gym.spec(source.env_id).entry_point
+        creator = load_env_creator(entry) if isinstance(entry, str) else entry
+    except Exception:  # an id gymnasium cannot resolve here: building it will say why
+        return
+    modes = getattr(creator, "metadata", {}).get("render_modes") if isinstance(creator, type) else None
+    if modes is not None and "rgb_array" not in modes:
+        raise ValueError(
+            f"{owner} needs an env that renders frames: {source.env_id} renders only {list(modes)}, not 'rgb_array'; "
+            "record videos of another env (eval_env=...), or leave video_every out"
+        )
+
+
+class RenderError(ValueError):
+    """``env.render()`` gave no RGB frame (it raised, or returned None, a string, a wrong shape)."""
+
+
+def _shrink(frame: Any, max_width: int) -> np.ndarray:
     """An RGB uint8 copy of ``frame`` at most ``max_width`` wide (every k-th pixel: cheap on the training thread)."""
-    frame = np.asarray(frame)
+    if not isinstance(frame, np.ndarray | list | tuple):
+        raise RenderError(f"render() returned {type(frame).__name__}, not an H x W x 3 RGB array")
+    try:
+        frame = np.asarray(frame)
+    except ValueError as exc:
+        raise RenderError(f"render() returned something that is no array ({exc})") from None
+    if frame.dtype.kind not in "uifb":
+        raise RenderError(f"render() returned an array of {frame.dtype}, not numbers")
     if frame.ndim == 2:
         frame = np.repeat(frame[:, :, None], 3, axis=2)
-    if frame.ndim != 3 or frame.shape[2] not in (3, 4):
-        raise ValueError(f"a rendered frame must be H x W x 3 (RGB), got shape {frame.shape}")
+    if frame.ndim != 3 or frame.shape[2] not in (3, 4) or 0 in frame.shape:
+        raise RenderError(f"a rendered frame must be H x W x 3 (RGB), got shape {frame.shape}")
     factor = max(1, math.ceil(frame.shape[1] / max_width))
     small = frame[::factor, ::factor, :3]
     if small.dtype != np.uint8:
@@ -207,21 +257,32 @@ def _shrink(frame: np.ndarray, max_width: int) -> np.ndarray:
 
 def record_episode(
     agent: Agent, env: Any, settings: VideoSettings, *, seed: int | None = None
-) -> tuple[float, int, list[np.ndarray]]:
+) -> tuple[float, int, list[np.ndarray], RenderError | None]:
     """Play one deterministic episode of ``env`` (renders ``rgb_array``) and keep a bounded clip.
 
-    Returns ``(episode return, episode length, frames)``; frames are rendered only while the clip
-    has room, so a long episode costs a render only for its first ``max_seconds``.
+    Returns ``(episode return, episode length, frames, error)``; frames are rendered only while the
+    clip has room, so a long episode costs a render only for its first ``max_seconds``. A render that
+    raises or gives no RGB frame ends the clip (``frames`` empty, ``error`` says why); the episode
+    plays on, so its return counts as without a video.
     """
     frames: list[np.ndarray] = []
     total, length = 0.0, 0
     room = settings.max_frames
+    error: RenderError | None = None
     for moment in play_episode(agent, env, seed=seed, deterministic=True):
         total += moment.reward
         length = moment.t
-        if len(frames) < room and moment.t % settings.frame_skip == 0:
-            frames.append(_shrink(env.render(), settings.max_width))
-    return total, length, frames
+        if error is None and len(frames) < room and moment.t % settings.frame_skip == 0:
+            try:
+                frames.append(_shrink(env.render(), settings.max_width))
+            except RenderError as exc:
+                error = exc
+            except Exception as exc:  # the env's render() raised: its video is dropped, not the run
+                error = RenderError(f"render() raised {type(exc).__name__}: {exc}")
+                error.__cause__ = exc
+    if error is not None:
+        frames = []
+    return total, length, frames, error
 
 
 # -- encoding ------------------------------------------------------------------------------------
@@ -237,18 +298,22 @@ def has_mp4_encoder() -> bool:
 
 
 def _even(frame: np.ndarray) -> np.ndarray:
-    """H.264 in yuv420p needs even sides: drop a last odd row or column."""
+    """H.264 in yuv420p needs even sides: drop a last odd row or column (a side of 1 pixel is
+    doubled instead, so a 1x1 frame still makes a 2x2 video)."""
     h, w = frame.shape[:2]
+    if h == 1 or w == 1:
+        frame = np.repeat(np.repeat(frame, 2 if h == 1 else 1, axis=0), 2 if w == 1 else 1, axis=1)
+        h, w = frame.shape[:2]
     return frame[: h - h % 2, : w - w % 2]
 
 
 def encode_video(frames: Sequence[np.ndarray], path: str, fps: int) -> None:
     """Write ``frames`` (RGB uint8, one size) to ``path``: H.264 MP4 through imageio-ffmpeg when the
-    name ends in ``.mp4``, else a GIF (:func:`encode_gif`). The file appears whole or not at all."""
+    name ends in ``.mp4``, else a GIF (:func:`encode_gif`). The file appears whole or not at all
+    (``workbench.files.replacing``: a link at ``path`` is replaced, never followed)."""
     if not frames:
         raise ValueError("a video needs at least one frame")
-    tmp = os.path.join(os.path.dirname(path) or ".", f".{os.path.basename(path)}.partial")
-    try:
+    with replacing(path, owner="the video writer") as tmp:
         if path.endswith(".mp4"):
             import imageio_ffmpeg
 
@@ -284,10 +349,6 @@ def encode_video(frames: Sequence[np.ndarray], path: str, fps: int) -> None:
         else:
             with open(tmp, "wb") as f:
                 f.write(encode_gif(frames, fps))
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 
 def encode_gif(frames: Sequence[np.ndarray], fps: int) -> bytes:
@@ -343,6 +404,32 @@ def _format(settings: VideoSettings) -> str:
 
 
 # -- the list of a run's videos and the thread that writes them -----------------------------------
+
+
+def is_our_video(path: str) -> bool:
+    """Whether the regular file ``path`` is a video this module writes: named ``eval-step<N>.mp4``
+    (or ``.gif``) and holding an MP4 or a GIF (what a video may replace: an earlier one of its step)."""
+    match = _NAME.match(os.path.basename(path))
+    if match is None:
+        return False
+    try:
+        with open(path, "rb") as f:
+            head = f.read(12)
+    except OSError:
+        return False
+    return head[4:8] == b"ftyp" if match.group(2) == "mp4" else head[:4] == b"GIF8"
+
+
+def _is_our_index(path: str) -> bool:
+    """Whether ``path`` holds a list of videos as :meth:`Video.to_json` writes them."""
+    try:
+        if os.path.getsize(path) > 64 * 2**20:
+            return False
+        with open(path, encoding="utf-8") as f:
+            entries = json.load(f)
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(entries, list) and all(isinstance(e, dict) and {"path", "step"} <= set(e) for e in entries)
 
 
 def read_index(folder: str) -> list[Video]:
@@ -532,17 +619,22 @@ class VideoWriter:
         os.makedirs(folder, exist_ok=True)
         fmt = _format(settings)
         path = os.path.join(folder, f"eval-step{step:09d}.{fmt}")
-        self.encoder(frames, path, settings.fps)
+        kind = "a video written by rl-workbench"
+        with replacing(path, owner="the video writer", kind=kind, ours=is_our_video) as tmp:
+            self.encoder(frames, tmp, settings.fps)
         h, w = _even(frames[0]).shape[:2] if fmt == "mp4" else frames[0].shape[:2]
         video = Video(path, step, episode_return, len(frames), settings.fps, int(w), int(h))
         listed = [v for v in read_index(folder) if v.path != path] + [video]
         if settings.keep is not None:
             for old in listed[: -settings.keep]:
-                if os.path.exists(old.path):
+                if os.path.isfile(old.path) and not os.path.islink(old.path) and is_our_video(old.path):
                     os.remove(old.path)
             listed = listed[-settings.keep :]
-        tmp = os.path.join(folder, f".{INDEX}.tmp")
-        with open(tmp, "w") as f:
+        with (
+            replacing(
+                os.path.join(folder, INDEX), owner="the video writer", kind="a list of videos", ours=_is_our_index
+            ) as tmp,
+            open(tmp, "w", encoding="utf-8") as f,
+        ):
             json.dump([v.to_json() for v in listed], f, indent=1)
-        os.replace(tmp, os.path.join(folder, INDEX))
         return video

@@ -48,7 +48,6 @@ import glob
 import json
 import os
 import platform
-import tempfile
 import time
 import warnings
 from typing import TYPE_CHECKING, Any
@@ -63,6 +62,7 @@ from .. import checkpoint
 from .._version import __version__
 from ..envs.core import describe_space, flat_observation_space
 from ..envs.masks import mask_size, strip_mask_space
+from ..files import replacing
 from ..validation import ArgumentError
 
 if TYPE_CHECKING:
@@ -503,14 +503,6 @@ def _write_onnx(
     onnx.save(model, path)
 
 
-def _temporary(path: str) -> str:
-    """A new empty file beside ``path`` (same directory, so the rename into place is atomic)."""
-    folder, base = os.path.split(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=f".{base}.tmp-", dir=folder)
-    os.close(fd)
-    return tmp
-
-
 def _remove_leftovers(path: str) -> None:
     """Remove what killed exports to ``path`` left: ``.NAME.tmp-*`` files beside it, untouched for
     an hour (a younger one may be another export to the same path, still writing)."""
@@ -592,19 +584,14 @@ def write_model(
     (``workbench.agents.multiagent.export_policies``) share."""
     _remove_leftovers(path)
     _remove_leftovers(path + SIDECAR_SUFFIX)
-    tmp_model, tmp_sidecar = _temporary(path), _temporary(path + SIDECAR_SUFFIX)
-    try:
+    # The callers checked what the two paths may replace (_check_replaceable, with their overwrite=);
+    # workbench.files writes both through new temporary files and renames them in, never following a link.
+    # The model last (the inner block ends first): until it is in place, an earlier export's model still loads.
+    with (
+        replacing(path, owner="export()", overwrite=True) as tmp_model,
+        replacing(path + SIDECAR_SUFFIX, owner="export()", overwrite=True) as tmp_sidecar,
+    ):
         _write_onnx(module, example, tmp_model, sidecar, inputs, outputs, axes)
         with open(tmp_sidecar, "w", encoding="utf-8") as f:
             json.dump(sidecar, f, indent=2)
             f.write("\n")
-        for tmp in (tmp_model, tmp_sidecar):
-            checkpoint._follow_umask(tmp)  # mkstemp made them 0600
-        # The model last: until it is in place, an earlier export's model still loads.
-        os.replace(tmp_sidecar, path + SIDECAR_SUFFIX)
-        os.replace(tmp_model, path)
-    except BaseException:
-        for tmp in (tmp_model, tmp_sidecar):
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-        raise

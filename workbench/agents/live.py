@@ -58,6 +58,12 @@ _FIXED: dict[str, str] = {
 }
 
 
+# Live fields that do something only when another field of the agent is set: (that field, how to set it).
+_NEEDS: dict[str, tuple[str, str]] = {
+    "intrinsic_coef": ("intrinsic", "build the agent with intrinsic=wb.RND() (or wb.ICM()) to have a bonus to weigh"),
+}
+
+
 def editable(agent_or_class: Any) -> tuple[str, ...]:
     """The names of the hyperparameters that may change while ``agent`` trains (its config's
     fields declared ``live=True``), in the config's order."""
@@ -94,6 +100,12 @@ def check_edits(agent: Agent, values: dict[str, Any], owner: str | None = None) 
             raise ArgumentError(
                 f"{owner} cannot change {name} while the agent trains: {why_fixed(name)}. Build a new agent "
                 f"with {name}={value!r} instead. Editable: {', '.join(live)}."
+            )
+        needed = _NEEDS.get(name)
+        if needed is not None and getattr(agent.config, needed[0]) is None:
+            raise ArgumentError(
+                f"{owner} got {name}={value!r}, but this {agent.algorithm} has no {needed[0]}= and so nothing "
+                f"{name} weighs: {needed[1]}."
             )
         constraint = constraint_of(type(agent.config), name)
         if constraint is not None:

@@ -40,12 +40,35 @@ from ..checkpoint import (
 )
 from ..envs.columns import join_columns, split_columns
 from ..envs.core import byte_columns
+from ..files import check_replaceable, write_text
 
 __all__ = ["DATASET_FORMAT", "Dataset", "DatasetError"]
 
 DATASET_FORMAT = "workbench-dataset"
 _VERSION = 1
 _FIELDS = ("observations", "actions", "rewards", "next_observations", "terminated", "truncated")
+_KIND = "a file of a workbench dataset"
+
+
+def _is_our_meta(path: str) -> bool:
+    """Whether ``path`` is a regular file holding a ``dataset.json`` this module wrote."""
+    try:
+        if os.path.islink(path) or not os.path.isfile(path) or os.path.getsize(path) > MAX_META_BYTES:
+            return False
+        meta = read_json(path, path, MAX_META_BYTES)
+    except (OSError, CheckpointError):
+        return False
+    return isinstance(meta, dict) and meta.get("format") == DATASET_FORMAT
+
+
+def _is_npz(path: str) -> bool:
+    """Whether ``path`` holds a zip archive (what ``np.savez`` writes) in a folder whose dataset.json is ours."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError:
+        return False
+    return head == b"PK\x03\x04" and _is_our_meta(os.path.join(os.path.dirname(path), "dataset.json"))
 
 
 class DatasetError(ValueError):
@@ -618,12 +641,19 @@ class Dataset:
 
     def save(self, path: str | os.PathLike[str]) -> str:
         """Write the dataset to the directory ``path`` (``dataset.json`` + ``arrays.npz``, no
-        pickle); returns the path. An existing dataset there is replaced."""
+        pickle); returns the path. An existing dataset there is replaced; a directory holding
+        anything else, or a link in place of either file, is refused (``workbench.files``)."""
         path = os.fspath(path)
         if os.path.exists(path) and not os.path.isdir(path):
             raise DatasetError(f"{path}: exists and is not a directory")
-        if os.path.isdir(path) and os.listdir(path) and not os.path.exists(os.path.join(path, "dataset.json")):
+        if os.path.isdir(path) and os.listdir(path) and not _is_our_meta(os.path.join(path, "dataset.json")):
             raise DatasetError(f"{path}: a directory that is not a dataset; choose another path")
+        meta_path, arrays_path = os.path.join(path, "dataset.json"), os.path.join(path, "arrays.npz")
+        try:  # both files are refused before either is written
+            check_replaceable(meta_path, _is_our_meta, owner="Dataset.save", kind=_KIND)
+            check_replaceable(arrays_path, _is_npz, owner="Dataset.save", kind=_KIND)
+        except OSError as exc:
+            raise DatasetError(str(exc)) from None
         os.makedirs(path, exist_ok=True)
         arrays = {f: getattr(self, f) for f in _FIELDS}
         if self.log_probs is not None:
@@ -632,7 +662,7 @@ class Dataset:
         columns = self._byte_columns()
         for name in ("observations", "next_observations"):
             arrays = split_columns(arrays, name, columns)
-        write_npz(os.path.join(path, "arrays.npz"), arrays)
+        write_npz(arrays_path, arrays)
         meta = {
             "format": DATASET_FORMAT,
             "version": _VERSION,
@@ -643,10 +673,7 @@ class Dataset:
             "has_log_probs": self.log_probs is not None,
             "metadata": self.metadata,
         }
-        tmp = os.path.join(path, ".dataset.json.tmp")
-        with open(tmp, "w") as f:
-            json.dump(meta, f, indent=1)
-        os.replace(tmp, os.path.join(path, "dataset.json"))
+        write_text(meta_path, json.dumps(meta, indent=1), owner="Dataset.save", kind=_KIND, ours=_is_our_meta)
         self.path = os.path.abspath(path)
         return path
 

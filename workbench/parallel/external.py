@@ -517,10 +517,16 @@ def _check_key(episode: Any) -> None:
 
 
 def _number(value: Any, episode: Hashable) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"feedback() for {episode_name(episode)} needs a number as reward, got {value!r}") from None
+    """The reward as an env's step() must give it (``workbench.envs``): an int or float, numpy's too,
+    or a one-element array; a string ("1.5"), a bool or anything else float() happens to take is refused."""
+    if isinstance(value, np.ndarray) and value.size == 1:
+        value = value.reshape(()).item()
+    if not isinstance(value, int | float | np.integer | np.floating) or isinstance(value, bool | np.bool_):
+        raise TypeError(
+            f"feedback() for {episode_name(episode)} needs a number (int or float) as reward, got {value!r} "
+            f"(a {type(value).__name__}); convert it first, e.g. float(text)"
+        )
+    number = float(value)
     if not math.isfinite(number):
         raise ValueError(f"feedback() for {episode_name(episode)} got a NaN or infinite reward: {value!r}")
     return number

@@ -5,12 +5,17 @@ recorded as ``eval_reward``; with ``record_video=True`` the first episode is ren
 clip (``workbench.video``) that a :class:`~workbench.video.VideoWriter` thread encodes into
 ``<checkpoint_dir>/videos/``. :class:`VideoJobs` holds a run's :class:`~workbench.video.Videos`
 and its writer.
+
+A video never fails the run: an env whose ``render()`` raises or gives no RGB frame loses that
+video, the error joins ``session.videos.errors`` (a ``RuntimeWarning`` the first time) and the
+``video_errors`` signal counts the videos lost so (docs/videos.md).
 """
 
 from __future__ import annotations
 
 import os
 import time
+import warnings
 from typing import Any
 
 import numpy as np
@@ -18,7 +23,10 @@ import numpy as np
 from ..video import Video, Videos, VideoWriter, read_index, record_episode, render_env
 from .interrupts import interruptible
 
-__all__ = ["VideoJobs", "eval_source", "evaluate", "video_folder"]
+__all__ = ["VIDEO_ERRORS", "VideoJobs", "eval_source", "evaluate", "video_folder"]
+
+VIDEO_ERRORS = "video_errors"
+"""The signal counting the evaluation videos lost because the env rendered no frame (cumulative)."""
 
 
 def video_folder(state: Any) -> str:
@@ -92,7 +100,7 @@ def _with_video(ctx: Any, source: Any, episodes: int, seed: int | None) -> list[
         agent.training = False
         try:
             with ctx.control.inside("a video's evaluation episode"):
-                first, _, frames = record_episode(agent, env, state.video_options, seed=seed)
+                first, _, frames, error = record_episode(agent, env, state.video_options, seed=seed)
         finally:
             agent.training = was_training
         rest = (
@@ -103,5 +111,24 @@ def _with_video(ctx: Any, source: Any, episodes: int, seed: int | None) -> list[
     finally:
         if owned:
             env.close()
-    ctx.videos.submit(state.steps, first, frames)
+    if error is None:
+        ctx.videos.submit(state.steps, first, frames)
+    else:
+        _dropped(state, ctx, error)
     return [first, *rest]
+
+
+def _dropped(state: Any, ctx: Any, error: BaseException) -> None:
+    """A video lost to its env's ``render()``: kept in ``videos.errors``, counted as a signal, said once."""
+    videos = ctx.videos.videos
+    if not videos.errors:
+        warnings.warn(
+            f"the evaluation video at step {state.steps} was dropped: {error} (the run goes on; "
+            f"session.videos.errors and the {VIDEO_ERRORS!r} signal count such videos)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    videos.errors.append(error)
+    counted = state.signals.get(VIDEO_ERRORS)
+    total = 1 + (0 if counted is None or not len(counted) else int(counted.last))
+    state.signals.record(VIDEO_ERRORS, state.steps, float(total), state.elapsed)

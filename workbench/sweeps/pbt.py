@@ -54,7 +54,8 @@ from .. import views
 from ..agents.base import Agent, AgentState
 from ..agents.live import editable, why_fixed
 from ..agents.saving import open_saved
-from ..checkpoint import CheckpointError, json_ready
+from ..checkpoint import MAX_META_BYTES, CheckpointError, json_ready, read_json
+from ..files import write_text
 from ..run.control import ACTIVE, Controlled, RunControl
 from ..run.registry import start_thread
 from ..session import Session
@@ -979,12 +980,20 @@ class Population(Controlled):
                 "elapsed": self.elapsed,
                 "rng": json_ready(self._rng.bit_generator.state),
             }
-            os.makedirs(self.directory, exist_ok=True)
             path = os.path.join(self.directory, _STATE_FILE)
-            tmp = f"{path}.tmp"
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(data, f, indent=1, allow_nan=False)
-            os.replace(tmp, path)
+            text = json.dumps(data, indent=1, allow_nan=False)
+            write_text(path, text, owner="the population", kind="a population file it wrote", ours=_is_our_state)
+
+
+def _is_our_state(path: str) -> bool:
+    """Whether ``path`` holds a population's state as :meth:`Population._write_state` writes it."""
+    try:
+        if os.path.getsize(path) > MAX_META_BYTES:
+            return False
+        data = read_json(path, path, MAX_META_BYTES)
+    except (OSError, ValueError):  # CheckpointError is a ValueError
+        return False
+    return isinstance(data, dict) and data.get("format") == _FORMAT
 
 
 def _shown(value: Any) -> Any:
