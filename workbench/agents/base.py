@@ -35,7 +35,7 @@ from torch import nn
 
 from .. import checkpoint
 from ..devices import DeviceChoice, choose_device, parse_device, synchronize, to_device, uncompile
-from ..envs.core import as_env_source, describe_space, flat_observation_space, observation_flattener
+from ..envs.core import EnvSource, as_env_source, describe_space, flat_observation_space, observation_flattener
 from ..envs.masks import MASK_KEY, check_masks, mask_size, strip_mask_space
 from ..loop import NO_EXTRAS, Step, Transitions, play_episode
 from ..normalization import ObservationNormalizer, RewardNormalizer
@@ -1131,7 +1131,7 @@ class Agent:
             return PlayViewer(self, env, episodes=episodes, seed=seed, max_steps=max_steps)
         owner = f"{self.algorithm}.play"
         multi_only = getattr(self, "multi_agent_only", False)
-        if multi_only and not callable(env) and not hasattr(env, "possible_agents"):
+        if multi_only and not isinstance(env, EnvSource) and not callable(env) and not hasattr(env, "possible_agents"):
             raise TypeError(
                 f"{owner} plays a PettingZoo ParallelEnv: pass an instance or a zero-argument factory that returns "
                 f"one (as for training), got {type(env).__name__}: {env!r}"

@@ -22,6 +22,7 @@ from ..envs.masks import MASK_KEY
 from ..envs.multiagent import (
     ALIVE_KEY,
     ParallelVec,
+    check_agent_fits,
     ended_from_slot_info,
     layout_for,
     make_parallel,
@@ -40,30 +41,6 @@ __all__ = [
     "is_agent_dict",
     "make_multiagent_runner",
 ]
-
-
-def check_agent_fits(agent: Any, env: Any) -> None:
-    """Raise a ``ValueError`` when ``agent`` was not built for the ParallelEnv ``env`` (its agents, its
-    action space, the size of its observation rows)."""
-    lay = layout_for(agent, env)
-    own = getattr(getattr(agent, "config", None), "layout", None)
-    agents = list(env.possible_agents)
-    if isinstance(own, dict) and list(own.get("agents", [])) != agents:
-        raise ValueError(
-            f"{type(agent).__name__} was built for the agents {own['agents']}, the env has {agents}: "
-            "build the agent from the same env"
-        )
-    _, act_space, _ = parallel_spaces(env, same_obs=False)
-    if act_space != agent.action_space:
-        raise ValueError(
-            f"the agents' action space {act_space} differs from {type(agent).__name__}'s {agent.action_space}: "
-            "build the agent from the same env"
-        )
-    if int(np.prod(agent.obs_shape)) != lay.size:
-        raise ValueError(
-            f"{type(agent).__name__} observes rows of {int(np.prod(agent.obs_shape))} numbers, the env's agents give "
-            f"{lay.size}: build the agent from the same env"
-        )
 
 
 class _SlotEpisodes:
@@ -346,7 +323,20 @@ def external_act(runner: Any, agent: Any, obs: Any, episode: Any, action_mask: A
         return runner.act(obs, episode, action_mask)
     rows = _rows(agent, obs)
     masks = action_mask or {}
-    return {a: runner.act(row, (episode, a), masks.get(a, _mask_of(obs[a], None))) for a, row in rows.items()}
+    if not isinstance(masks, Mapping):
+        raise TypeError(f"act() got observations per agent, so action_mask must be a dict per agent too, got {masks!r}")
+    unknown = [a for a in masks if a not in rows]
+    if unknown:
+        raise ValueError(f"act(): action_mask names {unknown!r}, which have no observation here ({list(rows)})")
+    names = list(rows)
+    # One call for every agent: a refused entry (a bad observation or mask, an agent awaiting its feedback)
+    # refuses them all, so no other agent's episode is opened by an act that failed.
+    actions = runner.act_many(
+        [rows[a] for a in names],
+        [(episode, a) for a in names],
+        [masks.get(a, _mask_of(obs[a], None)) for a in names],
+    )
+    return dict(zip(names, actions))
 
 
 def external_feedback(
