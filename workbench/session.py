@@ -182,7 +182,7 @@ class Session(SessionMedia):
         check_arguments("Session", arguments, _ARGUMENT_CHECKS, _session_defaults())
         check_runner_options(backend, num_workers, backend_options, owner="Session")
         check_vector_session(source, agent.num_envs, num_workers, backend)  # vector envs, backend="envpool"
-        check_worker_env(source, num_workers)
+        check_worker_env(source, num_workers, backend, backend_options)  # worker options with a vector env too
         self._eval_source = _eval_source(source, eval_env, eval_every or video_every)
 
         self.agent, self.env_source, self.seed, self.stop_when = agent, source, seed, stop_when

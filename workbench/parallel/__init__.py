@@ -241,10 +241,16 @@ def check_runner_options(backend: Any, num_workers: Any, options: dict[str, Any]
         )
 
 
-def check_worker_env(source: EnvSource, num_workers: int) -> None:
+def check_worker_env(
+    source: EnvSource, num_workers: int, backend: str = "auto", options: dict[str, Any] | None = None
+) -> None:
     """A ``ValueError`` when ``num_workers > 1`` and ``source`` is an env instance: worker
-    processes need a way to build their own copies (``Session`` checks it when it is created,
-    :func:`make_runner` when it builds)."""
+    processes need a way to build their own copies; and when worker ``options`` (``step_timeout``,
+    ``restart_workers``, ``envs_per_worker``) come with a vector env or ``backend="envpool"``, which has
+    no such workers (``Session`` checks it when it is created, :func:`make_runner` when it builds)."""
+    from .vector import check_vector_options
+
+    check_vector_options(source, backend, dict(options or {}))
     if num_workers > 1 and source.parallel is not None and source.factory is None:
         raise ValueError(
             f"num_workers={num_workers} needs a way to build the PettingZoo ParallelEnv in each worker, but an env "
