@@ -82,9 +82,13 @@ class _Faulty(MatchTarget):
     [
         ("reward_for_unknown", ValueError, "rewards for \\['ghost'\\]"),
         ("missing_observation", ValueError, "no observation for the present agent\\(s\\) \\['agent_1'\\]"),
-        ("empty_terminations", ValueError, "terminations without the agent\\(s\\) \\['agent_0', 'agent_1'\\]"),
+        (
+            "empty_terminations",
+            ValueError,
+            "terminations \\{\\}, without the agent\\(s\\) that acted \\['agent_0', 'agent_1'\\]",
+        ),
         ("string_reward", TypeError, "agent 'agent_0' the reward '1'"),
-        ("stranger_at_reset", ValueError, "observations for \\['stranger'\\]"),
+        ("stranger_at_reset", ValueError, "observations for \\['stranger'\\]: not in possible_agents"),
     ],
 )
 def test_a_step_that_breaks_the_parallel_api_is_refused_naming_the_agent(fault, kind, words):

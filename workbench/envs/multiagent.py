@@ -63,6 +63,16 @@ ALIVE_KEY = "alive"
 absent (0: their slot's transition is filler, left out of on-policy updates)."""
 
 
+def _is_pettingzoo(env: Any, kind: str) -> bool:
+    """Whether ``env`` is an instance of PettingZoo's class ``kind`` (False without pettingzoo: an extra,
+    whose API is then recognised by its members)."""
+    try:
+        from pettingzoo.utils import env as pettingzoo_env
+    except ImportError:
+        return False
+    return isinstance(env, getattr(pettingzoo_env, kind))
+
+
 def _is_aec_class(env: Any) -> bool:
     """Whether ``env``'s class has the AEC API (read on the class: PettingZoo's wrappers raise on
     ``agent_selection`` before the first reset, so ``hasattr`` on the instance cannot see it)."""
@@ -75,11 +85,7 @@ def is_parallel_env(env: Any) -> bool:
     ``observation_space(agent)``, ``action_space(agent)``, dict-valued ``reset``/``step``)."""
     if not hasattr(env, "possible_agents"):  # not a PettingZoo env: pettingzoo is not imported for it
         return False
-    try:
-        from pettingzoo.utils.env import ParallelEnv
-    except ImportError:  # pettingzoo is an extra: recognise the API without it
-        ParallelEnv = None
-    if ParallelEnv is not None and isinstance(env, ParallelEnv):
+    if _is_pettingzoo(env, "ParallelEnv"):
         return True
     return (
         not is_aec_env(env)
@@ -94,11 +100,7 @@ def is_aec_env(env: Any) -> bool:
     """True for a PettingZoo AEC env (agents take turns: ``agent_selection``, ``last()``), reset or not."""
     if not hasattr(env, "possible_agents"):
         return False
-    try:
-        from pettingzoo.utils.env import AECEnv
-    except ImportError:  # pettingzoo is an extra: recognise the API without it
-        AECEnv = None
-    if AECEnv is not None and isinstance(env, AECEnv):
+    if _is_pettingzoo(env, "AECEnv"):
         return True
     return _is_aec_class(env) or (hasattr(env, "agent_selection") and hasattr(env, "last"))
 
@@ -410,7 +412,6 @@ class ParallelEnvAdapter:
         agent that is not in ``possible_agents``, a present agent without an observation, an agent that
         acted without a reward, termination and truncation (a silent 0 or "not done" would train on it)."""
         where = f"{type(self.env).__name__}.{call}()" + (f" at step {self.step_count}" if call == "step" else "")
-        known = set(self.agents)
         answers: list[tuple[str, Any]] = [("observations", obs)]
         if call == "step":
             answers += [("rewards", rew), ("terminations", term), ("truncations", trunc)]
@@ -420,31 +421,31 @@ class ParallelEnvAdapter:
                     f"{where} returned {name} of type {type(value).__name__}: a ParallelEnv returns a dict keyed by "
                     "agent name (for an AEC env, convert it with pettingzoo.utils.aec_to_parallel)"
                 )
-            unknown = [a for a in value if a not in known]
-            if unknown:
-                raise ValueError(
-                    f"{where} returned {name} for {unknown!r}, not one of possible_agents {self.agents}: "
-                    "every agent the env reports must be listed in possible_agents"
-                )
-        strangers = [a for a in present if a not in known]
-        if strangers:
-            raise ValueError(
-                f"{where} left env.agents = {list(present)}, with {strangers!r} not in possible_agents {self.agents}: "
-                "every agent the env reports must be listed in possible_agents"
+        listed = f"not in possible_agents {self.agents}: every agent the env reports must be listed there"
+        checks = [
+            (f"returned {name} for", [a for a in value if a not in self.agents], listed) for name, value in answers
+        ]
+        checks.append(
+            (f"left env.agents = {list(present)}, with", [a for a in present if a not in self.agents], listed)
+        )
+        checks.append(
+            (
+                "gave no observation for the present agent(s)",
+                [a for a in present if a not in obs],
+                "a ParallelEnv returns an observation for every agent in env.agents",
             )
-        blind = [a for a in present if a not in obs]
-        if blind:
-            raise ValueError(
-                f"{where} gave no observation for the present agent(s) {blind!r} (env.agents = {list(present)}): "
-                "a ParallelEnv returns an observation for every agent in env.agents"
+        )
+        checks += [
+            (
+                f"returned {name} {dict(value)!r}, without the agent(s) that acted",
+                [a for a in acted if a not in value],
+                "a ParallelEnv's step returns a reward, termination and truncation for every agent that acted",
             )
-        for name, value in answers[1:]:
-            missing = [a for a in acted if a not in value]
-            if missing:
-                raise ValueError(
-                    f"{where} returned {name} without the agent(s) {missing!r} that acted (got {dict(value)!r}): "
-                    "a ParallelEnv's step returns a reward, termination and truncation for every agent that acted"
-                )
+            for name, value in answers[1:]
+        ]
+        for said, agents, rule in checks:
+            if agents:
+                raise ValueError(f"{where} {said} {agents!r}: {rule}")
 
     # -- the VecEnv interface -------------------------------------------------------------------
 

@@ -295,40 +295,29 @@ def make_runner(
         backend, num_workers, {"envs_per_worker": envs_per_worker, "restart_workers": restart_workers, **options}
     )
     check_step_timeout(step_timeout)
+    if step_timeout is not None and backend == "inprocess":
+        raise ValueError(
+            "step_timeout needs worker processes: an env.step running in the training thread cannot "
+            "be interrupted. Use backend='local' (one worker is enough) or backend='ray'"
+        )
+    common: dict[str, Any] = {
+        "seed": seed,
+        "num_workers": num_workers,
+        "backend": backend,
+        "envs_per_worker": envs_per_worker,
+        "restart_workers": restart_workers,
+        "step_timeout": step_timeout,
+    }
     if source.find_parallel() is not None:  # a PettingZoo ParallelEnv (or its factory): one slot per agent
         from .multiagent import make_multiagent_runner
 
-        return make_multiagent_runner(
-            source,
-            agent,
-            seed=seed,
-            num_workers=num_workers,
-            backend=backend,
-            envs_per_worker=envs_per_worker,
-            restart_workers=restart_workers,
-            step_timeout=step_timeout,
-            **options,
-        )
+        return make_multiagent_runner(source, agent, **common, **options)
     if source.vector is not None or backend == "envpool":  # a vector env steps its own envs
         from .vector import make_vector_runner
 
-        return make_vector_runner(
-            source,
-            num_envs,
-            seed=seed,
-            num_workers=num_workers,
-            backend=backend,
-            envs_per_worker=envs_per_worker,
-            restart_workers=restart_workers,
-            step_timeout=step_timeout,
-        )
+        return make_vector_runner(source, num_envs, **common)
     check_worker_env(source, num_workers)
     if step_timeout is not None:
-        if backend == "inprocess":
-            raise ValueError(
-                "step_timeout needs worker processes: an env.step running in the training thread cannot "
-                "be interrupted. Use backend='local' (one worker is enough) or backend='ray'"
-            )
         if backend == "auto":
             backend = "local"  # only workers can enforce step_timeout
     per = split_envs(num_envs, num_workers, envs_per_worker)

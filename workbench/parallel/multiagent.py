@@ -224,11 +224,6 @@ def make_multiagent_runner(
     workers = num_workers > 1 or backend in ("local", "ray") or step_timeout is not None
     if backend == "envpool":
         raise ValueError(f"backend='envpool' steps EnvPool's own envs, not the PettingZoo ParallelEnv {source.name}")
-    if backend == "inprocess" and step_timeout is not None:
-        raise ValueError(
-            "step_timeout needs worker processes: an env.step running in the training thread cannot "
-            "be interrupted. Use backend='local' (one worker is enough) or backend='ray'"
-        )
     if workers and backend != "inprocess" and source.factory is None:
         raise ValueError(
             f"num_workers={num_workers} with backend={backend!r} builds the ParallelEnv in each worker, but an env "
