@@ -271,6 +271,33 @@ class _HeadTimer:
     def _head_incomplete(self) -> bool:
         raise NotImplementedError
 
+    _head_bytes = 0
+
+    def _count_head(self, data: bytes, in_head: bool) -> bool:
+        """Count ``data`` (just parsed) toward the request head while one is partial; past
+        :data:`MAX_HEAD_BYTES`, answer 431 and close (True): a parser buffers a head whole before it can
+        refuse it, so without this a client could make the server hold any number of bytes of one head."""
+        if not in_head:
+            self._head_bytes = 0
+            return False
+        self._head_bytes += len(data)
+        if self._head_bytes <= MAX_HEAD_BYTES:
+            return False
+        message = (
+            f"the request head is larger than {MAX_HEAD_BYTES} bytes: send a shorter URL and fewer or shorter headers"
+        )
+        self.transport.write(
+            b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; charset=utf-8\r\n"
+            + f"content-length: {len(message)}\r\nconnection: close\r\n\r\n{message}".encode()
+        )
+        self.transport.close()
+        return True
+
+
+MAX_HEAD_BYTES = 64 * 1024
+"""The most bytes a request head (request line and headers) may take: h11's own limit is 16 KiB, llhttp
+(httptools) has none, so both are held to this one (a browser sends a few hundred bytes)."""
+
 
 def _header_timeout_protocol(read_timeout: float, http: str) -> type[asyncio.Protocol]:
     """uvicorn's HTTP protocol (``"h11"`` or ``"httptools"``), plus a limit on the time a request head
@@ -293,7 +320,11 @@ def _header_timeout_protocol(read_timeout: float, http: str) -> type[asyncio.Pro
                 self._arm()
 
             def data_received(self, data: bytes) -> None:
+                if self.transport.is_closing():
+                    return  # refused (a head too large): what else is in flight is not read
                 super().data_received(data)
+                if self._count_head(data, self._in_head):
+                    return
                 if self._in_head and self._head_timer is None and not self.transport.is_closing():
                     self._arm()  # part of a head: the rest must come within read_timeout
 
@@ -320,7 +351,11 @@ def _header_timeout_protocol(read_timeout: float, http: str) -> type[asyncio.Pro
             self._arm()
 
         def data_received(self, data: bytes) -> None:
+            if self.transport.is_closing():
+                return  # refused (a head too large): what else is in flight is not read
             super().data_received(data)
+            if self._count_head(data, self.conn.their_state is h11.IDLE and bool(self.conn.trailing_data[0])):
+                return
             if self.conn.their_state is not h11.IDLE:
                 self._disarm()  # a request head is in: its body has read_timeout in the application
             elif self._head_timer is None and not self.transport.is_closing():
