@@ -142,15 +142,16 @@ def make_vector_runner(
     return VectorRunner(VectorEnvAdapter(source.vector), seed=seed, backend="vector", name=source.name)
 
 
-def check_vector_options(source: EnvSource, backend: str, options: dict[str, Any]) -> None:
+def check_vector_options(source: Any, backend: str, options: dict[str, Any]) -> None:
     """A ``ValueError`` for the worker options (``restart_workers``, ``step_timeout``, ``envs_per_worker``)
     given with a vector env or ``backend="envpool"``, which step their own envs: the session's workers
     that the options steer do not exist there (``Session`` checks it when it is created)."""
-    if source.vector is None and backend != "envpool":
+    vector = getattr(source, "vector", None)  # an offline session's dataset source has no envs at all
+    if vector is None and backend != "envpool":
         return
     for name in _UNSUPPORTED:
         if options.get(name):
-            what = f"a vector env ({source.name})" if source.vector is not None else "backend='envpool'"
+            what = f"a vector env ({source.name})" if vector is not None else "backend='envpool'"
             raise ValueError(
                 f"{name}={options[name]!r} applies to the session's worker processes, not to {what}, which steps "
                 f"its own envs: leave {name} out"
