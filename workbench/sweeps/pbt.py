@@ -1083,7 +1083,7 @@ def _check_space_field(path: str, space: Any) -> None:
         if d.get("kind") not in ("int", "float"):
             raise _bad(path, f"{field}.kind", f"is {d.get('kind')!r}, not 'int' or 'float'")
         for end in ("low", "high"):
-            value = d.get(end)
+            value: Any = d.get(end)
             if not _is_number(value) or not math.isfinite(value) or (d["kind"] == "int" and not _is_int(value)):
                 raise _bad(path, f"{field}.{end}", f"is {value!r}, not a finite {d['kind']}")
 
@@ -1096,7 +1096,7 @@ def _check_members_field(path: str, members: Any, population: int) -> None:
         field = f"members[{i}]"
         if not isinstance(data, dict):
             raise _bad(path, field, f"is {data!r}, not an object")
-        index = data.get("index")
+        index: Any = data.get("index")
         # The index names the member's folder (member-<index>): only an integer of this population may.
         if not _is_int(index) or not 0 <= index < population or index in seen:
             raise _bad(path, f"{field}.index", f"is {index!r}, not a member index from 0 to {population - 1} used once")
