@@ -271,6 +271,25 @@ class _HeadTimer:
     def _head_incomplete(self) -> bool:
         raise NotImplementedError
 
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)  # type: ignore[misc]
+        self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        if self.transport.is_closing():
+            return  # refused (a head too large): what else is in flight is not read
+        super().data_received(data)  # type: ignore[misc]
+        if not self._count_head(data, self._head_partial()):
+            self._after_data()
+
+    def _head_partial(self) -> bool:
+        """Whether a request head has begun and is not whole yet (after the parser took the data)."""
+        raise NotImplementedError
+
+    def _after_data(self) -> None:
+        """Arm or disarm the head timer for what the data left."""
+        raise NotImplementedError
+
     _head_bytes = 0
 
     def _count_head(self, data: bytes, in_head: bool) -> bool:
@@ -315,16 +334,10 @@ def _header_timeout_protocol(read_timeout: float, http: str) -> type[asyncio.Pro
             _read_timeout = read_timeout
             _in_head = False
 
-            def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-                super().connection_made(transport)
-                self._arm()
+            def _head_partial(self) -> bool:
+                return self._in_head
 
-            def data_received(self, data: bytes) -> None:
-                if self.transport.is_closing():
-                    return  # refused (a head too large): what else is in flight is not read
-                super().data_received(data)
-                if self._count_head(data, self._in_head):
-                    return
+            def _after_data(self) -> None:
                 if self._in_head and self._head_timer is None and not self.transport.is_closing():
                     self._arm()  # part of a head: the rest must come within read_timeout
 
@@ -346,16 +359,10 @@ def _header_timeout_protocol(read_timeout: float, http: str) -> type[asyncio.Pro
         # h11's state says it: their_state leaves IDLE when a whole head has been read.
         _read_timeout = read_timeout
 
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
-            self._arm()
+        def _head_partial(self) -> bool:
+            return self.conn.their_state is h11.IDLE and bool(self.conn.trailing_data[0])
 
-        def data_received(self, data: bytes) -> None:
-            if self.transport.is_closing():
-                return  # refused (a head too large): what else is in flight is not read
-            super().data_received(data)
-            if self._count_head(data, self.conn.their_state is h11.IDLE and bool(self.conn.trailing_data[0])):
-                return
+        def _after_data(self) -> None:
             if self.conn.their_state is not h11.IDLE:
                 self._disarm()  # a request head is in: its body has read_timeout in the application
             elif self._head_timer is None and not self.transport.is_closing():
