@@ -194,7 +194,7 @@ class Session:
         check_arguments("Session", arguments, _ARGUMENT_CHECKS, _session_defaults())
         check_runner_options(backend, num_workers, backend_options, owner="Session")
         check_vector_session(source, agent.num_envs, num_workers, backend)  # vector envs, backend="envpool"
-        check_worker_env(source, num_workers)
+        check_worker_env(source, num_workers, backend, backend_options)  # worker options with a vector env too
         # The run's state (workbench.run.RunState) and machinery; the attributes below read it.
         state = RunState(
             agent=agent,

@@ -11,7 +11,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from ..envs.core import as_env_source, describe_space
+from ..envs.core import EnvSource, as_env_source, describe_space
 from ..loop import play_episode
 from ..validation import check_arguments, choice, flag, integer, optional
 
@@ -93,7 +93,7 @@ class Playing:
             return views.view("play", self, env=env, episodes=episodes, seed=seed, max_steps=max_steps)
         owner = f"{self.algorithm}.play"
         multi_only = self.multi_agent_only
-        if multi_only and not callable(env) and not hasattr(env, "possible_agents"):
+        if multi_only and not isinstance(env, EnvSource) and not callable(env) and not hasattr(env, "possible_agents"):
             raise TypeError(
                 f"{owner} plays a PettingZoo ParallelEnv: pass an instance or a zero-argument factory that returns "
                 f"one (as for training), got {type(env).__name__}: {env!r}"

@@ -47,6 +47,7 @@ __all__ = [
     "ParallelEnvAdapter",
     "ParallelVec",
     "build_for_play",
+    "check_agent_fits",
     "check_parallel_env",
     "is_aec_env",
     "is_parallel_env",
@@ -65,43 +66,66 @@ ALIVE_KEY = "alive"
 absent (0: their slot's transition is filler, left out of on-policy updates)."""
 
 
+def _is_pettingzoo(env: Any, kind: str) -> bool:
+    """Whether ``env`` is an instance of PettingZoo's class ``kind`` (False without pettingzoo: an extra,
+    whose API is then recognised by its members)."""
+    try:
+        from pettingzoo.utils import env as pettingzoo_env
+    except ImportError:
+        return False
+    return isinstance(env, getattr(pettingzoo_env, kind))
+
+
+def _is_aec_class(env: Any) -> bool:
+    """Whether ``env``'s class has the AEC API (read on the class: PettingZoo's wrappers raise on
+    ``agent_selection`` before the first reset, so ``hasattr`` on the instance cannot see it)."""
+    kind = type(env)
+    return callable(getattr(kind, "last", None)) and callable(getattr(kind, "agent_iter", None))
+
+
 def is_parallel_env(env: Any) -> bool:
     """True for a PettingZoo ``ParallelEnv`` (or anything with its API: ``possible_agents``,
     ``observation_space(agent)``, ``action_space(agent)``, dict-valued ``reset``/``step``)."""
     if not hasattr(env, "possible_agents"):  # not a PettingZoo env: pettingzoo is not imported for it
         return False
-    try:
-        from pettingzoo.utils.env import ParallelEnv
-    except ImportError:  # pettingzoo is an extra: recognise the API without it
-        ParallelEnv = None
-    if ParallelEnv is not None and isinstance(env, ParallelEnv):
+    if _is_pettingzoo(env, "ParallelEnv"):
         return True
     return (
-        hasattr(env, "possible_agents")
+        not is_aec_env(env)
         and callable(getattr(env, "observation_space", None))
         and callable(getattr(env, "action_space", None))
-        and not hasattr(env, "agent_selection")
         and hasattr(env, "step")
         and hasattr(env, "reset")
     )
 
 
 def is_aec_env(env: Any) -> bool:
-    """True for a PettingZoo AEC env (agents take turns: ``agent_selection``, ``last()``)."""
-    return hasattr(env, "possible_agents") and hasattr(env, "agent_selection") and hasattr(env, "last")
+    """True for a PettingZoo AEC env (agents take turns: ``agent_selection``, ``last()``), reset or not."""
+    if not hasattr(env, "possible_agents"):
+        return False
+    if _is_pettingzoo(env, "AECEnv"):
+        return True
+    return _is_aec_class(env) or (hasattr(env, "agent_selection") and hasattr(env, "last"))
 
 
 def check_parallel_env(env: Any) -> None:
     """Raise a ``TypeError`` that says how to convert an AEC env; a ``ValueError`` for a ParallelEnv
-    with no agents."""
+    with no agents or with an agent name listed twice."""
     if is_aec_env(env):
         raise TypeError(
             f"{type(env).__name__} is a PettingZoo AEC env (agents take turns); the workbench trains on the "
             "parallel API: convert it with `from pettingzoo.utils import aec_to_parallel; "
             "env = aec_to_parallel(env)` (or build it with the module's parallel_env())"
         )
-    if not list(getattr(env, "possible_agents", [])):
+    agents = list(getattr(env, "possible_agents", []))
+    if not agents:
         raise ValueError(f"the ParallelEnv {type(env).__name__} has no possible_agents: it must list its agents")
+    twice = sorted({str(a) for a in agents if agents.count(a) > 1})
+    if twice:
+        raise ValueError(
+            f"the ParallelEnv {type(env).__name__} lists the agent name(s) {twice} more than once in possible_agents "
+            f"{agents}: every agent needs its own name (its observations, rewards and actions are keyed by it)"
+        )
 
 
 @dataclass(frozen=True)
@@ -235,6 +259,30 @@ def layout_for(agent: Agent | None, env: Any) -> Layout:
     )
 
 
+def check_agent_fits(agent: Agent, env: Any) -> None:
+    """Raise a ``ValueError`` when ``agent`` was not built for the ParallelEnv ``env`` (its agents, its
+    action space, the size of its observation rows): what a session and ``agent.play`` check first."""
+    lay = layout_for(agent, env)
+    own = agent.multiagent_agents
+    agents = list(env.possible_agents)
+    if own is not None and list(own) != agents:
+        raise ValueError(
+            f"{type(agent).__name__} was built for the agents {own}, the env has {agents}: "
+            "build the agent from the same env"
+        )
+    _, act_space, _ = parallel_spaces(env, same_obs=False)
+    if act_space != agent.action_space:
+        raise ValueError(
+            f"the agents' action space {act_space} differs from {type(agent).__name__}'s {agent.action_space}: "
+            "build the agent from the same env"
+        )
+    if int(np.prod(agent.obs_shape)) != lay.size:
+        raise ValueError(
+            f"{type(agent).__name__} observes rows of {int(np.prod(agent.obs_shape))} numbers, the env's agents give "
+            f"{lay.size}: build the agent from the same env"
+        )
+
+
 def _generator(env: Any) -> tuple[str | None, np.random.Generator | None]:
     """The attribute of ``env.unwrapped`` that holds its numpy generator, and the generator (read from
     the instance's own attributes, so a gymnasium-style ``np_random`` property is not made to create one)."""
@@ -352,6 +400,56 @@ class ParallelEnvAdapter:
             self._uses_masks = found
         return rows if self._uses_masks else None
 
+    def _check_answer(
+        self,
+        call: str,
+        present: Sequence[str],
+        obs: Any,
+        rew: Any = None,
+        term: Any = None,
+        trunc: Any = None,
+        *,
+        acted: Sequence[str] = (),
+    ) -> None:
+        """Refuse a ``reset``/``step`` answer that breaks PettingZoo's parallel API, naming the agent: an
+        agent that is not in ``possible_agents``, a present agent without an observation, an agent that
+        acted without a reward, termination and truncation (a silent 0 or "not done" would train on it)."""
+        where = f"{type(self.env).__name__}.{call}()" + (f" at step {self.step_count}" if call == "step" else "")
+        answers: list[tuple[str, Any]] = [("observations", obs)]
+        if call == "step":
+            answers += [("rewards", rew), ("terminations", term), ("truncations", trunc)]
+        for name, value in answers:
+            if not isinstance(value, Mapping):
+                raise TypeError(
+                    f"{where} returned {name} of type {type(value).__name__}: a ParallelEnv returns a dict keyed by "
+                    "agent name (for an AEC env, convert it with pettingzoo.utils.aec_to_parallel)"
+                )
+        listed = f"not in possible_agents {self.agents}: every agent the env reports must be listed there"
+        checks = [
+            (f"returned {name} for", [a for a in value if a not in self.agents], listed) for name, value in answers
+        ]
+        checks.append(
+            (f"left env.agents = {list(present)}, with", [a for a in present if a not in self.agents], listed)
+        )
+        checks.append(
+            (
+                "gave no observation for the present agent(s)",
+                [a for a in present if a not in obs],
+                "a ParallelEnv returns an observation for every agent in env.agents",
+            )
+        )
+        checks += [
+            (
+                f"returned {name} {dict(value)!r}, without the agent(s) that acted",
+                [a for a in acted if a not in value],
+                "a ParallelEnv's step returns a reward, termination and truncation for every agent that acted",
+            )
+            for name, value in answers[1:]
+        ]
+        for said, agents, rule in checks:
+            if agents:
+                raise ValueError(f"{where} {said} {agents!r}: {rule}")
+
     # -- the VecEnv interface -------------------------------------------------------------------
 
     def reset(self, seed: int | None = None) -> np.ndarray:
@@ -367,6 +465,7 @@ class ParallelEnvAdapter:
         result = self.env.reset(seed=seed)
         obs, info = result if isinstance(result, tuple) else (result, {})
         present = list(self.env.agents)
+        self._check_answer("reset", present, obs)
         self.alive = np.array([a in present for a in self.agents])
         self.returns[:] = 0.0
         self.length = 0
@@ -390,6 +489,7 @@ class ParallelEnvAdapter:
         act = {a: self._convert(actions[i]) for i, a in enumerate(self.agents) if before[i]}
         obs, rew, term, trunc, info = self.env.step(act)
         present = list(self.env.agents)
+        self._check_answer("step", present, obs, rew, term, trunc, acted=list(act))
         n = self.num_envs
         rewards = np.zeros(n, np.float32)
         terminated = np.zeros(n, bool)
@@ -398,9 +498,9 @@ class ParallelEnvAdapter:
             if not before[i]:
                 terminated[i] = True  # filler: no bootstrapping through a slot nobody acts in
                 continue
-            rewards[i] = float(rew.get(a, 0.0))
-            terminated[i] = bool(term.get(a, False)) or (a not in present and not trunc.get(a, False))
-            truncated[i] = bool(trunc.get(a, False))
+            rewards[i] = _reward(rew[a], a, self.step_count, self.env)
+            terminated[i] = bool(term[a]) or (a not in present and not trunc[a])
+            truncated[i] = bool(trunc[a])
         self.returns += rewards
         self.length += 1
         # An agent that left keeps reporting nothing: its row is the last observation it had.
@@ -620,6 +720,17 @@ def build_for_play(factory: Any, name: str, owner: str) -> Any:
     )
 
 
+def _reward(value: Any, agent: str, step: int, env: Any) -> float:
+    """``value`` as the float reward of ``agent``; a clear error for a string, None or non-number."""
+    said = f"{type(env).__name__}.step() at step {step} gave agent {agent!r} the reward {value!r}"
+    if isinstance(value, str | bytes) or value is None:
+        raise TypeError(f"{said}: a reward is a number")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{said}, which is not a number") from None
+
+
 def _action_converter(space: spaces.Space) -> Any:
     if isinstance(space, spaces.Discrete):
         return lambda a: int(a) + int(space.start)
@@ -669,6 +780,7 @@ def play_parallel(
     """Play ``episodes`` team episodes of the ParallelEnv ``env`` with ``agent`` deciding for every agent
     (``Agent.play`` on a ParallelEnv). Returns the team returns, the lengths, the frames (``render``:
     ``env.render()`` after the reset and after every step) and each agent's returns."""
+    check_agent_fits(agent, env)
     adapter = ParallelEnvAdapter(env, layout_for(agent, env))
     returns: list[float] = []
     lengths: list[int] = []

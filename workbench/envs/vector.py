@@ -34,6 +34,7 @@ from .masks import MASK_KEY, check_masks, mask_size
 __all__ = [
     "VectorEnvAdapter",
     "autoreset_mode",
+    "check_envpool_spaces",
     "check_vector_session",
     "make_envpool",
 ]
@@ -544,6 +545,17 @@ def make_envpool(
     return VectorEnvAdapter(venv, episodic_life=atari, clip_rewards=atari)
 
 
+def check_envpool_spaces(source: Any, envs: Any) -> None:
+    """A ``ValueError`` when EnvPool's envs ``envs`` (from ``make_envpool``) have other spaces than gymnasium's
+    env of the same id (the agent was built on those)."""
+    obs_space, act_space = source.spaces()
+    if (envs.observation_space, envs.action_space) != (obs_space, act_space):
+        raise ValueError(
+            f"EnvPool's {source.env_id!r} has the spaces {envs.observation_space} and {envs.action_space}, "
+            f"gymnasium's {obs_space} and {act_space}: use backend='local' for this id"
+        )
+
+
 def check_vector_session(source: Any, n_envs: int, num_workers: int, backend: str, owner: str = "Session") -> None:
     """What a session with a vector env (or ``backend="envpool"``) needs, checked when it is created:
     the agent's ``n_envs`` equal to the vector env's ``num_envs``, one worker (the vector env steps
@@ -558,6 +570,19 @@ def check_vector_session(source: Any, n_envs: int, num_workers: int, backend: st
                 "(with the default backend) to use one you made"
             )
         envpool_id(env_id)
+        # Built once here (one env, then closed): an id EnvPool lists but cannot make, or makes with other
+        # spaces than gymnasium's, is refused now rather than when the run starts.
+        try:
+            probe = make_envpool(env_id, 1, num_threads=1)
+        except Exception as exc:
+            raise ValueError(
+                f"{owner} got backend='envpool' with {env_id!r}, which EnvPool cannot make ({type(exc).__name__}: "
+                f"{exc}): use backend='local' or 'inprocess' for it"
+            ) from exc
+        try:
+            check_envpool_spaces(source, probe)
+        finally:
+            probe.close()
         return
     if vector is None:
         return

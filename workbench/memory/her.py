@@ -174,6 +174,7 @@ class HerMemory(ReplayMemory):
         self.valid = np.zeros(self.capacity, dtype=bool)
         self.n_valid = 0
         self._open_episodes: list[list[tuple]] = []  # each env's episode so far: (obs, action, reward, next_obs, done)
+        self._reward_checked = False  # compute_reward tried on the first stored step's goals
 
     def __len__(self) -> int:
         return self.n_valid
@@ -196,8 +197,14 @@ class HerMemory(ReplayMemory):
         terminated: np.ndarray,
         truncated: np.ndarray,
     ) -> None:
-        """One step of every env (rows in env order); an episode that ends enters the memory whole."""
+        """One step of every env (rows in env order); an episode that ends enters the memory whole.
+        The first step's goals are given to ``compute_reward`` once, so a function that returns strings,
+        NaN or the wrong shape is found when the first transition is stored, not by a later update."""
         n = len(rewards)
+        if not self._reward_checked and self.compute_reward is not None and n:
+            next_rows = np.asarray(next_obs)
+            self._rewards(next_rows[:, self.achieved], next_rows[:, self.desired])
+            self._reward_checked = True
         if len(self._open_episodes) != n:
             if any(self._open_episodes):
                 raise ValueError(f"HerReplay got {n} envs' steps after {len(self._open_episodes)} envs' steps")
@@ -315,14 +322,27 @@ class HerMemory(ReplayMemory):
             )
         n = len(achieved)
         shape = (n, *self.goal_shape)
-        out = np.asarray(fn(achieved.reshape(shape), desired.reshape(shape), [{} for _ in range(n)]), dtype=np.float32)
+        raw = np.asarray(fn(achieved.reshape(shape), desired.reshape(shape), [{} for _ in range(n)]))
+        name = getattr(fn, "__qualname__", None) or type(fn).__name__
+        if raw.dtype.kind not in "biuf":  # strings, objects, None: numpy would fail (or parse text) inside the update
+            raise TypeError(
+                f"compute_reward ({name}) returned {raw.dtype} values (first: {raw.reshape(-1)[:1].tolist()!r}) for "
+                f"a batch of {n} goals: it must return one number per row (gymnasium-robotics' GoalEnv convention)"
+            )
+        out = raw.astype(np.float32)
         if out.shape != (n,):
             out = out.reshape(-1)
             if out.shape != (n,):
                 raise ValueError(
-                    f"compute_reward returned shape {out.shape} for a batch of {n} goals: it must return one "
+                    f"compute_reward ({name}) returned shape {out.shape} for a batch of {n} goals: it must return one "
                     "reward per row (gymnasium-robotics' GoalEnv convention)"
                 )
+        if not np.isfinite(out).all():
+            bad = out[~np.isfinite(out)][0]
+            raise ValueError(
+                f"compute_reward ({name}) returned {bad} for some of a batch of {n} goals: relabelled rewards must be "
+                "finite numbers (a NaN or inf would spread through the value targets)"
+            )
         return out
 
     # -- saving -----------------------------------------------------------------------------------

@@ -247,10 +247,16 @@ def check_runner_options(backend: Any, num_workers: Any, options: dict[str, Any]
         )
 
 
-def check_worker_env(source: EnvSource, num_workers: int) -> None:
+def check_worker_env(
+    source: EnvSource, num_workers: int, backend: str = "auto", options: dict[str, Any] | None = None
+) -> None:
     """A ``ValueError`` when ``num_workers > 1`` and ``source`` is an env instance: worker
-    processes need a way to build their own copies (``Session`` checks it when it is created,
-    :func:`make_runner` when it builds)."""
+    processes need a way to build their own copies; and when worker ``options`` (``step_timeout``,
+    ``restart_workers``, ``envs_per_worker``) come with a vector env or ``backend="envpool"``, which has
+    no such workers (``Session`` checks it when it is created, :func:`make_runner` when it builds)."""
+    from .vector import check_vector_options
+
+    check_vector_options(source, backend, dict(options or {}))
     if num_workers > 1 and source.parallel is not None and source.factory is None:
         raise ValueError(
             f"num_workers={num_workers} needs a way to build the PettingZoo ParallelEnv in each worker, but an env "
@@ -295,40 +301,29 @@ def make_runner(
         backend, num_workers, {"envs_per_worker": envs_per_worker, "restart_workers": restart_workers, **options}
     )
     check_step_timeout(step_timeout)
+    if step_timeout is not None and backend == "inprocess":
+        raise ValueError(
+            "step_timeout needs worker processes: an env.step running in the training thread cannot "
+            "be interrupted. Use backend='local' (one worker is enough) or backend='ray'"
+        )
+    common: dict[str, Any] = {
+        "seed": seed,
+        "num_workers": num_workers,
+        "backend": backend,
+        "envs_per_worker": envs_per_worker,
+        "restart_workers": restart_workers,
+        "step_timeout": step_timeout,
+    }
     if source.find_parallel() is not None:  # a PettingZoo ParallelEnv (or its factory): one slot per agent
         from .multiagent import make_multiagent_runner
 
-        return make_multiagent_runner(
-            source,
-            agent,
-            seed=seed,
-            num_workers=num_workers,
-            backend=backend,
-            envs_per_worker=envs_per_worker,
-            restart_workers=restart_workers,
-            step_timeout=step_timeout,
-            **options,
-        )
+        return make_multiagent_runner(source, agent, **common, **options)
     if source.vector is not None or backend == "envpool":  # a vector env steps its own envs
         from .vector import make_vector_runner
 
-        return make_vector_runner(
-            source,
-            num_envs,
-            seed=seed,
-            num_workers=num_workers,
-            backend=backend,
-            envs_per_worker=envs_per_worker,
-            restart_workers=restart_workers,
-            step_timeout=step_timeout,
-        )
+        return make_vector_runner(source, num_envs, **common)
     check_worker_env(source, num_workers)
     if step_timeout is not None:
-        if backend == "inprocess":
-            raise ValueError(
-                "step_timeout needs worker processes: an env.step running in the training thread cannot "
-                "be interrupted. Use backend='local' (one worker is enough) or backend='ray'"
-            )
         if backend == "auto":
             backend = "local"  # only workers can enforce step_timeout
     per = split_envs(num_envs, num_workers, envs_per_worker)

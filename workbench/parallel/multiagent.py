@@ -22,6 +22,7 @@ from ..envs.masks import MASK_KEY
 from ..envs.multiagent import (
     ALIVE_KEY,
     ParallelVec,
+    check_agent_fits,
     ended_from_slot_info,
     layout_for,
     make_parallel,
@@ -43,30 +44,6 @@ __all__ = [
     "is_agent_dict",
     "make_multiagent_runner",
 ]
-
-
-def check_agent_fits(agent: Agent, env: Any) -> None:
-    """Raise a ``ValueError`` when ``agent`` was not built for the ParallelEnv ``env`` (its agents, its
-    action space, the size of its observation rows)."""
-    lay = layout_for(agent, env)
-    own = agent.multiagent_agents
-    agents = list(env.possible_agents)
-    if own is not None and list(own) != agents:
-        raise ValueError(
-            f"{type(agent).__name__} was built for the agents {own}, the env has {agents}: "
-            "build the agent from the same env"
-        )
-    _, act_space, _ = parallel_spaces(env, same_obs=False)
-    if act_space != agent.action_space:
-        raise ValueError(
-            f"the agents' action space {act_space} differs from {type(agent).__name__}'s {agent.action_space}: "
-            "build the agent from the same env"
-        )
-    if int(np.prod(agent.obs_shape)) != lay.size:
-        raise ValueError(
-            f"{type(agent).__name__} observes rows of {int(np.prod(agent.obs_shape))} numbers, the env's agents give "
-            f"{lay.size}: build the agent from the same env"
-        )
 
 
 class _SlotEpisodes:
@@ -250,11 +227,6 @@ def make_multiagent_runner(
     workers = num_workers > 1 or backend in ("local", "ray") or step_timeout is not None
     if backend == "envpool":
         raise ValueError(f"backend='envpool' steps EnvPool's own envs, not the PettingZoo ParallelEnv {source.name}")
-    if backend == "inprocess" and step_timeout is not None:
-        raise ValueError(
-            "step_timeout needs worker processes: an env.step running in the training thread cannot "
-            "be interrupted. Use backend='local' (one worker is enough) or backend='ray'"
-        )
     if workers and backend != "inprocess" and source.factory is None:
         raise ValueError(
             f"num_workers={num_workers} with backend={backend!r} builds the ParallelEnv in each worker, but an env "
@@ -349,7 +321,20 @@ def external_act(runner: Any, agent: Agent, obs: Any, episode: Any, action_mask:
         return runner.act(obs, episode, action_mask)
     rows = _rows(agent, obs)
     masks = action_mask or {}
-    return {a: runner.act(row, (episode, a), masks.get(a, _mask_of(obs[a], None))) for a, row in rows.items()}
+    if not isinstance(masks, Mapping):
+        raise TypeError(f"act() got observations per agent, so action_mask must be a dict per agent too, got {masks!r}")
+    unknown = [a for a in masks if a not in rows]
+    if unknown:
+        raise ValueError(f"act(): action_mask names {unknown!r}, which have no observation here ({list(rows)})")
+    names = list(rows)
+    # One call for every agent: a refused entry (a bad observation or mask, an agent awaiting its feedback)
+    # refuses them all, so no other agent's episode is opened by an act that failed.
+    actions = runner.act_many(
+        [rows[a] for a in names],
+        [(episode, a) for a in names],
+        [masks.get(a, _mask_of(obs[a], None)) for a in names],
+    )
+    return dict(zip(names, actions))
 
 
 def external_feedback(

@@ -16,19 +16,48 @@ seed derived from its seed and step count (see docs/parallel.md).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from ..envs.core import EnvSource
-from ..envs.vector import VectorEnvAdapter, check_vector_session, make_envpool
+from ..envs.vector import VectorEnvAdapter, check_envpool_spaces, check_vector_session, make_envpool
 from ..loop import Transitions, env_step
+from .errors import WorkerError
 from .runner import Runner
 
 if TYPE_CHECKING:
     from ..agents.contract import Agent
 
-__all__ = ["VectorRunner", "make_vector_runner"]
+__all__ = ["VectorRunner", "check_vector_options", "make_vector_runner"]
+
+_T = TypeVar("_T")
+
+# What a lost AsyncVectorEnv worker process looks like from the parent: its pipe is gone.
+_PIPE_ERRORS = (ConnectionError, EOFError)
+
+
+def dead_vector_worker(venv: Any, name: str, exc: BaseException) -> WorkerError | None:
+    """The :class:`WorkerError` for a vector env whose worker process died under ``exc`` (a broken pipe,
+    a reset connection, an end of file on its pipe): it names the worker (the env of that index),
+    its exit code and the vector env; None when no worker of ``venv`` has died (``exc`` is then not one)."""
+    processes = getattr(venv, "processes", None)
+    if not isinstance(exc, _PIPE_ERRORS) or not processes:
+        return None
+    for process in processes:
+        process.join(timeout=0.5)  # a worker that just died: let its exit code arrive
+    dead = [(i, p.exitcode) for i, p in enumerate(processes) if not p.is_alive()]
+    if not dead:
+        return None
+    i, code = dead[0]
+    others = f" (and {len(dead) - 1} other worker(s))" if len(dead) > 1 else ""
+    what = (
+        f"of {name} died (exit code {code}){others}: its env {i} ran in that process, which the vector env does "
+        f"not restart; the pipe to it raised {type(exc).__name__}. Fix the env (or pass an id or a factory with "
+        "num_workers and restart_workers=True to have the session's own workers restarted)"
+    )
+    return WorkerError(i, what, envs=range(i, i + 1), died=True)
 
 
 class VectorRunner(Runner):
@@ -42,9 +71,16 @@ class VectorRunner(Runner):
     persistent = True  # the user's vector env lives on between two start() calls: episodes continue
 
     def __init__(
-        self, envs: VectorEnvAdapter, *, seed: int | None = None, owned: bool = False, backend: str = "vector"
+        self,
+        envs: VectorEnvAdapter,
+        *,
+        seed: int | None = None,
+        owned: bool = False,
+        backend: str = "vector",
+        name: str = "the vector env",
     ) -> None:
         self.envs = envs
+        self.name = name
         self.num_envs = envs.num_envs
         self.observation_space, self.action_space = envs.observation_space, envs.action_space
         self.backend = backend
@@ -54,15 +90,25 @@ class VectorRunner(Runner):
     def reset(self) -> np.ndarray:
         """Reset every env (seeded the first time only) and return the first observations."""
         seed, self._seed = self._seed, None
-        return self.envs.reset(seed)
+        return self._named(lambda: self.envs.reset(seed))
 
     def transitions(self, agent: Agent, obs: np.ndarray) -> tuple[Transitions, np.ndarray]:
-        """One step of every env for the agent's decision on ``obs``."""
-        return env_step(agent, self.envs, obs)
+        """One step of every env for the agent's decision on ``obs``; a worker process of the vector env
+        that died is a :class:`WorkerError` naming it (not the bare pipe error its parent sees)."""
+        return self._named(lambda: env_step(agent, self.envs, obs))
 
     def call(self, name: str, args: Any = (), kwargs: dict[str, Any] | None = None) -> list[Any]:
         """``session.call_env``: the method on every env through the vector env's ``call``, in env order."""
-        return self.envs.call(name, tuple(args), dict(kwargs or {}))
+        return self._named(lambda: self.envs.call(name, tuple(args), dict(kwargs or {})))
+
+    def _named(self, work: Callable[[], _T]) -> _T:
+        try:
+            return work()
+        except _PIPE_ERRORS as exc:
+            error = dead_vector_worker(self.envs.venv, self.name, exc)
+            if error is None:
+                raise
+            raise error from exc
 
     def close(self) -> None:
         """Close the envs this runner built (EnvPool from an id); a user's vector env stays open."""
@@ -85,22 +131,31 @@ def make_vector_runner(
     """The runner for a vector-env source, or EnvPool envs of ``source``'s id (``backend="envpool"``:
     ``num_envs`` envs, ``num_workers`` EnvPool threads, 0 for one per core)."""
     check_vector_session(source, num_envs, num_workers, backend, owner="make_runner")
-    for name in _UNSUPPORTED:
-        if options.get(name):
-            raise ValueError(
-                f"{name}={options[name]!r} applies to the session's worker processes, not to a vector env "
-                f"({source.name}), which steps its own envs: leave {name} out"
-            )
+    check_vector_options(source, backend, options)
     if backend == "envpool":
         assert source.env_id is not None  # check_vector_session said so
         threads = num_workers if num_workers > 1 else 0
         envs = make_envpool(source.env_id, num_envs, seed=seed, num_threads=threads)
-        obs_space, act_space = source.spaces()
-        if (envs.observation_space, envs.action_space) != (obs_space, act_space):
+        try:
+            check_envpool_spaces(source, envs)
+        except ValueError:
             envs.close()
+            raise
+        return VectorRunner(envs, owned=True, backend="envpool", name=f"EnvPool's {source.env_id!r}")
+    return VectorRunner(VectorEnvAdapter(source.vector), seed=seed, backend="vector", name=source.name)
+
+
+def check_vector_options(source: Any, backend: str, options: dict[str, Any]) -> None:
+    """A ``ValueError`` for the worker options (``restart_workers``, ``step_timeout``, ``envs_per_worker``)
+    given with a vector env or ``backend="envpool"``, which step their own envs: the session's workers
+    that the options steer do not exist there (``Session`` checks it when it is created)."""
+    vector = getattr(source, "vector", None)  # an offline session's dataset source has no envs at all
+    if vector is None and backend != "envpool":
+        return
+    for name in _UNSUPPORTED:
+        if options.get(name):
+            what = f"a vector env ({source.name})" if vector is not None else "backend='envpool'"
             raise ValueError(
-                f"EnvPool's {source.env_id!r} has the spaces {envs.observation_space} and {envs.action_space}, "
-                f"gymnasium's {obs_space} and {act_space}: use backend='local' for this id"
+                f"{name}={options[name]!r} applies to the session's worker processes, not to {what}, which steps "
+                f"its own envs: leave {name} out"
             )
-        return VectorRunner(envs, owned=True, backend="envpool")
-    return VectorRunner(VectorEnvAdapter(source.vector), seed=seed, backend="vector")

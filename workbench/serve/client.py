@@ -104,9 +104,11 @@ class RemoteSession:
 
     def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         data = None if body is None else _dumps(body)
+        started = time.monotonic()
         for attempt in range(self.retries + 1):
-            conn = self._connection()
+            conn = None
             try:
+                conn = self._connection()  # connecting is tried again as a dropped connection is
                 conn.request(method, path, body=data, headers=self._headers)
                 response = conn.getresponse()
                 payload = response.read()
@@ -116,14 +118,28 @@ class RemoteSession:
                     self._local.conn = None
                 break
             except (*_RETRY, OSError) as exc:
-                conn.close()
+                if conn is not None:
+                    conn.close()
                 self._local.conn = None
                 if isinstance(exc, TimeoutError):
                     raise TimeoutError(f"{method} {self.url}{path}: no answer within {self.timeout:g} s") from None
                 if attempt == self.retries:
-                    raise RemoteError(f"{method} {self.url}{path}: {exc!r} (after {attempt + 1} tries)") from exc
+                    raise self._gave_up(f"{method} {self.url}{path}", exc, attempt + 1, started) from exc
                 time.sleep(min(1.0, 0.05 * 4**attempt))
         return _answer(status, payload, f"{method} {path}")
+
+    def _gave_up(self, what: str, exc: BaseException, tries: int, started: float) -> RemoteError:
+        """The error after the last try: the server's URL, what the connection said, and what was tried."""
+        refused = isinstance(exc, ConnectionRefusedError)
+        hint = (
+            f"nothing listens at {self.url}: start the server (session.serve() or `workbench serve`) or check the URL"
+            if refused
+            else f"the server at {self.url} went away and did not come back"
+        )
+        return RemoteError(
+            f"{what}: {type(exc).__name__}: {exc} ({tries} tries over {time.monotonic() - started:.1f} s, "
+            f"retries={self.retries}); {hint}"
+        )
 
     def _ws(self, episode: Hashable | None) -> tuple[threading.Lock, Any]:
         with self._lock:
@@ -140,6 +156,7 @@ class RemoteSession:
             raise ImportError(f"transport='websocket' needs: pip install 'rl-workbench[serve]' ({exc})") from exc
         lock, _ = self._ws(episode)
         data = _dumps(message).decode()
+        started = time.monotonic()
         with lock:
             for attempt in range(self.retries + 1):
                 ws = self._sockets[episode][1]
@@ -168,7 +185,7 @@ class RemoteSession:
                     if isinstance(exc, TimeoutError):
                         raise TimeoutError(f"the server did not answer within {self.timeout:g} s") from None
                     if attempt == self.retries:
-                        raise RemoteError(f"WebSocket to {self.url}: {exc!r} (after {attempt + 1} tries)") from exc
+                        raise self._gave_up(f"WebSocket to {self.url}", exc, attempt + 1, started) from exc
                     time.sleep(min(1.0, 0.05 * 4**attempt))
         answer = json.loads(reply)
         if "error" in answer:

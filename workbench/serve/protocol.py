@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
@@ -74,11 +75,17 @@ def _no_constant(name: str) -> Any:
     raise RequestError(f"the body holds {name}, which is not JSON: send finite numbers only", kind="ValueError")
 
 
+# orjson reads an integer beyond 64 bits as a float (a 30-digit episode id would lose its digits): a body with
+# a run of 19 or more digits (floats as Python and JavaScript write them have 17 at most) goes to the standard
+# library, whose integers are exact.
+_LONG_INTEGER = re.compile(rb"\d{19,}")
+
+
 def decode(body: bytes | str) -> dict[str, Any]:
     """The JSON object in a request body (strict JSON: no NaN/Infinity, an object at the top). Parsed
     by orjson when it is installed; a body it refuses is parsed again by the standard library, so that
     the answer says what was wrong as it always has (the field of a number too large for a float)."""
-    if _orjson is not None:
+    if _orjson is not None and not _LONG_INTEGER.search(body if isinstance(body, bytes) else body.encode()):
         try:
             value = _orjson.loads(body)
         except _orjson.JSONDecodeError:
@@ -103,7 +110,10 @@ def decode(body: bytes | str) -> dict[str, Any]:
 def encode(value: Any) -> bytes:
     """A JSON answer (finite numbers only)."""
     if _orjson is not None:
-        out = _orjson.dumps(value)
+        try:
+            out = _orjson.dumps(value)
+        except TypeError:  # an integer beyond 64 bits (an episode id): the standard library writes it exactly
+            return json.dumps(value, allow_nan=False, separators=(",", ":")).encode()
         # orjson writes NaN and infinities as null: without a null in the text there was none to refuse
         if b"null" not in out or _finite(value):
             return out

@@ -271,6 +271,52 @@ class _HeadTimer:
     def _head_incomplete(self) -> bool:
         raise NotImplementedError
 
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)  # type: ignore[misc]
+        self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        if self.transport.is_closing():
+            return  # refused (a head too large): what else is in flight is not read
+        super().data_received(data)  # type: ignore[misc]
+        if not self._count_head(data, self._head_partial()):
+            self._after_data()
+
+    def _head_partial(self) -> bool:
+        """Whether a request head has begun and is not whole yet (after the parser took the data)."""
+        raise NotImplementedError
+
+    def _after_data(self) -> None:
+        """Arm or disarm the head timer for what the data left."""
+        raise NotImplementedError
+
+    _head_bytes = 0
+
+    def _count_head(self, data: bytes, in_head: bool) -> bool:
+        """Count ``data`` (just parsed) toward the request head while one is partial; past
+        :data:`MAX_HEAD_BYTES`, answer 431 and close (True): a parser buffers a head whole before it can
+        refuse it, so without this a client could make the server hold any number of bytes of one head."""
+        if not in_head:
+            self._head_bytes = 0
+            return False
+        self._head_bytes += len(data)
+        if self._head_bytes <= MAX_HEAD_BYTES:
+            return False
+        message = (
+            f"the request head is larger than {MAX_HEAD_BYTES} bytes: send a shorter URL and fewer or shorter headers"
+        )
+        self.transport.write(
+            b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; charset=utf-8\r\n"
+            + f"content-length: {len(message)}\r\nconnection: close\r\n\r\n{message}".encode()
+        )
+        self.transport.close()
+        return True
+
+
+MAX_HEAD_BYTES = 64 * 1024
+"""The most bytes a request head (request line and headers) may take: h11's own limit is 16 KiB, llhttp
+(httptools) has none, so both are held to this one (a browser sends a few hundred bytes)."""
+
 
 def _header_timeout_protocol(read_timeout: float, http: str) -> type[asyncio.Protocol]:
     """uvicorn's HTTP protocol (``"h11"`` or ``"httptools"``), plus a limit on the time a request head
@@ -288,12 +334,10 @@ def _header_timeout_protocol(read_timeout: float, http: str) -> type[asyncio.Pro
             _read_timeout = read_timeout
             _in_head = False
 
-            def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-                super().connection_made(transport)
-                self._arm()
+            def _head_partial(self) -> bool:
+                return self._in_head
 
-            def data_received(self, data: bytes) -> None:
-                super().data_received(data)
+            def _after_data(self) -> None:
                 if self._in_head and self._head_timer is None and not self.transport.is_closing():
                     self._arm()  # part of a head: the rest must come within read_timeout
 
@@ -315,12 +359,10 @@ def _header_timeout_protocol(read_timeout: float, http: str) -> type[asyncio.Pro
         # h11's state says it: their_state leaves IDLE when a whole head has been read.
         _read_timeout = read_timeout
 
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
-            self._arm()
+        def _head_partial(self) -> bool:
+            return self.conn.their_state is h11.IDLE and bool(self.conn.trailing_data[0])
 
-        def data_received(self, data: bytes) -> None:
-            super().data_received(data)
+        def _after_data(self) -> None:
             if self.conn.their_state is not h11.IDLE:
                 self._disarm()  # a request head is in: its body has read_timeout in the application
             elif self._head_timer is None and not self.transport.is_closing():

@@ -145,6 +145,29 @@ class _Dim:
         return {"kind": self.kind, "low": self.low, "high": self.high}
 
 
+_INT64 = 2**63 - 1
+
+
+def _check_bounds(name: str, spec: tuple[Any, Any], kind: str) -> None:
+    """A range's ends are finite, in order, and ones numpy can draw between (an infinite or huge bound
+    would fail deep inside numpy at the first sample, with an OverflowError that names nothing)."""
+    low, high = spec
+    if kind == "int":
+        if not -_INT64 <= low < high <= _INT64:
+            raise ArgumentError(
+                f"pbt space[{name!r}] = {spec!r}: an integer range needs low < high, both within +-(2**63 - 1)"
+            )
+        return
+    if not (math.isfinite(low) and math.isfinite(high)):
+        raise ArgumentError(f"pbt space[{name!r}] = {spec!r}: a range's bounds must be finite numbers (no inf or nan)")
+    if not low < high:
+        raise ArgumentError(f"pbt space[{name!r}] = {spec!r}: the range needs low < high")
+    if not math.isfinite(float(high) - float(low)):
+        raise ArgumentError(
+            f"pbt space[{name!r}] = {spec!r}: the range is too wide to draw from (high - low overflows)"
+        )
+
+
 def _parse_space(space: Any) -> dict[str, _Dim]:
     if not isinstance(space, Mapping) or not space:
         raise ArgumentError(
@@ -161,9 +184,8 @@ def _parse_space(space: Any) -> dict[str, _Dim]:
                     "use a list for a choice"
                 )
             low, high = spec
-            if not low < high:
-                raise ArgumentError(f"pbt space[{name!r}] = {spec!r}: the range needs low < high")
             kind = "int" if isinstance(low, int) and isinstance(high, int) else "float"
+            _check_bounds(name, spec, kind)
             dims[name] = _Dim(
                 name, kind, low=low if kind == "int" else float(low), high=high if kind == "int" else float(high)
             )
@@ -495,13 +517,7 @@ class Population(Controlled):
 
     def _reopen(self) -> list[_Member]:
         path = os.path.join(self.directory, _STATE_FILE)
-        try:
-            with open(path, encoding="utf-8") as f:
-                saved = json.load(f)
-        except (OSError, json.JSONDecodeError) as exc:
-            raise CheckpointError(f"{path}: cannot read the population's state ({exc})") from None
-        if not isinstance(saved, dict) or saved.get("format") != _FORMAT:
-            raise CheckpointError(f"{path}: not a population state of format {_FORMAT}")
+        saved = _read_state(path)
         mine, theirs = self._settings(), saved.get("settings", {})
         differ = [k for k in ("population", "space", "metric", "direction") if mine[k] != json_ready(theirs.get(k))]
         if differ:
@@ -536,7 +552,12 @@ class Population(Controlled):
         self._time_offset = float(saved.get("elapsed", 0.0))
         rng_state = saved.get("rng")
         if rng_state:
-            self._rng.bit_generator.state = rng_state
+            try:
+                self._rng.bit_generator.state = rng_state
+            except (TypeError, ValueError, KeyError) as exc:
+                raise CheckpointError(
+                    f"{path}: field 'rng' is not a {type(self._rng.bit_generator).__name__} state ({exc})"
+                ) from None
         return members
 
     @classmethod
@@ -553,11 +574,7 @@ class Population(Controlled):
         ``make_agent`` only when a member was stopped before its first checkpoint. ``overrides`` are
         :func:`pbt`'s other settings (``parallel``, ``session_kwargs``...); the saved ones by default."""
         path = os.path.join(os.fspath(directory), _STATE_FILE)
-        try:
-            with open(path, encoding="utf-8") as f:
-                settings = dict(json.load(f).get("settings", {}))
-        except (OSError, json.JSONDecodeError, AttributeError) as exc:
-            raise CheckpointError(f"{path}: no population state to open there ({exc})") from None
+        settings = dict(_read_state(path, opening=True)["settings"])
         space: dict[str, Any] = {}
         for name, d in settings.get("space", {}).items():
             if "choices" in d:
@@ -580,8 +597,14 @@ class Population(Controlled):
             "eval_episodes": settings.get("eval_episodes", 5),
             "copy_memory": settings.get("copy_memory", False),
         }
+        saved = dict(kwargs)
         kwargs.update(overrides)
-        return cls(make_agent, env if env is not None else settings.get("env"), directory=directory, **kwargs)
+        try:
+            return cls(make_agent, env if env is not None else settings.get("env"), directory=directory, **kwargs)
+        except ArgumentError as exc:
+            if set(overrides) & set(saved):
+                raise  # one of the caller's own settings may be what was refused
+            raise CheckpointError(f"{path}: its settings do not make a population: {exc}") from None
 
     # -- state ----------------------------------------------------------------------------------
 
@@ -994,6 +1017,122 @@ def _is_our_state(path: str) -> bool:
     except (OSError, ValueError):  # CheckpointError is a ValueError
         return False
     return isinstance(data, dict) and data.get("format") == _FORMAT
+
+
+# -- population.json read back: every field checked, named in the error ------------------------------
+
+_SETTING_TYPES: dict[str, tuple[tuple[type, ...], bool]] = {
+    # field: (the JSON types it may have, whether it must be there)
+    "population": ((int,), True),
+    "steps": ((int,), True),
+    "interval": ((int,), True),
+    "metric": ((str,), True),
+    "direction": ((str,), False),
+    "quantile": ((int, float), False),
+    "perturb": ((list,), False),
+    "resample_p": ((int, float), False),
+    "seed": ((int,), False),
+    "window": ((int, type(None)), False),
+    "eval_episodes": ((int,), False),
+    "copy_memory": ((bool,), False),
+    "env": ((str, type(None)), False),
+}
+
+
+def _bad(path: str, field: str, what: str) -> CheckpointError:
+    return CheckpointError(f"{path}: field {field!r} {what}; the file is damaged or not a population's state")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_space_field(path: str, space: Any) -> None:
+    if not isinstance(space, dict) or not space:
+        raise _bad(path, "settings.space", f"is {space!r}, not a non-empty object of hyperparameter name to range")
+    for name, d in space.items():
+        field = f"settings.space.{name}"
+        if not isinstance(d, dict):
+            raise _bad(path, field, f"is {d!r}, not an object")
+        if "choices" in d:
+            if not isinstance(d["choices"], list) or not d["choices"]:
+                raise _bad(path, f"{field}.choices", f"is {d['choices']!r}, not a non-empty list")
+            continue
+        if d.get("kind") not in ("int", "float"):
+            raise _bad(path, f"{field}.kind", f"is {d.get('kind')!r}, not 'int' or 'float'")
+        for end in ("low", "high"):
+            value: Any = d.get(end)
+            if not _is_number(value) or not math.isfinite(value) or (d["kind"] == "int" and not _is_int(value)):
+                raise _bad(path, f"{field}.{end}", f"is {value!r}, not a finite {d['kind']}")
+
+
+def _check_members_field(path: str, members: Any, population: int) -> None:
+    if not isinstance(members, list):
+        raise _bad(path, "members", f"is {type(members).__name__}, not a list")
+    seen: set[int] = set()
+    for i, data in enumerate(members):
+        field = f"members[{i}]"
+        if not isinstance(data, dict):
+            raise _bad(path, field, f"is {data!r}, not an object")
+        index: Any = data.get("index")
+        # The index names the member's folder (member-<index>): only an integer of this population may.
+        if not _is_int(index) or not 0 <= index < population or index in seen:
+            raise _bad(path, f"{field}.index", f"is {index!r}, not a member index from 0 to {population - 1} used once")
+        seen.add(index)
+        for key, width in (("scores", 2), ("parents", 2)):
+            pairs = data.get(key, [])
+            ok = isinstance(pairs, list) and all(
+                isinstance(p, list) and len(p) == width and all(_is_number(x) and math.isfinite(x) for x in p)
+                for p in pairs
+            )
+            if not ok:
+                raise _bad(path, f"{field}.{key}", f"is {pairs!r}, not a list of [step, value] pairs")
+        for key, kind in (("retired", bool), ("failed", bool), ("error", str)):
+            if key in data and not isinstance(data[key], kind):
+                raise _bad(path, f"{field}.{key}", f"is {data[key]!r}, not a {kind.__name__}")
+
+
+def _read_state(path: str, *, opening: bool = False) -> dict[str, Any]:
+    """``population.json`` at ``path``, read and checked field by field: a :class:`CheckpointError` names the
+    file and the field for anything a population could not be rebuilt from (``opening``: no file is an error
+    that says there is no population there)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            saved = json.load(f)
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        where = "no population state to open there" if opening else "cannot read the population's state"
+        raise CheckpointError(f"{path}: {where} ({exc})") from None
+    if not isinstance(saved, dict) or saved.get("format") != _FORMAT:
+        raise CheckpointError(f"{path}: not a population state of format {_FORMAT}")
+    settings = saved.get("settings")
+    if not isinstance(settings, dict):
+        raise _bad(path, "settings", f"is {settings!r}, not an object")
+    for key, (kinds, required) in _SETTING_TYPES.items():
+        if key not in settings:
+            if required:
+                raise _bad(path, f"settings.{key}", "is missing")
+            continue
+        value = settings[key]
+        if not isinstance(value, kinds) or (bool not in kinds and isinstance(value, bool)):
+            raise _bad(path, f"settings.{key}", f"is {value!r}, of the wrong type")
+    _check_space_field(path, settings.get("space"))
+    if not 1 <= settings["population"] <= 100_000:
+        raise _bad(path, "settings.population", f"is {settings['population']!r}, not a population size")
+    _check_members_field(path, saved.get("members", []), settings["population"])
+    events = saved.get("events", [])
+    if not isinstance(events, list):
+        raise _bad(path, "events", f"is {type(events).__name__}, not a list")
+    for i, event in enumerate(events):
+        try:
+            PopulationEvent.from_dict(event)
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
+            raise _bad(path, f"events[{i}]", f"is not an event ({type(exc).__name__}: {exc})") from None
+    elapsed = saved.get("elapsed", 0.0)
+    if not _is_number(elapsed) or not math.isfinite(elapsed):
+        raise _bad(path, "elapsed", f"is {elapsed!r}, not a number of seconds")
+    if saved.get("rng") is not None and not isinstance(saved["rng"], dict):
+        raise _bad(path, "rng", f"is {saved['rng']!r}, not a generator state")
+    return saved
 
 
 def _shown(value: Any) -> Any:
