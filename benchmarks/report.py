@@ -75,6 +75,18 @@ PUBLISHED: dict[tuple[str, str], float] = {
     ("CartPoleNoVel-v1", "recurrentppo"): 500.0,
 }
 
+NOTES: dict[tuple[str, str], str] = {
+    ("CartPole-v1", "dqn"): (
+        "The zoo's settings (learning rate 2.3e-3, 128 gradient steps every 256 env steps, the target copied every "
+        "10 env steps) learn CartPole and then lose it again on some seeds, in both libraries: the last training "
+        "episodes of one run swing between about 20 and 500. Issue 50 audited this library's DQN against SB3 2.9's "
+        "`dqn.py` (loss, clipping, target cadence, train frequency, exploration, learning start, Adam, replay "
+        "sampling, bootstrapping) and found no difference; `tests/test_dqn_sb3_semantics.py` pins each. For one "
+        "run that keeps what it learned, `wb.preset('CartPole-v1', 'dqn', reliable=True)` ([Algorithms](algorithms.md))."
+    ),
+}
+"""What a reader should know about a row, printed under the table (words only: every figure is rendered)."""
+
 FAMILIES: dict[str, tuple[str, ...]] = {
     "classic": ("CartPole", "Acrobot", "MountainCar", "Pendulum"),
     "box2d": ("LunarLander", "BipedalWalker"),
@@ -542,6 +554,10 @@ def render_markdown(rows: Sequence[Row], pictures: Sequence[str] = ()) -> str:
         )
         + ".",
     ]
+    shown = {(r.env_id, r.agent) for r in rows}
+    for (env_id, agent), note in NOTES.items():
+        if (env_id, agent) in shown:
+            lines += ["", f"**{env_id} {agent.upper()}.** {note}"]
     for picture in pictures:
         name = Path(picture).stem.replace("benchmarks-", "")
         lines += ["", f"![{name}: evaluation curves and IQM against the published score]({Path(picture).name})"]
