@@ -81,8 +81,9 @@ NOTES: dict[tuple[str, str], str] = {
         "10 env steps) learn CartPole and then lose it again on some seeds, in both libraries: the last training "
         "episodes of one run swing between about 20 and 500. Issue 50 audited this library's DQN against SB3 2.9's "
         "`dqn.py` (loss, clipping, target cadence, train frequency, exploration, learning start, Adam, replay "
-        "sampling, bootstrapping) and found no difference; `tests/test_dqn_sb3_semantics.py` pins each. For one "
-        "run that keeps what it learned, `wb.preset('CartPole-v1', 'dqn', reliable=True)` ([Algorithms](algorithms.md))."
+        "sampling, bootstrapping) and found no difference; `tests/test_dqn_sb3_semantics.py` pins each. "
+        "For one run that keeps what it learned, "
+        "`wb.preset('CartPole-v1', 'dqn', reliable=True)` ([Algorithms](algorithms.md))."
     ),
 }
 """What a reader should know about a row, printed under the table (words only: every figure is rendered)."""
