@@ -1,0 +1,166 @@
+"""benchmarks/report.py: the interquartile mean and the stratified bootstrap (rliable's method), resuming (a
+finished run is never redone) and the page rendered from result files only, on fake results without training."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def report():
+    spec = importlib.util.spec_from_file_location("bench_report", ROOT / "benchmarks" / "report.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_report"] = module  # dataclasses resolve their module by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_iqm_is_the_mean_of_the_middle_half(report):
+    assert report.iqm([1, 2, 3, 4]) == pytest.approx(2.5)  # int(0.25 * 4) = 1 cut from each end
+    assert report.iqm([0, 10, 10, 10, 10, 10, 10, 1000]) == pytest.approx(10.0)  # the outliers are cut
+    assert report.iqm([7.0]) == 7.0
+    assert report.iqm([1, 2, 3]) == pytest.approx(2.0)  # int(0.75) = 0: nothing cut, the plain mean
+    # scipy.stats.trim_mean(x, 0.25), what rliable's aggregate_iqm calls
+    x = np.random.default_rng(1).normal(size=37)
+    s = np.sort(x)
+    assert report.iqm(x) == pytest.approx(s[9:28].mean())
+    with pytest.raises(ValueError, match="at least one"):
+        report.iqm([])
+
+
+def test_bootstrap_interval_covers_the_iqm_and_is_reproducible(report):
+    scores = np.array([500, 500, 480, 120, 500, 500, 300, 500, 500, 450], dtype=float)
+    low, high = report.stratified_bootstrap_ci(scores, seed=3)
+    assert low <= report.iqm(scores) <= high
+    assert (low, high) == report.stratified_bootstrap_ci(scores, seed=3)
+    assert high <= 500 and low >= 120
+    # identical scores: no spread
+    assert report.stratified_bootstrap_ci([5.0] * 6) == (5.0, 5.0)
+
+
+def test_bootstrap_resamples_within_each_task(report):
+    """Stratified: every replicate keeps each task's runs in that task. With a statistic that reads one
+    column, the other task's scores never enter its interval."""
+    scores = np.column_stack([np.arange(10.0), 1000 + np.arange(10.0)])
+    low, high = report.stratified_bootstrap_ci(scores, lambda m: float(m[:, 0].mean()), reps=500)
+    assert 0 <= low <= high <= 9
+    low, high = report.stratified_bootstrap_ci(scores, lambda m: float(m[:, 1].min()), reps=500)
+    assert low >= 1000
+    # the interval narrows as runs are added (the same spread)
+    few = report.stratified_bootstrap_ci(np.tile([0.0, 1.0], 3), lambda m: float(m.mean()), reps=2000)
+    many = report.stratified_bootstrap_ci(np.tile([0.0, 1.0], 50), lambda m: float(m.mean()), reps=2000)
+    assert many[1] - many[0] < few[1] - few[0]
+    with pytest.raises(ValueError, match="confidence"):
+        report.stratified_bootstrap_ci([1.0, 2.0], confidence=1.5)
+
+
+def _fake(report, key, score: float) -> dict:
+    return {
+        "env_id": key.env_id,
+        "agent": key.agent,
+        "side": key.side,
+        "seed": key.seed,
+        "steps": 1000,
+        "wall_s": 2.0,
+        "cpu_s": 1.5,
+        "final_eval": [score] * 20,
+        "final_mean": score,
+        "curve": {"steps": [500, 1000], "returns": [score / 2, score]},
+        "last_training_episodes": [score],
+        "settings": {},
+    }
+
+
+class _Done:
+    """A stand-in for a finished process."""
+
+    returncode = 0
+
+    def poll(self) -> int:
+        return 0
+
+
+def test_run_all_never_redoes_a_finished_run(report, tmp_path, monkeypatch):
+    monkeypatch.setattr(report, "RESULTS", tmp_path)
+    keys = report.planned([("CartPole-v1", "dqn")], range(3), sb3=True)
+    assert [(k.side, k.seed) for k in keys] == [(s, n) for n in range(3) for s in ("workbench", "sb3")]
+    launched = []
+
+    def launch(key):  # "trains" by writing the result file, as `report.py one` does
+        launched.append(key)
+        key.path.write_text(json.dumps(_fake(report, key, 500.0)))
+        return _Done()
+
+    keys[0].path.write_text(json.dumps(_fake(report, keys[0], 500.0)))  # finished before this call
+    assert report.pending(keys) == keys[1:]
+    assert report.run_all(keys, parallel=2, launch=launch) == []
+    assert launched == keys[1:]
+    launched.clear()
+    assert report.run_all(keys, launch=launch) == []  # everything done: nothing runs again
+    assert launched == []
+
+
+def test_a_failed_run_writes_nothing_and_is_tried_again(report, tmp_path, monkeypatch):
+    monkeypatch.setattr(report, "RESULTS", tmp_path)
+    keys = report.planned([("CartPole-v1", "ppo")], [0], sb3=False)
+
+    class Failed(_Done):
+        returncode = 1
+
+    assert report.run_all(keys, launch=lambda k: Failed()) == keys
+    assert report.pending(keys) == keys
+
+
+def test_render_reads_the_result_files_only(report, tmp_path, monkeypatch):
+    monkeypatch.setattr(report, "RESULTS", tmp_path)
+    for seed, (ours, theirs) in enumerate([(500, 500), (500, 480), (120, 500), (500, 500), (500, 500)]):
+        for side, score in (("workbench", ours), ("sb3", theirs)):
+            key = report.RunKey("CartPole-v1", "dqn", side, seed)
+            key.path.write_text(json.dumps(_fake(report, key, float(score))))
+    key = report.RunKey("Acrobot-v1", "dqn", "workbench", 0)
+    key.path.write_text(json.dumps(_fake(report, key, -300.0)))  # far below the zoo's -76.6
+    doc = tmp_path / "benchmarks.md"
+    page = report.render(tmp_path, doc, pictures=False)
+    assert doc.read_text() == page
+    lines = {tuple(c.strip() for c in line.split("|")[1:4]): line for line in page.splitlines() if "|" in line}
+    ours = lines["CartPole-v1", "DQN", "workbench"]
+    assert "500, 500, 120, 500, 500" in ours and "| 500 |" in ours  # every seed, and the published figure
+    assert "▼" not in ours
+    assert "▼" in lines["Acrobot-v1", "DQN", "workbench"]  # its interval lies below the published score
+    assert "SB3" in {k[2] for k in lines}
+
+
+def test_render_draws_a_picture_per_family(report, tmp_path):
+    pytest.importorskip("matplotlib")
+    for env_id in ("CartPole-v1", "LunarLander-v3"):
+        for seed in range(2):
+            key = report.RunKey(env_id, "ppo", "workbench", seed)
+            (tmp_path / key.path.name).write_text(json.dumps(_fake(report, key, 100.0 + seed)))
+    page = report.render(tmp_path, tmp_path / "benchmarks.md")
+    assert (tmp_path / "benchmarks-classic.png").stat().st_size > 1000
+    assert (tmp_path / "benchmarks-box2d.png").exists()
+    assert "benchmarks-classic.png" in page
+
+
+def test_unknown_rows_are_refused_naming_the_presets(report):
+    with pytest.raises(SystemExit, match="CartPole-v1:dqn"):
+        report.parse_rows(["CartPole-v1:nope"])
+    assert report.parse_rows(["CartPole-v1:DQN"]) == [("CartPole-v1", "dqn")]
+
+
+def test_the_script_lists_the_presets():
+    """`report.py list` runs as a script (its imports work outside the test process)."""
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "report.py"), "list"], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert "CartPole-v1:dqn" in out.stdout
