@@ -11,6 +11,7 @@ below the threshold stored in ``benchmarks/results/bench_check.json``. Then the 
     python benchmarks/bench_check.py                      # every row, 3 seeds, then the weight hashes
     python benchmarks/bench_check.py --rows bcq-cartpole --seeds 1 --no-hashes
     python benchmarks/bench_check.py --record             # re-record the thresholds and hashes (commit the JSON)
+    python benchmarks/bench_check.py --record --hashes-only   # re-record the hashes alone (the rows stay)
 
 How a threshold is recorded: ``--record`` runs the rows (``--rows`` to re-record some only, the others stay)
 and stores every seed's score; the threshold is ``RULE`` times the lowest recorded seed score, so a later
@@ -279,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=3, help="seeds per row, 0..N-1 (default 3)")
     parser.add_argument("--record", action="store_true", help="store the scores as the new thresholds and hashes")
     parser.add_argument("--no-hashes", action="store_true", help="skip the reference weight hashes")
+    parser.add_argument("--hashes-only", action="store_true", help="no rows: the reference weight hashes alone")
     parser.add_argument("--results", type=Path, default=RESULTS, help="the stored thresholds (JSON)")
     parser.add_argument("--timeout", type=float, default=1200.0, help="seconds allowed per (row, seed) process")
     parser.add_argument("--run-one", metavar="ROW", help=argparse.SUPPRESS)
@@ -287,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.run_one:
         run_one(args.run_one, args.seed)
         return 0
-    rows = [r for r in args.rows.split(",") if r] or list(ROWS)
+    rows = [] if args.hashes_only else [r for r in args.rows.split(",") if r] or list(ROWS)
     unknown = [r for r in rows if r not in ROWS]
     if unknown:
         parser.error(f"unknown row(s) {', '.join(unknown)}; the rows are: {', '.join(ROWS)}")
@@ -343,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         stored["rule"] = f"threshold = {RULE} x the lowest recorded seed score; a row fails when its median is below"
-        stored["recorded"] = {
+        stored["hashes_recorded" if args.hashes_only else "recorded"] = {
             "date": datetime.date.today().isoformat(),
             "commit": _commit(),
             "torch": torch.__version__,

@@ -8,7 +8,6 @@ import re
 import warnings
 from pathlib import Path
 
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -275,20 +274,3 @@ def test_hooks_run_in_acting_and_in_the_update():
     assert calls == []
     step = agent.decide(obs, action_mask=np.array([[True, False]] * 8))
     assert (step.actions == 0).all()
-
-
-# -- learning runs (single-seed; the benchmark issue moves them to ``make bench-check``) ---------------------
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("algo, steps", [("ppo", 50_000), ("a2c", 100_000)])
-def test_zoo_presets_learn_cartpole(algo, steps):
-    agent, env = wb.preset("CartPole-v1", algo, seed=0)
-    wb.Session(agent, env, seed=0).run(steps=steps)
-    assert np.mean(agent.play(gym.make("CartPole-v1"), episodes=5, seed=1)) >= 400
-
-
-def test_a2c_learns_cartpole():
-    agent = wb.A2C("CartPole-v1", seed=0, n_envs=8, ent_coef=0.0)
-    wb.Session(agent, "CartPole-v1", seed=0).run(steps=30_000)
-    assert np.mean(agent.play(gym.make("CartPole-v1"), episodes=3, seed=1)) > 150
