@@ -16,6 +16,8 @@ from typing import Any
 import anywidget
 import traitlets
 
+from .comm_route import route_as_sent
+
 __all__ = ["STALE_S", "Heartbeat"]
 
 STALE_S = 10
@@ -81,6 +83,7 @@ class Heartbeat(anywidget.AnyWidget):
         self._unanswered_since: float | None = None
         self.on_msg(self._on_page_msg)
         self.observe(self._on_beat, names="beat")
+        route_as_sent(self)  # beaten from a timer thread: see comm_route
 
     def _on_beat(self, _change: dict[str, Any]) -> None:
         with self._lock:

@@ -35,6 +35,8 @@ import anywidget
 import numpy as np
 import traitlets
 
+from .comm_route import route_as_sent
+
 __all__ = ["LivePlot", "PlotlyLibrary", "plotly_library", "plotly_js_path"]
 
 _ACK_TIMEOUT_S = 3.0  # an unanswered update is given up after this long (kernel busy, page closed)
@@ -297,6 +299,7 @@ class LivePlot(anywidget.AnyWidget):
         self.heard_at: float | None = None  # when a page last said anything to this plot
         self.on_page: Callable[[LivePlot], None] | None = None  # called when a page asks for the data
         self.on_msg(self._on_page_msg)
+        route_as_sent(self)  # written to from a timer thread: see comm_route
 
     # -- what the page says ---------------------------------------------------------------------
 

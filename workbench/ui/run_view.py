@@ -23,6 +23,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
+from .comm_route import route_tree_as_sent
 from .heartbeat import Heartbeat
 from .live_plot import LivePlot
 from .view_model import ACTIVE, ENDED
@@ -140,6 +141,7 @@ class RunView(widgets.VBox):
         """Build the view's box from ``children`` (the subclass places the button row among them)."""
         super().__init__(children=children)
         self.add_class(css_class)
+        route_tree_as_sent(self)
 
     def _show_run(self, below: widgets.Widget, css_class: str) -> None:
         """Lay out the buttons and status, the message line, the plots side by side and ``below``; draw the
@@ -199,6 +201,7 @@ class RunView(widgets.VBox):
         with self._lock:
             self._draw()
             self._resync()
+            route_tree_as_sent(self)  # widgets a draw added (an edit panel, a video) included
             self.refresh_count += 1
 
     def _draw(self) -> None:
@@ -336,6 +339,7 @@ class RunView(widgets.VBox):
         for box in self._boxes():
             if any(child is old for child in box.children):
                 box.children = tuple(new if child is old else child for child in box.children)
+        route_tree_as_sent(new)
 
     def _new_plot(self, traces: list[dict[str, Any]], layout: dict[str, Any], **options: Any) -> LivePlot:
         """A :class:`LivePlot` whose page wakes the view when it opens it."""
