@@ -449,6 +449,67 @@ def test_a_reload_whose_hello_was_lost_gets_fresh_plots(app_env, no_timer, monke
         dash.close()
 
 
+@pytest.fixture
+def kernel_comms(monkeypatch):
+    """Widgets built in the test get ipykernel 7's comms, which route the page's messages to a widget to the
+    subshell that last sent on it (outside a kernel, ipywidgets builds comms without that routing)."""
+    import comm
+    from ipykernel.comm.comm import BaseComm
+
+    class KernelComm(BaseComm):
+        pass
+
+    monkeypatch.setattr(comm, "create_comm", lambda *args, **kwargs: KernelComm(*args, **kwargs))
+
+
+def _routed_as_sent(widget) -> bool:
+    """True when a page's message to ``widget`` goes to the subshell the page addressed, even after the
+    widget last sent from a subshell JupyterLab has since deleted."""
+    widget.comm._reply_subshell_id = "a-deleted-subshell"
+    return widget.comm._reply_subshell_for({"content": {}}, "the-page-s-subshell") == "the-page-s-subshell"
+
+
+def test_the_page_s_messages_to_a_dashboard_reach_the_kernel_after_its_subshell_is_gone(
+    kernel_comms, app_env, no_timer, monkeypatch
+):
+    # ipykernel 7 would send a plot's hello and acks, or a button's click, to the subshell of the cell that
+    # built the dashboard; JupyterLab deletes such subshells, and the page's messages were then dropped
+    # ("Unknown subshell_id"): empty plots after a reload. Every widget of the view, and a plot rebuilt into
+    # it later, is answered where the page sent its message.
+    import ipywidgets as widgets
+
+    assert not _routed_as_sent(widgets.Button())  # the kernel's own routing, which the dashboard replaces
+    session, dash = _loss_dashboard_judged_deaf_quickly(app_env, monkeypatch, points=3)
+    try:
+        dash._join_anywidgets()  # the heartbeat and the plots join after the first paint
+        tree = list(dash._boxes())
+        leaves = [child for box in tree for child in box.children if not isinstance(child, widgets.Box)]
+        assert dash.heartbeat in leaves and dash._panels["loss"].plot in leaves
+        assert all(_routed_as_sent(widget) for widget in tree + leaves)
+        old_plot = dash._panels["loss"].plot
+        Page(old_plot, ack=False)
+        dash.refresh()
+        time.sleep(0.1)
+        dash.refresh()
+        fresh = dash._panels["loss"].plot
+        assert fresh is not old_plot and _routed_as_sent(fresh)
+    finally:
+        dash.close()
+
+
+def test_routing_as_sent_leaves_other_kernels_comms_alone():
+    from workbench.ui.comm_route import route_tree_as_sent
+
+    class PlainComm:  # a kernel without ipykernel 7's routing hook: nothing to set
+        pass
+
+    class Holder:
+        comm = PlainComm()
+
+    route_tree_as_sent(Holder())
+    assert not hasattr(Holder.comm, "_reply_subshell_for")
+
+
 def test_a_reload_restarts_the_wait_before_rebuilding(app_env, no_timer, monkeypatch):
     # Rebuilds that got no answer double the wait before the next; a reload is a new page, which
     # gets the first, short wait again (not the one earned by the page before it).

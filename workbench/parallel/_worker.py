@@ -245,11 +245,12 @@ def main(fd: int, status_fd: int | None = None) -> None:
 class RayEnvWorker:
     """A Ray actor serving the same protocol through method calls (``backend="ray"`` with
     ``ray_acting="learner"``): it holds and steps envs for the learner's actions and never imports
-    torch or the ``workbench`` package. The learner sends this class to Ray by value (see
-    ``workbench.parallel.ray_envs``), so an actor starts as fast as a bare Ray worker plus gymnasium.
+    torch: of the ``workbench`` package only its light face and ``workbench.envs``. The learner sends this
+    class to Ray by value (see ``workbench.parallel.ray_envs``), so an actor starts as fast as a bare Ray
+    worker plus gymnasium.
 
     ``package_dir``: the learner's ``workbench`` folder; where it does not exist (another machine of a
-    cluster), the ``workbench`` package installed there is used, still without importing it."""
+    cluster), the ``workbench`` package installed there is used."""
 
     def __init__(self, package_dir: str) -> None:
         if not os.path.isfile(os.path.join(package_dir, "envs", "core.py")):

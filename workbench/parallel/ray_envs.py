@@ -6,7 +6,7 @@ actor a replica of the agent, so every actor imports torch: about 2 s of CPU eac
 answer, 16 actors about 18 s on a 2-core machine. Here an actor is the local worker's program
 (:class:`workbench.parallel._worker.RayEnvWorker`, the same :class:`~workbench.parallel._worker.Server`
 and byte protocol as a local worker process) reached through Ray method calls instead of a socket:
-it imports Ray, numpy and gymnasium, never torch or the ``workbench`` package, and the learner
+it imports Ray, numpy, gymnasium and ``workbench.envs``, never torch, and the learner
 chooses the actions of every env in one batched forward pass, exactly as with local workers. The
 runner is :class:`~workbench.parallel.local.LocalRunner` with Ray actors for processes, so action
 masks, extras, ``call_env``, ``step_timeout``, ``restart_workers``, per-worker signals, ``interrupt``
@@ -181,7 +181,7 @@ class RayEnvRunner(LocalRunner):
         self._ray = ray
         self._owns_ray = start_ray(ray, num_workers, cpus_per_worker, ray_address, ray_init, learner_gpus)
         # The actor's class travels by value (with the rest of _worker.py it uses), so an actor
-        # never imports the workbench package, and with it torch, to unpickle it.
+        # never imports torch to unpickle it (only workbench.envs, for the envs it steps).
         ray.cloudpickle.register_pickle_by_value(_worker)
         options: dict[str, Any] = {"num_cpus": cpus_per_worker, "num_gpus": 0, "max_restarts": 0}
         if step_timeout is not None:
