@@ -179,3 +179,16 @@ def test_a_worker_imports_workbench_envs_normally_without_torch():
     )
     loaded = _modules_after(code)
     assert "workbench.envs.core" in loaded and "torch" not in loaded
+
+
+def test_a_worker_makes_the_masked_test_tasks_by_id_without_importing_them_first():
+    # A Ray actor or a worker process imports only workbench.envs; the partially observed ids RecurrentPPO
+    # trains on must resolve there too (they did only where workbench.envs.testing had been imported).
+    code = (
+        "import gymnasium as gym\n"
+        "import workbench.envs.core\n"
+        "assert gym.make('CartPoleNoVel-v1').observation_space.shape == (2,)\n"
+        "assert gym.make('PendulumNoVel-v1').observation_space.shape == (2,)\n"
+    )
+    loaded = _modules_after(code)
+    assert "workbench.envs.testing" in loaded and "torch" not in loaded

@@ -4,7 +4,13 @@ MinAtar preprocessing, action masks, and the small test tasks (:mod:`workbench.e
 The bottom layer: it imports nothing else of the package, so a worker process can load
 :mod:`workbench.envs.core` without importing torch (``workbench/parallel/_worker.py``; ``import workbench``
 loads its names on first use).
+
+Importing it registers the partially observed test tasks ``CartPoleNoVel-v1`` and ``PendulumNoVel-v1`` with
+gymnasium (by name: :mod:`workbench.envs.testing` loads when one is made), so every agent, session and worker
+process, which all import this package, can make them by id.
 """
+
+import gymnasium as _gym
 
 from .core import (
     EnvMethodError,
@@ -57,3 +63,9 @@ __all__ = [
     "make_env",
     "make_envpool",
 ]
+
+for _id, _entry in (("CartPoleNoVel-v1", "cartpole_no_velocity"), ("PendulumNoVel-v1", "pendulum_no_velocity")):
+    if _id not in _gym.registry:
+        # The inner env already has its time limit; no checker on top of the inner env's one.
+        _gym.register(_id, entry_point=f"workbench.envs.testing:{_entry}", disable_env_checker=True)
+del _id, _entry

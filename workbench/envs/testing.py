@@ -28,8 +28,8 @@ And for image and Dict observations (the CNN encoders):
 And partially observed classic-control tasks, for agents with memory (``RecurrentPPO``):
 
 * :class:`MaskVelocity` hides the velocities of CartPole, Pendulum, MountainCar or Acrobot;
-* the ids ``CartPoleNoVel-v1`` and ``PendulumNoVel-v1`` (registered with gymnasium when this
-  module is imported, which ``import workbench`` does) make the masked tasks by name.
+* the ids ``CartPoleNoVel-v1`` and ``PendulumNoVel-v1`` (registered with gymnasium by
+  :mod:`workbench.envs`, which every agent, session and worker imports) make the masked tasks by name.
 """
 
 from __future__ import annotations
@@ -379,10 +379,3 @@ def cartpole_no_velocity(**kwargs: Any) -> gym.Env:
 def pendulum_no_velocity(**kwargs: Any) -> gym.Env:
     """Pendulum-v1 without the angular velocity (``PendulumNoVel-v1``)."""
     return MaskVelocity(gym.make("Pendulum-v1", **kwargs))
-
-
-for _id, _entry in (("CartPoleNoVel-v1", cartpole_no_velocity), ("PendulumNoVel-v1", pendulum_no_velocity)):
-    if _id not in gym.registry:
-        # The inner env already has its time limit; no checker on top of the inner env's one.
-        gym.register(_id, entry_point=_entry, disable_env_checker=True)
-del _id, _entry
