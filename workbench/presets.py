@@ -756,7 +756,7 @@ def _minatar_specs() -> list[PresetSpec]:
     Where they cannot map exactly: the paper's DQN steps with centred RMSprop (lr 2.5e-4, alpha 0.95,
     eps 0.01) and clips no gradients, this DQN with Adam at the same learning rate and its norm clip of 10;
     CleanRL anneals the learning rate but not the clip range (so the clip stays 0.1 here too), and clips the value
-    loss (``clip_vloss``) and steps Adam with eps 1e-5, which this PPO does not."""
+    loss (``clip_vloss``), which this PPO does not (SB3's default, ``clip_range_vf=None``)."""
     minatar = "minatar"
     dqn = {
         "learning_rate": 2.5e-4,
