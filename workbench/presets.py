@@ -708,11 +708,11 @@ def _mujoco_specs() -> list[PresetSpec]:
     a2c = {task: _sb3_a2c(**_NORMALIZE) for task in MUJOCO_TASKS}
     a2c["Swimmer-v5"] = _sb3_a2c(**_NORMALIZE, gamma=0.9999)
     # sac.yml: SB3's SAC (its defaults are this agent's) with 10k random steps first; Swimmer γ 0.999.
-    sac = {task: {"learning_starts": 10_000} for task in MUJOCO_TASKS}
+    sac: dict[str, dict[str, Any]] = {task: {"learning_starts": 10_000} for task in MUJOCO_TASKS}
     sac["Swimmer-v5"] = {"learning_starts": 10_000, "gamma": 0.999}
     # td3.yml = ddpg.yml: Gaussian noise 0.1, lr 1e-3, 400-300 networks; Swimmer γ 0.9999. The noise object is
     # made per preset (preset() copies it again for each agent it builds).
-    td3 = {
+    td3: dict[str, Any] = {
         "learning_starts": 10_000,
         "train_freq": 1,
         "gradient_steps": 1,
