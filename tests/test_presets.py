@@ -250,3 +250,237 @@ def test_rmsprop_tf_like_step_by_hand():
         torch.testing.assert_close(p.detach(), x)
     # First step of [0.5, -3.0]: v = [0.925, 1.8], so the step is 0.1 * g / sqrt(v + eps), far below torch's.
     torch.testing.assert_close(opt.state[p]["square_avg"], v)
+
+
+# -- Box2D, MuJoCo and MinAtar presets (issue 50) -----------------------------------------------------------------
+
+NEW_FAMILIES = ("LunarLander", "BipedalWalker", "-v5", "MinAtar/")
+NEW_SPECS = sorted(
+    (s for s in wb.PRESETS.values() if any(word in s.env_id for word in NEW_FAMILIES)),
+    key=lambda s: (s.env_id, s.agent),
+)
+
+
+def test_the_new_presets_cover_the_issue():
+    keys = {(s.env_id, s.agent) for s in NEW_SPECS}
+    assert {("LunarLander-v3", a) for a in ("ppo", "a2c", "dqn", "qrdqn")} <= keys
+    assert {("LunarLanderContinuous-v3", a) for a in ("ppo", "sac", "td3")} <= keys
+    assert {("BipedalWalker-v3", a) for a in ("ppo", "sac")} <= keys
+    for task in ("Hopper-v5", "HalfCheetah-v5", "Walker2d-v5", "Ant-v5", "Swimmer-v5"):
+        assert {(task, a) for a in ("ppo", "a2c", "sac", "td3", "ddpg")} <= keys
+    for game in ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders"):
+        assert {(f"MinAtar/{game}-v1", a) for a in ("dqn", "ppo")} <= keys
+    extras = {"LunarLander": "box2d", "BipedalWalker": "box2d", "-v5": "mujoco", "MinAtar/": "minatar"}
+    for spec in NEW_SPECS:
+        assert spec.required_extra == next(e for w, e in extras.items() if w in spec.env_id), spec.env_id
+    # The classic-control presets need no extra.
+    assert wb.PRESETS[("CartPole-v1", "ppo")].required_extra is None
+
+
+@pytest.mark.parametrize("spec", NEW_SPECS, ids=lambda s: f"{s.env_id}:{s.agent}")
+def test_each_new_preset_builds_its_agent_and_acts_on_its_env(spec):
+    from workbench.envs import make_env
+
+    tuned = wb.preset(spec.env_id, spec.agent, seed=0)
+    assert isinstance(tuned.agent, wb.AGENTS[spec.agent]) and tuned.env == spec.env_id and tuned.steps == spec.steps
+    for key, value in spec.hyperparameters.items():
+        if key != "exploration":  # a fresh copy per agent (tested above)
+            assert getattr(tuned.agent.config, key) == value, key
+    env = make_env(spec.env_id)  # the env the session makes (MinAtar: its frames as uint8 images)
+    try:
+        obs, _ = env.reset(seed=0)
+        action = tuned.agent.act(obs, deterministic=True)
+        assert env.action_space.contains(action)
+        env.step(action)
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize(("env_id", "agent"), [("LunarLander-v3", "dqn"), ("Hopper-v5", "sac")])
+def test_a_box2d_and_a_mujoco_preset_train_a_few_steps(env_id, agent):
+    # learning_starts=0 so the MuJoCo SAC preset updates inside the few steps (its zoo value is 10k).
+    overrides = {"learning_starts": 0, "batch_size": 32} if agent == "sac" else {}
+    tuned = wb.preset(env_id, agent, seed=0, **overrides)
+    session = wb.Session(tuned.agent, tuned.env, seed=0)
+    session.run(steps=64)
+    assert session.status == "finished" and session.steps >= 64
+
+
+@pytest.mark.parametrize(
+    ("env_id", "agent", "steps", "values"),
+    [
+        (
+            "LunarLander-v3",
+            "ppo",
+            1_000_000,
+            {"n_envs": 16, "n_steps": 1024, "batch_size": 64, "gae_lambda": 0.98, "gamma": 0.999, "n_epochs": 4},
+        ),
+        (
+            "LunarLander-v3",
+            "a2c",
+            200_000,
+            {"n_envs": 8, "gamma": 0.995, "learning_rate": wb.linear(8.3e-4, 0.0), "ent_coef": 1e-5, "gae_lambda": 1.0},
+        ),
+        ("LunarLander-v3", "dqn", 100_000, {"target_update_interval": 250, "gradient_steps": -1, "double_q": False}),
+        (
+            "LunarLander-v3",
+            "qrdqn",
+            100_000,
+            {"n_quantiles": 170, "gamma": 0.995, "target_update_interval": 1, "learning_starts": 10_000},
+        ),
+        ("LunarLanderContinuous-v3", "sac", 500_000, {"tau": 0.01, "learning_rate": wb.linear(7.3e-4, 0.0)}),
+        ("LunarLanderContinuous-v3", "td3", 300_000, {"gamma": 0.98, "buffer_size": 200_000, "net_arch": (400, 300)}),
+        ("BipedalWalker-v3", "ppo", 5_000_000, {"n_envs": 32, "clip_range": 0.18, "normalize_rewards": True}),
+        ("BipedalWalker-v3", "sac", 500_000, {"use_sde": True, "train_freq": 64, "tau": 0.02, "buffer_size": 300_000}),
+        (
+            "Hopper-v5",
+            "ppo",
+            1_000_000,
+            {
+                "n_envs": 1,
+                "n_steps": 512,
+                "batch_size": 32,
+                "learning_rate": 9.80828e-05,
+                "activation": "relu",
+                "net_arch": (256, 256),
+                "log_std_init": -2.0,
+                "ortho_init": False,
+                "normalize_observations": True,
+                "normalize_rewards": True,
+            },
+        ),
+        ("HalfCheetah-v5", "ppo", 1_000_000, {"gamma": 0.98, "clip_range": 0.1, "n_epochs": 20, "vf_coef": 0.58096}),
+        ("Walker2d-v5", "ppo", 1_000_000, {"activation": "tanh", "net_arch": (64, 64), "max_grad_norm": 1.0}),
+        ("Swimmer-v5", "ppo", 1_000_000, {"gamma": 0.9999, "n_envs": 4, "learning_rate": 6e-4, "batch_size": 256}),
+        (
+            "Ant-v5",
+            "a2c",
+            1_000_000,
+            {"n_envs": 1, "n_steps": 5, "learning_rate": 7e-4, "normalize_observations": True},
+        ),
+        ("Hopper-v5", "sac", 1_000_000, {"learning_starts": 10_000, "learning_rate": 3e-4, "ent_coef": "auto"}),
+        ("Swimmer-v5", "sac", 1_000_000, {"gamma": 0.999}),
+        ("Walker2d-v5", "td3", 1_000_000, {"learning_starts": 10_000, "net_arch": (400, 300), "policy_delay": 2}),
+        ("Swimmer-v5", "ddpg", 1_000_000, {"gamma": 0.9999, "policy_delay": 1}),
+        (
+            "MinAtar/Breakout-v1",
+            "dqn",
+            5_000_000,
+            {"learning_rate": 2.5e-4, "learning_starts": 5_000, "target_update_interval": 1_000, "train_freq": 1},
+        ),
+        ("MinAtar/Seaquest-v1", "ppo", 5_000_000, {"n_envs": 8, "n_steps": 128, "clip_range": 0.1, "net_arch": ()}),
+    ],
+)
+def test_new_presets_carry_the_published_settings(env_id, agent, steps, values):
+    tuned = wb.preset(env_id, agent)
+    assert tuned.steps == steps
+    for key, value in values.items():
+        assert getattr(tuned.agent.config, key) == value, key
+
+
+def test_new_presets_explore_and_score_as_published():
+    eps = wb.preset("LunarLander-v3", "qrdqn").agent.config.exploration
+    assert (eps.start, eps.end, eps.fraction) == (1.0, 0.18, 0.24)
+    eps = wb.preset("MinAtar/Breakout-v1", "dqn").agent.config.exploration
+    assert (eps.start, eps.end, eps.fraction) == (1.0, 0.1, 0.02)  # 100k of the 5M frames
+    noise = wb.preset("Hopper-v5", "td3").agent.config.exploration
+    assert isinstance(noise, wb.GaussianNoise) and noise.stddev == 0.1
+    scores = {
+        ("LunarLander-v3", "ppo"): 242.119,
+        ("LunarLander-v3", "dqn"): 154.382,
+        ("LunarLander-v3", "a2c"): 155.751,
+        ("LunarLanderContinuous-v3", "sac"): 260.390,
+        ("Hopper-v5", "ppo"): 2410.435,
+        ("HalfCheetah-v5", "ppo"): 5819.099,
+        ("Hopper-v5", "td3"): 3606.390,
+        ("Swimmer-v5", "sac"): 345.568,
+    }
+    for key, score in scores.items():
+        assert wb.PRESETS[key].zoo_score == score, key
+    assert wb.PRESETS[("Hopper-v5", "ddpg")].zoo_score is None  # the zoo publishes no DDPG MuJoCo row
+    assert wb.PRESETS[("MinAtar/Breakout-v1", "dqn")].zoo_score is None
+
+
+@pytest.mark.parametrize(
+    ("env_id", "agent", "module", "extra"),
+    [
+        ("LunarLander-v3", "ppo", "Box2D", "box2d"),
+        ("BipedalWalker-v3", "sac", "Box2D", "box2d"),
+        ("Hopper-v5", "sac", "mujoco", "mujoco"),
+        ("MinAtar/Breakout-v1", "dqn", "minatar", "minatar"),
+    ],
+)
+def test_a_missing_extra_names_the_install_line(monkeypatch, env_id, agent, module, extra):
+    import sys
+
+    monkeypatch.setitem(sys.modules, module, None)  # `import module` now raises ModuleNotFoundError
+    with pytest.raises(ModuleNotFoundError, match=f'pip install "rl-workbench\\[{extra}\\]"') as info:
+        wb.preset(env_id, agent)
+    assert info.value.name == module and env_id in str(info.value)
+
+
+def test_cli_train_names_a_missing_extra_in_one_line(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "mujoco", None)
+    with pytest.raises(SystemExit, match=r'workbench: .*pip install "rl-workbench\[mujoco\]"'):
+        cli.main(["train", "Hopper-v5", "--agent", "sac", "--no-progress"])
+
+
+def test_presets_module_imports_neither_torch_nor_the_simulators():
+    import subprocess
+    import sys
+
+    code = "import sys, workbench.presets as p; assert len(p.PRESETS) > 50; print(' '.join(sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = set(out.stdout.split())
+    assert not loaded & {"torch", "Box2D", "mujoco", "minatar"}
+
+
+def test_train_help_lists_the_presets(capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["train", "--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert "presets (rl-baselines3-zoo" in out and "--no-preset" in out
+    assert "  LunarLander-v3 [box2d]: a2c, dqn, ppo, qrdqn" in out
+    assert "  Hopper-v5 [mujoco]: a2c, ddpg, ppo, sac, td3" in out
+    assert "  MinAtar/Breakout-v1 [minatar]: dqn, ppo" in out
+    assert "  Pendulum-v1: a2c, ddpg, ppo, sac, td3" in out
+    for env_id, _ in wb.PRESETS:
+        assert f"  {env_id}" in out, env_id
+
+
+def test_report_publishes_the_presets_scores_and_runs_off_policy_mujoco_at_200k():
+    import importlib.util
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("bench_report_presets", root / "benchmarks" / "report.py")
+    report = importlib.util.module_from_spec(spec)
+    sys.modules["bench_report_presets"] = report  # dataclasses resolve their module by name
+    spec.loader.exec_module(report)
+    for key, preset_spec in wb.PRESETS.items():
+        if preset_spec.zoo_score is not None and key not in report.PUBLISHED:
+            continue  # the Atari and older rows the report does not publish yet
+        if key in report.PUBLISHED:
+            assert report.PUBLISHED[key] == preset_spec.zoo_score, key
+    for spec_ in NEW_SPECS:
+        if spec_.zoo_score is not None:
+            assert (spec_.env_id, spec_.agent) in report.PUBLISHED, spec_.env_id
+    assert report.budget("Hopper-v5", "sac", 1_000_000) == 200_000
+    assert report.budget("HalfCheetah-v5", "ddpg", 1_000_000) == 200_000
+    assert report.budget("Hopper-v5", "ppo", 1_000_000) == 1_000_000
+    path = report.RunKey("MinAtar/Breakout-v1", "dqn", "workbench", 0).path
+    assert path.parent == report.RESULTS and "/" not in path.name
+
+
+def test_the_new_presets_are_documented_with_their_scores():
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "algorithms.md").read_text(encoding="utf-8")
+    assert 'pip install "rl-workbench[box2d,mujoco]"' in docs
+    section = docs[docs.index("### Box2D, MuJoCo and MinAtar presets") :]
+    for spec in NEW_SPECS:
+        game = spec.env_id.split("/")[-1]  # the MinAtar rows name the games after the first id
+        assert game in section and f"| {spec.agent.upper()} |" in section, spec.env_id
+    for score in ("242.1", "154.4", "2,410", "5,819", "3,606"):
+        assert score in docs, score

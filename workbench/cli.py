@@ -55,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
         "train",
         help="train an agent on a gymnasium env",
         description=f"Train an agent on a registered gymnasium env. Agents: {agents}.",
+        epilog=_preset_listing(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,  # keeps the listing's one line per env
     )
     train.add_argument("env", help="registered gymnasium id, e.g. CartPole-v1")
     train.add_argument("--agent", default="ppo", type=str.lower, help=f"algorithm: {agents} (default ppo)")
@@ -149,6 +151,31 @@ def build_parser() -> argparse.ArgumentParser:
     add_pbt_parser(sub)
     _add_serve_parser(sub, agents)
     return parser
+
+
+def _preset_listing(width: int = 100) -> str:
+    """The tuned presets ``train`` uses for an (env, agent) pair, one env a line, with the extra each needs.
+    ``workbench.presets`` imports no torch, so the help stays quick."""
+    import textwrap
+
+    from .presets import PRESETS
+
+    by_env: dict[str, list[str]] = {}
+    extras: dict[str, str] = {}
+    for (env_id, agent), spec in PRESETS.items():
+        by_env.setdefault(env_id, []).append(agent)
+        if spec.required_extra:
+            extras[env_id] = spec.required_extra
+    lines = textwrap.wrap(
+        "presets (rl-baselines3-zoo's settings and budget, used unless --no-preset; "
+        'an env marked [extra] needs pip install "rl-workbench[extra]"):',
+        width,
+    )
+    for env_id in sorted(by_env, key=str.lower):
+        extra = f" [{extras[env_id]}]" if env_id in extras else ""
+        text = f"{env_id}{extra}: {', '.join(sorted(by_env[env_id]))}"
+        lines += textwrap.wrap(text, width, initial_indent="  ", subsequent_indent="      ")
+    return "\n".join(lines)
 
 
 def _add_allow_encoder(parser: argparse.ArgumentParser) -> None:
@@ -273,9 +300,12 @@ def _train(args: argparse.Namespace) -> int:
         if spec is not None:
             # Tuned settings first; --set still overrides single values.
             print(f"using the rl-baselines3-zoo preset for {args.agent} on {args.env} (--no-preset to skip)")
-            agent = preset(
-                args.env, args.agent, seed=args.seed, device=args.device, **parse_hyperparameters(args.set)
-            ).agent
+            try:
+                agent = preset(
+                    args.env, args.agent, seed=args.seed, device=args.device, **parse_hyperparameters(args.set)
+                ).agent
+            except ModuleNotFoundError as exc:  # the env's extra is missing: the message names the install line
+                raise SystemExit(f"workbench: {exc}") from None
         else:
             agent = AGENTS[args.agent](args.env, seed=args.seed, device=args.device, **parse_hyperparameters(args.set))
         session = Session(agent, args.env, seed=args.seed, **kwargs)
