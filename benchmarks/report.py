@@ -49,7 +49,7 @@ CURVE_EPISODES = 5
 EVAL_SEED = 10_000
 """Episode ``i`` of a final evaluation resets with seed ``EVAL_SEED + 1000 * seed + i``: fresh starts, the
 same for both libraries."""
-SB3_AGENTS = ("dqn", "ppo")
+SB3_AGENTS = ("a2c", "ddpg", "dqn", "ppo", "qrdqn", "sac", "td3")
 """Agents whose rows ``--sb3`` also trains in Stable-Baselines3 (``sample_efficiency.sb3_kwargs``)."""
 
 # The published figures: rl-baselines3-zoo's benchmark.md (https://github.com/DLR-RM/rl-baselines3-zoo,
@@ -329,7 +329,6 @@ def train_sb3(key: RunKey) -> dict[str, Any]:
     """Train Stable-Baselines3 at the preset's settings (``sample_efficiency.sb3_kwargs``); the result's fields.
     The curve is taken as this library's: every ``steps / 20`` env steps, 5 deterministic episodes."""
     import gymnasium as gym
-    from stable_baselines3 import DQN, PPO
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize
@@ -337,7 +336,7 @@ def train_sb3(key: RunKey) -> dict[str, Any]:
     import workbench as wb
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from sample_efficiency import sb3_kwargs
+    from sample_efficiency import sb3_algorithm, sb3_kwargs
 
     tuned = wb.preset(key.env_id, key.agent, seed=key.seed)
     kw, n_envs, normalize = sb3_kwargs(tuned.agent)
@@ -345,8 +344,8 @@ def train_sb3(key: RunKey) -> dict[str, Any]:
     venv = make_vec_env(key.env_id, n_envs=n_envs, seed=key.seed)
     if normalize:
         venv = VecNormalize(venv, norm_obs=c.normalize_observations, norm_reward=c.normalize_rewards, gamma=c.gamma)
-    algo = {"dqn": DQN, "ppo": PPO}[key.agent]
-    model = algo("MlpPolicy", venv, seed=key.seed, device="cpu", **kw)
+    algo, policy = sb3_algorithm(key.agent)
+    model = algo(policy, venv, seed=key.seed, device="cpu", **kw)
     steps = budget(key.env_id, key.agent, tuned.steps)
     every = _curve_every(steps)
 

@@ -87,7 +87,7 @@ def run_one(
 
 # -- the same settings in Stable-Baselines3 / sb3-contrib ---------------------------------------------
 
-SB3_AGENTS = {"dqn", "qrdqn", "ppo", "recurrentppo"}
+SB3_AGENTS = {"a2c", "ddpg", "dqn", "ppo", "qrdqn", "recurrentppo", "sac", "td3"}
 
 
 def _sb3_schedule(value: object) -> object:
@@ -127,6 +127,8 @@ def sb3_kwargs(agent: wb.Agent) -> tuple[dict, int, bool]:
         if name == "qrdqn":
             kw["policy_kwargs"]["n_quantiles"] = c.n_quantiles
         return kw, 1, False
+    if name in ("sac", "td3", "ddpg"):
+        return _sb3_off_policy_kwargs(agent, name), c.n_envs, bool(c.normalize_observations or c.normalize_rewards)
     activation = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU, "elu": torch.nn.ELU}[c.activation]
     policy_kwargs = dict(
         net_arch=dict(pi=list(c.net_arch), vf=list(c.net_arch)),
@@ -139,18 +141,77 @@ def sb3_kwargs(agent: wb.Agent) -> tuple[dict, int, bool]:
     kw = dict(
         learning_rate=_sb3_schedule(c.learning_rate),
         n_steps=c.n_steps,
-        batch_size=c.batch_size,
-        n_epochs=c.n_epochs,
         gamma=c.gamma,
         gae_lambda=c.gae_lambda,
-        clip_range=_sb3_schedule(c.clip_range),
         ent_coef=c.ent_coef,
         vf_coef=c.vf_coef,
         max_grad_norm=c.max_grad_norm,
         normalize_advantage=c.normalize_advantage,
         policy_kwargs=policy_kwargs,
     )
+    if name == "a2c":
+        kw.update(use_rms_prop=c.use_rms_prop, rms_prop_eps=c.rms_prop_eps, use_sde=c.use_sde)
+        kw["sde_sample_freq"] = c.sde_sample_freq
+        if c.rms_prop_tf_like:
+            from stable_baselines3.common.sb2_compat.rmsprop_tf_like import RMSpropTFLike
+
+            policy_kwargs.update(optimizer_class=RMSpropTFLike, optimizer_kwargs=dict(eps=c.rms_prop_eps))
+    else:
+        kw.update(batch_size=c.batch_size, n_epochs=c.n_epochs, clip_range=_sb3_schedule(c.clip_range))
     return kw, c.n_envs, bool(c.normalize_observations or c.normalize_rewards)
+
+
+def _sb3_off_policy_kwargs(agent: wb.Agent, name: str) -> dict:
+    """SB3's SAC, TD3 or DDPG arguments equal to ``agent``'s settings (exploration noise in scaled action
+    units, as both libraries add it to the action in [-1, 1])."""
+    c = agent.config
+    kw: dict = dict(
+        learning_rate=_sb3_schedule(c.learning_rate),
+        buffer_size=c.buffer_size,
+        learning_starts=c.learning_starts,
+        batch_size=c.batch_size,
+        tau=c.tau,
+        gamma=c.gamma,
+        train_freq=c.train_freq,
+        gradient_steps=c.gradient_steps,
+        policy_kwargs=dict(net_arch=list(c.net_arch)),
+    )
+    if name == "sac":
+        kw.update(
+            ent_coef=c.ent_coef,
+            target_entropy="auto" if c.target_entropy is None else c.target_entropy,
+            target_update_interval=c.target_update_interval,
+            use_sde=c.use_sde,
+            sde_sample_freq=c.sde_sample_freq,
+        )
+        kw["policy_kwargs"].update(n_critics=c.n_critics, log_std_init=c.log_std_init)
+        return kw
+    from stable_baselines3.common.noise import NormalActionNoise
+
+    if c.actor_lr is not None or c.critic_lr is not None:
+        raise ValueError(f"SB3's {name.upper()} has one learning rate: compare at settings without actor_lr/critic_lr")
+    noise = c.exploration
+    if type(noise).__name__ != "GaussianNoise":
+        raise ValueError(f"only Gaussian exploration noise maps onto SB3's {name.upper()}, not {noise!r}")
+    dim = int(np.prod(agent.action_space.shape))
+    kw["action_noise"] = NormalActionNoise(np.zeros(dim), np.full(dim, float(noise.stddev)))
+    kw["policy_kwargs"]["n_critics"] = c.n_critics
+    if name == "td3":
+        kw.update(policy_delay=c.policy_delay, target_policy_noise=c.target_policy_noise)
+        kw["target_noise_clip"] = c.target_noise_clip
+    return kw
+
+
+def sb3_algorithm(agent_name: str) -> tuple[type, str]:
+    """SB3's (or sb3-contrib's) class for ``agent_name`` and the policy name to build it with."""
+    import sb3_contrib
+    import stable_baselines3
+
+    if agent_name == "recurrentppo":
+        return sb3_contrib.RecurrentPPO, "MlpLstmPolicy"
+    if agent_name == "qrdqn":
+        return sb3_contrib.QRDQN, "MlpPolicy"
+    return getattr(stable_baselines3, agent_name.upper()), "MlpPolicy"
 
 
 def run_one_sb3(env_id: str, agent_name: str, seed: int, eval_episodes: int) -> tuple[float, float, float]:
@@ -164,22 +225,7 @@ def run_one_sb3(env_id: str, agent_name: str, seed: int, eval_episodes: int) -> 
     venv = make_vec_env(env_id, n_envs=n_envs, seed=seed)
     if normalize:
         venv = VecNormalize(venv, norm_obs=c.normalize_observations, norm_reward=c.normalize_rewards, gamma=c.gamma)
-    if agent_name == "dqn":
-        from stable_baselines3 import DQN as Algo
-
-        policy = "MlpPolicy"
-    elif agent_name == "ppo":
-        from stable_baselines3 import PPO as Algo
-
-        policy = "MlpPolicy"
-    elif agent_name == "qrdqn":
-        from sb3_contrib import QRDQN as Algo
-
-        policy = "MlpPolicy"
-    else:
-        from sb3_contrib import RecurrentPPO as Algo
-
-        policy = "MlpLstmPolicy"
+    Algo, policy = sb3_algorithm(agent_name)
     model = Algo(policy, venv, seed=seed, device="cpu", **kw)
     start, cpu = time.perf_counter(), time.process_time()
     model.learn(total_timesteps=tuned.steps)
