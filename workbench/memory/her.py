@@ -36,7 +36,7 @@ from ..checkpoint import read_npz, write_npz
 from ..envs.goals import goal_env_problem
 from ..envs.masks import strip_mask_space
 from ..validation import ArgumentError
-from .replay import ReplayBatch, ReplayMemory, check_transitions
+from .replay import ReplayBatch, ReplayMemory, check_saved_transitions
 
 __all__ = ["STRATEGIES", "HerMemory", "HerReplay", "env_compute_reward", "replay_from_dict"]
 
@@ -406,18 +406,8 @@ class HerMemory(ReplayMemory):
                 f"{source}: missing arrays {', '.join(missing)}"
                 + (" (a memory saved without HerReplay cannot be loaded into one)" if self.EPISODES in missing else "")
             )
-        n = len(arrays["rewards"]) if np.ndim(arrays["rewards"]) else -1
-        for name in self.FIELDS:
-            arr = arrays[name]
-            want = getattr(self, name)
-            if arr.ndim == 0 or len(arr) != n or arr.shape[1:] != want.shape[1:]:
-                raise ValueError(
-                    f"{source}: array {name!r} has shape {arr.shape}, expected "
-                    f"({max(n, 0)}, {', '.join(map(str, want.shape[1:]))}) for this agent's spaces"
-                )
-            if arr.dtype.kind not in "biuf":
-                raise ValueError(f"{source}: array {name!r} has dtype {arr.dtype}, expected numbers")
-        check_transitions(arrays, self.FIELDS, source, action_space)
+        rows = {name: getattr(self, name).shape[1:] for name in self.FIELDS}
+        n = check_saved_transitions(arrays, rows, source, action_space)
         lengths = arrays[self.EPISODES]
         if lengths.ndim != 1 or lengths.dtype.kind not in "iu" or (lengths < 1).any() or int(lengths.sum()) != n:
             raise ValueError(
