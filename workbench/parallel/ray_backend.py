@@ -163,28 +163,17 @@ class _RolloutWorker:
         transitions, the observations to continue from, and the seconds it took. ``edits``: live
         hyperparameter changes (``session.set``: exploration, warm-up...) applied first."""
         with self.lock:
-            return self._collect(weights, timesteps, total, stride, steps, edits)
-
-    def _collect(
-        self,
-        weights: dict[str, Any] | None,
-        timesteps: int,
-        total: int | None,
-        stride: int,
-        steps: int,
-        edits: dict[str, Any] | None,
-    ) -> tuple[Transitions, np.ndarray, float]:
-        agent = self.agent
-        if edits:
-            apply_edits(agent, edits)
-        if weights is not None:
-            agent.load_networks(weights)
-        # The replica's clock starts at the learner's, so schedules (epsilon, warm-up) match.
-        agent.num_timesteps, agent.total_timesteps = timesteps, total
-        assert self.obs is not None, "reset() first"
-        start = time.perf_counter()
-        transitions, self.obs = collect(_ClockedReplica(agent, stride), self.timed, self.obs, steps)
-        return transitions, self.obs, time.perf_counter() - start
+            agent = self.agent
+            if edits:
+                apply_edits(agent, edits)
+            if weights is not None:
+                agent.load_networks(weights)
+            # The replica's clock starts at the learner's, so schedules (epsilon, warm-up) match.
+            agent.num_timesteps, agent.total_timesteps = timesteps, total
+            assert self.obs is not None, "reset() first"
+            start = time.perf_counter()
+            transitions, self.obs = collect(_ClockedReplica(agent, stride), self.timed, self.obs, steps)
+            return transitions, self.obs, time.perf_counter() - start
 
     def call_env(self, name: str, args: tuple, kwargs: dict[str, Any]) -> tuple[str, Any]:
         """``session.call_env``: method ``name`` on each of this worker's envs, between chunks.

@@ -38,7 +38,6 @@ members' checkpoints make the population resumable: ``wb.pbt(...)`` with the sam
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 import math
 import os
@@ -59,7 +58,7 @@ from ..files import write_text
 from ..run.control import ACTIVE, Controlled, RunControl
 from ..run.registry import start_thread
 from ..session import Session
-from ..validation import ArgumentError
+from ..validation import ArgumentError, did_you_mean
 
 __all__ = ["Population", "PopulationEvent", "pbt"]
 
@@ -211,10 +210,9 @@ def _check_editable(agent_or_class: Any, dims: Mapping[str, _Dim]) -> None:
         if name in live:
             continue
         if name not in fields:
-            close = difflib.get_close_matches(name, live, n=3)
-            hint = f" Did you mean {', '.join(close)}?" if close else ""
             raise ArgumentError(
-                f"pbt space names {name!r}, which is not a hyperparameter of {algorithm}.{hint} PBT explores "
+                f"pbt space names {name!r}, which is not a hyperparameter of {algorithm}."
+                f"{did_you_mean(name, live)} PBT explores "
                 f"through session.set, so space keys are {algorithm}'s live-editable hyperparameters: "
                 f"{', '.join(live)}."
             )
