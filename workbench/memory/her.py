@@ -35,6 +35,7 @@ from gymnasium import spaces
 from ..checkpoint import read_npz, write_npz
 from ..envs.goals import goal_env_problem
 from ..envs.masks import strip_mask_space
+from ..loop import Transitions
 from ..validation import ArgumentError
 from .replay import ReplayBatch, ReplayMemory, check_saved_transitions
 
@@ -188,18 +189,12 @@ class HerMemory(ReplayMemory):
             "truncated); it cannot be pre-filled with loose transitions (load_dataset): use the default replay"
         )
 
-    def add_steps(
-        self,
-        obs: np.ndarray,
-        actions: np.ndarray,
-        rewards: np.ndarray,
-        next_obs: np.ndarray,
-        terminated: np.ndarray,
-        truncated: np.ndarray,
-    ) -> None:
-        """One step of every env (rows in env order); an episode that ends enters the memory whole.
-        The first step's goals are given to ``compute_reward`` once, so a function that returns strings,
-        NaN or the wrong shape is found when the first transition is stored, not by a later update."""
+    def add_steps(self, steps: Transitions) -> None:
+        """One step of every env (rows in env order; actions as the agent stores them); an episode that
+        ends enters the memory whole. The first step's goals are given to ``compute_reward`` once, so a
+        function that returns strings, NaN or the wrong shape is found when the first transition is
+        stored, not by a later update."""
+        obs, actions, rewards, next_obs, terminated, truncated, _ = steps
         n = len(rewards)
         if not self._reward_checked and self.compute_reward is not None and n:
             next_rows = np.asarray(next_obs)
@@ -240,18 +235,11 @@ class HerMemory(ReplayMemory):
                 old = (start + np.arange(self.episode_length[start])) % self.capacity
                 self.n_valid -= int(self.valid[old].sum())
                 self.valid[old] = False
-        self.obs[rows] = obs
-        self.next_obs[rows] = next_obs
-        self.actions[rows] = actions
-        self.rewards[rows] = rewards
-        self.dones[rows] = dones
-        self.discounts[rows] = self.gamma
+        super().add(obs, actions, rewards, next_obs, dones, self.gamma)  # the rows above, pos and size moved on
         self.episode_start[rows] = rows[0]
         self.episode_length[rows] = length
         self.valid[rows] = True
         self.n_valid += length
-        self.pos = int((self.pos + length) % self.capacity)
-        self.size = min(self.size + length, self.capacity)
 
     def clear_pending(self) -> None:
         """Forget every env's episode in progress (the envs were reset)."""
