@@ -117,6 +117,23 @@ def _check_estimate(owner: str, dataset: Dataset, values: dict[str, Any], rows: 
     return n
 
 
+def _check_evaluation(
+    owner: str, gamma: float, fqe_steps: int, n_bootstrap: int, behaviour_steps: int, seed: int, bandwidth: float
+) -> None:
+    """Check the settings of an evaluation (:func:`evaluate_offline`'s, :class:`OffPolicyEvaluator`'s)."""
+    _check(
+        owner,
+        dict(
+            gamma=gamma,
+            fqe_steps=fqe_steps,
+            n_bootstrap=n_bootstrap,
+            behaviour_steps=behaviour_steps,
+            seed=seed,
+            bandwidth=bandwidth,
+        ),
+    )
+
+
 def _standardizer(obs: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
     mean = torch.as_tensor(obs.mean(0), dtype=torch.float32)
     std = torch.as_tensor(obs.std(0) + 1e-6, dtype=torch.float32)
@@ -529,11 +546,7 @@ class OffPolicyEvaluator:
     ) -> None:
         if not isinstance(dataset, Dataset):
             raise TypeError(f"OffPolicyEvaluator needs a wb.Dataset, got {type(dataset).__name__}")
-        _check(
-            "OffPolicyEvaluator",
-            dict(gamma=gamma, fqe_steps=fqe_steps, n_bootstrap=n_bootstrap, behaviour_steps=behaviour_steps, seed=seed),
-        )
-        _check("OffPolicyEvaluator", {"bandwidth": bandwidth})
+        _check_evaluation("OffPolicyEvaluator", gamma, fqe_steps, n_bootstrap, behaviour_steps, seed, bandwidth)
         _check_action_space(dataset)
         self.dataset, self.gamma, self.fqe_steps, self.n_bootstrap = dataset, float(gamma), int(fqe_steps), n_bootstrap
         self.seed, self.bandwidth = seed, float(bandwidth)
@@ -624,17 +637,7 @@ def evaluate_offline(
         agent.act, agent.action_space  # noqa: B018
     except AttributeError:
         raise TypeError(f"evaluate_offline needs an agent such as wb.BCQ(...), got {type(agent).__name__}") from None
-    _check(
-        "evaluate_offline",
-        dict(
-            gamma=gamma,
-            fqe_steps=fqe_steps,
-            n_bootstrap=n_bootstrap,
-            behaviour_steps=behaviour_steps,
-            seed=seed,
-            bandwidth=bandwidth,
-        ),
-    )
+    _check_evaluation("evaluate_offline", gamma, fqe_steps, n_bootstrap, behaviour_steps, seed, bandwidth)
     _check_action_space(dataset)
     if (
         dataset.discrete
