@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from workbench.loop import Transitions
 from workbench.memory import NStepAccumulator, PrioritizedReplayMemory, SumTree
 
 
@@ -96,13 +97,15 @@ def test_n_step_returns_by_hand():
     acc = NStepAccumulator(n=3, gamma=0.5)
     obs = lambda v: np.full((1, 1), v, np.float32)  # noqa: E731
     no = np.array([False])
-    out = [acc.add(obs(t), np.array([t]), np.array([1.0]), obs(t + 1), no, no) for t in range(3)]
+    out = [acc.add(Transitions(obs(t), np.array([t]), np.array([1.0]), obs(t + 1), no, no)) for t in range(3)]
     assert out[0] is None and out[1] is None
     o, a, r, nxt, done, disc = out[2]
     assert a[0] == 0 and r[0] == pytest.approx(1 + 0.5 + 0.25) and nxt[0, 0] == 3
     assert done[0] == 0 and disc[0] == pytest.approx(0.125)
     # Termination flushes every pending step with what is left, and stops bootstrapping.
-    o, a, r, nxt, done, disc = acc.add(obs(3), np.array([3]), np.array([2.0]), obs(99), np.array([True]), no)
+    o, a, r, nxt, done, disc = acc.add(
+        Transitions(obs(3), np.array([3]), np.array([2.0]), obs(99), np.array([True]), no)
+    )
     np.testing.assert_array_equal(a, [1, 2, 3])
     np.testing.assert_allclose(r, [1 + 0.5 + 0.5, 1 + 1.0, 2.0])
     np.testing.assert_allclose(disc, [0.125, 0.25, 0.5])
@@ -112,7 +115,9 @@ def test_n_step_returns_by_hand():
 def test_n_step_truncation_still_bootstraps():
     acc = NStepAccumulator(n=5, gamma=0.9)
     x = np.zeros((1, 1), np.float32)
-    acc.add(x, np.array([0]), np.array([1.0]), x, np.array([False]), np.array([False]))
-    o, a, r, nxt, done, disc = acc.add(x, np.array([1]), np.array([1.0]), x, np.array([False]), np.array([True]))
+    acc.add(Transitions(x, np.array([0]), np.array([1.0]), x, np.array([False]), np.array([False])))
+    o, a, r, nxt, done, disc = acc.add(
+        Transitions(x, np.array([1]), np.array([1.0]), x, np.array([False]), np.array([True]))
+    )
     assert (done == 0).all()
     np.testing.assert_allclose(disc, [0.81, 0.9])

@@ -115,7 +115,7 @@ def _episode(memory: HerMemory, states: list, goal, terminated_last: bool, env: 
         trunc = np.zeros(n_envs, bool)
         term[env] = last and terminated_last
         trunc[env] = last and not terminated_last
-        memory.add_steps(obs, np.full(n_envs, t), np.full(n_envs, -1.0, np.float32), nxt, term, trunc)
+        memory.add_steps(Transitions(obs, np.full(n_envs, t), np.full(n_envs, -1.0, np.float32), nxt, term, trunc))
 
 
 STATES = [np.array(s, np.float32) for s in ([0, 0, 0], [1, 0, 0], [1, 1, 0], [1, 1, 1])]
@@ -131,12 +131,14 @@ def test_her_keeps_episodes_until_they_end_and_marks_only_terminations_done():
     assert memory.episode_length[:5].tolist() == [2, 2, 3, 3, 3]
     # an episode in progress is not sampled yet
     memory.add_steps(
-        _flat(STATES[0], goal)[None],
-        np.array([0]),
-        np.array([-1.0], np.float32),
-        _flat(STATES[1], goal)[None],
-        np.array([False]),
-        np.array([False]),
+        Transitions(
+            _flat(STATES[0], goal)[None],
+            np.array([0]),
+            np.array([-1.0], np.float32),
+            _flat(STATES[1], goal)[None],
+            np.array([False]),
+            np.array([False]),
+        )
     )
     assert len(memory) == 5
 
@@ -199,12 +201,14 @@ def test_her_memory_saves_and_loads_without_pickle_pending_episodes_included(tmp
     _episode(memory, STATES, goal, terminated_last=True, env=1, n_envs=2)
     # env 0 is mid-episode: its steps so far are saved as a shorter episode
     memory.add_steps(
-        np.stack([_flat(STATES[0], goal)] * 2),
-        np.array([0, 0]),
-        np.full(2, -1.0, np.float32),
-        np.stack([_flat(STATES[1], goal)] * 2),
-        np.zeros(2, bool),
-        np.zeros(2, bool),
+        Transitions(
+            np.stack([_flat(STATES[0], goal)] * 2),
+            np.array([0, 0]),
+            np.full(2, -1.0, np.float32),
+            np.stack([_flat(STATES[1], goal)] * 2),
+            np.zeros(2, bool),
+            np.zeros(2, bool),
+        )
     )
     path = tmp_path / "memory.npz"
     memory.save(path)

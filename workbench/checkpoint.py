@@ -426,6 +426,17 @@ class FieldChecks:
         """The error for field ``where`` holding ``value`` (described) where ``expected`` belongs."""
         return CheckpointError(f"{self.label}: field {where!r} is {_shown(value)}, expected {expected}")
 
+    def version(self, value: Any, where: str, newest: int) -> int:
+        """A format version this library reads: a positive integer up to ``newest``."""
+        if type(value) is not int or value < 1:
+            raise self.fail(where, value, "a positive integer")
+        if value > newest:
+            raise CheckpointError(
+                f"{self.label}: format version {value} is newer than this library reads "
+                f"(up to {newest}); upgrade rl-workbench to load it"
+            )
+        return value
+
     def obj(self, value: Any, where: str, *, optional: bool = False) -> dict[str, Any]:
         """``value`` when it is a JSON object (``{}`` for None when ``optional``)."""
         if value is None and optional:
@@ -712,14 +723,7 @@ def validate_meta(meta: dict[str, Any], label: str, config: type | None = None) 
     Any problem is a :class:`CheckpointError` naming ``label`` and the field.
     """
     f = _Fields(label)
-    version = meta.get("format_version")
-    if type(version) is not int or version < 1:
-        raise f.fail("format_version", version, "a positive integer")
-    if version > FORMAT_VERSION:
-        raise CheckpointError(
-            f"{label}: format version {version!r} is newer than this library reads "
-            f"(up to {FORMAT_VERSION}); upgrade rl-workbench to load it"
-        )
+    f.version(meta.get("format_version"), "format_version", FORMAT_VERSION)
     f.text(meta.get("algorithm"), "algorithm")
     f.space(meta.get("observation_space"), "observation_space")
     f.space(meta.get("action_space"), "action_space")

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .schedules import Constant, Exponential, Linear, Schedule, as_schedule, schedule_from_dict
+from .schedules import Constant, Exponential, Linear, Schedule, as_schedule, schedule_from_dict, split_tagged
 
 __all__ = [
     "EpsilonGreedy",
@@ -255,15 +255,7 @@ _TYPES: dict[str, type[Exploration]] = {
 def exploration_from_dict(data: dict[str, Any]) -> Exploration:
     """Rebuild an exploration policy written by its ``to_dict()``. Raises ``ValueError`` naming
     the key for an unknown type, an unknown key or a value of the wrong kind."""
-    if not isinstance(data, dict):
-        raise ValueError(
-            f"an exploration is a JSON object such as {{'type': 'EpsilonGreedy', ...}}, not a {type(data).__name__}"
-        )
-    data = dict(data)
-    kind = data.pop("type", None)
-    if kind not in _TYPES:
-        shown = repr(kind) if isinstance(kind, str) and len(kind) <= 40 else f"a {type(kind).__name__}"
-        raise ValueError(f"unknown exploration type {shown}; known: {', '.join(sorted(_TYPES))}")
+    kind, data = split_tagged(data, "type", _TYPES, "an exploration", "EpsilonGreedy", "exploration type")
     fields = [f.name for f in dataclasses.fields(_TYPES[kind]) if not f.name.startswith("_")]  # type: ignore[arg-type]
     for key, value in data.items():
         if key not in fields:

@@ -263,3 +263,13 @@ def play_episode(
             yield PlayStep(t, obs, action, reward, done, env.render() if render else None)
             if done:
                 return
+
+
+def play_episodes(
+    agent: Agent, env: Any, episodes: int, seed: int | None = None, **options: Any
+) -> Iterator[tuple[int, Iterator[PlayStep]]]:
+    """``episodes`` episodes of ``env`` one after another, as ``(episode, its moments)``: episode ``i``
+    reset with ``seed + i`` (unseeded when ``seed`` is None), each played by :func:`play_episode` with
+    ``options`` (``deterministic``, ``max_steps``, ``render``)."""
+    for episode in range(episodes):
+        yield episode, play_episode(agent, env, seed=None if seed is None else seed + episode, **options)

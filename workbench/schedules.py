@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -47,8 +48,9 @@ class Constant(Schedule):
 
 
 @dataclass(frozen=True)
-class Linear(Schedule):
-    """From ``start`` to ``end`` linearly over the first ``fraction`` of training, then ``end``."""
+class _Ramp(Schedule):
+    """What :class:`Linear` and :class:`Exponential` share: from ``start`` to ``end`` over the first
+    ``fraction`` of training, then ``end``."""
 
     start: float
     end: float
@@ -58,9 +60,9 @@ class Linear(Schedule):
         if not 0.0 < self.fraction <= 1.0:
             raise ValueError(f"fraction must be in (0, 1], got {self.fraction}")
 
-    def __call__(self, progress: float) -> float:
-        t = min(max(progress, 0.0) / self.fraction, 1.0)
-        return self.start + (self.end - self.start) * t
+    def _done(self, progress: float) -> float:
+        """How far along the ramp ``progress`` is, from 0 to 1."""
+        return min(max(progress, 0.0) / self.fraction, 1.0)
 
     def key_values(self) -> tuple[float, ...]:
         """``(start, end)``: every value lies between them."""
@@ -68,25 +70,24 @@ class Linear(Schedule):
 
 
 @dataclass(frozen=True)
-class Exponential(Schedule):
-    """From ``start`` to ``end`` geometrically over the first ``fraction`` of training."""
+class Linear(_Ramp):
+    """From ``start`` to ``end`` linearly over the first ``fraction`` of training, then ``end``."""
 
-    start: float
-    end: float
-    fraction: float = 1.0
+    def __call__(self, progress: float) -> float:
+        return self.start + (self.end - self.start) * self._done(progress)
+
+
+@dataclass(frozen=True)
+class Exponential(_Ramp):
+    """From ``start`` to ``end`` geometrically over the first ``fraction`` of training."""
 
     def __post_init__(self) -> None:
         if self.start <= 0 or self.end <= 0:
             raise ValueError(f"an exponential schedule needs positive start and end, got {self.start}, {self.end}")
-        if not 0.0 < self.fraction <= 1.0:
-            raise ValueError(f"fraction must be in (0, 1], got {self.fraction}")
-
-    def key_values(self) -> tuple[float, ...]:
-        """``(start, end)``: every value lies between them."""
-        return (self.start, self.end)
+        super().__post_init__()
 
     def __call__(self, progress: float) -> float:
-        t = min(max(progress, 0.0) / self.fraction, 1.0)
+        t = self._done(progress)
         return math.exp(math.log(self.start) + (math.log(self.end) - math.log(self.start)) * t)
 
 
@@ -111,18 +112,27 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def split_tagged(
+    data: Any, tag: str, known: Mapping[str, Any], what: str, example: str, label: str
+) -> tuple[str, dict[str, Any]]:
+    """``(kind, the other keys)`` of saved JSON data ``{tag: kind, ...}`` whose kind is one of ``known``
+    (a schedule's ``{"schedule": "linear", ...}``, an exploration's ``{"type": "EpsilonGreedy", ...}``).
+    A ``ValueError`` says what ``what`` is (a JSON object such as ``{tag: example}``) or names the
+    unknown ``label`` and the known ones."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{what} is a JSON object such as {{{tag!r}: {example!r}, ...}}, not a {type(data).__name__}")
+    data = dict(data)
+    kind = data.pop(tag, None)
+    if kind not in known:
+        shown = repr(kind) if isinstance(kind, str) and len(kind) <= 40 else f"a {type(kind).__name__}"
+        raise ValueError(f"unknown {label} {shown}; known: {', '.join(sorted(known))}")
+    return kind, data
+
+
 def schedule_from_dict(data: dict[str, Any]) -> Schedule:
     """Rebuild a schedule written by :meth:`Schedule.to_dict`. Raises ``ValueError`` naming the
     key for an unknown kind, an unknown or missing key, or a value that is not a finite number."""
-    if not isinstance(data, dict):
-        raise ValueError(
-            f"a schedule is a JSON object such as {{'schedule': 'linear', ...}}, not a {type(data).__name__}"
-        )
-    data = dict(data)
-    kind = data.pop("schedule", None)
-    if kind not in _KINDS:
-        shown = repr(kind) if isinstance(kind, str) and len(kind) <= 40 else f"a {type(kind).__name__}"
-        raise ValueError(f"unknown schedule kind {shown}; known: {', '.join(sorted(_KINDS))}")
+    kind, data = split_tagged(data, "schedule", _KINDS, "a schedule", "linear", "schedule kind")
     cls = _KINDS[kind]
     fields = {f.name: f for f in dataclasses.fields(cls)}
     for key, value in data.items():

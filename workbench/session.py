@@ -480,7 +480,7 @@ class Session:
         :class:`Session`'s (the saved seed by default). ``device`` is where the agent trains on
         (``"auto"`` by default; a saved run holds no device, see docs/devices.md).
         ``Session.resume(path, env)`` is the old, deprecated spelling."""
-        saved = read_saved(path, env, external=external, allow_encoders=allow_encoders, device=device, **kwargs)
+        saved = read_saved(path, env, external, allow_encoders, device, kwargs)
         if external:
             session = cls.external(saved.agent, **saved.kwargs)
         else:

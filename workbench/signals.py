@@ -240,32 +240,30 @@ class Signal:
         """Bytes held by the arrays."""
         return self._steps.nbytes + self._values.nbytes + self._times.nbytes
 
-    def _tail(self, last: int | None) -> np.ndarray:
+    def _reduce(self, last: int | None, reduce: Callable[[np.ndarray], Any]) -> float:
+        """``reduce`` of the last ``last`` values (all when None); NaN when empty."""
         if last is not None and last <= 0:
             raise ValueError(f"last must be a positive number of points, got {last}")
         with self._lock:
             start = 0 if last is None else max(0, self._size - last)
-            return self._values[start : self._size].astype(np.float64)
+            tail = self._values[start : self._size].astype(np.float64)
+        return float(reduce(tail)) if tail.size else math.nan
 
     def mean(self, last: int | None = None) -> float:
         """Mean of the last ``last`` values (all when None); NaN when empty."""
-        tail = self._tail(last)
-        return float(tail.mean()) if tail.size else math.nan
+        return self._reduce(last, np.mean)
 
     def std(self, last: int | None = None) -> float:
         """Standard deviation of the last ``last`` values (all when None); NaN when empty."""
-        tail = self._tail(last)
-        return float(tail.std()) if tail.size else math.nan
+        return self._reduce(last, np.std)
 
     def min(self, last: int | None = None) -> float:
         """Smallest of the last ``last`` values (all when None); NaN when empty."""
-        tail = self._tail(last)
-        return float(tail.min()) if tail.size else math.nan
+        return self._reduce(last, np.min)
 
     def max(self, last: int | None = None) -> float:
         """Largest of the last ``last`` values (all when None); NaN when empty."""
-        tail = self._tail(last)
-        return float(tail.max()) if tail.size else math.nan
+        return self._reduce(last, np.max)
 
     def __len__(self) -> int:
         return self._size

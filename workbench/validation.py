@@ -21,11 +21,12 @@ This module sits at the bottom of the layers: it knows numbers, schedules and da
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import inspect
 import math
 import numbers
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -198,6 +199,13 @@ def _show(value: Any) -> str:
     if isinstance(value, bool | int | float | np.integer | np.floating) or value is None:
         return text
     return f"{text} (a {type(value).__name__})"
+
+
+def did_you_mean(name: str, known: Sequence[str]) -> str:
+    """`` Did you mean a, b?`` with up to three of ``known`` close to a mistyped ``name``; empty when none
+    is close (what an error message puts after the name it refuses)."""
+    close = difflib.get_close_matches(name, known, n=3)
+    return f" Did you mean {', '.join(close)}?" if close else ""
 
 
 def check_value(owner: str, name: str, value: Any, constraint: Constraint, default: Any = dataclasses.MISSING) -> None:

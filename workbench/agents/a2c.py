@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from gymnasium import spaces
 
 from ..schedules import as_schedule
 from ..validation import checked, flag, number
@@ -83,7 +82,6 @@ class A2C(OnPolicyAgent):
 
     Config = A2CConfig
     default_plots = ("episode_reward", "loss")
-    action_spaces = (spaces.Discrete, spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)
     config: A2CConfig
 
     def _build(self) -> None:

@@ -321,30 +321,28 @@ class Agent(Execution, Shaping, Persistence, Playing):
         a Dict observation's ``"action_mask"`` key is used when it is not given.
         Thread-safe: concurrent calls take turns on the agent's lock (as ``act``, ``observe`` and
         ``update`` do), so they give the actions serial calls would."""
-        batch, _ = self.prepare_obs(obs)
-        mask = self._action_mask(obs, action_mask, len(batch))
-        with self._lock:
-            if self.config.normalize_observations:
-                batch = self.obs_normalizer(batch)
-            if mask is None:
-                return self._decide(batch, deterministic or not self.training)
-            step = self._decide(batch, deterministic or not self.training, mask)
-        return Step(step.actions, {**step.extras, MASK_KEY: mask})
+        step, mask, _ = self._locked_decide(obs, deterministic, action_mask)
+        return step if mask is None else Step(step.actions, {**step.extras, MASK_KEY: mask})
 
     def act(self, obs: Any, deterministic: bool = False, action_mask: Any = None) -> Any:
         """Actions for one observation or a batch (the actions of :meth:`decide`, ``action_mask``
         included); thread-safe, so a loaded agent serves concurrent requests
         (``wb.load(path).act(obs)`` from many threads)."""
+        step, _, single = self._locked_decide(obs, deterministic, action_mask)
+        return step.actions[0] if single else step.actions
+
+    def _locked_decide(self, obs: Any, deterministic: bool, action_mask: Any) -> tuple[Step, np.ndarray | None, bool]:
+        """What :meth:`decide` and :meth:`act` share: the step for ``obs`` taken on the agent's lock
+        (observations normalized; greedy in play mode), the checked action mask (None without one),
+        and whether ``obs`` was a single observation."""
         batch, single = self.prepare_obs(obs)
         mask = self._action_mask(obs, action_mask, len(batch))
         with self._lock:
             if self.config.normalize_observations:
                 batch = self.obs_normalizer(batch)
-            if mask is None:
-                actions = self._decide(batch, deterministic or not self.training).actions
-            else:
-                actions = self._decide(batch, deterministic or not self.training, mask).actions
-        return actions[0] if single else actions
+            greedy = deterministic or not self.training
+            step = self._decide(batch, greedy) if mask is None else self._decide(batch, greedy, mask)
+        return step, mask, single
 
     def _decide(self, obs: np.ndarray, deterministic: bool, mask: np.ndarray | None = None) -> Step:
         """The step for a prepared batch (``mask``: checked bool masks, or None); agents whose steps

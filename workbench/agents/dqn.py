@@ -258,7 +258,7 @@ class DQN(OffPolicyAgent):
         next_masks = t.extras.get(NEXT_MASK_KEY)
         # Only a real termination stops bootstrapping; a time-limit truncation does not.
         if isinstance(self.memory, HerMemory):  # whole episodes (workbench.memory.her): truncations too
-            self.memory.add_steps(t.obs, t.actions, t.rewards, t.next_obs, t.terminated, t.truncated)
+            self.memory.add_steps(t)
         elif self._n_step is None:
             self.memory.add(
                 t.obs,
@@ -270,7 +270,7 @@ class DQN(OffPolicyAgent):
                 **({} if next_masks is None else {"next_masks": next_masks}),
             )
         else:
-            ready = self._n_step.add(t.obs, t.actions, t.rewards, t.next_obs, t.terminated, t.truncated, next_masks)
+            ready = self._n_step.add(t, next_masks)
             if ready is not None:
                 self.memory.add(*ready)
         n = len(t.rewards)

@@ -470,39 +470,6 @@ def _require_onnx() -> None:
         ) from None
 
 
-def _write_onnx(
-    module: nn.Module,
-    example: tuple[torch.Tensor, ...],
-    path: str,
-    sidecar: dict[str, Any],
-    input_names: list[str],
-    output_names: list[str],
-    dynamic_axes: dict[str, dict[int, str]],
-) -> None:
-    import onnx
-
-    with warnings.catch_warnings():
-        # torch >= 2.9 warns that the TorchScript-based exporter is the legacy one; it is the one that
-        # needs neither onnxscript nor a network, and it handles this small graph exactly.
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            module,
-            example,
-            path,
-            dynamo=False,
-            opset_version=ONNX_OPSET,
-            input_names=input_names,
-            output_names=output_names,
-            dynamic_axes=dynamic_axes,
-        )
-    model = onnx.load(path)
-    onnx.checker.check_model(model)
-    model.doc_string = f"rl-workbench {sidecar['algorithm']} deterministic policy"
-    entry = model.metadata_props.add()
-    entry.key, entry.value = "workbench", json.dumps(sidecar)
-    onnx.save(model, path)
-
-
 def _remove_leftovers(path: str) -> None:
     """Remove what killed exports to ``path`` left: ``.NAME.tmp-*`` files beside it, untouched for
     an hour (a younger one may be another export to the same path, still writing)."""
@@ -582,6 +549,8 @@ def write_model(
     """Write ``module`` as ONNX to ``path`` and ``sidecar`` beside it, through temporary files renamed
     into place (the model last); what :func:`export_policy` and the multi-agent per-policy export
     (``workbench.agents.multiagent.export_policies``) share."""
+    import onnx
+
     _remove_leftovers(path)
     _remove_leftovers(path + SIDECAR_SUFFIX)
     # The callers checked what the two paths may replace (_check_replaceable, with their overwrite=);
@@ -591,7 +560,26 @@ def write_model(
         replacing(path, owner="export()", overwrite=True) as tmp_model,
         replacing(path + SIDECAR_SUFFIX, owner="export()", overwrite=True) as tmp_sidecar,
     ):
-        _write_onnx(module, example, tmp_model, sidecar, inputs, outputs, axes)
+        with warnings.catch_warnings():
+            # torch >= 2.9 warns that the TorchScript-based exporter is the legacy one; it is the one that
+            # needs neither onnxscript nor a network, and it handles this small graph exactly.
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                module,
+                example,
+                tmp_model,
+                dynamo=False,
+                opset_version=ONNX_OPSET,
+                input_names=inputs,
+                output_names=outputs,
+                dynamic_axes=axes,
+            )
+        model = onnx.load(tmp_model)
+        onnx.checker.check_model(model)
+        model.doc_string = f"rl-workbench {sidecar['algorithm']} deterministic policy"
+        entry = model.metadata_props.add()
+        entry.key, entry.value = "workbench", json.dumps(sidecar)
+        onnx.save(model, tmp_model)
         with open(tmp_sidecar, "w", encoding="utf-8") as f:
             json.dump(sidecar, f, indent=2)
             f.write("\n")

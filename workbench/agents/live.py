@@ -17,10 +17,9 @@ This module knows agents only; the session applies edits on its training thread 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from typing import TYPE_CHECKING, Any
 
-from ..validation import ArgumentError, check_value, constraint_of, is_live, validate_config
+from ..validation import ArgumentError, check_value, constraint_of, did_you_mean, is_live, validate_config
 
 if TYPE_CHECKING:
     from .contract import Agent
@@ -90,11 +89,9 @@ def check_edits(agent: Agent, values: dict[str, Any], owner: str | None = None) 
         )
     for name, value in values.items():
         if name not in names:
-            close = difflib.get_close_matches(name, live, n=3)
-            hint = f" Did you mean {', '.join(close)}?" if close else ""
             raise ArgumentError(
-                f"{owner} got an unknown hyperparameter {name!r}.{hint} {agent.algorithm}'s editable "
-                f"hyperparameters: {', '.join(live)}."
+                f"{owner} got an unknown hyperparameter {name!r}.{did_you_mean(name, live)} "
+                f"{agent.algorithm}'s editable hyperparameters: {', '.join(live)}."
             )
         if name not in live:
             raise ArgumentError(

@@ -146,7 +146,7 @@ class OffPolicyAgent(Agent):
         t = transitions
         stored = t.actions if self.discrete else self._unscale_action(np.asarray(t.actions, dtype=np.float32))
         if isinstance(self.memory, HerMemory):  # whole episodes: it needs the truncations too
-            self.memory.add_steps(t.obs, stored, t.rewards, t.next_obs, t.terminated, t.truncated)
+            self.memory.add_steps(t._replace(actions=stored))
         else:
             self.memory.add(t.obs, stored, t.rewards, t.next_obs, t.terminated.astype(np.float32), self.config.gamma)
         self._steps_since_update += len(t.rewards)

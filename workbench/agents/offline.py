@@ -55,32 +55,20 @@ class OfflineBatch(NamedTuple):
 
 
 class OfflineData:
-    """A dataset as tensors in host RAM, sampled uniformly with the agent's generator; minibatches go
-    to ``device`` (the agent's)."""
+    """A dataset as tensors in host RAM (``rows``: every transition), sampled uniformly with the agent's
+    generator; minibatches go to ``device`` (the agent's)."""
 
-    def __init__(
-        self,
-        obs: np.ndarray,
-        actions: np.ndarray,
-        rewards: np.ndarray,
-        next_obs: np.ndarray,
-        dones: np.ndarray,
-        device: torch.device | None = None,
-    ) -> None:
+    def __init__(self, rows: OfflineBatch, device: torch.device | None = None) -> None:
+        self.rows = rows
         self.device = torch.device("cpu") if device is None else device
-        self.obs = torch.as_tensor(obs, dtype=torch.float32)
-        self.actions = torch.as_tensor(actions)
-        self.rewards = torch.as_tensor(rewards, dtype=torch.float32)
-        self.next_obs = torch.as_tensor(next_obs, dtype=torch.float32)
-        self.dones = torch.as_tensor(dones, dtype=torch.float32)
 
     def __len__(self) -> int:
-        return len(self.rewards)
+        return len(self.rows.rewards)
 
     def sample(self, batch_size: int, rng: np.random.Generator) -> OfflineBatch:
         """A uniform minibatch (with replacement)."""
         idx = torch.from_numpy(rng.integers(0, len(self), size=batch_size))
-        batch = OfflineBatch(self.obs[idx], self.actions[idx], self.rewards[idx], self.next_obs[idx], self.dones[idx])
+        batch = OfflineBatch(*(column[idx] for column in self.rows))
         if self.device.type == "cpu":
             return batch
         return OfflineBatch(*(to_device(t, self.device) for t in batch))
@@ -160,9 +148,14 @@ class OfflineAgent(Agent):
                 self.obs_normalizer.update(obs)
             obs, next_obs = self.obs_normalizer(obs), self.obs_normalizer(next_obs)
         actions = dataset.actions if self.discrete else self._unscale_action(dataset.actions)
-        self.data = OfflineData(
-            obs, actions, dataset.rewards, next_obs, dataset.terminated.astype(np.float32), device=self.device
+        rows = OfflineBatch(
+            torch.as_tensor(obs, dtype=torch.float32),
+            torch.as_tensor(actions),
+            torch.as_tensor(dataset.rewards, dtype=torch.float32),
+            torch.as_tensor(next_obs, dtype=torch.float32),
+            torch.as_tensor(dataset.terminated, dtype=torch.float32),
         )
+        self.data = OfflineData(rows, device=self.device)
 
     def _observe(self, transitions: Transitions) -> None:
         raise TypeError(

@@ -192,6 +192,7 @@ class OnPolicyAgent(Agent):
     """Base of the on-policy agents: networks, acting, storing a rollout, advantages."""
 
     network_names = ("actor", "critic")
+    action_spaces = (spaces.Discrete, spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)
     on_policy = True
     supports_action_masks = True
 

@@ -12,7 +12,7 @@ import gymnasium as gym
 import numpy as np
 
 from ..envs.core import EnvSource, as_env_source, describe_space
-from ..loop import play_episode
+from ..loop import play_episodes
 from ..validation import check_arguments, choice, flag, integer, optional
 
 __all__ = ["EpisodeReturns", "Playing"]
@@ -139,17 +139,18 @@ class Playing:
         lengths: list[int] = []
         frames: list[list[np.ndarray]] | None = [] if render else None
         try:
-            for episode in range(episodes):
+            for _, moments in play_episodes(
+                self,
+                instance,
+                episodes,
+                seed,
+                deterministic=deterministic,
+                max_steps=max_steps,
+                render=frames is not None,
+            ):
                 total, moment = 0.0, None
                 episode_frames: list[np.ndarray] = []
-                for moment in play_episode(
-                    self,
-                    instance,
-                    seed=None if seed is None else seed + episode,
-                    deterministic=deterministic,
-                    max_steps=max_steps,
-                    render=frames is not None,
-                ):
+                for moment in moments:
                     total += moment.reward
                     if frames is not None:
                         episode_frames.append(np.asarray(moment.frame))

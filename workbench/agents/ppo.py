@@ -11,7 +11,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
-from gymnasium import spaces
 
 from ..schedules import Schedule, as_schedule, linear
 from ..validation import checked, integer, number, optional
@@ -59,7 +58,6 @@ class PPO(OnPolicyAgent):
 
     Config = PPOConfig
     default_plots = ("episode_reward", "loss")
-    action_spaces = (spaces.Discrete, spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)
     config: PPOConfig
 
     def _build(self) -> None:

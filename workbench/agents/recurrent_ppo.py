@@ -23,7 +23,6 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from gymnasium import spaces
 from torch import nn
 
 from ..envs.masks import MASK_KEY
@@ -111,7 +110,6 @@ class RecurrentPPO(OnPolicyAgent):
     """
 
     Config = RecurrentPPOConfig
-    action_spaces = (spaces.Discrete, spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)
     config: RecurrentPPOConfig
     per_env_decisions = True
     """Its decisions carry each env's LSTM state from call to call (Session.external refuses it)."""

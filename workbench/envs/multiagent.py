@@ -768,18 +768,12 @@ def parallel_episode(
 
 
 def play_parallel(
-    agent: Agent,
-    env: Any,
-    episodes: int,
-    *,
-    seed: int | None = None,
-    deterministic: bool = True,
-    max_steps: int | None = None,
-    render: bool = False,
+    agent: Agent, env: Any, episodes: int, *, seed: int | None = None, render: bool = False, **options: Any
 ) -> tuple[list[float], list[int], list[list[np.ndarray]] | None, list[dict[str, float]]]:
     """Play ``episodes`` team episodes of the ParallelEnv ``env`` with ``agent`` deciding for every agent
-    (``Agent.play`` on a ParallelEnv). Returns the team returns, the lengths, the frames (``render``:
-    ``env.render()`` after the reset and after every step) and each agent's returns."""
+    (``Agent.play`` on a ParallelEnv), episode ``i`` seeded ``seed + i``. Returns the team returns, the
+    lengths, the frames (``render``: ``env.render()`` after the reset and after every step) and each agent's
+    returns. ``options``: :func:`parallel_episode`'s (``deterministic``, ``max_steps``)."""
     check_agent_fits(agent, env)
     adapter = ParallelEnvAdapter(env, layout_for(agent, env))
     returns: list[float] = []
@@ -790,12 +784,7 @@ def play_parallel(
         shots: list[np.ndarray] = []
         t = -1
         moments = parallel_episode(
-            agent,
-            adapter,
-            seed=None if seed is None else seed + episode,
-            deterministic=deterministic,
-            max_steps=max_steps,
-            render=render,
+            agent, adapter, seed=None if seed is None else seed + episode, render=render, **options
         )
         for frame, _reward in moments:
             t += 1

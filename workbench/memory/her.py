@@ -35,8 +35,9 @@ from gymnasium import spaces
 from ..checkpoint import read_npz, write_npz
 from ..envs.goals import goal_env_problem
 from ..envs.masks import strip_mask_space
+from ..loop import Transitions
 from ..validation import ArgumentError
-from .replay import ReplayBatch, ReplayMemory, check_transitions
+from .replay import ReplayBatch, ReplayMemory, check_saved_transitions
 
 __all__ = ["STRATEGIES", "HerMemory", "HerReplay", "env_compute_reward", "replay_from_dict"]
 
@@ -188,18 +189,12 @@ class HerMemory(ReplayMemory):
             "truncated); it cannot be pre-filled with loose transitions (load_dataset): use the default replay"
         )
 
-    def add_steps(
-        self,
-        obs: np.ndarray,
-        actions: np.ndarray,
-        rewards: np.ndarray,
-        next_obs: np.ndarray,
-        terminated: np.ndarray,
-        truncated: np.ndarray,
-    ) -> None:
-        """One step of every env (rows in env order); an episode that ends enters the memory whole.
-        The first step's goals are given to ``compute_reward`` once, so a function that returns strings,
-        NaN or the wrong shape is found when the first transition is stored, not by a later update."""
+    def add_steps(self, steps: Transitions) -> None:
+        """One step of every env (rows in env order; actions as the agent stores them); an episode that
+        ends enters the memory whole. The first step's goals are given to ``compute_reward`` once, so a
+        function that returns strings, NaN or the wrong shape is found when the first transition is
+        stored, not by a later update."""
+        obs, actions, rewards, next_obs, terminated, truncated, _ = steps
         n = len(rewards)
         if not self._reward_checked and self.compute_reward is not None and n:
             next_rows = np.asarray(next_obs)
@@ -240,18 +235,11 @@ class HerMemory(ReplayMemory):
                 old = (start + np.arange(self.episode_length[start])) % self.capacity
                 self.n_valid -= int(self.valid[old].sum())
                 self.valid[old] = False
-        self.obs[rows] = obs
-        self.next_obs[rows] = next_obs
-        self.actions[rows] = actions
-        self.rewards[rows] = rewards
-        self.dones[rows] = dones
-        self.discounts[rows] = self.gamma
+        super().add(obs, actions, rewards, next_obs, dones, self.gamma)  # the rows above, pos and size moved on
         self.episode_start[rows] = rows[0]
         self.episode_length[rows] = length
         self.valid[rows] = True
         self.n_valid += length
-        self.pos = int((self.pos + length) % self.capacity)
-        self.size = min(self.size + length, self.capacity)
 
     def clear_pending(self) -> None:
         """Forget every env's episode in progress (the envs were reset)."""
@@ -406,18 +394,8 @@ class HerMemory(ReplayMemory):
                 f"{source}: missing arrays {', '.join(missing)}"
                 + (" (a memory saved without HerReplay cannot be loaded into one)" if self.EPISODES in missing else "")
             )
-        n = len(arrays["rewards"]) if np.ndim(arrays["rewards"]) else -1
-        for name in self.FIELDS:
-            arr = arrays[name]
-            want = getattr(self, name)
-            if arr.ndim == 0 or len(arr) != n or arr.shape[1:] != want.shape[1:]:
-                raise ValueError(
-                    f"{source}: array {name!r} has shape {arr.shape}, expected "
-                    f"({max(n, 0)}, {', '.join(map(str, want.shape[1:]))}) for this agent's spaces"
-                )
-            if arr.dtype.kind not in "biuf":
-                raise ValueError(f"{source}: array {name!r} has dtype {arr.dtype}, expected numbers")
-        check_transitions(arrays, self.FIELDS, source, action_space)
+        rows = {name: getattr(self, name).shape[1:] for name in self.FIELDS}
+        n = check_saved_transitions(arrays, rows, source, action_space)
         lengths = arrays[self.EPISODES]
         if lengths.ndim != 1 or lengths.dtype.kind not in "iu" or (lengths < 1).any() or int(lengths.sum()) != n:
             raise ValueError(

@@ -6,6 +6,8 @@ from collections import deque
 
 import numpy as np
 
+from ..loop import Transitions
+
 __all__ = ["NStepAccumulator"]
 
 
@@ -25,19 +27,11 @@ class NStepAccumulator:
         self.gamma = float(gamma)
         self._pending: list[deque] = []
 
-    def add(
-        self,
-        obs: np.ndarray,
-        actions: np.ndarray,
-        rewards: np.ndarray,
-        next_obs: np.ndarray,
-        terminated: np.ndarray,
-        truncated: np.ndarray,
-        next_masks: np.ndarray | None = None,
-    ) -> tuple[np.ndarray, ...] | None:
+    def add(self, steps: Transitions, next_masks: np.ndarray | None = None) -> tuple[np.ndarray, ...] | None:
         """Take one step of every env; return the n-step transitions now complete (or None).
         Given ``next_masks`` (the next states' action masks), a seventh array holds the mask of
         each emitted transition's next state."""
+        obs, actions, rewards, next_obs, terminated, truncated, _ = steps
         n_envs = len(rewards)
         if len(self._pending) != n_envs:
             self._pending = [deque() for _ in range(n_envs)]

@@ -94,32 +94,12 @@ class PrioritizedReplayMemory(ReplayMemory):
 
     FIELDS = (*ReplayMemory.FIELDS, "priorities")
 
-    def __init__(
-        self,
-        capacity: int,
-        obs_shape: tuple[int, ...],
-        action_shape: tuple[int, ...] = (),
-        action_dtype: np.dtype | type = np.int64,
-        *,
-        alpha: float = 0.6,
-        epsilon: float = 1e-6,
-        obs_dtype: np.dtype | type = np.float32,
-        optimize_memory_usage: bool = False,
-        stride: int = 1,
-        obs_byte_columns: np.ndarray | None = None,
-    ) -> None:
+    def __init__(self, *args: Any, alpha: float = 0.6, epsilon: float = 1e-6, **kwargs: Any) -> None:
+        """``alpha``: how much priorities count (0: uniform); ``epsilon``: added to every priority. The
+        other arguments are :class:`ReplayMemory`'s."""
         if alpha < 0:
             raise ValueError(f"prioritized replay alpha must be >= 0, got {alpha}")
-        super().__init__(
-            capacity,
-            obs_shape,
-            action_shape,
-            action_dtype,
-            obs_dtype=obs_dtype,
-            optimize_memory_usage=optimize_memory_usage,
-            stride=stride,
-            obs_byte_columns=obs_byte_columns,
-        )
+        super().__init__(*args, **kwargs)
         self.alpha = float(alpha)
         self.epsilon = float(epsilon)
         self.tree = SumTree(self.capacity)

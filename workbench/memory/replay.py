@@ -13,7 +13,7 @@ from ..checkpoint import read_npz, write_npz
 from ..devices import to_device
 from ..envs.columns import ColumnStore, join_columns, split_columns
 
-__all__ = ["ReplayBatch", "ReplayMemory", "check_transitions"]
+__all__ = ["ReplayBatch", "ReplayMemory", "check_saved_transitions", "check_transitions"]
 
 
 class ReplayBatch(NamedTuple):
@@ -68,6 +68,30 @@ def check_transitions(
             )
     # Continuous actions are stored rescaled to [-1, 1] by the agent, so only their finiteness
     # (checked above) says anything about the space.
+
+
+def check_saved_transitions(
+    arrays: dict[str, np.ndarray],
+    rows: dict[str, tuple[int, ...]],
+    source: str,
+    action_space: gym.Space | None = None,
+) -> int:
+    """Check saved transitions before a memory loads them: each array named in ``rows`` holds numbers, one
+    row per transition, each row of the shape ``rows`` gives (this memory's), and what
+    :func:`check_transitions` checks. Returns the number of transitions (-1 when ``rewards`` is a scalar,
+    already refused). A ``ValueError`` names ``source``, the array and what is wrong."""
+    n = len(arrays["rewards"]) if np.ndim(arrays["rewards"]) else -1
+    for name, row in rows.items():
+        arr = arrays[name]
+        if arr.ndim == 0 or len(arr) != n or arr.shape[1:] != row:
+            raise ValueError(
+                f"{source}: array {name!r} has shape {arr.shape}, expected "
+                f"({max(n, 0)}, {', '.join(map(str, row))}) for this agent's spaces"
+            )
+        if arr.dtype.kind not in "biuf":
+            raise ValueError(f"{source}: array {name!r} has dtype {arr.dtype}, expected numbers")
+    check_transitions(arrays, tuple(rows), source, action_space)
+    return n
 
 
 class ReplayMemory:
@@ -310,18 +334,8 @@ class ReplayMemory:
         missing = [f for f in self.FIELDS if f not in arrays]
         if missing:
             raise ValueError(f"{source}: missing arrays {', '.join(missing)}")
-        n = len(arrays["rewards"]) if np.ndim(arrays["rewards"]) else -1
-        for name in self.FIELDS:
-            arr = arrays[name]
-            want = self.obs if name == "next_obs" else getattr(self, name)
-            if arr.ndim == 0 or len(arr) != n or arr.shape[1:] != want.shape[1:]:
-                raise ValueError(
-                    f"{source}: array {name!r} has shape {arr.shape}, expected "
-                    f"({max(n, 0)}, {', '.join(map(str, want.shape[1:]))}) for this agent's spaces"
-                )
-            if arr.dtype.kind not in "biuf":
-                raise ValueError(f"{source}: array {name!r} has dtype {arr.dtype}, expected numbers")
-        check_transitions(arrays, self.FIELDS, source, action_space)
+        rows = {name: (self.obs if name == "next_obs" else getattr(self, name)).shape[1:] for name in self.FIELDS}
+        n = check_saved_transitions(arrays, rows, source, action_space)
         masks = arrays.get(self.MASKS)
         if masks is not None and (masks.dtype != bool or masks.ndim != 2 or len(masks) != n):
             raise ValueError(

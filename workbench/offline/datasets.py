@@ -698,14 +698,7 @@ class Dataset:
             fields = FieldChecks(meta_path)
             if not isinstance(meta, dict) or meta.get("format") != DATASET_FORMAT:
                 raise DatasetError(f"{meta_path}: not a workbench dataset")
-            version = meta.get("version")
-            if type(version) is not int or version < 1:
-                raise fields.fail("version", version, "a positive integer")
-            if version > _VERSION:
-                raise DatasetError(
-                    f"{meta_path}: format version {version} is newer than this library reads (up to {_VERSION}); "
-                    "upgrade rl-workbench to load it"
-                )
+            fields.version(meta.get("version"), "version", _VERSION)
             for key in ("observation_space", "action_space"):
                 if key not in meta:
                     raise DatasetError(f"{meta_path}: field {key!r} is missing; every dataset.json names its spaces")

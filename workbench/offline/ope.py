@@ -36,7 +36,7 @@ refused. ``ips``/``wis`` (products of such ratios over whole episodes) are left 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 import torch
@@ -106,28 +106,66 @@ def _check(owner: str, values: dict[str, Any], **special: Any) -> None:
     check_arguments(owner, values, {name: special.get(name, _CHECKS[name]) for name in values})
 
 
+def _check_estimate(owner: str, dataset: Dataset, values: dict[str, Any], rows: dict[str, np.ndarray]) -> int:
+    """Check an estimator's arguments ``values`` (:data:`_CHECKS`; ``seed`` may be None) and that each
+    array of ``rows`` has a row per step of ``dataset``; returns the number of steps."""
+    _check(owner, values, seed=optional(integer(min=0)))
+    n = len(dataset)
+    for name, arr in rows.items():
+        if len(arr) != n:
+            raise DatasetError(f"{owner}: {name} has {len(arr)} rows, the dataset {n}")
+    return n
+
+
+def _check_evaluation(
+    owner: str, gamma: float, fqe_steps: int, n_bootstrap: int, behaviour_steps: int, seed: int, bandwidth: float
+) -> None:
+    """Check the settings of an evaluation (:func:`evaluate_offline`'s, :class:`OffPolicyEvaluator`'s)."""
+    _check(
+        owner,
+        dict(
+            gamma=gamma,
+            fqe_steps=fqe_steps,
+            n_bootstrap=n_bootstrap,
+            behaviour_steps=behaviour_steps,
+            seed=seed,
+            bandwidth=bandwidth,
+        ),
+    )
+
+
 def _standardizer(obs: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
     mean = torch.as_tensor(obs.mean(0), dtype=torch.float32)
     std = torch.as_tensor(obs.std(0) + 1e-6, dtype=torch.float32)
     return mean, std
 
 
+_Q = TypeVar("_Q", bound="_FittedQ")
+
+
 class _FittedQ:
-    """What both fitted-Q evaluations share: a Q-network and its target copy, their optimizer, and the
-    regression onto ``r + gamma * V_target(s')`` with a target refresh every ``target_every`` steps. A
-    subclass says how a batch of rows gives the Q-value of the logged action and the next state's value."""
+    """What both fitted-Q evaluations share: a Q-network and its target copy, their optimizer, the
+    checks of their settings, and :meth:`fit`: the regression onto ``r + gamma * V_target(s')`` with a
+    target refresh every ``target_every`` steps. A subclass says how its inputs are standardized and how
+    a batch of rows gives the Q-value of the logged action and the next state's value (:meth:`_values`)."""
 
     def __init__(
         self,
+        dims: dict[str, int],
         in_dim: int,
         out_dim: int,
-        gamma: float,
-        net_arch: tuple[int, ...],
-        lr: float,
-        batch_size: int,
-        target_every: int,
-        seed: int,
+        *,
+        gamma: float = 0.99,
+        net_arch: tuple[int, ...] = (64, 64),
+        lr: float = 1e-3,
+        batch_size: int = 256,
+        target_every: int = 10,
+        seed: int = 0,
     ) -> None:
+        settings = dict(
+            gamma=gamma, net_arch=net_arch, lr=lr, batch_size=batch_size, target_every=target_every, seed=seed
+        )
+        _check(type(self).__name__, {**dims, **settings})
         self.gamma, self.batch_size, self.target_every = float(gamma), int(batch_size), int(target_every)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
@@ -139,15 +177,23 @@ class _FittedQ:
         self.steps = 0
         self._norm: tuple[torch.Tensor, torch.Tensor] | None = None
 
-    def _regress(
-        self,
-        dataset: Dataset,
-        steps: int,
-        acted_q: Callable[[torch.Tensor], torch.Tensor],
-        next_value: Callable[[torch.Tensor], torch.Tensor],
-    ) -> None:
-        """``steps`` gradient steps: ``acted_q(idx)`` (the online net's value of rows ``idx``'s logged actions)
-        onto the rows' rewards plus the discounted ``next_value(idx)`` (from the target net)."""
+    def _observation_rows(self, dataset: Dataset) -> np.ndarray:
+        """The observations its standardizer is fitted to (at the first :meth:`fit`)."""
+        raise NotImplementedError
+
+    def _values(self, dataset: Dataset, target: np.ndarray) -> tuple[Callable[[torch.Tensor], torch.Tensor], ...]:
+        """``(acted_q, next_value)``: ``acted_q(idx)``, the online net's value of rows ``idx``'s logged
+        actions, and ``next_value(idx)``, the target net's value of their next states under ``target``."""
+        raise NotImplementedError
+
+    def fit(self: _Q, dataset: Dataset, target: np.ndarray, steps: int = 2000) -> _Q:
+        """``steps`` gradient steps on ``dataset``: ``acted_q(idx)`` (see :meth:`_values`) onto the rows'
+        rewards plus the discounted ``next_value(idx)``, where ``target[i]`` is the target policy in
+        ``next_observations[i]`` (a subclass says how)."""
+        _check(f"{type(self).__name__}.fit", {"steps": steps})
+        if self._norm is None:
+            self._norm = _standardizer(self._observation_rows(dataset))
+        acted_q, next_value = self._values(dataset, target)
         rewards = torch.as_tensor(dataset.rewards)
         alive = torch.as_tensor(1.0 - dataset.terminated.astype(np.float32))
         n = len(dataset)
@@ -159,14 +205,15 @@ class _FittedQ:
         for _ in range(int(steps)):
             idx = torch.from_numpy(self.rng.integers(0, n, size=self.batch_size))
             with torch.no_grad():
-                target = (rewards[idx] + self.gamma * alive[idx] * next_value(idx)).clamp(low, high)
-            loss = F.smooth_l1_loss(acted_q(idx), target)
+                backup = (rewards[idx] + self.gamma * alive[idx] * next_value(idx)).clamp(low, high)
+            loss = F.smooth_l1_loss(acted_q(idx), backup)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             self.optimizer.step()
             self.steps += 1
             if self.steps % self.target_every == 0:
                 self.q_target.load_state_dict(self.q.state_dict())
+        return self
 
 
 class FittedQEvaluation(_FittedQ):
@@ -179,54 +226,27 @@ class FittedQEvaluation(_FittedQ):
     backups a constant reward's value reaches ``1 - gamma**k`` of its limit: 63% at k=100 with
     gamma 0.99). Every 10 steps, 5000 steps make 500 backups (99%)."""
 
-    def __init__(
-        self,
-        obs_dim: int,
-        n_actions: int,
-        *,
-        gamma: float = 0.99,
-        net_arch: tuple[int, ...] = (64, 64),
-        lr: float = 1e-3,
-        batch_size: int = 256,
-        target_every: int = 10,
-        seed: int = 0,
-    ) -> None:
-        _check(
-            "FittedQEvaluation",
-            dict(
-                obs_dim=obs_dim,
-                n_actions=n_actions,
-                gamma=gamma,
-                net_arch=net_arch,
-                lr=lr,
-                batch_size=batch_size,
-                target_every=target_every,
-                seed=seed,
-            ),
-        )
-        super().__init__(obs_dim, n_actions, gamma, net_arch, lr, batch_size, target_every, seed)
+    def __init__(self, obs_dim: int, n_actions: int, **settings: Any) -> None:
+        """``settings``: ``gamma``, ``net_arch``, ``lr``, ``batch_size``, ``target_every``, ``seed``."""
+        super().__init__({"obs_dim": obs_dim, "n_actions": n_actions}, obs_dim, n_actions, **settings)
         self.n_actions = int(n_actions)
 
     def _in(self, obs: np.ndarray | torch.Tensor) -> torch.Tensor:
         assert self._norm is not None
         return (torch.as_tensor(obs, dtype=torch.float32) - self._norm[0]) / self._norm[1]
 
-    def fit(self, dataset: Dataset, next_probs: np.ndarray, steps: int = 2000) -> FittedQEvaluation:
-        """``steps`` gradient steps on ``dataset``, where ``next_probs[i]`` are the target policy's
-        action probabilities in ``next_observations[i]``."""
-        _check("FittedQEvaluation.fit", {"steps": steps})
-        if self._norm is None:
-            self._norm = _standardizer(dataset.observations)
+    def _observation_rows(self, dataset: Dataset) -> np.ndarray:
+        return dataset.observations
+
+    def _values(self, dataset: Dataset, target: np.ndarray) -> tuple[Callable[[torch.Tensor], torch.Tensor], ...]:
+        """``target[i]``: the target policy's action probabilities in ``next_observations[i]``."""
         obs, next_obs = self._in(dataset.observations), self._in(dataset.next_observations)
         actions = torch.as_tensor(dataset.actions, dtype=torch.long).unsqueeze(1)
-        pi_next = torch.as_tensor(next_probs, dtype=torch.float32)
-        self._regress(
-            dataset,
-            steps,
-            acted_q=lambda idx: self.q(obs[idx]).gather(1, actions[idx]).squeeze(1),
-            next_value=lambda idx: (self.q_target(next_obs[idx]) * pi_next[idx]).sum(-1),
+        pi_next = torch.as_tensor(target, dtype=torch.float32)
+        return (
+            lambda idx: self.q(obs[idx]).gather(1, actions[idx]).squeeze(1),
+            lambda idx: (self.q_target(next_obs[idx]) * pi_next[idx]).sum(-1),
         )
-        return self
 
     @torch.no_grad()
     def __call__(self, obs: np.ndarray) -> np.ndarray:
@@ -328,22 +348,18 @@ def estimate(
     logged action, and a Q-model's values in each state and next state (zeros for none: ``dm``
     is then 0 and ``dr``/``sdr`` reduce to importance sampling). The interval is the bootstrap
     percentile interval over ``n_bootstrap`` resamples of whole episodes."""
-    _check(
+    n = _check_estimate(
         "estimate",
+        dataset,
         dict(gamma=gamma, n_bootstrap=n_bootstrap, confidence=confidence, seed=seed),
-        seed=optional(integer(min=0)),
+        dict(
+            target_probs=target_probs,
+            q_values=q_values,
+            next_target_probs=next_target_probs,
+            next_q_values=next_q_values,
+            behaviour_probs=behaviour_probs,
+        ),
     )
-    n = len(dataset)
-    for name, arr in (
-        ("target_probs", target_probs),
-        ("q_values", q_values),
-        ("next_target_probs", next_target_probs),
-        ("next_q_values", next_q_values),
-    ):
-        if len(arr) != n:
-            raise DatasetError(f"estimate: {name} has {len(arr)} rows, the dataset {n}")
-    if len(behaviour_probs) != n:
-        raise DatasetError(f"estimate: behaviour_probs has {len(behaviour_probs)} rows, the dataset {n}")
     if (behaviour_probs <= 0).any():
         raise DatasetError("estimate: a behaviour probability is 0: the logged action could not have been taken")
     pi_taken = target_probs[np.arange(n), dataset.actions]
@@ -427,21 +443,18 @@ def estimate_continuous(
     of the target's action in the next state ``V(s')``. The importance ratio is
     ``exp(kernel_log_density(a, pi(s)) - behaviour_log_prob)``; ``dr`` is
     ``V(s_0) + rho_0 (r_0 + gamma V(s_1) - Q(s_0, a_0))`` per episode (no ``V(s_1)`` after a termination)."""
-    _check(
+    _check_estimate(
         "estimate_continuous",
+        dataset,
         dict(gamma=gamma, bandwidth=bandwidth, n_bootstrap=n_bootstrap, confidence=confidence, seed=seed),
-        seed=optional(integer(min=0)),
+        dict(
+            target_actions=target_actions,
+            behaviour_log_probs=behaviour_log_probs,
+            acted_q=acted_q,
+            values=values,
+            next_values=next_values,
+        ),
     )
-    n = len(dataset)
-    for name, arr in (
-        ("target_actions", target_actions),
-        ("behaviour_log_probs", behaviour_log_probs),
-        ("acted_q", acted_q),
-        ("values", values),
-        ("next_values", next_values),
-    ):
-        if len(arr) != n:
-            raise DatasetError(f"estimate_continuous: {name} has {len(arr)} rows, the dataset {n}")
     log_rho = kernel_log_density(dataset.actions, target_actions, dataset.action_space, bandwidth)
     log_rho = log_rho - np.asarray(behaviour_log_probs, dtype=np.float64).reshape(-1)
     rho = np.exp(np.clip(log_rho, -50.0, 50.0))
@@ -461,33 +474,10 @@ class ContinuousFittedQEvaluation(_FittedQ):
     action an input (scaled to [-1, 1] by the space's bounds), learned by regression onto
     ``r + gamma * Q_target(s', pi(s'))``, as :class:`FittedQEvaluation` does for Discrete actions."""
 
-    def __init__(
-        self,
-        obs_dim: int,
-        action_space: Any,
-        *,
-        gamma: float = 0.99,
-        net_arch: tuple[int, ...] = (64, 64),
-        lr: float = 1e-3,
-        batch_size: int = 256,
-        target_every: int = 10,
-        seed: int = 0,
-    ) -> None:
+    def __init__(self, obs_dim: int, action_space: Any, **settings: Any) -> None:
+        """``settings``: ``gamma``, ``net_arch``, ``lr``, ``batch_size``, ``target_every``, ``seed``."""
         act_dim = int(np.prod(action_space.shape))
-        _check(
-            "ContinuousFittedQEvaluation",
-            dict(
-                obs_dim=obs_dim,
-                act_dim=act_dim,
-                gamma=gamma,
-                net_arch=net_arch,
-                lr=lr,
-                batch_size=batch_size,
-                target_every=target_every,
-                seed=seed,
-            ),
-        )
-        super().__init__(obs_dim + act_dim, 1, gamma, net_arch, lr, batch_size, target_every, seed)
+        super().__init__({"obs_dim": obs_dim, "act_dim": act_dim}, obs_dim + act_dim, 1, **settings)
         middle, half = _action_scale(action_space)
         self._middle = torch.as_tensor(middle, dtype=torch.float32)
         self._half = torch.as_tensor(half, dtype=torch.float32)
@@ -499,22 +489,17 @@ class ContinuousFittedQEvaluation(_FittedQ):
         a = (torch.as_tensor(np.asarray(actions), dtype=torch.float32).reshape(n, -1) - self._middle) / self._half
         return torch.cat([o, a], dim=1)
 
-    def fit(self, dataset: Dataset, next_actions: np.ndarray, steps: int = 2000) -> ContinuousFittedQEvaluation:
-        """``steps`` gradient steps on ``dataset``, where ``next_actions[i]`` is the target policy's
-        action in ``next_observations[i]``."""
-        _check("ContinuousFittedQEvaluation.fit", {"steps": steps})
-        if self._norm is None:
-            flat = np.asarray(dataset.observations, dtype=np.float32).reshape(len(dataset), -1)
-            self._norm = _standardizer(flat)
+    def _observation_rows(self, dataset: Dataset) -> np.ndarray:
+        return np.asarray(dataset.observations, dtype=np.float32).reshape(len(dataset), -1)
+
+    def _values(self, dataset: Dataset, target: np.ndarray) -> tuple[Callable[[torch.Tensor], torch.Tensor], ...]:
+        """``target[i]``: the target policy's action in ``next_observations[i]``."""
         taken = self._in(dataset.observations, dataset.actions)
-        following = self._in(dataset.next_observations, next_actions)
-        self._regress(
-            dataset,
-            steps,
-            acted_q=lambda idx: self.q(taken[idx]).squeeze(1),
-            next_value=lambda idx: self.q_target(following[idx]).squeeze(1),
+        following = self._in(dataset.next_observations, target)
+        return (
+            lambda idx: self.q(taken[idx]).squeeze(1),
+            lambda idx: self.q_target(following[idx]).squeeze(1),
         )
-        return self
 
     @torch.no_grad()
     def __call__(self, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
@@ -561,11 +546,7 @@ class OffPolicyEvaluator:
     ) -> None:
         if not isinstance(dataset, Dataset):
             raise TypeError(f"OffPolicyEvaluator needs a wb.Dataset, got {type(dataset).__name__}")
-        _check(
-            "OffPolicyEvaluator",
-            dict(gamma=gamma, fqe_steps=fqe_steps, n_bootstrap=n_bootstrap, behaviour_steps=behaviour_steps, seed=seed),
-        )
-        _check("OffPolicyEvaluator", {"bandwidth": bandwidth})
+        _check_evaluation("OffPolicyEvaluator", gamma, fqe_steps, n_bootstrap, behaviour_steps, seed, bandwidth)
         _check_action_space(dataset)
         self.dataset, self.gamma, self.fqe_steps, self.n_bootstrap = dataset, float(gamma), int(fqe_steps), n_bootstrap
         self.seed, self.bandwidth = seed, float(bandwidth)
@@ -656,17 +637,7 @@ def evaluate_offline(
         agent.act, agent.action_space  # noqa: B018
     except AttributeError:
         raise TypeError(f"evaluate_offline needs an agent such as wb.BCQ(...), got {type(agent).__name__}") from None
-    _check(
-        "evaluate_offline",
-        dict(
-            gamma=gamma,
-            fqe_steps=fqe_steps,
-            n_bootstrap=n_bootstrap,
-            behaviour_steps=behaviour_steps,
-            seed=seed,
-            bandwidth=bandwidth,
-        ),
-    )
+    _check_evaluation("evaluate_offline", gamma, fqe_steps, n_bootstrap, behaviour_steps, seed, bandwidth)
     _check_action_space(dataset)
     if (
         dataset.discrete

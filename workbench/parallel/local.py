@@ -171,17 +171,9 @@ class LocalRunner(Runner):
     can_interrupt = True  # interrupt() kills the worker processes
     _start_timeout = _START_TIMEOUT_S
 
-    def __init__(
-        self,
-        source: EnvSource,
-        num_workers: int,
-        envs_per_worker: int,
-        *,
-        seed: int | None = None,
-        restart_workers: bool = False,
-        step_timeout: float | None = None,
-    ) -> None:
-        check_step_timeout(step_timeout)
+    def __init__(self, source: EnvSource, num_workers: int, envs_per_worker: int, **options: Any) -> None:
+        """``options``: :func:`worker_options` (``seed``, ``restart_workers``, ``step_timeout``)."""
+        self.seed, self.restart_workers, self.step_timeout = worker_options(**options)
         if source.factory is None:
             raise ValueError(
                 "local workers need a way to build the env in each process: pass a zero-argument "
@@ -191,9 +183,6 @@ class LocalRunner(Runner):
         self.num_workers = num_workers
         self.envs_per_worker = envs_per_worker
         self.num_envs = num_workers * envs_per_worker
-        self.seed = seed
-        self.restart_workers = restart_workers
-        self.step_timeout = None if step_timeout is None else float(step_timeout)
         self.restarts = 0
         self._blob = None
         if source.env_id is None:
@@ -233,7 +222,7 @@ class LocalRunner(Runner):
                 w.start()
             # Every worker builds its envs at the same time: all requests go out before the first answer is read.
             for w in self._workers:
-                self._send_init(w, seed)
+                self._send_init(w, self.seed)
             for w in self._workers:
                 self._finish_init(w)
         except BaseException:
@@ -544,6 +533,16 @@ class LocalRunner(Runner):
     def close(self) -> None:
         """Stop every worker process; kills any that do not exit within a couple of seconds."""
         self._finalizer()
+
+
+def worker_options(
+    *, seed: int | None = None, restart_workers: bool = False, step_timeout: float | None = None
+) -> tuple[int | None, bool, float | None]:
+    """The options every runner with workers takes (local workers, Ray actors), checked, as
+    ``(seed, restart_workers, step_timeout)``: env ``i`` is seeded ``seed + i``; ``restart_workers``
+    starts a dead worker again; ``step_timeout`` seconds a worker may take to step its envs once."""
+    check_step_timeout(step_timeout)
+    return seed, restart_workers, None if step_timeout is None else float(step_timeout)
 
 
 def check_step_timeout(step_timeout: float | None) -> None:

@@ -43,7 +43,7 @@ from ..agents.live import apply_edits
 from ..envs.core import EnvMethodError, EnvSource, VecEnv
 from ..loop import Step, Transitions, collect, concat_envs, row
 from .errors import WorkerError
-from .local import check_step_timeout
+from .local import worker_options
 from .ray_start import import_ray, start_ray
 from .runner import Runner
 
@@ -163,28 +163,17 @@ class _RolloutWorker:
         transitions, the observations to continue from, and the seconds it took. ``edits``: live
         hyperparameter changes (``session.set``: exploration, warm-up...) applied first."""
         with self.lock:
-            return self._collect(weights, timesteps, total, stride, steps, edits)
-
-    def _collect(
-        self,
-        weights: dict[str, Any] | None,
-        timesteps: int,
-        total: int | None,
-        stride: int,
-        steps: int,
-        edits: dict[str, Any] | None,
-    ) -> tuple[Transitions, np.ndarray, float]:
-        agent = self.agent
-        if edits:
-            apply_edits(agent, edits)
-        if weights is not None:
-            agent.load_networks(weights)
-        # The replica's clock starts at the learner's, so schedules (epsilon, warm-up) match.
-        agent.num_timesteps, agent.total_timesteps = timesteps, total
-        assert self.obs is not None, "reset() first"
-        start = time.perf_counter()
-        transitions, self.obs = collect(_ClockedReplica(agent, stride), self.timed, self.obs, steps)
-        return transitions, self.obs, time.perf_counter() - start
+            agent = self.agent
+            if edits:
+                apply_edits(agent, edits)
+            if weights is not None:
+                agent.load_networks(weights)
+            # The replica's clock starts at the learner's, so schedules (epsilon, warm-up) match.
+            agent.num_timesteps, agent.total_timesteps = timesteps, total
+            assert self.obs is not None, "reset() first"
+            start = time.perf_counter()
+            transitions, self.obs = collect(_ClockedReplica(agent, stride), self.timed, self.obs, steps)
+            return transitions, self.obs, time.perf_counter() - start
 
     def call_env(self, name: str, args: tuple, kwargs: dict[str, Any]) -> tuple[str, Any]:
         """``session.call_env``: method ``name`` on each of this worker's envs, between chunks.
@@ -249,15 +238,15 @@ class RayRunner(Runner):
         num_workers: int,
         envs_per_worker: int,
         *,
-        seed: int | None = None,
-        restart_workers: bool = False,
-        step_timeout: float | None = None,
         ray_address: str | None = None,
         sync_every: int | None = None,
         cpus_per_worker: float = 1.0,
         ray_init: dict[str, Any] | None = None,
         learner_gpus: int = 0,
+        **options: Any,
     ) -> None:
+        """``options``: :func:`~workbench.parallel.local.worker_options` (``seed``, ``restart_workers``,
+        ``step_timeout``)."""
         ray = import_ray(source)
         if sync_every is not None and (not isinstance(sync_every, int) or sync_every < 1):
             raise ValueError(f"sync_every must be a positive number of steps, got {sync_every!r}")
@@ -266,10 +255,7 @@ class RayRunner(Runner):
         self.num_workers = num_workers
         self.envs_per_worker = envs_per_worker
         self.num_envs = num_workers * envs_per_worker
-        self.seed = seed
-        self.restart_workers = restart_workers
-        check_step_timeout(step_timeout)
-        self.step_timeout = None if step_timeout is None else float(step_timeout)
+        self.seed, self.restart_workers, self.step_timeout = worker_options(**options)
         self.restarts = 0
         self.on_policy = is_on_policy(agent)
         if self.on_policy:
@@ -300,7 +286,7 @@ class RayRunner(Runner):
         self._edits: dict[str, Any] = {}  # live edits not yet sent to the workers
         try:
             for w in range(num_workers):
-                self._actors[w] = self._new_actor(w, None if seed is None else seed + w * envs_per_worker)
+                self._actors[w] = self._new_actor(w, None if self.seed is None else self.seed + w * envs_per_worker)
             pids = [a.pid.remote() for a in self._actors]
             for w, ref in enumerate(pids):
                 self._pids[w] = self._get(w, ref, timeout=_START_TIMEOUT_S)

@@ -169,33 +169,25 @@ class RayEnvRunner(LocalRunner):
         num_workers: int,
         envs_per_worker: int,
         *,
-        seed: int | None = None,
-        restart_workers: bool = False,
-        step_timeout: float | None = None,
         ray_address: str | None = None,
         cpus_per_worker: float = 1.0,
         ray_init: dict[str, Any] | None = None,
         learner_gpus: int = 0,
+        **options: Any,
     ) -> None:
+        """``options``: :class:`LocalRunner`'s (``seed``, ``restart_workers``, ``step_timeout``)."""
         ray = import_ray(source)
         self._ray = ray
         self._owns_ray = start_ray(ray, num_workers, cpus_per_worker, ray_address, ray_init, learner_gpus)
         # The actor's class travels by value (with the rest of _worker.py it uses), so an actor
         # never imports torch to unpickle it (only workbench.envs, for the envs it steps).
         ray.cloudpickle.register_pickle_by_value(_worker)
-        options: dict[str, Any] = {"num_cpus": cpus_per_worker, "num_gpus": 0, "max_restarts": 0}
-        if step_timeout is not None:
-            options["max_concurrency"] = 2  # stepping() answers while handle() steps
-        self._actor_cls = ray.remote(_worker.RayEnvWorker).options(**options)
+        actor_options: dict[str, Any] = {"num_cpus": cpus_per_worker, "num_gpus": 0, "max_restarts": 0}
+        if options.get("step_timeout") is not None:
+            actor_options["max_concurrency"] = 2  # stepping() answers while handle() steps
+        self._actor_cls = ray.remote(_worker.RayEnvWorker).options(**actor_options)
         try:
-            super().__init__(
-                source,
-                num_workers,
-                envs_per_worker,
-                seed=seed,
-                restart_workers=restart_workers,
-                step_timeout=step_timeout,
-            )
+            super().__init__(source, num_workers, envs_per_worker, **options)
         except BaseException:
             if self._owns_ray and ray.is_initialized():
                 ray.shutdown()

@@ -89,16 +89,11 @@ class SavedRun:
 
 
 def read_saved(
-    path: str | os.PathLike[str],
-    env: Any = None,
-    *,
-    external: bool = False,
-    allow_encoders: Any = None,
-    device: Any = "auto",
-    **kwargs: Any,
+    path: str | os.PathLike[str], env: Any, external: bool, allow_encoders: Any, device: Any, kwargs: dict[str, Any]
 ) -> SavedRun:
-    """Read a saved run to rebuild it (see ``Session.reopen``): the facade is built from the
-    result, then :func:`restore` puts its counters back."""
+    """Read a saved run to rebuild it: ``Session.reopen``'s arguments as it got them (``kwargs``: the
+    session's, completed here from the save). The facade is built from the result, then :func:`restore`
+    puts its counters back."""
     with open_saved(path) as run:
         agent = agent_from_run(run, memory=True, allow_encoders=allow_encoders, device=device).train()
         signals = run.signals()

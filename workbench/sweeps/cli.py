@@ -22,34 +22,33 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["add_parser", "follow", "parse_space_args", "run"]
+__all__ = [
+    "add_metric_arguments",
+    "add_parser",
+    "direction",
+    "follow",
+    "load_search",
+    "parse_space_args",
+    "run",
+    "search_parser",
+]
+
+
+_HELP = "search hyperparameters with Optuna (trials are sessions)"
+_DESCRIPTION = (
+    "Search hyperparameters: each trial trains FUNCTION(**sampled values) for --steps env steps. "
+    "FUNCTION is an agent name (ppo, dqn, ...: the sampled values are its hyperparameters), "
+    "module:function, or file.py:function. Stop with Ctrl-C; the same --name and --storage resume."
+)
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     """Add the ``sweep`` sub-command to the CLI's sub-parsers."""
-    p = sub.add_parser(
-        "sweep",
-        help="search hyperparameters with Optuna (trials are sessions)",
-        description=(
-            "Search hyperparameters: each trial trains FUNCTION(**sampled values) for --steps env steps. "
-            "FUNCTION is an agent name (ppo, dqn, ...: the sampled values are its hyperparameters), "
-            "module:function, or file.py:function. Stop with Ctrl-C; the same --name and --storage resume."
-        ),
-    )
-    p.add_argument("function", help="agent name, module:function or file.py:function that builds the agent")
-    p.add_argument("env", help="registered gymnasium id, e.g. CartPole-v1")
-    p.add_argument(
-        "--space",
-        action="append",
-        default=[],
-        metavar="NAME=RANGE",
-        help="NAME=LOW..HIGH (a range) or NAME=[a, b, ...] (a choice, JSON); repeatable",
-    )
+    p = search_parser(sub, "sweep", _HELP, _DESCRIPTION, env_example="CartPole-v1")
     p.add_argument("--trials", type=int, default=20, help="trials in all (default 20)")
     p.add_argument("--steps", type=int, default=50_000, help="env steps per trial (default 50000)")
     p.add_argument("--parallel", type=int, default=1, help="trials at a time, in worker processes (default 1)")
-    p.add_argument("--metric", default="eval_reward", help="signal to optimise (default eval_reward)")
-    p.add_argument("--minimize", action="store_true", help="minimise the metric instead of maximising it")
+    add_metric_arguments(p)
     p.add_argument(
         "--prune", default="median", choices=["median", "asha", "hyperband", "none"], help="pruner (default median)"
     )
@@ -67,6 +66,45 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "--ray-address", default=None, help="with --backend ray: join this Ray cluster ('auto': the running one)"
     )
     return p
+
+
+def search_parser(
+    sub: Any, command: str, help: str, description: str, *, env_example: str, space_note: str = ""
+) -> argparse.ArgumentParser:
+    """A searching sub-command's parser (``sweep``, ``pbt``) with the arguments they share: FUNCTION,
+    ENV and the repeatable ``--space``."""
+    p = sub.add_parser(command, help=help, description=description)
+    p.add_argument("function", help="agent name, module:function or file.py:function that builds the agent")
+    p.add_argument("env", help=f"registered gymnasium id, e.g. {env_example}")
+    p.add_argument(
+        "--space",
+        action="append",
+        default=[],
+        metavar="NAME=RANGE",
+        help=f"NAME=LOW..HIGH (a range) or NAME=[a, b, ...] (a choice, JSON); {space_note}repeatable",
+    )
+    return p
+
+
+def add_metric_arguments(p: argparse.ArgumentParser) -> None:
+    """``--metric`` and ``--minimize``: what a search optimises (read back by :func:`direction`)."""
+    p.add_argument("--metric", default="eval_reward", help="signal to optimise (default eval_reward)")
+    p.add_argument("--minimize", action="store_true", help="minimise the metric instead of maximising it")
+
+
+def direction(args: argparse.Namespace) -> str:
+    """The optimisation direction ``--minimize`` asks for."""
+    return "minimize" if args.minimize else "maximize"
+
+
+def load_search(args: argparse.Namespace) -> tuple[Callable[..., Any], dict[str, Any]]:
+    """The FUNCTION argument's agent builder and the space to search: its module's ``space`` with the
+    ``--space`` entries added; exits when that is empty."""
+    make_agent, space = _load_function(args.function, args.env)
+    space.update(parse_space_args(args.space))
+    if not space:
+        raise SystemExit("workbench: nothing to search: give --space NAME=LOW..HIGH (repeatable)")
+    return make_agent, space
 
 
 def _number(text: str, what: str) -> int | float:
@@ -148,10 +186,7 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise SystemExit(f"workbench: sweeps need Optuna: pip install 'rl-workbench[optuna]' ({exc})") from None
 
-    make_agent, space = _load_function(args.function, args.env)
-    space.update(parse_space_args(args.space))
-    if not space:
-        raise SystemExit("workbench: nothing to search: give --space NAME=LOW..HIGH (repeatable)")
+    make_agent, space = load_search(args)
     s = Sweep(
         make_agent,
         args.env,
@@ -160,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
         steps=args.steps,
         parallel=args.parallel,
         metric=args.metric,
-        direction="minimize" if args.minimize else "maximize",
+        direction=direction(args),
         prune=False if args.prune == "none" else args.prune,
         name=args.name,
         storage=args.storage,
@@ -181,20 +216,20 @@ def run(args: argparse.Namespace) -> int:
             note = f" ({r.note})" if r.note else ""
             print(f"trial {r.number} {r.state}:{value} {r.params}{note}", flush=True)
 
-    if follow(s, report, "stopping; run the same command again to resume") is not None:
-        return 1
-    best = s.best
-    if best is None:
-        print(f"{s.status}: no trial has completed yet")
-    else:
-        print(f"{s.status}: best {args.metric}={best.value:.4g} in trial {best.number} with {best.params}")
-    return 0
+    def summary() -> str:
+        best = s.best
+        if best is None:
+            return f"{s.status}: no trial has completed yet"
+        return f"{s.status}: best {args.metric}={best.value:.4g} in trial {best.number} with {best.params}"
+
+    return follow(s, report, "stopping; run the same command again to resume", summary)
 
 
-def follow(run: Any, report: Callable[[], None], stopping: str) -> BaseException | None:
+def follow(run: Any, report: Callable[[], None], stopping: str, summary: Callable[[], str]) -> int:
     """Start ``run`` (a sweep or a population), call ``report()`` every second until it ends, then
     print its table. Ctrl-C stops it (its ``wait`` does, and ``stopping`` is printed). Returns the
-    run's error (printed on stderr after the table), or None."""
+    command's exit code: 1 after the run's error (printed on stderr after the table), else 0 after
+    printing ``summary()``."""
     run.start()
     error: BaseException | None = None
     try:
@@ -212,4 +247,6 @@ def follow(run: Any, report: Callable[[], None], stopping: str) -> BaseException
     print(run.table().to_string())
     if error is not None:
         print(f"workbench: error: {error}", file=sys.stderr)
-    return error
+        return 1
+    print(summary())
+    return 0

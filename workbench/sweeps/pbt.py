@@ -38,7 +38,6 @@ members' checkpoints make the population resumable: ``wb.pbt(...)`` with the sam
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 import math
 import os
@@ -59,7 +58,7 @@ from ..files import write_text
 from ..run.control import ACTIVE, Controlled, RunControl
 from ..run.registry import start_thread
 from ..session import Session
-from ..validation import ArgumentError
+from ..validation import ArgumentError, did_you_mean
 
 __all__ = ["Population", "PopulationEvent", "pbt"]
 
@@ -211,10 +210,9 @@ def _check_editable(agent_or_class: Any, dims: Mapping[str, _Dim]) -> None:
         if name in live:
             continue
         if name not in fields:
-            close = difflib.get_close_matches(name, live, n=3)
-            hint = f" Did you mean {', '.join(close)}?" if close else ""
             raise ArgumentError(
-                f"pbt space names {name!r}, which is not a hyperparameter of {algorithm}.{hint} PBT explores "
+                f"pbt space names {name!r}, which is not a hyperparameter of {algorithm}."
+                f"{did_you_mean(name, live)} PBT explores "
                 f"through session.set, so space keys are {algorithm}'s live-editable hyperparameters: "
                 f"{', '.join(live)}."
             )
@@ -1204,24 +1202,8 @@ def pbt(
     population: int = 8,
     space: Mapping[str, Any] | None = None,
     *,
-    steps: int = 100_000,
-    interval: int = 10_000,
-    metric: str = "eval_reward",
-    direction: str = "maximize",
-    quantile: float = 0.25,
-    perturb: tuple[float, float] = (0.8, 1.2),
-    resample_p: float = 0.25,
-    parallel: int | None = None,
-    backend: str = "local",
-    directory: str | os.PathLike[str] | None = None,
-    name: str | None = None,
-    seed: int = 0,
-    window: int | None = None,
-    eval_episodes: int = 5,
-    copy_memory: bool = False,
-    session_kwargs: Mapping[str, Any] | None = None,
-    ray_address: str | None = None,
     start: bool = True,
+    **options: Any,
 ) -> Population:
     """Population-based training: ``population`` live sessions that copy the best and perturb.
 
@@ -1229,6 +1211,8 @@ def pbt(
     ``population.wait()``, ``.stop()``, ``.pause()``, ``.best`` (the best member's Session),
     ``.members`` (each a Session), ``.events`` (exploits and explores), ``.table()``; in a notebook it
     shows its dashboard. Arguments are checked here, before anything trains.
+
+    The keyword arguments other than ``start`` are :class:`Population`'s, with its defaults.
 
     Parameters:
         make_agent: builds an agent from keyword arguments named as in ``space``
@@ -1258,27 +1242,5 @@ def pbt(
         copy_memory: exploit copies the replay memory too (off-policy agents), and checkpoints keep it.
         session_kwargs: more ``Session`` arguments for every member (``num_workers``, ``eval_env``...).
     """
-    p = Population(
-        make_agent,
-        env,
-        population=population,
-        space=space,
-        steps=steps,
-        interval=interval,
-        metric=metric,
-        direction=direction,
-        quantile=quantile,
-        perturb=perturb,
-        resample_p=resample_p,
-        parallel=parallel,
-        backend=backend,
-        directory=directory,
-        name=name,
-        seed=seed,
-        window=window,
-        eval_episodes=eval_episodes,
-        copy_memory=copy_memory,
-        session_kwargs=session_kwargs,
-        ray_address=ray_address,
-    )
+    p = Population(make_agent, env, population=population, space=space, **options)
     return p.start() if start else p

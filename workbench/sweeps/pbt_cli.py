@@ -17,37 +17,27 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .cli import _load_function, follow, parse_space_args
+from .cli import add_metric_arguments, direction, follow, load_search, search_parser
 
 __all__ = ["add_parser", "run"]
 
 
+_HELP = "population-based training (members are live sessions)"
+_DESCRIPTION = (
+    "Population-based training: --population members train FUNCTION(**values) side by side; every "
+    "--interval env steps the bottom --quantile copy a top member's weights and perturb its values. "
+    "FUNCTION is an agent name (ppo, sac, ...), module:function, or file.py:function. Ctrl-C stops "
+    "it, every member saved; the same --dir resumes it."
+)
+
+
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     """Add the ``pbt`` sub-command to the CLI's sub-parsers."""
-    p = sub.add_parser(
-        "pbt",
-        help="population-based training (members are live sessions)",
-        description=(
-            "Population-based training: --population members train FUNCTION(**values) side by side; every "
-            "--interval env steps the bottom --quantile copy a top member's weights and perturb its values. "
-            "FUNCTION is an agent name (ppo, sac, ...), module:function, or file.py:function. Ctrl-C stops "
-            "it, every member saved; the same --dir resumes it."
-        ),
-    )
-    p.add_argument("function", help="agent name, module:function or file.py:function that builds the agent")
-    p.add_argument("env", help="registered gymnasium id, e.g. Pendulum-v1")
-    p.add_argument(
-        "--space",
-        action="append",
-        default=[],
-        metavar="NAME=RANGE",
-        help="NAME=LOW..HIGH (a range) or NAME=[a, b, ...] (a choice, JSON); live-editable names; repeatable",
-    )
+    p = search_parser(sub, "pbt", _HELP, _DESCRIPTION, env_example="Pendulum-v1", space_note="live-editable names; ")
     p.add_argument("--population", type=int, default=8, help="members (default 8)")
     p.add_argument("--steps", type=int, default=100_000, help="env steps per member (default 100000)")
     p.add_argument("--interval", type=int, default=10_000, help="env steps between exploit/explore (default 10000)")
-    p.add_argument("--metric", default="eval_reward", help="signal to optimise (default eval_reward)")
-    p.add_argument("--minimize", action="store_true", help="minimise the metric instead of maximising it")
+    add_metric_arguments(p)
     p.add_argument("--quantile", type=float, default=0.25, help="bottom fraction that copies the top (default 0.25)")
     p.add_argument(
         "--perturb",
@@ -83,10 +73,7 @@ def run(args: argparse.Namespace) -> int:
     """Run ``workbench pbt``: print each exploit/explore as it happens, then the members' table."""
     from .pbt import Population
 
-    make_agent, space = _load_function(args.function, args.env)
-    space.update(parse_space_args(args.space))
-    if not space:
-        raise SystemExit("workbench: nothing to search: give --space NAME=LOW..HIGH (repeatable)")
+    make_agent, space = load_search(args)
     p = Population(
         make_agent,
         args.env,
@@ -95,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         steps=args.steps,
         interval=args.interval,
         metric=args.metric,
-        direction="minimize" if args.minimize else "maximize",
+        direction=direction(args),
         quantile=args.quantile,
         perturb=tuple(args.perturb),
         resample_p=args.resample_p,
@@ -129,18 +116,17 @@ def run(args: argparse.Namespace) -> int:
                 print(f"step {e.step}: member {e.member} explores: {changes}", flush=True)
         shown = len(p.events)
 
-    if follow(p, report, "stopping (members saved); run the same command again to resume") is not None:
-        return 1
-    best = p.best_index
-    if best is None:
-        print(f"{p.status}: no member has been scored yet")
-    else:
+    def summary() -> str:
+        best = p.best_index
+        if best is None:
+            return f"{p.status}: no member has been scored yet"
         where = f"{p.directory}/member-{best}"
-        print(
+        return (
             f"{p.status}: best {args.metric}={p.best_score:.4g} by member {best}, saved in {where} "
             f"(workbench play {where})"
         )
-    return 0
+
+    return follow(p, report, "stopping (members saved); run the same command again to resume", summary)
 
 
 def _num(value: Any) -> str:

@@ -634,30 +634,16 @@ def sweep(
     env: Any,
     space: Mapping[str, Any],
     *,
-    trials: int = 20,
-    steps: int = 50_000,
-    parallel: int = 1,
-    metric: str = "eval_reward",
-    direction: str = "maximize",
-    prune: Any = True,
-    name: str | None = None,
-    storage: str | os.PathLike[str] | None = None,
-    seed: int = 0,
-    window: int | None = None,
-    report_every: int | None = None,
-    eval_every: int | None = None,
-    eval_episodes: int = 5,
-    backend: str = "optuna",
-    ray_address: str | None = None,
-    session_kwargs: Mapping[str, Any] | None = None,
-    sinks: Callable[[int, dict[str, Any]], Any] | None = None,
     start: bool = True,
+    **options: Any,
 ) -> Sweep:
     """Search hyperparameters with Optuna; each trial trains ``make_agent(**sampled)`` in a Session.
 
     Returns the live :class:`Sweep`, already started (``start=False`` to start it yourself); it
     trains in the background: ``sweep.wait()`` blocks, ``sweep.best`` is the best trial so far,
     ``sweep.table()`` the trials, and in a notebook the sweep shows its dashboard.
+
+    The keyword arguments other than ``start`` are :class:`Sweep`'s, with its defaults.
 
     Parameters:
         make_agent: builds an agent from keyword arguments named as in ``space``.
@@ -685,26 +671,5 @@ def sweep(
         sinks: ``fn(trial number, params) -> [sinks]``, each trial's own experiment trackers, e.g.
             ``lambda n, p: [wb.TensorBoard("runs/tb", run_name=f"trial-{n}")]`` (runs in the worker).
     """
-    s = Sweep(
-        make_agent,
-        env,
-        space,
-        trials=trials,
-        steps=steps,
-        parallel=parallel,
-        metric=metric,
-        direction=direction,
-        prune=prune,
-        name=name,
-        storage=storage,
-        seed=seed,
-        window=window,
-        report_every=report_every,
-        eval_every=eval_every,
-        eval_episodes=eval_episodes,
-        backend=backend,
-        ray_address=ray_address,
-        session_kwargs=session_kwargs,
-        sinks=sinks,
-    )
+    s = Sweep(make_agent, env, space, **options)
     return s.start() if start else s

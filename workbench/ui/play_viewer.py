@@ -18,7 +18,7 @@ import ipywidgets as widgets
 import numpy as np
 
 from ..envs.core import as_env_source
-from ..loop import play_episode
+from ..loop import play_episodes
 from .frame_view import FrameView
 from .live_plot import LivePlot
 
@@ -241,16 +241,10 @@ class PlayViewer(widgets.VBox):
         agent.training = False  # play mode: deterministic, no exploration, nothing stored
         try:
             agent.check_spaces(instance)
-            for episode in range(episodes):
+            # The one play loop (workbench.loop.play_episode), as agent.play and evaluation use it.
+            for episode, moments in play_episodes(agent, instance, episodes, seed, max_steps=max_steps, render=True):
                 total = 0.0
-                # The one play loop (workbench.loop.play_episode), as agent.play and evaluation use it.
-                for moment in play_episode(
-                    agent,
-                    instance,
-                    seed=None if seed is None else seed + episode,
-                    max_steps=max_steps,
-                    render=True,
-                ):
+                for moment in moments:
                     total += moment.reward
                     self._keep(moment.frame, moment.reward, episode)
                 self.returns.append(total)

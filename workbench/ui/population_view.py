@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets as widgets
 import numpy as np
 
-from .run_view import RunView, line_trace, plot_layout
 from .run_view import fmt as _fmt
+from .run_view import line_trace, plot_layout
+from .search_view import SearchView
 
 if TYPE_CHECKING:
     from ..sweeps.pbt import Population
@@ -68,7 +69,7 @@ class _MemberRow(widgets.HBox):
         self.add_class("wb-pbt-member")
 
 
-class PopulationDashboard(RunView):
+class PopulationDashboard(SearchView):
     """Start/Pause/Resume/Stop for the population, its members' score curves (the best drawn bold),
     a lineage chart (a line per member over env steps; an arrow from the member copied to the one
     that copied it at each exploit), and a row per member with its current values and its own
@@ -84,6 +85,8 @@ class PopulationDashboard(RunView):
         interval: seconds between refreshes while it runs.
     """
 
+    plot_class = "wb-pbt"
+
     def __init__(self, population: Population, interval: float = 1.0) -> None:
         self.population = population
         super().__init__(population, interval, "workbench-pbt-view")
@@ -92,11 +95,6 @@ class PopulationDashboard(RunView):
         self._curve_key: tuple[Any, ...] = ()
         self._lineage_key: tuple[Any, ...] = ()
         self._show_run(widgets.VBox(self.rows), "wb-pbt-dashboard")
-
-    @property
-    def curves(self) -> Any:
-        """The members' score curves (a :class:`~workbench.ui.live_plot.LivePlot`)."""
-        return self._plots["curves"]
 
     @property
     def lineage(self) -> Any:
@@ -110,12 +108,6 @@ class PopulationDashboard(RunView):
             layout = plot_layout("lineage: who copied whom", x_title="env steps", y_title="member")
             layout["yaxis"].update(dtick=1, autorange="reversed")
         return self._new_plot([], layout, height=300, classes=(f"wb-pbt-{name}",))
-
-    def _rebuild_plot(self, name: str) -> Any:
-        fresh = self._fresh_plot(name)
-        fresh.set_whole(*self._plots[name].whole)
-        self._plots[name] = fresh
-        return fresh
 
     # -- drawing --------------------------------------------------------------------------------
 

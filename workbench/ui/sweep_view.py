@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets as widgets
 import numpy as np
 
-from .run_view import RunView, line_trace, plot_layout
 from .run_view import fmt as _fmt
+from .run_view import line_trace, plot_layout
+from .search_view import SearchView
 
 if TYPE_CHECKING:
     from ..sweeps.sweep import Sweep, TrialResult
@@ -34,7 +35,7 @@ _MAX_ROWS = 200  # rows drawn in the table (the newest); sweep.table() has them 
 _BAR = {"type": "bar", "orientation": "h", "marker": {"color": "#1f77b4"}}
 
 
-class SweepDashboard(RunView):
+class SweepDashboard(SearchView):
     """Start/Pause/Resume/Stop buttons, status, the table of trials, the curve of every trial with
     the best so far drawn bold, and the parameters' importances once enough trials completed.
 
@@ -47,6 +48,8 @@ class SweepDashboard(RunView):
         sweep: the sweep to show.
         interval: seconds between refreshes while the sweep runs.
     """
+
+    plot_class = "wb-sweep"
 
     def __init__(self, sweep: Sweep, interval: float = 1.0) -> None:
         self.sweep = sweep
@@ -63,22 +66,9 @@ class SweepDashboard(RunView):
         self._show_run(self.table, "wb-sweep-dashboard")
 
     @property
-    def curves(self) -> Any:
-        """The plot of every trial's curve (a :class:`~workbench.ui.live_plot.LivePlot`)."""
-        return self._plots["curves"]
-
-    @property
     def importance(self) -> Any:
         """The plot of the parameters' importances (a :class:`~workbench.ui.live_plot.LivePlot`)."""
         return self._plots["importance"]
-
-    def _rebuild_plot(self, name: str) -> Any:
-        old = self._plots[name]
-        fresh = self._plots[name] = self._new_plot(
-            list(old.traces), dict(old.plot_layout), height=old.height, classes=(f"wb-sweep-{name}",)
-        )
-        fresh.set_whole(*old.whole)
-        return fresh
 
     def _curves_layout(self) -> dict[str, Any]:
         return plot_layout(f"{self.sweep.metric} by trial (best so far in bold)", x_title="env steps")
