@@ -506,8 +506,9 @@ def run_all(
 
 
 def load_results(directory: Path = RESULTS) -> list[dict[str, Any]]:
-    """Every result file in ``directory``."""
-    return [json.loads(p.read_text()) for p in sorted(directory.glob("*.json"))]
+    """Every run's result file in ``directory`` (``TASK__AGENT__SIDE__seedN.json``; other files there, such as
+    ``bench_check.json``'s thresholds, are not runs)."""
+    return [json.loads(p.read_text()) for p in sorted(directory.glob("*__*__*__seed*.json"))]
 
 
 def family(env_id: str) -> str:

@@ -128,6 +128,7 @@ def test_render_reads_the_result_files_only(report, tmp_path, monkeypatch):
             key.path.write_text(json.dumps(_fake(report, key, float(score))))
     key = report.RunKey("Acrobot-v1", "dqn", "workbench", 0)
     key.path.write_text(json.dumps(_fake(report, key, -300.0)))  # far below the zoo's -76.6
+    (tmp_path / "bench_check.json").write_text(json.dumps({"rows": {}}))  # bench_check's thresholds: not a run
     doc = tmp_path / "benchmarks.md"
     page = report.render(tmp_path, doc, pictures=False)
     assert doc.read_text() == page
