@@ -309,7 +309,7 @@ class Population(Controlled):
     """A population-based training run whose members are live Sessions.
 
     Build it with :func:`pbt` (which also starts it), or ``wb.Population(...)`` and :meth:`start`;
-    reopen a saved one with :meth:`Population.open`. See :func:`pbt` for the parameters.
+    reopen a saved one with :meth:`Population.open`.
 
     Example::
 
@@ -317,6 +317,34 @@ class Population(Controlled):
                           steps=20_000, interval=2_000)
         p.start(); p.pause(); p.resume(); p.stop(); p.start()     # start again: goes on
         p.wait(); p.best, p.table(), p.events
+
+    Parameters:
+        make_agent: builds an agent from keyword arguments named as in ``space``
+            (``lambda **hp: wb.PPO(env, **hp)``), or an agent class (called as ``cls(env, **values)``).
+        env: the env id or zero-argument factory every member's Session trains on.
+        population: how many members (at least 2).
+        space: ``{"learning_rate": (1e-4, 1e-2), "ent_coef": (0.0, 0.05), "n_epochs": [5, 10, 20]}``: a
+            pair of floats is a range (log-uniform when both ends are positive), a pair of integers an
+            integer range, a list a choice. Keys are live-editable hyperparameters of the agent
+            (``session.set`` applies them); any other is refused by name, listing the editable ones.
+        steps: env steps each member trains in all (the budget is ``population * steps``).
+        interval: env steps a member trains between two exploit/explore decisions.
+        metric: the score: ``eval_reward`` (the population evaluates each member, ``eval_episodes``
+            deterministic episodes, at each boundary) or any signal (mean of its last ``window`` points).
+        direction: ``maximize`` or ``minimize`` the metric.
+        quantile: a member in the bottom ``quantile`` copies one in the top ``quantile`` (at least one).
+        perturb: the factors a copied value is multiplied by, one of the two at random (kept in range;
+            a choice moves one item down or up).
+        resample_p: probability that a copied value is drawn from ``space`` again instead.
+        parallel: members training at once (default: all of them), each in a thread of this process.
+        backend: ``local`` (the members' envs step in this process, or in ``session_kwargs``'s local
+            workers) or ``ray`` (each member's envs step on Ray actors, at ``ray_address`` or a local
+            Ray; the learners stay here, so members stay live sessions).
+        directory: where the population's state and members' checkpoints go (default
+            ``runs/pbt/<name>``); a directory that holds one resumes it.
+        seed: seeds the sampling and each member's session (``seed + index``).
+        copy_memory: exploit copies the replay memory too (off-policy agents), and checkpoints keep it.
+        session_kwargs: more ``Session`` arguments for every member (``num_workers``, ``eval_env``...).
     """
 
     def __init__(
@@ -1215,32 +1243,13 @@ def pbt(
     The keyword arguments other than ``start`` are :class:`Population`'s, with its defaults.
 
     Parameters:
-        make_agent: builds an agent from keyword arguments named as in ``space``
-            (``lambda **hp: wb.PPO(env, **hp)``), or an agent class (called as ``cls(env, **values)``).
+        make_agent: builds an agent from keyword arguments named as in ``space``, or an agent class.
         env: the env id or zero-argument factory every member's Session trains on.
         population: how many members (at least 2).
-        space: ``{"learning_rate": (1e-4, 1e-2), "ent_coef": (0.0, 0.05), "n_epochs": [5, 10, 20]}``: a
-            pair of floats is a range (log-uniform when both ends are positive), a pair of integers an
-            integer range, a list a choice. Keys are live-editable hyperparameters of the agent
-            (``session.set`` applies them); any other is refused by name, listing the editable ones.
-        steps: env steps each member trains in all (the budget is ``population * steps``).
-        interval: env steps a member trains between two exploit/explore decisions.
-        metric: the score: ``eval_reward`` (the population evaluates each member, ``eval_episodes``
-            deterministic episodes, at each boundary) or any signal (mean of its last ``window`` points).
-        direction: ``maximize`` or ``minimize`` the metric.
-        quantile: a member in the bottom ``quantile`` copies one in the top ``quantile`` (at least one).
-        perturb: the factors a copied value is multiplied by, one of the two at random (kept in range;
-            a choice moves one item down or up).
-        resample_p: probability that a copied value is drawn from ``space`` again instead.
-        parallel: members training at once (default: all of them), each in a thread of this process.
-        backend: ``local`` (the members' envs step in this process, or in ``session_kwargs``'s local
-            workers) or ``ray`` (each member's envs step on Ray actors, at ``ray_address`` or a local
-            Ray; the learners stay here, so members stay live sessions).
-        directory: where the population's state and members' checkpoints go (default
-            ``runs/pbt/<name>``); a directory that holds one resumes it.
-        seed: seeds the sampling and each member's session (``seed + index``).
-        copy_memory: exploit copies the replay memory too (off-policy agents), and checkpoints keep it.
-        session_kwargs: more ``Session`` arguments for every member (``num_workers``, ``eval_env``...).
+        space: the search space (see :class:`Population`).
+        start: start the population before returning it.
+        **options: :class:`Population`'s other keyword arguments (``steps``, ``interval``, ``metric``,
+            ``backend``, ``directory``...), documented there.
     """
     p = Population(make_agent, env, population=population, space=space, **options)
     return p.start() if start else p

@@ -255,7 +255,6 @@ class Sweep(Controlled):
     """A hyperparameter search whose trials are Sessions; live like a session.
 
     Build it with :func:`sweep` (which also starts it) or ``wb.Sweep(...)`` and :meth:`start`.
-    See :func:`sweep` for the parameters.
 
     Example::
 
@@ -266,6 +265,32 @@ class Sweep(Controlled):
     Its lifecycle is a session's (``workbench.run.RunControl``): ``status``, ``is_alive``, ``error``,
     ``wait()`` re-raising a worker's error; Ctrl-C in ``wait()`` stops it first (the trials in flight
     are marked interrupted and run again on the next start).
+
+    Parameters:
+        make_agent: builds an agent from keyword arguments named as in ``space``.
+        env: the env id or zero-argument factory each trial's Session trains on.
+        space: ``{"lr": (1e-5, 1e-2), "n_epochs": [5, 10, 20]}``: a pair of floats is a range, sampled
+            log-uniformly when both ends are positive; a pair of integers an integer range; a list a
+            choice; Optuna distributions are taken as they are.
+        trials: how many trials to run in all (interrupted ones are run again and not counted).
+        steps: env steps per trial.
+        parallel: trials at a time, each in its own worker process (1: in a thread of this process).
+        metric: the signal to optimise; ``eval_reward`` (the default) makes each trial evaluate every
+            ``eval_every`` steps (default ``steps // 10``).
+        direction: ``maximize`` or ``minimize``.
+        prune: ``True``/``"median"`` (Optuna's median rule), ``"asha"`` (asynchronous successive
+            halving), ``"hyperband"``, ``False``, or an ``optuna.pruners`` object.
+        name: the study's name. The same name and storage resume a stopped sweep.
+        storage: the study's SQLite file (default ``runs/sweeps/<name>.db``) or database URL.
+        seed: seeds the sampler and each trial's session (``seed + trial number``).
+        window: the trial's score is the mean of the metric's last ``window`` points (default 1 for
+            ``eval_reward``, else 10), reported to the pruner every ``report_every`` env steps.
+        backend: ``optuna`` (local worker processes) or ``ray``: Ray Tune runs the trials (``parallel`` at
+            a time, one CPU each) on the local Ray or the cluster at ``ray_address``, its scheduler prunes
+            (median stopping rule; ASHA for ``"asha"``), and the study is the same SQLite file.
+        session_kwargs: more ``Session`` arguments for every trial (``eval_episodes``, ``num_workers``...).
+        sinks: ``fn(trial number, params) -> [sinks]``, each trial's own experiment trackers, e.g.
+            ``lambda n, p: [wb.TensorBoard("runs/tb", run_name=f"trial-{n}")]`` (runs in the worker).
     """
 
     def __init__(
@@ -648,28 +673,10 @@ def sweep(
     Parameters:
         make_agent: builds an agent from keyword arguments named as in ``space``.
         env: the env id or zero-argument factory each trial's Session trains on.
-        space: ``{"lr": (1e-5, 1e-2), "n_epochs": [5, 10, 20]}``: a pair of floats is a range, sampled
-            log-uniformly when both ends are positive; a pair of integers an integer range; a list a
-            choice; Optuna distributions are taken as they are.
-        trials: how many trials to run in all (interrupted ones are run again and not counted).
-        steps: env steps per trial.
-        parallel: trials at a time, each in its own worker process (1: in a thread of this process).
-        metric: the signal to optimise; ``eval_reward`` (the default) makes each trial evaluate every
-            ``eval_every`` steps (default ``steps // 10``).
-        direction: ``maximize`` or ``minimize``.
-        prune: ``True``/``"median"`` (Optuna's median rule), ``"asha"`` (asynchronous successive
-            halving), ``"hyperband"``, ``False``, or an ``optuna.pruners`` object.
-        name: the study's name. The same name and storage resume a stopped sweep.
-        storage: the study's SQLite file (default ``runs/sweeps/<name>.db``) or database URL.
-        seed: seeds the sampler and each trial's session (``seed + trial number``).
-        window: the trial's score is the mean of the metric's last ``window`` points (default 1 for
-            ``eval_reward``, else 10), reported to the pruner every ``report_every`` env steps.
-        backend: ``optuna`` (local worker processes) or ``ray``: Ray Tune runs the trials (``parallel`` at
-            a time, one CPU each) on the local Ray or the cluster at ``ray_address``, its scheduler prunes
-            (median stopping rule; ASHA for ``"asha"``), and the study is the same SQLite file.
-        session_kwargs: more ``Session`` arguments for every trial (``eval_episodes``, ``num_workers``...).
-        sinks: ``fn(trial number, params) -> [sinks]``, each trial's own experiment trackers, e.g.
-            ``lambda n, p: [wb.TensorBoard("runs/tb", run_name=f"trial-{n}")]`` (runs in the worker).
+        space: the search space (see :class:`Sweep`).
+        start: start the sweep before returning it.
+        **options: :class:`Sweep`'s other keyword arguments (``trials``, ``steps``, ``parallel``, ``metric``,
+            ``prune``, ``backend``...), documented there.
     """
     s = Sweep(make_agent, env, space, **options)
     return s.start() if start else s
