@@ -59,6 +59,8 @@ from ..run.control import ACTIVE, Controlled, RunControl
 from ..run.registry import start_thread
 from ..session import Session
 from ..validation import ArgumentError, did_you_mean
+from .space import is_number as _is_number
+from .space import range_bounds
 
 __all__ = ["Population", "PopulationEvent", "pbt"]
 
@@ -69,10 +71,6 @@ _SIDE_BY_SIDE = r".*other session\(s\) still training in this process"
 
 
 # -- the search space ---------------------------------------------------------------------------
-
-
-def _is_number(x: Any) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,12 +175,7 @@ def _parse_space(space: Any) -> dict[str, _Dim]:
         if not isinstance(name, str) or not name.isidentifier():
             raise ArgumentError(f"pbt space key {name!r} must be a hyperparameter name such as 'learning_rate'")
         if isinstance(spec, tuple):
-            if len(spec) != 2 or not all(_is_number(x) for x in spec):
-                raise ArgumentError(
-                    f"pbt space[{name!r}] = {spec!r}: a tuple is a range and needs two numbers (low, high); "
-                    "use a list for a choice"
-                )
-            low, high = spec
+            low, high = range_bounds("pbt space", name, spec, ArgumentError)
             kind = "int" if isinstance(low, int) and isinstance(high, int) else "float"
             _check_bounds(name, spec, kind)
             dims[name] = _Dim(

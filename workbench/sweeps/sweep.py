@@ -44,6 +44,7 @@ from optuna.trial import TrialState
 from .. import views
 from ..run.control import ACTIVE, Controlled, RunControl
 from ..run.registry import start_thread
+from .space import range_bounds
 from .trials import (
     _POLL_S,
     _counted,
@@ -62,10 +63,6 @@ _SCORE_ATTR = "workbench"  # study user attribute holding the sweep's settings, 
 
 
 # -- the search space ---------------------------------------------------------------------------
-
-
-def _is_number(x: Any) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool)
 
 
 def parse_space(space: Mapping[str, Any]) -> tuple[dict[str, BaseDistribution], dict[str, dict[str, Any]]]:
@@ -91,12 +88,7 @@ def parse_space(space: Mapping[str, Any]) -> tuple[dict[str, BaseDistribution], 
         if isinstance(spec, BaseDistribution):
             dists[name] = spec
         elif isinstance(spec, tuple):
-            if len(spec) != 2 or not all(_is_number(x) for x in spec):
-                raise ValueError(
-                    f"space[{name!r}] = {spec!r}: a tuple is a range and needs exactly two numbers (low, high); "
-                    "use a list for a choice"
-                )
-            low, high = spec
+            low, high = range_bounds("space", name, spec, ValueError)
             if not low < high:
                 raise ValueError(f"space[{name!r}] = {spec!r}: the range needs low < high")
             if isinstance(low, int) and isinstance(high, int):
