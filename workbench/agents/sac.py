@@ -143,7 +143,7 @@ class SAC(OffPolicyAgent):
                 raise ValueError(f'SAC ent_coef must be a number, "auto" or "auto_0.1", got {c.ent_coef!r}')
             init = float(c.ent_coef.split("_", 1)[1]) if "_" in c.ent_coef else 1.0
             self.log_alpha = ScalarParameter(math.log(init))
-            self.alpha_optimizer = self._adam(self.log_alpha.parameters(), lr0)
+            self.alpha_optimizer = make_adam(self.log_alpha.parameters(), lr=lr0)
             self._auto_alpha = True
         else:
             self._fixed_alpha = torch.tensor(float(c.ent_coef))
@@ -176,7 +176,7 @@ class SAC(OffPolicyAgent):
         self.critic_target.requires_grad_(False)
 
     def _adam(self, params: object, lr: float) -> torch.optim.Adam:
-        """Every optimizer of the agent (CrossQ's have other betas)."""
+        """The actor's and the critics' optimizer (CrossQ's have other betas)."""
         return make_adam(params, lr=lr)
 
     def _critic_loss(
@@ -335,7 +335,7 @@ class SAC(OffPolicyAgent):
             else:  # learning restarts from the given start, with fresh optimizer moments
                 with torch.no_grad():
                     self.log_alpha.value.fill_(math.log(start))
-            self.alpha_optimizer = self._adam(self.log_alpha.parameters(), self._lr(self.progress))
+            self.alpha_optimizer = make_adam(self.log_alpha.parameters(), lr=self._lr(self.progress))
             self._auto_alpha = True
         else:
             self._fixed_alpha = torch.tensor(float(ent_coef), device=self.device)
