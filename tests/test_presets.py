@@ -113,7 +113,7 @@ def test_unknown_combination_lists_what_exists():
         wb.preset("Pendulum-v1", "dqn")
     message = str(info.value)
     assert "'dqn'" in message and "Pendulum-v1" in message
-    assert "ddpg, ppo, sac, td3" in message  # what Pendulum has
+    assert "crossq, ddpg, droq, ppo, sac, td3, tqc" in message  # what Pendulum has
     assert "CartPole-v1 ppo" in message  # and everything else
 
 
@@ -250,3 +250,19 @@ def test_rmsprop_tf_like_step_by_hand():
         torch.testing.assert_close(p.detach(), x)
     # First step of [0.5, -3.0]: v = [0.925, 1.8], so the step is 0.1 * g / sqrt(v + eps), far below torch's.
     torch.testing.assert_close(opt.state[p]["square_avg"], v)
+
+
+@pytest.mark.parametrize(
+    ("env_id", "agent", "cls", "steps", "values"),
+    [
+        ("Pendulum-v1", "tqc", wb.TQC, 20_000, {"learning_rate": 1e-3, "n_quantiles": 25}),
+        ("Pendulum-v1", "crossq", wb.CrossQ, 20_000, {"learning_rate": 1e-3, "critic_net_arch": (1024, 1024)}),
+        ("Pendulum-v1", "droq", wb.DroQ, 10_000, {"gradient_steps": 20, "dropout_rate": 0.01, "layer_norm": True}),
+        ("MountainCarContinuous-v0", "tqc", wb.TQC, 50_000, {"use_sde": True, "batch_size": 512, "gamma": 0.9999}),
+    ],
+)
+def test_sac_family_presets(env_id, agent, cls, steps, values):
+    built = wb.preset(env_id, agent, seed=0)
+    assert isinstance(built.agent, cls) and built.steps == steps and built.env == env_id
+    for name, value in values.items():
+        assert getattr(built.agent.config, name) == value, name
