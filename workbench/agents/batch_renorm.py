@@ -1,5 +1,7 @@
-"""Batch renormalization (Ioffe 2017), the layer CrossQ (Bhatt et al. 2024) puts before every linear layer
-of its actor and critics, and a context manager that holds a module in training or eval mode.
+"""Batch renormalization, the layer CrossQ puts before every linear layer, and a context manager for modes.
+
+Batch renormalization is Ioffe 2017's; CrossQ (Bhatt et al. 2024) puts it before every linear layer of its actor
+and critics. :func:`in_mode` holds a module in training or eval mode for a block.
 
 Batch normalization in training mode standardizes with the batch's statistics; in eval mode with running
 averages. When the two differ (early in training, or when the batch mixes distributions: CrossQ feeds

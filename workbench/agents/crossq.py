@@ -1,5 +1,7 @@
-"""CrossQ (Bhatt et al. 2024, "CrossQ: Batch Normalization in Deep Reinforcement Learning for Greater Sample
-Efficiency and Simplicity"): SAC without target networks, with batch renormalization in the actor and critics.
+"""CrossQ: SAC without target networks, with batch renormalization in the actor and critics.
+
+Bhatt et al. 2024, "CrossQ: Batch Normalization in Deep Reinforcement Learning for Greater Sample Efficiency
+and Simplicity".
 
 The critics see the current state-actions ``(s, a)`` and the next ones ``(s', a' ~ pi(s'))`` in *one* forward
 pass, concatenated into one batch, so the batch statistics their normalization layers use (and the running

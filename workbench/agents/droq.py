@@ -1,5 +1,6 @@
-"""DroQ (Hiraoka et al. 2022, "Dropout Q-Functions for Doubly Efficient Reinforcement Learning"): SAC at a high
-update-to-data ratio whose critics carry dropout and layer normalization.
+"""DroQ: SAC at a high update-to-data ratio whose critics carry dropout and layer normalization.
+
+Hiraoka et al. 2022, "Dropout Q-Functions for Doubly Efficient Reinforcement Learning".
 
 REDQ reached SAC's returns in far fewer env steps with many gradient steps per env step and a large critic
 ensemble; DroQ gets there with a small ensemble (two critics) made robust by dropout and layer normalization

@@ -1,5 +1,7 @@
-"""TQC: truncated quantile critics (Kuznetsov et al. 2020, "Controlling Overestimation Bias with Truncated
-Mixture of Continuous Distributional Quantile Critics").
+"""TQC: truncated quantile critics, SAC with distributional critics whose largest target quantiles are dropped.
+
+Kuznetsov et al. 2020, "Controlling Overestimation Bias with Truncated Mixture of Continuous Distributional
+Quantile Critics".
 
 SAC with distributional critics: each of ``n_critics`` critics gives ``n_quantiles`` quantiles of the return
 at the midpoints ``tau_i = (2i + 1) / (2N)``. The target pools every target critic's quantiles of the next
