@@ -59,6 +59,11 @@ class CrossQConfig(SACConfig):
     """Training batches of plain batch normalization before the renormalization's corrections start."""
 
     def __post_init__(self) -> None:
+        if self.network != "mlp":
+            raise ArgumentError(
+                f"CrossQ got network={self.network!r}: CrossQ's networks are MLPs with batch renormalization; "
+                'leave network out (SAC and TQC take network="simba")'
+            )
         if self.use_sde is True:
             raise ArgumentError(
                 "CrossQ got use_sde=True: its actor normalizes every layer's input, which gSDE's actor does not; "

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..validation import checked, flag, integer, number
+from ..validation import ArgumentError, checked, flag, integer, number
 from .base import register
 from .networks import EnsembleMLP, drawn_like
 from .sac import SAC, SACConfig
@@ -63,6 +63,13 @@ class DroQConfig(SACConfig):
     """Probability that dropout zeroes a critic's hidden unit while learning."""
     layer_norm: bool = checked(True, flag())
     """Layer normalization after each hidden layer's dropout (the paper's; without it DroQ is unstable)."""
+
+    def __post_init__(self) -> None:
+        if self.network != "mlp":
+            raise ArgumentError(
+                f"DroQ got network={self.network!r}: DroQ's critics are MLPs with dropout and layer norm; "
+                'leave network out (SAC and TQC take network="simba")'
+            )
 
 
 @register

@@ -50,6 +50,7 @@ _FIXED: dict[str, str] = {
     "v_max": "the support of atoms was built from it",
     "n_critics": "the critics were built as this many networks",
     "critic_net_arch": "the critics were built with these layer sizes",
+    "network": "the actor and critics were built as this kind of network",
     "layer_norm": "the critics were built with or without layer normalization",
     "batch_norm_momentum": "the batch renormalization layers were built with it",
     "batch_norm_eps": "the batch renormalization layers were built with it",

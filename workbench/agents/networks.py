@@ -16,11 +16,13 @@ __all__ = [
     "LayerFactory",
     "NoisyLinear",
     "ScalarParameter",
+    "SimBa",
     "drawn_like",
     "gaussian_policy_terms",
     "make_adam",
     "mlp",
     "multinomial",
+    "network",
     "noise_off",
     "reset_noise",
 ]
@@ -91,6 +93,58 @@ def make_adam(
         return torch.optim.Adam(params, lr=lr, eps=eps, betas=betas, fused=True)
     except (RuntimeError, TypeError, ValueError):  # pragma: no cover - older torch builds
         return torch.optim.Adam(params, lr=lr, eps=eps, betas=betas, foreach=True)
+
+
+class _ResidualBlock(nn.Module):
+    """SimBa's block: ``x + W2 relu(W1 LayerNorm(x))``, the inner layer four times as wide."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(width)
+        self.inner = nn.Linear(width, 4 * width)
+        self.outer = nn.Linear(4 * width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The block's input plus its residual."""
+        return x + self.outer(torch.relu(self.inner(self.norm(x))))
+
+
+class SimBa(nn.Module):
+    """The SimBa network (Lee et al. 2025, "SimBa: Simplicity Bias for Scaling Up Parameters in Deep
+    Reinforcement Learning"): a linear embedding to ``width``, ``blocks`` residual feed-forward blocks with layer
+    normalization before each, a final layer norm, then the linear output. The paper's third part, running
+    observation normalization, is the agent's ``normalize_observations=True``, which ``network="simba"`` asks for.
+
+    Built from ``net_arch`` as the agents take it: ``net_arch=(256, 256)`` is width 256 with two blocks (every
+    width the same). Its residual path keeps the network close to a simple (linear) function as it grows, which
+    is what lets it scale in width and depth where a plain MLP overfits."""
+
+    def __init__(self, in_dim: int, hidden: Sequence[int], out_dim: int) -> None:
+        super().__init__()
+        widths = set(hidden)
+        if len(widths) != 1:
+            raise ValueError(
+                f"a SimBa network takes net_arch as one width repeated once per residual block, such as (256, 256); "
+                f"got {tuple(hidden)}"
+            )
+        width = widths.pop()
+        self.embed = nn.Linear(in_dim, width)
+        self.blocks = nn.Sequential(*(_ResidualBlock(width) for _ in hidden))
+        self.norm = nn.LayerNorm(width)
+        self.head = nn.Linear(width, out_dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Outputs, ``(batch, out_dim)``."""
+        return self.head(self.norm(self.blocks(self.embed(x))))
+
+
+def network(kind: str, in_dim: int, hidden: Sequence[int], out_dim: int) -> nn.Module:
+    """The network an agent's ``network=`` names: ``"mlp"`` (:func:`mlp`, ReLU) or ``"simba"`` (:class:`SimBa`)."""
+    if kind == "simba":
+        return SimBa(in_dim, hidden, out_dim)
+    if kind == "mlp":
+        return mlp(in_dim, hidden, out_dim, activation="relu")
+    raise ValueError(f"unknown network {kind!r}; choose from mlp, simba")
 
 
 class DuelingQNetwork(nn.Module):
@@ -198,7 +252,7 @@ def noise_off(module: nn.Module) -> Iterator[None]:
 
 class EnsembleMLP(nn.Module):
     """``n`` independent MLPs on the same input (twin critics for TD3 and SAC), outputs stacked;
-    ``before`` and ``after`` as :func:`mlp`'s.
+    ``before`` and ``after`` as :func:`mlp`'s; ``simba`` makes each member a :class:`SimBa` network.
 
     Measured on 2 CPU cores, ``n`` plain ``nn.Linear`` stacks beat one batched-matmul ensemble
     (``baddbmm``'s backward is slower than ``addmm``'s), so this is a thin ``ModuleList``.
@@ -216,14 +270,18 @@ class EnsembleMLP(nn.Module):
         encoder: nn.Module | None = None,
         before: Sequence[LayerFactory] = (),
         after: Sequence[LayerFactory] = (),
+        simba: bool = False,
     ) -> None:
         super().__init__()
         if n < 1:
             raise ValueError(f"an ensemble needs at least one member, got n={n}")
         self.n = n
-        self.members = nn.ModuleList(
-            mlp(in_dim, hidden, out_dim, activation=activation, before=before, after=after) for _ in range(n)
-        )
+        if simba:  # SimBa members (its own normalization: no layers before or after)
+            self.members = nn.ModuleList(SimBa(in_dim, hidden, out_dim) for _ in range(n))
+        else:
+            self.members = nn.ModuleList(
+                mlp(in_dim, hidden, out_dim, activation=activation, before=before, after=after) for _ in range(n)
+            )
         # An observation encoder shared by the members (a CNN for images); None for vectors.
         self.encoder = encoder
 

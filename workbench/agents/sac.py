@@ -19,11 +19,11 @@ from torch import nn
 
 from ..memory.replay import ReplayBatch, ReplayMemory
 from ..schedules import as_schedule
-from ..validation import Constraint, any_of, checked, flag, integer, number, optional
+from ..validation import ArgumentError, Constraint, any_of, checked, choice, flag, integer, number, optional
 from .base import Transitions, register
 from .encoders import with_encoder
 from .heads import PolicyHead, ScaledIntoBounds, SquashedMean, frozen
-from .networks import EnsembleMLP, ScalarParameter, drawn_like, make_adam, mlp
+from .networks import EnsembleMLP, ScalarParameter, drawn_like, make_adam, mlp, network
 from .off_policy import OffPolicyAgent, OffPolicyConfig
 from .updates import gradient_step, polyak_update
 
@@ -70,6 +70,25 @@ class SACConfig(OffPolicyConfig):
     """With use_sde, env steps between new noise weights; -1: once per update."""
     log_std_init: float = checked(-3.0, number())
     """With use_sde, initial log std of the noise weights."""
+    network: str = checked("mlp", choice("mlp", "simba"))
+    """The actor's and critics' network: "mlp" (ReLU layers of net_arch) or "simba" (Lee et al. 2025: residual
+    blocks with layer norm, net_arch=(width,) * blocks; needs normalize_observations=True)."""
+
+    def __post_init__(self) -> None:
+        if self.network == "simba":
+            if self.normalize_observations is not True:
+                raise ArgumentError(
+                    'network="simba" needs normalize_observations=True: running observation normalization is '
+                    "the first part of the SimBa network (Lee et al. 2025)"
+                )
+            if self.use_sde is True:
+                raise ArgumentError('network="simba" cannot be combined with use_sde=True: leave one out')
+            widths = self.net_arch
+            if isinstance(widths, tuple | list) and len(set(widths)) != 1:
+                raise ArgumentError(
+                    f'network="simba" got net_arch={widths!r}: SimBa takes one width repeated once per residual '
+                    "block, such as (256, 256) for two blocks of width 256"
+                )
 
 
 class SDEActor(nn.Module):
@@ -165,13 +184,15 @@ class SAC(OffPolicyAgent):
         c = self.config
         if c.use_sde:
             return SDEActor(obs_dim, c.net_arch, self.act_dim, c.log_std_init, encoder)
-        return with_encoder(encoder, mlp(obs_dim, c.net_arch, 2 * self.act_dim, activation="relu"))
+        return with_encoder(encoder, network(c.network, obs_dim, c.net_arch, 2 * self.act_dim))
 
     def _build_critics(self, obs_dim: int) -> None:
         """``self.critic`` and ``self.critic_target``: ``n_critics`` Q-networks of one output each."""
         c = self.config
-        self.critic = EnsembleMLP(c.n_critics, obs_dim + self.act_dim, c.net_arch, 1, encoder=self._encoder()[0])
-        self.critic_target = EnsembleMLP(c.n_critics, obs_dim + self.act_dim, c.net_arch, 1, encoder=self._encoder()[0])
+        simba = c.network == "simba"
+        in_dim = obs_dim + self.act_dim
+        self.critic = EnsembleMLP(c.n_critics, in_dim, c.net_arch, 1, encoder=self._encoder()[0], simba=simba)
+        self.critic_target = EnsembleMLP(c.n_critics, in_dim, c.net_arch, 1, encoder=self._encoder()[0], simba=simba)
         self.critic_target.load_state_dict(self.critic.state_dict())
         self.critic_target.requires_grad_(False)
 

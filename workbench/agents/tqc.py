@@ -41,6 +41,7 @@ class TQCConfig(SACConfig):
     """How many of the largest pooled target quantiles are dropped, per critic (less than n_quantiles)."""
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         drop, n = self.top_quantiles_to_drop_per_net, self.n_quantiles
         # Each field's own constraint is checked after this (validate_config): compare only two integers.
         if isinstance(drop, int) and isinstance(n, int) and drop >= n:
@@ -66,9 +67,13 @@ class TQC(SAC):
     def _build_critics(self, obs_dim: int) -> None:
         """``n_critics`` critics of ``n_quantiles`` outputs each, and their targets."""
         c = self.config
-        in_dim = obs_dim + self.act_dim
-        self.critic = EnsembleMLP(c.n_critics, in_dim, c.net_arch, c.n_quantiles, encoder=self._encoder()[0])
-        self.critic_target = EnsembleMLP(c.n_critics, in_dim, c.net_arch, c.n_quantiles, encoder=self._encoder()[0])
+        in_dim, simba = obs_dim + self.act_dim, c.network == "simba"
+        self.critic = EnsembleMLP(
+            c.n_critics, in_dim, c.net_arch, c.n_quantiles, encoder=self._encoder()[0], simba=simba
+        )
+        self.critic_target = EnsembleMLP(
+            c.n_critics, in_dim, c.net_arch, c.n_quantiles, encoder=self._encoder()[0], simba=simba
+        )
         self.critic_target.load_state_dict(self.critic.state_dict())
         self.critic_target.requires_grad_(False)
 
