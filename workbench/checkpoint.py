@@ -587,12 +587,12 @@ def _check_hyperparameters(f: _Fields, hyper: dict[str, Any], config: type, meta
             )
     if "n_quantiles" in hyper:  # the critics' (or Q-network's) outputs per action
         f.integer(hyper["n_quantiles"], "hyperparameters.n_quantiles", 1, MAX_QUANTILES)
-    for field in ("net_arch", "critic_net_arch"):  # critic_net_arch: CrossQ's critics
-        if isinstance(hyper.get(field), list):
-            params = _mlp_parameters(obs_dim + act_dim, hyper[field], max(act_dim, 1) * 2)
+    for arch in ("net_arch", "critic_net_arch"):  # critic_net_arch: CrossQ's critics
+        if isinstance(hyper.get(arch), list):
+            params = _mlp_parameters(obs_dim + act_dim, hyper[arch], max(act_dim, 1) * 2)
             if params > MAX_NETWORK_PARAMETERS:
                 raise CheckpointError(
-                    f"{f.label}: field 'hyperparameters.{field}' asks for networks of {params} parameters each, "
+                    f"{f.label}: field 'hyperparameters.{arch}' asks for networks of {params} parameters each, "
                     f"more than the {MAX_NETWORK_PARAMETERS} a checkpoint may ask for"
                 )
     if "n_envs" in hyper:
