@@ -148,9 +148,14 @@ def test_crossq_acts_with_the_running_statistics_and_learns_with_the_batch_ones(
     agent.act(OBS)  # the exploring action too
     assert [int(m.num_batches_tracked) for m in renorms] == counts
     assert agent.actor.training and agent.critic.training  # the modes acting found are given back
+    # As sb3-contrib's: the next actions come from the running statistics, and only a gradient step that
+    # updates the actor runs it in training mode (once, on the current observations).
+    agent.num_updates = 0  # the next gradient step is the first of policy_delay=3: no actor step
     agent.update()
-    # One gradient step: the actor ran in training mode on the current and the next observations.
-    assert [int(m.num_batches_tracked) for m in renorms] == [c + 2 for c in counts]
+    assert [int(m.num_batches_tracked) for m in renorms] == counts
+    agent.num_updates = 2  # the next one is the third: the actor's
+    agent.update()
+    assert [int(m.num_batches_tracked) for m in renorms] == [c + 1 for c in counts]
 
 
 def test_crossq_feeds_current_and_next_state_actions_to_the_critics_in_one_pass(monkeypatch):

@@ -10,9 +10,11 @@ statistics they keep) cover both distributions; the next state's values then ser
 :class:`~workbench.agents.batch_renorm.BatchRenorm1d`; Adam runs with ``betas=(0.5, 0.999)``, the actor is
 updated every ``policy_delay`` gradient steps and the critics are wide (1024-1024).
 
-Modes: the update runs both networks in training mode (batch statistics, running statistics updated) except
-the critics' pass for the actor's loss, which is in eval mode (as sb3-contrib's); acting, the log-density and
-export use eval mode (the running statistics). Shared with SAC (``sac.py``): entropy tuning, the squashed
+Modes and order, as sb3-contrib's: the critics' joint pass runs in training mode (batch statistics, running
+statistics updated), the next actions come from the actor in eval mode; only a gradient step that updates the
+actor draws the policy's actions (actor in training mode), then steps the entropy coefficient and the actor,
+whose loss reads the critics in eval mode. Acting, the log-density and export use eval mode (the running
+statistics). Shared with SAC (``sac.py``): entropy tuning, the squashed
 Gaussian, replay, the update schedule. Defaults are sb3-contrib's (``sb3_contrib.CrossQ``).
 """
 
@@ -84,6 +86,7 @@ class CrossQ(SAC):
     Config = CrossQConfig
     config: CrossQConfig
     network_names = ("actor", "critic", "log_alpha")  # no target critics
+    entropy_with_actor = True  # the policy's draw and alpha's step only with the actor's, as sb3-contrib's
 
     def _renorm(self) -> partial[nn.Module]:
         c = self.config
@@ -137,7 +140,7 @@ class CrossQ(SAC):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Current and next state-actions through the critics in one pass (one set of batch statistics);
         the next ones' minimum, detached, is the bootstrap."""
-        with torch.no_grad():
+        with torch.no_grad(), in_mode(self.actor, False):  # the next actions from the running statistics
             next_actions, next_log_prob = self._policy(batch.next_obs, sde_weights)
         both = self.critic(torch.cat([batch.obs, batch.next_obs]), torch.cat([actions, next_actions]))
         q, next_q = both.squeeze(-1).split(len(actions), dim=1)  # (n_critics, batch) each

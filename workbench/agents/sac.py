@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -139,6 +140,9 @@ class SAC(OffPolicyAgent):
     optimizer_names = ("actor_optimizer", "critic_optimizer", "alpha_optimizer")
     config: SACConfig
     log_alpha: ScalarParameter | None = None  # learned entropy coefficient (ent_coef="auto"), else None
+    entropy_with_actor: ClassVar[bool] = False
+    """False: the policy's draw and the entropy coefficient's step come first in every gradient step (SAC, SB3);
+    True: only in the steps that update the actor, after the critics' step (CrossQ, as sb3-contrib's)."""
     alpha_optimizer: torch.optim.Optimizer | None = None
 
     # -- networks -----------------------------------------------------------------------------
@@ -175,6 +179,7 @@ class SAC(OffPolicyAgent):
         self._sde_weights: torch.Tensor | None = None  # exploration noise weights, one set per env
         self._sde_steps = 0
         self._last_actor_loss = 0.0
+        self._last_entropy = 0.0
 
     # The hooks the SAC family (TQC, CrossQ, DroQ) overrides; SAC's own are the plain ones.
 
@@ -223,6 +228,12 @@ class SAC(OffPolicyAgent):
     def _actor_q(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """The value the actor climbs, per sample: the critics' minimum."""
         return self.critic(obs, actions).min(0).values.squeeze(-1)
+
+    def _alpha_step(self, log_prob: torch.Tensor) -> None:
+        """One step of the learned entropy coefficient toward ``target_entropy`` (none when it is fixed)."""
+        if self._auto_alpha:
+            alpha_loss = -(self.log_alpha.value * (log_prob.detach() + self.target_entropy)).mean()
+            gradient_step(self.alpha_optimizer, alpha_loss)
 
     def _actor_due(self) -> bool:
         """Whether this gradient step also updates the actor (CrossQ and DroQ delay it)."""
@@ -374,44 +385,53 @@ class SAC(OffPolicyAgent):
         for opt in self.optimizers.values():
             for group in opt.param_groups:
                 group["lr"] = lr
-        stats = torch.zeros(4, device=self.device)  # critic loss, q mean, entropy, alpha
-        actor_stats = torch.zeros(2, device=self.device)  # actor loss summed, actor steps
+        stats = torch.zeros(3, device=self.device)  # critic loss, q mean, alpha
+        actor_stats = torch.zeros(4, device=self.device)  # actor loss, entropy summed; actor steps, policy draws
         for _ in range(steps):
             batch = self.memory.sample(c.batch_size, self.rng)
             obs = batch.obs
             actions = batch.actions.reshape(len(obs), -1)
+            self.num_updates += 1
+            actor_due = self._actor_due()
             # With gSDE one set of noise weights serves the whole gradient step (as in SB3).
             sde_weights = self._sample_sde_weights() if c.use_sde else None
-            pi_actions, log_prob = self._policy(obs, sde_weights)
-
-            # Entropy coefficient first, so the losses below use the updated alpha (as SB3 does).
-            if self._auto_alpha:
-                alpha_loss = -(self.log_alpha.value * (log_prob.detach() + self.target_entropy)).mean()
-                gradient_step(self.alpha_optimizer, alpha_loss)
+            if not self.entropy_with_actor:
+                pi_actions, log_prob = self._policy(obs, sde_weights)
+                # Entropy coefficient first, so the losses below use the updated alpha (as SB3 does).
+                self._alpha_step(log_prob)
             alpha = self._alpha()
 
             critic_loss, q_mean = self._critic_loss(batch, actions, alpha, sde_weights)
             gradient_step(self.critic_optimizer, critic_loss)
 
-            self.num_updates += 1
-            if self._actor_due():
+            if actor_due:
+                if self.entropy_with_actor:  # the policy's draw and alpha's step after the critics' (CrossQ)
+                    pi_actions, log_prob = self._policy(obs, sde_weights)
+                    self._alpha_step(log_prob)
                 # The actor's loss needs gradients through the critic's input only, not its weights.
                 self.critic.requires_grad_(False)
                 actor_loss = (alpha * log_prob - self._actor_q(obs, pi_actions)).mean()
                 gradient_step(self.actor_optimizer, actor_loss)
                 self.critic.requires_grad_(True)
-                actor_stats += torch.stack([actor_loss.detach(), torch.ones_like(alpha)])
+                one = alpha.new_ones(())
+                actor_stats += torch.stack([actor_loss.detach(), -log_prob.detach().mean(), one, one])
+            elif not self.entropy_with_actor:
+                zero = alpha.new_zeros(())
+                actor_stats += torch.stack([zero, -log_prob.detach().mean(), zero, zero + 1])
 
             if self.num_updates % c.target_update_interval == 0:
                 self._update_target()
-            stats += torch.stack([critic_loss.detach(), q_mean, -log_prob.detach().mean(), alpha])
+            stats += torch.stack([critic_loss.detach(), q_mean, alpha])
         if c.use_sde and c.sde_sample_freq <= 0:
             self._sde_weights = None  # new exploration noise for the next rollout
-        critic_loss, q_mean, entropy, alpha = (stats / steps).tolist()
-        actor_sum, actor_count = actor_stats.tolist()
-        # With a delayed actor an update may have no actor step: it reports the last actor loss.
-        self._last_actor_loss = actor_sum / actor_count if actor_count else self._last_actor_loss
-        actor_loss = self._last_actor_loss
+        critic_loss, q_mean, alpha = (stats / steps).tolist()
+        actor_sum, entropy_sum, actor_count, draws = actor_stats.tolist()
+        # With a delayed actor an update may have no actor step: it reports the last actor loss and entropy.
+        if actor_count:
+            self._last_actor_loss = actor_sum / actor_count
+        if draws:
+            self._last_entropy = entropy_sum / draws
+        actor_loss, entropy = self._last_actor_loss, self._last_entropy
         return {
             "critic_loss": critic_loss,
             "actor_loss": actor_loss,
