@@ -207,6 +207,8 @@ SLOW_TESTS = {
     "tests/test_report.py::test_the_script_lists_the_presets",
     "tests/test_serve.py::test_a_stalled_request_head_is_closed_within_the_read_timeout",
     "tests/test_serve_batching.py::test_the_batch_size_is_a_signal",
+    "tests/test_sac_family.py::test_a_live_learning_rate_edit_reaches_every_optimizer",
+    "tests/test_sac_family.py::test_updates_on_pendulum_give_finite_metrics",
     "tests/test_session.py::test_custom_env_with_constructor_arguments_trains",
     "tests/test_sparse.py::test_her_agent_saves_and_reopens_with_its_memory",
     "tests/test_step_contract.py::test_state_restores_every_declared_tensor",

@@ -12,7 +12,9 @@ from workbench.agents import AGENTS
 from workbench.envs.testing import OneStepBandit, TwoStateChain
 
 DISCRETE = ["a2c", "dqn", "ppo"]
-CONTINUOUS = ["a2c", "ddpg", "ppo", "sac", "td3"]
+# Not CrossQ: the bandit's observation is constant, and batch normalization of a constant input is degenerate
+# (every hidden unit equals its shift in training mode); tests/test_sac_family.py checks CrossQ learning.
+CONTINUOUS = ["a2c", "ddpg", "droq", "ppo", "sac", "td3", "tqc"]
 
 # Small, quick settings for the tiny tasks: the defaults are tuned for real tasks and budgets.
 FAST: dict[str, dict] = {
@@ -32,6 +34,11 @@ FAST: dict[str, dict] = {
     "td3": dict(learning_starts=64, batch_size=64, net_arch=(32, 32), learning_rate=3e-3),
     "ddpg": dict(learning_starts=64, batch_size=64, net_arch=(32, 32), learning_rate=3e-3),
 }
+# The SAC family, on SAC's fast settings (small critics; DroQ at 4 updates per step, not the paper's 20).
+FAST["tqc"] = dict(FAST["sac"], n_quantiles=5, top_quantiles_to_drop_per_net=1)
+FAST["crossq"] = dict(FAST["sac"], critic_net_arch=(32, 32), renorm_warmup_steps=100)
+FAST["droq"] = dict(FAST["sac"], gradient_steps=4, policy_delay=2)
+SAC_FAMILY = ("crossq", "droq", "tqc")
 # The rest of the DQN family, on DQN's fast settings (v_min/v_max fit the tiny tasks' returns).
 FAST["qrdqn"] = dict(FAST["dqn"], n_quantiles=8)
 FAST["c51"] = dict(FAST["dqn"], n_atoms=11, v_min=-1.0, v_max=2.0)
@@ -57,6 +64,9 @@ STEPS = {
     "c51": 800,
     "rainbow": 800,
     "recurrentppo": 1600,
+    "tqc": 600,
+    "crossq": 600,
+    "droq": 600,
 }
 DQN_FAMILY = {"dqn", "qrdqn", "c51", "rainbow"}
 
@@ -118,6 +128,7 @@ SIGNALS = {
     "c51": {"loss", "q_mean", "epsilon"},
     "rainbow": {"loss", "q_mean", "prioritized_beta"},
     "recurrentppo": {"policy_loss", "value_loss", "entropy", "approx_kl"},
+    **{name: {"actor_loss", "critic_loss", "q_mean", "alpha", "entropy"} for name in SAC_FAMILY},
 }
 
 
@@ -137,7 +148,7 @@ def test_smoke_on_its_classic_control_task(name):
 
 @pytest.mark.parametrize("name", sorted(AGENTS))
 def test_save_load_round_trip_and_deterministic_play(name, tmp_path):
-    env = "Pendulum-v1" if name in ("sac", "td3", "ddpg") else "CartPole-v1"
+    env = "Pendulum-v1" if name in ("sac", "td3", "ddpg", *SAC_FAMILY) else "CartPole-v1"
     agent = AGENTS[name](env, seed=0, **FAST[name])
     session = wb.Session(agent, env, seed=0)
     session.run(steps=300)
@@ -231,7 +242,7 @@ def test_reward_normalization_scales_without_shifting():
 # -- wrong spaces ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["sac", "td3", "ddpg"])
+@pytest.mark.parametrize("name", ["sac", "td3", "ddpg", *SAC_FAMILY])
 def test_continuous_agents_refuse_discrete_actions_naming_those_that_fit(name):
     with pytest.raises(ValueError) as info:
         AGENTS[name]("CartPole-v1")
@@ -240,7 +251,7 @@ def test_continuous_agents_refuse_discrete_actions_naming_those_that_fit(name):
 
 
 def test_dqn_refuses_box_actions_naming_those_that_fit():
-    with pytest.raises(ValueError, match="A2C, DDPG, PPO, RecurrentPPO, SAC, TD3"):
+    with pytest.raises(ValueError, match="A2C, CrossQ, DDPG, DroQ, PPO, RecurrentPPO, SAC, TD3, TQC"):
         wb.DQN("Pendulum-v1")
 
 

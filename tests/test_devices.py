@@ -39,12 +39,15 @@ SMALL: dict[str, dict[str, Any]] = {
     "DDPG": dict(learning_starts=16, batch_size=8, buffer_size=200, net_arch=(16,)),
     "TD3": dict(learning_starts=16, batch_size=8, buffer_size=200, net_arch=(16,)),
     "SAC": dict(learning_starts=16, batch_size=8, buffer_size=200, net_arch=(16,)),
+    "TQC": dict(learning_starts=16, batch_size=8, buffer_size=200, net_arch=(16,), n_quantiles=5),
+    "CrossQ": dict(learning_starts=16, batch_size=8, buffer_size=200, net_arch=(16,), critic_net_arch=(16,)),
+    "DroQ": dict(learning_starts=16, batch_size=8, buffer_size=200, net_arch=(16,), gradient_steps=2),
     "BC": dict(batch_size=8, net_arch=(16,)),
     "BCQ": dict(batch_size=8, net_arch=(16,)),
     "CQL": dict(batch_size=8, net_arch=(16,), n_action_samples=2),
     "IQL": dict(batch_size=8, net_arch=(16,)),
 }
-CONTINUOUS = {"DDPG", "TD3", "SAC"}
+CONTINUOUS = {"DDPG", "TD3", "SAC", "TQC", "CrossQ", "DroQ"}
 OFFLINE_CONTINUOUS = {"CQL", "IQL", "BC"}  # also tried on Pendulum
 
 
@@ -384,6 +387,7 @@ def test_compiled_networks_compile_once_whatever_the_updates_and_the_sessions_th
         ("RecurrentPPO", "CartPole-v1"),
         ("SAC", "Pendulum-v1"),
         ("TD3", "Pendulum-v1"),
+        ("CrossQ", "Pendulum-v1"),  # modules switched between training and eval mode inside an update
     ],
 )
 def test_every_kind_of_agent_compiles_and_trains_compiled(algo, env, monkeypatch):

@@ -27,8 +27,11 @@ SMALL = {
     "DDPG": dict(learning_starts=32, batch_size=16, buffer_size=500, net_arch=(32,)),
     "TD3": dict(learning_starts=32, batch_size=16, buffer_size=500, net_arch=(32,)),
     "SAC": dict(learning_starts=32, batch_size=16, buffer_size=500, net_arch=(32,)),
+    "TQC": dict(learning_starts=32, batch_size=16, buffer_size=500, net_arch=(32,), n_quantiles=5),
+    "CrossQ": dict(learning_starts=32, batch_size=16, buffer_size=500, net_arch=(32,), critic_net_arch=(32,)),
+    "DroQ": dict(learning_starts=32, batch_size=16, buffer_size=500, net_arch=(32,), gradient_steps=2),
 }
-CONTINUOUS = {"DDPG", "TD3", "SAC"}
+CONTINUOUS = {"DDPG", "TD3", "SAC", "TQC", "CrossQ", "DroQ"}
 
 
 class TinyEncoder(nn.Module):

@@ -88,6 +88,15 @@ CASES = [
     ("sac-gsde-norm", wb.SAC, "Pendulum-v1", {**OFF_POLICY, "use_sde": True, "normalize_observations": True}),
     ("td3-norm", wb.TD3, "Pendulum-v1", {**OFF_POLICY, "normalize_observations": True}),
     ("ddpg", wb.DDPG, "Pendulum-v1", OFF_POLICY),
+    # The SAC family: the same squashed mean; CrossQ's batch renormalization exports with its running statistics.
+    ("tqc", wb.TQC, "Pendulum-v1", {**OFF_POLICY, "n_quantiles": 5}),
+    (
+        "crossq-norm",
+        wb.CrossQ,
+        "Pendulum-v1",
+        {**OFF_POLICY, "critic_net_arch": (32, 32), "normalize_observations": True},
+    ),
+    ("droq", wb.DroQ, "Pendulum-v1", {**OFF_POLICY, "gradient_steps": 2}),
     (
         "ppo-dict-norm",
         wb.PPO,

@@ -316,6 +316,11 @@ MALFORMED = {
     "net_arch text": (_set("hyperparameters.net_arch", "big"), "hyperparameters.net_arch"),
     "net_arch of 14 GB": (_set("hyperparameters.net_arch", [60_000, 60_000]), "hyperparameters.net_arch"),
     "n_envs huge": (_set("hyperparameters.n_envs", 10**9), "hyperparameters.n_envs"),
+    "critic_net_arch of 14 GB": (
+        _set("hyperparameters.critic_net_arch", [60_000, 60_000]),
+        "hyperparameters.critic_net_arch",
+    ),
+    "n_quantiles huge": (_set("hyperparameters.n_quantiles", 10**9), "hyperparameters.n_quantiles"),
     "seed text": (_set("seed", "zero"), "seed"),
     "space type": (_set("observation_space.type", "Blob"), "observation_space.type"),
     "space shape": (_set("observation_space.shape", [10**9, 10**9]), "observation_space.shape"),

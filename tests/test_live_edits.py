@@ -153,7 +153,11 @@ def test_every_agent_lists_its_editable_hyperparameters():
     assert {"ent_coef", "target_entropy", "tau"} <= set(editable(wb.SAC))
     assert {"exploration", "target_policy_noise", "actor_lr", "critic_lr"} <= set(editable(wb.TD3))
     assert "clip_range" in editable(wb.RecurrentPPO) and "exploration" in editable(wb.QRDQN)
-    for cls in (wb.PPO, wb.A2C, wb.RecurrentPPO, wb.DQN, wb.QRDQN, wb.C51, wb.Rainbow, wb.DDPG, wb.TD3, wb.SAC):
+    assert {"top_quantiles_to_drop_per_net", "ent_coef", "learning_rate"} <= set(editable(wb.TQC))
+    assert {"policy_delay", "learning_rate"} <= set(editable(wb.CrossQ))
+    assert {"gradient_steps", "policy_delay", "dropout_rate"} <= set(editable(wb.DroQ))
+    agents = (wb.PPO, wb.A2C, wb.RecurrentPPO, wb.DQN, wb.QRDQN, wb.C51, wb.Rainbow, wb.DDPG, wb.TD3, wb.SAC)
+    for cls in (*agents, wb.TQC, wb.CrossQ, wb.DroQ):
         fixed = {"net_arch", "n_envs", "buffer_size", "n_steps", "normalize_observations"}
         assert not fixed & set(editable(cls)), cls.__name__
 

@@ -113,7 +113,7 @@ def test_unknown_combination_lists_what_exists():
         wb.preset("Pendulum-v1", "dqn")
     message = str(info.value)
     assert "'dqn'" in message and "Pendulum-v1" in message
-    assert "ddpg, ppo, sac, td3" in message  # what Pendulum has
+    assert "crossq, ddpg, droq, ppo, sac, td3, tqc" in message  # what Pendulum has
     assert "CartPole-v1 ppo" in message  # and everything else
 
 
@@ -446,7 +446,7 @@ def test_train_help_lists_the_presets(capsys):
     assert "  LunarLander-v3 [box2d]: a2c, dqn, ppo, qrdqn" in out
     assert "  Hopper-v5 [mujoco]: a2c, ddpg, ppo, sac, td3" in out
     assert "  MinAtar/Breakout-v1 [minatar]: dqn, ppo" in out
-    assert "  Pendulum-v1: a2c, ddpg, ppo, sac, td3" in out
+    assert "  Pendulum-v1: a2c, crossq, ddpg, droq, ppo, sac, td3, tqc" in out
     for env_id, _ in wb.PRESETS:
         assert f"  {env_id}" in out, env_id
 
@@ -484,3 +484,19 @@ def test_the_new_presets_are_documented_with_their_scores():
         assert game in section and f"| {spec.agent.upper()} |" in section, spec.env_id
     for score in ("242.1", "154.4", "2,410", "5,819", "3,606"):
         assert score in docs, score
+
+
+@pytest.mark.parametrize(
+    ("env_id", "agent", "cls", "steps", "values"),
+    [
+        ("Pendulum-v1", "tqc", wb.TQC, 20_000, {"learning_rate": 1e-3, "n_quantiles": 25}),
+        ("Pendulum-v1", "crossq", wb.CrossQ, 20_000, {"learning_rate": 1e-3, "critic_net_arch": (1024, 1024)}),
+        ("Pendulum-v1", "droq", wb.DroQ, 10_000, {"gradient_steps": 20, "dropout_rate": 0.01, "layer_norm": True}),
+        ("MountainCarContinuous-v0", "tqc", wb.TQC, 50_000, {"use_sde": True, "batch_size": 512, "gamma": 0.9999}),
+    ],
+)
+def test_sac_family_presets(env_id, agent, cls, steps, values):
+    built = wb.preset(env_id, agent, seed=0)
+    assert isinstance(built.agent, cls) and built.steps == steps and built.env == env_id
+    for name, value in values.items():
+        assert getattr(built.agent.config, name) == value, name

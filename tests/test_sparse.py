@@ -282,11 +282,28 @@ def test_her_with_local_workers_stores_whole_episodes_and_reports_success(monkey
     assert session.signals["loss"].last is not None
 
 
-@pytest.mark.parametrize("cls", [wb.SAC, wb.TD3, wb.DDPG])
-def test_continuous_agents_take_her(cls):
+@pytest.mark.parametrize(
+    ("cls", "extra"),
+    [
+        (wb.SAC, {}),
+        (wb.TD3, {}),
+        (wb.DDPG, {}),
+        (wb.TQC, {"n_quantiles": 5}),
+        (wb.CrossQ, {"critic_net_arch": (16,)}),
+        (wb.DroQ, {"gradient_steps": 2}),
+    ],
+    ids=lambda v: getattr(v, "__name__", ""),
+)
+def test_continuous_agents_take_her(cls, extra):
     env = _bits(3, continuous=True)
     agent = cls(
-        env, replay=wb.HerReplay(n_sampled_goal=2), learning_starts=8, batch_size=16, net_arch=(16,), buffer_size=500
+        env,
+        replay=wb.HerReplay(n_sampled_goal=2),
+        learning_starts=8,
+        batch_size=16,
+        net_arch=(16,),
+        buffer_size=500,
+        **extra,
     )
     session = wb.Session(agent, env, seed=0)
     session.run(steps=40)

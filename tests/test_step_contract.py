@@ -34,6 +34,18 @@ AGENTS = {
     "sac": (lambda seed: wb.SAC("Pendulum-v1", learning_starts=4, batch_size=4, seed=seed), "Pendulum-v1"),
     "td3": (lambda seed: wb.TD3("Pendulum-v1", learning_starts=4, batch_size=4, seed=seed), "Pendulum-v1"),
     "ddpg": (lambda seed: wb.DDPG("Pendulum-v1", learning_starts=4, batch_size=4, seed=seed), "Pendulum-v1"),
+    "tqc": (
+        lambda seed: wb.TQC("Pendulum-v1", learning_starts=4, batch_size=4, n_quantiles=5, seed=seed),
+        "Pendulum-v1",
+    ),
+    "crossq": (
+        lambda seed: wb.CrossQ("Pendulum-v1", learning_starts=4, batch_size=4, critic_net_arch=(32,), seed=seed),
+        "Pendulum-v1",
+    ),
+    "droq": (
+        lambda seed: wb.DroQ("Pendulum-v1", learning_starts=4, batch_size=4, gradient_steps=2, seed=seed),
+        "Pendulum-v1",
+    ),
     "qrdqn": (
         lambda seed: wb.QRDQN("CartPole-v1", learning_starts=4, train_freq=4, batch_size=4, seed=seed),
         "CartPole-v1",

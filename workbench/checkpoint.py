@@ -96,6 +96,7 @@ MAX_NETWORK_PARAMETERS = 100_000_000  # per MLP from net_arch (400 MB of float32
 MAX_SPACE_ELEMENTS = 2**24  # elements of one observation or action (a 2048x2048x4 image)
 MAX_ENVS = 4096  # n_envs: vectorised envs of one agent
 MAX_CRITICS = 64  # n_critics of an ensemble critic (TD3 and SAC use 2, REDQ-style ensembles 10)
+MAX_QUANTILES = 10_000  # n_quantiles of QR-DQN or TQC (the zoo's and the papers' use 10 to 200)
 
 
 class CheckpointError(ValueError):
@@ -595,13 +596,16 @@ def _check_hyperparameters(f: _Fields, hyper: dict[str, Any], config: type, meta
                 f"{f.label}: field 'hyperparameters.buffer_size' is {hyper['buffer_size']}, a replay memory of "
                 f"{need / 2**30:.1f} GiB for these spaces, more than this machine's {ram / 2**30:.1f} GiB"
             )
-    if isinstance(hyper.get("net_arch"), list):
-        params = _mlp_parameters(obs_dim + act_dim, hyper["net_arch"], max(act_dim, 1) * 2)
-        if params > MAX_NETWORK_PARAMETERS:
-            raise CheckpointError(
-                f"{f.label}: field 'hyperparameters.net_arch' asks for networks of {params} parameters each, more "
-                f"than the {MAX_NETWORK_PARAMETERS} a checkpoint may ask for"
-            )
+    if "n_quantiles" in hyper:  # the critics' (or Q-network's) outputs per action
+        f.integer(hyper["n_quantiles"], "hyperparameters.n_quantiles", 1, MAX_QUANTILES)
+    for arch in ("net_arch", "critic_net_arch"):  # critic_net_arch: CrossQ's critics
+        if isinstance(hyper.get(arch), list):
+            params = _mlp_parameters(obs_dim + act_dim, hyper[arch], max(act_dim, 1) * 2)
+            if params > MAX_NETWORK_PARAMETERS:
+                raise CheckpointError(
+                    f"{f.label}: field 'hyperparameters.{arch}' asks for networks of {params} parameters each, "
+                    f"more than the {MAX_NETWORK_PARAMETERS} a checkpoint may ask for"
+                )
     if "n_envs" in hyper:
         f.integer(hyper["n_envs"], "hyperparameters.n_envs", 1, MAX_ENVS)
     if "n_critics" in hyper:

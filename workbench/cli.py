@@ -13,7 +13,21 @@ __all__ = ["build_parser", "main", "parse_hyperparameters"]
 
 # The names `--agent` takes, written out so that building the parser (`workbench --help`) imports neither the
 # agents nor torch; tests/test_namespace.py holds them equal to the registry, ``sorted(workbench.agents.AGENTS)``.
-AGENT_NAMES = ("a2c", "c51", "ddpg", "dqn", "ppo", "qrdqn", "rainbow", "recurrentppo", "sac", "td3")
+AGENT_NAMES = (
+    "a2c",
+    "c51",
+    "crossq",
+    "ddpg",
+    "dqn",
+    "droq",
+    "ppo",
+    "qrdqn",
+    "rainbow",
+    "recurrentppo",
+    "sac",
+    "td3",
+    "tqc",
+)
 
 
 def _agent_names() -> list[str]:

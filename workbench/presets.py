@@ -640,6 +640,39 @@ def _box2d_specs() -> list[PresetSpec]:
     ]
 
 
+def _sac_family_specs() -> list[PresetSpec]:
+    """TQC, CrossQ and DroQ (issue 54). TQC: rl-baselines3-zoo's tqc.yml, which tunes TQC as sac.yml tunes SAC
+    (Pendulum: 20k steps at learning rate 1e-3; MountainCarContinuous: SAC's gSDE settings). CrossQ: sb3-contrib's
+    defaults (learning rate 1e-3, critics 1024-1024, actor delay 3) at the zoo's Pendulum budget. DroQ: the
+    paper's settings (Hiraoka et al. 2022: 20 updates per env step, dropout 0.01, layer norm), which are DroQ's
+    defaults, at half the budget: each env step costs 20 updates."""
+    return [
+        PresetSpec("Pendulum-v1", "tqc", 20_000, {"learning_rate": 1e-3}, solved=-200.0),
+        PresetSpec("Pendulum-v1", "crossq", 20_000, {}, solved=-200.0),
+        PresetSpec("Pendulum-v1", "droq", 10_000, {}, solved=-200.0),
+        PresetSpec(
+            "MountainCarContinuous-v0",
+            "tqc",
+            50_000,
+            {
+                "learning_rate": 3e-4,
+                "buffer_size": 50_000,
+                "batch_size": 512,
+                "ent_coef": 0.1,
+                "train_freq": 32,
+                "gradient_steps": 32,
+                "gamma": 0.9999,
+                "tau": 0.01,
+                "learning_starts": 0,
+                "net_arch": (64, 64),
+                "use_sde": True,
+                "log_std_init": -3.67,
+            },
+            solved=90.0,
+        ),
+    ]
+
+
 MUJOCO_TASKS = ("Hopper-v5", "HalfCheetah-v5", "Walker2d-v5", "Ant-v5", "Swimmer-v5")
 """The MuJoCo tasks with presets (gymnasium's v5; the zoo tunes v4)."""
 
@@ -802,7 +835,8 @@ def _minatar_specs() -> list[PresetSpec]:
 
 
 PRESETS: dict[tuple[str, str], PresetSpec] = {
-    (s.env_id, s.agent): s for s in [*_specs(), *_box2d_specs(), *_mujoco_specs(), *_minatar_specs()]
+    (s.env_id, s.agent): s
+    for s in [*_specs(), *_box2d_specs(), *_mujoco_specs(), *_minatar_specs(), *_sac_family_specs()]
 }
 """Every preset by ``(env_id, agent)``."""
 

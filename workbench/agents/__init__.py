@@ -6,8 +6,10 @@ from .bc import BC, BCConfig
 from .bcq import BCQ, BCQConfig
 from .c51 import C51, C51Config
 from .cql import CQL, CQLConfig
+from .crossq import CrossQ, CrossQConfig
 from .ddpg import DDPG, DDPGConfig
 from .dqn import DQN, DQNConfig
+from .droq import DroQ, DroQConfig
 from .iql import IQL, IQLConfig
 from .multiagent import IPPO, MAPPO, IPPOConfig, MAPPOConfig
 from .ppo import PPO, PPOConfig
@@ -17,12 +19,12 @@ from .recurrent_ppo import RecurrentPPO, RecurrentPPOConfig
 from .sac import SAC, SACConfig
 from .saving import load
 from .td3 import TD3, TD3Config
+from .tqc import TQC, TQCConfig
 
 __all__ = [
     "A2C",
     "A2CConfig",
     "AGENTS",
-    "MULTI_AGENTS",
     "Agent",
     "AgentConfig",
     "AgentState",
@@ -34,10 +36,14 @@ __all__ = [
     "C51Config",
     "CQL",
     "CQLConfig",
+    "CrossQ",
+    "CrossQConfig",
     "DDPG",
     "DDPGConfig",
     "DQN",
     "DQNConfig",
+    "DroQ",
+    "DroQConfig",
     "EpisodeReturns",
     "IPPO",
     "IPPOConfig",
@@ -45,6 +51,7 @@ __all__ = [
     "IQLConfig",
     "MAPPO",
     "MAPPOConfig",
+    "MULTI_AGENTS",
     "PPO",
     "PPOConfig",
     "QRDQN",
@@ -58,6 +65,8 @@ __all__ = [
     "Step",
     "TD3",
     "TD3Config",
+    "TQC",
+    "TQCConfig",
     "Transitions",
     "load",
     "register",

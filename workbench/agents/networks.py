@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 from torch import nn
@@ -13,18 +13,24 @@ __all__ = [
     "ACTIVATIONS",
     "DuelingQNetwork",
     "EnsembleMLP",
+    "LayerFactory",
     "NoisyLinear",
     "ScalarParameter",
+    "SimBa",
     "drawn_like",
     "gaussian_policy_terms",
     "make_adam",
     "mlp",
     "multinomial",
+    "network",
     "noise_off",
     "reset_noise",
 ]
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
+
+LayerFactory = Callable[[int], nn.Module]
+"""Builds one layer for a given feature width (``nn.LayerNorm``, ``BatchRenorm1d``, a dropout that ignores it)."""
 
 
 def mlp(
@@ -36,8 +42,15 @@ def mlp(
     ortho_init: bool = False,
     output_gain: float = 1.0,
     noisy: bool = False,
+    before: Sequence[LayerFactory] = (),
+    after: Sequence[LayerFactory] = (),
 ) -> nn.Sequential:
     """A multilayer perceptron ``in_dim -> hidden... -> out_dim``.
+
+    ``before`` builds layers placed before every linear layer, the output layer included (CrossQ's batch
+    renormalization of each layer's input); ``after`` builds layers between every hidden linear layer and
+    its activation (DroQ's dropout and layer norm). Each is called with the width it sees; both are empty
+    by default, which builds exactly the plain stack (same modules, same initial weights).
 
     With ``ortho_init`` the hidden layers get orthogonal weights with gain sqrt(2) and the output
     layer ``output_gain`` (0.01 for a policy head, 1 for a value head), as in the PPO paper's code.
@@ -50,12 +63,14 @@ def mlp(
     layers: list[nn.Module] = []
     last = in_dim
     for i, width in enumerate(hidden):
+        layers += [make(last) for make in before]
         linear = NoisyLinear(last, width) if noisy and i > 0 else nn.Linear(last, width)
         if ortho_init:
             nn.init.orthogonal_(linear.weight, math.sqrt(2))
             nn.init.zeros_(linear.bias)
-        layers += [linear, act()]
+        layers += [linear, *(make(width) for make in after), act()]
         last = width
+    layers += [make(last) for make in before]
     head = NoisyLinear(last, out_dim) if noisy and hidden else nn.Linear(last, out_dim)
     if ortho_init and not isinstance(head, NoisyLinear):
         nn.init.orthogonal_(head.weight, output_gain)
@@ -64,14 +79,72 @@ def mlp(
     return nn.Sequential(*layers)
 
 
-def make_adam(params: Sequence[torch.Tensor] | object, lr: float, eps: float = 1e-8) -> torch.optim.Adam:
+def make_adam(
+    params: Sequence[torch.Tensor] | object,
+    lr: float,
+    eps: float = 1e-8,
+    betas: tuple[float, float] = (0.9, 0.999),
+) -> torch.optim.Adam:
     """``torch.optim.Adam`` with its fused kernel (one kernel for every parameter's update, the fastest
-    on the CPU at these sizes: docs/speed.md), else its ``foreach`` form where this torch has no fused one."""
+    on the CPU at these sizes: docs/speed.md), else its ``foreach`` form where this torch has no fused one.
+    ``betas`` are Adam's moment decays (CrossQ uses (0.5, 0.999): Bhatt et al. 2024)."""
     params = list(params)  # type: ignore[call-overload]
     try:
-        return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
+        return torch.optim.Adam(params, lr=lr, eps=eps, betas=betas, fused=True)
     except (RuntimeError, TypeError, ValueError):  # pragma: no cover - older torch builds
-        return torch.optim.Adam(params, lr=lr, eps=eps, foreach=True)
+        return torch.optim.Adam(params, lr=lr, eps=eps, betas=betas, foreach=True)
+
+
+class _ResidualBlock(nn.Module):
+    """SimBa's block: ``x + W2 relu(W1 LayerNorm(x))``, the inner layer four times as wide."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(width)
+        self.inner = nn.Linear(width, 4 * width)
+        self.outer = nn.Linear(4 * width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The block's input plus its residual."""
+        return x + self.outer(torch.relu(self.inner(self.norm(x))))
+
+
+class SimBa(nn.Module):
+    """The SimBa network (Lee et al. 2025, "SimBa: Simplicity Bias for Scaling Up Parameters in Deep
+    Reinforcement Learning"): a linear embedding to ``width``, ``blocks`` residual feed-forward blocks with layer
+    normalization before each, a final layer norm, then the linear output. The paper's third part, running
+    observation normalization, is the agent's ``normalize_observations=True``, which ``network="simba"`` asks for.
+
+    Built from ``net_arch`` as the agents take it: ``net_arch=(256, 256)`` is width 256 with two blocks (every
+    width the same). Its residual path keeps the network close to a simple (linear) function as it grows, which
+    is what lets it scale in width and depth where a plain MLP overfits."""
+
+    def __init__(self, in_dim: int, hidden: Sequence[int], out_dim: int) -> None:
+        super().__init__()
+        widths = set(hidden)
+        if len(widths) != 1:
+            raise ValueError(
+                f"a SimBa network takes net_arch as one width repeated once per residual block, such as (256, 256); "
+                f"got {tuple(hidden)}"
+            )
+        width = widths.pop()
+        self.embed = nn.Linear(in_dim, width)
+        self.blocks = nn.Sequential(*(_ResidualBlock(width) for _ in hidden))
+        self.norm = nn.LayerNorm(width)
+        self.head = nn.Linear(width, out_dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Outputs, ``(batch, out_dim)``."""
+        return self.head(self.norm(self.blocks(self.embed(x))))
+
+
+def network(kind: str, in_dim: int, hidden: Sequence[int], out_dim: int) -> nn.Module:
+    """The network an agent's ``network=`` names: ``"mlp"`` (:func:`mlp`, ReLU) or ``"simba"`` (:class:`SimBa`)."""
+    if kind == "simba":
+        return SimBa(in_dim, hidden, out_dim)
+    if kind == "mlp":
+        return mlp(in_dim, hidden, out_dim, activation="relu")
+    raise ValueError(f"unknown network {kind!r}; choose from mlp, simba")
 
 
 class DuelingQNetwork(nn.Module):
@@ -178,7 +251,8 @@ def noise_off(module: nn.Module) -> Iterator[None]:
 
 
 class EnsembleMLP(nn.Module):
-    """``n`` independent MLPs on the same input (twin critics for TD3 and SAC), outputs stacked.
+    """``n`` independent MLPs on the same input (twin critics for TD3 and SAC), outputs stacked;
+    ``before`` and ``after`` as :func:`mlp`'s; ``simba`` makes each member a :class:`SimBa` network.
 
     Measured on 2 CPU cores, ``n`` plain ``nn.Linear`` stacks beat one batched-matmul ensemble
     (``baddbmm``'s backward is slower than ``addmm``'s), so this is a thin ``ModuleList``.
@@ -194,12 +268,20 @@ class EnsembleMLP(nn.Module):
         activation: str = "relu",
         *,
         encoder: nn.Module | None = None,
+        before: Sequence[LayerFactory] = (),
+        after: Sequence[LayerFactory] = (),
+        simba: bool = False,
     ) -> None:
         super().__init__()
         if n < 1:
             raise ValueError(f"an ensemble needs at least one member, got n={n}")
         self.n = n
-        self.members = nn.ModuleList(mlp(in_dim, hidden, out_dim, activation=activation) for _ in range(n))
+        if simba:  # SimBa members (its own normalization: no layers before or after)
+            self.members = nn.ModuleList(SimBa(in_dim, hidden, out_dim) for _ in range(n))
+        else:
+            self.members = nn.ModuleList(
+                mlp(in_dim, hidden, out_dim, activation=activation, before=before, after=after) for _ in range(n)
+            )
         # An observation encoder shared by the members (a CNN for images); None for vectors.
         self.encoder = encoder
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -17,13 +18,13 @@ import torch.nn.functional as F
 from gymnasium import spaces
 from torch import nn
 
-from ..memory.replay import ReplayMemory
+from ..memory.replay import ReplayBatch, ReplayMemory
 from ..schedules import as_schedule
-from ..validation import Constraint, any_of, checked, flag, integer, number, optional
+from ..validation import ArgumentError, Constraint, any_of, checked, choice, flag, integer, number, optional
 from .base import Transitions, register
 from .encoders import with_encoder
 from .heads import PolicyHead, ScaledIntoBounds, SquashedMean, frozen
-from .networks import EnsembleMLP, ScalarParameter, drawn_like, make_adam, mlp
+from .networks import EnsembleMLP, ScalarParameter, drawn_like, make_adam, mlp, network
 from .off_policy import OffPolicyAgent, OffPolicyConfig
 from .updates import gradient_step, polyak_update
 
@@ -70,6 +71,25 @@ class SACConfig(OffPolicyConfig):
     """With use_sde, env steps between new noise weights; -1: once per update."""
     log_std_init: float = checked(-3.0, number())
     """With use_sde, initial log std of the noise weights."""
+    network: str = checked("mlp", choice("mlp", "simba"))
+    """The actor's and critics' network: "mlp" (ReLU layers of net_arch) or "simba" (Lee et al. 2025: residual
+    blocks with layer norm, net_arch=(width,) * blocks; needs normalize_observations=True)."""
+
+    def __post_init__(self) -> None:
+        if self.network == "simba":
+            if self.normalize_observations is not True:
+                raise ArgumentError(
+                    'network="simba" needs normalize_observations=True: running observation normalization is '
+                    "the first part of the SimBa network (Lee et al. 2025)"
+                )
+            if self.use_sde is True:
+                raise ArgumentError('network="simba" cannot be combined with use_sde=True: leave one out')
+            widths = self.net_arch
+            if isinstance(widths, tuple | list) and len(set(widths)) != 1:
+                raise ArgumentError(
+                    f'network="simba" got net_arch={widths!r}: SimBa takes one width repeated once per residual '
+                    "block, such as (256, 256) for two blocks of width 256"
+                )
 
 
 class SDEActor(nn.Module):
@@ -120,6 +140,9 @@ class SAC(OffPolicyAgent):
     optimizer_names = ("actor_optimizer", "critic_optimizer", "alpha_optimizer")
     config: SACConfig
     log_alpha: ScalarParameter | None = None  # learned entropy coefficient (ent_coef="auto"), else None
+    entropy_with_actor: ClassVar[bool] = False
+    """False: the policy's draw and the entropy coefficient's step come first in every gradient step (SAC, SB3);
+    True: only in the steps that update the actor, after the critics' step (CrossQ, as sb3-contrib's)."""
     alpha_optimizer: torch.optim.Optimizer | None = None
 
     # -- networks -----------------------------------------------------------------------------
@@ -129,19 +152,13 @@ class SAC(OffPolicyAgent):
         self._require_bounded_actions()
         self.act_dim = int(np.prod(self.action_space.shape))
         enc, obs_dim = self._encoder()  # a CNN for images, none for vectors
-        if c.use_sde:
-            self.actor: nn.Module = SDEActor(obs_dim, c.net_arch, self.act_dim, c.log_std_init, enc)
-        else:  # one head gives mean and log-std of a Gaussian that tanh squashes into [-1, 1]
-            self.actor = with_encoder(enc, mlp(obs_dim, c.net_arch, 2 * self.act_dim, activation="relu"))
-        self.critic = EnsembleMLP(c.n_critics, obs_dim + self.act_dim, c.net_arch, 1, encoder=self._encoder()[0])
-        self.critic_target = EnsembleMLP(c.n_critics, obs_dim + self.act_dim, c.net_arch, 1, encoder=self._encoder()[0])
-        self.critic_target.load_state_dict(self.critic.state_dict())
-        self.critic_target.requires_grad_(False)
+        self.actor: nn.Module = self._build_actor(obs_dim, enc)
+        self._build_critics(obs_dim)
 
         self._lr = as_schedule(c.learning_rate)
         lr0 = self._lr(0.0)
-        self.actor_optimizer = make_adam(self.actor.parameters(), lr=lr0)
-        self.critic_optimizer = make_adam(self.critic.parameters(), lr=lr0)
+        self.actor_optimizer = self._adam(self.actor.parameters(), lr0)
+        self.critic_optimizer = self._adam(self.critic.parameters(), lr0)
 
         self.target_entropy = float(-self.act_dim if c.target_entropy is None else c.target_entropy)
         if isinstance(c.ent_coef, str):
@@ -161,6 +178,70 @@ class SAC(OffPolicyAgent):
         self._steps_since_update = 0
         self._sde_weights: torch.Tensor | None = None  # exploration noise weights, one set per env
         self._sde_steps = 0
+        self._last_actor_loss = 0.0
+        self._last_entropy = 0.0
+
+    # The hooks the SAC family (TQC, CrossQ, DroQ) overrides; SAC's own are the plain ones.
+
+    def _build_actor(self, obs_dim: int, encoder: nn.Module | None) -> nn.Module:
+        """The actor: gSDE's, or one MLP head giving the mean and log-std of a Gaussian that tanh squashes
+        into [-1, 1]."""
+        c = self.config
+        if c.use_sde:
+            return SDEActor(obs_dim, c.net_arch, self.act_dim, c.log_std_init, encoder)
+        return with_encoder(encoder, network(c.network, obs_dim, c.net_arch, 2 * self.act_dim))
+
+    def _build_critics(self, obs_dim: int) -> None:
+        """``self.critic`` and ``self.critic_target``: ``n_critics`` Q-networks of one output each."""
+        c = self.config
+        simba = c.network == "simba"
+        in_dim = obs_dim + self.act_dim
+        self.critic = EnsembleMLP(c.n_critics, in_dim, c.net_arch, 1, encoder=self._encoder()[0], simba=simba)
+        self.critic_target = EnsembleMLP(c.n_critics, in_dim, c.net_arch, 1, encoder=self._encoder()[0], simba=simba)
+        self.critic_target.load_state_dict(self.critic.state_dict())
+        self.critic_target.requires_grad_(False)
+
+    def _adam(self, params: object, lr: float) -> torch.optim.Adam:
+        """The actor's and the critics' optimizer (CrossQ's have other betas)."""
+        return make_adam(params, lr=lr)
+
+    def _critic_loss(
+        self, batch: ReplayBatch, actions: torch.Tensor, alpha: torch.Tensor, sde_weights: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The critics' loss on one batch and their mean estimate (for ``q_mean``): each critic's squared
+        error against the soft Bellman target of the target critics' minimum (clipped double Q)."""
+        with torch.no_grad():
+            next_actions, next_log_prob = self._policy(batch.next_obs, sde_weights)
+            next_q = self.critic_target(batch.next_obs, next_actions).min(0).values.squeeze(-1)
+            target = self._soft_target(batch, next_q - alpha * next_log_prob)
+        q = self.critic(batch.obs, actions).squeeze(-1)  # (n_critics, batch)
+        return 0.5 * (q - target).pow(2).mean(1).sum(), q.detach().mean()
+
+    @staticmethod
+    def _soft_target(batch: ReplayBatch, soft_value: torch.Tensor) -> torch.Tensor:
+        """``r + discount * (1 - done) * soft_value`` (the soft value may have a trailing quantile axis)."""
+        not_done = batch.discounts * (1.0 - batch.dones)
+        if soft_value.dim() > 1:
+            return batch.rewards.unsqueeze(-1) + not_done.unsqueeze(-1) * soft_value
+        return batch.rewards + not_done * soft_value
+
+    def _actor_q(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """The value the actor climbs, per sample: the critics' minimum."""
+        return self.critic(obs, actions).min(0).values.squeeze(-1)
+
+    def _alpha_step(self, log_prob: torch.Tensor) -> None:
+        """One step of the learned entropy coefficient toward ``target_entropy`` (none when it is fixed)."""
+        if self._auto_alpha:
+            alpha_loss = -(self.log_alpha.value * (log_prob.detach() + self.target_entropy)).mean()
+            gradient_step(self.alpha_optimizer, alpha_loss)
+
+    def _actor_due(self) -> bool:
+        """Whether this gradient step also updates the actor (CrossQ and DroQ delay it)."""
+        return True
+
+    def _update_target(self) -> None:
+        """The target critics follow the critics (Polyak averaging)."""
+        polyak_update(self.critic_target, self.critic, self.config.tau)
 
     def _sample_sde_weights(self, *batch: int) -> torch.Tensor:
         """Noise weights ``W ~ N(0, std^2)``, reparameterized so gradients reach ``log_std``."""
@@ -304,46 +385,53 @@ class SAC(OffPolicyAgent):
         for opt in self.optimizers.values():
             for group in opt.param_groups:
                 group["lr"] = lr
-        stats = torch.zeros(5, device=self.device)  # critic loss, actor loss, q mean, entropy, alpha
+        stats = torch.zeros(3, device=self.device)  # critic loss, q mean, alpha
+        actor_stats = torch.zeros(4, device=self.device)  # actor loss, entropy summed; actor steps, policy draws
         for _ in range(steps):
             batch = self.memory.sample(c.batch_size, self.rng)
             obs = batch.obs
             actions = batch.actions.reshape(len(obs), -1)
+            self.num_updates += 1
+            actor_due = self._actor_due()
             # With gSDE one set of noise weights serves the whole gradient step (as in SB3).
             sde_weights = self._sample_sde_weights() if c.use_sde else None
-            pi_actions, log_prob = self._policy(obs, sde_weights)
-
-            # Entropy coefficient first, so the losses below use the updated alpha (as SB3 does).
-            if self._auto_alpha:
-                alpha_loss = -(self.log_alpha.value * (log_prob.detach() + self.target_entropy)).mean()
-                gradient_step(self.alpha_optimizer, alpha_loss)
+            if not self.entropy_with_actor:
+                pi_actions, log_prob = self._policy(obs, sde_weights)
+                # Entropy coefficient first, so the losses below use the updated alpha (as SB3 does).
+                self._alpha_step(log_prob)
             alpha = self._alpha()
 
-            with torch.no_grad():
-                next_actions, next_log_prob = self._policy(batch.next_obs, sde_weights)
-                next_q = self.critic_target(batch.next_obs, next_actions).min(0).values.squeeze(-1)
-                soft_value = next_q - alpha * next_log_prob
-                target = batch.rewards + batch.discounts * (1.0 - batch.dones) * soft_value
-            q = self.critic(obs, actions).squeeze(-1)  # (n_critics, batch)
-            critic_loss = 0.5 * (q - target).pow(2).mean(1).sum()
+            critic_loss, q_mean = self._critic_loss(batch, actions, alpha, sde_weights)
             gradient_step(self.critic_optimizer, critic_loss)
 
-            # The actor's loss needs gradients through the critic's input only, not its weights.
-            self.critic.requires_grad_(False)
-            q_pi = self.critic(obs, pi_actions).min(0).values.squeeze(-1)
-            actor_loss = (alpha * log_prob - q_pi).mean()
-            gradient_step(self.actor_optimizer, actor_loss)
-            self.critic.requires_grad_(True)
+            if actor_due:
+                if self.entropy_with_actor:  # the policy's draw and alpha's step after the critics' (CrossQ)
+                    pi_actions, log_prob = self._policy(obs, sde_weights)
+                    self._alpha_step(log_prob)
+                # The actor's loss needs gradients through the critic's input only, not its weights.
+                self.critic.requires_grad_(False)
+                actor_loss = (alpha * log_prob - self._actor_q(obs, pi_actions)).mean()
+                gradient_step(self.actor_optimizer, actor_loss)
+                self.critic.requires_grad_(True)
+                one = alpha.new_ones(())
+                actor_stats += torch.stack([actor_loss.detach(), -log_prob.detach().mean(), one, one])
+            elif not self.entropy_with_actor:
+                zero = alpha.new_zeros(())
+                actor_stats += torch.stack([zero, -log_prob.detach().mean(), zero, zero + 1])
 
-            self.num_updates += 1
             if self.num_updates % c.target_update_interval == 0:
-                polyak_update(self.critic_target, self.critic, c.tau)
-            stats += torch.stack(
-                [critic_loss.detach(), actor_loss.detach(), q.detach().mean(), -log_prob.detach().mean(), alpha]
-            )
+                self._update_target()
+            stats += torch.stack([critic_loss.detach(), q_mean, alpha])
         if c.use_sde and c.sde_sample_freq <= 0:
             self._sde_weights = None  # new exploration noise for the next rollout
-        critic_loss, actor_loss, q_mean, entropy, alpha = (stats / steps).tolist()
+        critic_loss, q_mean, alpha = (stats / steps).tolist()
+        actor_sum, entropy_sum, actor_count, draws = actor_stats.tolist()
+        # With a delayed actor an update may have no actor step: it reports the last actor loss and entropy.
+        if actor_count:
+            self._last_actor_loss = actor_sum / actor_count
+        if draws:
+            self._last_entropy = entropy_sum / draws
+        actor_loss, entropy = self._last_actor_loss, self._last_entropy
         return {
             "critic_loss": critic_loss,
             "actor_loss": actor_loss,
