@@ -163,10 +163,11 @@ class GTrXLMemory(nn.Module):
         # After the sequence the episode going on has seen the steps since its start (at most the window).
         last_start = episode_start[:, -1]
         now_seen = (steps - last_start).clamp(max=window)
-        new_state = torch.cat(
-            [now_seen.view(batch, 1, 1).expand(batch, 1, self.width), torch.stack(new_memories, 1).flatten(1, 2)],
-            dim=1,
-        )
+        # Slots older than the episode are zeroed, as begin_episode zeroes them when acting step by
+        # step: the state a rollout replay reaches is then the one acting reached, exactly.
+        ours = torch.arange(window, device=device).view(1, -1) >= (window - now_seen).view(-1, 1)
+        cached = torch.stack(new_memories, 1) * ours.view(batch, 1, window, 1)
+        new_state = torch.cat([now_seen.view(batch, 1, 1).expand(batch, 1, self.width), cached.flatten(1, 2)], dim=1)
         return h.transpose(0, 1), new_state
 
 
