@@ -70,6 +70,7 @@ def run(task: str, method: str, seed: int, steps: int, episodes: int, extra: dic
 
     env = env_factory(task)
     options = {**SETTINGS, **extra} if method != "ppo" else dict(SETTINGS)
+    agent: wb.PPO | wb.RecurrentPPO
     if method == "ppo":
         agent = wb.PPO(env, seed=seed, **options)
     else:
