@@ -161,6 +161,7 @@ def test_gtrxl_on_local_workers():
 @pytest.mark.parametrize("name", sorted(MEMORIES))
 def test_remembers_the_cue(name):
     agent = wb.RecurrentPPO(RememberTheCue, seed=0, **{**FAST, "n_steps": 8, "batch_size": 32, **MEMORIES[name]})
-    wb.Session(agent, RememberTheCue, seed=0).run(steps=3000)
+    # The GTrXL's gates start near the identity (the paper's b_g = 2): it needs more steps than the LSTM's 3000.
+    wb.Session(agent, RememberTheCue, seed=0).run(steps=6000 if name == "gtrxl" else 3000)
     returns = agent.play(RememberTheCue, episodes=20, seed=0)
     assert np.mean(returns) == 1.0, f"memory={name!r} scored {np.mean(returns)}; remembering the cue scores 1"

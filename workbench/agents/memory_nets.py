@@ -96,7 +96,11 @@ class _GatedLayer(nn.Module):
         self.out = nn.Linear(dim, dim)
         # A learned bias per head and distance 0..window: relative positions (Transformer-XL's
         # idea in its simplest form), so a step is treated alike wherever it falls in a rollout.
-        self.distance_bias = nn.Parameter(torch.zeros(heads, window + 1))
+        # Started as ALiBi's slopes (Press et al. 2022: head h = 1..heads penalizes distance by 2^(-8h/heads)):
+        # from zeros a long window was averaged flat at first and learning which steps matter was slow
+        # (CartPoleNoVel, 30k steps: 104 with a window of 32 against 397 with 4, before this start).
+        slopes = 2.0 ** (-8.0 * torch.arange(1, heads + 1) / heads)
+        self.distance_bias = nn.Parameter(-slopes.view(-1, 1) * torch.arange(window + 1).view(1, -1))
         self.gate_attention = _Gate(dim)
         self.norm_mlp = nn.LayerNorm(dim)
         self.mlp = nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.Linear(dim, dim))
