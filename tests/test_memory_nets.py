@@ -165,3 +165,21 @@ def test_remembers_the_cue(name):
     wb.Session(agent, RememberTheCue, seed=0).run(steps=6000 if name == "gtrxl" else 3000)
     returns = agent.play(RememberTheCue, episodes=20, seed=0)
     assert np.mean(returns) == 1.0, f"memory={name!r} scored {np.mean(returns)}; remembering the cue scores 1"
+
+
+@pytest.mark.parametrize("dict_obs", [False, True], ids=["image", "dict"])
+def test_gtrxl_reads_images_and_dict_observations_through_the_encoder(dict_obs, tmp_path):
+    from workbench.envs.testing import SeeTheSide
+
+    def make():
+        return SeeTheSide(dict_obs=dict_obs)
+
+    agent = wb.RecurrentPPO(make, seed=0, **{**FAST, "n_envs": 2, "batch_size": 32, "n_epochs": 1, **GTRXL})
+    assert "small_cnn" in repr(agent)
+    session = wb.Session(agent, make, seed=0)
+    session.run(steps=64)
+    assert session.status == "finished", session.error
+    assert agent.num_updates > 0
+    session.save(tmp_path / "run")
+    loaded = wb.load(tmp_path / "run")
+    assert loaded.play(make(), episodes=1, seed=0) == agent.play(make(), episodes=1, seed=0)
