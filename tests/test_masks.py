@@ -31,8 +31,9 @@ AGENTS = [
     (wb.PPO, dict(n_steps=16, n_envs=2, batch_size=32, n_epochs=2)),
     (wb.A2C, dict(n_envs=2)),
     (wb.RecurrentPPO, dict(n_steps=16, n_envs=2, batch_size=32, n_epochs=2)),
+    (wb.RecurrentPPO, dict(n_steps=16, n_envs=2, batch_size=32, n_epochs=2, memory="gtrxl", attention_heads=2)),
 ]
-IDS = ["DQN", "DQN-nstep-prio", "QRDQN", "C51", "Rainbow", "PPO", "A2C", "RecurrentPPO"]
+IDS = ["DQN", "DQN-nstep-prio", "QRDQN", "C51", "Rainbow", "PPO", "A2C", "RecurrentPPO", "RecurrentPPO-gtrxl"]
 
 
 def masked(mask_in: str = "info", **kwargs):

@@ -112,6 +112,27 @@ def test_recurrent_ppo_state_travels_from_ray_workers_to_the_learner():
     assert np.abs(agent.rollout_states[0]).sum() > 0
 
 
+def test_gtrxl_window_travels_from_ray_workers_to_the_learner():
+    # memory="gtrxl" (issue 55): each replica carries its envs' attention windows as the LSTM's state.
+    agent = wb.RecurrentPPO(
+        "CartPoleNoVel-v1",
+        seed=0,
+        n_envs=4,
+        n_steps=16,
+        batch_size=32,
+        n_epochs=1,
+        lstm_hidden_size=8,
+        memory="gtrxl",
+        memory_length=4,
+        attention_heads=2,
+    )
+    session = wb.Session(agent, "CartPoleNoVel-v1", num_workers=2, backend="ray", seed=0)
+    session.run(steps=192)
+    assert session.status == "finished", session.error
+    assert agent.num_updates >= 2
+    assert np.abs(agent.rollout_states[0]).sum() > 0
+
+
 @pytest.mark.slow
 def test_dqn_learns_cartpole_with_four_ray_workers_ape_x_style():
     agent = wb.DQN(

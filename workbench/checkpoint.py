@@ -296,6 +296,7 @@ def _read_safetensors(path: str, label: str | None = None) -> dict[str, torch.Te
 _FIXED_TENSORS: dict[str, tuple[int, tuple[torch.dtype, ...]]] = {
     "rng/torch": (1, (torch.uint8,)),  # torch.Generator.get_state(): a flat byte string
     "acting/lstm_states": (3, (torch.float16, torch.bfloat16, torch.float32, torch.float64)),
+    "acting/memory_states": (3, (torch.float16, torch.bfloat16, torch.float32, torch.float64)),
 }
 
 

@@ -29,7 +29,11 @@ __all__ = ["apply_edits", "check_edits", "editable", "why_fixed"]
 # Why a field cannot change once the agent is built (the default covers the rest).
 _FIXED: dict[str, str] = {
     "net_arch": "the networks were built with these layer sizes",
-    "lstm_hidden_size": "the LSTMs were built with this size",
+    "lstm_hidden_size": "the memories were built with this size",
+    "memory": "the networks were built with this memory",
+    "memory_length": "the GTrXL's window and position biases were built with this length",
+    "memory_layers": "the GTrXL was built with this many layers",
+    "attention_heads": "the GTrXL's attention was built with this many heads",
     "activation": "the networks were built with this activation",
     "ortho_init": "it only shaped the networks' initial weights",
     "log_std_init": "it only set the policy's initial log std, which is learned since",

@@ -1,4 +1,6 @@
-"""RecurrentPPO: PPO with an LSTM policy and an LSTM value network, for partially observed tasks.
+"""RecurrentPPO: PPO with an LSTM policy and an LSTM value network, for partially observed tasks
+(``memory="gru"`` or ``"gtrxl"``: a GRU or a gated Transformer-XL instead, ``memory_nets.py``; their
+state travels, is stored and replays exactly as the LSTM's, under the extras key ``memory_states``).
 
 Shared parts: PPO's hyperparameters and clipped loss (``ppo.py``), the on-policy networks' policy
 terms, log std and GAE (``on_policy.py``, ``memory/rollout.py``).
@@ -28,9 +30,10 @@ from torch import nn
 from ..envs.masks import MASK_KEY
 from ..memory.rollout import RolloutBuffer, compute_gae
 from ..schedules import as_schedule
-from ..validation import checked, integer
+from ..validation import checked, choice, integer
 from .base import AgentState, Step, Transitions, register
 from .heads import PolicyHead, frozen
+from .memory_nets import GRUMemory, GTrXLMemory, MemoryNetwork
 from .networks import drawn_like as _from_generator
 from .networks import gaussian_policy_terms, make_adam, mlp
 from .networks import multinomial as _multinomial
@@ -48,7 +51,17 @@ class RecurrentPPOConfig(PPOConfig):
     net_arch: tuple[int, ...] = (64,)
     """Hidden layer widths of the policy and value heads, after their LSTMs."""
     lstm_hidden_size: int = checked(64, integer(min=1))
-    """Units of each LSTM (one for the policy, one for the value)."""
+    """Units of each memory (one for the policy, one for the value): the LSTM's or GRU's hidden
+    size, the GTrXL's width (a multiple of ``attention_heads``)."""
+    memory: str = checked("lstm", choice("lstm", "gru", "gtrxl"))
+    """The networks' memory: ``"lstm"``, ``"gru"``, or ``"gtrxl"`` (a gated Transformer-XL,
+    Parisotto et al. 2020, attending over a window of past steps; ``memory_nets.py``)."""
+    memory_length: int = checked(32, integer(min=1))
+    """GTrXL: the past steps of the episode each step attends to (the window cached per env)."""
+    memory_layers: int = checked(1, integer(min=1))
+    """GTrXL: its gated transformer layers."""
+    attention_heads: int = checked(4, integer(min=1))
+    """GTrXL: the attention heads of each layer (they divide ``lstm_hidden_size``)."""
 
 
 # -- networks -----------------------------------------------------------------------------------
@@ -70,6 +83,12 @@ class RecurrentNetwork(nn.Module):
         self.encoder = encoder  # None for vector observations (the LSTM reads them directly)
         self.lstm = nn.LSTM(in_dim, lstm_hidden)
         self.head = mlp(lstm_hidden, net_arch, out_dim, **mlp_options)  # type: ignore[arg-type]
+        self.state_shape = (2, lstm_hidden)  # h then c (the memories' interface, ``memory_nets.py``)
+
+    def unroll(self, obs: torch.Tensor, state: torch.Tensor, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``forward`` with the state as one ``(B, 2, H)`` tensor, as the other memories take it."""
+        out, h, c = self(obs, state[:, 0], state[:, 1], starts)
+        return out, torch.stack([h, c], dim=1)
 
     def forward(
         self, obs: torch.Tensor, h: torch.Tensor, c: torch.Tensor, starts: torch.Tensor
@@ -124,9 +143,12 @@ class RecurrentPPO(OnPolicyAgent):
         n_out = self._action_head()
         options = dict(activation=c.activation, ortho_init=bool(c.ortho_init))
         enc, dim = self._encoder()
-        self.actor = RecurrentNetwork(dim, c.lstm_hidden_size, c.net_arch, n_out, enc, output_gain=0.01, **options)
+        self.actor = self._memory_network(dim, n_out, enc, output_gain=0.01, **options)
         enc, dim = self._encoder()
-        self.critic = RecurrentNetwork(dim, c.lstm_hidden_size, c.net_arch, 1, enc, output_gain=1.0, **options)
+        self.critic = self._memory_network(dim, 1, enc, output_gain=1.0, **options)
+        # One env's acting state: the actor's rows then the critic's ((4, H) for the LSTM: h, c, h, c).
+        self._rows, self._width = self.actor.state_shape
+        self._state_key = "lstm_states" if c.memory == "lstm" else "memory_states"
         params = list(self.actor.parameters()) + list(self.critic.parameters())
         self.log_std: nn.Parameter | None = None
         if self.action_kind == "box":
@@ -135,12 +157,27 @@ class RecurrentPPO(OnPolicyAgent):
         self._params = params
         self._sde_weights = None
         self.rollout: RolloutBuffer | None = None
-        self.rollout_states: np.ndarray | None = None  # (n_steps, n_envs, 4, H): the state each step used
-        # Acting state: the running LSTM state of each env, one for training and one for play.
+        # (n_steps, n_envs, 2 * rows, width): the state each step used ((.., 4, H) for the LSTM).
+        self.rollout_states: np.ndarray | None = None
+        # Acting state: the running memory state of each env, one for training and one for play.
         self._acting_states: dict[bool, torch.Tensor] = {}
         self._lr = as_schedule(c.learning_rate)
         self._clip = as_schedule(c.clip_range)
         self.optimizer = make_adam(params, lr=self._lr(0.0), eps=1e-5)
+
+    def _memory_network(
+        self, in_dim: int, out_dim: int, encoder: nn.Module | None, **options: Any
+    ) -> RecurrentNetwork | MemoryNetwork:
+        """The policy's or value's network with the configured memory."""
+        c = self.config
+        if c.memory == "lstm":
+            return RecurrentNetwork(in_dim, c.lstm_hidden_size, c.net_arch, out_dim, encoder, **options)
+        memory: nn.Module
+        if c.memory == "gru":
+            memory = GRUMemory(in_dim, c.lstm_hidden_size)
+        else:
+            memory = GTrXLMemory(in_dim, c.lstm_hidden_size, c.memory_layers, c.attention_heads, c.memory_length)
+        return MemoryNetwork(memory, c.net_arch, out_dim, encoder, **options)
 
     def _probe_calls(
         self, nets: dict[str, nn.Module], device: torch.device, batch: int, dynamic_batch: bool = False
@@ -153,8 +190,15 @@ class RecurrentPPO(OnPolicyAgent):
         obs = torch.zeros(
             (steps, envs, *self.obs_shape), dtype=torch.from_numpy(np.zeros(1, self.obs_dtype)).dtype, device=device
         )
-        state = torch.zeros(envs, self.config.lstm_hidden_size, device=device)
         starts = torch.zeros(steps, envs, device=device)
+        if self.config.memory != "lstm":
+            memory_state = torch.zeros(envs, self._rows, self._width, device=device)
+            return [
+                functools.partial(net, obs, memory_state, starts)
+                for net in nets.values()
+                if isinstance(net, MemoryNetwork)
+            ]
+        state = torch.zeros(envs, self.config.lstm_hidden_size, device=device)
         return [
             functools.partial(net, obs, state, state, starts)
             for net in nets.values()
@@ -167,12 +211,12 @@ class RecurrentPPO(OnPolicyAgent):
         """The running state of ``n`` envs in the current mode (zeros for a new batch size)."""
         state = self._acting_states.get(self.training)
         if state is None or state.shape[0] != n:
-            state = torch.zeros(n, 4, self.config.lstm_hidden_size, device=self.device)
+            state = torch.zeros(n, 2 * self._rows, self._width, device=self.device)
             self._acting_states[self.training] = state
         return state
 
     def begin_episode(self, done: np.ndarray) -> None:
-        """Zero the LSTM state of the envs whose episode just ended (in the current mode)."""
+        """Zero the memory state of the envs whose episode just ended (in the current mode)."""
         state = self._acting_states.get(self.training)
         if state is not None and state.shape[0] == len(done):
             state[self._tensor(np.asarray(done, dtype=bool))] = 0.0
@@ -183,7 +227,8 @@ class RecurrentPPO(OnPolicyAgent):
         used = state.clone()
         x = self._tensor(obs).unsqueeze(0)
         no_starts = torch.zeros(1, obs.shape[0], device=self.device)
-        out, state[:, 0], state[:, 1] = self.actor(x, used[:, 0], used[:, 1], no_starts)
+        rows = self._rows
+        out, state[:, :rows] = self.actor.unroll(x, used[:, :rows], no_starts)
         out = out[0]
         categorical = mask is not None or self.action_kind in ("multidiscrete", "multibinary")
         masks = None if mask is None else self._tensor(mask)
@@ -205,7 +250,7 @@ class RecurrentPPO(OnPolicyAgent):
             actions = out + self.log_std.exp() * noise
         if not self.training:  # play: the policy alone, nothing to store
             return Step(self._host(actions))
-        values, state[:, 2], state[:, 3] = self.critic(x, used[:, 2], used[:, 3], no_starts)
+        values, state[:, rows:] = self.critic.unroll(x, used[:, rows:], no_starts)
         if categorical:
             chosen, _ = categorical_terms(out, actions, self.action_kind, self.nvec, masks)
         else:
@@ -213,12 +258,17 @@ class RecurrentPPO(OnPolicyAgent):
         extras = {
             "values": self._host(values[0, :, 0]),
             "log_probs": self._host(chosen),
-            "lstm_states": self._host(used),
+            self._state_key: self._host(used),
         }
         return Step(self._host(actions), extras)
 
     def policy_head(self) -> PolicyHead:
         """Export's head: one step of the LSTM actor (its state explicit), then the on-policy head."""
+        if self.config.memory != "lstm":
+            raise ValueError(
+                f"RecurrentPPO cannot export a policy with memory={self.config.memory!r} yet: ONNX export carries "
+                "the LSTM's state only; train with memory='lstm' to export"
+            )
         head, description = self._deterministic_head(nn.Identity())
         return PolicyHead(head, f"LSTM actor, then the {description}", recurrent_actor=frozen(self.actor))
 
@@ -227,10 +277,11 @@ class RecurrentPPO(OnPolicyAgent):
     def _observe(self, transitions: Transitions) -> None:
         obs, actions, rewards, next_obs = transitions[:4]
         terminated, truncated, extras = transitions[4:]
-        missing = {"values", "log_probs", "lstm_states"} - set(extras)
+        key, rows = self._state_key, self._rows
+        missing = {"values", "log_probs", key} - set(extras)
         if missing:
             raise ValueError(
-                f"RecurrentPPO.observe() needs the extras 'values', 'log_probs' and 'lstm_states' of the step "
+                f"RecurrentPPO.observe() needs the extras 'values', 'log_probs' and {key!r} of the step "
                 f"that chose these actions (missing {sorted(missing)}): pass Transitions(..., extras=step.extras) "
                 "with the Step that RecurrentPPO.decide(obs) returned"
             )
@@ -238,9 +289,9 @@ class RecurrentPPO(OnPolicyAgent):
         c = self.config
         if self.rollout is None or self.rollout.n_envs != n_envs:
             self.rollout = self._new_rollout(n_envs)
-            self.rollout_states = np.zeros((c.n_steps, n_envs, 4, c.lstm_hidden_size), dtype=np.float32)
+            self.rollout_states = np.zeros((c.n_steps, n_envs, 2 * rows, self._width), dtype=np.float32)
         assert self.rollout_states is not None
-        states = np.asarray(extras["lstm_states"], dtype=np.float32)
+        states = np.asarray(extras[key], dtype=np.float32)
         rewards = rewards.astype(np.float32, copy=True)
         cut = truncated & ~terminated
         if cut.any():
@@ -249,8 +300,8 @@ class RecurrentPPO(OnPolicyAgent):
             with torch.no_grad():
                 s = self._tensor(states[cut])
                 zero = torch.zeros(1, int(cut.sum()), device=self.device)
-                _, h, cc = self.critic(self._tensor(np.asarray(obs[cut], np.float32))[None], s[:, 2], s[:, 3], zero)
-                final, _, _ = self.critic(self._tensor(np.asarray(next_obs[cut], np.float32))[None], h, cc, zero)
+                _, after = self.critic.unroll(self._tensor(np.asarray(obs[cut], np.float32))[None], s[:, rows:], zero)
+                final, _ = self.critic.unroll(self._tensor(np.asarray(next_obs[cut], np.float32))[None], after, zero)
             rewards[cut] += c.gamma * self._host(final[0, :, 0])
         self.rollout_states[self.rollout.pos] = states
         dones = (terminated | truncated).astype(np.float32)
@@ -268,11 +319,13 @@ class RecurrentPPO(OnPolicyAgent):
         actions = self._tensor(rollout.actions)
         starts = torch.zeros(steps, n_envs, device=self.device)
         starts[1:] = self._tensor(rollout.dones[:-1])  # an episode begins after each end
-        first = self._tensor(states[0])  # (n_envs, 4, H): where each sequence starts
+        first = self._tensor(states[0])  # (n_envs, 2 * rows, width): where each sequence starts
+        rows = self._rows
         with torch.no_grad():
-            _, h, cc = self.critic(obs, first[:, 2], first[:, 3], starts)
+            _, after = self.critic.unroll(obs, first[:, rows:], starts)
             last_starts = self._tensor(rollout.dones[-1:])
-            last, _, _ = self.critic(self._tensor(np.asarray(self._next_obs, np.float32))[None], h, cc, last_starts)
+            next_obs = self._tensor(np.asarray(self._next_obs, np.float32))[None]
+            last, _ = self.critic.unroll(next_obs, after, last_starts)
         advantages, returns = compute_gae(
             rollout.rewards, rollout.values, rollout.dones, self._host(last[0, :, 0]), c.gamma, c.gae_lambda
         )
@@ -284,8 +337,8 @@ class RecurrentPPO(OnPolicyAgent):
         envs_per_batch = max(1, min(n_envs, c.batch_size // steps))
 
         def minibatch(e: torch.Tensor) -> torch.Tensor:
-            out, _, _ = self.actor(obs[:, e], first[e, 0], first[e, 1], starts[:, e])
-            values, _, _ = self.critic(obs[:, e], first[e, 2], first[e, 3], starts[:, e])
+            out, _ = self.actor.unroll(obs[:, e], first[e, :rows], starts[:, e])
+            values, _ = self.critic.unroll(obs[:, e], first[e, rows:], starts[:, e])
             mb_actions = actions[:, e].reshape(-1, *actions.shape[2:])
             if rollout.masks is not None or self.action_kind in ("multidiscrete", "multibinary"):
                 mb_masks = None if rollout.masks is None else self._tensor(rollout.masks[:, self._host(e)])
@@ -321,10 +374,10 @@ class RecurrentPPO(OnPolicyAgent):
         state = super().state()
         training_state = self._acting_states.get(True)
         if training_state is not None:
-            state.tensors["acting/lstm_states"] = training_state.detach().to("cpu", copy=True)
+            state.tensors[f"acting/{self._state_key}"] = training_state.detach().to("cpu", copy=True)
         return state
 
     def restore(self, state: AgentState) -> None:
         super().restore(state)
-        saved = state.tensors.get("acting/lstm_states")
+        saved = state.tensors.get(f"acting/{self._state_key}")
         self._acting_states = {} if saved is None else {True: saved.clone().float().to(self.device)}
