@@ -35,6 +35,7 @@ import json
 import statistics
 import sys
 import time
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -108,21 +109,13 @@ def sb3_kwargs(agent: wb.Agent) -> tuple[dict, int, bool]:
                 f"SB3's {name.upper()} has no double Q, n-step, dueling, prioritized or noisy option: "
                 "compare it at settings without them"
             )
-        kw = dict(
-            learning_rate=_sb3_schedule(c.learning_rate),
-            buffer_size=c.buffer_size,
-            learning_starts=c.learning_starts,
-            batch_size=c.batch_size,
-            tau=c.tau,
-            gamma=c.gamma,
-            train_freq=c.train_freq,
-            gradient_steps=c.gradient_steps,
+        kw = _sb3_replay_kwargs(c)
+        kw.update(
             target_update_interval=c.target_update_interval,
             exploration_fraction=c.exploration.fraction,
             exploration_initial_eps=c.exploration.start,
             exploration_final_eps=c.exploration.end,
             max_grad_norm=c.max_grad_norm,
-            policy_kwargs=dict(net_arch=list(c.net_arch)),
         )
         if name == "qrdqn":
             kw["policy_kwargs"]["n_quantiles"] = c.n_quantiles
@@ -161,11 +154,9 @@ def sb3_kwargs(agent: wb.Agent) -> tuple[dict, int, bool]:
     return kw, c.n_envs, bool(c.normalize_observations or c.normalize_rewards)
 
 
-def _sb3_off_policy_kwargs(agent: wb.Agent, name: str) -> dict:
-    """SB3's SAC, TD3 or DDPG arguments equal to ``agent``'s settings (exploration noise in scaled action
-    units, as both libraries add it to the action in [-1, 1])."""
-    c = agent.config
-    kw: dict = dict(
+def _sb3_replay_kwargs(c: Any) -> dict:
+    """The arguments every SB3 replay-memory agent (DQN, QR-DQN, SAC, TD3, DDPG) shares, from config ``c``."""
+    return dict(
         learning_rate=_sb3_schedule(c.learning_rate),
         buffer_size=c.buffer_size,
         learning_starts=c.learning_starts,
@@ -176,6 +167,13 @@ def _sb3_off_policy_kwargs(agent: wb.Agent, name: str) -> dict:
         gradient_steps=c.gradient_steps,
         policy_kwargs=dict(net_arch=list(c.net_arch)),
     )
+
+
+def _sb3_off_policy_kwargs(agent: wb.Agent, name: str) -> dict:
+    """SB3's SAC, TD3 or DDPG arguments equal to ``agent``'s settings (exploration noise in scaled action
+    units, as both libraries add it to the action in [-1, 1])."""
+    c = agent.config
+    kw = _sb3_replay_kwargs(c)
     if name == "sac":
         kw.update(
             ent_coef=c.ent_coef,
