@@ -278,7 +278,13 @@ def assert_recurrent_parity(agent, env, path, steps: int = 300, check_extras: bo
     side = json.loads(open(str(path) + ".json").read())["recurrent"]
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     n = len(envs)
-    h = c = np.zeros([n if d == "batch" else d for d in side["state_inputs"][0]["shape"]], dtype=np.float32)
+    # The state inputs the sidecar names (lstm_h and lstm_c, or one memory_state), fed back from the outputs.
+    state = {
+        s["name"]: np.zeros([n if d == "batch" else d for d in s["shape"]], np.float32) for s in side["state_inputs"]
+    }
+    outputs = ["action", *(s["name"] for s in side["state_outputs"])]
+    feeds = [s["feeds"] for s in side["state_outputs"]]
+    key = "lstm_states" if "lstm_h" in state else "memory_states"
     obs = [e.reset(seed=i)[0] for i, e in enumerate(envs)]
     starts = np.ones(n, dtype=bool)
     seen = 0
@@ -288,17 +294,22 @@ def assert_recurrent_parity(agent, env, path, steps: int = 300, check_extras: bo
         agent.begin_episode(starts)
         if check_extras:
             step = agent.decide(x, deterministic=True, action_mask=mask)
-            expected, used = step.actions, step.extras["lstm_states"]
+            expected, used = step.actions, step.extras[key]
             # The state the agent's step carries is the state the model used (zeroed at a start).
             keep = (~starts)[:, None].astype(np.float32)
-            np.testing.assert_allclose(used[:, 0], h[0] * keep, rtol=0, atol=1e-5)
-            np.testing.assert_allclose(used[:, 1], c[0] * keep, rtol=0, atol=1e-5)
+            if key == "lstm_states":
+                np.testing.assert_allclose(used[:, 0], state["lstm_h"][0] * keep, rtol=0, atol=1e-5)
+                np.testing.assert_allclose(used[:, 1], state["lstm_c"][0] * keep, rtol=0, atol=1e-5)
+            else:  # the actor's rows come first
+                actor = state["memory_state"] * keep[:, :, None]
+                np.testing.assert_allclose(used[:, : actor.shape[1]], actor, rtol=0, atol=1e-5)
         else:
             expected = agent.act(x, deterministic=True, action_mask=mask)
-        feed = {"obs": x, "lstm_h": h, "lstm_c": c, "episode_start": starts.astype(np.float32)}
+        feed = {"obs": x, **state, "episode_start": starts.astype(np.float32)}
         if mask is not None:
             feed["action_mask"] = mask
-        got, h, c = session.run(["action", "next_lstm_h", "next_lstm_c"], feed)
+        got, *new_state = session.run(outputs, feed)
+        state = dict(zip(feeds, new_state, strict=True))
         if isinstance(agent.action_space, spaces.Box):
             assert got.dtype == np.float32
             np.testing.assert_allclose(got, np.asarray(expected).reshape(got.shape), rtol=0, atol=BOX_ATOL)
@@ -333,6 +344,28 @@ def test_recurrent_onnx_policy_acts_like_the_agent_over_episodes(tmp_path, env, 
     assert all(s["shape"] == [1, "batch", hidden] for s in rec["state_inputs"] + rec["state_outputs"])
     assert rec["episode_start"]["name"] == "episode_start" and rec["initial_state"] == "zeros"
     assert (side["baked_in"]["observation_normalization"] is not None) == agent.config.normalize_observations
+
+
+MEMORY_CASES = [
+    pytest.param("CartPoleNoVel-v1", {"memory": "gru", "normalize_observations": True}, id="gru-norm"),
+    # A window shorter than the episodes, so the cached window slides and is cut at episode starts.
+    pytest.param("CartPoleNoVel-v1", {"memory": "gtrxl", "memory_length": 6, "memory_layers": 2}, id="gtrxl"),
+    pytest.param("PendulumNoVel-v1", {"memory": "gtrxl", "memory_length": 4, "attention_heads": 2}, id="gtrxl-box"),
+]
+
+
+@pytest.mark.parametrize(("env", "hyper"), MEMORY_CASES)
+def test_gru_and_gtrxl_onnx_policies_carry_their_memory_state(tmp_path, env, hyper):
+    agent = trained(wb.RecurrentPPO, env, {**RECURRENT, **hyper})
+    path = agent.export(tmp_path / "policy.onnx")
+    # In training mode: the state each step's extras carry is the one the model was fed.
+    assert assert_recurrent_parity(agent, env, path, steps=150, check_extras=True) > len(EPISODE_LIMITS)
+    rec = json.loads((tmp_path / "policy.onnx.json").read_text())["recurrent"]
+    rows = 1 if hyper["memory"] == "gru" else 1 + hyper.get("memory_layers", 1) * hyper["memory_length"]
+    shape = ["batch", rows, RECURRENT["lstm_hidden_size"]]
+    assert rec["memory"] == hyper["memory"]
+    assert rec["state_inputs"] == [{"name": "memory_state", "dtype": "float32", "shape": shape}]
+    assert [(s["name"], s["feeds"]) for s in rec["state_outputs"]] == [("next_memory_state", "memory_state")]
 
 
 def test_recurrent_export_matches_the_state_in_the_training_steps_extras(tmp_path):

@@ -143,12 +143,6 @@ def test_bad_memory_options_are_refused_naming_the_value(options, message):
         _agent(**options)
 
 
-def test_export_is_refused_for_the_other_memories(tmp_path):
-    pytest.importorskip("onnx")
-    with pytest.raises(ValueError, match="memory='gtrxl'"):
-        _agent(**GTRXL).export(tmp_path / "policy.onnx")
-
-
 def test_gtrxl_on_local_workers():
     agent = _agent(**{**GTRXL, "n_envs": 2})
     session = wb.Session(agent, "CartPoleNoVel-v1", seed=0, num_workers=2, backend="local")

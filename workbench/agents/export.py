@@ -18,6 +18,9 @@ A recurrent policy (RecurrentPPO) is exported as one step of its LSTM actor with
 (:class:`ExportedRecurrentPolicy`): inputs ``obs``, ``lstm_h``, ``lstm_c`` (``(1, batch, hidden)``)
 and ``episode_start`` (``(batch,)`` float32, 1.0 zeroes that env's state first), outputs
 ``action``, ``next_lstm_h``, ``next_lstm_c``; the sidecar's ``recurrent`` section says how to loop.
+A GRU or GTrXL memory (``memory="gru"``/``"gtrxl"``) has one state tensor instead
+(:class:`ExportedMemoryPolicy`): input ``memory_state`` ``(batch, rows, width)``, output
+``next_memory_state``; for the GTrXL it holds the window of cached layer inputs.
 ``action_mask=True`` adds a bool input ``action_mask`` (Discrete, MultiDiscrete): the action is
 the best allowed one, as ``act(obs, deterministic=True, action_mask=...)`` chooses it.
 
@@ -179,8 +182,57 @@ class ExportedRecurrentPolicy(nn.Module):
         return actions, h.unsqueeze(0), c.unsqueeze(0)
 
 
+class ExportedMemoryPolicy(nn.Module):
+    """A recurrent policy whose memory state is one tensor (RecurrentPPO's GRU or GTrXL), one
+    deterministic step: ``(obs, memory_state, episode_start) -> (action, next_memory_state)``.
+
+    ``memory_state`` is ``(batch, rows, width)`` float32, one env's state per row of the batch
+    (the GRU's hidden vector; the GTrXL's count of window steps in the episode, then its cached
+    window of each layer's inputs); ``episode_start`` zeroes an env's state before the step, as
+    ``begin_episode`` does. Start from zeros, feed the returned state back."""
+
+    def __init__(
+        self,
+        actor: nn.Module,
+        head: nn.Module,
+        normalizer: nn.Module | None,
+        action_shape: tuple[int, ...],
+        state_shape: tuple[int, int],
+        description: str = "",
+    ) -> None:
+        super().__init__()
+        self.normalizer = normalizer
+        self.actor = actor  # a MemoryNetwork: (T, B, ...) observations, (B, rows, width) states, (T, B) starts
+        self.head = head
+        self.action_shape = tuple(action_shape)
+        self.state_shape: tuple[int, int] = (int(state_shape[0]), int(state_shape[1]))
+        self.description = description
+
+    def forward(
+        self,
+        obs: torch.Tensor,
+        memory_state: torch.Tensor,
+        episode_start: torch.Tensor,
+        action_mask: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Actions and the next state for one step of a batch of envs."""
+        x = obs.float()
+        if self.normalizer is not None:
+            x = self.normalizer(x)
+        starts = episode_start.float()
+        # Zeroed where an episode starts, then one step with no start flagged: what acting does.
+        state = memory_state * (1.0 - starts).view(-1, 1, 1)
+        out, state = self.actor.unroll(x.unsqueeze(0), state, torch.zeros_like(starts).unsqueeze(0))
+        actions = self.head(out[0]) if action_mask is None else self.head(out[0], action_mask)
+        if self.action_shape and tuple(actions.shape[1:]) != self.action_shape:
+            actions = actions.reshape(-1, *self.action_shape)
+        return actions, state
+
+
 STATE_INPUTS = ("lstm_h", "lstm_c")
 STATE_OUTPUTS = ("next_lstm_h", "next_lstm_c")
+MEMORY_INPUT = "memory_state"
+MEMORY_OUTPUT = "next_memory_state"
 EPISODE_START = "episode_start"
 
 
@@ -203,11 +255,11 @@ def _check_exportable(agent: Agent) -> None:
         )
 
 
-def policy_module(agent: Agent) -> ExportedPolicy | ExportedRecurrentPolicy:
+def policy_module(agent: Agent) -> ExportedPolicy | ExportedRecurrentPolicy | ExportedMemoryPolicy:
     """The deterministic policy of ``agent`` as a standalone torch module: observation batch of the
     input dtype (see the sidecar) -> env actions, normalization and action scaling baked in; for a
     recurrent agent (RecurrentPPO) an :class:`ExportedRecurrentPolicy`, whose LSTM state goes in
-    and comes out.
+    and comes out (an :class:`ExportedMemoryPolicy` for a GRU or GTrXL memory).
 
     The module holds copies of the networks and of the normalization statistics as they are now;
     later training of the agent does not change it. It is on the CPU whatever the agent's device."""
@@ -217,6 +269,11 @@ def policy_module(agent: Agent) -> ExportedPolicy | ExportedRecurrentPolicy:
     if agent.config.normalize_observations:
         normalizer = _FrozenNormalizer(agent.obs_normalizer)
     action_shape = () if agent.discrete else tuple(agent.action_space.shape)
+    if head.recurrent_actor is not None and head.memory_state_shape is not None:
+        memory = ExportedMemoryPolicy(
+            head.recurrent_actor, head.module, normalizer, action_shape, head.memory_state_shape, head.description
+        )
+        return memory.eval().cpu()
     if head.recurrent_actor is not None:
         module = ExportedRecurrentPolicy(head.recurrent_actor, head.module, normalizer, action_shape, head.description)
         return module.eval().cpu()
@@ -276,7 +333,13 @@ def _versions(fmt: str) -> dict[str, str]:
 
 
 def _sidecar(
-    agent: Agent, path: str, fmt: str, action_head: str, action_mask: bool = False, recurrent: bool = False
+    agent: Agent,
+    path: str,
+    fmt: str,
+    action_head: str,
+    action_mask: bool = False,
+    recurrent: bool = False,
+    memory_state_shape: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     obs_space = agent.observation_space
     in_dtype = _input_dtype(agent)
@@ -314,7 +377,7 @@ def _sidecar(
         "observation_layout": observation_layout(obs_space),
         "baked_in": {"observation_normalization": norm, "action": action_head},
         "action_mask": _mask_sidecar(agent) if action_mask else None,
-        **({"recurrent": _recurrent_sidecar(agent)} if recurrent else {}),
+        **({"recurrent": _recurrent_sidecar(agent, memory_state_shape)} if recurrent else {}),
         "versions": _versions(fmt),
     }
 
@@ -331,14 +394,23 @@ def _mask_sidecar(agent: Agent) -> dict[str, Any]:
     }
 
 
-def _recurrent_sidecar(agent: Agent) -> dict[str, Any]:
-    """The LSTM state's inputs and outputs of a recurrent policy, and how to loop over them."""
-    shape = [1, "batch", int(agent.config.lstm_hidden_size)]
+def _recurrent_sidecar(agent: Agent, memory_state_shape: tuple[int, int] | None = None) -> dict[str, Any]:
+    """The recurrent state's inputs and outputs of a recurrent policy, and how to loop over them: the
+    LSTM's ``h`` and ``c``, or the one ``memory_state`` of a GRU or GTrXL memory."""
+    names: tuple[tuple[str, ...], tuple[str, ...]]
+    if memory_state_shape is None:
+        shape: list[Any] = [1, "batch", int(agent.config.lstm_hidden_size)]
+        names = STATE_INPUTS, STATE_OUTPUTS
+    else:
+        shape = ["batch", *map(int, memory_state_shape)]
+        names = (MEMORY_INPUT,), (MEMORY_OUTPUT,)
+    feeds = ", ".join(f"{out} -> {name}" for out, name in zip(names[1], names[0], strict=True))
     return {
-        "state_inputs": [{"name": name, "dtype": "float32", "shape": shape} for name in STATE_INPUTS],
+        "memory": "lstm" if memory_state_shape is None else str(agent.config.memory),
+        "state_inputs": [{"name": name, "dtype": "float32", "shape": shape} for name in names[0]],
         "state_outputs": [
             {"name": out, "dtype": "float32", "shape": shape, "feeds": name}
-            for out, name in zip(STATE_OUTPUTS, STATE_INPUTS, strict=True)
+            for out, name in zip(names[1], names[0], strict=True)
         ],
         "episode_start": {
             "name": EPISODE_START,
@@ -351,7 +423,7 @@ def _recurrent_sidecar(agent: Agent) -> dict[str, Any]:
         "loop": (
             "state inputs start as zeros of their shape; each step feeds obs, the state and episode_start "
             "(1.0 on an episode's first observation), and the next step's state inputs are this step's "
-            "state outputs (next_lstm_h -> lstm_h, next_lstm_c -> lstm_c); one row per env, envs independent"
+            f"state outputs ({feeds}); one row per env, envs independent"
         ),
     }
 
@@ -516,14 +588,20 @@ def export_policy(
     module = policy_module(agent)
     in_dtype = _input_dtype(agent)
     obs = torch.from_numpy(np.zeros((2, *agent.obs_shape), dtype=in_dtype))
-    recurrent = isinstance(module, ExportedRecurrentPolicy)
-    sidecar = _sidecar(agent, path, fmt, module.description, action_mask, recurrent)
+    recurrent = isinstance(module, ExportedRecurrentPolicy | ExportedMemoryPolicy)
+    memory_shape = module.state_shape if isinstance(module, ExportedMemoryPolicy) else None
+    sidecar = _sidecar(agent, path, fmt, module.description, action_mask, recurrent, memory_shape)
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     batch = {0: "batch"}
-    if recurrent:
+    example: tuple[torch.Tensor, ...]
+    if memory_shape is not None:
+        example = (obs, torch.zeros(2, *memory_shape), torch.zeros(2))
+        inputs, outputs = [INPUT_NAME, MEMORY_INPUT, EPISODE_START], [OUTPUT_NAME, MEMORY_OUTPUT]
+        axes = {name: batch for name in (*inputs, *outputs)}
+    elif recurrent:
         state = torch.zeros(1, 2, int(agent.config.lstm_hidden_size))
-        example: tuple[torch.Tensor, ...] = (obs, state, state.clone(), torch.zeros(2))
+        example = (obs, state, state.clone(), torch.zeros(2))
         inputs, outputs = [INPUT_NAME, *STATE_INPUTS, EPISODE_START], [OUTPUT_NAME, *STATE_OUTPUTS]
         axes = {name: ({1: "batch"} if "lstm" in name else batch) for name in (*inputs, *outputs)}
     else:

@@ -42,6 +42,9 @@ class PolicyHead(NamedTuple):
     """How the head makes actions, for the export's sidecar."""
     recurrent_actor: nn.Module | None = None
     """A recurrent policy's frozen actor (RecurrentPPO), else None."""
+    memory_state_shape: tuple[int, int] | None = None
+    """A recurrent actor whose state is one tensor (RecurrentPPO's GRU or GTrXL memory): one env's
+    state shape ``(rows, width)``; None for the LSTM, whose state is ``h`` and ``c``."""
 
 
 # What a masked action's logit / Q-value becomes before the argmax, as the agents mask them: the

@@ -153,7 +153,8 @@ class GTrXLMemory(nn.Module):
         key_time = torch.arange(-window, steps, device=device)
         query_time = torch.arange(steps, device=device)
         marks = torch.where(starts > 0, query_time.view(-1, 1).float(), -seen.view(1, -1).expand(steps, -1))
-        episode_start = torch.cummax(marks, dim=0).values.t()  # (B, T)
+        # One step (acting, and the ONNX export, which has no cummax) needs no running maximum.
+        episode_start = marks.t() if steps == 1 else torch.cummax(marks, dim=0).values.t()  # (B, T)
         behind = query_time.view(-1, 1) - key_time.view(1, -1)  # (T, M + T)
         allowed = (behind >= 0) & (behind <= window)
         allowed = allowed.unsqueeze(0) & (key_time.view(1, 1, -1) >= episode_start.unsqueeze(-1))

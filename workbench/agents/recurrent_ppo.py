@@ -263,14 +263,17 @@ class RecurrentPPO(OnPolicyAgent):
         return Step(self._host(actions), extras)
 
     def policy_head(self) -> PolicyHead:
-        """Export's head: one step of the LSTM actor (its state explicit), then the on-policy head."""
-        if self.config.memory != "lstm":
-            raise ValueError(
-                f"RecurrentPPO cannot export a policy with memory={self.config.memory!r} yet: ONNX export carries "
-                "the LSTM's state only; train with memory='lstm' to export"
-            )
+        """Export's head: one step of the memory actor (its state explicit), then the on-policy head."""
         head, description = self._deterministic_head(nn.Identity())
-        return PolicyHead(head, f"LSTM actor, then the {description}", recurrent_actor=frozen(self.actor))
+        if self.config.memory == "lstm":
+            return PolicyHead(head, f"LSTM actor, then the {description}", recurrent_actor=frozen(self.actor))
+        memory = {"gru": "GRU", "gtrxl": "GTrXL"}[self.config.memory]
+        return PolicyHead(
+            head,
+            f"{memory} actor, then the {description}",
+            recurrent_actor=frozen(self.actor),
+            memory_state_shape=(self._rows, self._width),
+        )
 
     # -- storing ------------------------------------------------------------------------------
 
