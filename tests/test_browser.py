@@ -793,7 +793,7 @@ def _back_from_another_page(page, url: str, saved: Path, away_s: float, selector
 
 
 def test_dashboard_comes_back_on_the_first_load_every_time(jupyter):
-    """Twenty times: leave the notebook for a blank page (from a moment to longer than the dashboard waits
+    """Ten times: leave the notebook for a blank page (from a moment to longer than the dashboard waits
     before it rebuilds a silent widget), load it once, and every plot of the live dashboard fills."""
     from playwright.sync_api import sync_playwright
 
@@ -809,8 +809,8 @@ def test_dashboard_comes_back_on_the_first_load_every_time(jupyter):
             _wait_for_kernel(page)
             _run_code_cell(page, 0)
             _wait_for(page, lambda: _filled(page, ".wb-plot"), 90, "the dashboard's plots")
-            for i in range(20):
-                # Away for 0.5 to 14 s: short visits, and ones past the 6 and 12 s after which the kernel
+            for i in range(10):
+                # Away for 0.5 to 14 s, each twice: short visits, and ones past the 6 and 12 s after which the kernel
                 # rebuilds a widget no page answers (the rebuild may land while the page loads again).
                 loads.append(
                     _back_from_another_page(
@@ -831,7 +831,7 @@ def test_dashboard_comes_back_on_the_first_load_every_time(jupyter):
             )
             context.close()
             shutil.rmtree(profile, ignore_errors=True)
-    assert loads == [True] * 20, f"a load left the plots empty: {loads}"
+    assert loads == [True] * 10, f"a load left the plots empty: {loads}"
     assert not errors, errors
     # The kernel dropped none of the page's messages to the widgets as addressed to a subshell that is gone
     # (ipykernel 7 routes them to the subshell that last wrote to the widget; see workbench/ui/comm_route.py).
