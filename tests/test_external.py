@@ -116,7 +116,7 @@ def test_act_and_feedback_need_an_external_session():
         session.act(env.reset(seed=0)[0])
 
 
-def test_external_refuses_env_options_and_recurrent_agents():
+def test_external_refuses_env_options():
     env = app_env()
     with pytest.raises(TypeError, match="num_workers"):
         wb.Session.external(small_dqn(env), num_workers=4)
@@ -124,9 +124,6 @@ def test_external_refuses_env_options_and_recurrent_agents():
         wb.Session.external(small_dqn(env), step_timeout=1.0)
     with pytest.raises(ValueError, match="max_lag"):
         wb.Session.external(small_dqn(env), max_lag=-1)
-    rppo = wb.RecurrentPPO(observation_space=env.observation_space, action_space=env.action_space, n_envs=1)
-    with pytest.raises(ValueError, match="per-env state"):
-        wb.Session.external(rppo)
     with pytest.raises(ValueError, match="eval_env"):
         wb.Session.external(small_dqn(env), eval_every=100)
 

@@ -24,7 +24,7 @@ algorithm's own file asks an agent with ``getattr``/``hasattr``: what it may ask
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -94,7 +94,8 @@ class Agent(Execution, Shaping, Persistence, Playing):
     multi_agent_only: ClassVar[bool] = False
     """True when it trains on a PettingZoo ParallelEnv only (IPPO, MAPPO; registered in ``MULTI_AGENTS``)."""
     per_env_decisions: ClassVar[bool] = False
-    """True when its decisions carry per-env state between calls (a recurrent policy): no external session."""
+    """True when its decisions carry per-env state between calls (a recurrent policy): each row of a
+    batch is one env's next step; ``decide(..., rows=)`` names the envs of a partial batch."""
     takes_dataset: ClassVar[bool] = False
     """True when :meth:`load_dataset` takes a ``wb.Dataset`` (offline agents, and replay agents as a start)."""
     default_plots: ClassVar[tuple[str, ...]] = ()
@@ -312,16 +313,21 @@ class Agent(Execution, Shaping, Persistence, Playing):
 
     # -- the four verbs -----------------------------------------------------------------------
 
-    def decide(self, obs: Any, deterministic: bool = False, action_mask: Any = None) -> Step:
+    def decide(
+        self, obs: Any, deterministic: bool = False, action_mask: Any = None, rows: Sequence[int] | None = None
+    ) -> Step:
         """The :class:`Step` for a batch of observations (one is taken as a batch of one): the
         actions, and the ``extras`` that :meth:`observe` will need with this step's transitions.
         ``deterministic`` (always so in play mode) takes the greedy / mean action, no exploration.
         ``action_mask`` (one bool row per observation, True where allowed; see ``workbench.envs.masks``)
         restricts the actions to the allowed ones and travels on in the extras as ``"action_mask"``;
         a Dict observation's ``"action_mask"`` key is used when it is not given.
+        ``rows``: for an agent with per-env state (``per_env_decisions``), which of its ``num_envs``
+        envs the observations come from (an external session's episodes act one at a time); only
+        those envs' state moves. None: the batch is every env, in order. Other agents ignore it.
         Thread-safe: concurrent calls take turns on the agent's lock (as ``act``, ``observe`` and
         ``update`` do), so they give the actions serial calls would."""
-        step, mask, _ = self._locked_decide(obs, deterministic, action_mask)
+        step, mask, _ = self._locked_decide(obs, deterministic, action_mask, rows)
         return step if mask is None else Step(step.actions, {**step.extras, MASK_KEY: mask})
 
     def act(self, obs: Any, deterministic: bool = False, action_mask: Any = None) -> Any:
@@ -331,18 +337,40 @@ class Agent(Execution, Shaping, Persistence, Playing):
         step, _, single = self._locked_decide(obs, deterministic, action_mask)
         return step.actions[0] if single else step.actions
 
-    def _locked_decide(self, obs: Any, deterministic: bool, action_mask: Any) -> tuple[Step, np.ndarray | None, bool]:
+    def _locked_decide(
+        self, obs: Any, deterministic: bool, action_mask: Any, rows: Sequence[int] | None = None
+    ) -> tuple[Step, np.ndarray | None, bool]:
         """What :meth:`decide` and :meth:`act` share: the step for ``obs`` taken on the agent's lock
         (observations normalized; greedy in play mode), the checked action mask (None without one),
         and whether ``obs`` was a single observation."""
         batch, single = self.prepare_obs(obs)
         mask = self._action_mask(obs, action_mask, len(batch))
+        env_rows = None if rows is None or not self.per_env_decisions else self._checked_rows(rows, len(batch))
         with self._lock:
             if self.config.normalize_observations:
                 batch = self.obs_normalizer(batch)
             greedy = deterministic or not self.training
-            step = self._decide(batch, greedy) if mask is None else self._decide(batch, greedy, mask)
+            if env_rows is not None:
+                step = self._decide_rows(batch, greedy, mask, env_rows)
+            else:
+                step = self._decide(batch, greedy) if mask is None else self._decide(batch, greedy, mask)
         return step, mask, single
+
+    def _checked_rows(self, rows: Sequence[int], n: int) -> np.ndarray:
+        """``decide``'s ``rows`` as distinct env indices, one per observation."""
+        env_rows = np.asarray(rows)
+        if env_rows.shape != (n,) or env_rows.dtype.kind not in "iu":
+            raise ValueError(f"decide() got rows={rows!r} for {n} observation(s): give one env index per observation")
+        if len(np.unique(env_rows)) != n or (n and (env_rows.min() < 0 or env_rows.max() >= self.num_envs)):
+            raise ValueError(
+                f"decide() got rows={rows!r}: give distinct env indices in [0, {self.num_envs}) "
+                f"(num_envs={self.num_envs})"
+            )
+        return env_rows.astype(np.int64)
+
+    def _decide_rows(self, obs: np.ndarray, deterministic: bool, mask: np.ndarray | None, rows: np.ndarray) -> Step:
+        """The step for observations of the envs ``rows`` (agents with ``per_env_decisions`` only)."""
+        raise NotImplementedError(f"{self.algorithm} keeps per-env state but cannot decide for some envs alone")
 
     def _decide(self, obs: np.ndarray, deterministic: bool, mask: np.ndarray | None = None) -> Step:
         """The step for a prepared batch (``mask``: checked bool masks, or None); agents whose steps

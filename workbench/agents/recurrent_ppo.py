@@ -221,10 +221,23 @@ class RecurrentPPO(OnPolicyAgent):
         if state is not None and state.shape[0] == len(done):
             state[self._tensor(np.asarray(done, dtype=bool))] = 0.0
 
-    @torch.no_grad()
     def _decide(self, obs: np.ndarray, deterministic: bool, mask: np.ndarray | None = None) -> Step:
-        state = self._state_for(obs.shape[0])
-        used = state.clone()
+        return self._decide_rows(obs, deterministic, mask, None)
+
+    @torch.no_grad()
+    def _decide_rows(
+        self, obs: np.ndarray, deterministic: bool, mask: np.ndarray | None, env_rows: np.ndarray | None
+    ) -> Step:
+        """One step of the envs ``env_rows`` of the ``num_envs`` (None: the batch is every env): their
+        memory state is used and moved on, the other envs' stays as it was."""
+        if env_rows is None:
+            state = self._state_for(obs.shape[0])
+            used = state.clone()
+        else:
+            full = self._state_for(self.num_envs)
+            index = torch.as_tensor(env_rows, device=full.device)
+            used = full[index]
+            state = used.clone()
         x = self._tensor(obs).unsqueeze(0)
         no_starts = torch.zeros(1, obs.shape[0], device=self.device)
         rows = self._rows
@@ -248,9 +261,12 @@ class RecurrentPPO(OnPolicyAgent):
             assert self.log_std is not None
             noise = _from_generator(torch.randn(out.shape, generator=self.generator), out)
             actions = out + self.log_std.exp() * noise
+        if self.training:
+            values, state[:, rows:] = self.critic.unroll(x, used[:, rows:], no_starts)
+        if env_rows is not None:
+            full[index] = state
         if not self.training:  # play: the policy alone, nothing to store
             return Step(self._host(actions))
-        values, state[:, rows:] = self.critic.unroll(x, used[:, rows:], no_starts)
         if categorical:
             chosen, _ = categorical_terms(out, actions, self.action_kind, self.nvec, masks)
         else:

@@ -125,6 +125,7 @@ class ExternalRunner(Runner):
 
     persistent = True
     backend = "external"
+    starts_episodes = False  # the application starts them: act() tells a per-env agent of each (begin_episode)
 
     def __init__(self, agent: Agent, max_lag: int | None = None, max_queued: int = 100_000) -> None:
         self.agent = agent
@@ -210,12 +211,20 @@ class ExternalRunner(Runner):
             return results
         try:
             obs = np.concatenate([c[3] for c in claimed]) if len(claimed) > 1 else claimed[0][3]
+            # Each episode decides in its slot's row: an agent with per-env state (RecurrentPPO's
+            # memory) moves only these rows on, and starts afresh the rows whose episode starts here.
+            rows = [c[2].slot for c in claimed]
+            starting = [c[2].slot for c in claimed if c[2].length == 0]
+            if starting and self.agent.per_env_decisions:
+                begins = np.zeros(self.num_envs, dtype=bool)
+                begins[starting] = True
+                self.agent.begin_episode(begins)
             if all(c[4] is None for c in claimed):
-                step = self.agent.decide(obs)
+                step = self.agent.decide(obs, rows=rows)
             else:  # an episode without a mask allows every action
                 allowed = np.ones(mask_size(self.agent.action_space) or 0, dtype=bool)
                 masks = np.stack([allowed if c[4] is None else c[4] for c in claimed])
-                step = self.agent.decide(obs, action_mask=masks)
+                step = self.agent.decide(obs, action_mask=masks, rows=rows)
         except BaseException as exc:
             for _, episode, live, _, _ in claimed:
                 self._release(episode, live)
@@ -482,20 +491,13 @@ def external_source(agent: Agent, max_lag: Any, max_queued: Any, options: dict[s
 
 
 def refuse_env_options(agent: Agent, options: dict[str, Any]) -> None:
-    """Refuse what ``Session.external`` cannot honour: options about the session's own envs, and
-    agents whose decisions keep per-env state between calls (RecurrentPPO's LSTM state)."""
+    """Refuse what ``Session.external`` cannot honour: options about the session's own envs."""
     refused = [name for name in ("env", "num_workers", "backend", *_OPTIONS, *_RAY_OPTIONS) if name in options]
     if refused:
         raise TypeError(
             f"Session.external got {refused[0]}=: an external session has no env of its own to step "
             "(the application steps its env and calls act/feedback); leave it out, or use "
             "Session(agent, env, ...) to train on an env the session steps"
-        )
-    if agent.per_env_decisions:
-        raise ValueError(
-            f"Session.external cannot drive {agent.algorithm}: its decisions carry per-env state "
-            "between calls (a recurrent policy), which act() from concurrent episodes would mix up. "
-            "Use a feed-forward agent (PPO, DQN, SAC...)"
         )
 
 

@@ -40,6 +40,10 @@ class Runner:
     """How many envs it steps (one row each in every batch)."""
     persistent: bool = False
     """True when it may be kept between two runs of a session, so episodes continue."""
+    starts_episodes: bool = True
+    """True when every env begins an episode at the runner's first reset (the session then tells the
+    agent, ``begin_episode``); False when the application starts them (an external session's runner
+    tells the agent of each episode it starts)."""
     backend: str = "inprocess"
     """Where steps run: ``"inprocess"``, ``"local"``, ``"ray"`` or ``"external"`` (for messages)."""
     envs_per_worker: int | None = None

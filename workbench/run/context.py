@@ -125,7 +125,8 @@ class RunContext:
             self.episodes = EpisodeTracker(runner.num_envs)
             # Every env starts a new episode here (a resumed run too): an agent with per-episode
             # state (RecurrentPPO's LSTM state, an OU noise process) starts it afresh.
-            self.state.agent.begin_episode(np.ones(runner.num_envs, dtype=bool))
+            if runner.starts_episodes:
+                self.state.agent.begin_episode(np.ones(runner.num_envs, dtype=bool))
         assert self.obs is not None and self.episodes is not None
         return runner, self.obs, self.episodes
 
