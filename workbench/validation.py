@@ -42,6 +42,7 @@ __all__ = [
     "any_of",
     "check_arguments",
     "check_env_batch",
+    "check_rows",
     "check_value",
     "checked",
     "choice",
@@ -281,6 +282,19 @@ def validate_config(config: Any, owner: str) -> None:
 
 
 # -- the numbers of a run --------------------------------------------------------------------
+
+
+def check_rows(rows: Sequence[int], n: int, num_envs: int) -> np.ndarray:
+    """``decide``'s ``rows`` (which of ``num_envs`` envs a batch of ``n`` observations comes from) as
+    distinct env indices, one per observation; a ValueError naming the value otherwise."""
+    env_rows = np.asarray(rows)
+    if env_rows.shape != (n,) or env_rows.dtype.kind not in "iu":
+        raise ValueError(f"decide() got rows={rows!r} for {n} observation(s): give one env index per observation")
+    if len(np.unique(env_rows)) != n or (n and (env_rows.min() < 0 or env_rows.max() >= num_envs)):
+        raise ValueError(
+            f"decide() got rows={rows!r}: give distinct env indices in [0, {num_envs}) (num_envs={num_envs})"
+        )
+    return env_rows.astype(np.int64)
 
 
 def check_env_batch(

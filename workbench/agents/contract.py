@@ -37,7 +37,7 @@ from ..envs.core import as_env_source, describe_space, flat_observation_space, o
 from ..envs.masks import MASK_KEY, strip_mask_space
 from ..loop import NO_EXTRAS, Step, Transitions
 from ..normalization import ObservationNormalizer, RewardNormalizer
-from ..validation import check_value, integer, optional
+from ..validation import check_rows, check_value, integer, optional
 from .encoders import describe_encoder
 from .execution import Execution, has_image
 from .fairlock import FairRLock
@@ -94,8 +94,7 @@ class Agent(Execution, Shaping, Persistence, Playing):
     multi_agent_only: ClassVar[bool] = False
     """True when it trains on a PettingZoo ParallelEnv only (IPPO, MAPPO; registered in ``MULTI_AGENTS``)."""
     per_env_decisions: ClassVar[bool] = False
-    """True when its decisions carry per-env state between calls (a recurrent policy): each row of a
-    batch is one env's next step; ``decide(..., rows=)`` names the envs of a partial batch."""
+    """True when its decisions carry per-env state between calls (a recurrent policy; ``decide(rows=)``)."""
     takes_dataset: ClassVar[bool] = False
     """True when :meth:`load_dataset` takes a ``wb.Dataset`` (offline agents, and replay agents as a start)."""
     default_plots: ClassVar[tuple[str, ...]] = ()
@@ -322,9 +321,8 @@ class Agent(Execution, Shaping, Persistence, Playing):
         ``action_mask`` (one bool row per observation, True where allowed; see ``workbench.envs.masks``)
         restricts the actions to the allowed ones and travels on in the extras as ``"action_mask"``;
         a Dict observation's ``"action_mask"`` key is used when it is not given.
-        ``rows``: for an agent with per-env state (``per_env_decisions``), which of its ``num_envs``
-        envs the observations come from (an external session's episodes act one at a time); only
-        those envs' state moves. None: the batch is every env, in order. Other agents ignore it.
+        ``rows``: for a ``per_env_decisions`` agent, which of its ``num_envs`` envs the observations
+        come from (only their state moves; None: every env in order); other agents ignore it.
         Thread-safe: concurrent calls take turns on the agent's lock (as ``act``, ``observe`` and
         ``update`` do), so they give the actions serial calls would."""
         step, mask, _ = self._locked_decide(obs, deterministic, action_mask, rows)
@@ -345,32 +343,16 @@ class Agent(Execution, Shaping, Persistence, Playing):
         and whether ``obs`` was a single observation."""
         batch, single = self.prepare_obs(obs)
         mask = self._action_mask(obs, action_mask, len(batch))
-        env_rows = None if rows is None or not self.per_env_decisions else self._checked_rows(rows, len(batch))
+        env_rows = None if rows is None or not self.per_env_decisions else check_rows(rows, len(batch), self.num_envs)
         with self._lock:
             if self.config.normalize_observations:
                 batch = self.obs_normalizer(batch)
             greedy = deterministic or not self.training
-            if env_rows is not None:
+            if env_rows is not None:  # a per-env agent's _decide_rows (RecurrentPPO): these envs' state only
                 step = self._decide_rows(batch, greedy, mask, env_rows)
             else:
                 step = self._decide(batch, greedy) if mask is None else self._decide(batch, greedy, mask)
         return step, mask, single
-
-    def _checked_rows(self, rows: Sequence[int], n: int) -> np.ndarray:
-        """``decide``'s ``rows`` as distinct env indices, one per observation."""
-        env_rows = np.asarray(rows)
-        if env_rows.shape != (n,) or env_rows.dtype.kind not in "iu":
-            raise ValueError(f"decide() got rows={rows!r} for {n} observation(s): give one env index per observation")
-        if len(np.unique(env_rows)) != n or (n and (env_rows.min() < 0 or env_rows.max() >= self.num_envs)):
-            raise ValueError(
-                f"decide() got rows={rows!r}: give distinct env indices in [0, {self.num_envs}) "
-                f"(num_envs={self.num_envs})"
-            )
-        return env_rows.astype(np.int64)
-
-    def _decide_rows(self, obs: np.ndarray, deterministic: bool, mask: np.ndarray | None, rows: np.ndarray) -> Step:
-        """The step for observations of the envs ``rows`` (agents with ``per_env_decisions`` only)."""
-        raise NotImplementedError(f"{self.algorithm} keeps per-env state but cannot decide for some envs alone")
 
     def _decide(self, obs: np.ndarray, deterministic: bool, mask: np.ndarray | None = None) -> Step:
         """The step for a prepared batch (``mask``: checked bool masks, or None); agents whose steps
