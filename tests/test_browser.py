@@ -793,7 +793,7 @@ def _back_from_another_page(page, url: str, saved: Path, away_s: float, selector
 
 
 def test_dashboard_comes_back_on_the_first_load_every_time(jupyter):
-    """Ten times: leave the notebook for a blank page (from a moment to longer than the dashboard waits
+    """Five times: leave the notebook for a blank page (from a moment to longer than the dashboard waits
     before it rebuilds a silent widget), load it once, and every plot of the live dashboard fills."""
     from playwright.sync_api import sync_playwright
 
@@ -809,13 +809,11 @@ def test_dashboard_comes_back_on_the_first_load_every_time(jupyter):
             _wait_for_kernel(page)
             _run_code_cell(page, 0)
             _wait_for(page, lambda: _filled(page, ".wb-plot"), 90, "the dashboard's plots")
-            for i in range(10):
-                # Away for 0.5 to 14 s, each twice: short visits, and ones past the 6 and 12 s after which the kernel
+            for i in range(5):
+                # Away for 0.5 to 14 s: short visits, and ones past the 6 and 12 s after which the kernel
                 # rebuilds a widget no page answers (the rebuild may land while the page loads again).
                 loads.append(
-                    _back_from_another_page(
-                        page, url, served / RELOAD_NOTEBOOK, (0.5, 4, 7, 9, 14)[i % 5], ".wb-plot", 45
-                    )
+                    _back_from_another_page(page, url, served / RELOAD_NOTEBOOK, (0.5, 4, 7, 9, 14)[i], ".wb-plot", 45)
                 )
                 if not loads[-1]:
                     page.screenshot(path=str(ARTIFACTS / "reload-empty.png"), full_page=True)
@@ -831,7 +829,7 @@ def test_dashboard_comes_back_on_the_first_load_every_time(jupyter):
             )
             context.close()
             shutil.rmtree(profile, ignore_errors=True)
-    assert loads == [True] * 10, f"a load left the plots empty: {loads}"
+    assert loads == [True] * 5, f"a load left the plots empty: {loads}"
     assert not errors, errors
     # The kernel dropped none of the page's messages to the widgets as addressed to a subshell that is gone
     # (ipykernel 7 routes them to the subshell that last wrote to the widget; see workbench/ui/comm_route.py).
