@@ -37,7 +37,7 @@ from ..envs.core import as_env_source, describe_space, flat_observation_space, o
 from ..envs.masks import MASK_KEY, strip_mask_space
 from ..loop import NO_EXTRAS, Step, Transitions
 from ..normalization import ObservationNormalizer, RewardNormalizer
-from ..validation import check_rows, check_value, integer, optional
+from ..validation import check_value, integer, optional
 from .encoders import describe_encoder
 from .execution import Execution, has_image
 from .fairlock import FairRLock
@@ -231,15 +231,7 @@ class Agent(Execution, Shaping, Persistence, Playing):
         self.total_timesteps: int | None = None  # the budget schedules count against
         self.training = True
         self._weights_loaded = False  # set by checkpoint loading; keeps reseed() from rebuilding
-        # Networks are built on the CPU (the same initial weights whatever the device), then moved.
-        self.device = torch.device("cpu")
-        self._moved = False
-        self._compiled = False
-        self.compile_time: float | None = None
-        self._compiled_threads: set[int] = set()
-        self._trace_calls: tuple[list[Any], list[Any]] = ([], [])
-        self._compile_time_due = False
-        self.compile_error: str | None = None
+        self._init_execution()  # on the CPU (the same initial weights whatever the device), not compiled
         # Build networks under a private seed without disturbing torch's global generator,
         # so a second run in the same kernel is not affected by this one.
         with torch.random.fork_rng(devices=[]):
@@ -334,25 +326,6 @@ class Agent(Execution, Shaping, Persistence, Playing):
         (``wb.load(path).act(obs)`` from many threads)."""
         step, _, single = self._locked_decide(obs, deterministic, action_mask)
         return step.actions[0] if single else step.actions
-
-    def _locked_decide(
-        self, obs: Any, deterministic: bool, action_mask: Any, rows: Sequence[int] | None = None
-    ) -> tuple[Step, np.ndarray | None, bool]:
-        """What :meth:`decide` and :meth:`act` share: the step for ``obs`` taken on the agent's lock
-        (observations normalized; greedy in play mode), the checked action mask (None without one),
-        and whether ``obs`` was a single observation."""
-        batch, single = self.prepare_obs(obs)
-        mask = self._action_mask(obs, action_mask, len(batch))
-        env_rows = None if rows is None or not self.per_env_decisions else check_rows(rows, len(batch), self.num_envs)
-        with self._lock:
-            if self.config.normalize_observations:
-                batch = self.obs_normalizer(batch)
-            greedy = deterministic or not self.training
-            if env_rows is not None:  # a per-env agent's _decide_rows (RecurrentPPO): these envs' state only
-                step = self._decide_rows(batch, greedy, mask, env_rows)
-            else:
-                step = self._decide(batch, greedy) if mask is None else self._decide(batch, greedy, mask)
-        return step, mask, single
 
     def _decide(self, obs: np.ndarray, deterministic: bool, mask: np.ndarray | None = None) -> Step:
         """The step for a prepared batch (``mask``: checked bool masks, or None); agents whose steps

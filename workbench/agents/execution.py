@@ -54,6 +54,17 @@ class Execution:
     """Why ``compile=`` failed (the networks then run eagerly), else None."""
     _compiled_threads: set[int]  # torch thread counts the compiled networks were traced under
 
+    def _init_execution(self) -> None:
+        """Before the networks are built: on the CPU (they are built there, then moved), not compiled."""
+        self.device = torch.device("cpu")
+        self._moved = False
+        self._compiled = False
+        self.compile_time = None
+        self._compiled_threads = set()
+        self._trace_calls: tuple[list[Any], list[Any]] = ([], [])
+        self._compile_time_due = False
+        self.compile_error = None
+
     def _after_build(self) -> None:
         """Put what ``_build`` made on the agent's device, then compile it when asked."""
         self._place()

@@ -1,12 +1,13 @@
 """How an agent's networks meet its spaces: observations prepared as a batch in the agent's dtype, action
-masks checked, the encoder of each network built from the observation space, Box actions scaled into
-and out of their bounds.
+masks checked, the step decided on them under the agent's lock (``_locked_decide``), the encoder of each
+network built from the observation space, Box actions scaled into and out of their bounds.
 
 :class:`Shaping` is a part of :class:`~workbench.agents.contract.Agent` (a base class of it).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -15,7 +16,8 @@ from torch import nn
 
 from ..envs.core import describe_space
 from ..envs.masks import MASK_KEY, check_masks, mask_size, strip_mask_space
-from ..loop import Transitions
+from ..loop import Step, Transitions
+from ..validation import check_rows
 from .encoders import make_encoder, with_encoder
 from .registry import mask_refusal
 
@@ -63,6 +65,25 @@ class Shaping:
                 f"{self.obs_shape} or a batch of shape (n, {', '.join(map(str, self.obs_shape))})"
             )
         return arr, False
+
+    def _locked_decide(
+        self, obs: Any, deterministic: bool, action_mask: Any, rows: Sequence[int] | None = None
+    ) -> tuple[Step, np.ndarray | None, bool]:
+        """What :meth:`decide` and :meth:`act` share: the step for ``obs`` taken on the agent's lock
+        (observations normalized; greedy in play mode), the checked action mask (None without one),
+        and whether ``obs`` was a single observation."""
+        batch, single = self.prepare_obs(obs)
+        mask = self._action_mask(obs, action_mask, len(batch))
+        env_rows = None if rows is None or not self.per_env_decisions else check_rows(rows, len(batch), self.num_envs)
+        with self._lock:
+            if self.config.normalize_observations:
+                batch = self.obs_normalizer(batch)
+            greedy = deterministic or not self.training
+            if env_rows is not None:  # a per-env agent's _decide_rows (RecurrentPPO): these envs' state only
+                step = self._decide_rows(batch, greedy, mask, env_rows)
+            else:
+                step = self._decide(batch, greedy) if mask is None else self._decide(batch, greedy, mask)
+        return step, mask, single
 
     def _action_mask(self, obs: Any, action_mask: Any, n: int) -> np.ndarray | None:
         """The checked ``(n, mask_size)`` bool masks for a decision (from ``action_mask`` or a Dict
