@@ -23,7 +23,6 @@ algorithm's own file asks an agent with ``getattr``/``hasattr``: what it may ask
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -42,7 +41,7 @@ from .encoders import describe_encoder
 from .execution import Execution, has_image
 from .fairlock import FairRLock
 from .play import Playing
-from .registry import check_action_space, make_config
+from .registry import check_action_space, make_config, warn_template_overrides
 from .shaping import Shaping
 from .state import Persistence
 
@@ -150,25 +149,7 @@ class Agent(Execution, Shaping, Persistence, Playing):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        # observe() and update() are template methods: an algorithm writes _observe() and _update().
-        # A subclass that overrides the public name still works when it calls super() (the base's
-        # normalization, lock and clock then run there); one that replaces them outright skips them,
-        # so it is told once, when the class is made, what to override instead.
-        for name in ("observe", "update"):
-            if name in cls.__dict__ and not getattr(cls.__dict__[name], "_template_ok", False):
-                warnings.warn(
-                    f"{cls.__qualname__} overrides {name}(): Agent.{name}() "
-                    + (
-                        "normalizes the transitions, takes the agent's lock and advances the step clock"
-                        if name == "observe"
-                        else "takes the agent's lock"
-                    )
-                    + f" around _{name}(), which is what an algorithm implements. Override _{name}() "
-                    f"instead, or call super().{name}(...) from your {name}() so those still happen "
-                    "(see Agent's docstring)",
-                    UserWarning,
-                    stacklevel=2,
-                )
+        warn_template_overrides(cls)  # observe()/update() replaced outright skip the base's lock and clock
 
     def __init__(
         self,

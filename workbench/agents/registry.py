@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import warnings
 from typing import TYPE_CHECKING, Any, Literal
 
 from gymnasium import spaces
@@ -34,6 +35,7 @@ __all__ = [
     "make_config",
     "mask_refusal",
     "register",
+    "warn_template_overrides",
 ]
 
 AGENTS: dict[str, type[Agent]] = {}
@@ -104,6 +106,29 @@ def register(cls: type[Agent]) -> type[Agent]:
         registry = AGENTS
     registry[cls.__name__.lower()] = cls
     return cls
+
+
+def warn_template_overrides(cls: type) -> None:
+    """Tell an agent class, when it is made, that it overrides a template method outright.
+
+    ``observe()`` and ``update()`` are template methods: an algorithm writes ``_observe()`` and
+    ``_update()``. A subclass that overrides the public name still works when it calls ``super()``
+    (the base's normalization, lock and clock then run there); one that replaces them outright skips
+    them, so it is told once what to override instead."""
+    for name in ("observe", "update"):
+        if name in cls.__dict__ and not getattr(cls.__dict__[name], "_template_ok", False):
+            does = (
+                "normalizes the transitions, takes the agent's lock and advances the step clock"
+                if name == "observe"
+                else "takes the agent's lock"
+            )
+            warnings.warn(
+                f"{cls.__qualname__} overrides {name}(): Agent.{name}() {does} around _{name}(), which is what "
+                f"an algorithm implements. Override _{name}() instead, or call super().{name}(...) from your "
+                f"{name}() so those still happen (see Agent's docstring)",
+                UserWarning,
+                stacklevel=3,
+            )
 
 
 def _agents_for(action_space: spaces.Space) -> list[str]:
