@@ -116,6 +116,7 @@ class AsyncRunner(Runner):
         rollout (so a pause or a stop lands while the learner waits)."""
         if self._current is not None and self._t < self._current.length:
             return True
+        self._publish()  # the learner may have updated since its last step: the sampler acts with that
         return self._next(timeout)
 
     def transitions(self, agent: Agent, obs: Any) -> tuple[Transitions, Any]:
