@@ -261,3 +261,45 @@ def test_appo_on_ray_actors_collects_the_next_rollout_while_it_learns():
     assert session.status == "finished" and session.steps == 640
     lags = session.signals["policy_lag"].values
     assert lags.max() == 1  # the next rollout was collected with the weights before the update
+
+
+def test_the_appo_presets_take_rllibs_settings():
+    tuned = wb.preset("CartPole-v1", "appo", seed=0)
+    assert isinstance(tuned.agent, wb.APPO) and tuned.steps == 200_000
+    c = tuned.agent.config
+    assert (c.n_envs, c.n_steps, c.vf_coef, c.n_epochs, c.clip_range) == (20, 50, 0.01, 1, 0.4)
+    assert isinstance(wb.preset("Acrobot-v1", "impala").agent, wb.IMPALA)
+
+
+CTRL_C = """
+import os, signal, threading, time
+import workbench as wb
+
+agent = wb.APPO("CartPole-v1", n_envs=2, n_steps=8, batch_size=16, n_epochs=1)
+session = wb.Session(agent, "CartPole-v1", num_workers=2, backend="local", seed=0)
+
+def send():
+    while session.steps < 200:
+        time.sleep(0.01)
+    os.kill(os.getpid(), signal.SIGINT)
+
+threading.Thread(target=send, daemon=True).start()
+try:
+    session.run(10_000_000)
+finally:
+    print("STATUS", session.status, session.stop_reason, flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_an_appo_run_on_local_workers(tmp_path):
+    import os
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run(
+        [sys.executable, "-c", CTRL_C], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path
+    )
+    assert "KeyboardInterrupt" in done.stderr, done.stderr[-2000:]
+    assert "STATUS stopped interrupted" in done.stdout, (done.stdout, done.stderr[-2000:])

@@ -61,8 +61,10 @@ class AsyncRunner(Runner):
     (the share of time the learner waited for a rollout), each about once a second."""
 
     persistent = False  # the sampler thread and its replica belong to one run
+    inner: Any
+    """The runner whose envs it steps: in-process envs or local workers (a Runner with a vector env's ``step``)."""
 
-    def __init__(self, inner: Runner, agent: Agent, queue_rollouts: int = QUEUE_ROLLOUTS) -> None:
+    def __init__(self, inner: Any, agent: Agent, queue_rollouts: int = QUEUE_ROLLOUTS) -> None:
         self.inner = inner
         self.backend = inner.backend
         self.num_envs = inner.num_envs
