@@ -519,9 +519,10 @@ class LocalRunner(Runner):
         codec = self._codec
         buffer, start = (raw, 1 + 4 * head_len) if shm is None else (shm.buf, 0)
         obs = codec.decode(buffer, start, k)
-        final = codec.decode(buffer, start + k * codec.row_bytes, k) if ended else None
-        if shm is not None and ended:
-            final = final.copy()  # kept past this step (the finals of ended episodes)
+        final = None
+        if ended:  # with shared memory a copy: the finals of ended episodes are kept past this step
+            final = codec.decode(buffer, start + k * codec.row_bytes, k)
+            final = final if shm is None else final.copy()
         return obs, rewards, terminated, truncated, final, busy, masks, games
 
     def _store_slot_info(self, envs: slice, info: np.ndarray | None) -> None:
