@@ -29,6 +29,8 @@ from workbench.parallel import LocalRunner
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 RESULTS = Path(__file__).parent / "results" / "shared_memory.json"
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "parallel.md"
+BEGIN, END = "<!-- generated: shared memory table begin -->", "<!-- generated: shared memory table end -->"
 
 
 class Frames(gym.Env):
@@ -74,13 +76,38 @@ def measure(factory, shared: bool, workers: int, envs: int, seconds: float) -> f
         runner.close()
 
 
+def render() -> None:
+    """Write the stored results' table into docs/parallel.md, between its markers."""
+    data = json.loads(RESULTS.read_text())
+    load = data["load_average"]
+    lines = [
+        "| observations | through the answers (before) | through shared memory | ratio |",
+        "|---|---:|---:|---:|",
+        *(
+            f"| {r['env']} | {r['pipes']:,.0f} steps/s | {r['shared_memory']:,.0f} steps/s | {r['ratio']:.2f}x |"
+            for r in data["rows"]
+        ),
+        "",
+        f"({data['date']}: {data['workers']} workers x {data['envs_per_worker']} envs, medians of {data['rounds']} "
+        f"runs of {data['seconds']:g} s each, alternating; {data['cores']} cores shared with other jobs, load "
+        f"average {load[0]:.1f} at the end.)",
+    ]
+    text = DOCS.read_text()
+    head, rest = text.split(BEGIN, 1)
+    DOCS.write_text(head + BEGIN + "\n" + "\n".join(lines) + "\n" + END + rest.split(END, 1)[1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--envs", type=int, default=8, help="envs per worker")
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--render", action="store_true", help="only rewrite the docs table from stored results")
     args = parser.parse_args()
+    if args.render:
+        render()
+        return
     rows = []
     for name, factory in (("CartPole-v1 (4 floats)", cartpole), ("frames uint8 (4, 84, 84)", lambda: Frames())):
         runs: dict[bool, list[float]] = {False: [], True: []}
@@ -107,6 +134,7 @@ def main() -> None:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
     print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} cores; wrote {RESULTS}")
+    render()
 
 
 if __name__ == "__main__":
