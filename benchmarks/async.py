@@ -84,7 +84,11 @@ TASKS: dict[str, dict[str, Any]] = {
         "env": "MinAtar/Breakout-v1",
         "steps": 30_000,
         "score": None,
-        "agents": {"PPO": dict(MINATAR, clip_range=0.1), "APPO": dict(MINATAR, clip_range=0.1), "IMPALA": MINATAR},
+        "agents": {
+            "PPO": dict(MINATAR, clip_range=0.1),
+            "APPO": dict(MINATAR, clip_range=0.1),
+            "IMPALA": {k: v for k, v in MINATAR.items() if k not in ("batch_size", "n_epochs")},
+        },
     },
 }
 

@@ -5,18 +5,18 @@ Reads top to bottom: hyperparameters, then the update. The V-trace targets are I
 the epochs; each minibatch then takes one step of PPO's clipped objective (``workbench.agents.ppo``'s
 :func:`~workbench.agents.ppo.clipped_step`, written once), its probability ratio taken against the
 behaviour policy's log-probabilities that travelled with the steps in their ``extras``. Defaults: the
-PPO settings this project tunes for CartPole-v1 (rl-baselines3-zoo's ``n_steps=32``, ``gamma=0.98``,
-``lambda=0.8``, ``batch_size=256``) with RLlib's APPO ``clip_param``-style clip 0.2 and 4 epochs a rollout
-(RLlib's ``num_epochs`` for APPO is small: the rollouts keep coming).
+PPO settings for CartPole-v1 (rl-baselines3-zoo's: ``n_steps=32``, ``gamma=0.98``, ``lambda=0.8``,
+``batch_size=256``, learning rate 1e-3 and clip 0.2 both decaying linearly to 0) with 10 epochs a rollout
+instead of 20: the learner must keep up with envs that do not wait for it (RLlib's APPO takes one).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
-from ..schedules import Schedule, as_schedule
+from ..schedules import Schedule, as_schedule, linear
 from ..validation import checked, integer, number, optional
 from .base import register
 from .impala import IMPALA, IMPALAConfig
@@ -33,17 +33,17 @@ class APPOConfig(IMPALAConfig):
 
     gamma: float = 0.98
     gae_lambda: float = 0.8
-    learning_rate: float | Schedule = 1e-3
+    learning_rate: float | Schedule = field(default_factory=lambda: linear(1e-3, 0.0))
     ent_coef: float = 0.0
     max_grad_norm: float = 0.5
     normalize_advantage: bool = True
 
     batch_size: int = checked(256, integer(min=1), live=True)
     """Minibatch size for the update."""
-    n_epochs: int = checked(4, integer(min=1), live=True)
+    n_epochs: int = checked(10, integer(min=1), live=True)
     """Passes over each rollout."""
     clip_range: float | Schedule = checked(
-        constraint=number(0, min_open=True, schedule=True), default_factory=lambda: 0.2, live=True
+        constraint=number(0, min_open=True, schedule=True), default_factory=lambda: linear(0.2, 0.0), live=True
     )
     """The clip epsilon of the probability ratio against the behaviour policy."""
     target_kl: float | None = checked(None, optional(number(0, min_open=True)), live=True)
