@@ -16,6 +16,7 @@ from test_browser import (
     ARGS,
     CHROMIUM,
     _run_code_cell,
+    _screenshot,
     _status,
     _steps,
     _wait_for,
@@ -75,8 +76,7 @@ def test_pause_and_stop_an_appo_run_from_its_dashboard(jupyter):  # noqa: F811 (
 
             page.locator(".jp-OutputArea-output button.wb-stop").click()
             _wait_for(page, lambda: _status(page) == "stopped", 30, "the status to read stopped")
-            page.locator(".jp-OutputArea-output .wb-dashboard").first.screenshot(
-                path=str(ARTIFACTS / "appo_dashboard.png")
-            )
+            page.wait_for_timeout(500)  # the last refresh lands before the picture is taken
+            _screenshot(page, ".jp-OutputArea-output .wb-dashboard", ARTIFACTS / "appo_dashboard.png")
         finally:
             context.close()
