@@ -131,6 +131,8 @@ SIGNALS = {
     "c51": {"loss", "q_mean", "epsilon"},
     "rainbow": {"loss", "q_mean", "prioritized_beta"},
     "recurrentppo": {"policy_loss", "value_loss", "entropy", "approx_kl"},
+    "appo": {"policy_loss", "value_loss", "entropy", "approx_kl", "importance_weight", "policy_lag"},
+    "impala": {"policy_loss", "value_loss", "entropy", "importance_weight", "policy_lag"},
     **{name: {"actor_loss", "critic_loss", "q_mean", "alpha", "entropy"} for name in SAC_FAMILY},
 }
 
