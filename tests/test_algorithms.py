@@ -39,6 +39,9 @@ FAST["tqc"] = dict(FAST["sac"], n_quantiles=5, top_quantiles_to_drop_per_net=1)
 FAST["crossq"] = dict(FAST["sac"], critic_net_arch=(32, 32), renorm_warmup_steps=100)
 FAST["droq"] = dict(FAST["sac"], gradient_steps=4, policy_delay=2)
 SAC_FAMILY = ("crossq", "droq", "tqc")
+# The asynchronous agents (issue 51), on PPO's and A2C's fast settings.
+FAST["appo"] = dict(FAST["ppo"])
+FAST["impala"] = dict(FAST["a2c"])
 # The rest of the DQN family, on DQN's fast settings (v_min/v_max fit the tiny tasks' returns).
 FAST["qrdqn"] = dict(FAST["dqn"], n_quantiles=8)
 FAST["c51"] = dict(FAST["dqn"], n_atoms=11, v_min=-1.0, v_max=2.0)
@@ -128,6 +131,8 @@ SIGNALS = {
     "c51": {"loss", "q_mean", "epsilon"},
     "rainbow": {"loss", "q_mean", "prioritized_beta"},
     "recurrentppo": {"policy_loss", "value_loss", "entropy", "approx_kl"},
+    "appo": {"policy_loss", "value_loss", "entropy", "approx_kl", "importance_weight", "policy_lag"},
+    "impala": {"policy_loss", "value_loss", "entropy", "importance_weight", "policy_lag"},
     **{name: {"actor_loss", "critic_loss", "q_mean", "alpha", "entropy"} for name in SAC_FAMILY},
 }
 
@@ -247,11 +252,11 @@ def test_continuous_agents_refuse_discrete_actions_naming_those_that_fit(name):
     with pytest.raises(ValueError) as info:
         AGENTS[name]("CartPole-v1")
     message = str(info.value)
-    assert "Discrete(2)" in message and "A2C, C51, DQN, PPO, QRDQN, Rainbow, RecurrentPPO" in message
+    assert "Discrete(2)" in message and "A2C, APPO, C51, DQN, IMPALA, PPO, QRDQN, Rainbow, RecurrentPPO" in message
 
 
 def test_dqn_refuses_box_actions_naming_those_that_fit():
-    with pytest.raises(ValueError, match="A2C, CrossQ, DDPG, DroQ, PPO, RecurrentPPO, SAC, TD3, TQC"):
+    with pytest.raises(ValueError, match="A2C, APPO, CrossQ, DDPG, DroQ, IMPALA, PPO, RecurrentPPO, SAC, TD3, TQC"):
         wb.DQN("Pendulum-v1")
 
 

@@ -35,6 +35,8 @@ SMALL: dict[str, dict[str, Any]] = {
     "Rainbow": dict(learning_starts=16, batch_size=8, buffer_size=200, net_arch=(16,), train_freq=4, gradient_steps=2),
     "PPO": dict(n_steps=8, n_envs=2, batch_size=8, n_epochs=1, net_arch=(16,)),
     "A2C": dict(n_envs=2, n_steps=4, net_arch=(16,)),
+    "IMPALA": dict(n_envs=2, n_steps=4, net_arch=(16,)),
+    "APPO": dict(n_steps=8, n_envs=2, batch_size=8, n_epochs=1, net_arch=(16,)),
     "RecurrentPPO": dict(n_steps=8, n_envs=2, batch_size=8, n_epochs=1, net_arch=(16,), lstm_hidden_size=8),
     "DDPG": dict(learning_starts=16, batch_size=8, buffer_size=200, net_arch=(16,)),
     "TD3": dict(learning_starts=16, batch_size=8, buffer_size=200, net_arch=(16,)),

@@ -117,7 +117,7 @@ def test_onnx_export_matches_the_agent(tmp_path, make):
 )
 def test_dqn_family_refuses_multi_actions_naming_the_agents_that_fit(space):
     for cls in (wb.DQN, wb.QRDQN, wb.C51, wb.Rainbow, wb.BCQ):
-        with pytest.raises(ValueError, match=r"Agents that fit this space: A2C, PPO, RecurrentPPO\.$"):
+        with pytest.raises(ValueError, match=r"Agents that fit this space: A2C, APPO, IMPALA, PPO, RecurrentPPO\.$"):
             cls(observation_space=spaces.Box(0, 1, (2,)), action_space=space)
 
 
@@ -126,10 +126,14 @@ def test_masks_refused_in_one_place_naming_the_agents_that_take_them():
 
     obs = np.zeros(4, np.float32)
     # MultiBinary: no mask fits; the error lists the spaces and agents that take masks.
-    with pytest.raises(ActionMaskError, match=r"MultiBinary\(4\).*MultiDiscrete: A2C, PPO, RecurrentPPO") as err:
+    with pytest.raises(
+        ActionMaskError, match=r"MultiBinary\(4\).*MultiDiscrete: A2C, APPO, IMPALA, PPO, RecurrentPPO"
+    ) as err:
         wb.PPO(BitMatch).act(obs, action_mask=np.ones(4, dtype=bool))
     assert isinstance(err.value, ValueError) and isinstance(err.value, TypeError)
     # An agent without masks in a Discrete space names the ones that take them there.
     cql = wb.CQL(observation_space=spaces.Box(0, 1, (4,)), action_space=spaces.Discrete(3))
-    with pytest.raises(TypeError, match=r"CQL does not take action masks.*: A2C, C51, DQN, PPO, QRDQN, Rainbow, "):
+    with pytest.raises(
+        TypeError, match=r"CQL does not take action masks.*: A2C, APPO, C51, DQN, IMPALA, PPO, QRDQN, Rainbow, "
+    ):
         cql.act(obs, action_mask=np.ones(3, dtype=bool))

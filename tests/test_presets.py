@@ -443,9 +443,9 @@ def test_train_help_lists_the_presets(capsys):
     assert info.value.code == 0
     out = capsys.readouterr().out
     assert "presets (rl-baselines3-zoo" in out and "--no-preset" in out
-    assert "  LunarLander-v3 [box2d]: a2c, dqn, ppo, qrdqn" in out
+    assert "  LunarLander-v3 [box2d]: a2c, appo, dqn, impala, ppo, qrdqn" in out
     assert "  Hopper-v5 [mujoco]: a2c, ddpg, ppo, sac, td3" in out
-    assert "  MinAtar/Breakout-v1 [minatar]: dqn, ppo" in out
+    assert "  MinAtar/Breakout-v1 [minatar]: appo, dqn, impala, ppo" in out
     assert "  Pendulum-v1: a2c, crossq, ddpg, droq, ppo, sac, td3, tqc" in out
     for env_id, _ in wb.PRESETS:
         assert f"  {env_id}" in out, env_id

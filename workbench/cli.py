@@ -15,11 +15,13 @@ __all__ = ["build_parser", "main", "parse_hyperparameters"]
 # agents nor torch; tests/test_namespace.py holds them equal to the registry, ``sorted(workbench.agents.AGENTS)``.
 AGENT_NAMES = (
     "a2c",
+    "appo",
     "c51",
     "crossq",
     "ddpg",
     "dqn",
     "droq",
+    "impala",
     "ppo",
     "qrdqn",
     "rainbow",

@@ -834,9 +834,74 @@ def _minatar_specs() -> list[PresetSpec]:
     return specs
 
 
+def _async_specs() -> list[PresetSpec]:
+    """IMPALA and APPO (issue 51) on RLlib's settings. RLlib's APPO defaults (``lr=5e-4``, ``clip_param=0.4``,
+    ``rollout_fragment_length=50``, ``num_epochs=1``, ``vf_loss_coeff=0.5``, ``entropy_coeff=0.01``,
+    ``grad_clip=40``, ``gamma=0.99``, ``lambda=1.0``, V-trace clips 1.0) and IMPALA's (the same without the clip
+    and the epochs), with RLlib's tuned examples where there is one: CartPole APPO is
+    ``tuned_examples/appo/cartpole-appo-vtrace.yaml`` (5 envs on 4 workers: 20 envs, ``vf_loss_coeff=0.01``,
+    one epoch, the observation filter ``MeanStdFilter`` as ``normalize_observations``; its 32-unit linear
+    shared network is not taken: these agents keep separate 64-64 tanh networks); Atari APPO is
+    ``tuned_examples/appo/pong-appo.yaml`` (``train_batch_size=750``: 16 envs x 50 steps, 2 epochs,
+    ``vf_loss_coeff=1.0``, ``clip_param=0.3``, ``grad_clip=10``) on the Nature CNN. Acrobot, LunarLander and
+    MinAtar have no RLlib tuned example: RLlib's defaults there (MinAtar on the paper's small CNN, as the
+    PPO preset). Each row's batch is the whole rollout (RLlib's ``minibatch_size`` is the train batch)."""
+    impala = {
+        "n_envs": 8,
+        "n_steps": 50,
+        "learning_rate": 5e-4,
+        "gamma": 0.99,
+        "gae_lambda": 1.0,
+        "vf_coef": 0.5,
+        "ent_coef": 0.01,
+        "max_grad_norm": 40.0,
+    }
+    appo = {**impala, "n_epochs": 1, "batch_size": 400, "clip_range": 0.4, "normalize_advantage": False}
+    cartpole_appo = {**appo, "n_envs": 20, "batch_size": 1000, "vf_coef": 0.01, "normalize_observations": True}
+    atari_appo = {
+        **appo,
+        "n_envs": 16,
+        "batch_size": 800,
+        "n_epochs": 2,
+        "vf_coef": 1.0,
+        "clip_range": 0.3,
+        "max_grad_norm": 10.0,
+        "net_arch": (),
+    }
+    atari_impala = {**impala, "n_envs": 16, "net_arch": ()}
+    small_cnn = {"encoder": "small", "net_arch": ()}
+    specs = [
+        PresetSpec("CartPole-v1", "appo", 200_000, cartpole_appo, solved=475.0),
+        PresetSpec("CartPole-v1", "impala", 200_000, dict(impala), solved=475.0),
+        PresetSpec("Acrobot-v1", "appo", 500_000, dict(appo), solved=-100.0),
+        PresetSpec("Acrobot-v1", "impala", 500_000, dict(impala), solved=-100.0),
+        PresetSpec("LunarLander-v3", "appo", 2_000_000, dict(appo), solved=200.0, required_extra="box2d"),
+        PresetSpec("LunarLander-v3", "impala", 2_000_000, dict(impala), solved=200.0, required_extra="box2d"),
+    ]
+    for game in MINATAR_GAMES:
+        env_id = f"MinAtar/{game}-v1"
+        specs += [
+            PresetSpec(env_id, "appo", 5_000_000, {**appo, **small_cnn}, required_extra="minatar"),
+            PresetSpec(env_id, "impala", 5_000_000, {**impala, **small_cnn}, required_extra="minatar"),
+        ]
+    for game in ("BreakoutNoFrameskip-v4", "PongNoFrameskip-v4"):
+        specs += [
+            PresetSpec(game, "appo", 10_000_000, dict(atari_appo)),
+            PresetSpec(game, "impala", 10_000_000, dict(atari_impala)),
+        ]
+    return specs
+
+
 PRESETS: dict[tuple[str, str], PresetSpec] = {
     (s.env_id, s.agent): s
-    for s in [*_specs(), *_box2d_specs(), *_mujoco_specs(), *_minatar_specs(), *_sac_family_specs()]
+    for s in [
+        *_specs(),
+        *_box2d_specs(),
+        *_mujoco_specs(),
+        *_minatar_specs(),
+        *_sac_family_specs(),
+        *_async_specs(),
+    ]
 }
 """Every preset by ``(env_id, agent)``."""
 

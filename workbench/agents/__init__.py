@@ -1,6 +1,7 @@
 """The algorithms, one file each, and the registry of agents by name."""
 
 from .a2c import A2C, A2CConfig
+from .appo import APPO, APPOConfig
 from .base import AGENTS, MULTI_AGENTS, Agent, AgentConfig, AgentState, EpisodeReturns, Step, Transitions, register
 from .bc import BC, BCConfig
 from .bcq import BCQ, BCQConfig
@@ -10,6 +11,7 @@ from .crossq import CrossQ, CrossQConfig
 from .ddpg import DDPG, DDPGConfig
 from .dqn import DQN, DQNConfig
 from .droq import DroQ, DroQConfig
+from .impala import IMPALA, IMPALAConfig
 from .iql import IQL, IQLConfig
 from .multiagent import IPPO, MAPPO, IPPOConfig, MAPPOConfig
 from .ppo import PPO, PPOConfig
@@ -25,6 +27,8 @@ __all__ = [
     "A2C",
     "A2CConfig",
     "AGENTS",
+    "APPO",
+    "APPOConfig",
     "Agent",
     "AgentConfig",
     "AgentState",
@@ -45,6 +49,8 @@ __all__ = [
     "DroQ",
     "DroQConfig",
     "EpisodeReturns",
+    "IMPALA",
+    "IMPALAConfig",
     "IPPO",
     "IPPOConfig",
     "IQL",

@@ -92,6 +92,10 @@ class Agent(Execution, Shaping, Persistence, Playing):
     """True when it learns from a dataset (``dataset=``) instead of stepping an env (BC, BCQ, CQL, IQL)."""
     multi_agent_only: ClassVar[bool] = False
     """True when it trains on a PettingZoo ParallelEnv only (IPPO, MAPPO; registered in ``MULTI_AGENTS``)."""
+    asynchronous: ClassVar[bool] = False
+    """True when it learns from rollouts that envs stepped with slightly older weights, correcting with
+    the behaviour log-probabilities in the steps' extras (IMPALA, APPO): a session then keeps its envs
+    stepping while it updates (``workbench.parallel.asynchronous``), within :attr:`max_policy_lag`."""
     per_env_decisions: ClassVar[bool] = False
     """True when its decisions carry per-env state between calls (a recurrent policy; ``decide(rows=)``)."""
     takes_dataset: ClassVar[bool] = False
@@ -394,6 +398,12 @@ class Agent(Execution, Shaping, Persistence, Playing):
     @property
     def rollout_steps(self) -> int | None:
         """Steps per env of each rollout it learns from (on-policy ``n_steps``); None for the others."""
+        return None
+
+    @property
+    def max_policy_lag(self) -> int | None:
+        """An asynchronous agent's bound on a rollout's age, in learner updates (older ones are dropped);
+        None for the others."""
         return None
 
     @property

@@ -540,6 +540,17 @@ class ObservationCodec:
             + np.ascontiguousarray(flat[:, self._f], dtype=np.float32).tobytes()
         )
 
+    def encode_into(self, rows: np.ndarray, buffer: Any, offset: int) -> None:
+        """Write :meth:`encode`'s bytes of ``rows`` at ``offset`` of the writable ``buffer`` (a shared
+        memory block), without an intermediate copy when every column has the observation's dtype."""
+        if self.byte_columns is None:
+            count = int(np.prod(np.shape(rows)))
+            view = np.frombuffer(buffer, dtype=self.dtype, count=count, offset=offset)
+            view.reshape(np.shape(rows))[...] = rows
+            return
+        data = self.encode(rows)
+        buffer[offset : offset + len(data)] = data
+
     def decode(self, buffer: Any, offset: int, k: int) -> np.ndarray:
         """``k`` rows encoded at ``offset`` of ``buffer``, as an array of ``(k, *shape)`` and the flat dtype."""
         if self.byte_columns is None:

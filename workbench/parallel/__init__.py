@@ -330,14 +330,17 @@ def make_runner(
     if num_workers == 1 and backend in ("auto", "inprocess"):
         # The single-worker path: exactly the plain vector env, nothing measured, nothing started (its
         # envs_per_worker when given, as one local worker would hold; else the agent's num_envs).
-        return InProcessRunner(source, per, seed)
+        return _asynchronous(InProcessRunner(source, per, seed), agent)
     if backend == "auto":
         backend = choose_backend(source, num_workers, per, seed=seed).backend
     if backend == "inprocess":
-        return InProcessRunner(source, per * num_workers, seed)
+        return _asynchronous(InProcessRunner(source, per * num_workers, seed), agent)
     if backend == "local":
-        return LocalRunner(
-            source, num_workers, per, seed=seed, restart_workers=restart_workers, step_timeout=step_timeout
+        return _asynchronous(
+            LocalRunner(
+                source, num_workers, per, seed=seed, restart_workers=restart_workers, step_timeout=step_timeout
+            ),
+            agent,
         )
     check_learner_gpus(int(options.get("learner_gpus") or 0), agent)
     if options.pop("ray_acting", "workers") == "learner":
@@ -366,3 +369,17 @@ def make_runner(
         step_timeout=step_timeout,
         **options,
     )
+
+
+def _asynchronous(runner: Runner, agent: Agent | None) -> Runner:
+    """``runner`` itself, or for an asynchronous agent (IMPALA, APPO) ``runner`` stepped by a sampler
+    thread while the learner updates (:class:`~workbench.parallel.asynchronous.AsyncRunner`)."""
+    if agent is None or not agent.asynchronous:
+        return runner
+    from .asynchronous import AsyncRunner
+
+    try:
+        return AsyncRunner(runner, agent)
+    except BaseException:
+        runner.close()
+        raise

@@ -21,6 +21,10 @@ Protocol over the connection on file descriptor FD (messages are tuples, pickled
   uint8 frames as one byte a pixel, a Dict's uint8 columns as bytes beside its float32 ones); the hot
   path skips pickle entirely. Actions are
   int64 for Discrete, float32 (cast to the space's dtype by the envs) for everything else.
+* ``("shm", name, size)`` -> ``("ok", attached)``: from now on a step answer carries no observations: the
+  worker writes ``obs`` at offset 0 of the shared memory block ``name`` (a file of Linux's ``/dev/shm``,
+  made by the parent) and, if ended, ``final_obs`` right after them, in the same encoding; ``attached`` is
+  False where the block cannot be opened (the observations then keep travelling in the answer).
 * ``("masks",)`` -> ``("ok", masks)``: the envs' current action masks (``VecEnv.masks``; None
   for envs without masks), asked for after a reset.
 * ``("rng",)`` -> ``("ok", states)``: every env's random stream (``VecEnv.rng_states``).
@@ -110,6 +114,8 @@ class Server:
         self.action_dtype: type[Any] = np.float32
         self.action_shape: tuple[int, ...] = ()
         self.codec: Any = None  # how observations travel (envs/core.py's ObservationCodec), set at init
+        self.shared: Any = None  # the shared memory block observations are written to ("shm"), if any
+        self._shared_handle: Any = None  # what keeps it open
 
     @property
     def stepping(self) -> int:
@@ -155,6 +161,11 @@ class Server:
         head = np.concatenate([p.ravel().astype(np.float32) for p in parts])
         # Observations in their own dtypes: a uint8 frame costs one byte a pixel on the way, not four.
         codec = self.codec
+        if self.shared is not None:  # the observations go to shared memory: the answer is the head alone
+            codec.encode_into(obs, self.shared, 0)
+            if ended:
+                codec.encode_into(final_obs, self.shared, len(obs) * codec.row_bytes)
+            return STEP_REPLY + head.tobytes()
         return b"".join((STEP_REPLY, head.tobytes(), codec.encode(obs), codec.encode(final_obs) if ended else b""))
 
     def _command(self, command: str, message: tuple) -> tuple:
@@ -171,6 +182,10 @@ class Server:
             else:
                 self.action_dtype, self.action_shape = self.np.float32, vec.action_space.shape
             return ("ok", vec.game_ends is not None)  # whether step answers carry game ends
+        if command == "shm":
+            self.where = "opening the shared memory"
+            self.shared, self._shared_handle = _open_shared(message[1], message[2])
+            return ("ok", self.shared is not None)
         if command == "masks":
             return ("ok", vec.masks)
         if command == "rng":
@@ -190,12 +205,41 @@ class Server:
 
     def close(self) -> None:
         """Close the envs (errors ignored: the worker is going away)."""
+        self.shared = None
+        if self._shared_handle is not None:
+            try:
+                self._shared_handle.close()
+            except Exception:
+                pass
+            self._shared_handle = None
         if self.vec is not None:
             try:
                 self.vec.close()
             except Exception:
                 pass
             self.vec = None
+
+
+def _open_shared(name: str, size: int) -> tuple[Any, Any]:
+    """The parent's shared memory block ``name`` (a file of Linux's ``/dev/shm``, made and removed by the
+    parent: ``workbench.parallel.local``), mapped here: ``(writable buffer, handle to close)``, or
+    ``(None, None)`` where it is not there."""
+    path = os.path.join("/dev/shm", name)
+    if os.sep in name or not os.path.exists(path):
+        return None, None
+    import mmap
+
+    fd = os.open(path, os.O_RDWR)
+    try:
+        mapped = mmap.mmap(fd, size)
+    finally:
+        os.close(fd)
+    return mapped, mapped
+
+
+def shared_memory_available() -> bool:
+    """True where a worker can map its parent's shared memory block (Linux's ``/dev/shm``)."""
+    return os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK)
 
 
 def _serve_status(fd: int, server: Server) -> None:

@@ -29,7 +29,7 @@ from gymnasium import spaces
 from ..envs.core import EnvMethodError, EnvSource, ObservationCodec, flat_observation_space
 from ..envs.masks import mask_size
 from ..loop import Transitions, env_step
-from ._worker import STEP, STEP_REPLY
+from ._worker import STEP, STEP_REPLY, shared_memory_available
 from .errors import WorkerError
 from .runner import Runner
 
@@ -57,6 +57,8 @@ class _Worker:
         self.steps = 0  # env steps in the current signal window
         self.busy = 0.0  # seconds its envs spent stepping in that window
         self.late = 0  # answers still to come for calls that timed out: read and dropped first
+        self.shm: Any = None  # the shared memory block its observations arrive in (None: in its answers)
+        self.shared = False  # True once the worker writes its observations there
 
     @property
     def envs(self) -> slice:
@@ -138,6 +140,51 @@ class _Worker:
         if self.status is not None:
             self.status.close()
             self.status = None
+        self.release_shared()
+
+    def release_shared(self) -> None:
+        """Close and remove the shared memory block (the worker has exited or no longer uses it)."""
+        shm, self.shm, self.shared = self.shm, None, False
+        if shm is not None:
+            shm.close()
+
+
+class _SharedBlock:
+    """POSIX shared memory (a file of Linux's ``/dev/shm``) that this process and one worker map. Its name is
+    removed as soon as the worker has opened it, so the memory goes with the last of the two processes, even
+    when both are killed; no resource-tracker process is needed (``multiprocessing.shared_memory`` starts one
+    per interpreter to do that cleanup)."""
+
+    def __init__(self, size: int) -> None:
+        import mmap
+        import secrets
+
+        self.name = f"workbench-{os.getpid()}-{secrets.token_hex(8)}"
+        self.path = os.path.join("/dev/shm", self.name)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.ftruncate(fd, size)
+            self.buf = mmap.mmap(fd, size)
+        except BaseException:
+            os.unlink(self.path)
+            raise
+        finally:
+            os.close(fd)
+
+    def unlink(self) -> None:
+        """Remove the name (the mapped memory stays until both processes unmap it)."""
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    def close(self) -> None:
+        """Remove the name and unmap the memory here."""
+        self.unlink()
+        try:
+            self.buf.close()
+        except BufferError:  # an array still views it: the mapping goes when that array does
+            pass
 
 
 def _shutdown(workers: list[_Worker]) -> None:
@@ -171,9 +218,14 @@ class LocalRunner(Runner):
     can_interrupt = True  # interrupt() kills the worker processes
     _start_timeout = _START_TIMEOUT_S
 
-    def __init__(self, source: EnvSource, num_workers: int, envs_per_worker: int, **options: Any) -> None:
-        """``options``: :func:`worker_options` (``seed``, ``restart_workers``, ``step_timeout``)."""
+    def __init__(
+        self, source: EnvSource, num_workers: int, envs_per_worker: int, shared_memory: bool = True, **options: Any
+    ) -> None:
+        """``options``: :func:`worker_options` (``seed``, ``restart_workers``, ``step_timeout``).
+        ``shared_memory``: observations arrive through a shared memory block per worker where the platform
+        allows (False: in the workers' answers, as before; for measuring the difference)."""
         self.seed, self.restart_workers, self.step_timeout = worker_options(**options)
+        self._shared_memory = bool(shared_memory) and shared_memory_available()
         if source.factory is None:
             raise ValueError(
                 "local workers need a way to build the env in each process: pass a zero-argument "
@@ -254,6 +306,22 @@ class LocalRunner(Runner):
         if self._receive(w, timeout=self._start_timeout) and self.game_ends is None:
             # Atari training envs report whole games (workbench.envs.atari): NaN rows where none ended.
             self.game_ends = np.full((self.num_envs, 2), np.nan)
+        if self._shared_memory:
+            self._share(w)
+
+    def _share(self, w: _Worker) -> None:
+        """Give the worker a shared memory block for its observations and final observations, so a step's
+        answer carries only the rewards and flags (a frame travels once, through memory, not a socket)."""
+        w.release_shared()  # a restarted worker gets a new block: the old one's name is gone
+        size = max(1, 2 * w.num_envs * self._codec.row_bytes)
+        w.shm = _SharedBlock(size)
+        w.conn.send(("shm", w.shm.name, size))
+        try:
+            w.shared = bool(self._receive(w, timeout=self._start_timeout))
+        finally:
+            w.shm.unlink()  # both processes have it mapped (or the worker never will): the name can go
+        if not w.shared:
+            w.release_shared()
 
     def _drain(self, w: _Worker, timeout: float | None) -> None:
         """Read and drop the late answers of calls that timed out (``call_env``), so the next answer
@@ -381,7 +449,10 @@ class LocalRunner(Runner):
         for w in workers:
             s = w.envs
             try:
-                o, r, term, trunc, final, busy, masks, games = self._unpack(self._receive_step(w), w.num_envs)
+                raw = self._receive_step(w)
+                o, r, term, trunc, final, busy, masks, games = self._unpack(
+                    raw, w.num_envs, w.shm if w.shared else None
+                )
             except WorkerError as err:
                 if not ((err.died or err.timed_out) and self.restart_workers):
                     raise
@@ -416,9 +487,10 @@ class LocalRunner(Runner):
         self._track()
         return obs.copy(), rewards, terminated, truncated, final_obs
 
-    def _unpack(self, raw: bytes, k: int) -> tuple[Any, ...]:
+    def _unpack(self, raw: bytes, k: int, shm: Any = None) -> tuple[Any, ...]:
         """Split a worker's step answer (see ``_worker.py``) into its arrays: a float32 head, then the
-        observations in their own dtypes."""
+        observations in their own dtypes, or with ``shm`` (the worker's shared memory block) the head alone,
+        the observations being in the block (views of it: copied before the next step)."""
         m = k * self._mask_size
         has_successes = np.frombuffer(raw, dtype=np.float32, count=3, offset=1)[2] > 0
         slots = self._slot_columns * k
@@ -444,9 +516,13 @@ class LocalRunner(Runner):
         at += games_len
         if slots:
             self._worker_slot_info = buf[at : at + slots].reshape(k, -1).copy()
-        codec, start = self._codec, 1 + 4 * head_len
-        obs = codec.decode(raw, start, k)
-        final = codec.decode(raw, start + k * codec.row_bytes, k) if ended else None
+        codec = self._codec
+        buffer, start = (raw, 1 + 4 * head_len) if shm is None else (shm.buf, 0)
+        obs = codec.decode(buffer, start, k)
+        final = None
+        if ended:  # with shared memory a copy: the finals of ended episodes are kept past this step
+            final = codec.decode(buffer, start + k * codec.row_bytes, k)
+            final = final if shm is None else final.copy()
         return obs, rewards, terminated, truncated, final, busy, masks, games
 
     def _store_slot_info(self, envs: slice, info: np.ndarray | None) -> None:

@@ -447,9 +447,13 @@ class RayRunner(Runner):
         self._data_last_obs = np.concatenate([p[1] for p in parts])
         self._t = 0
         self._chunk_len = data.rewards.shape[0]
-        self._pending.append(("weight_staleness", float(self.agent.num_updates - version)))
-        if not self.on_policy:
-            # Ape-X: the next chunk is collected while the learner learns from this one.
+        lag = float(self.agent.num_updates - version)
+        self._pending.append(("weight_staleness", lag))
+        if self.agent.asynchronous:
+            self._pending.append(("policy_lag", lag))
+        if not self.on_policy or (self.agent.asynchronous and (self.agent.max_policy_lag or 0) >= 1):
+            # Ape-X, IMPALA: the next chunk is collected while the learner learns from this one (an
+            # asynchronous agent's rollouts then lag one update at most; max_policy_lag=0 waits instead).
             self._request(self.agent.num_timesteps + self._chunk_len * self.num_envs)
 
     # -- the runner interface -------------------------------------------------------------------
