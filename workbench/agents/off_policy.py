@@ -151,6 +151,11 @@ class OffPolicyAgent(Agent):
             self.memory.add(t.obs, stored, t.rewards, t.next_obs, t.terminated.astype(np.float32), self.config.gamma)
         self._steps_since_update += len(t.rewards)
 
+    @property
+    def observes_unordered(self) -> bool:
+        """One-step transitions go into the replay memory row by row; HER's whole episodes do not."""
+        return not isinstance(self.memory, HerMemory)
+
     def load_dataset(self, dataset: Any) -> None:
         """Pre-fill the replay memory with a :class:`~workbench.Dataset`'s transitions (one-step,
         terminations stop the bootstrap), then train online as usual: with ``learning_starts=0``
