@@ -465,17 +465,6 @@ class Agent(Execution, Shaping, Persistence, Playing):
         n-step returns, whole episodes for HER)."""
         return False
 
-    def acting_weights(self) -> dict[str, torch.Tensor]:
-        """A copy of the declared networks' weights as ``net/<name>/<key>`` CPU tensors (what
-        acting needs, as :meth:`load_networks` takes them back), taken on the agent's lock so that
-        no update is seen halfway: what a served session publishes to local-inference clients."""
-        with self._lock:
-            return {
-                f"net/{name}/{key}": value.detach().to("cpu", copy=True).contiguous()
-                for name, net in self.networks.items()
-                for key, value in net.state_dict().items()
-            }
-
     def behaviour_log_probs(self, t: Transitions) -> np.ndarray | None:
         """The log-probability with which it (training, before observing ``t``) took each of ``t``'s
         actions, for recording and off-policy evaluation; None when it cannot tell. Here: the step's

@@ -1100,13 +1100,16 @@ class Server:
         ``/policy/ws`` subscriber); every second: the ingestion signals."""
         loop = asyncio.get_running_loop()
         last_signals = loop.time()
+        announced = self.policy.version
         while True:
             await asyncio.sleep(self.publish_every)
             try:
-                if await loop.run_in_executor(self.pool, self.policy.publish):
-                    self._announce()
+                await loop.run_in_executor(self.pool, self.policy.publish)
             except Exception:  # a failed publication must not stop the server: clients keep the last one
                 pass
+            if self.policy.version != announced:  # published here, or by a call of policy.publish()
+                announced = self.policy.version
+                self._announce()
             if loop.time() - last_signals >= _SIGNAL_EVERY_S:
                 last_signals = loop.time()
                 self._ingest_signals()
