@@ -109,6 +109,11 @@ def test_a_local_client_acts_with_the_policy_and_its_batches_are_learned_from(se
     for name in ("serve_ingested_per_second", "serve_policy_lag", "serve_dropped", "serve_policy_version"):
         assert name in session.signals, name
     assert session.signals["serve_policy_version"].last > 1  # the learner published as it learned
+    # The dashboard plots ingestion and staleness beside the algorithm's own signals.
+    from workbench.ui.view_model import default_signals
+
+    plotted = default_signals(session.agent, session.signals.names())
+    assert plotted[-2:] == ("serve_ingested_per_second", "serve_policy_lag") and "episode_reward" in plotted
     assert session.agent.memory is not None and len(session.agent.memory) >= 400
 
 
