@@ -293,8 +293,11 @@ def _local_clients(url: str, names: list[str], batch_steps: int, times, ready, g
     """Local-inference clients in one process, driven round-robin by one thread (one ``wb.RemoteSession``
     each, with its own sender and sync threads) on a CartPole-shaped fake env: 200-step episodes of
     random observations, so that the figures are the serving path's, not an env's."""
+    import torch
+
     import workbench as wb
 
+    torch.set_num_threads(1)  # a tiny network: one thread per client process, as the server's session has
     rng = np.random.default_rng(len(names))
     pool = rng.normal(size=(1024, 4)).astype(np.float32)
     remotes = [wb.RemoteSession(url, inference="local", batch_steps=batch_steps) for _ in names]
@@ -455,9 +458,11 @@ def _parity_client(url: str, env_id: str, clients: int, seed: int, budget: int, 
     """``clients`` local-inference clients on real envs, one thread round-robin, held within about 2,000
     steps of what the learner has learned from (so that their policy is as fresh as a learner's own)."""
     import gymnasium as gym
+    import torch
 
     import workbench as wb
 
+    torch.set_num_threads(1)
     remotes = [wb.RemoteSession(url, inference="local", batch_steps=64) for _ in range(clients)]
     envs = [gym.make(env_id) for _ in range(clients)]
     obs = [env.reset(seed=seed * 1000 + i)[0] for i, env in enumerate(envs)]
@@ -489,7 +494,6 @@ def run_parity(args) -> None:
     """``--parity``: DQN and PPO (the CartPole presets, PPO with 16 envs) reach a mean of ``--threshold`` over
     their last 20 episodes through 16 local-inference clients, and in process at the same settings; the steps
     each took, per seed."""
-    import json
 
     import gymnasium as gym
 
@@ -540,16 +544,20 @@ def run_parity(args) -> None:
                 }
                 rows.append(row)
                 print(row, flush=True)
+                _save_parity(rows, args)  # after every run: an interrupted benchmark keeps what it measured
+    print(render_local())
+
+
+def _save_parity(rows: list[dict], args) -> None:
+    import json
+
     previous = {}
     if os.path.exists(LOCAL_RESULTS):
         with open(LOCAL_RESULTS) as f:
             previous = json.load(f)
     parity = previous.get("parity", {"rows": []})
-    keep = [
-        r
-        for r in parity["rows"]
-        if (r["algorithm"], r["seed"], r["where"]) not in {(x["algorithm"], x["seed"], x["where"]) for x in rows}
-    ]
+    mine = {(r["algorithm"], r["seed"], r["where"]) for r in rows}
+    keep = [r for r in parity["rows"] if (r["algorithm"], r["seed"], r["where"]) not in mine]
     parity = {
         "threshold": args.threshold,
         "clients": args.parity_clients,
@@ -558,7 +566,6 @@ def run_parity(args) -> None:
     }
     with open(LOCAL_RESULTS, "w") as f:
         json.dump({**previous, "parity": parity}, f, indent=1)
-    print(render_local())
 
 
 def render_local(write: bool = True) -> str:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..envs.masks import MASK_KEY
 from .batch import encode_batch
 
 if TYPE_CHECKING:
@@ -119,9 +120,8 @@ class LocalPolicy:
                 )
             if batch.dtype.kind == "f" and not np.isfinite(batch).all():
                 raise ValueError(f"act() got a NaN or infinite observation: {obs!r}")
-            step = self.agent.decide(obs, action_mask=action_mask)
-            from ..envs.masks import MASK_KEY
-
+            # The prepared batch, not obs again (a Dict observation keeps its own action_mask key).
+            step = self.agent.decide(obs if isinstance(obs, dict) else batch, action_mask=action_mask)
             extras = {key: np.asarray(value)[0] for key, value in step.extras.items() if key != MASK_KEY}
             mask = step.extras.get(MASK_KEY)
             action = np.asarray(step.actions)[0]
@@ -179,7 +179,7 @@ class LocalPolicy:
                 self._flush(key, stream)
 
     def _next_mask(self, next_obs: Any, info: dict[str, Any] | None) -> np.ndarray:
-        from ..envs.masks import MASK_KEY, check_masks, mask_size
+        from ..envs.masks import check_masks, mask_size
 
         mask = (info or {}).get(MASK_KEY)
         if mask is None and isinstance(next_obs, dict):
