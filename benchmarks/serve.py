@@ -568,6 +568,11 @@ def _save_parity(rows: list[dict], args) -> None:
         json.dump({**previous, "parity": parity}, f, indent=1)
 
 
+def _seconds(value: float) -> str:
+    """A refresh latency for the table ("-" where no version was published in the window)."""
+    return f"{value:.3f}" if np.isfinite(value) else "-"
+
+
 def render_local(write: bool = True) -> str:
     """The local-inference tables of docs/serve.md (between its ``serve-local`` markers), from
     ``benchmarks/results/serve_local.json`` only."""
@@ -595,7 +600,7 @@ def render_local(write: bool = True) -> str:
                 f"| {clients} | {'on' if learn else 'off'} | {med['ingested_per_s']:,.0f} "
                 f"| {med['learned_per_s']:,.0f} "
                 f"| {med['acted_per_s']:,.0f} | {med['per_step_pairs_per_s']:,.0f} | {med['ratio']:.1f}x "
-                f"| {med['refresh_p50_s']:.3f} | {med['refresh_p99_s']:.3f} "
+                f"| {_seconds(med['refresh_p50_s'])} | {_seconds(med['refresh_p99_s'])} "
                 f"| {med['client_dropped_steps']:,.0f} / {med['server_dropped_steps']:,.0f} | {med['load']:.1f} |"
             )
     parity = data.get("parity")

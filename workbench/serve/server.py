@@ -14,6 +14,12 @@ Endpoints (JSON in and out; see docs/serve.md for a curl walk-through):
     GET  /health     (no token needed)                  GET /metrics (Prometheus text)
     WS   /ws?episode=user-1   one episode stream: {"op": "act", ...} / {"op": "feedback", ...}
 
+Local inference (``wb.RemoteSession(url, inference="local")``, :mod:`workbench.serve.policy`,
+:mod:`workbench.serve.batch`): ``GET /policy`` (what rebuilds the agent), ``GET /policy/weights``
+(safetensors), ``GET /policy.onnx``, ``GET /policy/version``, ``WS /policy/ws`` (new versions pushed), and
+``POST /experience`` (one binary experience batch, checked, applied once per client and number, dropped and
+counted when an on-policy learner's ``max_policy_lag`` is passed).
+
 Safety, by default: loopback only (another interface needs a token, refused otherwise); a body limit
 answered with 413; a request whose body stalls answered with 408 after ``read_timeout``; a connection
 whose request head stalls closed after ``read_timeout``; idle keep-alive connections closed after
