@@ -23,17 +23,14 @@ pytest.importorskip("websockets")
 
 def _dqn(**kw) -> wb.DQN:
     env = gym.make("CartPole-v1")
+    options = {"learning_starts": 50, "train_freq": 4, "gradient_steps": 1, "batch_size": 16, **kw}
     return wb.DQN(
         observation_space=env.observation_space,
         action_space=env.action_space,
-        learning_starts=50,
-        train_freq=4,
-        gradient_steps=1,
-        batch_size=16,
         buffer_size=2_000,
         net_arch=[16],
         seed=0,
-        **kw,
+        **options,
     )
 
 
@@ -300,7 +297,7 @@ def test_ingest_cuts_pieces_into_columns_for_learners_that_need_order_and_hands_
     assert [bool(t.terminated[1]) for t in rows] == [False, False, True] and not any(t.truncated[1] for t in rows)
     assert [e.reward for e in runner.ended_episodes()] == [3.0]
 
-    dqn = _dqn()
+    dqn = _dqn(train_freq=16)
     assert dqn.observes_unordered and not _dqn(n_step=3).observes_unordered
     runner = ExternalRunner(dqn)
     runner.run_started()
@@ -308,5 +305,17 @@ def test_ingest_cuts_pieces_into_columns_for_learners_that_need_order_and_hands_
     runner.ingest(experience(2, False, {}))
     t, _ = runner.transitions(dqn, None)
     assert len(t.rewards) == 7 and runner.queued == 0 and [e.length for e in runner.ended_episodes()] == [5]
+    # At most train_freq steps go to one observe (a batch split where it runs past), so that updates come
+    # as often per env step as in process.
+    dqn.config.train_freq = 4
+    assert dqn.observe_rows == 4
+    runner.ingest(experience(3, False, {}))
+    runner.ingest(experience(3, True, {}))
+    first, _ = runner.transitions(dqn, None)
+    assert len(first.rewards) == 4 and not runner.ended_episodes()
+    second, _ = runner.transitions(dqn, None)
+    assert (
+        len(second.rewards) == 2 and bool(second.terminated[-1]) and [e.length for e in runner.ended_episodes()] == [3]
+    )
     runner.run_ended()
     assert runner.ingest(experience(2, False, {})) == 0 and runner.dropped == 2

@@ -459,11 +459,13 @@ class Agent(Execution, Shaping, Persistence, Playing):
 
     @property
     def observes_unordered(self) -> bool:
-        """True when :meth:`observe` takes any number of transitions in any order (a one-step replay
-        memory): a served session then hands a client's experience batch to it whole. False (the
-        default) when transitions must come one step of every env at a time, in order (rollouts,
-        n-step returns, whole episodes for HER)."""
+        """True when :meth:`observe` takes transitions in any number and order (a one-step replay memory)."""
         return False
+
+    @property
+    def observe_rows(self) -> int:
+        """Batched transitions one :meth:`observe` takes at most (updates as often per step as in process)."""
+        return self.num_envs
 
     def behaviour_log_probs(self, t: Transitions) -> np.ndarray | None:
         """The log-probability with which it (training, before observing ``t``) took each of ``t``'s

@@ -25,6 +25,7 @@ step's extras (PPO's values and log-probabilities) travel with the episode to it
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 import warnings
@@ -48,7 +49,6 @@ if TYPE_CHECKING:
     from ..agents.contract import Agent
 
 __all__ = [
-    "CHUNK_ROWS",
     "DEFAULT_EPISODE",
     "ExternalRunner",
     "ExternalSource",
@@ -90,10 +90,6 @@ class ExternalSource(EnvSource):
 
 
 _DECIDING = object()
-
-CHUNK_ROWS = 1024
-"""Experience batches handed to an agent that observes rows in any order are joined up to this many
-rows for one step of the loop (one ``observe``, then its ``ready``/``update`` schedule)."""
 
 
 class _Live:
@@ -506,13 +502,22 @@ class ExternalRunner(Runner):
         return transitions, next_obs
 
     def _chunk_transitions(self, agent: Agent) -> tuple[Transitions, np.ndarray]:
-        """Queued experience batches as one step of the loop (up to about :data:`CHUNK_ROWS` rows; called
-        holding the condition)."""
-        taken = [self._chunks.popleft()]
-        rows = len(taken[0])
-        while self._chunks and rows + len(self._chunks[0]) <= CHUNK_ROWS:
-            rows += len(self._chunks[0])
-            taken.append(self._chunks.popleft())
+        """Queued experience batches as one step of the loop: ``agent.observe_rows`` rows at most (a batch
+        is split where it runs past), so that the agent updates as often per env step as in process.
+        Called holding the condition."""
+        limit = max(1, agent.observe_rows)
+        taken: list[Any] = []
+        rows = 0
+        while self._chunks and rows < limit:
+            e = self._chunks[0]
+            if rows + len(e) <= limit:
+                taken.append(self._chunks.popleft())
+                rows += len(e)
+                continue
+            cut = limit - rows  # the first rows now, the rest at the next step
+            taken.append(_rows(e, slice(0, cut)))
+            self._chunks[0] = _rows(e, slice(cut, None))
+            rows += cut
         self._chunk_rows -= rows
         self._learning_now = rows
         ended = []
@@ -560,6 +565,23 @@ class ExternalRunner(Runner):
 
     def close(self) -> None:
         """Nothing to close: the envs belong to the application."""
+
+
+def _rows(e: Any, rows: slice) -> Any:
+    """The ``rows`` of an experience batch, as a batch (its ended episodes renumbered)."""
+    start = rows.start or 0
+    stop = len(e) if rows.stop is None else rows.stop
+    return dataclasses.replace(
+        e,
+        obs=e.obs[rows],
+        actions=e.actions[rows],
+        rewards=e.rewards[rows],
+        next_obs=e.next_obs[rows],
+        terminated=e.terminated[rows],
+        truncated=e.truncated[rows],
+        extras={key: value[rows] for key, value in e.extras.items()},
+        episodes=[(row - start, ret, length) for row, ret, length in e.episodes if start <= row < stop],
+    )
 
 
 def external_source(agent: Agent, max_lag: Any, max_queued: Any, options: dict[str, Any]) -> ExternalSource:
