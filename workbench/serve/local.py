@@ -71,7 +71,6 @@ class LocalPolicy:
         self.agent.reseed(secrets.randbits(62))  # each client explores with its own random streams
         self._set_counters(counters)
         self.version = version
-        self.extras = set(described["extras"])
         self._convert = env_action_converter(self.agent.action_space)
         self.client_id = secrets.token_hex(8)
         self._lock = threading.RLock()

@@ -73,6 +73,7 @@ class PolicyPublisher:
 
         tensors = self.agent.acting_weights()
         data = save(tensors)
+        extras = self.extras if self.extras is not None else self._extras_spec(tensors)
         with self._lock:
             self.version += 1
             self.weights = data
@@ -82,8 +83,7 @@ class PolicyPublisher:
                 "total_timesteps": self.agent.total_timesteps,
             }
             self.published_at = time.time()
-            if self.extras is None:
-                self.extras = self._extras_spec(tensors)
+            self.extras = extras
         return True
 
     def ensure(self) -> None:
