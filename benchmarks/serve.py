@@ -611,8 +611,9 @@ def render_local(write: bool = True) -> str:
             f"(the CartPole presets; PPO with {parity['clients']} envs); steps until the mean of the last 20 episodes "
             f"reached {parity['threshold']:g} (measured {parity['when']}):",
             "",
-            "| algorithm | seed | local: steps (solved) | in process: steps (solved) |",
-            "| --- | --- | --- | --- |",
+            "| algorithm | seed | local: steps (solved) | local: last 20 episodes | in process: steps (solved) "
+            "| in process: last 20 episodes |",
+            "| --- | --- | --- | --- | --- | --- |",
         ]
         by = {(r["algorithm"], r["seed"], r["where"]): r for r in parity["rows"]}
         for algo, seed in dict.fromkeys((r["algorithm"], r["seed"]) for r in parity["rows"]):
@@ -620,7 +621,8 @@ def render_local(write: bool = True) -> str:
             for where in ("local", "in-process"):
                 r = by.get((algo, seed, where))
                 cells.append("-" if r is None else f"{r['steps']:,} ({'yes' if r['solved'] else 'no'})")
-            lines.append(f"| {algo.upper()} | {seed} | {cells[0]} | {cells[1]} |")
+                cells.append("-" if r is None or r["final_mean_20"] is None else f"{r['final_mean_20']:.1f}")
+            lines.append(f"| {algo.upper()} | {seed} | {' | '.join(cells)} |")
     text = "\n".join(lines)
     if write:
         with open(DOC) as f:
