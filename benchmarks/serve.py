@@ -454,16 +454,18 @@ def run_local(args) -> None:
     print(render_local())
 
 
-def _parity_client(url: str, env_id: str, clients: int, seed: int, budget: int, out) -> None:
-    """``clients`` local-inference clients on real envs, one thread round-robin, held within about 2,000
-    steps of what the learner has learned from (so that their policy is as fresh as a learner's own)."""
+def _parity_client(
+    url: str, env_id: str, clients: int, seed: int, budget: int, batch_steps: int, lead: int, out
+) -> None:
+    """``clients`` local-inference clients on real envs, one thread round-robin, held within about ``lead``
+    steps of what the learner has learned from (so that their policy is about as fresh as a learner's own)."""
     import gymnasium as gym
     import torch
 
     import workbench as wb
 
     torch.set_num_threads(1)
-    remotes = [wb.RemoteSession(url, inference="local", batch_steps=64) for _ in range(clients)]
+    remotes = [wb.RemoteSession(url, inference="local", batch_steps=batch_steps) for _ in range(clients)]
     envs = [gym.make(env_id) for _ in range(clients)]
     obs = [env.reset(seed=seed * 1000 + i)[0] for i, env in enumerate(envs)]
     acted = 0
@@ -474,11 +476,11 @@ def _parity_client(url: str, env_id: str, clients: int, seed: int, budget: int, 
             remote.feedback(reward, obs2, terminated, truncated, episode=i)
             obs[i] = env.reset()[0] if terminated or truncated else obs2
         acted += clients
-        if acted % (clients * 64) == 0:
+        if acted % (clients * 16) == 0:
             status = remotes[0]._request("GET", "/status")
             if status["status"] != "running":
                 break
-            while acted - status["steps"] > 2_000 and status["status"] == "running":
+            while acted - status["steps"] > lead and status["status"] == "running":
                 time.sleep(0.02)
                 status = remotes[0]._request("GET", "/status")
     for remote in remotes:
@@ -503,7 +505,7 @@ def run_parity(args) -> None:
     rows = []
     for algo in args.algorithms:
         for seed in args.seeds:
-            for where in ("local", "in-process"):
+            for where in args.where:
                 preset = wb.preset(env_id, algo, seed=seed)
                 budget = preset.steps
                 cls = type(preset.agent)
@@ -523,7 +525,17 @@ def run_parity(args) -> None:
                     ctx = mp.get_context("spawn")
                     out = ctx.Queue()
                     client = ctx.Process(
-                        target=_parity_client, args=(server.url, env_id, args.parity_clients, seed, budget, out)
+                        target=_parity_client,
+                        args=(
+                            server.url,
+                            env_id,
+                            args.parity_clients,
+                            seed,
+                            budget,
+                            args.parity_batch_steps,
+                            args.parity_lead,
+                            out,
+                        ),
                     )
                     client.start()
                     session.wait()
@@ -561,6 +573,8 @@ def _save_parity(rows: list[dict], args) -> None:
     parity = {
         "threshold": args.threshold,
         "clients": args.parity_clients,
+        "batch_steps": args.parity_batch_steps,
+        "lead": args.parity_lead,
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "rows": keep + rows,
     }
@@ -679,6 +693,11 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--parity-clients", type=int, default=16)
     parser.add_argument("--threshold", type=float, default=475.0)
+    parser.add_argument("--parity-batch-steps", type=int, default=16, help="--parity: the clients' batch_steps")
+    parser.add_argument(
+        "--parity-lead", type=int, default=512, help="--parity: steps the clients may act ahead of the learner"
+    )
+    parser.add_argument("--where", nargs="+", default=["local", "in-process"], choices=["local", "in-process"])
     parser.add_argument("--render", action="store_true", help="write the local-inference tables into docs/serve.md")
     args = parser.parse_args()
     if args.render:
