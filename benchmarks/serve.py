@@ -622,15 +622,16 @@ def render_local(write: bool = True) -> str:
         lines += [
             "",
             f"CartPole through {parity['clients']} local-inference clients against in process, at the same settings "
-            f"(the CartPole presets; PPO with {parity['clients']} envs); steps until the mean of the last 20 episodes "
-            f"reached {parity['threshold']:g} (measured {parity['when']}):",
+            f"(the CartPole presets; PPO with {parity['clients']} envs; the clients send {parity.get('batch_steps', 64)}"
+            f"-step batches and act at most {parity.get('lead', 2000)} steps ahead of the learner); steps until the "
+            f"mean of the last 20 episodes reached {parity['threshold']:g} (measured {parity['when']}):",
             "",
             "| algorithm | seed | local: steps (solved) | local: last 20 episodes | in process: steps (solved) "
             "| in process: last 20 episodes |",
             "| --- | --- | --- | --- | --- | --- |",
         ]
         by = {(r["algorithm"], r["seed"], r["where"]): r for r in parity["rows"]}
-        for algo, seed in dict.fromkeys((r["algorithm"], r["seed"]) for r in parity["rows"]):
+        for algo, seed in sorted(dict.fromkeys((r["algorithm"], r["seed"]) for r in parity["rows"])):
             cells = []
             for where in ("local", "in-process"):
                 r = by.get((algo, seed, where))
