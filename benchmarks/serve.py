@@ -622,8 +622,9 @@ def render_local(write: bool = True) -> str:
         lines += [
             "",
             f"CartPole through {parity['clients']} local-inference clients against in process, at the same settings "
-            f"(the CartPole presets; PPO with {parity['clients']} envs; the clients send {parity.get('batch_steps', 64)}"
-            f"-step batches and act at most {parity.get('lead', 2000)} steps ahead of the learner); steps until the "
+            f"(the CartPole presets; PPO with {parity['clients']} envs; the clients send "
+            f"{parity.get('batch_steps', 64)}-step batches and act at most {parity.get('lead', 2000)} steps ahead "
+            "of the learner); steps until the "
             f"mean of the last 20 episodes reached {parity['threshold']:g} (measured {parity['when']}):",
             "",
             "| algorithm | seed | local: steps (solved) | local: last 20 episodes | in process: steps (solved) "
