@@ -15,6 +15,14 @@ an application would drive it (costlier on the client side: a thread per client,
     nice python benchmarks/serve.py [--clients 1 16 64] [--seconds 3] [--procs 2] [--client async] [--train]
                                     [--rounds 3] [--http-parsers httptools h11] [--transports websocket]
 
+``--inference local`` (issue 52): local-inference clients (``wb.RemoteSession(url, inference="local")``) in
+``--procs`` processes act from the learner's policy and send experience batches; for 1, 16 and 64 clients,
+the learner idle and learning, the steps per second the session took (and learned from), the clients' acting
+rate, the policy refresh latency (publication to installation), and today's per-step serving (batched
+WebSocket pairs) on the same session right after. ``--parity``: DQN and PPO on CartPole through 16 clients
+against in process, over ``--seeds``. Both store their results in ``benchmarks/results/serve_local.json``
+and write the tables into docs/serve.md (``--render`` writes them again from that file alone).
+
 Prints a markdown table (docs/serve.md keeps the last one measured, with the machine it ran on).
 """
 
@@ -275,6 +283,375 @@ def logic_only(session, batch: bool, clients: int, pairs: int = 300) -> float:
         server.close()
 
 
+# -- local inference (issue 52): clients act from the learner's policy and send experience batches ----------
+
+LOCAL_RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "serve_local.json")
+DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "serve.md")
+
+
+def _local_clients(url: str, names: list[str], batch_steps: int, times, ready, go, out) -> None:
+    """Local-inference clients in one process, driven round-robin by one thread (one ``wb.RemoteSession``
+    each, with its own sender and sync threads) on a CartPole-shaped fake env: 200-step episodes of
+    random observations, so that the figures are the serving path's, not an env's."""
+    import torch
+
+    import workbench as wb
+
+    torch.set_num_threads(1)  # a tiny network: one thread per client process, as the server's session has
+    rng = np.random.default_rng(len(names))
+    pool = rng.normal(size=(1024, 4)).astype(np.float32)
+    remotes = [wb.RemoteSession(url, inference="local", batch_steps=batch_steps) for _ in names]
+    ready.put(len(names))
+    go.wait()
+    start_at, stop_at = times[0], times[1]
+    acted = k = 0
+    started = False
+    while True:
+        now = time.time()
+        if now >= stop_at:
+            break
+        if not started and now >= start_at:
+            started, acted = True, 0
+        for i, remote in enumerate(remotes):
+            obs = pool[(k + i) % 1024]
+            remote.act(obs, episode=i)
+            remote.feedback(1.0, pool[(k + i + 1) % 1024], False, k % 200 == 199, episode=i)
+        k += 1
+        acted += len(remotes)
+    latencies: list[float] = []
+    stats: dict[str, int] = {}
+    for remote in remotes:
+        latencies += [x for x in remote.refresh_latencies]
+        for key, value in remote.local_stats.items():
+            stats[key] = stats.get(key, 0) + value
+        remote._policy.close(timeout=2)  # what is left is not measured
+    out.put((acted, latencies, stats))
+
+
+def measure_local(server, session, clients: int, procs: int, seconds: float, warmup: float, batch_steps: int):
+    """Steps per second the learner took from ``clients`` local-inference clients (accepted into the
+    session, and learned from), the clients' acting rate, and the policy refresh latency."""
+    ctx = mp.get_context("spawn")
+    out, ready, go = ctx.Queue(), ctx.Queue(), ctx.Event()
+    times = ctx.Array("d", 2)
+    names = [f"local-{clients}-{i}" for i in range(clients)]
+    groups = [names[i::procs] for i in range(min(procs, clients))]
+    workers = [
+        ctx.Process(target=_local_clients, args=(server.url, g, batch_steps, times, ready, go, out)) for g in groups
+    ]
+    for w in workers:
+        w.start()
+    for _ in workers:
+        ready.get(timeout=300)
+    times[0] = time.time() + warmup
+    times[1] = times[0] + seconds
+    go.set()
+    time.sleep(max(0.0, times[0] - time.time()))
+    ingest = server._experience
+    accepted0, learned0, load0, cpu0 = ingest.steps, session.steps, os.getloadavg()[0], time.process_time()
+    time.sleep(max(0.0, times[1] - time.time()))
+    accepted1, learned1, cpu1 = ingest.steps, session.steps, time.process_time()
+    results = [out.get(timeout=120 + seconds) for _ in workers]
+    for w in workers:
+        w.join()
+    latencies = np.asarray([x for r in results for x in r[1]] or [np.nan])
+    stats: dict[str, int] = {}
+    for r in results:
+        for key, value in r[2].items():
+            stats[key] = stats.get(key, 0) + value
+    return {
+        "ingested_per_s": (accepted1 - accepted0) / seconds,
+        "learned_per_s": (learned1 - learned0) / seconds,
+        "acted_per_s": sum(r[0] for r in results) / seconds,
+        "refresh_p50_s": float(np.nanpercentile(latencies, 50)),
+        "refresh_p99_s": float(np.nanpercentile(latencies, 99)),
+        "refreshes": int(np.isfinite(latencies).sum()),
+        "client_dropped_steps": stats.get("dropped_steps", 0),
+        "server_dropped_steps": stats.get("server_dropped_steps", 0),
+        "server_cpu_us_per_step": (cpu1 - cpu0) / max(accepted1 - accepted0, 1) * 1e6,
+        "load": (load0 + os.getloadavg()[0]) / 2,
+    }
+
+
+def _config(agent, **changes) -> dict:
+    """An agent's hyperparameters as its config holds them, with ``changes``."""
+    import dataclasses
+
+    return {**{f.name: getattr(agent.config, f.name) for f in dataclasses.fields(agent.config)}, **changes}
+
+
+def _local_session(clients: int, learn: bool):
+    import gymnasium as gym
+
+    import workbench as wb
+
+    env = gym.make("CartPole-v1")
+    # The CartPole preset's DQN: 128 gradient steps every 256 env steps (a replay ratio of 0.5).
+    agent = wb.preset("CartPole-v1", "dqn", seed=0).agent
+    agent = wb.DQN(
+        observation_space=env.observation_space, action_space=env.action_space, **_config(agent, n_envs=clients)
+    )
+    session = wb.Session.external(agent, seed=0, torch_threads=1)
+    if learn:
+        session.start(steps=10**9)
+    return session
+
+
+def run_local(args) -> None:
+    """``--inference local``: for each number of clients, learning off and on, local-inference clients and,
+    on the same session right after, today's per-step serving (batched WebSocket pairs), in one run."""
+    import json
+    import platform
+
+    rows = []
+    for round_ in range(args.rounds):
+        for clients in args.clients:
+            for learn in (False, True):
+                session = _local_session(clients, learn)
+                server = session.serve(max_batch=clients, publish_every=args.publish_every)
+                try:
+                    r = measure_local(server, session, clients, args.procs, args.seconds, args.warmup, args.batch_steps)
+                    per_step = measure(server.url, "websocket", clients, args.procs, args.seconds, args.warmup)
+                finally:
+                    server.close()
+                    session.stop()
+                r["per_step_pairs_per_s"] = per_step["pairs_per_s"]
+                r["ratio"] = r["ingested_per_s"] / max(per_step["pairs_per_s"], 1e-9)
+                row = {"round": round_, "clients": clients, "learning": learn, **r}
+                rows.append(row)
+                print(
+                    f"{clients:3d} clients, learning {'on ' if learn else 'off'}: "
+                    f"ingested {r['ingested_per_s']:8.0f} steps/s (learned {r['learned_per_s']:7.0f}/s, "
+                    f"acted {r['acted_per_s']:8.0f}/s), per-step serving {per_step['pairs_per_s']:6.0f} pairs/s "
+                    f"({r['ratio']:.1f}x); refresh p50 {r['refresh_p50_s']:.3f} s "
+                    f"p99 {r['refresh_p99_s']:.3f} s over {r['refreshes']}; dropped {r['client_dropped_steps']} at the "
+                    f"clients, {r['server_dropped_steps']} at the server; load {r['load']:.1f}",
+                    flush=True,
+                )
+    result = {
+        "command": "nice python benchmarks/serve.py --inference local "
+        + " ".join(
+            f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
+            for k, v in (
+                ("clients", args.clients),
+                ("seconds", args.seconds),
+                ("rounds", args.rounds),
+                ("procs", args.procs),
+                ("batch_steps", args.batch_steps),
+            )
+        ),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "rows": rows,
+    }
+    os.makedirs(os.path.dirname(LOCAL_RESULTS), exist_ok=True)
+    previous = {}
+    if os.path.exists(LOCAL_RESULTS):
+        with open(LOCAL_RESULTS) as f:
+            previous = json.load(f)
+    with open(LOCAL_RESULTS, "w") as f:
+        json.dump({**previous, "throughput": result}, f, indent=1)
+    print(render_local())
+
+
+def _parity_client(
+    url: str, env_id: str, clients: int, seed: int, budget: int, batch_steps: int, lead: int, out
+) -> None:
+    """``clients`` local-inference clients on real envs, one thread round-robin, held within about ``lead``
+    steps of what the learner has learned from (so that their policy is about as fresh as a learner's own)."""
+    import gymnasium as gym
+    import torch
+
+    import workbench as wb
+
+    torch.set_num_threads(1)
+    remotes = [wb.RemoteSession(url, inference="local", batch_steps=batch_steps) for _ in range(clients)]
+    envs = [gym.make(env_id) for _ in range(clients)]
+    obs = [env.reset(seed=seed * 1000 + i)[0] for i, env in enumerate(envs)]
+    acted = 0
+    while acted < budget * 2:
+        for i, (remote, env) in enumerate(zip(remotes, envs)):
+            action = remote.act(obs[i], episode=i)
+            obs2, reward, terminated, truncated, _ = env.step(action)
+            remote.feedback(reward, obs2, terminated, truncated, episode=i)
+            obs[i] = env.reset()[0] if terminated or truncated else obs2
+        acted += clients
+        if acted % (clients * 16) == 0:
+            status = remotes[0]._request("GET", "/status")
+            if status["status"] != "running":
+                break
+            while acted - status["steps"] > lead and status["status"] == "running":
+                time.sleep(0.02)
+                status = remotes[0]._request("GET", "/status")
+    for remote in remotes:
+        remote._policy.close(timeout=2)
+    out.put(acted)
+
+
+def _solved(threshold: float):
+    return lambda s: len(s.signals["episode_reward"]) >= 20 and s.signals["episode_reward"].mean(last=20) >= threshold
+
+
+def run_parity(args) -> None:
+    """``--parity``: DQN and PPO (the CartPole presets, PPO with 16 envs) reach a mean of ``--threshold`` over
+    their last 20 episodes through 16 local-inference clients, and in process at the same settings; the steps
+    each took, per seed."""
+
+    import gymnasium as gym
+
+    import workbench as wb
+
+    env_id = "CartPole-v1"
+    rows = []
+    for algo in args.algorithms:
+        for seed in args.seeds:
+            for where in args.where:
+                preset = wb.preset(env_id, algo, seed=seed)
+                budget = preset.steps
+                cls = type(preset.agent)
+                env = gym.make(env_id)
+                options = _config(preset.agent, **({"n_envs": args.parity_clients} if algo == "ppo" else {}))
+                agent = cls(
+                    observation_space=env.observation_space, action_space=env.action_space, seed=seed, **options
+                )
+                started = time.time()
+                if where == "in-process":
+                    session = wb.Session(agent, env_id, seed=seed, stop_when=_solved(args.threshold), torch_threads=1)
+                    session.run(steps=budget)
+                else:
+                    session = wb.Session.external(agent, seed=seed, stop_when=_solved(args.threshold), torch_threads=1)
+                    session.start(steps=budget)
+                    server = session.serve(publish_every=args.publish_every)
+                    ctx = mp.get_context("spawn")
+                    out = ctx.Queue()
+                    client = ctx.Process(
+                        target=_parity_client,
+                        args=(
+                            server.url,
+                            env_id,
+                            args.parity_clients,
+                            seed,
+                            budget,
+                            args.parity_batch_steps,
+                            args.parity_lead,
+                            out,
+                        ),
+                    )
+                    client.start()
+                    session.wait()
+                    client.join(120)
+                    server.close()
+                rewards = session.signals["episode_reward"]
+                solved = len(rewards) >= 20 and rewards.mean(last=20) >= args.threshold
+                row = {
+                    "algorithm": algo,
+                    "seed": seed,
+                    "where": where,
+                    "solved": bool(solved),
+                    "steps": session.steps,
+                    "budget": budget,
+                    "final_mean_20": float(rewards.mean(last=20)) if len(rewards) else None,
+                    "seconds": time.time() - started,
+                    "load": os.getloadavg()[0],
+                }
+                rows.append(row)
+                print(row, flush=True)
+                _save_parity(rows, args)  # after every run: an interrupted benchmark keeps what it measured
+    print(render_local())
+
+
+def _save_parity(rows: list[dict], args) -> None:
+    import json
+
+    previous = {}
+    if os.path.exists(LOCAL_RESULTS):
+        with open(LOCAL_RESULTS) as f:
+            previous = json.load(f)
+    parity = previous.get("parity", {"rows": []})
+    mine = {(r["algorithm"], r["seed"], r["where"]) for r in rows}
+    keep = [r for r in parity["rows"] if (r["algorithm"], r["seed"], r["where"]) not in mine]
+    parity = {
+        "threshold": args.threshold,
+        "clients": args.parity_clients,
+        "batch_steps": args.parity_batch_steps,
+        "lead": args.parity_lead,
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "rows": keep + rows,
+    }
+    with open(LOCAL_RESULTS, "w") as f:
+        json.dump({**previous, "parity": parity}, f, indent=1)
+
+
+def _seconds(value: float) -> str:
+    """A refresh latency for the table ("-" where no version was published in the window)."""
+    return f"{value:.3f}" if np.isfinite(value) else "-"
+
+
+def render_local(write: bool = True) -> str:
+    """The local-inference tables of docs/serve.md (between its ``serve-local`` markers), from
+    ``benchmarks/results/serve_local.json`` only."""
+    import json
+
+    with open(LOCAL_RESULTS) as f:
+        data = json.load(f)
+    lines = []
+    throughput = data.get("throughput")
+    if throughput:
+        rows = throughput["rows"]
+        lines += [
+            f"Measured {throughput['when']} on {throughput['machine']['cpus']} CPUs "
+            f"(`{throughput['command']}`; medians over the rounds):",
+            "",
+            "| clients | learning | ingested steps/s | learned from /s | clients acted /s | per-step serving pairs/s "
+            "| ingested / per-step | refresh p50 (s) | refresh p99 (s) | dropped (client / server) | load average |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        keys = list(dict.fromkeys((r["clients"], r["learning"]) for r in rows))
+        for clients, learn in keys:
+            rs = [r for r in rows if (r["clients"], r["learning"]) == (clients, learn)]
+            med = {k: float(np.median([r[k] for r in rs])) for k in rs[0] if isinstance(rs[0][k], int | float)}
+            lines.append(
+                f"| {clients} | {'on' if learn else 'off'} | {med['ingested_per_s']:,.0f} "
+                f"| {med['learned_per_s']:,.0f} "
+                f"| {med['acted_per_s']:,.0f} | {med['per_step_pairs_per_s']:,.0f} | {med['ratio']:.1f}x "
+                f"| {_seconds(med['refresh_p50_s'])} | {_seconds(med['refresh_p99_s'])} "
+                f"| {med['client_dropped_steps']:,.0f} / {med['server_dropped_steps']:,.0f} | {med['load']:.1f} |"
+            )
+    parity = data.get("parity")
+    if parity:
+        lines += [
+            "",
+            f"CartPole through {parity['clients']} local-inference clients against in process, at the same settings "
+            f"(the CartPole presets; PPO with {parity['clients']} envs; the clients send "
+            f"{parity.get('batch_steps', 64)}-step batches and act at most {parity.get('lead', 2000)} steps ahead "
+            "of the learner); steps until the "
+            f"mean of the last 20 episodes reached {parity['threshold']:g} (measured {parity['when']}):",
+            "",
+            "| algorithm | seed | local: steps (solved) | local: last 20 episodes | in process: steps (solved) "
+            "| in process: last 20 episodes |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
+        by = {(r["algorithm"], r["seed"], r["where"]): r for r in parity["rows"]}
+        for algo, seed in sorted(dict.fromkeys((r["algorithm"], r["seed"]) for r in parity["rows"])):
+            cells = []
+            for where in ("local", "in-process"):
+                r = by.get((algo, seed, where))
+                cells.append("-" if r is None else f"{r['steps']:,} ({'yes' if r['solved'] else 'no'})")
+                cells.append("-" if r is None or r["final_mean_20"] is None else f"{r['final_mean_20']:.1f}")
+            lines.append(f"| {algo.upper()} | {seed} | {' | '.join(cells)} |")
+    text = "\n".join(lines)
+    if write:
+        with open(DOC) as f:
+            doc = f.read()
+        begin, end = "<!-- serve-local:begin -->", "<!-- serve-local:end -->"
+        if begin in doc and end in doc:
+            head, rest = doc.split(begin, 1)
+            _, tail = rest.split(end, 1)
+            with open(DOC, "w") as f:
+                f.write(f"{head}{begin}\n{text}\n{end}{tail}")
+    return text
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 16, 64])
@@ -305,7 +682,35 @@ def main() -> None:
     )
     parser.add_argument("--train", action="store_true", help="the session learns while it serves")
     parser.add_argument("--no-echo", action="store_true", help="skip the bare echo server's baseline")
+    parser.add_argument(
+        "--inference",
+        choices=["server", "local"],
+        default="server",
+        help="local: clients act from the learner's policy and send experience batches (beside per-step serving)",
+    )
+    parser.add_argument("--batch-steps", type=int, default=256, help="local inference: steps per experience batch")
+    parser.add_argument("--publish-every", type=float, default=0.2, help="local inference: serve(publish_every=)")
+    parser.add_argument("--parity", action="store_true", help="local inference: CartPole solved through clients")
+    parser.add_argument("--algorithms", nargs="+", default=["dqn", "ppo"])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--parity-clients", type=int, default=16)
+    parser.add_argument("--threshold", type=float, default=475.0)
+    parser.add_argument("--parity-batch-steps", type=int, default=16, help="--parity: the clients' batch_steps")
+    parser.add_argument(
+        "--parity-lead", type=int, default=512, help="--parity: steps the clients may act ahead of the learner"
+    )
+    parser.add_argument("--where", nargs="+", default=["local", "in-process"], choices=["local", "in-process"])
+    parser.add_argument("--render", action="store_true", help="write the local-inference tables into docs/serve.md")
     args = parser.parse_args()
+    if args.render:
+        print(render_local())
+        return
+    if args.parity:
+        run_parity(args)
+        return
+    if args.inference == "local":
+        run_local(args)
+        return
 
     import gymnasium as gym
 

@@ -431,6 +431,16 @@ class Agent(Execution, Shaping, Persistence, Playing):
             "or a replay agent (DQN, SAC...)"
         )
 
+    @property
+    def observes_unordered(self) -> bool:
+        """True when :meth:`observe` takes transitions in any number and order (a one-step replay memory)."""
+        return False
+
+    @property
+    def observe_rows(self) -> int:
+        """Batched transitions one :meth:`observe` takes at most (updates as often per step as in process)."""
+        return self.num_envs
+
     def behaviour_log_probs(self, t: Transitions) -> np.ndarray | None:
         """The log-probability with which it (training, before observing ``t``) took each of ``t``'s
         actions, for recording and off-policy evaluation; None when it cannot tell. Here: the step's

@@ -252,6 +252,11 @@ class DQN(OffPolicyAgent):
 
     # -- storing ------------------------------------------------------------------------------
 
+    @property
+    def observes_unordered(self) -> bool:
+        """n-step returns need each env's steps in order, one step of every env at a time."""
+        return super().observes_unordered and self._n_step is None
+
     def _observe(self, transitions: Transitions) -> None:
         t = transitions
         # The next states' masks (from the loop) keep the targets' max among allowed actions.

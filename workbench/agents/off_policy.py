@@ -151,6 +151,17 @@ class OffPolicyAgent(Agent):
             self.memory.add(t.obs, stored, t.rewards, t.next_obs, t.terminated.astype(np.float32), self.config.gamma)
         self._steps_since_update += len(t.rewards)
 
+    @property
+    def observes_unordered(self) -> bool:
+        """One-step transitions go into the replay memory row by row; HER's whole episodes do not."""
+        return not isinstance(self.memory, HerMemory)
+
+    @property
+    def observe_rows(self) -> int:
+        """``train_freq`` steps (or one step of every env): an update's gradient steps follow as many env
+        steps as in process, whatever the size of the batches clients send."""
+        return max(self.num_envs, int(self.config.train_freq))
+
     def load_dataset(self, dataset: Any) -> None:
         """Pre-fill the replay memory with a :class:`~workbench.Dataset`'s transitions (one-step,
         terminations stop the bootstrap), then train online as usual: with ``learning_starts=0``

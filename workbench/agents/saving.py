@@ -25,7 +25,7 @@ from .base import AGENTS, MULTI_AGENTS, OFFLINE_AGENTS, Agent, AgentState
 from .encoders import BUILTIN_ENCODERS, import_encoder
 from .intrinsic import intrinsic_from_dict
 
-__all__ = ["agent_from_run", "config_of", "known_algorithms", "load", "open_saved", "read_saved"]
+__all__ = ["acting_agent", "agent_from_run", "config_of", "known_algorithms", "load", "open_saved", "read_saved"]
 
 
 def config_of(algorithm: str) -> type | None:
@@ -176,6 +176,30 @@ def agent_from_run(
                 raise
             except ValueError as exc:
                 raise CheckpointError(str(exc)) from None
+    return agent
+
+
+def acting_agent(description: dict[str, Any], tensors: dict[str, torch.Tensor], *, device: Any = "cpu") -> Agent:
+    """An agent that acts as the one ``description`` (its :meth:`~Agent.describe`, as ``meta.json``
+    holds it) and ``tensors`` (its :meth:`~Agent.acting_weights`) describe: in training mode (it explores
+    as the learner does), with no optimizer state. What a local-inference client builds from a served
+    session's policy. A custom encoder is refused (building it would import code named by the server)."""
+    label = "the served policy"
+    name = str(description.get("algorithm", "")).lower()
+    cls = _registered(name)
+    if cls is None:
+        raise CheckpointError(f"{label}: unknown algorithm {name!r}; known: {known_algorithms()}")
+    try:
+        obs_space = space_from_json(description["observation_space"])
+        act_space = space_from_json(description["action_space"])
+        hyper = _decode_hyperparameters(cls, description.get("hyperparameters", {}), None, label)
+        hyper = _precision_for(hyper, parse_device(device, label), label)
+        agent = cls(observation_space=obs_space, action_space=act_space, device=device, **hyper)
+        agent.load_networks(tensors)
+    except CheckpointError:
+        raise
+    except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+        raise CheckpointError(f"{label}: cannot build the {cls.__name__} agent ({exc})") from None
     return agent
 
 

@@ -119,6 +119,17 @@ class Persistence:
             for name, net in self.networks.items()
         }
 
+    def acting_weights(self) -> dict[str, torch.Tensor]:
+        """A copy of the declared networks' weights as ``net/<name>/<key>`` CPU tensors (what
+        acting needs, as :meth:`load_networks` takes them back), taken on the agent's lock so that
+        no update is seen halfway: what a served session publishes to local-inference clients."""
+        with self._lock:  # type: ignore[attr-defined]
+            return {
+                f"net/{name}/{key}": value.detach().to("cpu", copy=True).contiguous()
+                for name, net in self.networks.items()
+                for key, value in net.state_dict().items()
+            }
+
     def load_networks(self, tensors: dict[str, Any]) -> None:
         """Load network weights given as ``net/<name>/<key>`` tensors (or ``{name: {key: array}}``
         as :meth:`network_weights` returns). Raises ``ValueError`` naming what does not fit."""

@@ -25,6 +25,7 @@ step's extras (PPO's values and log-probabilities) travel with the episode to it
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 import warnings
@@ -147,6 +148,10 @@ class ExternalRunner(Runner):
         # they still await learning until the loop comes back for the next step (wait_ready()).
         self._learning_now = 0
         self._ended: list[Episode] = []
+        # Experience batches of local-inference clients (ingest()) for an agent that observes rows in any
+        # order: handed to it whole, several at a time, beside the slots' columns.
+        self._chunks: deque[Any] = deque()
+        self._chunk_rows = 0
 
     # -- the application's side ------------------------------------------------------------------
 
@@ -391,6 +396,58 @@ class ExternalRunner(Runner):
         where = f"feedback() for {episode_name(episode)}: the next action mask"
         return check_masks(mask, space, where, allow_empty=True)[0]
 
+    def ingest(self, experience: Any) -> int:
+        """Queue a local-inference client's experience batch (a checked
+        :class:`~workbench.serve.batch.Experience`: one stream's steps, in order) for learning; returns
+        the steps accepted, the others dropped and counted in ``dropped`` (the run has ended, the
+        backlog is full, or no slot is free). Never waits.
+
+        An agent that observes rows in any order (``agent.observes_unordered``: a one-step replay
+        memory) gets the batch whole at its next step. Any other agent learns from columns: the batch
+        goes to the free slot with the shortest backlog, as a piece of its column, and when it stops
+        mid-episode its last step is marked truncated for learning, so nothing is chained across to the
+        next piece (the agent bootstraps from that step's next observation, as at a time limit)."""
+        n = len(experience)
+        with self._cond:
+            if not self.accepting:
+                self.dropped += n
+                return 0
+            if self.agent.observes_unordered:
+                if self._chunk_rows + n > self.max_queued * self.num_envs:
+                    self.dropped += n
+                    return 0
+                self._chunks.append(experience)
+                self._chunk_rows += n
+                self._cond.notify_all()
+                return n
+            free = [i for i, owner in enumerate(self._slot_owner) if owner is None]
+            slot = min(free, key=lambda i: len(self._queues[i])) if free else None
+            if slot is None or len(self._queues[slot]) + n > self.max_queued:
+                self.dropped += n
+                return 0
+            ends = {row: Episode(slot, ret, length) for row, ret, length in experience.episodes}
+            e = experience
+            truncated = e.truncated.copy()
+            if not (e.terminated[-1] or truncated[-1]):
+                truncated[-1] = True  # the piece stops mid-episode: a cut, not an end (no episode is counted)
+            queue = self._queues[slot]
+            for t in range(n):
+                extras = {key: value[t] for key, value in e.extras.items()}
+                queue.append(
+                    (
+                        e.obs[t],
+                        e.actions[t],
+                        float(e.rewards[t]),
+                        e.next_obs[t],
+                        bool(e.terminated[t]),
+                        bool(truncated[t]),
+                        extras,
+                        ends.get(t),
+                    )
+                )
+            self._cond.notify_all()
+            return n
+
     def run_started(self) -> None:
         """A run starts: feedback is learned from (and waits for learning, with ``max_lag``)."""
         with self._cond:
@@ -412,8 +469,9 @@ class ExternalRunner(Runner):
         return np.zeros((self.num_envs, *self.agent.obs_shape), dtype=np.float32)
 
     def ready(self) -> bool:
-        """True when every slot has a transition queued (the loop can take one step)."""
-        return all(self._queues)
+        """True when every slot has a transition queued, or an experience batch waits (the loop can take
+        one step)."""
+        return bool(self._chunks) or all(self._queues)
 
     def wait_ready(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for a transition in every slot. The loop calls it before each
@@ -427,6 +485,8 @@ class ExternalRunner(Runner):
     def transitions(self, agent: Agent, obs: Any) -> tuple[Transitions, np.ndarray]:
         """One queued transition of every slot (call once :meth:`wait_ready` said so)."""
         with self._cond:
+            if self._chunks:
+                return self._chunk_transitions(agent)
             rows = [queue.popleft() for queue in self._queues]
             self._learning_now = len(rows)  # until the loop's next wait_ready()
         self._ended = [row[7] for row in rows if row[7] is not None]
@@ -450,6 +510,51 @@ class ExternalRunner(Runner):
         )
         return transitions, next_obs
 
+    def _chunk_transitions(self, agent: Agent) -> tuple[Transitions, np.ndarray]:
+        """Queued experience batches as one step of the loop: ``agent.observe_rows`` rows at most (a batch
+        is split where it runs past), so that the agent updates as often per env step as in process.
+        Called holding the condition."""
+        limit = max(1, agent.observe_rows)
+        taken: list[Any] = []
+        rows = 0
+        while self._chunks and rows < limit:
+            e = self._chunks[0]
+            if rows + len(e) <= limit:
+                taken.append(self._chunks.popleft())
+                rows += len(e)
+                continue
+            cut = limit - rows  # the first rows now, the rest at the next step
+            taken.append(_rows(e, slice(0, cut)))
+            self._chunks[0] = _rows(e, slice(cut, None))
+            rows += cut
+        self._chunk_rows -= rows
+        self._learning_now = rows
+        ended = []
+        for e in taken:
+            ended += [Episode(0, ret, length) for _, ret, length in sorted(e.episodes)]
+        self._ended = ended
+        keys = {key for e in taken for key in e.extras}
+        if MASK_KEY in keys:  # batches with masks and without: no mask allows all
+            allowed = np.ones((1, mask_size(agent.action_space) or 0), dtype=bool)
+            for e in taken:
+                if MASK_KEY not in e.extras:
+                    e.extras[MASK_KEY] = e.extras[NEXT_MASK_KEY] = np.repeat(allowed, len(e), axis=0)
+
+        def cat(arrays: list[np.ndarray]) -> np.ndarray:
+            return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+
+        next_obs = cat([e.next_obs for e in taken])
+        transitions = Transitions(
+            cat([e.obs for e in taken]),
+            cat([e.actions for e in taken]),
+            cat([e.rewards for e in taken]),
+            next_obs,
+            cat([e.terminated for e in taken]),
+            cat([e.truncated for e in taken]),
+            {key: cat([e.extras[key] for e in taken]) for key in keys},
+        )
+        return transitions, next_obs
+
     def ended_episodes(self) -> list[Episode]:
         """The episodes whose last transition was in the batch :meth:`transitions` just returned."""
         return self._ended
@@ -458,7 +563,7 @@ class ExternalRunner(Runner):
     def queued(self) -> int:
         """Transitions fed back and not yet learned from."""
         with self._cond:
-            return sum(len(q) for q in self._queues)
+            return sum(len(q) for q in self._queues) + self._chunk_rows
 
     def call(self, name: str, args: Any = (), kwargs: dict[str, Any] | None = None) -> list[Any]:
         """``session.call_env`` has no env copies to reach here: a clear error."""
@@ -469,6 +574,23 @@ class ExternalRunner(Runner):
 
     def close(self) -> None:
         """Nothing to close: the envs belong to the application."""
+
+
+def _rows(e: Any, rows: slice) -> Any:
+    """The ``rows`` of an experience batch, as a batch (its ended episodes renumbered)."""
+    start = rows.start or 0
+    stop = len(e) if rows.stop is None else rows.stop
+    return dataclasses.replace(
+        e,
+        obs=e.obs[rows],
+        actions=e.actions[rows],
+        rewards=e.rewards[rows],
+        next_obs=e.next_obs[rows],
+        terminated=e.terminated[rows],
+        truncated=e.truncated[rows],
+        extras={key: value[rows] for key, value in e.extras.items()},
+        episodes=[(row - start, ret, length) for row, ret, length in e.episodes if start <= row < stop],
+    )
 
 
 def external_source(agent: Agent, max_lag: Any, max_queued: Any, options: dict[str, Any]) -> ExternalSource:

@@ -56,6 +56,15 @@ class RemoteSession:
     times over about ``retries`` seconds, and a call the server had already answered is answered
     the same rather than applied twice. ``transport="websocket"`` sends ``act``/``feedback`` over
     one WebSocket per episode (lower latency; needs the ``websockets`` package).
+
+    ``inference="local"`` acts without a network hop per step: the client fetches the learner's policy
+    (safetensors weights and the agent's description; needs torch), decides with it locally (exploring
+    as the learner does), and sends what happened in experience batches of ``batch_steps`` steps (and
+    at each episode's end) from a background thread, through a queue of ``max_queued_batches``
+    batches: when the server is away the client keeps acting, and counts in ``local_stats`` what the
+    full queue dropped. A new policy version is pushed over a WebSocket (``sync_every=None``, needs
+    ``websockets``) or polled every ``sync_every`` steps. ``flush()`` sends what is recorded and waits
+    for it; ``close()`` flushes too. See docs/serve.md, "Local inference".
     """
 
     def __init__(
@@ -66,12 +75,28 @@ class RemoteSession:
         timeout: float = 30.0,
         transport: str = "http",
         retries: int = 3,
+        inference: str = "server",
+        batch_steps: int = 256,
+        sync_every: int | None = None,
+        max_queued_batches: int = 64,
     ) -> None:
         parsed = urllib.parse.urlsplit(url)
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
             raise ValueError(f"RemoteSession needs the server's URL such as 'http://127.0.0.1:8000', got {url!r}")
         if transport not in ("http", "websocket"):
             raise ValueError(f"RemoteSession(transport=...) is 'http' or 'websocket', got {transport!r}")
+        if inference not in ("server", "local"):
+            raise ValueError(f"RemoteSession(inference=...) is 'server' or 'local', got {inference!r}")
+        for name, value in (("batch_steps", batch_steps), ("max_queued_batches", max_queued_batches)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"RemoteSession({name}=...) must be a positive integer, got {value!r}")
+        if sync_every is not None and (
+            isinstance(sync_every, bool) or not isinstance(sync_every, int) or sync_every < 1
+        ):
+            raise ValueError(
+                f"RemoteSession(sync_every=...) is a positive number of steps (poll for a new policy that "
+                f"often), or None (the server pushes new versions over a WebSocket), got {sync_every!r}"
+            )
         if token is not None and not isinstance(token, str):
             raise TypeError(f"RemoteSession(token=...) must be a string, got {type(token).__name__}")
         self.url = url.rstrip("/")
@@ -88,6 +113,12 @@ class RemoteSession:
         self._seq_base = random.getrandbits(40)  # this client's calls never match another's numbers
         self._sockets: dict[Hashable | None, tuple[threading.Lock, Any]] = {}
         self._info: dict[str, Any] | None = None
+        self.inference = inference
+        self._policy: Any = None
+        if inference == "local":
+            from .local import LocalPolicy
+
+            self._policy = LocalPolicy(self, batch_steps, sync_every, max_queued_batches)
 
     # -- transport --------------------------------------------------------------------------------
 
@@ -102,17 +133,25 @@ class RemoteSession:
             conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return conn
 
-    def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        data = None if body is None else _dumps(body)
+    def _request(self, method: str, path: str, body: dict[str, Any] | bytes | None = None, raw: bool = False) -> Any:
+        """One HTTP call, sent again on a new connection when the connection dropped. ``body``: JSON, or
+        bytes (an experience batch); ``raw``: the answer's bytes and headers, not its JSON."""
+        headers = self._headers
+        if isinstance(body, bytes):
+            data: bytes | None = body
+            headers = {**headers, "Content-Type": "application/octet-stream"}
+        else:
+            data = None if body is None else _dumps(body)
         started = time.monotonic()
         for attempt in range(self.retries + 1):
             conn = None
             try:
                 conn = self._connection()  # connecting is tried again as a dropped connection is
-                conn.request(method, path, body=data, headers=self._headers)
+                conn.request(method, path, body=data, headers=headers)
                 response = conn.getresponse()
                 payload = response.read()
                 status = response.status
+                answer_headers = {k.lower(): v for k, v in response.getheaders()}
                 if response.getheader("Connection", "").lower() == "close":
                     conn.close()
                     self._local.conn = None
@@ -126,6 +165,8 @@ class RemoteSession:
                 if attempt == self.retries:
                     raise self._gave_up(f"{method} {self.url}{path}", exc, attempt + 1, started) from exc
                 time.sleep(min(1.0, 0.05 * 4**attempt))
+        if raw and status == 200:
+            return payload, answer_headers
         return _answer(status, payload, f"{method} {path}")
 
     def _gave_up(self, what: str, exc: BaseException, tries: int, started: float) -> RemoteError:
@@ -208,7 +249,10 @@ class RemoteSession:
 
     def act(self, obs: Any, episode: Hashable | None = None, action_mask: Any = None) -> Any:
         """The action for ``obs`` in ``episode`` (as the in-process ``session.act``): an int for a
-        Discrete action space, else a numpy array."""
+        Discrete action space, else a numpy array. With ``inference="local"``, decided here by the local
+        copy of the policy (no network call)."""
+        if self._policy is not None:
+            return self._policy.act(obs, episode, action_mask)
         message: dict[str, Any] = {"obs": _jsonable(obs, "obs"), "seq": self._next_seq(episode)}
         if action_mask is not None:
             message["action_mask"] = [bool(m) for m in np.asarray(action_mask).reshape(-1)]
@@ -229,7 +273,13 @@ class RemoteSession:
         episode: Hashable | None = None,
         info: dict[str, Any] | None = None,
     ) -> None:
-        """Report what followed the last :meth:`act` of ``episode`` (as the in-process ``feedback``)."""
+        """Report what followed the last :meth:`act` of ``episode`` (as the in-process ``feedback``).
+        With ``inference="local"``, recorded here and sent in the episode's next batch."""
+        if self._policy is not None:
+            if info is not None and not isinstance(info, dict):
+                raise TypeError(f"feedback() got info={info!r}: pass the env's info dict or leave it out")
+            self._policy.feedback(reward, next_obs, terminated, truncated, episode, info)
+            return
         message: dict[str, Any] = {
             "reward": _jsonable(reward, "reward"),
             "next_obs": _jsonable(next_obs, "next_obs"),
@@ -299,8 +349,47 @@ class RemoteSession:
         """Stop the session's run (the server goes on answering acts with the current weights)."""
         self._request("POST", "/stop")
 
+    @property
+    def policy_version(self) -> int | None:
+        """The version of the learner's policy this client acts with (``inference="local"``; else None)."""
+        return None if self._policy is None else self._policy.version
+
+    @property
+    def local_stats(self) -> dict[str, int]:
+        """With ``inference="local"``: steps ``acted``, ``sent_steps`` and ``sent_batches`` (acknowledged),
+        ``dropped_steps`` and ``dropped_batches`` (the send queue was full: the server was away or slow),
+        ``server_dropped_steps`` (acknowledged but not learned from: too stale for an on-policy learner,
+        its backlog full, or its run over), ``refused_batches`` (refused at the server's edge; the last
+        error is ``local_error``) and ``refreshes`` (new policy versions installed). Empty otherwise."""
+        return {} if self._policy is None else dict(self._policy.stats)
+
+    @property
+    def local_error(self) -> BaseException | None:
+        """The server's answer to the last experience batch it refused (``inference="local"``), or None."""
+        return None if self._policy is None else self._policy.last_error
+
+    @property
+    def refresh_latencies(self) -> list[float]:
+        """Seconds from each policy version's publication to its installation here (``inference="local"``)."""
+        return [] if self._policy is None else list(self._policy.refresh_latencies)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """``inference="local"``: send every episode's recorded steps now and wait up to ``timeout``
+        seconds (None: as long as it takes) for the server to acknowledge every batch; True when it did.
+        Raises the server's error when it refused a batch (a bad observation, a bad action)."""
+        if self._policy is None:
+            return True
+        done = self._policy.flush(timeout)
+        error, self._policy.last_error = self._policy.last_error, None
+        if error is not None:
+            raise error
+        return done
+
     def close(self) -> None:
-        """Close this thread's connection and every WebSocket."""
+        """Close this thread's connection and every WebSocket (``inference="local"``: after sending
+        what is recorded, waiting a few seconds at most)."""
+        if self._policy is not None:
+            self._policy.close()
         conn = getattr(self._local, "conn", None)
         if conn is not None:
             conn.close()

@@ -14,6 +14,12 @@ Endpoints (JSON in and out; see docs/serve.md for a curl walk-through):
     GET  /health     (no token needed)                  GET /metrics (Prometheus text)
     WS   /ws?episode=user-1   one episode stream: {"op": "act", ...} / {"op": "feedback", ...}
 
+Local inference (``wb.RemoteSession(url, inference="local")``, :mod:`workbench.serve.policy`,
+:mod:`workbench.serve.batch`): ``GET /policy`` (what rebuilds the agent), ``GET /policy/weights``
+(safetensors), ``GET /policy.onnx``, ``GET /policy/version``, ``WS /policy/ws`` (new versions pushed), and
+``POST /experience`` (one binary experience batch, checked, applied once per client and number, dropped and
+counted when an on-policy learner's ``max_policy_lag`` is passed).
+
 Safety, by default: loopback only (another interface needs a token, refused otherwise); a body limit
 answered with 413; a request whose body stalls answered with 408 after ``read_timeout``; a connection
 whose request head stalls closed after ``read_timeout``; idle keep-alive connections closed after
@@ -58,7 +64,9 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from .._version import __version__
 from ..checkpoint import space_to_json
 from ..parallel.external import DEFAULT_EPISODE, ExternalRunner
+from .batch import check_experience, decode_batch
 from .metrics import Metrics
+from .policy import PolicyPublisher, local_inference_refusal
 from .protocol import (
     RequestError,
     action_to_json,
@@ -129,6 +137,41 @@ class _Record:
         self.seq: tuple[str, int] | None = None
         self.answer: dict[str, Any] | None = None
         self.time = time.monotonic()
+
+
+class _Ingest:
+    """What the server knows of the experience batches it took: counts for the signals, and the
+    answers of each client's last batches (a batch sent again is answered again, not applied again)."""
+
+    KEEP_SEQS = 1024
+    KEEP_CLIENTS = 4096
+
+    def __init__(self) -> None:
+        self.steps = 0  # accepted, over the server's life
+        self.dropped = 0  # refused for their policy lag, or dropped by the session (backlog full, run ended)
+        self.batches = 0
+        self.duplicates = 0
+        self.window_steps = 0
+        self.window_lag = 0.0
+        self.window_batches = 0
+        self.window_start = time.monotonic()
+        self.answers: OrderedDict[str, OrderedDict[int, dict[str, Any]]] = OrderedDict()
+
+    def answered(self, client: str, seq: int) -> dict[str, Any] | None:
+        seqs = self.answers.get(client)
+        return None if seqs is None else seqs.get(seq)
+
+    def remember(self, client: str, seq: int, answer: dict[str, Any]) -> None:
+        seqs = self.answers.get(client)
+        if seqs is None:
+            seqs = self.answers[client] = OrderedDict()
+            while len(self.answers) > self.KEEP_CLIENTS:
+                self.answers.popitem(last=False)
+        else:
+            self.answers.move_to_end(client)
+        seqs[seq] = answer
+        while len(seqs) > self.KEEP_SEQS:
+            seqs.popitem(last=False)
 
 
 class _Batcher:
@@ -415,6 +458,9 @@ class Server:
         max_batch: int = 64,
         log_requests: bool = False,
         http: str = "auto",
+        max_batch_steps: int = 4096,
+        max_policy_lag: int = 2,
+        publish_every: float = 0.2,
     ) -> None:
         try:
             session.live_episodes  # noqa: B018 (only a session driven by the application has episodes)
@@ -435,6 +481,13 @@ class Server:
             raise ValueError(f"serve() needs batch_wait= between 0 and 0.1 seconds, got {batch_wait!r}")
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"serve() needs max_batch= as a positive integer, got {max_batch!r}")
+        if isinstance(max_batch_steps, bool) or not isinstance(max_batch_steps, int) or max_batch_steps < 1:
+            raise ValueError(f"serve() needs max_batch_steps= as a positive integer, got {max_batch_steps!r}")
+        if isinstance(max_policy_lag, bool) or not isinstance(max_policy_lag, int) or max_policy_lag < 0:
+            raise ValueError(f"serve() needs max_policy_lag= as an integer of at least 0, got {max_policy_lag!r}")
+        self.publish_every = _positive("publish_every", publish_every)
+        self.max_batch_steps = max_batch_steps
+        self.max_policy_lag = max_policy_lag
         self.http = _http_parser(http)
         self.session = session
         self.agent = session.agent
@@ -455,6 +508,9 @@ class Server:
         self.pool = ThreadPoolExecutor(max_workers=self.agent.num_envs + 8, thread_name_prefix="workbench-serve")
         self._acts: _Batcher | None = None  # acts answered together, one forward pass a batch
         self._feedbacks: _Batcher | None = None  # feedbacks applied together, one thread hand-off a batch
+        self.policy = PolicyPublisher(self.agent, self.publish_every)
+        self._experience = _Ingest()
+        self._sending: set[asyncio.Task[None]] = set()  # announcements being sent
         self._sock = _bind(host, port)
         self.host, self.port = self._sock.getsockname()[:2]
         shown = f"[{self.host}]" if ":" in self.host else self.host
@@ -532,6 +588,10 @@ class Server:
             Route("/stop", self._http(self._control("stop")), methods=["POST"]),
             Route("/health", self._health, methods=["GET"]),
             Route("/metrics", self._http(self._metrics, text=True), methods=["GET"]),
+            Route("/policy", self._http(self._policy), methods=["GET"]),
+            Route("/policy/version", self._http(self._policy_version), methods=["GET"]),
+            Route("/policy/weights", self._http(self._policy_weights, raw=True), methods=["GET"]),
+            Route("/policy.onnx", self._http(self._policy_onnx, raw=True), methods=["GET"]),
         ]
         app = Starlette(routes=routes)
 
@@ -541,6 +601,10 @@ class Server:
                 return await self._call_request(scope, receive, send, path)
             if kind == "websocket" and path == "/ws":
                 return await self._websocket(scope, receive, send)
+            if kind == "http" and path == "/experience":
+                return await self._experience_request(scope, receive, send)
+            if kind == "websocket" and path == "/policy/ws":
+                return await self._policy_websocket(scope, receive, send)
             return await app(scope, receive, send)
 
         return asgi
@@ -557,7 +621,7 @@ class Server:
             return False
         return hmac.compare_digest(given.encode(), self.token.encode())
 
-    def _http(self, handler: Callable[..., Any], text: bool = False) -> Callable[[Request], Any]:
+    def _http(self, handler: Callable[..., Any], text: bool = False, raw: bool = False) -> Callable[[Request], Any]:
         endpoint = None
 
         async def endpoint_fn(request: Request) -> Response:
@@ -577,7 +641,9 @@ class Server:
                     )
                 result = await handler(request)
                 response = (
-                    Response(result, media_type="text/plain; version=0.0.4")
+                    result
+                    if raw
+                    else Response(result, media_type="text/plain; version=0.0.4")
                     if text
                     else Response(encode(result), media_type="application/json")
                 )
@@ -643,6 +709,10 @@ class Server:
 
     async def _body(self, receive: Any, length: str | None) -> dict[str, Any]:
         """The request's JSON body, within ``max_body`` bytes and ``read_timeout`` seconds."""
+        return decode(await self._read(receive, length))
+
+    async def _read(self, receive: Any, length: str | None) -> bytes:
+        """The request's body, within ``max_body`` bytes and ``read_timeout`` seconds."""
         if length is not None:
             if not length.isdigit():
                 raise RequestError(f"Content-Length must be a number of bytes, got {length!r}", field="body")
@@ -683,7 +753,7 @@ class Server:
                 field="body",
                 status=408,
             ) from None
-        return decode(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     def _acts_inline(self) -> bool:
         """Whether acts may run on the event loop: while the session does not learn, nothing holds
@@ -999,6 +1069,12 @@ class Server:
                 "workbench_serve_live_episodes": ("Episodes started and not ended.", len(self.session.live_episodes)),
                 "workbench_session_steps": ("Transitions the session has learned from.", self.session.steps),
                 "workbench_session_episodes": ("Episodes the session has learned from.", self.session.episodes),
+                "workbench_serve_experience_steps": ("Steps of experience batches accepted.", self._experience.steps),
+                "workbench_serve_experience_dropped": (
+                    "Steps of experience batches dropped (too stale, backlog full, run ended).",
+                    self._experience.dropped,
+                ),
+                "workbench_serve_policy_version": ("The newest published policy version.", self.policy.version),
             }
         )
 
@@ -1006,6 +1082,209 @@ class Server:
 
     def _start_reaper(self) -> None:
         self._reaper_task = asyncio.get_running_loop().create_task(self._reaper())
+
+    # -- local inference: the policy out, experience batches in -------------------------------------
+
+    def _local_refusal(self) -> None:
+        reason = local_inference_refusal(self.agent)
+        if reason is not None:
+            raise RequestError(reason, field="inference", kind="ValueError", status=400)
+
+    async def _start_publishing(self) -> None:
+        """Publish the first version (once), and start the task that publishes the next ones."""
+        self._local_refusal()
+        if self.policy.version == 0:
+            await asyncio.get_running_loop().run_in_executor(self.pool, self.policy.ensure)
+        if self._publisher is None:
+            self._publisher = asyncio.get_running_loop().create_task(self._publishing())
+
+    _publisher: asyncio.Task[None] | None = None
+    _subscribers: set[Any] | None = None
+
+    async def _publishing(self) -> None:
+        """Every ``publish_every`` seconds: a new version when the agent updated (announced to every
+        ``/policy/ws`` subscriber); every second: the ingestion signals."""
+        loop = asyncio.get_running_loop()
+        last_signals = loop.time()
+        announced = self.policy.version
+        while True:
+            await asyncio.sleep(self.publish_every)
+            try:
+                await loop.run_in_executor(self.pool, self.policy.publish)
+            except Exception:  # a failed publication must not stop the server: clients keep the last one
+                pass
+            if self.policy.version != announced:  # published here, or by a call of policy.publish()
+                announced = self.policy.version
+                self._announce()
+            if loop.time() - last_signals >= _SIGNAL_EVERY_S:
+                last_signals = loop.time()
+                self._ingest_signals()
+
+    def _announce(self) -> None:
+        version, _, _, published = self.policy.newest()
+        message = {"type": "websocket.send", "text": encode({"version": version, "time": published}).decode()}
+        loop = asyncio.get_running_loop()
+        for send in list(self._subscribers or ()):
+            task = loop.create_task(_quietly(send(message)))
+            self._sending.add(task)  # held until sent (the loop keeps only a weak reference)
+            task.add_done_callback(self._sending.discard)
+
+    def _ingest_signals(self) -> None:
+        """``serve_ingested_per_second``, ``serve_policy_lag`` (the mean lag, in versions, of the steps
+        taken since the last), ``serve_dropped`` and ``serve_policy_version`` to the session's signals."""
+        ingest = self._experience
+        now = time.monotonic()
+        elapsed = max(now - ingest.window_start, 1e-9)
+        try:
+            if ingest.window_batches:
+                self.session.log("serve_ingested_per_second", ingest.window_steps / elapsed)
+                self.session.log("serve_policy_lag", ingest.window_lag / max(ingest.window_steps, 1))
+                self.session.log("serve_dropped", ingest.dropped)
+                self.session.log("serve_policy_version", self.policy.version)
+            elif ingest.batches:
+                self.session.log("serve_ingested_per_second", 0.0)
+        except Exception:  # a signal must never stop the server
+            pass
+        ingest.window_steps, ingest.window_lag, ingest.window_batches, ingest.window_start = 0, 0.0, 0, now
+
+    async def _policy(self, request: Request) -> dict[str, Any]:
+        await self._start_publishing()
+        return {
+            **_finite(self.policy.describe()),
+            "max_batch_steps": self.max_batch_steps,
+            "max_policy_lag": self.max_policy_lag,
+            "max_body": self.max_body,
+        }
+
+    async def _policy_version(self, request: Request) -> dict[str, Any]:
+        await self._start_publishing()
+        version, _, _, published = self.policy.newest()
+        return {"version": version, "time": published}
+
+    async def _policy_weights(self, request: Request) -> Response:
+        await self._start_publishing()
+        version, weights, counters, published = self.policy.newest()
+        headers = {
+            "x-workbench-policy-version": str(version),
+            "x-workbench-policy-time": repr(published),
+            "x-workbench-num-timesteps": str(counters.get("num_timesteps", 0)),
+            "x-workbench-total-timesteps": str(counters.get("total_timesteps") or 0),
+        }
+        return Response(weights, media_type="application/octet-stream", headers=headers)
+
+    async def _policy_onnx(self, request: Request) -> Response:
+        await self._start_publishing()
+        try:
+            version, data = await asyncio.get_running_loop().run_in_executor(self.pool, self.policy.onnx)
+        except (ImportError, TypeError, ValueError) as exc:
+            raise RequestError(f"the policy cannot be exported to ONNX here: {exc}", kind=type(exc).__name__) from None
+        return Response(
+            data, media_type="application/octet-stream", headers={"x-workbench-policy-version": str(version)}
+        )
+
+    async def _experience_request(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """``POST /experience``: one experience batch (the binary body of ``workbench.serve.batch``),
+        checked, then queued for learning unless it is too stale (on-policy agents) or was applied before."""
+        start = time.perf_counter()
+        headers = [(b"content-type", b"application/json")]
+        try:
+            if scope["method"] != "POST":
+                headers.append((b"allow", b"POST"))
+                raise RequestError(
+                    f"/experience takes POST, not {scope['method']}", field="method", kind="ValueError", status=405
+                )
+            length, authorization = None, ""
+            for name, value in scope["headers"]:
+                if name == b"content-length":
+                    length = value.decode("latin-1")
+                elif name == b"authorization":
+                    authorization = value.decode("latin-1")
+            if self.token is not None and not self._authorized({"authorization": authorization}):
+                headers.append((b"www-authenticate", b"Bearer"))
+                raise RequestError(
+                    "this server needs its token: send the header 'Authorization: Bearer TOKEN'",
+                    field="token",
+                    kind="PermissionError",
+                    status=401,
+                )
+            body = await self._read(receive, length)
+            await self._start_publishing()
+            answer = self._ingest(*decode_batch(body))
+            status = 200
+        except RequestError as exc:
+            status, answer = exc.status, error_body(exc)
+            if status in (408, 413):
+                headers.append((b"connection", b"close"))
+        out = encode(answer)
+        headers.append((b"content-length", b"%d" % len(out)))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": out})
+        self.metrics.observe("/experience", status, time.perf_counter() - start)
+
+    def _ingest(self, header: dict[str, Any], arrays: dict[str, Any]) -> dict[str, Any]:
+        """A decoded batch checked and handed to the session (on the event loop: queueing never waits)."""
+        assert self.policy.extras is not None
+        experience = check_experience(self.agent, self.policy.extras, header, arrays, self.max_batch_steps)
+        ingest = self._experience
+        done = ingest.answered(experience.client, experience.seq)
+        if done is not None:
+            ingest.duplicates += 1
+            return {**done, "duplicate": True}
+        version = self.policy.version
+        if experience.version > version:
+            raise RequestError(
+                f"the batch names policy version {experience.version}, newer than this server's {version}: "
+                "fetch the policy from this server (GET /policy)",
+                field="version",
+            )
+        lag = version - experience.version
+        n = len(experience)
+        if self.agent.on_policy and lag > self.max_policy_lag:
+            accepted = 0  # on-policy learning from a policy this old would be biased: dropped, counted
+        else:
+            accepted = self._runner.ingest(experience)
+        ingest.steps += accepted
+        ingest.dropped += n - accepted
+        ingest.batches += 1
+        ingest.window_batches += 1
+        ingest.window_steps += accepted
+        ingest.window_lag += lag * accepted
+        answer = {"ok": True, "seq": experience.seq, "accepted": accepted, "dropped": n - accepted, "version": version}
+        ingest.remember(experience.client, experience.seq, answer)
+        return answer
+
+    async def _policy_websocket(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """``/policy/ws``: the server sends ``{"version": N, "time": T}`` at once and on every new version."""
+        headers = {key.decode("latin-1").lower(): value.decode("latin-1") for key, value in scope["headers"]}
+        query = {key: values[0] for key, values in parse_qs(scope["query_string"].decode("latin-1")).items()}
+        if (await receive())["type"] != "websocket.connect":
+            return
+        if not self._authorized(headers, query):
+            return await self._deny(
+                send,
+                RequestError(
+                    "this server needs its token: send the header 'Authorization: Bearer TOKEN' (or ?token=TOKEN)",
+                    field="token",
+                    kind="PermissionError",
+                    status=401,
+                ),
+                scope,
+            )
+        try:
+            await self._start_publishing()
+        except RequestError as exc:
+            return await self._deny(send, exc, scope)
+        await send({"type": "websocket.accept"})
+        if self._subscribers is None:
+            self._subscribers = set()
+        version, _, _, published = self.policy.newest()
+        await send({"type": "websocket.send", "text": encode({"version": version, "time": published}).decode()})
+        self._subscribers.add(send)
+        try:
+            while (await receive())["type"] != "websocket.disconnect":
+                pass  # the client says nothing; it only listens
+        finally:
+            self._subscribers.discard(send)
 
     # -- the WebSocket: one episode stream ------------------------------------------------------
 
@@ -1135,6 +1414,14 @@ class _Held:
 
     def __exit__(self, *exc: Any) -> None:
         self.lock.release()
+
+
+async def _quietly(awaitable: Any) -> None:
+    """``await awaitable``, ignoring a client that went away meanwhile."""
+    try:
+        await awaitable
+    except Exception:
+        pass
 
 
 async def _within(awaitable: Any, seconds: float) -> Any:

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ACTIVE",
     "ENDED",
+    "SERVED_PLOTS",
     "DashboardView",
     "SeriesView",
     "default_signals",
@@ -57,8 +58,20 @@ def default_signals(algorithm: Agent | str, recorded: Iterable[str] = ()) -> tup
 
     An agent that declares its ``default_plots`` gets them, so its losses show before the first update
     records them; another one gets ``episode_reward`` and the loss-like signals it has recorded
-    (``loss`` when it recorded none yet).
+    (``loss`` when it recorded none yet). A served session that takes experience batches from
+    local-inference clients adds its ingestion rate and the batches' staleness (``serve_ingested_per_second``,
+    ``serve_policy_lag``) once they are recorded.
     """
+    names = set(recorded)
+    served = tuple(name for name in SERVED_PLOTS if name in names)
+    return _algorithm_signals(algorithm, names) + served
+
+
+SERVED_PLOTS = ("serve_ingested_per_second", "serve_policy_lag")
+"""The signals of a served session's local-inference clients that a dashboard plots when recorded."""
+
+
+def _algorithm_signals(algorithm: Agent | str, recorded: Iterable[str]) -> tuple[str, ...]:
     if isinstance(algorithm, str):
         from ..agents.registry import AGENTS, MULTI_AGENTS, OFFLINE_AGENTS  # lazily: torch, for a name alone
 

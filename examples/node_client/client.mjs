@@ -1,0 +1,178 @@
+// A local-inference client for a served rl-workbench session, in Node.js (docs/serve.md, "Local inference").
+//
+// It fetches the learner's policy as ONNX (GET /policy.onnx), acts with onnxruntime-node on a CartPole written
+// here (epsilon-greedy around the exported greedy policy, so that it explores), records every step, and posts
+// experience batches (POST /experience, the binary "WBX1" framing) every BATCH steps and at each episode's end.
+// Every SYNC steps it asks for the newest policy version (GET /policy/version) and reloads the ONNX policy when
+// there is a new one. A batch that got no answer is sent again with the same number (the server applies it once).
+//
+//   node client.mjs http://127.0.0.1:8000 [--steps 2000] [--batch 128] [--sync 500] [--epsilon 0.1] [--token T]
+//
+// It prints one JSON line at the end: steps acted, batches and steps the server accepted, the policy versions seen.
+
+import * as ort from "onnxruntime-node";
+
+const args = process.argv.slice(2);
+const url = (args[0] || "http://127.0.0.1:8000").replace(/\/$/, "");
+const option = (name, value) => {
+  const i = args.indexOf(`--${name}`);
+  return i >= 0 ? args[i + 1] : value;
+};
+const STEPS = Number(option("steps", 2000));
+const BATCH = Number(option("batch", 128));
+const SYNC = Number(option("sync", 500));
+const EPSILON = Number(option("epsilon", 0.1));
+const TOKEN = option("token", process.env.WORKBENCH_SERVE_TOKEN);
+const headers = TOKEN ? { Authorization: `Bearer ${TOKEN}` } : {};
+
+// -- CartPole-v1, as gymnasium steps it (Euler integration, 500-step limit) ---------------------------------
+
+class CartPole {
+  reset() {
+    this.state = Array.from({ length: 4 }, () => Math.random() * 0.1 - 0.05);
+    this.t = 0;
+    return Float32Array.from(this.state);
+  }
+  step(action) {
+    let [x, xDot, theta, thetaDot] = this.state;
+    const force = action === 1 ? 10.0 : -10.0;
+    const cos = Math.cos(theta), sin = Math.sin(theta);
+    const temp = (force + 0.05 * thetaDot * thetaDot * sin) / 1.1;
+    const thetaAcc = (9.8 * sin - cos * temp) / (0.5 * (4.0 / 3.0 - (0.1 * cos * cos) / 1.1));
+    const xAcc = temp - (0.05 * thetaAcc * cos) / 1.1;
+    x += 0.02 * xDot; xDot += 0.02 * xAcc; theta += 0.02 * thetaDot; thetaDot += 0.02 * thetaAcc;
+    this.state = [x, xDot, theta, thetaDot];
+    this.t += 1;
+    const terminated = Math.abs(x) > 2.4 || Math.abs(theta) > (12 * 2 * Math.PI) / 360;
+    return { obs: Float32Array.from(this.state), reward: 1.0, terminated, truncated: !terminated && this.t >= 500 };
+  }
+}
+
+// -- the policy ---------------------------------------------------------------------------------------------
+
+async function get(path) {
+  const response = await fetch(url + path, { headers });
+  if (!response.ok) throw new Error(`GET ${path}: ${response.status} ${await response.text()}`);
+  return response;
+}
+
+async function loadPolicy() {
+  const response = await get("/policy.onnx");
+  const version = Number(response.headers.get("x-workbench-policy-version"));
+  const session = await ort.InferenceSession.create(new Uint8Array(await response.arrayBuffer()));
+  return { version, session };
+}
+
+async function greedy(policy, obs, nActions) {
+  const feeds = { obs: new ort.Tensor("float32", obs, [1, obs.length]) };
+  if (policy.session.inputNames.includes("action_mask")) {
+    feeds.action_mask = new ort.Tensor("bool", new Uint8Array(nActions).fill(1), [1, nActions]);
+  }
+  const out = await policy.session.run(feeds);
+  return Number(out[policy.session.outputNames[0]].data[0]);
+}
+
+// -- experience batches: b"WBX1", uint32 header length, the JSON header, the arrays --------------------------
+
+function encodeBatch(header, arrays) {
+  const listed = arrays.map(([name, dtype, shape]) => ({ name, dtype, shape }));
+  const head = new TextEncoder().encode(JSON.stringify({ ...header, arrays: listed }));
+  const bodies = arrays.map(([, , , data]) => new Uint8Array(data.buffer, data.byteOffset, data.byteLength));
+  const total = 8 + head.length + bodies.reduce((n, b) => n + b.length, 0);
+  const out = new Uint8Array(total);
+  out.set(new TextEncoder().encode("WBX1"), 0);
+  new DataView(out.buffer).setUint32(4, head.length, true); // little-endian, as every array (x86 and ARM are)
+  out.set(head, 8);
+  let offset = 8 + head.length;
+  for (const b of bodies) {
+    out.set(b, offset);
+    offset += b.length;
+  }
+  return out;
+}
+
+async function post(body) {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      const response = await fetch(url + "/experience", {
+        method: "POST",
+        headers: { ...headers, "Content-Type": "application/octet-stream" },
+        body,
+      });
+      const answer = await response.json();
+      if (!response.ok) throw Object.assign(new Error(answer.error), { refused: true });
+      return answer;
+    } catch (error) {
+      if (error.refused || attempt >= 20) throw error;
+      await new Promise((resolve) => setTimeout(resolve, Math.min(1000, 50 * 2 ** attempt))); // the same batch again
+    }
+  }
+}
+
+// -- the loop ------------------------------------------------------------------------------------------------
+
+const described = await (await get("/policy")).json();
+const obsSize = described.obs_shape.reduce((a, b) => a * b, 1);
+const nActions = 2;
+const client = `node-${Math.random().toString(36).slice(2, 12)}`;
+let policy = await loadPolicy();
+const versions = [policy.version];
+let seq = 0, accepted = 0, batches = 0;
+let rows = [], episodes = [], episodeReturn = 0, episodeLength = 0;
+const env = new CartPole();
+let obs = env.reset();
+
+async function flush() {
+  if (rows.length === 0) return;
+  const n = rows.length;
+  const stack = (key) => {
+    const out = new Float32Array(n * obsSize);
+    rows.forEach((row, i) => out.set(row[key], i * obsSize));
+    return out;
+  };
+  const arrays = [
+    ["obs", "float32", [n, ...described.obs_shape], stack("obs")],
+    ["action", "int64", [n], BigInt64Array.from(rows, (r) => BigInt(r.action))],
+    ["reward", "float32", [n], Float32Array.from(rows, (r) => r.reward)],
+    ["next_obs", "float32", [n, ...described.obs_shape], stack("nextObs")],
+    ["terminated", "bool", [n], Uint8Array.from(rows, (r) => (r.terminated ? 1 : 0))],
+    ["truncated", "bool", [n], Uint8Array.from(rows, (r) => (r.truncated ? 1 : 0))],
+    ["log_prob", "float32", [n], Float32Array.from(rows, (r) => r.logProb)],
+  ];
+  seq += 1;
+  const header = { client, seq, episode: "node", version: rows[0].version, steps: n, episodes };
+  rows = [];
+  episodes = [];
+  const answer = await post(encodeBatch(header, arrays));
+  accepted += answer.accepted;
+  batches += 1;
+}
+
+for (let step = 1; step <= STEPS; step++) {
+  const best = await greedy(policy, obs, nActions);
+  const explore = Math.random() < EPSILON;
+  const action = explore ? Math.floor(Math.random() * nActions) : best;
+  const logProb = Math.log((action === best ? 1 - EPSILON : 0) + EPSILON / nActions);
+  const { obs: nextObs, reward, terminated, truncated } = env.step(action);
+  if (rows.length && rows[0].version !== policy.version) await flush(); // one batch, one policy version
+  rows.push({ obs, action, reward, nextObs, terminated, truncated, logProb, version: policy.version });
+  episodeReturn += reward;
+  episodeLength += 1;
+  const ended = terminated || truncated;
+  if (ended) {
+    episodes.push([rows.length - 1, episodeReturn, episodeLength]);
+    episodeReturn = 0;
+    episodeLength = 0;
+  }
+  obs = ended ? env.reset() : nextObs;
+  if (ended || rows.length >= BATCH) await flush();
+  if (step % SYNC === 0) {
+    const { version } = await (await get("/policy/version")).json();
+    if (version > policy.version) {
+      policy = await loadPolicy();
+      versions.push(policy.version);
+    }
+  }
+}
+await flush();
+console.log(JSON.stringify({ steps: STEPS, batches, accepted, versions }));

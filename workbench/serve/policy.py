@@ -1,0 +1,149 @@
+"""The learner's policy as a served session publishes it to local-inference clients.
+
+A *version* is a copy of the acting networks' weights (``agent.acting_weights()``, taken on the agent's
+lock, so never an update halfway), written as safetensors bytes, numbered from 1. The server publishes
+a new version when the agent has updated since the last one, at most every ``publish_every`` seconds;
+clients fetch ``GET /policy`` (what rebuilds the agent: its ``describe()``, as ``meta.json`` holds it,
+and the extras its decisions carry), ``GET /policy/weights`` (the newest version) or
+``GET /policy.onnx`` (the deterministic policy, for clients without torch), and hear of new versions
+over ``WS /policy/ws`` or by polling ``GET /policy/version``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from gymnasium import spaces
+
+from ..envs.masks import MASK_KEY, NEXT_MASK_KEY
+from .batch import ExtrasSpec
+
+if TYPE_CHECKING:
+    from ..agents.contract import Agent
+
+__all__ = ["PolicyPublisher", "local_inference_refusal"]
+
+_ACTIONS = (spaces.Discrete, spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)
+
+
+def local_inference_refusal(agent: Agent) -> str | None:
+    """Why clients cannot act locally for ``agent`` (None when they can)."""
+    if agent.per_env_decisions:
+        return (
+            f"{agent.algorithm}'s decisions carry per-env state between calls (a recurrent policy), which "
+            "local inference does not hold on the client yet: use inference='server' or a feed-forward agent"
+        )
+    if agent.multiagent_layout is not None or agent.offline:
+        return f"{agent.algorithm} does not learn from a single-agent env's steps"
+    if not isinstance(agent.action_space, _ACTIONS):
+        return f"experience batches carry Discrete, Box, MultiDiscrete or MultiBinary actions, not {agent.action_space}"
+    return None
+
+
+class PolicyPublisher:
+    """The published versions of one agent's policy (thread-safe)."""
+
+    def __init__(self, agent: Agent, every: float) -> None:
+        self.agent = agent
+        self.every = every
+        self.version = 0
+        """The newest version (0: none published yet)."""
+        self.weights = b""
+        """The newest version's weights, safetensors bytes."""
+        self.counters: dict[str, Any] = {}
+        self.published_at = 0.0
+        """When the newest version was published (``time.time()``)."""
+        self.extras: ExtrasSpec | None = None
+        self._lock = threading.Lock()
+        self._updates: int | None = None
+        self._acting: Agent | None = None
+        self._onnx: tuple[int, bytes] | None = None
+
+    def publish(self, force: bool = False) -> bool:
+        """Publish a new version if the agent updated since the last one (or ``force``); True if one was."""
+        updates = self.agent.num_updates
+        if not force and updates == self._updates:
+            return False
+        from safetensors.torch import save
+
+        tensors = self.agent.acting_weights()
+        data = save(tensors)
+        extras = self.extras if self.extras is not None else self._extras_spec(tensors)
+        with self._lock:
+            self.version += 1
+            self.weights = data
+            self._updates = updates
+            self.counters = {
+                "num_timesteps": self.agent.num_timesteps,
+                "total_timesteps": self.agent.total_timesteps,
+            }
+            self.published_at = time.time()
+            self.extras = extras
+        return True
+
+    def ensure(self) -> None:
+        """Publish the first version now if none was."""
+        if self.version == 0:
+            self.publish(force=True)
+
+    def _acting_copy(self, tensors: dict[str, Any]) -> Agent:
+        from ..agents.saving import acting_agent
+
+        if self._acting is None:
+            self._acting = acting_agent(self.agent.describe(), tensors)
+        else:
+            self._acting.load_networks(tensors)
+        return self._acting
+
+    def _extras_spec(self, tensors: dict[str, Any]) -> ExtrasSpec:
+        """The extras of one decision (their per-step shapes and kinds), from an acting copy's decision."""
+        copy = self._acting_copy(tensors)
+        space = copy.observation_space
+        space.seed(0)
+        step = copy.decide(space.sample())
+        return {
+            key: (tuple(np.asarray(value).shape[1:]), np.asarray(value).dtype.kind)
+            for key, value in step.extras.items()
+            if key not in (MASK_KEY, NEXT_MASK_KEY)
+        }
+
+    def describe(self) -> dict[str, Any]:
+        """``GET /policy``: the newest version, what rebuilds the agent, and the extras its steps carry."""
+        with self._lock:
+            return {
+                "version": self.version,
+                "agent": self.agent.describe(),
+                "on_policy": self.agent.on_policy,
+                "extras": {key: [list(shape), kind] for key, (shape, kind) in (self.extras or {}).items()},
+                "counters": dict(self.counters),
+                "obs_shape": list(self.agent.obs_shape),
+                "obs_dtype": np.dtype(self.agent.obs_dtype).name,
+            }
+
+    def newest(self) -> tuple[int, bytes, dict[str, Any], float]:
+        """The newest version: its number, weights, counters and publication time."""
+        with self._lock:
+            return self.version, self.weights, dict(self.counters), self.published_at
+
+    def onnx(self) -> tuple[int, bytes]:
+        """The newest version's deterministic policy as ONNX bytes (exported once per version)."""
+        from safetensors.torch import load
+
+        version, weights, _, _ = self.newest()
+        cached = self._onnx
+        if cached is not None and cached[0] == version:
+            return cached
+        with self._lock:
+            copy = self._acting_copy(load(weights))
+            masked = self.agent.supports_action_masks and isinstance(self.agent.action_space, spaces.Discrete)
+            with tempfile.TemporaryDirectory(prefix="workbench-policy-") as folder:
+                path = os.path.join(folder, "policy.onnx")
+                copy.export(path, action_mask=masked)
+                with open(path, "rb") as f:
+                    self._onnx = (version, f.read())
+        return self._onnx
