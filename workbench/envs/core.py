@@ -38,6 +38,7 @@ import numpy as np
 from gymnasium import spaces
 
 from .atari import GAME_END_KEY, training_wrapper
+from .composite import ActionLayout, composite_layout
 from .masks import MaskReader, check_masks, strip_mask_obs, strip_mask_space
 
 __all__ = [
@@ -568,7 +569,8 @@ def observation_flattener(space: spaces.Space) -> Callable[[Any], np.ndarray]:
 def env_action_converter(action_space: spaces.Space) -> Callable[[Any], Any]:
     """The function that turns one agent action into what the env's ``step`` wants: a Python
     int for Discrete, an array clipped to the bounds for Box, an array of the space's dtype for
-    MultiDiscrete and MultiBinary, anything else as it is. The one
+    MultiDiscrete and MultiBinary, the dict / tuple of numpy values for a composite space (from the
+    agents' flat row, :mod:`workbench.envs.composite`), anything else as it is. The one
     action converter: training, workers and play all use it."""
     if isinstance(action_space, spaces.Discrete):
         return int
@@ -583,6 +585,10 @@ def env_action_converter(action_space: spaces.Space) -> Callable[[Any], Any]:
     if isinstance(action_space, spaces.MultiDiscrete | spaces.MultiBinary):
         multi_dtype = action_space.dtype  # the agents compute them as int64 or float32 arrays
         return lambda action: np.asarray(action).astype(multi_dtype, copy=False)
+    if composite_layout(action_space) is not None:
+        # An agent's flat row (or an application's structure, checked) as the dict / tuple the env takes.
+        layout = ActionLayout(action_space)
+        return lambda action: layout.structure(layout.row(action))
     return lambda action: action
 
 

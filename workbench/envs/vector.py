@@ -14,6 +14,7 @@ import numpy as np
 from gymnasium import spaces
 
 from .atari import GAME_END_KEY, training_wrapper
+from .composite import ActionLayout, composite_layout
 from .core import (
     EnvMethodError,
     EnvOutputError,
@@ -474,6 +475,11 @@ def _vector_action_converter(action_space: spaces.Space, n: int) -> Callable[[An
         return lambda actions: np.minimum(np.maximum(np.asarray(actions, dtype=dtype), low), high)
     if isinstance(action_space, spaces.MultiDiscrete | spaces.MultiBinary):
         return lambda actions: np.asarray(actions).astype(action_space.dtype, copy=False)
+    if (
+        composite_layout(action_space) is not None
+    ):  # the structure with a batch per leaf, as gymnasium's vector envs take it
+        layout = ActionLayout(action_space)
+        return lambda actions: layout.structures(actions)
     return lambda actions: actions
 
 
