@@ -131,7 +131,7 @@ class ExportedPolicy(nn.Module):
         actions = self.head(x) if action_mask is None else self.head(x, action_mask)
         if self.action_shape and tuple(actions.shape[1:]) != self.action_shape:
             actions = actions.reshape(-1, *self.action_shape)
-        return actions
+        return actions  # a composite space's head returns one tensor per leaf
 
 
 class ExportedRecurrentPolicy(nn.Module):
@@ -165,15 +165,17 @@ class ExportedRecurrentPolicy(nn.Module):
         lstm_c: torch.Tensor,
         episode_start: torch.Tensor,
         action_mask: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Actions and the next state for one step of a batch of envs (among the allowed actions
-        only with ``action_mask``)."""
+    ) -> tuple[torch.Tensor, ...]:
+        """Actions (one tensor per leaf for a composite space) and the next state for one step of a batch
+        of envs (among the allowed actions only with ``action_mask``)."""
         x = obs.float()
         if self.normalizer is not None:
             x = self.normalizer(x)
         starts = episode_start.float().unsqueeze(0)
         out, h, c = self.actor(x.unsqueeze(0), lstm_h[0], lstm_c[0], starts)
         actions = self.head(out[0]) if action_mask is None else self.head(out[0], action_mask)
+        if isinstance(actions, tuple):  # a composite space: one output per leaf
+            return (*actions, h.unsqueeze(0), c.unsqueeze(0))
         if self.action_shape and tuple(actions.shape[1:]) != self.action_shape:
             actions = actions.reshape(-1, *self.action_shape)
         return actions, h.unsqueeze(0), c.unsqueeze(0)
@@ -216,7 +218,7 @@ def policy_module(agent: Agent) -> ExportedPolicy | ExportedRecurrentPolicy:
     normalizer = None
     if agent.config.normalize_observations:
         normalizer = _FrozenNormalizer(agent.obs_normalizer)
-    action_shape = () if agent.discrete else tuple(agent.action_space.shape)
+    action_shape = () if agent.discrete or agent.action_layout is not None else tuple(agent.action_space.shape)
     if head.recurrent_actor is not None:
         module = ExportedRecurrentPolicy(head.recurrent_actor, head.module, normalizer, action_shape, head.description)
         return module.eval().cpu()
@@ -292,7 +294,10 @@ def _sidecar(
     if agent.config.normalize_observations:
         n = agent.obs_normalizer
         norm = {"clip": float(n.clip), "epsilon": float(n.epsilon), "statistics_at_step": int(agent.num_timesteps)}
-    if agent.discrete:
+    outputs = None
+    if agent.action_layout is not None:  # one output per leaf, named by its path
+        out_dtype, out_shape, outputs = "", [], composite_outputs(agent)
+    elif agent.discrete:
         out_dtype, out_shape = "int64", ["batch"]
     elif isinstance(agent.action_space, spaces.MultiDiscrete | spaces.MultiBinary):
         out_dtype, out_shape = "int64", ["batch", *map(int, agent.action_space.shape)]
@@ -307,7 +312,8 @@ def _sidecar(
         "deterministic": True,
         "num_timesteps": int(agent.num_timesteps),
         "input": {"name": INPUT_NAME, "dtype": in_dtype.name, "shape": ["batch", *map(int, agent.obs_shape)]},
-        "output": {"name": OUTPUT_NAME, "dtype": out_dtype, "shape": out_shape},
+        "output": {"name": OUTPUT_NAME, "dtype": out_dtype, "shape": out_shape} if outputs is None else None,
+        **({"outputs": outputs} if outputs is not None else {}),
         "observation_space": checkpoint.space_to_json(obs_space),
         "action_space": checkpoint.space_to_json(agent.action_space),
         "observation_preparation": preparation,
@@ -317,6 +323,18 @@ def _sidecar(
         **({"recurrent": _recurrent_sidecar(agent)} if recurrent else {}),
         "versions": _versions(fmt),
     }
+
+
+def composite_outputs(agent: Agent) -> list[dict[str, Any]]:
+    """A composite action space's outputs, one per leaf in the layout's order: its name (the leaf's path in
+    the space, ``"kind"``, ``"1/shoot"``), dtype and shape (docs/actions.md shows how to rebuild the action)."""
+    assert agent.action_layout is not None
+    out = []
+    for leaf in agent.action_layout.leaves:
+        dtype = "float32" if leaf.kind == "box" else "int64"
+        shape = ["batch"] if leaf.kind == "discrete" else ["batch", *map(int, leaf.space.shape or ())]
+        out.append({"name": leaf.path, "dtype": dtype, "shape": shape, "space": checkpoint.space_to_json(leaf.space)})
+    return out
 
 
 def _mask_sidecar(agent: Agent) -> dict[str, Any]:
@@ -524,11 +542,13 @@ def export_policy(
     if recurrent:
         state = torch.zeros(1, 2, int(agent.config.lstm_hidden_size))
         example: tuple[torch.Tensor, ...] = (obs, state, state.clone(), torch.zeros(2))
-        inputs, outputs = [INPUT_NAME, *STATE_INPUTS, EPISODE_START], [OUTPUT_NAME, *STATE_OUTPUTS]
+        leaves = [OUTPUT_NAME] if agent.action_layout is None else agent.action_layout.paths
+        inputs, outputs = [INPUT_NAME, *STATE_INPUTS, EPISODE_START], [*leaves, *STATE_OUTPUTS]
         axes = {name: ({1: "batch"} if "lstm" in name else batch) for name in (*inputs, *outputs)}
     else:
-        example, inputs, outputs = (obs,), [INPUT_NAME], [OUTPUT_NAME]
-        axes = {INPUT_NAME: batch, OUTPUT_NAME: batch}
+        leaves = [OUTPUT_NAME] if agent.action_layout is None else agent.action_layout.paths
+        example, inputs, outputs = (obs,), [INPUT_NAME], list(leaves)
+        axes = {INPUT_NAME: batch, **{name: batch for name in leaves}}
     if action_mask:
         example = (*example, torch.ones(2, int(mask_size(agent.action_space)), dtype=torch.bool))  # type: ignore[arg-type]
         inputs.append(MASK_NAME)
