@@ -207,7 +207,10 @@ class ActionLayout:
     def mask_row(self, mask: Any, where: str) -> np.ndarray:
         """A mask structure (or a flat row of ``mask_width`` entries) as one bool row; ``ValueError``
         naming the leaf for a mask that does not match the space."""
-        if not isinstance(mask, Mapping | tuple):
+        structure = isinstance(mask, Mapping | tuple) or (
+            isinstance(mask, list) and isinstance(self.space, spaces.Tuple)
+        )
+        if not structure:
             arr = np.asarray(mask)
             if arr.ndim == 1 and arr.shape[0] == self.mask_width:
                 return _bools(arr, where)
@@ -233,6 +236,23 @@ class ActionLayout:
                     f"({leaf.mask_width},)"
                 )
             out[leaf.mask_start : leaf.mask_start + leaf.mask_width] = arr
+        return out
+
+    def batched_mask_rows(self, masks: Any, n: int, where: str) -> np.ndarray:
+        """A batch of masks as a vector env gives them (the structure with a ``(n, ...)`` array per leaf;
+        gymnasium's ``_key`` flags ignored) as ``(n, mask_width)`` bool rows."""
+        out = np.ones((n, self.mask_width), dtype=bool)
+        for leaf in self.leaves:
+            value = _lookup(masks, leaf.path.split("/"), self.space, where, missing_ok=True)
+            if value is None or leaf.mask_width == 0:
+                continue
+            arr = _bools(np.asarray(value), f"{where} for {leaf.path!r}")
+            if arr.shape != (n, leaf.mask_width):
+                raise ValueError(
+                    f"{where} for the leaf {leaf.path!r} ({leaf.space}) has shape {arr.shape}, expected "
+                    f"({n}, {leaf.mask_width}): one mask per env"
+                )
+            out[:, leaf.mask_start : leaf.mask_start + leaf.mask_width] = arr
         return out
 
     @property

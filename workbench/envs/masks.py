@@ -119,8 +119,14 @@ def _composite_rows(masks: Any, action_space: spaces.Space, where: str) -> np.nd
     layout = ActionLayout(action_space)
     if isinstance(masks, dict | tuple):
         return layout.mask_row(masks, where)[None]
-    if isinstance(masks, list) and masks and isinstance(masks[0], dict | tuple | list):
-        return np.stack([layout.mask_row(m, f"{where} (row {i})") for i, m in enumerate(masks)])
+    if isinstance(masks, list) and masks:
+        if isinstance(action_space, spaces.Tuple) and len(masks) == len(action_space.spaces):
+            try:  # one state's mask of a Tuple space as a list (JSON has no tuples)
+                return layout.mask_row(masks, where)[None]
+            except ValueError:
+                pass
+        if not all(isinstance(m, list | np.ndarray) and all(np.isscalar(v) for v in m) for m in masks):
+            return np.stack([layout.mask_row(m, f"{where} (row {i})") for i, m in enumerate(masks)])
     arr = np.asarray(masks)
     if arr.ndim in (1, 2) and arr.shape[-1] == layout.mask_width:
         return arr
