@@ -263,7 +263,7 @@ def test_external_session_acts_in_the_structure_and_json():
 def test_onnx_export_has_an_output_per_leaf(tmp_path):
     pytest.importorskip("onnx")
     ort = pytest.importorskip("onnxruntime")
-    agent = wb.PPO(NESTED_ENV(), seed=0, **SMALL)
+    agent = wb.PPO(NestedEnv(), seed=0, **SMALL)
     path = agent.export(str(tmp_path / "policy.onnx"), action_mask=True)
     sidecar = json.loads((tmp_path / "policy.onnx.json").read_text())
     assert [o["name"] for o in sidecar["outputs"]] == ["aim/0", "aim/1", "kind", "pick"]
@@ -280,7 +280,7 @@ def test_onnx_export_has_an_output_per_leaf(tmp_path):
     np.testing.assert_array_equal(got["pick"], want["pick"])
 
 
-class NESTED_ENV(gym.Env):  # noqa: N801 - named after the space it acts in
+class NestedEnv(gym.Env):
     """Spaces only (export and construction never step an env)."""
 
     observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
@@ -292,3 +292,29 @@ def test_local_workers_step_composite_actions():
     session = wb.Session(wb.PPO(DictEnv(), seed=0, **SMALL), DictEnv, num_workers=2, seed=0)
     session.run(steps=32)
     assert session.steps >= 32 and session.status == "finished"
+
+
+def test_served_session_answers_json_per_leaf_and_checks_masks_at_the_edge():
+    pytest.importorskip("uvicorn")
+    pytest.importorskip("starlette")
+    import http.client
+
+    session = wb.Session.external(wb.PPO(DictEnv(), seed=0, n_envs=1, n_steps=4))
+    server = session.serve()
+
+    def post(body):
+        conn = http.client.HTTPConnection(server.host, server.port, timeout=10)
+        conn.request("POST", "/act", body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        response = conn.getresponse()
+        out = response.status, json.loads(response.read() or b"{}")
+        conn.close()
+        return out
+
+    try:
+        status, answer = post({"obs": [0, 0, 0], "action_mask": {"kind": [False, False, True]}})
+        assert status == 200 and answer["action"]["kind"] == 2 and len(answer["action"]["amount"]) == 2
+        status, answer = post({"obs": [0, 0, 0], "episode": "b", "action_mask": {"kind": [True, False]}})
+        assert status == 400 and "'kind'" in answer["error"] and answer["field"] == "action_mask"
+    finally:
+        server.close()
+        session.stop()

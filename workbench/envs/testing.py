@@ -392,7 +392,9 @@ class DictOfDiscretes(gym.ActionWrapper):
         super().__init__(env)
         nvec = np.asarray(env.action_space.nvec).reshape(-1)  # type: ignore[attr-defined]
         if len(nvec) > 10:
-            raise ValueError(f"DictOfDiscretes keys its leaves d0..d9 (sorted as the dimensions): {len(nvec)} is too many")
+            raise ValueError(
+                f"DictOfDiscretes keys its leaves d0..d9 (sorted as the dimensions): {len(nvec)} is too many"
+            )
         self.action_space = spaces.Dict({f"d{i}": spaces.Discrete(int(n)) for i, n in enumerate(nvec)})
 
     def action(self, action: Any) -> np.ndarray:
