@@ -34,6 +34,8 @@ class DictEnv(gym.Env):
     """A Dict action of a Discrete "kind" and a Box "amount", with a per-head mask in ``info`` (kind 1 is
     forbidden on odd steps): the env asserts it receives a dict of numpy values and never a masked kind."""
 
+    enforce_mask = True
+
     def __init__(self) -> None:
         self.observation_space = spaces.Box(-1.0, 1.0, (3,), np.float32)
         self.action_space = spaces.Dict({"kind": spaces.Discrete(3), "amount": spaces.Box(-2.0, 2.0, (2,), np.float32)})
@@ -52,7 +54,7 @@ class DictEnv(gym.Env):
         assert isinstance(action["amount"], np.ndarray) and action["amount"].shape == (2,)
         assert (np.abs(action["amount"]) <= 2.0).all()  # Box leaves clipped to their bounds
         kind = int(action["kind"])
-        assert kind != 1 or self.t % 2 == 0, "a masked kind reached the env"
+        assert kind != 1 or self.t % 2 == 0 or not self.enforce_mask, "a masked kind reached the env"
         self.t += 1
         reward = float(kind == 2) - float(np.abs(action["amount"] - 0.5).sum())
         return self.np_random.uniform(-1, 1, 3).astype(np.float32), reward, False, self.t >= 6, self._info()
@@ -207,6 +209,10 @@ def test_save_load_reopen_play_and_record(tmp_path):
     assert int(a["kind"]) == int(b["kind"]) and np.array_equal(a["amount"], b["amount"])
     assert len(loaded.play(DictEnv(), episodes=1)) == 1
     reopened = wb.Session.reopen(str(tmp_path / "run"), DictEnv)
+    for name, net in session.agent.networks.items():  # the heads and the Box leaves' log std, exactly
+        for x, y in zip(net.state_dict().values(), reopened.agent.networks[name].state_dict().values(), strict=True):
+            assert torch.equal(x, y)
+    assert reopened.agent.log_std is not None and reopened.agent.log_std.shape == (2,)
     reopened.run(steps=16)
     assert reopened.steps == 48
     data = wb.Dataset.load(str(tmp_path / "data"))
@@ -318,3 +324,21 @@ def test_served_session_answers_json_per_leaf_and_checks_masks_at_the_edge():
     finally:
         server.close()
         session.stop()
+
+
+def test_check_env_names_a_leaf_or_mask_that_does_not_fit():
+    class AllAllowed(DictEnv):  # gymnasium's checker steps random actions, masked or not
+        enforce_mask = False
+
+        def _info(self):
+            return {"action_mask": {"kind": [True, True, True]}}
+
+    class BadMask(DictEnv):
+        enforce_mask = False
+
+        def _info(self):
+            return {"action_mask": {"kind": [True, False]}}
+
+    wb.check_env(AllAllowed())
+    with pytest.raises(ValueError, match="'kind'"):
+        wb.check_env(BadMask())

@@ -421,9 +421,8 @@ class OnPolicyAgent(Agent):
         actor runs before the head)."""
         if self.action_layout is not None:
             paths = ", ".join(self.action_layout.paths)
-            return CompositeMode(
-                net, self.action_layout
-            ), f"each head's most likely action, one output per leaf ({paths})"
+            head = CompositeMode(net, self.action_layout)
+            return head, f"each head's most likely action, one output per leaf ({paths})"
         if self.discrete:
             return Argmax(net), "argmax of the policy logits"
         if self.action_kind == "multidiscrete":

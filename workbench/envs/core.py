@@ -38,7 +38,7 @@ import numpy as np
 from gymnasium import spaces
 
 from .atari import GAME_END_KEY, training_wrapper
-from .composite import ActionLayout, composite_layout
+from .composite import ActionLayout, composite_layout, is_composite
 from .masks import MaskReader, check_masks, strip_mask_obs, strip_mask_space
 
 __all__ = [
@@ -408,12 +408,22 @@ def check_env(env: Any, *, skip_render_check: bool = True) -> None:
 
     The library never does this on its own, since stepping an application's env may be slow or
     have side effects; call it when you want the check. Raises what the checker raises.
+
+    A composite (Dict / Tuple) action space is checked for leaves the agents' heads fit, and the mask its
+    first state offers, if any, for mirroring the space (``workbench.envs.composite``): a ``ValueError``
+    naming the leaf otherwise.
     """
     from gymnasium.utils.env_checker import check_env as gym_check_env
 
     source = as_env_source(env)
     instance = source.instance if source.instance is not None else source.make()
     gym_check_env(instance.unwrapped, skip_render_check=skip_render_check)
+    if is_composite(instance.action_space):
+        ActionLayout(instance.action_space)  # a leaf no head fits is named here
+        result = instance.reset(seed=0)
+        MaskReader(instance, instance.action_space).read(
+            _unpack_reset(result, "env.reset"), result[1]
+        )  # a per-head mask that does not fit
 
 
 # -- observations ----------------------------------------------------------------------------
