@@ -11,10 +11,12 @@ it spells out.
    (``workbench.envs.testing.DictOfDiscretes``), with the same seeds, alternating the two so that a load on the
    machine falls on both alike;
 
-and writes every run to ``benchmarks/results/composite.json``. ``render`` writes the table from that file into
+and writes the runs to ``benchmarks/results/composite-hybrid.json`` and ``composite-equivalence.json``
+(``--only`` runs one part: the two can run side by side). ``render`` writes the table from those files into
 ``docs/actions.md`` (between its ``generated: composite`` markers). One torch thread per run.
 
     python benchmarks/composite.py run --seeds 5
+    python benchmarks/composite.py run --seeds 5 --only hybrid      # and --only equivalence, side by side
     python benchmarks/composite.py render
 
 Not part of the test suite (``tests/test_composite_actions.py`` checks the equivalence step by step).
@@ -34,7 +36,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results" / "composite.json"
+RESULTS = {part: ROOT / "benchmarks" / "results" / f"composite-{part}.json" for part in ("hybrid", "equivalence")}
 DOC = ROOT / "docs" / "actions.md"
 BEGIN, END = "<!-- generated: composite begin -->", "<!-- generated: composite end -->"
 
@@ -91,26 +93,26 @@ def run(args: argparse.Namespace) -> None:
     import torch
 
     torch.set_num_threads(1)
-    rows = []
-    for seed in range(args.seeds):
-        rows.append(run_one("hybrid", seed, args.hybrid_steps, args.episodes))
-        print(f"  hybrid seed {seed}: {rows[-1]['return']:.3f} ({rows[-1]['wall_s']:.1f} s)", flush=True)
-    for seed in range(args.seeds):
-        order = ("multidiscrete", "dict") if seed % 2 == 0 else ("dict", "multidiscrete")
-        for task in order:
-            rows.append(run_one(task, seed, args.target_steps, args.episodes))
-            print(f"  {task} seed {seed}: {rows[-1]['return']:.3f} ({rows[-1]['wall_s']:.1f} s)", flush=True)
     import numpy
-    import torch as _torch
 
-    out = {
-        "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpus": _cpus()},
-        "versions": {"torch": _torch.__version__, "numpy": numpy.__version__},
-        "note": args.note,
-        "runs": rows,
-    }
-    RESULTS.write_text(json.dumps(out, indent=1) + "\n")
-    print(table(out))
+    for part in ("hybrid", "equivalence") if args.only is None else (args.only,):
+        rows = []
+        for seed in range(args.seeds):
+            if part == "hybrid":
+                rows.append(run_one("hybrid", seed, args.hybrid_steps, args.episodes))
+                print(f"  hybrid seed {seed}: {rows[-1]['return']:.3f} ({rows[-1]['wall_s']:.1f} s)", flush=True)
+                continue
+            for task in ("multidiscrete", "dict") if seed % 2 == 0 else ("dict", "multidiscrete"):
+                rows.append(run_one(task, seed, args.target_steps, args.episodes))
+                print(f"  {task} seed {seed}: {rows[-1]['return']:.3f} ({rows[-1]['wall_s']:.1f} s)", flush=True)
+        out = {
+            "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpus": _cpus()},
+            "versions": {"torch": torch.__version__, "numpy": numpy.__version__},
+            "note": args.note,
+            "runs": rows,
+        }
+        RESULTS[part].write_text(json.dumps(out, indent=1) + "\n")
+        print(table(out))
 
 
 def _cpus() -> int:
@@ -171,8 +173,16 @@ def table(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def load() -> dict[str, Any]:
+    """Both parts' stored runs as one (the first part's machine and note)."""
+    parts = [json.loads(path.read_text()) for path in RESULTS.values() if path.exists()]
+    if not parts:
+        raise SystemExit("no results: run `python benchmarks/composite.py run` first")
+    return {**parts[0], "runs": [r for part in parts for r in part["runs"]]}
+
+
 def render(_: argparse.Namespace) -> None:
-    data = json.loads(RESULTS.read_text())
+    data = load()
     text = DOC.read_text()
     start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
     DOC.write_text(text[:start] + "\n" + table(data) + "\n" + text[end:])
@@ -184,10 +194,11 @@ def main() -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("run", help="train every run, write benchmarks/results/composite.json")
     p.add_argument("--seeds", type=int, default=5)
-    p.add_argument("--hybrid-steps", type=int, default=50_000)
-    p.add_argument("--target-steps", type=int, default=6_000)
+    p.add_argument("--hybrid-steps", type=int, default=40_000)
+    p.add_argument("--target-steps", type=int, default=3_000)
     p.add_argument("--episodes", type=int, default=100, help="greedy evaluation episodes per run")
     p.add_argument("--note", default="", help="the machine's load, for the table")
+    p.add_argument("--only", choices=["hybrid", "equivalence"], default=None, help="run one part")
     p.set_defaults(func=run)
     r = sub.add_parser("render", help="write the table into docs/actions.md")
     r.set_defaults(func=render)

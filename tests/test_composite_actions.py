@@ -126,6 +126,18 @@ def test_hybrid_unchosen_branch_stays_out_of_the_loss():
     assert (grad[:2, 2] != 0).all() and (grad[2:, 3] != 0).all()
 
 
+def test_sampled_log_probs_are_the_joint_log_probs_of_the_draws():
+    from workbench.agents.composite import sample_composite
+
+    for space in (MoveOrShootEnv().action_space, NESTED):
+        layout = ActionLayout(space)
+        out = torch.randn(6, layout.n_outputs)
+        log_std = torch.randn(len(layout.box_columns))
+        masks = torch.from_numpy(check_masks([{}] * 6, space)) if mask_size(space) else None
+        rows, log_prob = sample_composite(out, log_std, layout, masks, False, torch.Generator().manual_seed(0))
+        torch.testing.assert_close(log_prob, composite_terms(out, log_std, rows, layout, masks)[0])
+
+
 def test_masked_logit_matches_on_policy():
     from workbench.agents import composite
 

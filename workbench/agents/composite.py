@@ -118,38 +118,57 @@ def sample_composite(
     generator: torch.Generator,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Action rows from the policy outputs ``out`` and their joint log-probabilities: each head's mode when
-    ``deterministic`` (log-probabilities None), else a draw of each head in turn from ``generator``."""
-    n = out.shape[0]
-    actions = torch.zeros(n, layout.width, device=out.device)
+    ``deterministic`` (log-probabilities None), else a draw of each head in turn from ``generator`` (a
+    categorical dimension drawn as :func:`~workbench.agents.on_policy.sample_index` draws it, so a Dict of
+    Discrete leaves draws what the MultiDiscrete it spells out draws)."""
+    columns: list[torch.Tensor] = []
+    log_prob = None if deterministic else torch.zeros(out.shape[0], device=out.device)
+    choice: torch.Tensor | None = None
     for leaf, o, b in _slices(layout):
+        head_lp = None
         if leaf.kind == "box":
             mean = out[:, o : o + leaf.outputs]
             if deterministic:
-                actions[:, leaf.start : leaf.stop] = mean
-            else:
-                assert log_std is not None
-                noise = drawn_like(torch.randn(mean.shape, generator=generator), mean)
-                actions[:, leaf.start : leaf.stop] = mean + log_std[b : b + leaf.width].exp() * noise
+                columns.append(mean)
+                continue
+            assert log_std is not None
+            ls = log_std[b : b + leaf.width]
+            noise = drawn_like(torch.randn(mean.shape, generator=generator), mean)
+            columns.append(mean + ls.exp() * noise)
+            head_lp = (-0.5 * noise.pow(2) - ls - _HALF_LOG_2PI).sum(-1)
         elif leaf.kind == "multibinary":
             logits = out[:, o : o + leaf.outputs]
             if deterministic:
-                actions[:, leaf.start : leaf.stop] = (logits > 0).float()
-            else:
-                draws = drawn_like(torch.rand(logits.shape, generator=generator), logits) < torch.sigmoid(logits)
-                actions[:, leaf.start : leaf.stop] = draws.float()
+                columns.append((logits > 0).to(out.dtype))
+                continue
+            draws = (drawn_like(torch.rand(logits.shape, generator=generator), logits) < torch.sigmoid(logits)).float()
+            columns.append(draws)
+            head_lp = -F.binary_cross_entropy_with_logits(logits, draws, reduction="none").sum(-1)
         else:
             logits = _logits(out, leaf, o, masks)
-            for d, part in enumerate(torch.split(logits, list(leaf.nvec), dim=-1)):
+            for part in torch.split(logits, list(leaf.nvec), dim=-1) if len(leaf.nvec) > 1 else (logits,):
                 if deterministic:
-                    actions[:, leaf.start + d] = part.argmax(-1).float()
-                else:
-                    probs = torch.softmax(part, dim=-1)
-                    q = drawn_like(torch.empty(probs.shape).exponential_(1, generator=generator), probs)
-                    actions[:, leaf.start + d] = probs.div(q).argmax(-1).float()  # multinomial's race
-    if deterministic:
-        return actions, None
-    log_prob, _ = composite_terms(out, log_std, actions, layout, masks)
-    return actions, log_prob
+                    columns.append(part.argmax(-1, keepdim=True).to(out.dtype))
+                    continue
+                log_p = F.log_softmax(part, dim=-1)
+                a = _sample_index(log_p.exp(), generator)
+                lp = log_p.gather(1, a.unsqueeze(1)).squeeze(1)
+                head_lp = lp if head_lp is None else head_lp + lp
+                columns.append(a.unsqueeze(1).to(out.dtype))
+            if leaf.start == 0 and layout.hybrid:
+                choice = columns[0][:, 0]
+        if log_prob is not None and head_lp is not None:
+            if leaf.branch is not None:  # a hybrid branch counts where it was chosen
+                assert choice is not None
+                head_lp = head_lp * (choice.long() == leaf.branch).to(head_lp.dtype)
+            log_prob = log_prob + head_lp
+    return torch.cat(columns, dim=1), log_prob
+
+
+def _sample_index(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    from .on_policy import sample_index  # on_policy imports this module
+
+    return sample_index(probs, generator)
 
 
 class CompositeMode(nn.Module):
