@@ -120,7 +120,8 @@ class RecurrentNetwork(nn.Module):
 @register
 class RecurrentPPO(OnPolicyAgent):
     """PPO with LSTM policy and value networks, for Discrete, MultiDiscrete, MultiBinary and Box
-    actions (with action masks for Discrete and MultiDiscrete) on several envs.
+    actions and Dict / Tuple ones of those (docs/actions.md), with action masks for the discrete heads,
+    on several envs.
 
     Example::
 
