@@ -29,7 +29,7 @@ leaves' masks one after the other (:attr:`ActionLayout.mask_width`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -115,6 +115,7 @@ class ActionLayout:
         self.width = self.leaves[-1].stop
         self.mask_width = sum(leaf.mask_width for leaf in self.leaves)
         self.n_outputs = sum(leaf.outputs for leaf in self.leaves)
+        self._assemble = _assembler(space)  # leaf values in row order -> the structure
         self.box_columns = np.concatenate(
             [np.arange(leaf.start, leaf.stop) for leaf in self.leaves if leaf.kind == "box"] or [np.zeros(0, int)]
         )
@@ -164,14 +165,12 @@ class ActionLayout:
         """One action row as the structure the env's ``step`` takes: a dict / tuple of numpy values
         (Discrete: an int shifted by its ``start``; Box: clipped to the bounds, in its dtype and shape)."""
         row = np.asarray(row).reshape(-1)
-        values = {leaf.path: _leaf_value(leaf, row[leaf.start : leaf.stop]) for leaf in self.leaves}
-        return _build(self.space, (), values)
+        return self._assemble(iter([_leaf_value(leaf, row[leaf.start : leaf.stop]) for leaf in self.leaves]))
 
     def structures(self, rows: np.ndarray) -> Any:
         """A batch of rows as a vector env's ``step`` takes it: the structure with a batch of each leaf."""
         rows = np.asarray(rows).reshape(len(rows), self.width)
-        values = {leaf.path: _leaf_batch(leaf, rows[:, leaf.start : leaf.stop]) for leaf in self.leaves}
-        return _build(self.space, (), values)
+        return self._assemble(iter([_leaf_batch(leaf, rows[:, leaf.start : leaf.stop]) for leaf in self.leaves]))
 
     def row(self, action: Any, where: str = "the action") -> np.ndarray:
         """A structure (dict / tuple, one action) as a float32 row, each leaf checked against its space;
@@ -408,9 +407,12 @@ def _check_keys(mask: Any, space: spaces.Space, path: tuple[str, ...], where: st
             _check_keys(sub, space.spaces[i], (*path, str(i)), where, False)
 
 
-def _build(space: spaces.Space, path: tuple[str, ...], values: dict[str, Any]) -> Any:
+def _assembler(space: spaces.Space) -> Callable[[Iterator[Any]], Any]:
+    """A function that builds ``space``'s structure from its leaves' values, taken in row order."""
     if isinstance(space, spaces.Dict):
-        return {k: _build(s, (*path, str(k)), values) for k, s in space.spaces.items()}
+        keyed = [(key, _assembler(sub)) for key, sub in space.spaces.items()]
+        return lambda values: {key: build(values) for key, build in keyed}
     if isinstance(space, spaces.Tuple):
-        return tuple(_build(s, (*path, str(i)), values) for i, s in enumerate(space.spaces))
-    return values["/".join(path)]
+        parts = [_assembler(sub) for sub in space.spaces]
+        return lambda values: tuple(build(values) for build in parts)
+    return next
