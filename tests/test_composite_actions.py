@@ -354,3 +354,11 @@ def test_check_env_names_a_leaf_or_mask_that_does_not_fit():
     wb.check_env(AllAllowed())
     with pytest.raises(ValueError, match="'kind'"):
         wb.check_env(BadMask())
+
+
+def test_a_mask_for_a_composite_space_without_discrete_heads_is_refused():
+    agent = wb.PPO(observation_space=spaces.Box(-1, 1, (2,)), action_space=spaces.Dict({"x": spaces.Box(-1, 1, (1,))}))
+    from workbench.agents.base import ActionMaskError
+
+    with pytest.raises(ActionMaskError, match="no head to mask"):
+        agent.act(np.zeros(2, np.float32), action_mask=[True])

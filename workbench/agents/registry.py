@@ -127,6 +127,11 @@ def mask_refusal(algorithm: str, action_space: spaces.Space) -> ActionMaskError:
         )
         return ", ".join(names) or "none of the built-in agents"
 
+    if mask_size(action_space) is None and is_composite(action_space):
+        return ActionMaskError(
+            f"{algorithm} has no head to mask in the action space {describe_space(action_space)}: a composite "
+            "space's masks apply to its Discrete and MultiDiscrete leaves, and it has none. Leave the mask out"
+        )
     if mask_size(action_space) is None:
         return ActionMaskError(
             f"{algorithm} does not take action masks in the action space {describe_space(action_space)}: "
