@@ -81,6 +81,18 @@ def test_layout_rows_and_structures_round_trip():
         layout.row({k: v for k, v in action.items() if k != "pick"})
 
 
+def test_the_env_action_converter_makes_the_structure_from_a_row_or_a_structure():
+    from workbench.envs.core import env_action_converter
+
+    space = MoveOrShootEnv().action_space
+    convert = env_action_converter(space)
+    choice, params = convert(np.array([1.0, -3.0, 0.25], np.float32))
+    assert choice == 1 and params["move"].tolist() == [-1.0] and params["shoot"].tolist() == [0.25]  # clipped
+    assert space.contains(convert((0, {"move": [0.5], "shoot": [2.0]})))
+    with pytest.raises(ValueError, match="'1/shoot'"):
+        convert((0, {"move": [0.5]}))
+
+
 def test_unsupported_leaf_is_refused_by_its_path():
     space = spaces.Dict({"ok": spaces.Discrete(2), "words": spaces.Text(5)})
     with pytest.raises(ValueError, match="'words'"):

@@ -598,7 +598,13 @@ def env_action_converter(action_space: spaces.Space) -> Callable[[Any], Any]:
     if composite_layout(action_space) is not None:
         # An agent's flat row (or an application's structure, checked) as the dict / tuple the env takes.
         layout = ActionLayout(action_space)
-        return lambda action: layout.structure(layout.row(action))
+
+        def structured(action: Any) -> Any:
+            if isinstance(action, dict | tuple | list) or np.asarray(action).dtype.kind in "biuf":
+                return layout.structure(layout.row(action))
+            return action  # not an action of the space at all: as it is, for the env to refuse
+
+        return structured
     return lambda action: action
 
 
