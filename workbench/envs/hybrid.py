@@ -1,11 +1,12 @@
-"""A small hybrid (parameterised) action task: move or shoot, with a direction or a power.
+"""A small hybrid (parameterised) action task: move or shoot, with a step or a power.
 
 :class:`MoveOrShootEnv` (id ``MoveOrShoot-v0``, registered when :mod:`workbench.envs` is imported): a target
-sits at an offset ``o`` from the player on a line, drawn uniformly from [-2, 2]; the observation is ``o``.
+sits ahead of the player on a line at a distance ``o`` drawn uniformly from [0, 2]; the observation is ``o``.
 The action space is ``Tuple(Discrete(2), Dict({"move": Box(-1, 1, (1,)), "shoot": Box(0, 1, (1,))}))``, the
 hybrid convention of :mod:`workbench.envs.composite`: the choice 0 moves (branch ``"move"``, the Dict's first
-key) by its direction ``d`` (``o -= d``, reward -0.1), the choice 1 shoots (branch ``"shoot"``) with its power
-``p`` and ends the episode: in range (``|o| <= 1``) the shot earns ``1 - (p - |o|)²``, out of range nothing.
+key) by its step ``d`` (``o -= d``: forwards when positive, backwards when negative; reward -0.1), the choice 1
+shoots (branch ``"shoot"``) with its power ``p`` and ends the episode: in range (``|o| <= 1``) the shot earns
+``1 - (p - |o|)²``, out of range nothing.
 Only the chosen branch's parameter matters. After 5 steps the episode is truncated.
 
 **Optimal return 0.95** (:data:`MOVE_OR_SHOOT_OPTIMUM`): a target in range (half the episodes) is shot at
@@ -29,7 +30,7 @@ MOVE_OR_SHOOT_OPTIMUM = 0.95
 
 
 class MoveOrShootEnv(gym.Env[np.ndarray, Any]):
-    """Move (with a direction) or shoot (with a power) at a target on a line; see the module docstring."""
+    """Move (with a step) or shoot (with a power) at a target on a line; see the module docstring."""
 
     metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012 (gymnasium's convention)
 
@@ -55,14 +56,14 @@ class MoveOrShootEnv(gym.Env[np.ndarray, Any]):
         return np.array([self._offset], dtype=np.float32)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
-        """A new target at an offset drawn uniformly from [-2, 2]."""
+        """A new target ahead, at a distance drawn uniformly from [0, 2]."""
         super().reset(seed=seed)
-        self._offset = float(self.np_random.uniform(-2.0, 2.0))
+        self._offset = float(self.np_random.uniform(0.0, 2.0))
         self._steps = 0
         return self._obs(), {}
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
-        """Move by the direction (choice 0) or shoot with the power (choice 1, ending the episode)."""
+        """Move by the step (choice 0) or shoot with the power (choice 1, ending the episode)."""
         choice, params = action
         self._steps += 1
         if int(choice) == 1:
@@ -70,6 +71,6 @@ class MoveOrShootEnv(gym.Env[np.ndarray, Any]):
             distance = abs(self._offset)
             reward = 1.0 - (power - distance) ** 2 if distance <= 1.0 else 0.0
             return self._obs(), reward, True, False, {}
-        direction = float(np.clip(np.asarray(params["move"]).reshape(-1)[0], -1.0, 1.0))
-        self._offset = float(np.clip(self._offset - direction, -3.0, 3.0))
+        step = float(np.clip(np.asarray(params["move"]).reshape(-1)[0], -1.0, 1.0))
+        self._offset = float(np.clip(self._offset - step, -3.0, 3.0))
         return self._obs(), -self.move_cost, False, self._steps >= self.max_steps, {}
