@@ -194,7 +194,7 @@ def main() -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("run", help="train every run, write benchmarks/results/composite.json")
     p.add_argument("--seeds", type=int, default=5)
-    p.add_argument("--hybrid-steps", type=int, default=100_000)
+    p.add_argument("--hybrid-steps", type=int, default=80_000)
     p.add_argument("--target-steps", type=int, default=3_000)
     p.add_argument("--episodes", type=int, default=100, help="greedy evaluation episodes per run")
     p.add_argument("--note", default="", help="the machine's load, for the table")
