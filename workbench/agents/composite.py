@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..envs.composite import ActionLayout, Leaf
-from .networks import drawn_like
+from .networks import drawn_like, sample_index
 
 __all__ = ["CompositeMode", "HeadTerms", "composite_terms", "head_terms", "sample_composite"]
 
@@ -119,7 +119,7 @@ def sample_composite(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Action rows from the policy outputs ``out`` and their joint log-probabilities: each head's mode when
     ``deterministic`` (log-probabilities None), else a draw of each head in turn from ``generator`` (a
-    categorical dimension drawn as :func:`~workbench.agents.on_policy.sample_index` draws it, so a Dict of
+    categorical dimension drawn as :func:`~workbench.agents.networks.sample_index` draws it, so a Dict of
     Discrete leaves draws what the MultiDiscrete it spells out draws)."""
     columns: list[torch.Tensor] = []
     log_prob = None if deterministic else torch.zeros(out.shape[0], device=out.device)
@@ -151,7 +151,7 @@ def sample_composite(
                     columns.append(part.argmax(-1, keepdim=True).to(out.dtype))
                     continue
                 log_p = F.log_softmax(part, dim=-1)
-                a = _sample_index(log_p.exp(), generator)
+                a = sample_index(log_p.exp(), generator)
                 lp = log_p.gather(1, a.unsqueeze(1)).squeeze(1)
                 head_lp = lp if head_lp is None else head_lp + lp
                 columns.append(a.unsqueeze(1).to(out.dtype))
@@ -163,12 +163,6 @@ def sample_composite(
                 head_lp = head_lp * (choice.long() == leaf.branch).to(head_lp.dtype)
             log_prob = log_prob + head_lp
     return torch.cat(columns, dim=1), log_prob
-
-
-def _sample_index(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    from .on_policy import sample_index  # on_policy imports this module
-
-    return sample_index(probs, generator)
 
 
 class CompositeMode(nn.Module):

@@ -40,7 +40,7 @@ from .composite import CompositeMode, composite_terms, head_terms, sample_compos
 from .encoders import DictEncoder, ImageEncoder, orthogonal_init, with_encoder
 from .heads import Argmax, ArgmaxPerDimension, ClippedMean, PolicyHead, PositiveLogits, frozen
 from .intrinsic import INTRINSIC, IntrinsicReward
-from .networks import ACTIVATIONS, gaussian_policy_terms, mlp
+from .networks import ACTIVATIONS, gaussian_policy_terms, mlp, sample_index
 from .networks import drawn_like as _from_generator
 from .updates import gradient_step
 
@@ -114,21 +114,6 @@ def sample_categorical(
         chosen.append(a)
     actions = chosen[0] if kind == "discrete" else torch.stack(chosen, dim=-1)
     return actions, None if deterministic else log_prob
-
-
-def sample_index(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """One index per row of ``probs`` (rows of probabilities), drawn as
-    ``torch.multinomial(probs, 1, generator=generator).squeeze(1)`` draws it: the same draws from the
-    same generator, so the same actions. PyTorch samples one index by an exponential race
-    (``argmax(probs / q)``, ``q ~ Exp(1)``); this runs that race without multinomial's checks of the
-    probabilities (two reductions and two host syncs, more than half its time at acting sizes).
-    The probabilities here come from a softmax of finite logits: NaN logits cannot reach acting in a
-    session (the env's observations and every update's loss are checked)."""
-    if probs.device == generator.device:
-        q = torch.empty_like(probs).exponential_(1, generator=generator)
-    else:  # the agent's generator stays on the CPU (saved with it): draw there, then move
-        q = torch.empty(probs.shape, dtype=probs.dtype).exponential_(1, generator=generator).to(probs.device)
-    return probs.div_(q).argmax(-1)
 
 
 @dataclass
