@@ -374,3 +374,35 @@ def test_a_mask_for_a_composite_space_without_discrete_heads_is_refused():
 
     with pytest.raises(ActionMaskError, match="no head to mask"):
         agent.act(np.zeros(2, np.float32), action_mask=[True])
+
+
+def test_recurrent_export_has_the_leaves_then_the_state(tmp_path):
+    pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    agent = wb.RecurrentPPO(DictEnv(), seed=0, **SMALL)
+    model = ort.InferenceSession(agent.export(str(tmp_path / "r.onnx")))
+    assert [o.name for o in model.get_outputs()] == ["amount", "kind", "next_lstm_h", "next_lstm_c"]
+    state = np.zeros((1, 2, agent.config.lstm_hidden_size), np.float32)
+    feed = {
+        "obs": np.zeros((2, 3), np.float32),
+        "lstm_h": state,
+        "lstm_c": state,
+        "episode_start": np.ones(2, np.float32),
+    }
+    amount, kind, *_ = model.run(None, feed)
+    want = agent.eval().act(np.zeros((2, 3), np.float32))
+    np.testing.assert_allclose(amount, want["amount"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(kind, want["kind"])
+
+
+@pytest.mark.ray
+def test_ray_workers_step_composite_actions():
+    ray = pytest.importorskip("ray")
+    try:
+        session = wb.Session(
+            wb.PPO("MoveOrShoot-v0", seed=0, **SMALL), "MoveOrShoot-v0", num_workers=2, backend="ray", seed=0
+        )
+        session.run(steps=48)
+        assert session.status == "finished" and "entropy/1/move" in session.signals
+    finally:
+        ray.shutdown()
