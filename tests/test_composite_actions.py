@@ -350,6 +350,7 @@ def test_served_session_answers_json_per_leaf_and_checks_masks_at_the_edge():
         session.stop()
 
 
+@pytest.mark.filterwarnings("ignore:.*symmetric and normalized")
 def test_check_env_names_a_leaf_or_mask_that_does_not_fit():
     class AllAllowed(DictEnv):  # gymnasium's checker steps random actions, masked or not
         enforce_mask = False
