@@ -71,8 +71,9 @@ class RMSpropTFLike(torch.optim.Optimizer):
 
 @register
 class A2C(OnPolicyAgent):
-    """Advantage actor-critic for Discrete, MultiDiscrete, MultiBinary and Box action spaces (action
-    masks honoured for Discrete and MultiDiscrete), on several envs.
+    """Advantage actor-critic for Discrete, MultiDiscrete, MultiBinary and Box action spaces, and Dict /
+    Tuple ones of those (one head per leaf, hybrid actions: docs/actions.md), with action masks honoured for
+    the discrete heads, on several envs.
 
     Example::
 

@@ -32,6 +32,7 @@ from gymnasium import spaces
 from torch import nn
 
 from ..devices import DeviceChoice, choose_device, parse_device
+from ..envs.composite import ActionLayout, composite_layout
 from ..envs.core import as_env_source, describe_space, flat_observation_space, observation_flattener
 from ..envs.masks import MASK_KEY, strip_mask_space
 from ..loop import NO_EXTRAS, Step, Transitions
@@ -122,6 +123,9 @@ class Agent(Execution, Shaping, Persistence, Playing):
     """A Box action space's lower bounds, float32 (Box only)."""
     action_high: np.ndarray
     """A Box action space's upper bounds, float32 (Box only)."""
+    action_layout: ActionLayout | None
+    """A composite (Dict / Tuple) action space's flat row layout (``workbench.envs.composite``), else None:
+    the agents' actions are its rows, and ``act`` returns the structure the env takes."""
     encoder_description: str
     """What turns its observations into features, in words ("mlp", "nature cnn"...)."""
     env_source: EnvSource | None
@@ -185,6 +189,7 @@ class Agent(Execution, Shaping, Persistence, Playing):
         self.obs_dtype = np.dtype(self.flat_observation_space.dtype)
         self._flatten = observation_flattener(observation_space)
         self.discrete = isinstance(action_space, spaces.Discrete)
+        self.action_layout = composite_layout(action_space)
         if isinstance(action_space, spaces.Box):
             self.action_low = action_space.low.astype(np.float32)
             self.action_high = action_space.high.astype(np.float32)
@@ -310,6 +315,9 @@ class Agent(Execution, Shaping, Persistence, Playing):
         included); thread-safe, so a loaded agent serves concurrent requests
         (``wb.load(path).act(obs)`` from many threads)."""
         step, _, single = self._locked_decide(obs, deterministic, action_mask)
+        if self.action_layout is not None:  # the structure the env's step takes (a batch of each leaf)
+            layout = self.action_layout
+            return layout.structure(step.actions[0]) if single else layout.structures(step.actions)
         return step.actions[0] if single else step.actions
 
     def _decide(self, obs: np.ndarray, deterministic: bool, mask: np.ndarray | None = None) -> Step:

@@ -134,7 +134,7 @@ class ExportedPolicy(nn.Module):
         actions = self.head(x) if action_mask is None else self.head(x, action_mask)
         if self.action_shape and tuple(actions.shape[1:]) != self.action_shape:
             actions = actions.reshape(-1, *self.action_shape)
-        return actions
+        return actions  # a composite space's head returns one tensor per leaf
 
 
 class ExportedRecurrentPolicy(nn.Module):
@@ -168,15 +168,17 @@ class ExportedRecurrentPolicy(nn.Module):
         lstm_c: torch.Tensor,
         episode_start: torch.Tensor,
         action_mask: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Actions and the next state for one step of a batch of envs (among the allowed actions
-        only with ``action_mask``)."""
+    ) -> tuple[torch.Tensor, ...]:
+        """Actions (one tensor per leaf for a composite space) and the next state for one step of a batch
+        of envs (among the allowed actions only with ``action_mask``)."""
         x = obs.float()
         if self.normalizer is not None:
             x = self.normalizer(x)
         starts = episode_start.float().unsqueeze(0)
         out, h, c = self.actor(x.unsqueeze(0), lstm_h[0], lstm_c[0], starts)
         actions = self.head(out[0]) if action_mask is None else self.head(out[0], action_mask)
+        if isinstance(actions, tuple):  # a composite space: one output per leaf
+            return (*actions, h.unsqueeze(0), c.unsqueeze(0))
         if self.action_shape and tuple(actions.shape[1:]) != self.action_shape:
             actions = actions.reshape(-1, *self.action_shape)
         return actions, h.unsqueeze(0), c.unsqueeze(0)
@@ -214,8 +216,9 @@ class ExportedMemoryPolicy(nn.Module):
         memory_state: torch.Tensor,
         episode_start: torch.Tensor,
         action_mask: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Actions and the next state for one step of a batch of envs."""
+    ) -> tuple[torch.Tensor, ...]:
+        """Actions (one tensor per leaf for a composite space) and the next state for one step of a
+        batch of envs."""
         x = obs.float()
         if self.normalizer is not None:
             x = self.normalizer(x)
@@ -224,6 +227,8 @@ class ExportedMemoryPolicy(nn.Module):
         state = memory_state * (1.0 - starts).view(-1, 1, 1)
         out, state = self.actor.unroll(x.unsqueeze(0), state, torch.zeros_like(starts).unsqueeze(0))
         actions = self.head(out[0]) if action_mask is None else self.head(out[0], action_mask)
+        if isinstance(actions, tuple):  # a composite space: one output per leaf
+            return (*actions, state)
         if self.action_shape and tuple(actions.shape[1:]) != self.action_shape:
             actions = actions.reshape(-1, *self.action_shape)
         return actions, state
@@ -268,7 +273,7 @@ def policy_module(agent: Agent) -> ExportedPolicy | ExportedRecurrentPolicy | Ex
     normalizer = None
     if agent.config.normalize_observations:
         normalizer = _FrozenNormalizer(agent.obs_normalizer)
-    action_shape = () if agent.discrete else tuple(agent.action_space.shape)
+    action_shape = () if agent.discrete or agent.action_layout is not None else tuple(agent.action_space.shape)
     if head.recurrent_actor is not None and head.memory_state_shape is not None:
         memory = ExportedMemoryPolicy(
             head.recurrent_actor, head.module, normalizer, action_shape, head.memory_state_shape, head.description
@@ -355,7 +360,10 @@ def _sidecar(
     if agent.config.normalize_observations:
         n = agent.obs_normalizer
         norm = {"clip": float(n.clip), "epsilon": float(n.epsilon), "statistics_at_step": int(agent.num_timesteps)}
-    if agent.discrete:
+    outputs = None
+    if agent.action_layout is not None:  # one output per leaf, named by its path
+        out_dtype, out_shape, outputs = "", [], composite_outputs(agent)
+    elif agent.discrete:
         out_dtype, out_shape = "int64", ["batch"]
     elif isinstance(agent.action_space, spaces.MultiDiscrete | spaces.MultiBinary):
         out_dtype, out_shape = "int64", ["batch", *map(int, agent.action_space.shape)]
@@ -370,7 +378,8 @@ def _sidecar(
         "deterministic": True,
         "num_timesteps": int(agent.num_timesteps),
         "input": {"name": INPUT_NAME, "dtype": in_dtype.name, "shape": ["batch", *map(int, agent.obs_shape)]},
-        "output": {"name": OUTPUT_NAME, "dtype": out_dtype, "shape": out_shape},
+        "output": {"name": OUTPUT_NAME, "dtype": out_dtype, "shape": out_shape} if outputs is None else None,
+        **({"outputs": outputs} if outputs is not None else {}),
         "observation_space": checkpoint.space_to_json(obs_space),
         "action_space": checkpoint.space_to_json(agent.action_space),
         "observation_preparation": preparation,
@@ -380,6 +389,18 @@ def _sidecar(
         **({"recurrent": _recurrent_sidecar(agent, memory_state_shape)} if recurrent else {}),
         "versions": _versions(fmt),
     }
+
+
+def composite_outputs(agent: Agent) -> list[dict[str, Any]]:
+    """A composite action space's outputs, one per leaf in the layout's order: its name (the leaf's path in
+    the space, ``"kind"``, ``"1/shoot"``), dtype and shape (docs/actions.md shows how to rebuild the action)."""
+    assert agent.action_layout is not None
+    out = []
+    for leaf in agent.action_layout.leaves:
+        dtype = "float32" if leaf.kind == "box" else "int64"
+        shape = ["batch"] if leaf.kind == "discrete" else ["batch", *map(int, leaf.space.shape or ())]
+        out.append({"name": leaf.path, "dtype": dtype, "shape": shape, "space": checkpoint.space_to_json(leaf.space)})
+    return out
 
 
 def _mask_sidecar(agent: Agent) -> dict[str, Any]:
@@ -597,16 +618,19 @@ def export_policy(
     example: tuple[torch.Tensor, ...]
     if memory_shape is not None:
         example = (obs, torch.zeros(2, *memory_shape), torch.zeros(2))
-        inputs, outputs = [INPUT_NAME, MEMORY_INPUT, EPISODE_START], [OUTPUT_NAME, MEMORY_OUTPUT]
+        leaves = [OUTPUT_NAME] if agent.action_layout is None else agent.action_layout.paths
+        inputs, outputs = [INPUT_NAME, MEMORY_INPUT, EPISODE_START], [*leaves, MEMORY_OUTPUT]
         axes = {name: batch for name in (*inputs, *outputs)}
     elif recurrent:
         state = torch.zeros(1, 2, int(agent.config.lstm_hidden_size))
         example = (obs, state, state.clone(), torch.zeros(2))
-        inputs, outputs = [INPUT_NAME, *STATE_INPUTS, EPISODE_START], [OUTPUT_NAME, *STATE_OUTPUTS]
+        leaves = [OUTPUT_NAME] if agent.action_layout is None else agent.action_layout.paths
+        inputs, outputs = [INPUT_NAME, *STATE_INPUTS, EPISODE_START], [*leaves, *STATE_OUTPUTS]
         axes = {name: ({1: "batch"} if "lstm" in name else batch) for name in (*inputs, *outputs)}
     else:
-        example, inputs, outputs = (obs,), [INPUT_NAME], [OUTPUT_NAME]
-        axes = {INPUT_NAME: batch, OUTPUT_NAME: batch}
+        leaves = [OUTPUT_NAME] if agent.action_layout is None else agent.action_layout.paths
+        example, inputs, outputs = (obs,), [INPUT_NAME], list(leaves)
+        axes = {INPUT_NAME: batch, **{name: batch for name in leaves}}
     if action_mask:
         example = (*example, torch.ones(2, int(mask_size(agent.action_space)), dtype=torch.bool))  # type: ignore[arg-type]
         inputs.append(MASK_NAME)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from gymnasium import spaces
 from torch import nn
 
 from ..devices import compiling
@@ -135,6 +136,8 @@ class _MultiAgentPPO(PPO):
     """What IPPO and MAPPO share: the layout from the env (or the saved config), routed networks."""
 
     multi_agent_only = True  # registered in MULTI_AGENTS: never offered for a single-agent env
+    # Composite (Dict / Tuple) actions are PPO's, A2C's and RecurrentPPO's; not yet routed per agent here.
+    action_spaces = (spaces.Discrete, spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)
     _state: str | None = None
     config: Any
 

@@ -25,6 +25,7 @@ __all__ = [
     "network",
     "noise_off",
     "reset_noise",
+    "sample_index",
 ]
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
@@ -342,3 +343,18 @@ def multinomial(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor
     if probs.device == generator.device:
         return torch.multinomial(probs, 1, generator=generator).squeeze(1)
     return torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(1).to(probs.device)
+
+
+def sample_index(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """One index per row of ``probs`` (rows of probabilities), drawn as
+    ``torch.multinomial(probs, 1, generator=generator).squeeze(1)`` draws it: the same draws from the
+    same generator, so the same actions. PyTorch samples one index by an exponential race
+    (``argmax(probs / q)``, ``q ~ Exp(1)``); this runs that race without multinomial's checks of the
+    probabilities (two reductions and two host syncs, more than half its time at acting sizes).
+    The probabilities here come from a softmax of finite logits: NaN logits cannot reach acting in a
+    session (the env's observations and every update's loss are checked)."""
+    if probs.device == generator.device:
+        q = torch.empty_like(probs).exponential_(1, generator=generator)
+    else:  # the agent's generator stays on the CPU (saved with it): draw there, then move
+        q = torch.empty(probs.shape, dtype=probs.dtype).exponential_(1, generator=generator).to(probs.device)
+    return probs.div_(q).argmax(-1)

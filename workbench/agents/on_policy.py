@@ -36,10 +36,11 @@ from ..memory.rollout import RolloutBuffer, compute_gae
 from ..schedules import Schedule, as_schedule
 from ..validation import checked, choice, flag, integer, layer_widths, number
 from .base import Agent, AgentConfig, Step, Transitions
+from .composite import CompositeMode, composite_terms, head_terms, sample_composite
 from .encoders import DictEncoder, ImageEncoder, orthogonal_init, with_encoder
 from .heads import Argmax, ArgmaxPerDimension, ClippedMean, PolicyHead, PositiveLogits, frozen
 from .intrinsic import INTRINSIC, IntrinsicReward
-from .networks import ACTIVATIONS, gaussian_policy_terms, mlp
+from .networks import ACTIVATIONS, gaussian_policy_terms, mlp, sample_index
 from .networks import drawn_like as _from_generator
 from .updates import gradient_step
 
@@ -115,21 +116,6 @@ def sample_categorical(
     return actions, None if deterministic else log_prob
 
 
-def sample_index(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """One index per row of ``probs`` (rows of probabilities), drawn as
-    ``torch.multinomial(probs, 1, generator=generator).squeeze(1)`` draws it: the same draws from the
-    same generator, so the same actions. PyTorch samples one index by an exponential race
-    (``argmax(probs / q)``, ``q ~ Exp(1)``); this runs that race without multinomial's checks of the
-    probabilities (two reductions and two host syncs, more than half its time at acting sizes).
-    The probabilities here come from a softmax of finite logits: NaN logits cannot reach acting in a
-    session (the env's observations and every update's loss are checked)."""
-    if probs.device == generator.device:
-        q = torch.empty_like(probs).exponential_(1, generator=generator)
-    else:  # the agent's generator stays on the CPU (saved with it): draw there, then move
-        q = torch.empty(probs.shape, dtype=probs.dtype).exponential_(1, generator=generator).to(probs.device)
-    return probs.div_(q).argmax(-1)
-
-
 @dataclass
 class OnPolicyConfig(AgentConfig):
     """Hyperparameters every on-policy agent has (PPO and A2C set their own defaults)."""
@@ -192,17 +178,20 @@ class OnPolicyAgent(Agent):
     """Base of the on-policy agents: networks, acting, storing a rollout, advantages."""
 
     network_names = ("actor", "critic")
-    action_spaces = (spaces.Discrete, spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)
+    action_spaces = (spaces.Discrete, spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary, spaces.Dict, spaces.Tuple)
     on_policy = True
     supports_action_masks = True
 
     # -- networks -----------------------------------------------------------------------------
 
     def _action_head(self) -> int:
-        """Note the kind of action head (``action_kind``: discrete, multidiscrete, multibinary or
-        box, and ``nvec``) and return the number of policy outputs it needs."""
+        """Note the kind of action head (``action_kind``: discrete, multidiscrete, multibinary, box or
+        composite, and ``nvec``) and return the number of policy outputs it needs."""
         space = self.action_space
         self.nvec: tuple[int, ...] = ()
+        if self.action_layout is not None:  # Dict / Tuple: one head per leaf (workbench.agents.composite)
+            self.action_kind = "composite"
+            return self.action_layout.n_outputs
         if isinstance(space, spaces.Discrete):
             self.action_kind = "discrete"
             return int(space.n)
@@ -270,6 +259,10 @@ class OnPolicyAgent(Agent):
             shape = (c.net_arch[-1], n_out) if self.use_sde else (n_out,)
             self.log_std = nn.Parameter(torch.full(shape, float(c.log_std_init)))
             params.append(self.log_std)
+        elif self.action_layout is not None and len(self.action_layout.box_columns):
+            # The composite space's Box leaves: one log std per Box element, in the layout's order.
+            self.log_std = nn.Parameter(torch.full((len(self.action_layout.box_columns),), float(c.log_std_init)))
+            params.append(self.log_std)
         self._sde_weights: torch.Tensor | None = None  # gSDE noise weights W, one matrix per env
         self._sde_steps = 0  # acting steps since the weights were drawn
         self._params = params
@@ -305,6 +298,9 @@ class OnPolicyAgent(Agent):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probabilities of ``actions`` under the current policy (restricted to the allowed
         actions by ``masks``), and its entropies."""
+        if self.action_layout is not None:
+            out = self._forward(self.actor, obs)
+            return composite_terms(out, self.log_std, actions, self.action_layout, masks)
         if masks is not None or self.action_kind in ("multidiscrete", "multibinary"):
             return categorical_terms(self._forward(self.actor, obs), actions, self.action_kind, self.nvec, masks)
         if self.use_sde:
@@ -357,6 +353,14 @@ class OnPolicyAgent(Agent):
         x = self._tensor(obs)  # one observation batch per step to the device
         # Deterministic actions (play, evaluation) run the module itself, as export does.
         policy = self.actor if deterministic else functools.partial(self._forward, self.actor)
+        if self.action_layout is not None:
+            masks = None if mask is None else self._tensor(mask)
+            rows, chosen = sample_composite(
+                policy(x), self.log_std, self.action_layout, masks, deterministic, self.generator
+            )
+            if chosen is None:
+                return Step(self._host(rows))
+            return Step(self._host(rows), {"values": self._host(self._values(x)), "log_probs": self._host(chosen)})
         if mask is not None or self.action_kind in ("multidiscrete", "multibinary"):
             logits = masked_logits(policy(x), None if mask is None else self._tensor(mask))
             actions, chosen = sample_categorical(logits, self.action_kind, self.nvec, deterministic, self.generator)
@@ -400,6 +404,10 @@ class OnPolicyAgent(Agent):
     def _deterministic_head(self, net: nn.Module) -> tuple[nn.Module, str]:
         """The head over ``net``'s logits or means (the recurrent policy passes an identity: its LSTM
         actor runs before the head)."""
+        if self.action_layout is not None:
+            paths = ", ".join(self.action_layout.paths)
+            head = CompositeMode(net, self.action_layout)
+            return head, f"each head's most likely action, one output per leaf ({paths})"
         if self.discrete:
             return Argmax(net), "argmax of the policy logits"
         if self.action_kind == "multidiscrete":
@@ -440,8 +448,11 @@ class OnPolicyAgent(Agent):
 
     def _new_rollout(self, n_envs: int) -> RolloutBuffer:
         """Empty rollout storage for ``n_envs`` envs, its actions shaped and typed for the head."""
-        action_shape = () if self.discrete else self.action_space.shape
-        dtype = np.float32 if self.action_kind == "box" else np.int64
+        if self.action_layout is not None:  # one float32 row per action, each leaf its columns
+            action_shape: tuple[int, ...] = (self.action_layout.width,)
+        else:
+            action_shape = () if self.discrete else self.action_space.shape
+        dtype = np.float32 if self.action_kind in ("box", "composite") else np.int64
         return RolloutBuffer(self.config.n_steps, n_envs, self.obs_shape, action_shape, dtype, obs_dtype=self.obs_dtype)
 
     def ready(self) -> bool:
@@ -544,6 +555,24 @@ class OnPolicyAgent(Agent):
                 metrics["policy_std"] = float(self._sde_action_std(latent).mean())
         elif self.log_std is not None:
             metrics["policy_std"] = float(self.log_std.detach().exp().mean())
+        if self.action_layout is not None:
+            with torch.no_grad():
+                metrics.update(self._head_entropies(self._forward(self.actor, batch.obs), batch.actions, batch.masks))
+        return metrics
+
+    def _head_entropies(self, out: torch.Tensor, actions: torch.Tensor, masks: torch.Tensor | None) -> dict[str, float]:
+        """Each head's mean entropy over the rollout (policy outputs ``out`` for its ``actions``), as the
+        signals ``entropy/<path>`` (a hybrid branch's heads over the rows that chose it)."""
+        assert self.action_layout is not None
+        with torch.no_grad():
+            terms = head_terms(out, self.log_std, actions, self.action_layout, masks)
+        metrics = {}
+        for leaf, t in zip(self.action_layout.leaves, terms, strict=True):
+            if t.weight is None:
+                value = t.entropy.mean()
+            else:
+                value = (t.entropy * t.weight).sum() / t.weight.sum().clamp(min=1.0)
+            metrics[f"entropy/{leaf.path}"] = float(value)
         return metrics
 
     @staticmethod

@@ -47,8 +47,9 @@ class PPOConfig(OnPolicyConfig):
 
 @register
 class PPO(OnPolicyAgent):
-    """Proximal policy optimization for Discrete, MultiDiscrete, MultiBinary and Box action spaces
-    (action masks honoured for Discrete and MultiDiscrete), on several envs.
+    """Proximal policy optimization for Discrete, MultiDiscrete, MultiBinary and Box action spaces, and Dict /
+    Tuple ones of those (one head per leaf, hybrid actions: docs/actions.md), with action masks honoured for
+    the discrete heads, on several envs.
 
     Example::
 

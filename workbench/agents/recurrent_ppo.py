@@ -32,6 +32,7 @@ from ..memory.rollout import RolloutBuffer, compute_gae
 from ..schedules import as_schedule
 from ..validation import checked, choice, integer
 from .base import AgentState, Step, Transitions, register
+from .composite import composite_terms, sample_composite
 from .heads import PolicyHead, frozen
 from .memory_nets import GRUMemory, GTrXLMemory, MemoryNetwork
 from .networks import drawn_like as _from_generator
@@ -119,7 +120,8 @@ class RecurrentNetwork(nn.Module):
 @register
 class RecurrentPPO(OnPolicyAgent):
     """PPO with LSTM policy and value networks, for Discrete, MultiDiscrete, MultiBinary and Box
-    actions (with action masks for Discrete and MultiDiscrete) on several envs.
+    actions and Dict / Tuple ones of those (docs/actions.md), with action masks for the discrete heads,
+    on several envs.
 
     Example::
 
@@ -153,6 +155,9 @@ class RecurrentPPO(OnPolicyAgent):
         self.log_std: nn.Parameter | None = None
         if self.action_kind == "box":
             self.log_std = nn.Parameter(torch.full((n_out,), float(c.log_std_init)))
+            params.append(self.log_std)
+        elif self.action_layout is not None and len(self.action_layout.box_columns):
+            self.log_std = nn.Parameter(torch.full((len(self.action_layout.box_columns),), float(c.log_std_init)))
             params.append(self.log_std)
         self._params = params
         self._sde_weights = None
@@ -243,6 +248,17 @@ class RecurrentPPO(OnPolicyAgent):
         rows = self._rows
         out, state[:, :rows] = self.actor.unroll(x, used[:, :rows], no_starts)
         out = out[0]
+        if self.action_layout is not None:  # a composite space: one head per leaf (workbench.agents.composite)
+            masks = None if mask is None else self._tensor(mask)
+            layout = self.action_layout
+            actions, chosen = sample_composite(out, self.log_std, layout, masks, deterministic, self.generator)
+            if not self.training:
+                return Step(self._host(actions))
+            values, state[:, rows:] = self.critic.unroll(x, used[:, rows:], no_starts)
+            if chosen is None:  # deterministic while training (evaluation): the log-probabilities of the modes
+                chosen, _ = composite_terms(out, self.log_std, actions, layout, masks)
+            extras = {"values": self._host(values[0, :, 0]), "log_probs": self._host(chosen)}
+            return Step(self._host(actions), {**extras, self._state_key: self._host(used)})
         categorical = mask is not None or self.action_kind in ("multidiscrete", "multibinary")
         masks = None if mask is None else self._tensor(mask)
         if categorical:
@@ -359,7 +375,13 @@ class RecurrentPPO(OnPolicyAgent):
             out, _ = self.actor.unroll(obs[:, e], first[e, :rows], starts[:, e])
             values, _ = self.critic.unroll(obs[:, e], first[e, rows:], starts[:, e])
             mb_actions = actions[:, e].reshape(-1, *actions.shape[2:])
-            if rollout.masks is not None or self.action_kind in ("multidiscrete", "multibinary"):
+            if self.action_layout is not None:
+                mb_masks = None if rollout.masks is None else self._tensor(rollout.masks[:, self._host(e)])
+                mb_masks = None if mb_masks is None else mb_masks.reshape(-1, mb_masks.shape[-1])
+                log_prob, entropy = composite_terms(
+                    out.flatten(0, 1), self.log_std, mb_actions, self.action_layout, mb_masks
+                )
+            elif rollout.masks is not None or self.action_kind in ("multidiscrete", "multibinary"):
                 mb_masks = None if rollout.masks is None else self._tensor(rollout.masks[:, self._host(e)])
                 mb_masks = None if mb_masks is None else mb_masks.reshape(-1, mb_masks.shape[-1])
                 flat_out = out.flatten(0, 1)
@@ -385,6 +407,11 @@ class RecurrentPPO(OnPolicyAgent):
         metrics["explained_variance"] = self.explained_variance(rollout.values, returns)
         if self.log_std is not None:
             metrics["policy_std"] = float(self.log_std.detach().exp().mean())
+        if self.action_layout is not None:
+            with torch.no_grad():
+                out, _ = self.actor.unroll(obs, first[:, :rows], starts)
+                masks = None if rollout.masks is None else self._tensor(rollout.masks.reshape(steps * n_envs, -1))
+                metrics.update(self._head_entropies(out.flatten(0, 1), actions.flatten(0, 1), masks))
         return metrics
 
     # -- declared state -----------------------------------------------------------------------

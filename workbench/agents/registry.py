@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from gymnasium import spaces
 
+from ..envs.composite import ActionLayout, is_composite
 from ..envs.core import describe_space
 from ..envs.masks import mask_size
 from ..validation import any_of, checked, choice, flag, is_live, optional, validate_config
@@ -151,6 +152,11 @@ def mask_refusal(algorithm: str, action_space: spaces.Space) -> ActionMaskError:
         )
         return ", ".join(names) or "none of the built-in agents"
 
+    if mask_size(action_space) is None and is_composite(action_space):
+        return ActionMaskError(
+            f"{algorithm} has no head to mask in the action space {describe_space(action_space)}: a composite "
+            "space's masks apply to its Discrete and MultiDiscrete leaves, and it has none. Leave the mask out"
+        )
     if mask_size(action_space) is None:
         return ActionMaskError(
             f"{algorithm} does not take action masks in the action space {describe_space(action_space)}: "
@@ -174,6 +180,8 @@ def check_action_space(cls: type[Agent], action_space: spaces.Space) -> None:
             f"{cls.__name__} cannot act in the action space {describe_space(action_space)}: "
             f"it needs a {kinds} action space. Agents that fit this space: {which}."
         )
+    if is_composite(action_space):
+        ActionLayout(action_space)  # a leaf no head fits is refused here, by its path
 
 
 def make_config(cls: type[Agent], hyperparameters: dict[str, Any]) -> Any:

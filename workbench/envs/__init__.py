@@ -5,7 +5,8 @@ The bottom layer: it imports nothing else of the package, so a worker process ca
 :mod:`workbench.envs.core` without importing torch (``workbench/parallel/_worker.py``; ``import workbench``
 loads its names on first use).
 
-Importing it registers the partially observed test tasks ``CartPoleNoVel-v1`` and ``PendulumNoVel-v1`` with
+Importing it registers ``MoveOrShoot-v0`` (:mod:`workbench.envs.hybrid`, a hybrid discrete-continuous action task)
+and the partially observed test tasks ``CartPoleNoVel-v1`` and ``PendulumNoVel-v1`` with
 gymnasium (by name: :mod:`workbench.envs.testing` loads when one is made), so every agent, session and worker
 process, which all import this package, can make them by id.
 """
@@ -69,3 +70,5 @@ for _id, _entry in (("CartPoleNoVel-v1", "cartpole_no_velocity"), ("PendulumNoVe
         # The inner env already has its time limit; no checker on top of the inner env's one.
         _gym.register(_id, entry_point=f"workbench.envs.testing:{_entry}", disable_env_checker=True)
 del _id, _entry
+if "MoveOrShoot-v0" not in _gym.registry:  # the hybrid action task (workbench.envs.hybrid)
+    _gym.register("MoveOrShoot-v0", entry_point="workbench.envs.hybrid:MoveOrShootEnv")

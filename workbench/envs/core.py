@@ -38,6 +38,7 @@ import numpy as np
 from gymnasium import spaces
 
 from .atari import GAME_END_KEY, training_wrapper
+from .composite import ActionLayout, composite_layout, is_composite
 from .masks import MaskReader, check_masks, strip_mask_obs, strip_mask_space
 
 __all__ = [
@@ -407,12 +408,22 @@ def check_env(env: Any, *, skip_render_check: bool = True) -> None:
 
     The library never does this on its own, since stepping an application's env may be slow or
     have side effects; call it when you want the check. Raises what the checker raises.
+
+    A composite (Dict / Tuple) action space is checked for leaves the agents' heads fit, and the mask its
+    first state offers, if any, for mirroring the space (``workbench.envs.composite``): a ``ValueError``
+    naming the leaf otherwise.
     """
     from gymnasium.utils.env_checker import check_env as gym_check_env
 
     source = as_env_source(env)
     instance = source.instance if source.instance is not None else source.make()
     gym_check_env(instance.unwrapped, skip_render_check=skip_render_check)
+    if is_composite(instance.action_space):
+        ActionLayout(instance.action_space)  # a leaf no head fits is named here
+        result = instance.reset(seed=0)
+        MaskReader(instance, instance.action_space).read(
+            _unpack_reset(result, "env.reset"), result[1]
+        )  # a per-head mask that does not fit
 
 
 # -- observations ----------------------------------------------------------------------------
@@ -579,7 +590,8 @@ def observation_flattener(space: spaces.Space) -> Callable[[Any], np.ndarray]:
 def env_action_converter(action_space: spaces.Space) -> Callable[[Any], Any]:
     """The function that turns one agent action into what the env's ``step`` wants: a Python
     int for Discrete, an array clipped to the bounds for Box, an array of the space's dtype for
-    MultiDiscrete and MultiBinary, anything else as it is. The one
+    MultiDiscrete and MultiBinary, the dict / tuple of numpy values for a composite space (from the
+    agents' flat row, :mod:`workbench.envs.composite`), anything else as it is. The one
     action converter: training, workers and play all use it."""
     if isinstance(action_space, spaces.Discrete):
         return int
@@ -594,6 +606,16 @@ def env_action_converter(action_space: spaces.Space) -> Callable[[Any], Any]:
     if isinstance(action_space, spaces.MultiDiscrete | spaces.MultiBinary):
         multi_dtype = action_space.dtype  # the agents compute them as int64 or float32 arrays
         return lambda action: np.asarray(action).astype(multi_dtype, copy=False)
+    if composite_layout(action_space) is not None:
+        # An agent's flat row (or an application's structure, checked) as the dict / tuple the env takes.
+        layout = ActionLayout(action_space)
+
+        def structured(action: Any) -> Any:
+            if isinstance(action, dict | tuple | list) or np.asarray(action).dtype.kind in "biuf":
+                return layout.structure(layout.row(action))
+            return action  # not an action of the space at all: as it is, for the env to refuse
+
+        return structured
     return lambda action: action
 
 

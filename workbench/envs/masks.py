@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from .composite import ActionLayout, composite_layout, is_composite
+
 __all__ = [
     "MASK_KEY",
     "MaskReader",
@@ -52,6 +54,9 @@ def mask_size(action_space: spaces.Space) -> int | None:
         return int(action_space.n)
     if isinstance(action_space, spaces.MultiDiscrete):
         return int(np.sum(action_space.nvec))
+    layout = composite_layout(action_space)
+    if layout is not None:  # the discrete leaves' masks one after the other (envs/composite.py)
+        return layout.mask_width or None
     return None
 
 
@@ -79,6 +84,8 @@ def check_masks(
     size = mask_size(action_space)
     if size is None:
         raise ValueError(f"{where}: action masks need a Discrete or MultiDiscrete action space, got {action_space}")
+    if is_composite(action_space):
+        masks = _composite_rows(masks, action_space, where)
     arr = np.asarray(masks)
     if arr.dtype != bool:
         if arr.dtype.kind not in "biuf" or not np.isin(arr, (0, 1)).all():
@@ -96,6 +103,9 @@ def check_masks(
         if empty.any():
             row = int(np.flatnonzero(empty)[0])
             which = "" if (lo, hi) == (0, size) else f" in action dimension {_segments(action_space).index((lo, hi))}"
+            if is_composite(action_space):
+                paths = {(a, b): p for a, b, p in ActionLayout(action_space).mask_segments()}
+                which = f" for the leaf {paths[(lo, hi)]!r}"
             env = f" (env {row})" if len(arr) > 1 else ""
             raise ValueError(
                 f"{where}{env} allows no action{which}: every state needs at least one valid action; "
@@ -104,8 +114,29 @@ def check_masks(
     return arr
 
 
+def _composite_rows(masks: Any, action_space: spaces.Space, where: str) -> np.ndarray:
+    """A composite space's masks (a structure mirroring the space, a list of them, or flat rows) as rows."""
+    layout = ActionLayout(action_space)
+    if isinstance(masks, dict | tuple):
+        return layout.mask_row(masks, where)[None]
+    if isinstance(masks, list) and masks:
+        if isinstance(action_space, spaces.Tuple) and len(masks) == len(action_space.spaces):
+            try:  # one state's mask of a Tuple space as a list (JSON has no tuples)
+                return layout.mask_row(masks, where)[None]
+            except ValueError:
+                pass
+        if not all(isinstance(m, list | np.ndarray) and all(np.isscalar(v) for v in m) for m in masks):
+            return np.stack([layout.mask_row(m, f"{where} (row {i})") for i, m in enumerate(masks)])
+    arr = np.asarray(masks)
+    if arr.ndim in (1, 2) and arr.shape[-1] == layout.mask_width:
+        return arr
+    return layout.mask_row(masks, where)[None]  # raises, saying what the mask should be
+
+
 def _segments(action_space: spaces.Space) -> list[tuple[int, int]]:
     """The mask's slice of each action dimension."""
+    if is_composite(action_space):
+        return [(lo, hi) for lo, hi, _ in ActionLayout(action_space).mask_segments()]
     if isinstance(action_space, spaces.MultiDiscrete):
         ends = np.cumsum(np.asarray(action_space.nvec).reshape(-1))
         return [(int(a), int(b)) for a, b in zip([0, *ends[:-1]], ends, strict=True)]
@@ -122,6 +153,9 @@ def masked_choice(masks: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 def sample_action(action_space: spaces.Space, mask: np.ndarray | None) -> Any:
     """A random action of ``action_space`` (its own generator), among the allowed ones given a mask."""
+    if is_composite(action_space):
+        layout = ActionLayout(action_space)
+        return layout.structure(layout.sample(np.random.default_rng(action_space.np_random.integers(2**62)), mask))
     if mask is None:
         return action_space.sample()
     if isinstance(action_space, spaces.MultiDiscrete):

@@ -42,6 +42,7 @@ from gymnasium import spaces
 
 __all__ = [
     "BitMatch",
+    "DictOfDiscretes",
     "MaskVelocity",
     "MaskedActionError",
     "MaskedTarget",
@@ -379,3 +380,23 @@ def cartpole_no_velocity(**kwargs: Any) -> gym.Env:
 def pendulum_no_velocity(**kwargs: Any) -> gym.Env:
     """Pendulum-v1 without the angular velocity (``PendulumNoVel-v1``)."""
     return MaskVelocity(gym.make("Pendulum-v1", **kwargs))
+
+
+class DictOfDiscretes(gym.ActionWrapper):
+    """A ``MultiDiscrete`` env whose action space becomes a ``Dict`` of one ``Discrete`` leaf per dimension
+    (keys ``"d0"``, ``"d1"``... in the dimensions' order): the composite space equivalent to the MultiDiscrete,
+    on which PPO's heads, draws and losses match the MultiDiscrete's (``benchmarks/composite.py``). Its masks
+    (the env's flat rows) are the composite space's flat mask rows unchanged."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        nvec = np.asarray(env.action_space.nvec).reshape(-1)  # type: ignore[attr-defined]
+        if len(nvec) > 10:
+            raise ValueError(
+                f"DictOfDiscretes keys its leaves d0..d9 (sorted as the dimensions): {len(nvec)} is too many"
+            )
+        self.action_space = spaces.Dict({f"d{i}": spaces.Discrete(int(n)) for i, n in enumerate(nvec)})
+
+    def action(self, action: Any) -> np.ndarray:
+        """The Dict action as the wrapped env's MultiDiscrete array."""
+        return np.array([int(action[f"d{i}"]) for i in range(len(self.action_space.spaces))], dtype=np.int64)  # type: ignore[attr-defined]

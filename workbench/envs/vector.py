@@ -14,6 +14,7 @@ import numpy as np
 from gymnasium import spaces
 
 from .atari import GAME_END_KEY, training_wrapper
+from .composite import ActionLayout, composite_layout
 from .core import (
     EnvMethodError,
     EnvOutputError,
@@ -201,16 +202,28 @@ class VectorEnvAdapter:
                 raise ValueError(
                     f"{self._where('step')}: the envs gave info[{MASK_KEY!r}] at reset but not now: give it every time"
                 )
-            mask = np.asarray(found[0])
+            mask = self._mask_rows(found[0], n)
         elif self._mask_source == "obs":
-            mask = np.asarray(obs[MASK_KEY])
+            mask = self._mask_rows(obs[MASK_KEY], n)
         else:
-            mask = np.asarray(self.call("action_masks"))
+            mask = self._mask_rows(list(self.call("action_masks")), self.num_envs)
             if rows is not None:
                 mask = mask[rows]
         return check_masks(
             mask, self.action_space, f"the env's action mask at step {self.step_count}", allow_empty=final
         )
+
+    def _mask_rows(self, masks: Any, n: int) -> np.ndarray:
+        """The envs' masks as rows: a composite space's batched structure (gymnasium's vector infos hold a
+        batch per leaf) or list of structures (``action_masks()`` per env) as flat rows, else the array."""
+        layout = composite_layout(self.action_space)
+        if layout is not None and isinstance(masks, dict | tuple):
+            return layout.batched_mask_rows(masks, n, f"the env's action mask at step {self.step_count}")
+        if layout is not None and isinstance(masks, list):
+            return check_masks(
+                masks, self.action_space, f"the env's action mask at step {self.step_count}", allow_empty=True
+            )
+        return np.asarray(masks)
 
     def _has_method(self, name: str) -> bool:
         """True when every env has ``name`` (through its wrappers). Asked with ``has_wrapper_attr``, which
@@ -474,6 +487,11 @@ def _vector_action_converter(action_space: spaces.Space, n: int) -> Callable[[An
         return lambda actions: np.minimum(np.maximum(np.asarray(actions, dtype=dtype), low), high)
     if isinstance(action_space, spaces.MultiDiscrete | spaces.MultiBinary):
         return lambda actions: np.asarray(actions).astype(action_space.dtype, copy=False)
+    if (
+        composite_layout(action_space) is not None
+    ):  # the structure with a batch per leaf, as gymnasium's vector envs take it
+        layout = ActionLayout(action_space)
+        return lambda actions: layout.structures(actions)
     return lambda actions: actions
 
 

@@ -39,6 +39,7 @@ from ..checkpoint import (
     write_npz,
 )
 from ..envs.columns import join_columns, split_columns
+from ..envs.composite import composite_layout
 from ..envs.core import byte_columns
 from ..files import check_replaceable, write_text
 
@@ -123,6 +124,12 @@ def _first(mask: np.ndarray) -> int:
 
 def _infer_observation_space(obs: np.ndarray) -> spaces.Box:
     return spaces.Box(-np.inf, np.inf, shape=obs.shape[1:], dtype=np.float32)
+
+
+def _action_columns(space: spaces.Space) -> dict[str, list[int]]:
+    """Where each leaf of a composite action space sits in the saved action rows: ``[start, stop)``."""
+    layout = composite_layout(space)
+    return {} if layout is None else {leaf.path: [leaf.start, leaf.stop] for leaf in layout.leaves}
 
 
 def _infer_action_space(actions: np.ndarray) -> spaces.Space:
@@ -250,6 +257,12 @@ class Dataset:
             raise DatasetError(
                 f"{source}: actions have shape {act.shape[1:]} per step, the action space {action_space}"
             )
+        elif (layout := composite_layout(action_space)) is not None and act.shape[1:] != (layout.width,):
+            raise DatasetError(
+                f"{source}: actions have shape {act.shape[1:]} per step; a composite action space's actions are rows "
+                f"of {layout.width} numbers, each leaf's columns in turn ({', '.join(layout.paths)}: "
+                "workbench.envs.composite)"
+            )
         done = arrays["terminated"] | arrays["truncated"]
         if not done[-1]:
             arrays["truncated"][-1] = True  # an unfinished last episode is cut there, like a time limit
@@ -288,6 +301,26 @@ class Dataset:
     def discrete(self) -> bool:
         """True when the actions are indices of a Discrete space."""
         return isinstance(self.action_space, spaces.Discrete)
+
+    def leaf_actions(self) -> dict[str, np.ndarray]:
+        """A composite (Dict / Tuple) action space's actions per leaf, by the leaf's path (``"kind"``,
+        ``"1/shoot"``): each leaf's columns of the action rows in its own shape and dtype (Discrete: its
+        indices, shifted by the space's ``start``; Box values as recorded, before any clipping).
+        ``ValueError`` for a space that is not composite."""
+        layout = composite_layout(self.action_space)
+        if layout is None:
+            raise ValueError(
+                f"leaf_actions() reads a Dict or Tuple action space's leaves; this one is {self.action_space}"
+            )
+        out = {}
+        for leaf in layout.leaves:
+            cols = self.actions[:, leaf.start : leaf.stop]
+            if leaf.kind == "discrete":
+                out[leaf.path] = cols[:, 0].astype(np.int64) + int(leaf.space.start)  # type: ignore[attr-defined]
+            else:
+                dtype = np.float32 if leaf.kind == "box" else np.int64
+                out[leaf.path] = cols.astype(dtype).reshape(len(cols), *(leaf.space.shape or ()))
+        return out
 
     def episode_bounds(self) -> list[tuple[int, int]]:
         """``(start, stop)`` row ranges of the episodes, in order."""
@@ -672,6 +705,7 @@ class Dataset:
             "action_space": space_to_json(self.action_space),
             "has_log_probs": self.log_probs is not None,
             "metadata": self.metadata,
+            **({"action_columns": _action_columns(self.action_space)} if composite_layout(self.action_space) else {}),
         }
         write_text(meta_path, json.dumps(meta, indent=1), owner="Dataset.save", kind=_KIND, ours=_is_our_meta)
         self.path = os.path.abspath(path)

@@ -179,6 +179,8 @@ class Server:
             self.codec = self.envs_module.ObservationCodec(vec.observation_space)
             if type(vec.action_space).__name__ == "Discrete":  # the parent sends int64 actions
                 self.action_dtype, self.action_shape = self.np.int64, ()
+            elif (layout := self.envs_module.composite_layout(vec.action_space)) is not None:
+                self.action_dtype, self.action_shape = self.np.float32, (layout.width,)  # the agents' flat rows
             else:
                 self.action_dtype, self.action_shape = self.np.float32, vec.action_space.shape
             return ("ok", vec.game_ends is not None)  # whether step answers carry game ends

@@ -215,7 +215,7 @@ def check_act(agent: Agent, request: dict[str, Any]) -> tuple[Hashable | None, A
     if mask is not None:
         from ..envs.masks import check_masks
 
-        _mask_values(mask)
+        _mask_values(mask, agent.action_layout is not None)
         try:
             mask = check_masks(mask, agent.action_space, "action_mask")[0]
         except ValueError as exc:
@@ -223,13 +223,26 @@ def check_act(agent: Agent, request: dict[str, Any]) -> tuple[Hashable | None, A
     return episode, obs, mask, _seq(request)
 
 
-def _mask_values(mask: Any) -> None:
-    if not isinstance(mask, list) or not all(isinstance(m, bool) for m in mask):
-        raise RequestError(
-            f"action_mask must be a list of true/false, one per action, got {mask!r}",
-            field="action_mask",
-            kind="TypeError",
-        )
+def _mask_values(mask: Any, composite: bool = False) -> None:
+    """A JSON mask's values: a list of booleans; for a composite (Dict / Tuple) action space also an object
+    or array mirroring the space, with a list of booleans or null at each leaf (its shape checked after)."""
+
+    def fits(value: Any, top: bool) -> bool:
+        if isinstance(value, list) and all(isinstance(m, bool) for m in value):
+            return True
+        if not composite:
+            return False
+        if value is None:
+            return not top
+        if isinstance(value, dict):
+            return all(isinstance(k, str) and fits(v, False) for k, v in value.items())
+        return isinstance(value, list) and all(fits(v, False) for v in value)
+
+    if not fits(mask, True):
+        what = "a list of true/false, one per action"
+        if composite:
+            what += ", or an object / array mirroring the action space with such a list (or null) per discrete leaf"
+        raise RequestError(f"action_mask must be {what}, got {mask!r}", field="action_mask", kind="TypeError")
 
 
 def check_feedback(
@@ -258,7 +271,7 @@ def check_feedback(
         if not isinstance(info, dict):
             raise RequestError(f"info must be an object, got {info!r}", field="info", kind="TypeError")
         if "action_mask" in info:
-            _mask_values(info["action_mask"])
+            _mask_values(info["action_mask"], agent.action_layout is not None)
     return episode, reward, next_obs, flags[0], flags[1], info, _seq(request)
 
 
