@@ -252,9 +252,12 @@ class RecurrentPPO(OnPolicyAgent):
             masks = None if mask is None else self._tensor(mask)
             layout = self.action_layout
             actions, chosen = sample_composite(out, self.log_std, layout, masks, deterministic, self.generator)
+            if self.training:
+                values, state[:, rows:] = self.critic.unroll(x, used[:, rows:], no_starts)
+            if env_rows is not None:
+                full[index] = state
             if not self.training:
                 return Step(self._host(actions))
-            values, state[:, rows:] = self.critic.unroll(x, used[:, rows:], no_starts)
             if chosen is None:  # deterministic while training (evaluation): the log-probabilities of the modes
                 chosen, _ = composite_terms(out, self.log_std, actions, layout, masks)
             extras = {"values": self._host(values[0, :, 0]), "log_probs": self._host(chosen)}
