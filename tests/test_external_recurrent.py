@@ -109,3 +109,25 @@ def test_a_served_recurrent_session_keeps_each_clients_memory():
             remote.close()
     # Over HTTP and JSON, the actions of the same calls in process (to JSON's float precision).
     np.testing.assert_allclose(served.reshape(-1), _actions_of_a("gtrxl").reshape(-1), rtol=1e-6, atol=1e-7)
+
+
+def test_deciding_for_some_envs_keeps_the_others_memory_with_composite_actions():
+    composite = spaces.Dict({"kind": spaces.Discrete(3), "power": spaces.Box(-1.0, 1.0, (2,), np.float32)})
+
+    def agent():
+        return wb.RecurrentPPO(observation_space=OBS, action_space=composite, seed=0, **SMALL, memory="gru")
+
+    fresh, moved = agent(), agent()
+    moved.decide(np.ones((1, 2), np.float32), rows=[1])  # env 1 alone: a different draw, env 0's memory untouched
+    fresh.decide(np.full((1, 2), 9.0, np.float32), rows=[1])
+    first = np.full((1, 2), 0.5, np.float32)
+    np.testing.assert_array_equal(
+        fresh.decide(first, deterministic=True, rows=[0]).actions,
+        moved.decide(first, deterministic=True, rows=[0]).actions,
+    )
+    # And env 1's memory did move: the same observation there now gives other outputs in the two agents.
+    again = np.full((1, 2), 0.25, np.float32)
+    assert not np.array_equal(
+        fresh.decide(again, deterministic=True, rows=[1]).actions,
+        moved.decide(again, deterministic=True, rows=[1]).actions,
+    )
