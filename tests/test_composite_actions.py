@@ -101,7 +101,7 @@ def test_unsupported_leaf_is_refused_by_its_path():
 
 @pytest.mark.parametrize("cls", [wb.DQN, wb.SAC, wb.TD3, wb.DDPG, wb.QRDQN])
 def test_agents_without_composite_heads_refuse_at_construction(cls):
-    with pytest.raises(ValueError, match=r"Dict.*Agents that fit this space: A2C, PPO, RecurrentPPO"):
+    with pytest.raises(ValueError, match=r"Dict.*Agents that fit this space: A2C, APPO, IMPALA, PPO, RecurrentPPO"):
         cls(DictEnv())
 
 
@@ -407,3 +407,14 @@ def test_ray_workers_step_composite_actions():
         assert session.status == "finished" and "entropy/1/move" in session.signals
     finally:
         ray.shutdown()
+
+
+@pytest.mark.parametrize("cls", [wb.APPO, wb.IMPALA])
+def test_the_asynchronous_agents_take_hybrid_actions_with_a_signal_per_head(cls):
+    agent = cls("MoveOrShoot-v0", seed=0, n_envs=2, n_steps=8)
+    session = wb.Session(agent, "MoveOrShoot-v0", seed=0)
+    session.run(steps=48)
+    assert agent.num_updates > 0 and np.isfinite(session.signals["loss"].last)
+    assert {"entropy/0", "entropy/1/move", "entropy/1/shoot"} <= set(session.signals)
+    choice, params = agent.act(np.array([0.5], np.float32))
+    assert int(choice) in (0, 1) and set(params) == {"move", "shoot"}

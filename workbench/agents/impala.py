@@ -193,4 +193,7 @@ class IMPALA(OnPolicyAgent):
         self._sde_weights = None
         if self.log_std is not None and not self.use_sde:
             metrics["policy_std"] = float(self.log_std.detach().exp().mean())
+        if self.action_layout is not None:  # a composite space: each head's entropy signal, as PPO's
+            with torch.no_grad():
+                metrics.update(self._head_entropies(self._forward(self.actor, batch.obs), batch.actions, batch.masks))
         return metrics
