@@ -418,3 +418,16 @@ def test_the_asynchronous_agents_take_hybrid_actions_with_a_signal_per_head(cls)
     assert {"entropy/0", "entropy/1/move", "entropy/1/shoot"} <= set(session.signals)
     choice, params = agent.act(np.array([0.5], np.float32))
     assert int(choice) in (0, 1) and set(params) == {"move", "shoot"}
+
+
+def test_the_dashboard_plots_each_heads_entropy_once_recorded():
+    from workbench.ui.view_model import MAX_HEAD_PLOTS, default_signals
+
+    agent = wb.PPO("MoveOrShoot-v0", seed=0, **SMALL)
+    assert not any(name.startswith("entropy/") for name in default_signals(agent, ["episode_reward", "loss"]))
+    session = wb.Session(agent, "MoveOrShoot-v0", seed=0)
+    session.run(steps=32)
+    plots = default_signals(agent, session.signals.names())
+    assert plots[0] == "episode_reward" and {"entropy/0", "entropy/1/move", "entropy/1/shoot"} <= set(plots)
+    many = [f"entropy/{i}" for i in range(9)]
+    assert sum(name.startswith("entropy/") for name in default_signals(agent, many)) == MAX_HEAD_PLOTS

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ACTIVE",
     "ENDED",
+    "MAX_HEAD_PLOTS",
     "SERVED_PLOTS",
     "DashboardView",
     "SeriesView",
@@ -60,11 +61,17 @@ def default_signals(algorithm: Agent | str, recorded: Iterable[str] = ()) -> tup
     records them; another one gets ``episode_reward`` and the loss-like signals it has recorded
     (``loss`` when it recorded none yet). A served session that takes experience batches from
     local-inference clients adds its ingestion rate and the batches' staleness (``serve_ingested_per_second``,
-    ``serve_policy_lag``) once they are recorded.
+    ``serve_policy_lag``) once they are recorded. A composite (Dict / Tuple) action space adds a plot per
+    head, its entropy ``entropy/<path>`` (the first :data:`MAX_HEAD_PLOTS` heads), once recorded.
     """
     names = set(recorded)
     served = tuple(name for name in SERVED_PLOTS if name in names)
-    return _algorithm_signals(algorithm, names) + served
+    heads = tuple(sorted(name for name in names if name.startswith("entropy/")))[:MAX_HEAD_PLOTS]
+    return _algorithm_signals(algorithm, names) + heads + served
+
+
+MAX_HEAD_PLOTS = 4
+"""The most per-head entropy plots a dashboard shows at first (more heads: pick them with ``signals=``)."""
 
 
 SERVED_PLOTS = ("serve_ingested_per_second", "serve_policy_lag")
