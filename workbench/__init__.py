@@ -70,6 +70,7 @@ if TYPE_CHECKING:  # what a type checker and an editor see; at run time __getatt
     from .presets import PRESETS, Preset, preset
     from .run.registry import sessions
     from .schedules import Schedule, linear
+    from .selfplay import League, SelfPlay
     from .serve import RemoteSession
     from .session import Session
     from .signals import Signal, SignalSet
@@ -106,6 +107,7 @@ _NAMES: dict[str, str] = {
     "ICM": ".agents.intrinsic",
     "IPPO": ".agents",
     "IQL": ".agents",
+    "League": ".selfplay",
     "MAPPO": ".agents",
     "NonFiniteLossError": ".validation",
     "OrnsteinUhlenbeckNoise": ".exploration",
@@ -121,6 +123,7 @@ _NAMES: dict[str, str] = {
     "RolloutBuffer": ".memory",
     "SAC": ".agents",
     "Schedule": ".schedules",
+    "SelfPlay": ".selfplay",
     "Session": ".session",
     "Signal": ".signals",
     "SignalSet": ".signals",
@@ -184,6 +187,7 @@ __all__ = [
     "ICM",
     "IPPO",
     "IQL",
+    "League",
     "MAPPO",
     "MLflow",
     "NonFiniteLossError",
@@ -203,6 +207,7 @@ __all__ = [
     "RolloutBuffer",
     "SAC",
     "Schedule",
+    "SelfPlay",
     "Session",
     "Signal",
     "SignalSet",
