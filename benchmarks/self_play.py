@@ -36,13 +36,13 @@ GAMES: dict[str, dict[str, Any]] = {
     "tictactoe": {
         "module": "tictactoe_v3",
         "references": ["random", "minimax"],
-        "ppo": {"n_steps": 512, "batch_size": 128, "n_epochs": 4, "ent_coef": 0.01, "learning_rate": 3e-4},
+        "ppo": {"n_steps": 1024, "batch_size": 256, "n_epochs": 10, "ent_coef": 0.01, "learning_rate": 1e-3},
         "league": {"snapshot_every": 5, "window": 20, "sampling": "pfsp", "latest_share": 0.2},
     },
     "connect_four": {
         "module": "connect_four_v3",
         "references": ["random", "lookahead"],
-        "ppo": {"n_steps": 1024, "batch_size": 256, "n_epochs": 4, "ent_coef": 0.01, "learning_rate": 3e-4},
+        "ppo": {"n_steps": 1024, "batch_size": 256, "n_epochs": 10, "ent_coef": 0.01, "learning_rate": 1e-3},
         "league": {"snapshot_every": 5, "window": 20, "sampling": "pfsp", "latest_share": 0.2},
     },
 }

@@ -209,3 +209,52 @@ def test_parallel_env_game_and_errors() -> None:
         fresh.reset(seed=0)
     with pytest.raises(ValueError, match="other spaces"):
         fresh.bind(wb.PPO(wb.SelfPlay(connect_four_v3.env)))
+
+
+def test_a_person_plays_the_board_by_clicks_and_is_recorded() -> None:
+    from workbench.human import BoardPlay
+
+    env, agent, session = _session()
+    session.run(steps=64 * 2)
+    play = wb.HumanPlay(env, opponent="snapshot_2", seed=0)
+    assert isinstance(play, BoardPlay) and play.person == "player_1" and play.board().sum() == 0
+    with pytest.raises(ValueError, match="not legal"):
+        play.move(9)
+    view = play.widget()  # the board as buttons: a click is the person's move, the agent replies
+    view.squares[1][1].click()
+    board = play.board()
+    assert board[1, 1] == 1 and (board == 2).sum() == 1 and view.squares[1][1].description == "X"
+    assert view.squares[1][1].disabled
+    while not play.over:
+        play.move(int(np.flatnonzero(play.legal)[0]))
+    assert play.episodes == 1 and sum(play.results.values()) == 1
+    assert "game over" in view.status.value
+    with pytest.raises(ValueError, match="game is over"):
+        play.move(0)
+    ds = play.dataset  # demonstrations in the learner's observation format
+    assert ds.observations.shape[1] == 18 and ds.terminated[-1] and ds.num_episodes == 1
+    wb.BC(dataset=ds)  # fits an agent of the same env
+    play.new_game()  # the seats swap: the agent opens
+    assert play.person == "player_2" and (play.board() == 2).sum() == 1
+    vs_agent = wb.HumanPlay(env, opponent=agent)
+    assert vs_agent.opponent is agent
+    four = wb.SelfPlay(connect_four_v3.env)
+    four.bind(wb.PPO(four))
+    drop = wb.HumanPlay(four)
+    assert drop.columns and drop.click(0, 3)  # any square of a column drops a piece to its bottom
+    assert drop.board()[5, 3] == 1
+
+
+def test_dashboard_shows_the_rating_and_the_league_table() -> None:
+    pytest.importorskip("ipywidgets")
+    from workbench.ui.dashboard import league_html
+
+    env, _, session = _session()
+    session.run(steps=64 * 2)
+    dash = wb.Dashboard(session)
+    assert dash.signal_select.value[0] == "rating"
+    dash.refresh()
+    html = dash.league_table.value
+    assert "snapshot_2" in html and "latest" in html and "win rate" in html
+    assert league_html(env.league.table()).count("<tr>") == env.league.pool_size + 2
+    dash.close()

@@ -158,6 +158,12 @@ class SelfPlay(gym.Env):
         self.learner = agent
         self._opponent_agent = agent_like(agent, device="cpu").eval()
 
+    def new_game(self) -> TwoPlayerGame:
+        """A fresh copy of the game, apart from the one training plays (evaluations and human play use one)."""
+        return TwoPlayerGame(
+            self._eval_game_source if self._factory is not None else copy.deepcopy(self._eval_game_source)
+        )
+
     def opponent_agent(self, name: str = LATEST) -> Agent:
         """An agent of the learner's build holding ``name``'s weights (a snapshot, or ``"latest"``): what
         plays the learner's past self, and what a person plays against (``wb.HumanPlay``)."""
@@ -250,7 +256,7 @@ class SelfPlay(gym.Env):
         fixed = self.references[against] if isinstance(against, str) and against in self.references else None
         fixed = fixed or reference_player(against)
         if self._eval_game is None:
-            self._eval_game = TwoPlayerGame(self._eval_game_source)
+            self._eval_game = self.new_game()
         game = self._eval_game
         rng = np.random.default_rng(seed)
         counts = {"win": 0, "draw": 0, "loss": 0}

@@ -285,7 +285,7 @@ class League:
         losses and win rate against it, and its chance to be picked next (the notebook's table)."""
         probs = self.probabilities()
         rows = []
-        for s in self.snapshots:
+        for s in list(self.snapshots):  # a copy: the dashboard reads it while the training thread adds
             rows.append({**s.info(), "win_rate": self.win_rate(s.name), "pick": probs.get(s.name, 0.0)})
         w, d, lo = self.latest_results
         rows.append(
