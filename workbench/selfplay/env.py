@@ -28,7 +28,7 @@ from gymnasium import spaces
 
 from ..agents.contract import Agent
 from ..agents.saving import agent_like
-from .games import Player, TwoPlayerGame, reference_player
+from .games import Player, TwoPlayerGame, is_pettingzoo_env, reference_player
 from .league import LATEST, League
 
 __all__ = ["SelfPlay", "play_game"]
@@ -112,7 +112,7 @@ class SelfPlay(gym.Env):
             raise ValueError(f"SelfPlay reference_every={reference_every!r}: a positive number of updates or None")
         if isinstance(reference_games, bool) or not isinstance(reference_games, int) or reference_games < 1:
             raise ValueError(f"SelfPlay reference_games={reference_games!r}: a positive number of games")
-        self._factory = game if callable(game) and not hasattr(game, "possible_agents") else None
+        self._factory = None if is_pettingzoo_env(game) or not callable(game) else game
         self.game = TwoPlayerGame(game)
         # Evaluations play on their own copy, so they never disturb a game in progress.
         self._eval_game_source: Any = self._factory if self._factory is not None else copy.deepcopy(self.game.env)

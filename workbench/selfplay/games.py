@@ -157,6 +157,14 @@ def _is_parallel(env: Any) -> bool:
     return isinstance(env, ParallelEnv)
 
 
+def is_pettingzoo_env(env: Any) -> bool:
+    """Whether ``env`` is a PettingZoo env (AEC or parallel) rather than a factory of one."""
+    try:
+        return _is_aec(env) or _is_parallel(env)
+    except ImportError:
+        return False
+
+
 def make_game(game: Any) -> Any:
     """The AEC env of ``game``: an AEC env, a ParallelEnv (converted by ``parallel_to_aec``), or a
     zero-argument factory (a game module's ``env`` function) returning one."""
