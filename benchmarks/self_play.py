@@ -49,9 +49,17 @@ GAMES: dict[str, dict[str, Any]] = {
 
 
 def run(
-    game: str, seed: int, steps: int, eval_every: int, eval_games: int, final_games: int, ppo: dict[str, Any]
+    game: str,
+    seed: int,
+    steps: int,
+    eval_every: int,
+    eval_games: int,
+    final_games: int,
+    ppo: dict[str, Any],
+    out: Path | None = None,
 ) -> dict[str, Any]:
-    """Train one seed on one game; the curves of rating and reference results, the final results."""
+    """Train one seed on one game; the curves of rating and reference results, the final results. With
+    ``out``, the run so far is written there after every evaluation (``"final": null`` until the end)."""
     import importlib
 
     import workbench as wb
@@ -74,15 +82,36 @@ def run(
         for ref in spec["references"]:
             point[ref] = env.evaluate(agent, ref, games=eval_games, seed=session.steps)
         curve.append(point)
+        if out is not None:
+            out.write_text(
+                json.dumps(_row(game, seed, steps, spec, env, agent, None, final_games, curve, train_s, wall))
+            )
         shown = ", ".join(
             f"{r} w{point[r]['win']:.2f}/d{point[r]['draw']:.2f}/l{point[r]['loss']:.2f}" for r in spec["references"]
         )
         print(f"  {game} seed {seed} @ {session.steps}: rating {point['rating']:.0f}, {shown}", flush=True)
     final = {ref: env.evaluate(agent, ref, games=final_games, seed=10_000 + seed) for ref in spec["references"]}
+    return _row(game, seed, steps, spec, env, agent, final, final_games, curve, train_s, wall)
+
+
+def _row(
+    game: str,
+    seed: int,
+    steps: int,
+    spec: dict[str, Any],
+    env: Any,
+    agent: Any,
+    final: dict[str, Any] | None,
+    final_games: int,
+    curve: list[dict[str, Any]],
+    train_s: float,
+    wall: float,
+) -> dict[str, Any]:
     return {
         "game": game,
         "seed": seed,
-        "steps": session.steps,
+        "budget": steps,
+        "steps": agent.num_timesteps,
         "updates": agent.num_updates,
         "ppo": spec["ppo"],
         "league": spec["league"],
@@ -91,6 +120,7 @@ def run(
         "final_rating": env.league.rating,
         "final": final,
         "final_games": final_games,
+        "eval_games": curve[0][spec["references"][0]]["games"] if curve else 0,
         "curve": curve,
         "train_s": train_s,
         "wall_s": time.perf_counter() - wall,
@@ -112,8 +142,17 @@ def table(rows: list[dict[str, Any]]) -> str:
         "vs scripted (win / draw / loss) | goal | train s |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in sorted(rows, key=lambda r: (r["game"], r["seed"])):
+    for r in sorted(rows, key=lambda r: (r["game"], r.get("budget", r["steps"]), r["seed"])):
         refs = GAMES[r["game"]]["references"]
+        if r["final"] is None:  # stopped before its end: its last evaluation, marked so
+            last = r["curve"][-1]
+            cells = [f"{last[ref]['win']:.2f} / {last[ref]['draw']:.2f} / {last[ref]['loss']:.2f}*" for ref in refs]
+            lines.append(
+                f"| {r['game']} | {r['seed']} | {r['steps']:,} of {r['budget']:,} | {r['updates']} | "
+                f"{r['curve'][0]['rating']:.0f} → {r['final_rating']:.0f} | {cells[0]} | {refs[1]}: {cells[1]} | "
+                f"unfinished | {r['train_s']:.0f} |"
+            )
+            continue
         cells = []
         for ref in refs:
             f = r["final"][ref]
@@ -126,10 +165,37 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def curves(rows: list[dict[str, Any]]) -> str:
+    """Over training, per run: at each evaluation the league's Elo rating and the score (win + draw / 2)
+    against each reference."""
+    lines = ["| game | seed | steps: rating, score vs random, score vs scripted |", "|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (r["game"], r.get("budget", r["steps"]), r["seed"])):
+        refs = GAMES[r["game"]]["references"]
+        points = []
+        for p in r["curve"]:
+            scores = ", ".join(f"{p[ref]['win'] + p[ref]['draw'] / 2:.2f}" for ref in refs)
+            points.append(f"{p['steps'] // 1000}k: {p['rating']:.0f}, {scores}")
+        lines.append(f"| {r['game']} | {r['seed']} | {'; '.join(points)} |")
+    return "\n".join(lines)
+
+
 def render() -> str:
     """Rewrite the table in docs/self_play.md from the stored results; returns the table."""
     rows = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("self_play__*.json"))]
-    text = table(rows) + f"\n\n{rows[0]['final_games'] if rows else 0:,} final games per reference and seed."
+    games = max((r["final_games"] for r in rows), default=0)
+    evals = max((r.get("eval_games", 0) for r in rows), default=0)
+    text = (
+        table(rows)
+        + f"\n\n{games:,} final games per reference and seed (half from each seat, the agent greedy)"
+        + (
+            f"; `*`: a run stopped before its budget, its last evaluation ({int(evals)} games) shown"
+            if any(r["final"] is None for r in rows)
+            else ""
+        )
+        + ". Rating: the league's Elo of the learner at the first evaluation and at the end."
+        + "\n\nOver training (every evaluation):\n\n"
+        + curves(rows)
+    )
     doc = DOC.read_text()
     start, end = doc.index(BEGIN) + len(BEGIN), doc.index(END)
     DOC.write_text(doc[:start] + "\n" + text + "\n" + doc[end:])
@@ -157,8 +223,8 @@ def main() -> None:
     torch.set_num_threads(1)
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         ppo = {k: json.loads(v) for k, v in (item.split("=", 1) for item in args.ppo)}
-        row = run(args.game, seed, args.steps, args.eval_every, args.eval_games, args.final_games, ppo)
-        out = args.out / f"self_play__{args.game}__seed{seed}.json"
+        out = args.out / f"self_play__{args.game}__{args.steps}__seed{seed}.json"
+        row = run(args.game, seed, args.steps, args.eval_every, args.eval_games, args.final_games, ppo, out)
         out.write_text(json.dumps(row, indent=1))
         print(f"{args.game} seed {seed}: final {row['final']}, rating {row['final_rating']:.0f}, {row['wall_s']:.0f} s")
 
