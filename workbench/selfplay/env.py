@@ -197,7 +197,8 @@ class SelfPlay(gym.Env):
         super().reset(seed=seed)
         self._require_learner()
         assert self._opponent_agent is not None
-        if seed is not None and self.league.seed is None and not self._seeded:
+        fresh = self.league.games == 0 and not self.league.snapshots  # a reopened league keeps its generator
+        if seed is not None and self.league.seed is None and not self._seeded and fresh:
             self.league.rng = np.random.default_rng(seed)  # the session's seed, unless the league has its own
             self._seeded = True
         self.opponent = self.league.sample()
