@@ -83,6 +83,24 @@ def test_snapshot_every_updates() -> None:
     assert league.names == ["snapshot_3", "snapshot_6"]
 
 
+def test_past_selves_sample_their_policy() -> None:
+    """An opponent that always played its best move would teach the learner one line of each game."""
+    env = wb.SelfPlay(tictactoe_v3.env)
+    agent = wb.PPO(env, seed=0)
+    env.bind(agent)
+    obs = {"observation": np.zeros(18, np.float32), "action_mask": np.ones(9, np.int8)}
+    opponent = env.opponent_agent("latest")
+    assert len({int(opponent.act(obs)) for _ in range(40)}) > 1
+    assert len({int(opponent.act(obs, deterministic=True)) for _ in range(10)}) == 1
+    env.reset(seed=0)
+    openings = set()
+    for seed in range(40):  # the opponent's opening moves vary from game to game
+        obs, info = env.reset(seed=seed)
+        if info["seat"] == "player_2":
+            openings.add(int(np.flatnonzero(obs["observation"][1::2])[0]))
+    assert len(openings) > 1
+
+
 @pytest.mark.parametrize(
     "kwargs",
     [

@@ -156,7 +156,9 @@ class SelfPlay(gym.Env):
                 "SelfPlay.bind: the agent was built for other spaces; build it on this env: wb.PPO(selfplay_env)"
             )
         self.learner = agent
-        self._opponent_agent = agent_like(agent, device="cpu").eval()
+        # In training mode, so that act(deterministic=False) samples: a play-mode agent always plays its best move,
+        # and past selves that never vary their play teach the learner one line of each game. It never learns.
+        self._opponent_agent = agent_like(agent, device="cpu")
 
     def new_game(self) -> TwoPlayerGame:
         """A fresh copy of the game, apart from the one training plays (evaluations and human play use one)."""
@@ -166,9 +168,10 @@ class SelfPlay(gym.Env):
 
     def opponent_agent(self, name: str = LATEST) -> Agent:
         """An agent of the learner's build holding ``name``'s weights (a snapshot, or ``"latest"``): what
-        plays the learner's past self, and what a person plays against (``wb.HumanPlay``)."""
+        plays the learner's past self, and what a person plays against (``wb.HumanPlay``). It samples its
+        policy with ``act(obs)`` and plays its best move with ``act(obs, deterministic=True)``; it never learns."""
         learner = self._require_learner()
-        player = agent_like(learner, device="cpu").eval()
+        player = agent_like(learner, device="cpu")  # acting mode: act(deterministic=False) samples its policy
         self._load(player, name)
         return player
 
