@@ -47,7 +47,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         ),
     ),
     ("memory", ("workbench.memory",)),
-    ("agents", ("workbench.agents", "workbench.presets", "workbench.offline.ope")),
+    ("agents", ("workbench.agents", "workbench.presets", "workbench.offline.ope", "workbench.selfplay")),
     ("parallel", ("workbench.parallel",)),
     ("tracking", ("workbench.tracking",)),
     ("run", ("workbench.run", "workbench.offline.recording", "workbench.offline.source", "workbench.card")),

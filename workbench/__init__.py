@@ -72,6 +72,7 @@ if TYPE_CHECKING:  # what a type checker and an editor see; at run time __getatt
     from .presets import PRESETS, Preset, preset
     from .run.registry import sessions
     from .schedules import Schedule, linear
+    from .selfplay import League, SelfPlay
     from .serve import RemoteSession
     from .session import Session
     from .signals import Signal, SignalSet
@@ -110,6 +111,7 @@ _NAMES: dict[str, str] = {
     "IMPALA": ".agents",
     "IPPO": ".agents",
     "IQL": ".agents",
+    "League": ".selfplay",
     "MAPPO": ".agents",
     "NonFiniteLossError": ".validation",
     "OrnsteinUhlenbeckNoise": ".exploration",
@@ -125,6 +127,7 @@ _NAMES: dict[str, str] = {
     "RolloutBuffer": ".memory",
     "SAC": ".agents",
     "Schedule": ".schedules",
+    "SelfPlay": ".selfplay",
     "Session": ".session",
     "Signal": ".signals",
     "SignalSet": ".signals",
@@ -190,6 +193,7 @@ __all__ = [
     "IMPALA",
     "IPPO",
     "IQL",
+    "League",
     "MAPPO",
     "MLflow",
     "NonFiniteLossError",
@@ -209,6 +213,7 @@ __all__ = [
     "RolloutBuffer",
     "SAC",
     "Schedule",
+    "SelfPlay",
     "Session",
     "Signal",
     "SignalSet",

@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,7 +34,11 @@ from .envs.core import as_env_source, env_action_converter, is_atari_id, is_mina
 from .offline.datasets import Dataset
 from .video import render_env
 
-__all__ = ["HumanPlay", "KeyMap", "default_mapping", "normalize_key", "play_in_window"]
+if TYPE_CHECKING:
+    from .agents.contract import Agent
+    from .selfplay import SelfPlay
+
+__all__ = ["BoardPlay", "HumanPlay", "KeyMap", "default_mapping", "normalize_key", "play_in_window"]
 
 # Key names a mapping may use: what the page's keyboard events (KeyboardEvent.key) and pygame's key
 # names become under normalize_key, beside any one character ("a", "1", "+").
@@ -191,6 +195,12 @@ class HumanPlay:
         episodes: stop the clock after this many episodes (None: play on).
         max_steps: cut an episode after this many steps (recorded as truncated).
     """
+
+    def __new__(cls, env: Any = None, *args: Any, **kwargs: Any) -> HumanPlay:
+        # A self-play board game (wb.SelfPlay) is played by clicks against the agent: a BoardPlay.
+        if cls is HumanPlay and _is_selfplay(env):
+            return super().__new__(BoardPlay)
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -425,6 +435,239 @@ class HumanPlay:
 
         display(self.widget())
         self.start()
+
+
+def _is_selfplay(env: Any) -> bool:
+    """Whether ``env`` is a ``wb.SelfPlay`` (without importing self-play, and torch, for other envs)."""
+    module = sys.modules.get("workbench.selfplay.env")
+    return module is not None and isinstance(env, module.SelfPlay)
+
+
+class BoardPlay(HumanPlay):
+    """A person plays a two-player board game (Tic-Tac-Toe, Connect Four) against the agent or one of its
+    past selves, by clicks; ``wb.HumanPlay(selfplay_env)`` makes one. Every game the person plays is recorded
+    (:attr:`dataset`) in the learner's observation format, as demonstrations.
+
+    Example::
+
+        play = wb.HumanPlay(env, opponent="snapshot_40")   # env: the wb.SelfPlay of a session
+        play                                               # in a notebook: click a square (a column)
+        play.move(4)                                       # from code: the person's move, then the reply
+        play.results, play.dataset
+
+    Parameters:
+        env: the :class:`~workbench.SelfPlay` env (bound to its learner: a session's).
+        opponent: ``"latest"`` (the learner's current weights), a snapshot's name, or an agent.
+        first: the person moves first in the first game (the seats alternate from game to game).
+        deterministic: the opponent plays its policy's best move (False: it samples).
+        seed: seeds the game and the fixed players.
+    """
+
+    def __init__(
+        self,
+        env: SelfPlay,
+        opponent: str | Agent = "latest",
+        *,
+        first: bool = True,
+        deterministic: bool = True,
+        seed: int | None = None,
+    ) -> None:
+        from .agents.contract import Agent
+
+        if not _is_selfplay(env):
+            raise TypeError(f"BoardPlay plays a wb.SelfPlay game, got {type(env).__name__}")
+        self.selfplay = env
+        self.opponent_name = opponent if isinstance(opponent, str) else type(opponent).__name__
+        self.opponent = opponent if isinstance(opponent, Agent) else env.opponent_agent(opponent)
+        self.game = env.new_game()
+        self.deterministic = bool(deterministic)
+        self.seed = seed
+        self.env_name = type(self.game.env.unwrapped).__name__
+        shape = self.game.inner_space.shape or (int(self.game.action_space.n),)
+        self.rows, self.cols = (int(shape[0]), int(shape[1])) if len(shape) >= 2 else (1, int(shape[0]))
+        # Connect Four's actions are columns; Tic-Tac-Toe's are squares.
+        self.columns = int(self.game.action_space.n) == self.cols and self.rows > 1
+        self._lock = threading.RLock()
+        self._listeners: list[Any] = []
+        self._episodes: list[dict[str, list[Any]]] = []
+        self._dataset: Dataset | None = None
+        self.returns: list[float] = []
+        """The person's score of each finished game (1 a win, 0.5 a draw, 0 a loss)."""
+        self.steps = 0
+        """Moves the person made, over all games."""
+        self._person_first = bool(first)
+        self._games_started = 0
+        self.new_game()
+
+    @property
+    def results(self) -> dict[str, int]:
+        """The person's wins, draws and losses so far."""
+        return {
+            "wins": sum(r == 1.0 for r in self.returns),
+            "draws": sum(r == 0.5 for r in self.returns),
+            "losses": sum(r == 0.0 for r in self.returns),
+        }
+
+    def new_game(self) -> None:
+        """Start a game (the seats swap each game); the agent opens when it moves first."""
+        with self._lock:
+            seed = None if self.seed is None else self.seed + self._games_started
+            first = self._person_first == (self._games_started % 2 == 0)
+            self._games_started += 1
+            self.game.reset(seed=seed)
+            self.person = self.game.players[0 if first else 1]
+            self.agent_seat = self.game.players[1 if first else 0]
+            self._current = {k: [] for k in ("obs", "actions", "rewards", "next_obs", "terminated", "truncated")}
+            self._given = 0.0
+            self._recorded = False
+            self._reply()
+        self._notify()
+
+    def _reply(self) -> None:
+        while not self.game.over and self.game.current == self.agent_seat:
+            _, flat, mask = self.game.observe(self.agent_seat)
+            obs = {"observation": flat, "action_mask": mask}
+            self.game.step(int(self.opponent.act(obs, deterministic=self.deterministic)))
+
+    def _obs_row(self) -> np.ndarray:
+        # The row the learner's agents see: the observation flattened, the mask left out (as a recorded session).
+        return np.asarray(self.game.observe(self.person)[1], dtype=np.float32)
+
+    @property
+    def over(self) -> bool:
+        """True when the current game has ended."""
+        return self.game.over
+
+    @property
+    def legal(self) -> np.ndarray:
+        """The person's legal moves now (a bool per action; none once the game is over)."""
+        if self.game.over:
+            return np.zeros(int(self.game.action_space.n), bool)
+        return self.game.observe(self.person)[2].astype(bool)
+
+    def board(self) -> np.ndarray:
+        """The board as ``rows x cols`` ints: 0 empty, 1 the person's pieces, 2 the agent's."""
+        raw = np.asarray(self.game.observe(self.person)[0])
+        if raw.ndim == 3 and raw.shape[-1] == 2:
+            return (raw[..., 0].astype(int) + 2 * raw[..., 1].astype(int)).reshape(self.rows, self.cols)
+        return raw.reshape(self.rows, self.cols).astype(int)
+
+    def action_at(self, row: int, col: int) -> int:
+        """The move a click on square (``row``, ``col``) means: the square (Tic-Tac-Toe), its column (Connect Four)."""
+        return int(col) if self.columns else int(row) * self.cols + int(col)
+
+    def click(self, row: int, col: int) -> bool:
+        """A click on a square: the person's move there when it is legal (then the agent replies). True if moved."""
+        action = self.action_at(row, col)
+        if self.game.over or not self.legal[action]:
+            return False
+        self.move(action)
+        return True
+
+    def move(self, action: int) -> float:
+        """The person's move ``action``, then the agent's reply; a finished game is recorded. Returns the
+        person's reward. ``ValueError`` for an illegal move or a move after the game ended."""
+        with self._lock:
+            if self.game.over:
+                raise ValueError("the game is over: call new_game() to play another")
+            if not 0 <= int(action) < len(self.legal) or not self.legal[int(action)]:
+                raise ValueError(f"move {action} is not legal now; legal moves: {np.flatnonzero(self.legal).tolist()}")
+            obs = self._obs_row()
+            self.game.step(int(action))
+            self._reply()
+            total = self.game.returns[self.person]
+            reward, self._given = total - self._given, total
+            c = self._current
+            c["obs"].append(obs)
+            c["actions"].append(np.asarray(int(action)))
+            c["rewards"].append(float(reward))
+            c["next_obs"].append(self._obs_row())
+            c["terminated"].append(bool(self.game.over))
+            c["truncated"].append(False)
+            self.steps += 1
+            if self.game.over and not self._recorded:
+                self._recorded = True
+                self._episodes.append(c)
+                self.returns.append(self.game.outcome(self.person))
+                self._dataset = None
+        self._notify()
+        return float(reward)
+
+    def status(self) -> str:
+        """The game's state in words (shown above the board)."""
+        if self.game.over:
+            score = self.game.outcome(self.person)
+            said = "you win" if score == 1.0 else "a draw" if score == 0.5 else "the agent wins"
+            return f"game over: {said}"
+        return f"your move (you play {self.person}, against {self.opponent_name})"
+
+    def _notify(self) -> None:
+        for listener in list(self._listeners):
+            listener()
+
+    @property
+    def episodes(self) -> int:
+        """Games finished (and recorded)."""
+        return len(self.returns)
+
+    @property
+    def dataset(self) -> Dataset:
+        """The person's finished games as a :class:`~workbench.Dataset` in the learner's observation format
+        (ready for ``wb.BC(dataset=...)`` on the same ``SelfPlay`` env)."""
+        with self._lock:
+            if not self._episodes:
+                raise ValueError("no game was finished yet: play one to the end first")
+            if self._dataset is None:
+
+                def cat(key: str, dtype: Any = None) -> np.ndarray:
+                    return np.asarray([x for e in self._episodes for x in e[key]], dtype=dtype)
+
+                self._dataset = Dataset.from_arrays(
+                    cat("obs", np.float32),
+                    cat("actions"),
+                    cat("rewards", np.float64),
+                    cat("next_obs", np.float32),
+                    cat("terminated", bool),
+                    cat("truncated", bool),
+                    observation_space=self.selfplay.observation_space,
+                    action_space=self.selfplay.action_space,
+                    metadata={"source": f"human:{self.env_name}", "episodes": len(self._episodes)},
+                )
+            return self._dataset
+
+    def step(self) -> float:
+        """Nothing to step on a clock: a board game moves on clicks (:meth:`move`)."""
+        return 0.0
+
+    def start(self) -> BoardPlay:
+        """A board game has no clock: nothing to start."""
+        return self
+
+    def stop(self) -> None:
+        """A board game has no clock: nothing to stop."""
+
+    @property
+    def running(self) -> bool:
+        """Always False: a board game has no clock."""
+        return False
+
+    def close(self) -> None:
+        """Close the game's env."""
+        self.game.close()
+
+    def __repr__(self) -> str:
+        marks = {0: ".", 1: "X", 2: "O"}
+        rows = "\n".join("".join(marks[int(v)] for v in row) for row in self.board())
+        return f"<BoardPlay {self.env_name} vs {self.opponent_name}: {self.results}; {self.status()}>\n{rows}"
+
+    def widget(self) -> Any:
+        """The notebook widget: the board as buttons to click, the game's state, a new-game button."""
+        existing = getattr(self, "_widget", None)
+        if existing is None:
+            from . import views
+
+            existing = self._widget = views.view("board", self)
+        return existing
 
 
 _DISPLAY_DRIVERS = ("kmsdrm", "fbcon", "directfb", "rpi", "vivante", "evdev")  # SDL drivers that need no X/Wayland

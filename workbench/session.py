@@ -36,6 +36,7 @@ from .run.control import CONTROL_TIMEOUT_S
 from .run.interrupts import interruptible
 from .run.persistence import read_saved, restore, write_run
 from .run.videos import eval_source, evaluate, video_folder
+from .selfplay import SelfPlay
 from .signals import DEFAULT_MAX_POINTS, SignalSet
 from .validation import (
     ArgumentError,
@@ -188,6 +189,7 @@ class Session:
                 f"Session needs an agent such as wb.PPO(env) as its first argument, got {type(agent).__name__}"
             )
         source, loop = _source_and_loop(agent, env, dataset, eval_env)
+        selfplay = _selfplay_env(agent, source, num_workers)
         if isinstance(source, EnvSource):  # HER takes the env's compute_reward
             agent.bind_env(source)
         arguments = {name: value for name, value in locals().items() if name in _ARGUMENT_CHECKS}
@@ -219,6 +221,7 @@ class Session:
             ope_dataset=offline_loop.attach_dataset(agent, dataset, ope_every, ope_dataset),
             dataset=dataset,
             recorder=None if record is None else Recorder(record, agent),
+            selfplay=selfplay,
         )
         self._ctx = RunContext(self, state, loop, sinks)  # experiment trackers are fed from the signals
         _warm_views()
@@ -615,6 +618,19 @@ def _source_and_loop(agent: Agent, env: Any, dataset: Any, eval_env: Any) -> tup
     else:
         _check_same_spaces(agent, *source.spaces())
     return source, EnvLoop()
+
+
+def _selfplay_env(agent: Agent, source: Any, num_workers: int) -> SelfPlay | None:
+    """The run's :class:`~workbench.SelfPlay` env, bound to ``agent`` (None for other envs)."""
+    if not isinstance(source, EnvSource) or not isinstance(source.instance, SelfPlay):
+        return None
+    if num_workers != 1:
+        raise ValueError(
+            f"Session num_workers={num_workers} with a wb.SelfPlay env: self-play steps its game in the training "
+            "thread, where its opponents act with the learner's weights; use num_workers=1"
+        )
+    source.instance.bind(agent)
+    return source.instance
 
 
 def _checkpoint_dir(agent: Agent, every: int | None, directory: str | os.PathLike[str] | None) -> str | None:

@@ -25,7 +25,16 @@ from .base import AGENTS, MULTI_AGENTS, OFFLINE_AGENTS, Agent, AgentState
 from .encoders import BUILTIN_ENCODERS, import_encoder
 from .intrinsic import intrinsic_from_dict
 
-__all__ = ["acting_agent", "agent_from_run", "config_of", "known_algorithms", "load", "open_saved", "read_saved"]
+__all__ = [
+    "acting_agent",
+    "agent_from_run",
+    "agent_like",
+    "config_of",
+    "known_algorithms",
+    "load",
+    "open_saved",
+    "read_saved",
+]
 
 
 def config_of(algorithm: str) -> type | None:
@@ -201,6 +210,22 @@ def acting_agent(description: dict[str, Any], tensors: dict[str, torch.Tensor], 
     except (KeyError, TypeError, ValueError, RuntimeError) as exc:
         raise CheckpointError(f"{label}: cannot build the {cls.__name__} agent ({exc})") from None
     return agent
+
+
+def agent_like(agent: Agent, *, device: Any = "cpu") -> Agent:
+    """A new agent of ``agent``'s build (class, spaces, hyperparameters, seed) on ``device``, its
+    networks freshly initialised: what holds another copy of its weights (self-play's opponents load
+    snapshots into one). Built as a saved run is, so a custom encoder is taken from the agent itself."""
+    target = parse_device(device, "agent_like")
+    hyper = {f.name: getattr(agent.config, f.name) for f in dataclasses.fields(agent.config)}
+    hyper = _precision_for(hyper, target, type(agent).__name__)
+    return type(agent)(
+        observation_space=agent.observation_space,
+        action_space=agent.action_space,
+        seed=agent.seed,
+        device=device,
+        **hyper,
+    )
 
 
 def load(path: str | os.PathLike[str], *, allow_encoders: Sequence[str] | None = None, device: Any = "cpu") -> Agent:

@@ -172,6 +172,8 @@ class RunContext:
         with self.control.inside("agent.update"):
             metrics = agent.update()
         losses.check(metrics, agent.num_updates, state.steps)
+        if state.selfplay is not None:  # the league's snapshot rule, ratings and reference games
+            metrics = {**metrics, **state.selfplay.after_update(agent)}
         now = state.elapsed
         for name, value in metrics.items():
             state.signals.record(name, state.steps, value, now)

@@ -65,10 +65,14 @@ def write_run(ctx: Any, path: str | os.PathLike[str], *, memory: bool = False, o
             "ope_dataset": getattr(state.ope_dataset, "path", None),
         },
     }
+    tensors = saved.tensors
+    if state.selfplay is not None:  # self-play: the league (snapshots' weights, ratings, sampling state)
+        meta["league"] = state.selfplay.league.meta()
+        tensors = {**tensors, **state.selfplay.league.tensors()}
     return checkpoint.write_run(
         path,
         meta=meta,
-        tensors=saved.tensors,
+        tensors=tensors,
         signals=state.signals,
         memory=agent.memory_arrays() if memory else None,
         overwrite=overwrite,
@@ -86,6 +90,8 @@ class SavedRun:
     signals: dict[str, Any]
     counters: dict[str, Any]
     offline: bool
+    league: tuple[Any, dict[str, Any], str] | None = None
+    """A self-play run's league: (its meta, the run's tensors, the label errors name)."""
 
 
 def read_saved(
@@ -97,6 +103,7 @@ def read_saved(
     with open_saved(path) as run:
         agent = agent_from_run(run, memory=True, allow_encoders=allow_encoders, device=device).train()
         signals = run.signals()
+        league = (run.meta["league"], run.tensors(), run.label(checkpoint.META)) if "league" in run.meta else None
     saved = run.meta.get("session", {})
     if env is not None and external:
         raise TypeError("Session.reopen got an env and external=True: an external session has no env")
@@ -119,13 +126,22 @@ def read_saved(
             )
             raise ValueError(f"{path}: the run was trained on an env built by the application; {hint}")
     kwargs.setdefault("seed", saved.get("seed"))
-    return SavedRun(agent=agent, env=env, kwargs=kwargs, signals=signals, counters=saved, offline=offline)
+    return SavedRun(
+        agent=agent, env=env, kwargs=kwargs, signals=signals, counters=saved, offline=offline, league=league
+    )
 
 
 def restore(ctx: Any, saved: SavedRun) -> None:
     """Put a saved run's signals and counters back into a freshly built run (``ctx``), so that it
     continues exactly where it stopped."""
     state, counters = ctx.state, saved.counters
+    if saved.league is not None:
+        if state.selfplay is None:
+            raise ValueError(
+                "the run was trained by self-play: reopen it on a wb.SelfPlay env of the same game, "
+                "Session.reopen(path, wb.SelfPlay(game)); its league is restored into that env's league"
+            )
+        state.selfplay.league.load_state(*saved.league)
     for name, sig in saved.signals.items():
         state.signals.signal(name).extend(*sig.snapshot())
     state.episodes = int(counters.get("episodes", 0))

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from ..agents.base import Agent
     from ..envs.core import EnvSource
     from ..offline.recording import Recorder
+    from ..selfplay import SelfPlay
     from ..signals import SignalSet
     from ..video import VideoSettings
     from .live_edits import Event
@@ -79,6 +80,8 @@ class RunState:
     dataset: Any = None
     """The :class:`~workbench.Dataset` learned from or started with (a saved run names its path)."""
     recorder: Recorder | None = None
+    selfplay: SelfPlay | None = None
+    """A self-play run's :class:`~workbench.SelfPlay` env: its league snapshots after updates, saves with the run."""
     sinks: list[Any] = dataclasses.field(default_factory=list)
     episodes: int = 0
     """Episodes ended so far."""

@@ -32,6 +32,7 @@ _VIEWS = {
     "population": (".population_view", "PopulationDashboard"),
     "play": (".play_viewer", "PlayViewer"),
     "human": (".human_view", "HumanPlayView"),
+    "board": (".board_view", "BoardView"),
 }
 
 

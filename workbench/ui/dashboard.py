@@ -205,8 +205,11 @@ class Dashboard(RunView):
             raise ValueError(f"unknown x_axis {x_axis!r}; choose one of {', '.join(X_AXES)}")
         if isinstance(signals, str):
             signals = (signals,)
+        league = session.run_state.selfplay.league if session.run_state.selfplay is not None else None
         if signals is None:
             signals = default_signals(session.agent, session.signals.names())
+            if league is not None:  # self-play: the learner's Elo rating first
+                signals = ("rating", *(s for s in signals if s != "rating"))
         if max_points < 4:
             raise ValueError(f"max_points must be at least 4, got {max_points}")
         if not isinstance(smoothing, int) or smoothing < 1:
@@ -304,6 +307,11 @@ class Dashboard(RunView):
         self.log_scale.add_class("wb-log-scale")
         self.plots = widgets.Box(layout={"display": "flex", "flex_flow": "row wrap", "width": "100%"})
         self.plots.add_class("wb-plots")
+        self.league = league
+        self.league_table = widgets.HTML()  # self-play: the win-rate table against the pool
+        self.league_table.add_class("wb-league")
+        if league is None:
+            self.league_table.layout.display = "none"
         self.video_panel = VideoPanel(session)  # the latest evaluation video beside the plots (session.videos)
         self.signal_select.observe(self._on_view_change, names="value")
         self.smoothing.observe(self._on_view_change, names="value")
@@ -340,6 +348,7 @@ class Dashboard(RunView):
                 self.error_box,
                 view,
                 widgets.HBox([self.plots, self.video_panel], layout={"width": "100%", "align_items": "flex-start"}),
+                self.league_table,
             ],
             "wb-dashboard",
         )
@@ -563,6 +572,8 @@ class Dashboard(RunView):
         if not self._ticking or view.status not in ACTIVE or now - self._plotted_at >= _PLOT_EVERY_S:
             self._plotted_at = now
             self._refresh_plots()
+            if self.league is not None:
+                self.league_table.value = league_html(self.league.table())
         self.view = view
 
     # -- the picture left behind ----------------------------------------------------------------
@@ -726,6 +737,32 @@ class Dashboard(RunView):
         self._command(lambda: saved.append(self.session.save(path)))
         if saved:
             self.message.value = f"saved to <code class='wb-saved'>{html.escape(saved[0])}</code>"
+
+
+def league_html(rows: list[dict[str, Any]]) -> str:
+    """A self-play league's table (``League.table()``) as HTML: each pool member's rating, the learner's
+    wins, draws, losses and win rate against it, and its chance to be the next opponent."""
+
+    def cell(value: Any, fmt: str = "{}") -> str:
+        return "<td>-</td>" if value is None else f"<td>{html.escape(fmt.format(value))}</td>"
+
+    head = "".join(f"<th>{h}</th>" for h in ("opponent", "rating", "won", "drawn", "lost", "win rate", "next pick"))
+    body = "".join(
+        "<tr>"
+        + cell(r["name"])
+        + cell(r["rating"], "{:.0f}")
+        + cell(r["wins"])
+        + cell(r["draws"])
+        + cell(r["losses"])
+        + cell(r["win_rate"], "{:.2f}")
+        + cell(r["pick"], "{:.2f}")
+        + "</tr>"
+        for r in reversed(rows)
+    )
+    return (
+        "<div style='font-family:monospace;font-size:12px'><b>league</b> (the learner against each)"
+        f"<table class='wb-league-table'><tr>{head}</tr>{body}</table></div>"
+    )
 
 
 def _subscribe_waker(dash: Dashboard) -> None:
