@@ -33,6 +33,7 @@ __all__ = [
     "AgentConfig",
     "CompileMode",
     "check_action_space",
+    "config_values",
     "make_config",
     "mask_refusal",
     "register",
@@ -182,6 +183,12 @@ def check_action_space(cls: type[Agent], action_space: spaces.Space) -> None:
         )
     if is_composite(action_space):
         ActionLayout(action_space)  # a leaf no head fits is refused here, by its path
+
+
+def config_values(config: Any) -> dict[str, Any]:
+    """A built ``Config``'s hyperparameters by name, as they are (not copied): what builds another agent
+    of the same settings (an acting replica, a self-play opponent)."""
+    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
 
 
 def make_config(cls: type[Agent], hyperparameters: dict[str, Any]) -> Any:

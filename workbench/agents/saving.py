@@ -24,6 +24,7 @@ from ..schedules import schedule_from_dict
 from .base import AGENTS, MULTI_AGENTS, OFFLINE_AGENTS, Agent, AgentState
 from .encoders import BUILTIN_ENCODERS, import_encoder
 from .intrinsic import intrinsic_from_dict
+from .registry import config_values
 
 __all__ = [
     "acting_agent",
@@ -217,7 +218,7 @@ def agent_like(agent: Agent, *, device: Any = "cpu") -> Agent:
     networks freshly initialised: what holds another copy of its weights (self-play's opponents load
     snapshots into one). Built as a saved run is, so a custom encoder is taken from the agent itself."""
     target = parse_device(device, "agent_like")
-    hyper = {f.name: getattr(agent.config, f.name) for f in dataclasses.fields(agent.config)}
+    hyper = config_values(agent.config)
     hyper = _precision_for(hyper, target, type(agent).__name__)
     return type(agent)(
         observation_space=agent.observation_space,

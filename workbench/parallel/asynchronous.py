@@ -17,7 +17,6 @@ releases it in its kernels, so on two cores the learner's update and the envs' s
 
 from __future__ import annotations
 
-import dataclasses
 import queue
 import threading
 import time
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..agents.registry import config_values
 from ..envs.atari import GAME_END_KEY
 from ..loop import Episode, EpisodeTracker, Transitions, env_step, row, stack_transitions
 from .runner import Runner
@@ -73,7 +73,7 @@ class AsyncRunner(Runner):
         self.chunk = int(agent.rollout_steps or 32)
         self._agent = agent  # the learner: its weights are published, its update count dates rollouts
         self._spaces = (agent.observation_space, agent.action_space)
-        config = {f.name: getattr(agent.config, f.name) for f in dataclasses.fields(agent.config)}
+        config = config_values(agent.config)
         # The replica acts on the CPU, eagerly, in fp32, whatever the learner's device: it loads its weights.
         self._config = {**config, **{k: v for k, v in (("compile", False), ("precision", "fp32")) if k in config}}
         self._replica: Any = None

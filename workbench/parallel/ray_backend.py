@@ -29,7 +29,6 @@ running cluster instead. Start Ray yourself (``ray.init()``) to keep it between 
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import threading
 import time
@@ -40,6 +39,7 @@ import numpy as np
 import torch
 
 from ..agents.live import apply_edits
+from ..agents.registry import config_values
 from ..envs.core import EnvMethodError, EnvSource, VecEnv
 from ..loop import Step, Transitions, collect, concat_envs, row
 from .errors import WorkerError
@@ -268,7 +268,7 @@ class RayRunner(Runner):
             actor_options["max_concurrency"] = 2  # stepping() answers while collect() runs
         self._actor_cls = ray.remote(_RolloutWorker).options(**actor_options)
         self._source = source
-        self._config = {f.name: getattr(agent.config, f.name) for f in dataclasses.fields(agent.config)}
+        self._config = config_values(agent.config)
         self._actors: list[Any] = [None] * num_workers
         self._live: list[Any] = []  # what the finalizer kills
         self._finalizer = weakref.finalize(self, _kill_actors, self._live, self.owns_ray)
