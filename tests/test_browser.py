@@ -6,6 +6,7 @@ Pause (the step counter holds) and Stop (the status changes), then runs the rest
 test-artifacts/. Without a browser the test skips, except in CI (CI=true), where it must run.
 """
 
+import contextlib
 import json
 import os
 import re
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -71,28 +73,34 @@ def _write_settings(settings_dir: Path) -> None:
         path.write_text(json.dumps(content))
 
 
-@pytest.fixture(scope="module")
-def jupyter(browser_ready, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("jupyter")
+def code_notebook(cells: list[str]) -> str:
+    """A notebook of code cells, as JSON, for JupyterLab to serve."""
+    return json.dumps(
+        {
+            "cells": [
+                {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": src}
+                for src in cells
+            ],
+            "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
+            "nbformat": 4,
+            "nbformat_minor": 5,
+        }
+    )
+
+
+@contextlib.contextmanager
+def serving_jupyter(tmp: Path, served: Path, env: dict[str, str]) -> Iterator[tuple[str, str]]:
+    """JupyterLab serving ``served`` on a free loopback port with a token, its settings, config and log
+    (``tmp / "jupyter.log"``) under ``tmp``; yields ``(base_url, token)``, then stops it."""
     port, token = _free_port(), secrets.token_hex(16)
     settings = tmp / "settings"
     _write_settings(settings)
-    # Serve a copy of the notebook, so the run it saves lands in the temp dir, not in the checkout.
-    served = tmp / "served"
-    (served / "notebooks").mkdir(parents=True)
-    # Its run must outlast the checks: 100k steps can finish (18 s unloaded) before a slow browser
-    # shows the first points, and a finished run never adds the points the test waits for.
-    source = (ROOT / NOTEBOOK).read_text()
-    longer = re.sub(r"(STEPS = .* else )[0-9_]+", r"\g<1>5_000_000", source, count=1)
-    assert longer != source, f"{NOTEBOOK} no longer sets STEPS = ... else N: update this test"
-    (served / NOTEBOOK).write_text(longer)
-    (served / LOAD_NOTEBOOK).write_text(json.dumps(_load_notebook()))
-    env = {k: v for k, v in os.environ.items() if k != "WB_QUICK"}  # a full-length run to watch
-    env.update(
-        JUPYTER_CONFIG_DIR=str(tmp / "config"),
-        JUPYTER_RUNTIME_DIR=str(tmp / "runtime"),
-        IPYTHONDIR=str(tmp / "ipython"),
-    )
+    env = {
+        **env,
+        "JUPYTER_CONFIG_DIR": str(tmp / "config"),
+        "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"),
+        "IPYTHONDIR": str(tmp / "ipython"),
+    }
     log = open(tmp / "jupyter.log", "w")
     proc = subprocess.Popen(
         [
@@ -126,7 +134,7 @@ def jupyter(browser_ready, tmp_path_factory):
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("JupyterLab did not start:\n" + (tmp / "jupyter.log").read_text()[-3000:])
             time.sleep(0.25)
-        yield base, token, served
+        yield base, token
     finally:
         # SIGTERM to its own process group: the server shuts its kernels down cleanly.
         try:
@@ -136,6 +144,24 @@ def jupyter(browser_ready, tmp_path_factory):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         log.close()
+
+
+@pytest.fixture(scope="module")
+def jupyter(browser_ready, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("jupyter")
+    # Serve a copy of the notebook, so the run it saves lands in the temp dir, not in the checkout.
+    served = tmp / "served"
+    (served / "notebooks").mkdir(parents=True)
+    # Its run must outlast the checks: 100k steps can finish (18 s unloaded) before a slow browser
+    # shows the first points, and a finished run never adds the points the test waits for.
+    source = (ROOT / NOTEBOOK).read_text()
+    longer = re.sub(r"(STEPS = .* else )[0-9_]+", r"\g<1>5_000_000", source, count=1)
+    assert longer != source, f"{NOTEBOOK} no longer sets STEPS = ... else N: update this test"
+    (served / NOTEBOOK).write_text(longer)
+    (served / LOAD_NOTEBOOK).write_text(json.dumps(_load_notebook()))
+    env = {k: v for k, v in os.environ.items() if k != "WB_QUICK"}  # a full-length run to watch
+    with serving_jupyter(tmp, served, env) as (base, token):
+        yield base, token, served
 
 
 def _points(page) -> int:

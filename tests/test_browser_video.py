@@ -11,16 +11,9 @@ Screenshots go to test-artifacts/. Skips without Chromium, except in CI (as test
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import secrets
 import shutil
-import signal
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -28,12 +21,12 @@ from test_browser import (
     ARGS,
     CHROMIUM,
     _cell_text,
-    _free_port,
     _run_code_cell,
     _wait_for,
     _wait_for_kernel,
-    _write_settings,
     browser_ready,  # noqa: F401 (a fixture: skips without Chromium)
+    code_notebook,
+    serving_jupyter,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,71 +66,14 @@ PLAYING_JS = """() => {
 @pytest.fixture(scope="module")
 def jupyter(browser_ready, tmp_path_factory):  # noqa: F811
     tmp = tmp_path_factory.mktemp("jupyter-video")
-    port, token = _free_port(), secrets.token_hex(16)
-    settings = tmp / "settings"
-    _write_settings(settings)
     served = tmp / "served"
     (served / "notebooks").mkdir(parents=True)
-    notebook = {
-        "cells": [
-            {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": src}
-            for src in CELLS
-        ],
-        "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
-        "nbformat": 4,
-        "nbformat_minor": 5,
-    }
-    (served / NOTEBOOK).write_text(json.dumps(notebook))
-    (served / HUMAN_NOTEBOOK).write_text(json.dumps({**notebook, "cells": notebook["cells"][2:]}))
+    (served / NOTEBOOK).write_text(code_notebook(CELLS))
+    (served / HUMAN_NOTEBOOK).write_text(code_notebook(CELLS[2:]))
     env = {k: v for k, v in os.environ.items() if k != "WB_QUICK"}
-    env.update(
-        JUPYTER_CONFIG_DIR=str(tmp / "config"),
-        JUPYTER_RUNTIME_DIR=str(tmp / "runtime"),
-        IPYTHONDIR=str(tmp / "ipython"),
-        PYTHONPATH=os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]),
-    )
-    log = open(tmp / "jupyter.log", "w")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "jupyterlab",
-            "--no-browser",
-            "--allow-root",
-            "--ip=127.0.0.1",
-            f"--port={port}",
-            f"--IdentityProvider.token={token}",
-            f"--ServerApp.root_dir={served}",
-            f"--LabApp.user_settings_dir={settings}",
-            f"--LabApp.workspaces_dir={tmp / 'workspaces'}",
-        ],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("JupyterLab did not start:\n" + (tmp / "jupyter.log").read_text()[-3000:])
-            time.sleep(0.25)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    with serving_jupyter(tmp, served, env) as (base, token):
         yield base, token, served
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=20)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        log.close()
 
 
 def _video_plays(page, what: str, timeout_s: float = 60) -> dict:
