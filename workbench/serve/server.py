@@ -1253,14 +1253,15 @@ class Server:
         ingest.remember(experience.client, experience.seq, answer)
         return answer
 
-    async def _policy_websocket(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        """``/policy/ws``: the server sends ``{"version": N, "time": T}`` at once and on every new version."""
+    async def _websocket_opened(self, scope: dict[str, Any], receive: Any, send: Any) -> dict[str, str] | None:
+        """A WebSocket's connect with its token checked: its query parameters, or None when the client
+        left before connecting or was refused (told so, 401)."""
         headers = {key.decode("latin-1").lower(): value.decode("latin-1") for key, value in scope["headers"]}
         query = {key: values[0] for key, values in parse_qs(scope["query_string"].decode("latin-1")).items()}
         if (await receive())["type"] != "websocket.connect":
-            return
+            return None
         if not self._authorized(headers, query):
-            return await self._deny(
+            await self._deny(
                 send,
                 RequestError(
                     "this server needs its token: send the header 'Authorization: Bearer TOKEN' (or ?token=TOKEN)",
@@ -1270,6 +1271,14 @@ class Server:
                 ),
                 scope,
             )
+            return None
+        return query
+
+    async def _policy_websocket(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """``/policy/ws``: the server sends ``{"version": N, "time": T}`` at once and on every new version."""
+        query = await self._websocket_opened(scope, receive, send)
+        if query is None:
+            return
         try:
             await self._start_publishing()
         except RequestError as exc:
@@ -1290,21 +1299,9 @@ class Server:
 
     async def _websocket(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         """``/ws``: a plain ASGI handler (no framework layer between a message and its answer)."""
-        headers = {key.decode("latin-1").lower(): value.decode("latin-1") for key, value in scope["headers"]}
-        query = {key: values[0] for key, values in parse_qs(scope["query_string"].decode("latin-1")).items()}
-        if (await receive())["type"] != "websocket.connect":
+        query = await self._websocket_opened(scope, receive, send)
+        if query is None:
             return
-        if not self._authorized(headers, query):
-            return await self._deny(
-                send,
-                RequestError(
-                    "this server needs its token: send the header 'Authorization: Bearer TOKEN' (or ?token=TOKEN)",
-                    field="token",
-                    kind="PermissionError",
-                    status=401,
-                ),
-                scope,
-            )
         episode: Any = query.get("episode")
         try:
             episode = episode_id({"episode": episode}) if episode is not None else f"ws-{next(self._ws_ids)}"
