@@ -5,7 +5,9 @@ BIN := $(VENV)/bin
 # torch first, as the CPU build: with torch already installed, pip never fetches a CUDA build.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: demo test test-fast lint bench bench-check docs clean
+.PHONY: demo test test-fast lint bench bench-check docs clean node-client
+
+NODE_CLIENT := examples/node_client
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -16,11 +18,18 @@ $(VENV)/.installed: $(BIN)/activate pyproject.toml
 	$(BIN)/pip install -q -e ".[dev]"
 	touch $@
 
+# The Node.js example client's one dependency (onnxruntime-node, CPU build) for tests/test_serve_node.py; where npm
+# is missing the test skips and says so. npm's CUDA download is skipped: the test acts on the CPU.
+node-client:
+	@if command -v npm >/dev/null 2>&1; then \
+		cd $(NODE_CLIENT) && npm install --no-audit --no-fund --onnxruntime-node-install-cuda=skip; \
+	else echo "npm not found: tests/test_serve_node.py will skip"; fi
+
 demo: $(VENV)/.installed
 	$(BIN)/python examples/demo.py
 
 # ruff (lint and format), then the type check of workbench/ (mypy, configured in pyproject.toml), then the tests and the notebooks.
-test: $(VENV)/.installed
+test: $(VENV)/.installed node-client
 	$(BIN)/ruff check workbench tests benchmarks examples notebooks tools
 	$(BIN)/ruff format --check workbench tests benchmarks examples notebooks tools
 	$(BIN)/mypy

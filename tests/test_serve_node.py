@@ -2,8 +2,8 @@
 onnxruntime-node and posts experience batches that a served session learns from.
 
 Skips, saying why, when ``node`` is not on the PATH or ``onnxruntime-node`` is not installed in
-examples/node_client (``npm install --onnxruntime-node-install-cuda=skip`` there; ``make test`` does not
-install it: about 190 MB from the npm registry)."""
+examples/node_client (``npm install --onnxruntime-node-install-cuda=skip`` there; ``make test`` runs it and
+installs it, with npm: about 190 MB from the npm registry)."""
 
 from __future__ import annotations
 
