@@ -82,7 +82,7 @@ def test_layout_rows_and_structures_round_trip():
 
 
 def test_the_env_action_converter_makes_the_structure_from_a_row_or_a_structure():
-    from workbench.envs.core import env_action_converter
+    from workbench.envs.actions import env_action_converter
 
     space = MoveOrShootEnv().action_space
     convert = env_action_converter(space)

@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .envs.core import as_env_source, env_action_converter, is_atari_id, is_minatar_id
+from .envs.actions import env_action_converter
+from .envs.core import as_env_source, is_atari_id, is_minatar_id
 from .offline.datasets import Dataset
 from .video import render_env
 

@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
 
+from .envs.actions import env_action_converter
 from .envs.atari import GAME_END_KEY, real_episodes
-from .envs.core import SUCCESS_KEY, checked_reset, checked_step, env_action_converter
+from .envs.core import SUCCESS_KEY, checked_reset, checked_step
 from .envs.masks import NEXT_MASK_KEY, MaskReader
 
 if TYPE_CHECKING:

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from gymnasium import spaces
 from torch import nn
 
 from ..devices import compiling
@@ -136,8 +135,6 @@ class _MultiAgentPPO(PPO):
     """What IPPO and MAPPO share: the layout from the env (or the saved config), routed networks."""
 
     multi_agent_only = True  # registered in MULTI_AGENTS: never offered for a single-agent env
-    # Composite (Dict / Tuple) actions are PPO's, A2C's and RecurrentPPO's; not yet routed per agent here.
-    action_spaces = (spaces.Discrete, spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)
     _state: str | None = None
     config: Any
 
@@ -306,8 +303,8 @@ class _OwnObservation(nn.Module):
         self.register_buffer("ids", ids if ids is not None else torch.zeros(1, 0))
         self.description = getattr(policy, "description", "")
 
-    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
-        """Actions for ``(obs[, agent_index][, action_mask])``."""
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        """Actions for ``(obs[, agent_index][, action_mask])`` (one tensor per leaf for a composite space)."""
         obs, rest = inputs[0].float(), list(inputs[1:])
         parts = [nn.functional.pad(obs, (0, self.pad)) if self.pad else obs]
         if self.state_dim:
@@ -350,7 +347,8 @@ def export_policies(
     ``"action_mask"`` key left out; a shorter one is padded with zeros to ``obs`` width), and, for a policy
     shared by several agents that reads their ids (MAPPO; PPO on ``wb.with_agent_ids(env)``), ``agent_index``
     (int64, ``(batch,)``: the agent's place in the sidecar's ``agents``). ``action_mask=True`` adds the
-    bool mask input as ``agent.export`` does. Output ``action``: what ``act(row, deterministic=True)`` gives.
+    bool mask input as ``agent.export`` does. Output ``action``: what ``act(row, deterministic=True)`` gives; a
+    composite (Dict / Tuple) action space gives one output per leaf instead, named by its path, as ``agent.export``.
     The sidecar (``<model>.json``) is ``agent.export``'s, plus ``agents``, ``policy`` and ``inputs``.
     """
     from . import export as ex
@@ -406,15 +404,8 @@ def export_policies(
         sidecar["inputs"] = inputs
         if "agent_index" in inputs:
             sidecar["agent_index"] = "int64 (batch,): the agent's place in 'agents'"
-        ex.write_model(
-            module,
-            tuple(example),
-            path,
-            sidecar,
-            inputs,
-            [ex.OUTPUT_NAME],
-            {n: batch for n in [*inputs, ex.OUTPUT_NAME]},
-        )
+        outputs = [ex.OUTPUT_NAME] if agent.action_layout is None else agent.action_layout.paths
+        ex.write_model(module, tuple(example), path, sidecar, inputs, outputs, {n: batch for n in [*inputs, *outputs]})
         out[stem] = path
     return out
 

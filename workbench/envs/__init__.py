@@ -13,6 +13,7 @@ process, which all import this package, can make them by id.
 
 import gymnasium as _gym
 
+from .actions import env_action_converter
 from .core import (
     EnvMethodError,
     EnvOutputError,
@@ -25,7 +26,6 @@ from .core import (
     checked_reset,
     checked_step,
     describe_space,
-    env_action_converter,
     flat_observation_space,
     is_atari_id,
     is_image_space,

@@ -36,6 +36,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from gymnasium import spaces
 
+from .actions import env_action_converter
+from .composite import composite_layout
 from .masks import MASK_KEY, check_masks, mask_size, strip_mask_space
 
 if TYPE_CHECKING:
@@ -199,8 +201,12 @@ def parallel_spaces(
                 f"the agents' action spaces differ ({agents[0]}: {first}, {a}: {s}): one policy head serves every "
                 "slot here; wrap the env so the agents share an action space (pad Discrete actions and mask them)"
             )
-    if not isinstance(first, spaces.Discrete | spaces.Box | spaces.MultiDiscrete | spaces.MultiBinary):
-        raise ValueError(f"the agents' action space {first} is not supported: use Discrete, Box or MultiDiscrete")
+    simple = isinstance(first, spaces.Discrete | spaces.Box | spaces.MultiDiscrete | spaces.MultiBinary)
+    if not simple and composite_layout(first) is None:
+        raise ValueError(
+            f"the agents' action space {first} is not supported: use Discrete, Box, MultiDiscrete, MultiBinary, "
+            "or a Dict / Tuple of them (composite actions: wb.PPO, wb.IPPO, wb.MAPPO)"
+        )
     dims = [_flat_dim(s) for s in obs_spaces]
     if same_obs and len(set(dims)) > 1:
         sizes = ", ".join(f"{a}: {d}" for a, d in zip(agents, dims))
@@ -732,11 +738,11 @@ def _reward(value: Any, agent: str, step: int, env: Any) -> float:
 
 
 def _action_converter(space: spaces.Space) -> Any:
+    """A slot's action row as what the agent's ``step`` takes: :func:`~workbench.envs.core.env_action_converter`'s
+    (Box clipped, composite rows as the space's dict / tuple), a Discrete index shifted by the space's ``start``."""
     if isinstance(space, spaces.Discrete):
         return lambda a: int(a) + int(space.start)
-    if isinstance(space, spaces.Box):
-        return lambda a: np.clip(np.asarray(a, dtype=space.dtype), space.low, space.high)
-    return lambda a: np.asarray(a).astype(space.dtype, copy=False)
+    return env_action_converter(space)
 
 
 def parallel_episode(

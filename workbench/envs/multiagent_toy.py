@@ -4,8 +4,10 @@
 (Discrete(3)), or ``-|action - target/2|`` with ``box=True`` (Box(-1, 1, (1,))). Options exercise
 what multi-agent training must handle: ``masks`` (action 2 forbidden, through ``info[agent]["action_mask"]``,
 or the Dict observation's ``"action_mask"`` with ``dict_obs``), ``leave`` (the last agent leaves after
-step 3), and ``state_space``/``state()`` for a centralised critic. Its random stream is ``np_random``
-(PettingZoo's convention), so a saved run continues it.
+step 3), ``state_space``/``state()`` for a centralised critic, and ``composite=True``: a composite action
+``Dict({"choice": Discrete(3), "size": Box(-1, 1, (1,))})`` rewarded ``[choice == target] - |size - target/2|``
+(best return ``length`` per agent), whose mask (with ``masks``) is ``{"choice": [1, 1, 0]}``. Its random
+stream is ``np_random`` (PettingZoo's convention), so a saved run continues it.
 """
 
 from __future__ import annotations
@@ -32,17 +34,25 @@ class MatchTarget:
         dict_obs: bool = False,
         leave: bool = False,
         box: bool = False,
+        composite: bool = False,
         render_mode: str | None = None,
     ) -> None:
         self.possible_agents = [f"agent_{i}" for i in range(n_agents)]
         self.agents: list[str] = []
+        if composite and (box or dict_obs):
+            raise ValueError("MatchTarget: composite=True takes neither box=True nor dict_obs=True")
         self.length, self.masks, self.dict_obs, self.leave, self.box = length, masks, dict_obs, leave, box
+        self.composite = composite
         self.render_mode = render_mode
         obs: spaces.Space = spaces.Box(0.0, 1.0, (3,), np.float32)
         if dict_obs:
             obs = spaces.Dict({"observation": obs, "action_mask": spaces.MultiBinary(3)})
         self._obs_space = obs
-        self._act_space = spaces.Box(-1.0, 1.0, (1,), np.float32) if box else spaces.Discrete(3)
+        self._act_space: spaces.Space = spaces.Box(-1.0, 1.0, (1,), np.float32) if box else spaces.Discrete(3)
+        if composite:
+            self._act_space = spaces.Dict(
+                {"choice": spaces.Discrete(3), "size": spaces.Box(-1.0, 1.0, (1,), np.float32)}
+            )
         self.state_space = spaces.Box(0.0, 1.0, (3 * n_agents,), np.float32)
         self.np_random = np.random.default_rng()
         self._targets: dict[str, int] = {}
@@ -63,8 +73,9 @@ class MatchTarget:
             return {"observation": vec, "action_mask": self._mask()}
         return vec
 
-    def _mask(self) -> np.ndarray:
-        return np.array([1, 1, 0 if self.masks else 1], dtype=np.int8)
+    def _mask(self) -> Any:
+        mask = np.array([1, 1, 0 if self.masks else 1], dtype=np.int8)
+        return {"choice": mask} if self.composite else mask
 
     def _info(self) -> dict[str, dict[str, Any]]:
         if self.masks and not self.dict_obs:
@@ -90,7 +101,12 @@ class MatchTarget:
         rewards: dict[str, float] = {}
         for a in self.agents:
             act = actions[a]
-            if self.box:
+            if self.composite:
+                if self.masks and int(act["choice"]) == 2:
+                    raise ValueError(f"{a} chose the masked action 2")
+                size = float(np.asarray(act["size"]).reshape(-1)[0])
+                rewards[a] = float(int(act["choice"]) == self._targets[a]) - abs(size - self._targets[a] / 2.0)
+            elif self.box:
                 rewards[a] = -abs(float(np.asarray(act).reshape(-1)[0]) - self._targets[a] / 2.0)
             else:
                 if self.masks and int(act) == 2:

@@ -168,6 +168,10 @@ class Server:
             return STEP_REPLY + head.tobytes()
         return b"".join((STEP_REPLY, head.tobytes(), codec.encode(obs), codec.encode(final_obs) if ended else b""))
 
+    def _composite_layout(self, space):  # type: ignore[no-untyped-def]
+        """``workbench.envs.composite.composite_layout(space)`` from the package the worker runs."""
+        return importlib.import_module(f"{self.envs_module.__package__}.composite").composite_layout(space)
+
     def _command(self, command: str, message: tuple) -> tuple:
         vec = self.vec
         if command == "reset":
@@ -179,7 +183,7 @@ class Server:
             self.codec = self.envs_module.ObservationCodec(vec.observation_space)
             if type(vec.action_space).__name__ == "Discrete":  # the parent sends int64 actions
                 self.action_dtype, self.action_shape = self.np.int64, ()
-            elif (layout := self.envs_module.composite_layout(vec.action_space)) is not None:
+            elif (layout := self._composite_layout(vec.action_space)) is not None:
                 self.action_dtype, self.action_shape = self.np.float32, (layout.width,)  # the agents' flat rows
             else:
                 self.action_dtype, self.action_shape = self.np.float32, vec.action_space.shape

@@ -38,7 +38,8 @@ import numpy as np
 from gymnasium import spaces
 
 from ..agents.base import Agent
-from ..envs.core import EnvSource, env_action_converter
+from ..envs.actions import env_action_converter
+from ..envs.core import EnvSource
 from ..envs.masks import MASK_KEY, NEXT_MASK_KEY, check_masks, mask_size
 from ..loop import Episode, Transitions
 from ..validation import check_value, integer, optional

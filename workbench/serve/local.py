@@ -59,7 +59,7 @@ class LocalPolicy:
         self, remote: RemoteSession, batch_steps: int, sync_every: int | None, max_queued_batches: int
     ) -> None:
         from ..agents.saving import acting_agent
-        from ..envs.core import env_action_converter
+        from ..envs.actions import env_action_converter
 
         self.remote = remote
         self.batch_steps = batch_steps
