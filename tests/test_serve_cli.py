@@ -87,6 +87,17 @@ def _drive(url: str, pairs: int) -> None:
     remote.close()
 
 
+def _wait_until_learned(url: str, steps: int, timeout: float = 60.0) -> None:
+    remote = wb.RemoteSession(url)
+    deadline = time.monotonic() + timeout
+    try:
+        while remote.steps < steps:
+            assert time.monotonic() < deadline, f"the served session learned {remote.steps} of {steps} steps"
+            time.sleep(0.05)
+    finally:
+        remote.close()
+
+
 @pytest.mark.slow
 def test_sigterm_stops_cleanly_and_saves_a_loadable_run_where_asked(tmp_path):
     process, url = _start(tmp_path, "--save", "runs/served")
@@ -96,6 +107,7 @@ def test_sigterm_stops_cleanly_and_saves_a_loadable_run_where_asked(tmp_path):
         ]
         assert listening and {c.laddr.ip for c in listening} == {"127.0.0.1"}  # nothing bound but loopback
         _drive(url, 40)
+        _wait_until_learned(url, 40)  # acknowledged feedback is queued; SIGTERM saves what was learned from
         process.send_signal(signal.SIGTERM)
         out, _ = process.communicate(timeout=60)
     finally:
