@@ -375,3 +375,15 @@ def test_appo_samples_by_halves_on_local_workers(halves):
     assert session.status == "finished" and session.steps == 320
     assert len(halves) >= 80 and all(sizes == [2, 2] for sizes in halves)  # the sampler stepped by halves
     assert agent.num_updates > 0 and session.episodes > 0
+
+
+def test_the_cli_trains_with_double_buffering(tmp_path, capsys, halves):
+    from workbench.cli import main
+
+    common = ["train", "CartPole-v1", "--agent", "ppo", "--no-preset", "--no-progress", "--seed", "0"]
+    common += ["--num-workers", "2", "--backend", "local", "--double-buffer", "--set", "n_envs=4"]
+    out = tmp_path / "cli"
+    assert main([*common, "--steps", "128", "--envs-per-worker", "2", "--set", "n_steps=16", "--out", str(out)]) == 0
+    assert isinstance(wb.load(out), wb.PPO) and len(halves) == 32
+    assert main([*common, "--steps", "64", "--envs-per-worker", "3"]) == 2
+    assert "double_buffer=True with envs_per_worker=3" in capsys.readouterr().err
