@@ -173,9 +173,11 @@ def test_rows_stay_in_env_order_and_each_action_reaches_its_env():
 
 
 @pytest.mark.parametrize("shared_memory", [True, False], ids=["shared-memory", "answers"])
-def test_a_fixed_policy_steps_the_same_trajectories_as_without_double_buffering(shared_memory):
+def test_a_fixed_policy_steps_the_same_trajectories_as_without_double_buffering(shared_memory, halves):
     plain, plain_rng = _trajectory(_cartpole, False, steps=120)
+    assert not halves
     doubled, doubled_rng = _trajectory(_cartpole, True, shared_memory=shared_memory, steps=120)
+    assert len(halves) == 120  # stepped by halves
     assert sum(int(t.sum()) for t in plain[5::8]) > 4  # episodes ended on the way: final observations too
     for a, b in zip(plain, doubled, strict=True):
         np.testing.assert_array_equal(a, b)
@@ -230,7 +232,7 @@ def test_ppo_and_dqn_train_and_count_steps_and_episodes(make, halves):
     assert session.signals["episode_length"].values.tolist() == [5.0] * session.episodes
 
 
-def test_action_masks_reach_each_half():
+def test_action_masks_reach_each_half(halves):
     # MaskedTarget raises on a forbidden action: every decision must have had its own envs' masks.
     agent = wb.PPO(MaskedTarget(mask_in="info"), n_envs=4, n_steps=16, batch_size=32, seed=0)
     session = wb.Session(
@@ -243,7 +245,7 @@ def test_action_masks_reach_each_half():
         seed=0,
     )
     session.run(256)
-    assert session.status == "finished" and session.steps == 256
+    assert session.status == "finished" and session.steps == 256 and len(halves) == 64
 
 
 @pytest.mark.parametrize(
@@ -312,7 +314,7 @@ def test_pause_resume_stop_save_reopen_and_call_env(tmp_path, halves):
     assert len(halves) - before == 16  # the reopened run steps by halves too
 
 
-def test_a_killed_worker_is_named_or_restarted():
+def test_a_killed_worker_is_named_or_restarted(halves):
     options = {"num_workers": 2, "backend": "local", "envs_per_worker": 2, "double_buffer": True}
     agent = wb.PPO(IndexEnv(), n_envs=4, n_steps=8, batch_size=32, seed=0)
     session = wb.Session(agent, lambda: IndexEnv(delay=0.001), seed=0, **options)
@@ -329,7 +331,7 @@ def test_a_killed_worker_is_named_or_restarted():
     _wait_for(lambda: session.steps > 100)
     os.kill(session._ctx.runner.pids()[0], signal.SIGKILL)
     session.wait(timeout=60)
-    assert session.status == "finished" and session.steps == 2_000
+    assert session.status == "finished" and session.steps == 2_000 and len(halves) > 400
     assert session.signals["worker_restarts"].last == 1
 
 
