@@ -389,3 +389,13 @@ def test_the_cli_trains_with_double_buffering(tmp_path, capsys, halves):
     assert isinstance(wb.load(out), wb.PPO) and len(halves) == 32
     assert main([*common, "--steps", "64", "--envs-per-worker", "3"]) == 2
     assert "double_buffer=True with envs_per_worker=3" in capsys.readouterr().err
+
+
+def test_a_recurrent_policy_moves_only_each_halfs_memory(halves):
+    agent = wb.RecurrentPPO(IndexEnv(), n_envs=4, n_steps=8, batch_size=16, seed=0)
+    options = {"num_workers": 2, "backend": "local", "double_buffer": True}
+    session = wb.Session(agent, lambda: IndexEnv(), envs_per_worker=2, seed=0, **options)
+    session.run(64)
+    assert session.status == "finished" and session.steps == 64 and len(halves) == 16
+    with pytest.raises(ValueError, match=r"RecurrentPPO, which keeps a state per env for its n_envs=4 envs, on 2 x 4"):
+        wb.Session(agent, lambda: IndexEnv(), envs_per_worker=4, **options)
