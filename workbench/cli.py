@@ -99,6 +99,15 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["auto", "inprocess", "local", "ray"],
         help="where env steps run with several workers (default auto: measured)",
     )
+    train.add_argument(
+        "--envs-per-worker", type=int, default=None, help="envs in each worker (default: enough for the agent's n_envs)"
+    )
+    train.add_argument(
+        "--double-buffer",
+        action="store_true",
+        help="with --backend local: each worker steps half of its envs while the other half's actions are decided "
+        "(an even --envs-per-worker; docs/parallel.md)",
+    )
     train.add_argument("--ray-address", default=None, help="join this Ray cluster ('auto' for the running one)")
     train.add_argument(
         "--set", action="append", default=[], metavar="NAME=VALUE", help="override a hyperparameter (repeatable)"
@@ -299,6 +308,10 @@ def _train(args: argparse.Namespace) -> int:
         "num_workers": args.num_workers,
         "backend": args.backend,
     }
+    if args.envs_per_worker is not None:
+        kwargs["envs_per_worker"] = args.envs_per_worker
+    if args.double_buffer:
+        kwargs["double_buffer"] = True
     if args.ray_address is not None:
         if args.backend != "ray":
             raise SystemExit("workbench: --ray-address needs --backend ray")

@@ -43,6 +43,7 @@ __all__ = [
     "Transitions",
     "collect",
     "env_step",
+    "finish_step",
     "play_episode",
 ]
 
@@ -116,9 +117,23 @@ def env_step(agent: _Decider, envs: _VectorEnv, obs: np.ndarray) -> tuple[Transi
     """
     masks = envs.masks
     step = agent.decide(obs) if masks is None else agent.decide(obs, action_mask=masks)
-    next_obs, rewards, terminated, truncated, final_obs = envs.step(step.actions)
+    return finish_step(agent, envs, obs, step, envs.step(step.actions))
+
+
+def finish_step(
+    agent: _Decider,
+    envs: _VectorEnv,
+    obs: np.ndarray,
+    step: Step,
+    stepped: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+) -> tuple[Transitions, np.ndarray]:
+    """The second half of :func:`env_step`, for a runner that takes the decision and the envs' step its
+    own way (local workers' double-buffered sampling: two halves decided and stepped in turn): the
+    :class:`Transitions` of ``step`` on ``obs`` whose envs returned ``stepped`` (``envs.step``'s answer),
+    with the envs' masks, whole games and successes in the extras; tells the agent of ended episodes."""
+    next_obs, rewards, terminated, truncated, final_obs = stepped
     extras: Mapping[str, Any] = step.extras
-    if masks is not None:
+    if envs.masks is not None:  # envs that give masks give them from their first reset on
         extras = {**extras, NEXT_MASK_KEY: envs.final_masks}
     game_ends = envs.game_ends
     if game_ends is not None:  # Atari training envs: whole games' raw scores (workbench.envs.atari)

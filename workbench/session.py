@@ -28,7 +28,7 @@ from .envs.vector import check_vector_session
 from .files import check_folder
 from .offline import source as offline_loop
 from .offline.recording import Recorder
-from .parallel import check_runner_options, check_worker_env
+from .parallel import check_double_buffering, check_runner_options, check_worker_env
 from .parallel.external import DEFAULT_EPISODE, ExternalSource, external_source
 from .parallel.multiagent import external_act, external_feedback
 from .run import STATUSES, EnvLoop, ExternalLoop, Loop, OfflineLoop, RunContext, RunControl, RunState
@@ -138,7 +138,9 @@ class Session:
         backend: where env steps run (see ``workbench.parallel`` and docs/parallel.md):
             ``"auto"``, ``"inprocess"``, ``"local"`` (worker processes) or ``"ray"``.
         backend_options: ``envs_per_worker``, ``restart_workers`` (start a dead worker again instead
-            of failing), ``step_timeout`` (seconds: kill a worker whose env's step hangs), and for
+            of failing), ``step_timeout`` (seconds: kill a worker whose env's step hangs),
+            ``double_buffer`` (``backend="local"``, an even ``envs_per_worker``: each worker steps half of its
+            envs while the learner decides the other half's actions; docs/parallel.md), and for
             Ray ``ray_address``, ``sync_every``, ``cpus_per_worker``, ``ray_init``, ``ray_acting``
             (``"workers"``: each actor acts with an agent replica; ``"learner"``: actors only step
             envs, the learner acts for all of them, actors start without torch).
@@ -195,6 +197,7 @@ class Session:
         arguments = {name: value for name, value in locals().items() if name in _ARGUMENT_CHECKS}
         check_arguments("Session", arguments, _ARGUMENT_CHECKS, _session_defaults())
         check_runner_options(backend, num_workers, backend_options, owner="Session")
+        check_double_buffering(source, agent, backend, num_workers, backend_options, owner="Session")
         check_vector_session(source, agent.num_envs, num_workers, backend)  # vector envs, backend="envpool"
         check_worker_env(source, num_workers, backend, backend_options)  # worker options with a vector env too
         # The run's state (workbench.run.RunState) and machinery; the attributes below read it.

@@ -5,7 +5,7 @@ extras)`` (``act`` returns the actions alone), ``observe(transitions)`` with the
 carried back, ``ready()`` and ``update() -> metrics``. Around them an agent declares here
 
 * what it **decides** and how: ``supports_action_masks``, ``on_policy``, ``per_env_decisions``,
-  ``offline``, ``multi_agent_only`` and the multi-agent layout (``multiagent_layout``,
+  ``decides_in_parts``, ``offline``, ``multi_agent_only`` and the multi-agent layout (``multiagent_layout``,
   ``multiagent_agents``, ``agent_groups``);
 * what it **observes**: its spaces, ``bind_env(source)``, ``takes_dataset`` / ``load_dataset(dataset)``,
   ``memory`` (its replay memory, or None), and ``behaviour_log_probs(t)`` (for recording and off-policy
@@ -413,6 +413,14 @@ class Agent(Execution, Shaping, Persistence, Playing):
         """An asynchronous agent's bound on a rollout's age, in learner updates (older ones are dropped);
         None for the others."""
         return None
+
+    @property
+    def decides_in_parts(self) -> bool:
+        """True when deciding for some envs' rows at a time (``decide(rows=)``, one call per part) acts as one
+        decision for all would: nothing kept per env that ``rows`` does not reach. Local workers'
+        ``double_buffer=True`` decides each half of the envs apart and needs it. False where exploration
+        keeps a state per env (TD3/DDPG's Ornstein-Uhlenbeck noise)."""
+        return True
 
     @property
     def multiagent_layout(self) -> Layout | None:

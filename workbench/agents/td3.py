@@ -15,7 +15,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from ..exploration import Exploration, GaussianNoise
+from ..exploration import Exploration, GaussianNoise, OrnsteinUhlenbeckNoise
 from ..memory.replay import ReplayMemory
 from ..schedules import Schedule, as_schedule
 from ..validation import Constraint, checked, integer, number, optional
@@ -146,6 +146,11 @@ class TD3(OffPolicyAgent):
                 one = np.ones(self.act_dim, dtype=np.float32)
                 squashed = self.config.exploration.perturb(squashed, -one, one, self.rng, self.progress)
         return self._scale_action(squashed).reshape(n, *self.action_space.shape)
+
+    @property
+    def decides_in_parts(self) -> bool:
+        """False with Ornstein-Uhlenbeck noise: its state is one row per env of the decision it drew."""
+        return not isinstance(self.config.exploration, OrnsteinUhlenbeckNoise)
 
     def begin_episode(self, done: np.ndarray) -> None:
         if self.config.exploration is not None:

@@ -60,6 +60,7 @@ __all__ = [
     "LocalRunner",
     "Runner",
     "WorkerError",
+    "check_double_buffering",
     "check_runner_options",
     "check_worker_env",
     "choose_backend",
@@ -79,6 +80,7 @@ _PROBE_SECONDS = 0.2
 
 # The options every backend takes, and those only Ray takes: what check_runner_options accepts.
 _OPTIONS: dict[str, Constraint] = {
+    "double_buffer": flag(),
     "envs_per_worker": optional(integer(min=1)),
     "restart_workers": flag(),
     "step_timeout": optional(number(0, min_open=True)),
@@ -271,6 +273,64 @@ def check_worker_env(
         )
 
 
+def check_double_buffering(
+    source: Any,
+    agent: Agent | None,
+    backend: Any,
+    num_workers: int,
+    options: dict[str, Any],
+    owner: str = "make_runner",
+    num_envs: int | None = None,
+) -> None:
+    """Where ``options`` ask for ``double_buffer=True``, a ``ValueError`` (an :class:`ArgumentError`) naming
+    what stands in the way: a backend other than ``"local"``, a PettingZoo ParallelEnv or a vector env, an odd
+    number of envs per worker (``envs_per_worker``, or the default that covers ``num_envs``, by default the
+    agent's ``n_envs``), an agent that cannot decide for half of its envs at a time. ``Session`` calls it when
+    it is created."""
+    double = options.get("double_buffer", False)
+    check_value(owner, "double_buffer", double, flag(), False)
+    if not double:
+        return
+    if backend != "local":
+        raise ArgumentError(
+            f"{owner} got double_buffer=True with backend={backend!r}: double-buffered sampling steps half of each "
+            "local worker process's envs while the learner decides the other half's actions, so it needs "
+            "backend='local' (in-process envs step in the learner's own thread; Ray actors act for themselves). "
+            "Pass backend='local', or leave double_buffer out"
+        )
+    if isinstance(source, EnvSource) and (source.find_parallel() is not None or source.vector is not None):
+        what = "a PettingZoo ParallelEnv" if source.vector is None else "a vector env"
+        raise ArgumentError(
+            f"{owner} got double_buffer=True with {what} ({source.name}): double-buffered sampling splits the "
+            "session's own single-agent envs in each worker; leave double_buffer out for this env"
+        )
+    given = options.get("envs_per_worker")
+    if num_envs is None:
+        num_envs = agent.num_envs if agent is not None else 1
+    per = split_envs(num_envs, num_workers, given)
+    if per < 2 or per % 2:
+        why = f"envs_per_worker={given}" if given is not None else f"{per} env(s) per worker (to cover {num_envs})"
+        raise ArgumentError(
+            f"{owner} got double_buffer=True with {why}: double-buffered sampling steps each worker's envs in "
+            f"two halves, so it needs an even envs_per_worker of at least 2: pass envs_per_worker={max(2, per + 1)}"
+            ", or leave double_buffer out"
+        )
+    if agent is None:
+        return
+    if not agent.decides_in_parts:
+        raise ArgumentError(
+            f"{owner} got double_buffer=True with {agent.algorithm}, whose exploration keeps a state per env "
+            "(Ornstein-Uhlenbeck noise) that a decision for half of the envs cannot carry: use "
+            "wb.GaussianNoise or wb.TruncatedNormalNoise, or leave double_buffer out"
+        )
+    if agent.per_env_decisions and per * num_workers != agent.num_envs:
+        raise ArgumentError(
+            f"{owner} got double_buffer=True with {agent.algorithm}, which keeps a state per env for its "
+            f"n_envs={agent.num_envs} envs, on {num_workers} x {per} envs: choose num_workers and envs_per_worker "
+            "whose product is its n_envs, or leave double_buffer out"
+        )
+
+
 def make_runner(
     source: EnvSource,
     num_envs: int,
@@ -282,6 +342,7 @@ def make_runner(
     envs_per_worker: int | None = None,
     restart_workers: bool = False,
     step_timeout: float | None = None,
+    double_buffer: bool = False,
     **options: Any,
 ) -> Any:
     """Build the runner that steps envs from ``source`` for a session.
@@ -296,9 +357,19 @@ def make_runner(
     takes its own options (``ray_address``, ``sync_every``...; see ``workbench.parallel.ray_backend``);
     ``ray_acting="learner"`` makes its actors only step envs while the learner acts
     (``workbench.parallel.ray_envs``: no torch in the actors, fast start, one round trip per step).
+    ``double_buffer=True`` (``backend="local"``, an even ``envs_per_worker``): each worker steps half of its envs
+    while the learner decides the other half's actions (:class:`LocalRunner`).
     """
     check_runner_options(
         backend, num_workers, {"envs_per_worker": envs_per_worker, "restart_workers": restart_workers, **options}
+    )
+    check_double_buffering(
+        source,
+        agent,
+        backend,
+        num_workers,
+        {"double_buffer": double_buffer, "envs_per_worker": envs_per_worker},
+        num_envs=num_envs,
     )
     check_step_timeout(step_timeout)
     if step_timeout is not None and backend == "inprocess":
@@ -338,7 +409,13 @@ def make_runner(
     if backend == "local":
         return _asynchronous(
             LocalRunner(
-                source, num_workers, per, seed=seed, restart_workers=restart_workers, step_timeout=step_timeout
+                source,
+                num_workers,
+                per,
+                double_buffer=double_buffer,
+                seed=seed,
+                restart_workers=restart_workers,
+                step_timeout=step_timeout,
             ),
             agent,
         )

@@ -21,6 +21,13 @@ Protocol over the connection on file descriptor FD (messages are tuples, pickled
   uint8 frames as one byte a pixel, a Dict's uint8 columns as bytes beside its float32 ones); the hot
   path skips pickle entirely. Actions are
   int64 for Discrete, float32 (cast to the space's dtype by the envs) for everything else.
+* ``("init", factory_blob, env_id, num_envs, seed, None, True)``: the envs in two halves (double-buffered
+  sampling, ``LocalRunner(double_buffer=True)``): envs ``[0, num_envs / 2)`` and ``[num_envs / 2, num_envs)``
+  are two vectors that step apart, seeded as one vector would be (env ``i`` gets ``seed + i``); every other
+  command still answers for all envs in order.
+* a half step: ``b"H"`` + one byte, the half (0 or 1), + that half's actions' raw bytes -> the answer of a step
+  of that half's envs alone, as above; with shared memory half ``h``'s observations (and final ones) go at
+  offset ``h * num_envs * row_bytes`` of the block, so the parent reads one half while the other is written.
 * ``("shm", name, size)`` -> ``("ok", attached)``: from now on a step answer carries no observations: the
   worker writes ``obs`` at offset 0 of the shared memory block ``name`` (a file of Linux's ``/dev/shm``,
   made by the parent) and, if ended, ``final_obs`` right after them, in the same encoding; ``attached`` is
@@ -57,6 +64,7 @@ from typing import Any
 
 STEP = b"S"  # first byte of a step request: raw action bytes follow
 STEP_REPLY = b"K"  # first byte of a step answer: a float32 head and the observations follow (pickle starts 0x80)
+STEP_HALF = b"H"  # first byte of a half step request: the half's index (one byte) and its raw actions follow
 
 
 def _load_envs_module(here: str | None = None):  # type: ignore[no-untyped-def]
@@ -78,6 +86,7 @@ def _load_envs_module(here: str | None = None):  # type: ignore[no-untyped-def]
 def _build(message: tuple, envs_module):  # type: ignore[no-untyped-def]
     _, blob, env_id, num_envs, seed, *rest = message
     layout = rest[0] if rest else None  # a PettingZoo ParallelEnv factory: the agent's row layout
+    halves = len(rest) > 1 and bool(rest[1])  # double-buffered sampling: two vectors that step apart
     if env_id is not None:
 
         def factory():  # type: ignore[no-untyped-def]
@@ -96,7 +105,89 @@ def _build(message: tuple, envs_module):  # type: ignore[no-untyped-def]
         if not hasattr(env, "step") or not hasattr(env, "reset"):
             raise TypeError(f"the env factory returned {type(env).__name__}, not a gymnasium.Env")
         envs.append(env)
+    if halves:
+        return Halves(envs, envs_module, seed)
     return envs_module.VecEnv(envs, seed=seed)
+
+
+class Halves:
+    """A worker's envs as two vectors (``envs_module.VecEnv``) that step apart, for double-buffered
+    sampling: the parent decides one half's actions while the other half steps. Seeded as one vector of
+    all the envs (env ``i`` gets ``seed + i``), so a run steps the same episodes either way. Everything but
+    a half step (reset, a step of all envs, masks, random streams, ``call``) answers for all envs in order,
+    as one vector would."""
+
+    def __init__(self, envs: list, envs_module, seed: int | None) -> None:  # type: ignore[no-untyped-def]
+        import numpy as np
+
+        self.np = np
+        half = len(envs) // 2
+        self.halves = (
+            envs_module.VecEnv(envs[:half], seed=seed),
+            envs_module.VecEnv(envs[half:], seed=None if seed is None else seed + half),
+        )
+        self.num_envs = len(envs)
+        self.observation_space = envs[0].observation_space
+        self.action_space = envs[0].action_space
+        self.current = 0  # the half stepping now (for ``stepping``)
+
+    def _joined(self, name: str):  # type: ignore[no-untyped-def]
+        parts = [getattr(h, name) for h in self.halves]
+        if all(p is None for p in parts):
+            return None
+        if any(p is None for p in parts):  # reported by one half only (a goal env's first success): NaN rows
+            shape = next(p for p in parts if p is not None).shape[1:]
+            nan = self.np.nan
+            parts = [self.np.full((h.num_envs, *shape), nan) if p is None else p for h, p in zip(self.halves, parts)]
+        return self.np.concatenate(parts)
+
+    masks = property(lambda self: self._joined("masks"))
+    final_masks = property(lambda self: self._joined("final_masks"))
+    game_ends = property(lambda self: self._joined("game_ends"))
+    successes = property(lambda self: self._joined("successes"))
+
+    @property
+    def stepping(self) -> int | None:
+        """The index (over both halves) of the env whose step is running, None between steps."""
+        i = self.halves[self.current].stepping
+        return None if i is None else i + self.current * self.halves[0].num_envs
+
+    def step_half(self, h: int, actions):  # type: ignore[no-untyped-def]
+        """Step half ``h``'s envs alone (``VecEnv.step``'s answer for those envs)."""
+        self.current = h
+        return self.halves[h].step(actions)
+
+    def step(self, actions):  # type: ignore[no-untyped-def]
+        """Step every env, half after half (``VecEnv.step``'s answer for all envs)."""
+        half = self.halves[0].num_envs
+        parts = [self.step_half(0, actions[:half]), self.step_half(1, actions[half:])]
+        obs = self.np.concatenate([p[0] for p in parts])
+        ended = any(p[4] is not p[0] for p in parts)
+        final = self.np.concatenate([p[4] for p in parts]) if ended else obs
+        return (obs, *(self.np.concatenate([p[i] for p in parts]) for i in (1, 2, 3)), final)
+
+    def reset(self):  # type: ignore[no-untyped-def]
+        """Reset every env; all first observations."""
+        return self.np.concatenate([h.reset() for h in self.halves])
+
+    def rng_states(self) -> list:
+        """Every env's random stream, in order."""
+        return self.halves[0].rng_states() + self.halves[1].rng_states()
+
+    def set_rng_states(self, states) -> None:  # type: ignore[no-untyped-def]
+        """Continue these streams (env ``i`` in order) at the next reset."""
+        half = self.halves[0].num_envs
+        self.halves[0].set_rng_states(list(states)[:half])
+        self.halves[1].set_rng_states(list(states)[half:])
+
+    def call(self, name, args=(), kwargs=None) -> list:  # type: ignore[no-untyped-def]
+        """``env.name(*args, **kwargs)`` on every env, in order."""
+        return self.halves[0].call(name, args, kwargs) + self.halves[1].call(name, args, kwargs)
+
+    def close(self) -> None:
+        """Close every env."""
+        for h in self.halves:
+            h.close()
 
 
 class Server:
@@ -129,7 +220,11 @@ class Server:
 
         try:
             if raw[:1] == STEP:
-                return self._step(raw)
+                return self._step(raw, self.vec, 1, 0)
+            if raw[:1] == STEP_HALF:  # double-buffered sampling: one half of the envs (see Halves)
+                h = raw[1]
+                vec = self.vec
+                return self._step(raw, vec.halves[h], 2, h * vec.num_envs * self.codec.row_bytes, h)
             message = ForkingPickler.loads(raw)
             command = message[0]
             if command == "close":
@@ -138,13 +233,17 @@ class Server:
         except Exception:
             return ForkingPickler.dumps(("error", self.where, traceback.format_exc()))
 
-    def _step(self, raw: bytes) -> bytes:
-        # The hot path, without pickle: raw actions in, one float32 buffer out.
-        np, vec = self.np, self.vec
+    def _step(self, raw: bytes, vec: Any, offset: int, shared_at: int, half: int | None = None) -> bytes:
+        # The hot path, without pickle: raw actions (from byte ``offset``) in, one float32 buffer out; with
+        # shared memory the observations go to ``shared_at`` in the block. ``vec``: all envs, or one half.
+        np = self.np
         self.where = "env.step"
-        actions = np.frombuffer(raw, dtype=self.action_dtype, offset=1).reshape(vec.num_envs, *self.action_shape)
+        actions = np.frombuffer(raw, dtype=self.action_dtype, offset=offset).reshape(vec.num_envs, *self.action_shape)
         start = time.perf_counter()
-        obs, rewards, terminated, truncated, final_obs = vec.step(actions)
+        if half is None:
+            obs, rewards, terminated, truncated, final_obs = vec.step(actions)
+        else:
+            obs, rewards, terminated, truncated, final_obs = self.vec.step_half(half, actions)
         busy = time.perf_counter() - start
         ended = final_obs is not obs
         successes = vec.successes  # goal envs' info["is_success"] (NaN where no episode ended), last in the head
@@ -162,9 +261,9 @@ class Server:
         # Observations in their own dtypes: a uint8 frame costs one byte a pixel on the way, not four.
         codec = self.codec
         if self.shared is not None:  # the observations go to shared memory: the answer is the head alone
-            codec.encode_into(obs, self.shared, 0)
+            codec.encode_into(obs, self.shared, shared_at)
             if ended:
-                codec.encode_into(final_obs, self.shared, len(obs) * codec.row_bytes)
+                codec.encode_into(final_obs, self.shared, shared_at + len(obs) * codec.row_bytes)
             return STEP_REPLY + head.tobytes()
         return b"".join((STEP_REPLY, head.tobytes(), codec.encode(obs), codec.encode(final_obs) if ended else b""))
 

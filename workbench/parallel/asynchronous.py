@@ -3,11 +3,12 @@
 :class:`AsyncRunner` wraps the runner that steps the envs (local worker processes, or in-process envs)
 for an asynchronous agent (``agent.asynchronous``: IMPALA, APPO). A sampler thread acts with a replica
 of the agent (same class and hyperparameters, on the CPU) holding the newest weights the learner has
-published, steps the envs through the wrapped runner with :func:`workbench.loop.env_step` (the one step
-function), and queues whole rollouts of ``rollout_steps`` steps, each tagged with the learner update
-whose weights chose its actions. The learner (the session's training thread) takes the rollouts row by
-row through the usual runner interface, so the session's loop, pause, stop, live edits, ``call_env``
-and signals work unchanged; the behaviour policy's log-probabilities travel in each step's ``extras``.
+published, steps the envs through the wrapped runner's ``transitions`` (:func:`workbench.loop.env_step`,
+the one step function, or local workers' double-buffered halves), and queues whole rollouts of
+``rollout_steps`` steps, each tagged with the learner update whose weights chose its actions. The learner
+(the session's training thread) takes the rollouts row by row through the usual runner interface, so the
+session's loop, pause, stop, live edits, ``call_env`` and signals work unchanged; the behaviour policy's
+log-probabilities travel in each step's ``extras``.
 
 A rollout older than ``agent.max_policy_lag`` learner updates when the learner reaches it is dropped and
 counted. Episodes are counted by the sampler over every step, dropped rollouts included, and reported
@@ -26,7 +27,7 @@ import numpy as np
 
 from ..agents.registry import config_values
 from ..envs.atari import GAME_END_KEY
-from ..loop import Episode, EpisodeTracker, Transitions, env_step, row, stack_transitions
+from ..loop import Episode, EpisodeTracker, Transitions, row, stack_transitions
 from .runner import Runner
 
 if TYPE_CHECKING:
@@ -237,7 +238,8 @@ class AsyncRunner(Runner):
                     with self._env_lock:
                         if self._stop.is_set():
                             return
-                        step, obs = env_step(replica, self.inner, obs)
+                        # The inner runner's own step (env_step, or its double-buffered halves).
+                        step, obs = self.inner.transitions(replica, obs)
                     rows.append(step)
                     self._sampled += self.num_envs
                     if GAME_END_KEY in step.extras:  # Atari training: whole games' raw scores

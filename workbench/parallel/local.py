@@ -28,8 +28,8 @@ from gymnasium import spaces
 
 from ..envs.core import EnvMethodError, EnvSource, ObservationCodec, flat_observation_space
 from ..envs.masks import mask_size
-from ..loop import Transitions, env_step
-from ._worker import STEP, STEP_REPLY, shared_memory_available
+from ..loop import Step, Transitions, env_step, finish_step
+from ._worker import STEP, STEP_HALF, STEP_REPLY, shared_memory_available
 from .errors import WorkerError
 from .runner import Runner
 
@@ -211,6 +211,12 @@ class LocalRunner(Runner):
     (an env whose ``step`` hangs) is killed, and the run fails with a :class:`WorkerError`
     (``timed_out=True``) naming the worker and its envs, or, with ``restart_workers=True``, the
     worker is started again like a dead one. None (the default) waits as long as it takes.
+
+    ``double_buffer=True`` (double-buffered sampling, Sample Factory's trick; ``envs_per_worker`` even): each
+    worker's envs are two halves that step apart. A step decides the first half's actions and sends them, then
+    decides the second half's while the workers step the first, then sends those: the learner's decision
+    overlaps the envs' step. The step's answer is the same (one row per env, in env order), and the envs are
+    seeded as without it; each half's decision is its own ``agent.decide`` call (``rows=`` names its envs).
     """
 
     persistent = False  # processes never outlive a run: stop() leaves nothing behind
@@ -219,12 +225,22 @@ class LocalRunner(Runner):
     _start_timeout = _START_TIMEOUT_S
 
     def __init__(
-        self, source: EnvSource, num_workers: int, envs_per_worker: int, shared_memory: bool = True, **options: Any
+        self,
+        source: EnvSource,
+        num_workers: int,
+        envs_per_worker: int,
+        shared_memory: bool = True,
+        double_buffer: bool = False,
+        **options: Any,
     ) -> None:
         """``options``: :func:`worker_options` (``seed``, ``restart_workers``, ``step_timeout``).
         ``shared_memory``: observations arrive through a shared memory block per worker where the platform
-        allows (False: in the workers' answers, as before; for measuring the difference)."""
+        allows (False: in the workers' answers, as before; for measuring the difference).
+        ``double_buffer``: each worker's envs step in two halves while the other half's actions are decided
+        (see the class docstring; ``envs_per_worker`` must be even)."""
         self.seed, self.restart_workers, self.step_timeout = worker_options(**options)
+        check_double_buffer(double_buffer, envs_per_worker, owner="LocalRunner")
+        self.double_buffer = bool(double_buffer)
         self._shared_memory = bool(shared_memory) and shared_memory_available()
         if source.factory is None:
             raise ValueError(
@@ -267,6 +283,13 @@ class LocalRunner(Runner):
         self._pending: list[tuple[str, float]] = []
         self._window_start = time.perf_counter()
         self._workers = [self._new_worker(w, w * envs_per_worker, envs_per_worker) for w in range(num_workers)]
+        # Double-buffered sampling: the env indices of each half (the first or second half of every worker's envs).
+        half = self._half = envs_per_worker // 2
+        self._half_rows = tuple(
+            np.concatenate([np.arange(w.first_env + h * half, w.first_env + (h + 1) * half) for w in self._workers])
+            for h in (0, 1)
+        )
+        self._half_lists = tuple(rows.tolist() for rows in self._half_rows)  # as decide's rows= takes them
         # Closes the workers when this runner is garbage collected or the interpreter exits.
         self._finalizer = self._make_finalizer()
         try:
@@ -300,7 +323,10 @@ class LocalRunner(Runner):
 
     def _send_init(self, w: _Worker, seed: int | None) -> None:
         worker_seed = None if seed is None else seed + w.first_env
-        w.conn.send(("init", self._blob, self.source.env_id, w.num_envs, worker_seed))
+        if self.double_buffer:  # the worker keeps its envs as two halves that step apart (_worker.Halves)
+            w.conn.send(("init", self._blob, self.source.env_id, w.num_envs, worker_seed, None, True))
+        else:
+            w.conn.send(("init", self._blob, self.source.env_id, w.num_envs, worker_seed))
 
     def _finish_init(self, w: _Worker) -> None:
         if self._receive(w, timeout=self._start_timeout) and self.game_ends is None:
@@ -420,25 +446,72 @@ class LocalRunner(Runner):
         return self._obs.copy()
 
     def transitions(self, agent: Agent, obs: np.ndarray) -> tuple[Transitions, np.ndarray]:
-        """One step of every env for the agent's decision on ``obs`` (the workers step the envs)."""
-        return env_step(agent, self, obs)
+        """One step of every env for the agent's decision on ``obs`` (the workers step the envs); with
+        ``double_buffer``, half by half, each half's decision overlapping the other half's step."""
+        if not self.double_buffer:
+            return env_step(agent, self, obs)
+        masks = self.masks  # the masks of obs, for the decisions (the step replaces them)
+        steps: list[Step] = []
+        pieces: list[tuple[_Worker, int | None]] = []
+        half = self._half
+        for h, rows in enumerate(self._half_rows):
+            # The first half steps in the workers while the learner decides the second half's actions.
+            mask = None if masks is None else masks[rows]
+            step = agent.decide(obs[rows], action_mask=mask, rows=self._half_lists[h])
+            steps.append(step)
+            actions = np.ascontiguousarray(step.actions, dtype=self._action_dtype)
+            for i, w in enumerate(self._workers):
+                self._send(w, STEP_HALF + bytes((h,)) + actions[i * half : (i + 1) * half].tobytes())
+                pieces.append((w, h))
+        stepped = self._exchange(pieces)
+        return finish_step(agent, self, obs, self._joined_step(steps), stepped)
+
+    def _joined_step(self, steps: list[Step]) -> Step:
+        """The two halves' decisions as one :class:`Step` of every env in env order (actions and extras)."""
+
+        def joined(parts: list[Any]) -> np.ndarray:
+            arrays = [np.asarray(p) for p in parts]
+            out = np.empty((self.num_envs, *arrays[0].shape[1:]), dtype=np.result_type(*arrays))
+            for rows, a in zip(self._half_rows, arrays, strict=True):
+                out[rows] = a
+            return out
+
+        extras = {key: joined([s.extras[key] for s in steps]) for key in steps[0].extras}
+        return Step(joined([s.actions for s in steps]), extras)
 
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Step every env once, all workers at the same time (same-step autoreset, as ``VecEnv``)."""
-        actions = np.asarray(actions)
-        workers = self._workers
-        actions = np.ascontiguousarray(actions, dtype=self._action_dtype)
-        for w in workers:
-            try:
-                w.conn.send_bytes(STEP + actions[w.envs].tobytes())
-            except OSError:
-                pass  # a dead worker: its receive below reports or restarts it
+        actions = np.ascontiguousarray(np.asarray(actions), dtype=self._action_dtype)
+        for w in self._workers:
+            self._send(w, STEP + actions[w.envs].tobytes())
+        return self._exchange([(w, None) for w in self._workers])
+
+    def _send(self, w: _Worker, request: bytes) -> None:
+        try:
+            w.conn.send_bytes(request)
+        except OSError:
+            pass  # a dead worker: its receive in _exchange reports or restarts it
+
+    def _piece(self, w: _Worker, half: int | None) -> slice:
+        """The env rows (over all workers) a step answer of worker ``w`` is for: all its envs, or one half."""
+        if half is None:
+            return w.envs
+        k = w.num_envs // 2
+        return slice(w.first_env + half * k, w.first_env + (half + 1) * k)
+
+    def _exchange(
+        self, pieces: list[tuple[_Worker, int | None]]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Read the step answers asked for (``(worker, half)``: a half, or None for all its envs, in the order
+        sent) into one step of every env: ``(obs, rewards, terminated, truncated, final_obs)`` in env order.
+        A worker that died or timed out fails the step, or with ``restart_workers`` is started again: every
+        env of it then ends its episode as truncated at this step (fresh envs, their first observations next)."""
         n = self.num_envs
         obs = np.empty_like(self._obs)
         rewards = np.empty(n, dtype=np.float32)
         terminated = np.empty(n, dtype=bool)
         truncated = np.empty(n, dtype=bool)
-        finals: list[tuple[slice, np.ndarray]] = []
+        final_obs = obs  # a copy once an episode ends
         if self.masks is not None:
             # New arrays every step: the last ones travel on in the step's extras.
             self.masks, self.final_masks = self.masks.copy(), np.ones_like(self.masks)
@@ -446,26 +519,48 @@ class LocalRunner(Runner):
             self.game_ends = np.full((n, 2), np.nan)
         if self.successes is not None:  # goal envs: a new array every step (it travels in the extras)
             self.successes = np.full(n, np.nan)
-        for w in workers:
-            s = w.envs
+        restarted: set[int] = set()
+        received: list[slice] = []  # rows whose answers arrived, by worker: a restart ends their episodes
+        for w, half in pieces:
+            s = self._piece(w, half)
+            if w.id in restarted:
+                continue  # its envs' rows were all written at its restart
             try:
                 raw = self._receive_step(w)
+                # With shared memory half h's observations are at h * (the worker's envs) rows of its block.
+                at = 0 if half is None else half * w.num_envs * self._codec.row_bytes
                 o, r, term, trunc, final, busy, masks, games = self._unpack(
-                    raw, w.num_envs, w.shm if w.shared else None
+                    raw, s.stop - s.start, w.shm if w.shared else None, at
                 )
             except WorkerError as err:
                 if not ((err.died or err.timed_out) and self.restart_workers):
                     raise
-                # The running episodes of that worker's envs end here, as time-limit truncations.
-                finals.append((s, self._obs[s].copy()))
-                o = self._restart(w)
-                r, term, trunc, final, busy, masks, games = 0.0, False, True, None, 0.0, None, None
+                restarted.add(w.id)
+                final_obs = final_obs if final_obs is not obs else obs.copy()
+                done = [r for r in received if w.envs.start <= r.start < w.envs.stop]
+                fresh = self._restart(w)
+                # The running episodes of that worker's envs end here, as time-limit truncations: those that
+                # stepped (the other half's, answered before it died) from the state they reached, the others
+                # from where they were.
+                for r in done:  # final_obs already holds the state each reached (or an ended episode's last)
+                    truncated[r] |= ~terminated[r]
+                rest = np.ones(w.num_envs, dtype=bool)
+                for r in done:
+                    rest[r.start - w.first_env : r.stop - w.first_env] = False
+                envs = np.arange(w.first_env, w.first_env + w.num_envs)[rest]
+                final_obs[envs] = self._obs[envs]
+                rewards[envs], terminated[envs], truncated[envs] = 0.0, False, True
+                obs[w.envs] = fresh
+                continue
+            received.append(s)
             obs[s] = o
             rewards[s] = r
             terminated[s] = term
             truncated[s] = trunc
-            if final is not None:
-                finals.append((s, final))
+            if final is not None and final_obs is obs:
+                final_obs = obs.copy()  # the rows written so far are their own last observations
+            if final_obs is not obs:  # an episode ended: every row from here on written into both
+                final_obs[s] = o if final is None else final
             if masks is not None:
                 self.masks[s], self.final_masks[s] = masks  # type: ignore[index]
             if games is not None:
@@ -476,21 +571,16 @@ class LocalRunner(Runner):
             if self._slot_columns:
                 self._store_slot_info(s, self._worker_slot_info)
                 self._worker_slot_info = None
-            w.steps += w.num_envs
+            w.steps += s.stop - s.start
             w.busy += busy
         self._obs = obs
-        final_obs = obs
-        if finals:
-            final_obs = obs.copy()
-            for s, f in finals:
-                final_obs[s] = f
         self._track()
         return obs.copy(), rewards, terminated, truncated, final_obs
 
-    def _unpack(self, raw: bytes, k: int, shm: Any = None) -> tuple[Any, ...]:
+    def _unpack(self, raw: bytes, k: int, shm: Any = None, shm_at: int = 0) -> tuple[Any, ...]:
         """Split a worker's step answer (see ``_worker.py``) into its arrays: a float32 head, then the
         observations in their own dtypes, or with ``shm`` (the worker's shared memory block) the head alone,
-        the observations being in the block (views of it: copied before the next step)."""
+        the observations being in the block from byte ``shm_at`` (views of it: copied before the next step)."""
         m = k * self._mask_size
         has_successes = np.frombuffer(raw, dtype=np.float32, count=3, offset=1)[2] > 0
         slots = self._slot_columns * k
@@ -517,7 +607,7 @@ class LocalRunner(Runner):
         if slots:
             self._worker_slot_info = buf[at : at + slots].reshape(k, -1).copy()
         codec = self._codec
-        buffer, start = (raw, 1 + 4 * head_len) if shm is None else (shm.buf, 0)
+        buffer, start = (raw, 1 + 4 * head_len) if shm is None else (shm.buf, shm_at)
         obs = codec.decode(buffer, start, k)
         final = None
         if ended:  # with shared memory a copy: the finals of ended episodes are kept past this step
@@ -609,6 +699,21 @@ class LocalRunner(Runner):
     def close(self) -> None:
         """Stop every worker process; kills any that do not exit within a couple of seconds."""
         self._finalizer()
+
+
+def check_double_buffer(double_buffer: Any, envs_per_worker: int | None, owner: str = "make_runner") -> None:
+    """Raise ``ValueError`` (``TypeError`` for a value that is not a bool) unless ``double_buffer`` is False,
+    or True with an even ``envs_per_worker`` of at least 2 (two halves per worker; None: not known yet)."""
+    if not isinstance(double_buffer, bool | np.bool_):
+        raise TypeError(f"{owner} got double_buffer={double_buffer!r}: pass True or False")
+    if not double_buffer or envs_per_worker is None:
+        return
+    if envs_per_worker < 2 or envs_per_worker % 2:
+        raise ValueError(
+            f"{owner} got double_buffer=True with envs_per_worker={envs_per_worker}: double-buffered sampling "
+            "steps each worker's envs in two halves, so it needs an even envs_per_worker of at least 2 "
+            f"(pass envs_per_worker={max(2, envs_per_worker + 1)}), or leave double_buffer out"
+        )
 
 
 def worker_options(

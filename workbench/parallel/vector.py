@@ -116,7 +116,7 @@ class VectorRunner(Runner):
             self.envs.close()
 
 
-_UNSUPPORTED = ("restart_workers", "step_timeout", "envs_per_worker")
+_UNSUPPORTED = ("restart_workers", "step_timeout", "envs_per_worker", "double_buffer")
 
 
 def make_vector_runner(
@@ -146,7 +146,8 @@ def make_vector_runner(
 
 
 def check_vector_options(source: Any, backend: str, options: dict[str, Any]) -> None:
-    """A ``ValueError`` for the worker options (``restart_workers``, ``step_timeout``, ``envs_per_worker``)
+    """A ``ValueError`` for the worker options (``restart_workers``, ``step_timeout``, ``envs_per_worker``,
+    ``double_buffer``)
     given with a vector env or ``backend="envpool"``, which step their own envs: the session's workers
     that the options steer do not exist there (``Session`` checks it when it is created)."""
     vector = getattr(source, "vector", None)  # an offline session's dataset source has no envs at all
