@@ -1,7 +1,4 @@
 """Where env steps happen. Every backend is a :class:`~workbench.parallel.runner.Runner`: the base
-
-if TYPE_CHECKING:
-    from ..agents.contract import Agent
 class declares, with its default, every member the session's loop calls, so the loop calls them
 directly and never asks which backend it has. Each runner gives ``reset() -> obs``,
 ``transitions(agent, obs) -> (Transitions, next_obs)`` (one step of every env, taken by
