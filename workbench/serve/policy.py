@@ -21,7 +21,7 @@ import numpy as np
 from gymnasium import spaces
 
 from ..envs.masks import MASK_KEY, NEXT_MASK_KEY
-from .batch import ExtrasSpec
+from .batch import ExtrasSpec, action_arrays
 
 if TYPE_CHECKING:
     from ..agents.contract import Agent
@@ -32,16 +32,15 @@ _ACTIONS = (spaces.Discrete, spaces.Box, spaces.MultiDiscrete, spaces.MultiBinar
 
 
 def local_inference_refusal(agent: Agent) -> str | None:
-    """Why clients cannot act locally for ``agent`` (None when they can)."""
-    if agent.per_env_decisions:
-        return (
-            f"{agent.algorithm}'s decisions carry per-env state between calls (a recurrent policy), which "
-            "local inference does not hold on the client yet: use inference='server' or a feed-forward agent"
-        )
+    """Why clients cannot act locally for ``agent`` (None when they can). A recurrent policy
+    (``per_env_decisions``) is served: its clients keep each episode's memory (issue 52)."""
     if agent.multiagent_layout is not None or agent.offline:
         return f"{agent.algorithm} does not learn from a single-agent env's steps"
-    if not isinstance(agent.action_space, _ACTIONS):
-        return f"experience batches carry Discrete, Box, MultiDiscrete or MultiBinary actions, not {agent.action_space}"
+    if not isinstance(agent.action_space, _ACTIONS) and agent.action_layout is None:
+        return (
+            "experience batches carry Discrete, Box, MultiDiscrete or MultiBinary actions, or Dict / Tuple "
+            f"ones of those (docs/actions.md), not {agent.action_space}"
+        )
     return None
 
 
@@ -119,6 +118,10 @@ class PolicyPublisher:
                 "version": self.version,
                 "agent": self.agent.describe(),
                 "on_policy": self.agent.on_policy,
+                # A recurrent policy's clients hold each episode's memory and send the state each step
+                # used, among the extras (docs/serve.md); the ONNX export has the actor alone.
+                "recurrent": self.agent.per_env_decisions,
+                "actions": {name: [list(shape), kind] for name, (shape, kind) in action_arrays(self.agent).items()},
                 "extras": {key: [list(shape), kind] for key, (shape, kind) in (self.extras or {}).items()},
                 "counters": dict(self.counters),
                 "obs_shape": list(self.agent.obs_shape),
