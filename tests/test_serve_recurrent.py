@@ -103,7 +103,6 @@ def test_a_served_recurrent_policy_learns_from_its_clients_batches():
                     remote.feedback(reward, obs[key], terminated, truncated, episode=key)
                     if terminated or truncated:
                         obs[key] = env.reset()[0]
-                remote.flush(timeout=5)
             stats = remote.local_stats
         session.wait(timeout=60)
         assert stats["refused_batches"] == 0 and stats["sent_steps"] > 0

@@ -61,7 +61,7 @@ DTYPES = ("float32", "float64", "int64", "int32", "uint8", "bool")
 """The dtypes an array of a batch may have (little-endian)."""
 
 ARRAYS = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
-"""The arrays every batch holds."""
+"""The arrays every batch holds (a composite action space: ``action/<path>`` per leaf instead of ``action``)."""
 
 _OPTIONAL = ("log_prob", "action_mask", "next_action_mask")
 _CLIENT = re.compile(r"[A-Za-z0-9_-]{1,64}")
