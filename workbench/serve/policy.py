@@ -60,13 +60,18 @@ class PolicyPublisher:
         self.extras: ExtrasSpec | None = None
         self._lock = threading.Lock()
         self._updates: int | None = None
+        self._nets: list[Any] = []  # the networks the newest version was taken from
         self._acting: Agent | None = None
         self._onnx: tuple[int, bytes] | None = None
 
     def publish(self, force: bool = False) -> bool:
         """Publish a new version if the agent updated since the last one (or ``force``); True if one was."""
         updates = self.agent.num_updates
-        if not force and updates == self._updates:
+        # A seeded run rebuilds an untrained agent's networks when it begins (Agent.reseed), maybe after
+        # the first version was published: new network objects are a new policy, as an update is.
+        nets = list(self.agent.networks.values())
+        rebuilt = len(nets) != len(self._nets) or any(a is not b for a, b in zip(nets, self._nets, strict=False))
+        if not force and updates == self._updates and not rebuilt:
             return False
         from safetensors.torch import save
 
@@ -77,6 +82,7 @@ class PolicyPublisher:
             self.version += 1
             self.weights = data
             self._updates = updates
+            self._nets = nets
             self.counters = {
                 "num_timesteps": self.agent.num_timesteps,
                 "total_timesteps": self.agent.total_timesteps,
