@@ -118,8 +118,10 @@ def test_the_update_resumes_a_piece_of_an_episode_from_the_state_its_client_sent
     # Pieces of 3 steps of two interleaved episodes fill one column: each piece after the first follows
     # another's cut. With no learning (lr 0) and one minibatch, the update's replay gives back exactly the
     # log-probabilities the client acted with when it resumes each piece from its stored state; started
-    # from zeros at each cut (the in-process rule after an episode's end), it would not.
-    def approx_kl(resume: bool) -> list[float]:
+    # from zeros at each cut (the in-process rule after an episode's end), it would not. A tiny clip range
+    # makes clip_fraction count the steps whose replayed log-probability moved at all (a GTrXL starts
+    # close to the identity, so approx_kl alone moves little).
+    def replayed(resume: bool) -> tuple[list[float], list[float]]:
         if not resume:
             monkeypatch.setattr(RecurrentPPO, "_resumes", lambda self, states, dones: {})
         agent = wb.RecurrentPPO(
@@ -129,6 +131,7 @@ def test_the_update_resumes_a_piece_of_an_episode_from_the_state_its_client_sent
             n_steps=24,
             batch_size=24,
             n_epochs=1,
+            clip_range=1e-5,
             learning_rate=wb.linear(0.0, 0.0),
             ortho_init=False,
             seed=0,
@@ -149,15 +152,16 @@ def test_the_update_resumes_a_piece_of_an_episode_from_the_state_its_client_sent
                 assert remote.flush(timeout=30) and remote.local_stats["refused_batches"] == 0
             session.wait(timeout=60)
             assert agent.num_updates == 2
-            return list(session.signals["approx_kl"].values)
+            signals = session.signals
+            return list(signals["approx_kl"].values), list(signals["clip_fraction"].values)
         finally:
             server.close()
             session.stop()
 
-    resumed = approx_kl(True)
-    assert max(abs(v) for v in resumed) < 1e-6, resumed
-    restarted = approx_kl(False)
-    assert max(abs(v) for v in restarted) > 100 * max(max(abs(v) for v in resumed), 1e-9), (restarted, resumed)
+    kl, clipped = replayed(True)
+    assert max(abs(v) for v in kl) < 1e-6 and max(clipped) == 0.0, (kl, clipped)
+    kl, clipped = replayed(False)
+    assert min(clipped) > 0.2, (kl, clipped)  # most steps after a cut replay to another log-probability
 
 
 def _recurrent_batch(state: np.ndarray | None, n: int = 3) -> bytes:
