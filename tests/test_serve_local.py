@@ -319,3 +319,28 @@ def test_ingest_cuts_pieces_into_columns_for_learners_that_need_order_and_hands_
     )
     runner.run_ended()
     assert runner.ingest(experience(2, False, {})) == 0 and runner.dropped == 2
+
+
+def test_a_seeded_run_that_rebuilds_the_untrained_networks_publishes_them_as_a_new_version():
+    # A seeded session rebuilds an untrained agent's networks when its run begins (Agent.reseed): a client
+    # that fetched the policy before that must get the networks the learner learns with, not act with the old.
+    agent = wb.PPO("CartPole-v1", n_envs=1, n_steps=64, net_arch=[16], seed=0)
+    session = wb.Session.external(agent, seed=5)
+    server = session.serve(publish_every=0.05)
+    try:
+        remote = wb.RemoteSession(server.url, inference="local")
+        first = remote.policy_version
+        before = {k: v.clone() for k, v in agent.acting_weights().items()}
+        session.start(steps=10_000)
+        deadline = time.monotonic() + 10
+        while remote.policy_version == first and time.monotonic() < deadline:
+            time.sleep(0.01)
+        after = agent.acting_weights()
+        assert any(not (before[k] == after[k]).all() for k in after)  # rebuilt under seed 5
+        assert agent.num_updates == 0 and remote.policy_version == first + 1
+        obs = np.random.default_rng(0).normal(size=(8, 4)).astype(np.float32)
+        assert (remote._policy.agent.act(obs, deterministic=True) == agent.act(obs, deterministic=True)).all()
+        remote.close()
+    finally:
+        server.close()
+        session.stop()

@@ -112,6 +112,20 @@ async function post(body) {
 // -- the loop ------------------------------------------------------------------------------------------------
 
 const described = await (await get("/policy")).json();
+// The ONNX export has the actor alone: a recurrent policy's memory (its state inputs and outputs) and the
+// state each step used, which its batches must carry, are not kept here. Refused before acting, saying so.
+if (described.recurrent) {
+  console.error(
+    `the served policy (${described.agent.algorithm}) is recurrent: this client acts from the ONNX actor alone and ` +
+      "does not keep its memory per episode nor send the state each step used; use " +
+      "wb.RemoteSession(url, inference=\"local\") from Python, or inference=\"server\" (POST /act) from Node.js",
+  );
+  process.exit(2);
+}
+if (!("action" in (described.actions || { action: null }))) {
+  console.error("the served policy's action space is composite (Dict / Tuple): this client acts in CartPole's Discrete(2)");
+  process.exit(2);
+}
 const obsSize = described.obs_shape.reduce((a, b) => a * b, 1);
 const nActions = 2;
 const client = `node-${Math.random().toString(36).slice(2, 12)}`;

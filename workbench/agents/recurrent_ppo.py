@@ -359,8 +359,10 @@ class RecurrentPPO(OnPolicyAgent):
         starts[1:] = self._tensor(rollout.dones[:-1])  # an episode begins after each end
         first = self._tensor(states[0])  # (n_envs, 2 * rows, width): where each sequence starts
         rows = self._rows
+        resume = self._resumes(states, rollout.dones)
+        actor, critic = slice(0, rows), slice(rows, None)
         with torch.no_grad():
-            _, after = self.critic.unroll(obs, first[:, rows:], starts)
+            _, after = self._replay(self.critic, obs, first[:, critic], starts, resume, critic)
             last_starts = self._tensor(rollout.dones[-1:])
             next_obs = self._tensor(np.asarray(self._next_obs, np.float32))[None]
             last, _ = self.critic.unroll(next_obs, after, last_starts)
@@ -375,8 +377,8 @@ class RecurrentPPO(OnPolicyAgent):
         envs_per_batch = max(1, min(n_envs, c.batch_size // steps))
 
         def minibatch(e: torch.Tensor) -> torch.Tensor:
-            out, _ = self.actor.unroll(obs[:, e], first[e, :rows], starts[:, e])
-            values, _ = self.critic.unroll(obs[:, e], first[e, rows:], starts[:, e])
+            out, _ = self._replay(self.actor, obs[:, e], first[e, actor], starts[:, e], resume, actor, e)
+            values, _ = self._replay(self.critic, obs[:, e], first[e, critic], starts[:, e], resume, critic, e)
             mb_actions = actions[:, e].reshape(-1, *actions.shape[2:])
             if self.action_layout is not None:
                 mb_masks = None if rollout.masks is None else self._tensor(rollout.masks[:, self._host(e)])
@@ -412,10 +414,57 @@ class RecurrentPPO(OnPolicyAgent):
             metrics["policy_std"] = float(self.log_std.detach().exp().mean())
         if self.action_layout is not None:
             with torch.no_grad():
-                out, _ = self.actor.unroll(obs, first[:, :rows], starts)
+                out, _ = self._replay(self.actor, obs, first[:, actor], starts, resume, actor)
                 masks = None if rollout.masks is None else self._tensor(rollout.masks.reshape(steps * n_envs, -1))
                 metrics.update(self._head_entropies(out.flatten(0, 1), actions.flatten(0, 1), masks))
         return metrics
+
+    def _resumes(self, states: np.ndarray, dones: np.ndarray) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+        """The steps where an env's sequence resumes from its stored state instead of starting from
+        zeros: right after a done whose next step's stored state is not zero. In process that never
+        happens (``begin_episode`` zeroed the state after every done, so the replay is the one it was);
+        a served session's local-inference client sends an episode in pieces, and a piece that goes on
+        with its episode follows another piece's cut (marked truncated) in its column, with the state
+        its client reached there (issue 52). Step -> (which envs resume, the stored states at that step)."""
+        after_done = dones[:-1] > 0
+        if not after_done.any():
+            return {}
+        resumed = np.zeros_like(after_done)
+        resumed[after_done] = np.abs(states[1:][after_done]).reshape(int(after_done.sum()), -1).max(axis=1) > 0
+        return {
+            int(t) + 1: (torch.as_tensor(resumed[t], device=self.device), self._tensor(states[t + 1]))
+            for t in np.flatnonzero(resumed.any(axis=1))
+        }
+
+    def _replay(
+        self,
+        net: nn.Module,
+        obs: torch.Tensor,
+        state: torch.Tensor,
+        starts: torch.Tensor,
+        resume: dict[int, tuple[torch.Tensor, torch.Tensor]],
+        part: slice,
+        envs: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``net.unroll`` over the rollout (the envs ``envs`` of it, None: all), cut where some env
+        resumes from its stored state (:meth:`_resumes`; ``part``: the net's rows of that state):
+        each stretch between two such steps is one unroll, so the network's own math runs unchanged."""
+        if not resume:
+            return net.unroll(obs, state, starts)  # type: ignore[operator]
+        outs = []
+        cuts = [0, *resume, obs.shape[0]]
+        for a, b in pairwise(cuts):
+            stretch = starts[a:b]
+            if a in resume:
+                which, stored = resume[a]
+                if envs is not None:
+                    which, stored = which[envs], stored[envs]
+                state = torch.where(which.view(-1, 1, 1), stored[:, part], state)
+                stretch = stretch.clone()
+                stretch[0] = stretch[0] * ~which  # a resumed sequence goes on: no episode begins here
+            out, state = net.unroll(obs[a:b], state, stretch)  # type: ignore[operator]
+            outs.append(out)
+        return torch.cat(outs), state
 
     # -- declared state -----------------------------------------------------------------------
 

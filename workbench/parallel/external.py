@@ -407,7 +407,9 @@ class ExternalRunner(Runner):
         memory) gets the batch whole at its next step. Any other agent learns from columns: the batch
         goes to the free slot with the shortest backlog, as a piece of its column, and when it stops
         mid-episode its last step is marked truncated for learning, so nothing is chained across to the
-        next piece (the agent bootstraps from that step's next observation, as at a time limit)."""
+        next piece (the agent bootstraps from that step's next observation, as at a time limit). A
+        recurrent agent's pieces carry the memory state each step used among their extras, so its update
+        resumes a piece that goes on with its episode from that state (RecurrentPPO)."""
         n = len(experience)
         with self._cond:
             if not self.accepting:

@@ -17,7 +17,10 @@ version that chose every step of the batch), ``steps`` (T, 1 to the server's ``m
 :data:`ARRAYS` (``obs``, ``action``, ``reward``, ``next_obs``, ``terminated``, ``truncated``), an
 optional ``log_prob`` (the behaviour policy's log-probability of each action), ``action_mask`` and
 ``next_action_mask`` together (masked decisions), and ``extras/<key>`` for each extra the agent's
-decisions carry (PPO's ``extras/values`` and ``extras/log_probs``). docs/serve.md has the table.
+decisions carry (PPO's ``extras/values`` and ``extras/log_probs``; a recurrent policy's
+``extras/lstm_states`` or ``extras/memory_states``, the memory state each step used). A composite
+(Dict / Tuple) action space sends ``action/<path>`` per leaf instead of ``action`` (:func:`action_arrays`).
+docs/serve.md has the table.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from .protocol import RequestError, episode_id
 
 if TYPE_CHECKING:
     from ..agents.contract import Agent
+    from ..envs.composite import ActionLayout
 
 __all__ = [
     "ARRAYS",
@@ -43,9 +47,11 @@ __all__ = [
     "MAGIC",
     "Experience",
     "ExtrasSpec",
+    "action_arrays",
     "check_experience",
     "decode_batch",
     "encode_batch",
+    "leaf_actions",
 ]
 
 MAGIC = b"WBX1"
@@ -55,7 +61,7 @@ DTYPES = ("float32", "float64", "int64", "int32", "uint8", "bool")
 """The dtypes an array of a batch may have (little-endian)."""
 
 ARRAYS = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
-"""The arrays every batch holds."""
+"""The arrays every batch holds (a composite action space: ``action/<path>`` per leaf instead of ``action``)."""
 
 _OPTIONAL = ("log_prob", "action_mask", "next_action_mask")
 _CLIENT = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -64,6 +70,44 @@ _MAX_HEADER = 1 << 20
 
 ExtrasSpec = dict[str, tuple[tuple[int, ...], str]]
 """The extras of the agent's decisions: key -> (shape of one step's value, dtype kind ``"f"``/``"i"``/``"b"``)."""
+
+
+def action_arrays(agent: Agent) -> ExtrasSpec:
+    """The arrays a batch carries its actions in: ``action`` (one per step), or for a composite
+    (Dict / Tuple) action space ``action/<path>`` per leaf (its path as ``workbench.envs.composite``
+    names it): each with the shape of one step's value and its dtype kind (``"i"`` integers, Discrete
+    leaves as the env takes them, from the space's ``start``; ``"f"`` floats, Box, unclipped)."""
+    layout = agent.action_layout
+    space = agent.action_space
+    if layout is None:
+        return {"action": (tuple(space.shape or ()), "f" if isinstance(space, spaces.Box) else "i")}
+    return {
+        f"action/{leaf.path}": (
+            () if leaf.kind == "discrete" else tuple(leaf.space.shape or ()),
+            _LEAF_KINDS[leaf.kind],
+        )
+        for leaf in layout.leaves
+    }
+
+
+_LEAF_KINDS = {"discrete": "i", "multidiscrete": "i", "multibinary": "i", "box": "f"}
+
+
+def leaf_actions(layout: ActionLayout, rows: np.ndarray) -> dict[str, np.ndarray]:
+    """A composite space's action rows (``(T, width)``, as the agents keep them) as the arrays of
+    :func:`action_arrays`: one per leaf, Discrete leaves shifted by their ``start``, Box leaves unclipped
+    (the sample the log-probability is of)."""
+    n = len(rows)
+    out: dict[str, np.ndarray] = {}
+    for leaf in layout.leaves:
+        cols = np.asarray(rows)[:, leaf.start : leaf.stop]
+        if leaf.kind == "discrete":
+            out[f"action/{leaf.path}"] = cols[:, 0].astype(np.int64) + int(leaf.space.start)  # type: ignore[attr-defined]
+        elif leaf.kind == "box":
+            out[f"action/{leaf.path}"] = cols.astype(np.float32).reshape(n, *leaf.space.shape)  # type: ignore[misc]
+        else:
+            out[f"action/{leaf.path}"] = cols.astype(np.int64).reshape(n, *leaf.space.shape)  # type: ignore[misc]
+    return out
 
 
 def encode_batch(header: dict[str, Any], arrays: dict[str, np.ndarray]) -> bytes:
@@ -210,7 +254,11 @@ def check_experience(
             status=413,
         )
     episode_id(header)  # the client's key, checked as a JSON call's episode is
-    known = {*ARRAYS, *_OPTIONAL, *(f"extras/{key}" for key in extras)}
+    layout = agent.action_layout
+    action_names = ["action"] if layout is None else [f"action/{leaf.path}" for leaf in layout.leaves]
+    known = {*ARRAYS, *_OPTIONAL, *action_names, *(f"extras/{key}" for key in extras)} - (
+        set() if layout is None else {"action"}
+    )
     unknown = sorted(set(arrays) - known)
     if unknown:
         raise RequestError(
@@ -234,6 +282,8 @@ def check_experience(
         high = space.nvec if isinstance(space, spaces.MultiDiscrete) else 2
         if ((actions < 0) | (actions >= high)).any():
             raise RequestError(f"array 'action' holds an action outside {space}", field="action")
+    elif layout is not None:
+        actions = _composite_actions(layout, arrays, steps)
     else:  # pragma: no cover (refused when the server starts serving local inference)
         raise RequestError(f"experience batches do not carry actions of {space}", field="action", kind="TypeError")
     rewards = _array(arrays, "reward", (steps,), "fiu").astype(np.float32)
@@ -257,10 +307,12 @@ def check_experience(
             raise RequestError(f"{agent.algorithm} does not take action masks", field="action_mask", kind="TypeError")
         size = mask_size(space) or 0
         mask = _array(arrays, "action_mask", (steps, size), "b")
-        if not mask.any(axis=1).all():
+        if layout is None and not mask.any(axis=1).all():
             raise RequestError("a row of action_mask allows no action", field="action_mask")
         if isinstance(space, spaces.Discrete) and not mask[np.arange(steps), actions - space.start].all():
             raise RequestError("an action was taken that its action_mask does not allow", field="action_mask")
+        if layout is not None:
+            _check_head_masks(layout, mask, actions)
         out_extras[MASK_KEY] = mask.copy()
         out_extras[NEXT_MASK_KEY] = _array(arrays, "next_action_mask", (steps, size), "b").copy()
     ended = terminated | truncated
@@ -289,3 +341,57 @@ def check_experience(
     return Experience(
         client, seq, version, obs, actions, rewards, next_obs, terminated, truncated, out_extras, out_episodes
     )
+
+
+def _composite_actions(layout: ActionLayout, arrays: dict[str, np.ndarray], steps: int) -> np.ndarray:
+    """The ``action/<path>`` arrays of a composite action space, each leaf checked (shape, dtype, its
+    space's bounds), as the ``(steps, width)`` float32 rows the agents keep."""
+    rows = np.zeros((steps, layout.width), dtype=np.float32)
+    for leaf in layout.leaves:
+        name = f"action/{leaf.path}"
+        space = leaf.space
+        if leaf.kind == "discrete":
+            start, n = int(space.start), int(space.n)  # type: ignore[attr-defined]
+            value = _array(arrays, name, (steps,), "iu").astype(np.int64)
+            if ((value < start) | (value >= start + n)).any():
+                raise RequestError(
+                    f"array {name!r} holds an action outside the head {leaf.path!r}'s {space}: "
+                    f"integers in [{start}, {start + n})",
+                    field=name,
+                )
+            rows[:, leaf.start] = value - start
+            continue
+        shape = (steps, *(space.shape or ()))
+        if leaf.kind == "box":
+            value = _array(arrays, name, shape, "f")  # finite; unclipped, as the policy sampled it
+        else:
+            value = _array(arrays, name, shape, "iu").astype(np.int64)
+            high = np.asarray(leaf.nvec) if leaf.kind == "multidiscrete" else 2
+            if ((value.reshape(steps, -1) < 0) | (value.reshape(steps, -1) >= high)).any():
+                raise RequestError(
+                    f"array {name!r} holds an action outside the head {leaf.path!r}'s {space}", field=name
+                )
+        rows[:, leaf.start : leaf.stop] = value.reshape(steps, -1)
+    return rows
+
+
+def _check_head_masks(layout: ActionLayout, mask: np.ndarray, rows: np.ndarray) -> None:
+    """Each discrete head's part of ``action_mask``: some action allowed in each of its dimensions, and
+    the action taken allowed (a hybrid space's unchosen branches aside: their actions do not count)."""
+    chosen = rows[:, 0].astype(np.int64) if layout.hybrid else None
+    for leaf in layout.leaves:
+        lo = leaf.mask_start
+        for d, n in enumerate(leaf.nvec if leaf.mask_width else ()):
+            part = mask[:, lo : lo + n]
+            if not part.any(axis=1).all():
+                raise RequestError(
+                    f"a row of action_mask allows no action of the head {leaf.path!r}", field="action_mask"
+                )
+            taken = rows[:, leaf.start + d].astype(np.int64)
+            counts = np.ones(len(rows), bool) if chosen is None or leaf.branch is None else chosen == leaf.branch
+            if not part[np.arange(len(rows)), taken][counts].all():
+                raise RequestError(
+                    f"an action of the head {leaf.path!r} was taken that its action_mask does not allow",
+                    field="action_mask",
+                )
+            lo += n

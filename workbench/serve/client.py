@@ -64,7 +64,9 @@ class RemoteSession:
     batches: when the server is away the client keeps acting, and counts in ``local_stats`` what the
     full queue dropped. A new policy version is pushed over a WebSocket (``sync_every=None``, needs
     ``websockets``) or polled every ``sync_every`` steps. ``flush()`` sends what is recorded and waits
-    for it; ``close()`` flushes too. See docs/serve.md, "Local inference".
+    for it; ``close()`` flushes too. A recurrent policy (``wb.RecurrentPPO``) keeps each live episode's
+    memory here (256 episodes at most), empty at each episode's start; a Dict / Tuple action space is
+    acted in its structure, with a mask per head. See docs/serve.md, "Local inference".
     """
 
     def __init__(

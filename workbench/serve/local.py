@@ -13,6 +13,13 @@ Three parts, one thread each:
   is, so a server that is away loses only what the full queue dropped;
 * syncing (a background thread): a new policy version is heard of over ``WS /policy/ws`` (pushed) or by
   polling ``GET /policy/version`` every ``sync_every`` steps, then fetched and installed between two steps.
+
+A recurrent policy (``agent.per_env_decisions``: RecurrentPPO's LSTM, GRU or GTrXL) keeps its memory
+here, one row per live episode: the local copy is built with :data:`MAX_EPISODES` env rows, each
+episode decides in its own row (``agent.decide(rows=[row])``), which ``agent.begin_episode`` zeroes
+when the episode starts (a new key, or the first ``act`` after a ``feedback`` that ended it). The
+state each step used travels among the step's extras (``extras/lstm_states`` or
+``extras/memory_states``), so the learner replays every piece of an episode from where its client was.
 """
 
 from __future__ import annotations
@@ -28,14 +35,20 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..envs.masks import MASK_KEY
-from .batch import encode_batch
+from .batch import encode_batch, leaf_actions
 
 if TYPE_CHECKING:
     from .client import RemoteSession
 
-__all__ = ["LocalPolicy"]
+__all__ = ["MAX_EPISODES", "LocalPolicy"]
 
 _DEFAULT = "default"
+
+MAX_EPISODES = 256
+"""Live episodes a client holds the memory of at once, for a recurrent policy (each holds one row of
+the policy's state: for a GTrXL its whole cached window)."""
+
+_BODY_MARGIN = 64 * 1024  # what a batch's header and framing may take beside its arrays
 
 
 class _Stream:
@@ -66,8 +79,25 @@ class LocalPolicy:
         self.sync_every = sync_every
         described = remote._request("GET", "/policy")
         self.description = described
+        self.recurrent = bool(described.get("recurrent", False))
+        built = _floats(described["agent"])
+        if self.recurrent:
+            # One memory row per live episode: the acting copy holds MAX_EPISODES envs' state.
+            built = {**built, "hyperparameters": {**built.get("hyperparameters", {}), "n_envs": MAX_EPISODES}}
         version, tensors, counters, _ = self._fetch()
-        self.agent = acting_agent(_floats(described["agent"]), tensors)
+        self.agent = acting_agent(built, tensors)
+        if self.recurrent and (not self.agent.per_env_decisions or self.agent.num_envs != MAX_EPISODES):
+            raise ValueError(
+                f"the served policy is recurrent but its {self.agent.algorithm} copy here does not hold "
+                f"{MAX_EPISODES} episodes' memory: use inference='server'"
+            )
+        # Each live episode's memory row (a recurrent policy), and the rows free for new episodes.
+        self._rows: dict[Hashable, int] = {}
+        self._free_rows = list(range(MAX_EPISODES - 1, -1, -1)) if self.recurrent else []
+        # A batch must fit the server's body limit (a GTrXL's state is kilobytes per step).
+        self._max_body = int(described.get("max_body", 1 << 20))
+        self._max_steps = min(batch_steps, int(described.get("max_batch_steps", batch_steps)))
+        self._batch_limit: int | None = None
         self.agent.reseed(secrets.randbits(62))  # each client explores with its own random streams
         self._set_counters(counters)
         self.version = version
@@ -120,7 +150,11 @@ class LocalPolicy:
             if batch.dtype.kind == "f" and not np.isfinite(batch).all():
                 raise ValueError(f"act() got a NaN or infinite observation: {obs!r}")
             # The prepared batch, not obs again (a Dict observation keeps its own action_mask key).
-            step = self.agent.decide(obs if isinstance(obs, dict) else batch, action_mask=action_mask)
+            prepared = obs if isinstance(obs, dict) else batch
+            if self.recurrent:
+                step = self._decide_in_row(key, episode, prepared, action_mask)
+            else:
+                step = self.agent.decide(prepared, action_mask=action_mask)
             extras = {key: np.asarray(value)[0] for key, value in step.extras.items() if key != MASK_KEY}
             mask = step.extras.get(MASK_KEY)
             action = np.asarray(step.actions)[0]
@@ -130,6 +164,30 @@ class LocalPolicy:
             if self.sync_every is not None and self._steps % self.sync_every == 0:
                 self._poll.set()
             return self._convert(action)
+
+    def _decide_in_row(self, key: Hashable, episode: Hashable | None, obs: Any, action_mask: Any) -> Any:
+        """A recurrent policy's step for ``key``'s episode, in its memory row (a new episode takes a
+        free row, zeroed: its memory starts empty)."""
+        row = self._rows.get(key)
+        started = row is None
+        if row is None:
+            if not self._free_rows:
+                raise RuntimeError(
+                    f"act() for episode {episode!r}: {MAX_EPISODES} episodes are live on this client, each "
+                    "holding its recurrent policy's memory here, which is the most one client holds: end one "
+                    "(feedback(..., terminated=True) or truncated=True) before starting another, or spread "
+                    "the episodes over several RemoteSession clients"
+                )
+            row = self._rows[key] = self._free_rows.pop()
+            begins = np.zeros(MAX_EPISODES, dtype=bool)
+            begins[row] = True
+            self.agent.begin_episode(begins)
+        try:
+            return self.agent.decide(obs, action_mask=action_mask, rows=[row])
+        except BaseException:
+            if started:  # refused (a bad mask): the episode did not start, its row is free again
+                self._free_rows.append(self._rows.pop(key))
+            raise
 
     def feedback(
         self,
@@ -174,8 +232,21 @@ class LocalPolicy:
             if ended:
                 stream.episodes.append([len(stream.rows) - 1, stream.return_, stream.length])
                 stream.return_, stream.length = 0.0, 0
-            if ended or len(stream.rows) >= self.batch_steps:
+                row = self._rows.pop(key, None)
+                if row is not None:  # the next act of this key starts a new episode, its memory empty
+                    self._free_rows.append(row)
+            if ended or len(stream.rows) >= self._limit(stream.rows[0]):
                 self._flush(key, stream)
+
+    def _limit(self, row: tuple[Any, ...]) -> int:
+        """Steps per batch: ``batch_steps``, fewer when the server's ``max_batch_steps`` or its body
+        limit (``max_body``, a batch's bytes) would refuse that many."""
+        if self._batch_limit is None:
+            arrays = [row[0], row[1], row[3], *row[6].values(), *(m for m in row[7:9] if m is not None)]
+            step_bytes = sum(np.asarray(a).nbytes for a in arrays) + 16  # reward, flags, log-probability
+            fits = max(1, (self._max_body - _BODY_MARGIN) // step_bytes)
+            self._batch_limit = max(1, min(self._max_steps, fits))
+        return self._batch_limit
 
     def _next_mask(self, next_obs: Any, info: dict[str, Any] | None) -> np.ndarray:
         from ..envs.masks import check_masks, mask_size
@@ -204,9 +275,10 @@ class LocalPolicy:
         terminated = np.array([r[4] for r in rows], dtype=bool)
         truncated = np.array([r[5] for r in rows], dtype=bool)
         extras = {name: np.stack([r[6][name] for r in rows]) for name in rows[0][6]}
+        layout = self.agent.action_layout
         arrays: dict[str, np.ndarray] = {
             "obs": obs,
-            "action": actions,
+            **({"action": actions} if layout is None else leaf_actions(layout, actions)),
             "reward": rewards,
             "next_obs": next_obs,
             "terminated": terminated,

@@ -21,7 +21,7 @@ import numpy as np
 from gymnasium import spaces
 
 from ..envs.masks import MASK_KEY, NEXT_MASK_KEY
-from .batch import ExtrasSpec
+from .batch import ExtrasSpec, action_arrays
 
 if TYPE_CHECKING:
     from ..agents.contract import Agent
@@ -32,16 +32,15 @@ _ACTIONS = (spaces.Discrete, spaces.Box, spaces.MultiDiscrete, spaces.MultiBinar
 
 
 def local_inference_refusal(agent: Agent) -> str | None:
-    """Why clients cannot act locally for ``agent`` (None when they can)."""
-    if agent.per_env_decisions:
-        return (
-            f"{agent.algorithm}'s decisions carry per-env state between calls (a recurrent policy), which "
-            "local inference does not hold on the client yet: use inference='server' or a feed-forward agent"
-        )
+    """Why clients cannot act locally for ``agent`` (None when they can). A recurrent policy
+    (``per_env_decisions``) is served: its clients keep each episode's memory (issue 52)."""
     if agent.multiagent_layout is not None or agent.offline:
         return f"{agent.algorithm} does not learn from a single-agent env's steps"
-    if not isinstance(agent.action_space, _ACTIONS):
-        return f"experience batches carry Discrete, Box, MultiDiscrete or MultiBinary actions, not {agent.action_space}"
+    if not isinstance(agent.action_space, _ACTIONS) and agent.action_layout is None:
+        return (
+            "experience batches carry Discrete, Box, MultiDiscrete or MultiBinary actions, or Dict / Tuple "
+            f"ones of those (docs/actions.md), not {agent.action_space}"
+        )
     return None
 
 
@@ -61,13 +60,18 @@ class PolicyPublisher:
         self.extras: ExtrasSpec | None = None
         self._lock = threading.Lock()
         self._updates: int | None = None
+        self._nets: list[Any] = []  # the networks the newest version was taken from
         self._acting: Agent | None = None
         self._onnx: tuple[int, bytes] | None = None
 
     def publish(self, force: bool = False) -> bool:
         """Publish a new version if the agent updated since the last one (or ``force``); True if one was."""
         updates = self.agent.num_updates
-        if not force and updates == self._updates:
+        # A seeded run rebuilds an untrained agent's networks when it begins (Agent.reseed), maybe after
+        # the first version was published: new network objects are a new policy, as an update is.
+        nets = list(self.agent.networks.values())
+        rebuilt = len(nets) != len(self._nets) or any(a is not b for a, b in zip(nets, self._nets, strict=False))
+        if not force and updates == self._updates and not rebuilt:
             return False
         from safetensors.torch import save
 
@@ -78,6 +82,7 @@ class PolicyPublisher:
             self.version += 1
             self.weights = data
             self._updates = updates
+            self._nets = nets
             self.counters = {
                 "num_timesteps": self.agent.num_timesteps,
                 "total_timesteps": self.agent.total_timesteps,
@@ -119,6 +124,10 @@ class PolicyPublisher:
                 "version": self.version,
                 "agent": self.agent.describe(),
                 "on_policy": self.agent.on_policy,
+                # A recurrent policy's clients hold each episode's memory and send the state each step
+                # used, among the extras (docs/serve.md); the ONNX export has the actor alone.
+                "recurrent": self.agent.per_env_decisions,
+                "actions": {name: [list(shape), kind] for name, (shape, kind) in action_arrays(self.agent).items()},
                 "extras": {key: [list(shape), kind] for key, (shape, kind) in (self.extras or {}).items()},
                 "counters": dict(self.counters),
                 "obs_shape": list(self.agent.obs_shape),
