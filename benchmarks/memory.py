@@ -244,6 +244,11 @@ def _num(x: float) -> str:
     return f"{x:.1f}" if abs(x) >= 10 else f"{x:.3f}"
 
 
+def _pm(mean: float, hw: float) -> str:
+    """``mean ± half-width``, or the mean alone where there is no interval (one seed)."""
+    return _num(mean) if math.isnan(hw) else f"{_num(mean)} ± {_num(hw)}"
+
+
 def summarize(runs: Sequence[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
     """Per (task, method): seeds, returns, mean, interval, times, speed, CPU per step and its ratio to the LSTM."""
     out: dict[tuple[str, str], dict[str, Any]] = {}
@@ -285,29 +290,27 @@ def goals(stats: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
         wins = not math.isnan(g["hw"]) and not math.isnan(m["hw"]) and g["mean"] - g["hw"] > m["mean"] + m["hw"]
         above += [task] if wins else []
         details.append(
-            f"{task} ({MEMORY_HORIZON[task][1]}): GTrXL {_num(g['mean'])} ± {_num(g['hw'])} against the LSTM's "
-            f"{_num(m['mean'])} ± {_num(m['hw'])}, {'above, not overlapping' if wins else 'not wholly above'}"
+            f"{task} ({MEMORY_HORIZON[task][1]}): GTrXL {_pm(g['mean'], g['hw'])} against the LSTM's "
+            f"{_pm(m['mean'], m['hw'])}, {'above, not overlapping' if wins else 'not wholly above'}"
         )
     need = min(2, len(long))
+    skipped = [
+        f"{t} is not counted (memory over at most {MEMORY_HORIZON[t][0]} steps: {MEMORY_HORIZON[t][1]})"
+        for t in TASKS
+        if t != "CartPoleNoVel-v1" and MEMORY_HORIZON[t][0] <= LONG_MEMORY and (t, "gtrxl") in stats
+    ]
     lines.append(
         f"- **GTrXL above the LSTM where memory reaches back more than {LONG_MEMORY} steps** (issue: on at least two "
         f"of three): {len(above)} of the {len(long)} tasks here whose horizon exceeds {LONG_MEMORY} steps, "
-        f"{'met' if long and len(above) >= need else 'not met'}. "
-        + "; ".join(details)
-        + ". "
-        + "; ".join(
-            f"{t} is not counted (memory over at most {MEMORY_HORIZON[t][0]} steps: {MEMORY_HORIZON[t][1]})"
-            for t in TASKS
-            if t != "CartPoleNoVel-v1" and MEMORY_HORIZON[t][0] <= LONG_MEMORY and (t, "gtrxl") in stats
-        )
-        + "."
+        f"{'met' if long and len(above) >= need else 'not met'}."
+        + "".join(f" {sentence}." for sentence in ["; ".join(details), "; ".join(skipped)] if sentence)
     )
     if ("CartPoleNoVel-v1", "gtrxl") in stats and ("CartPoleNoVel-v1", "lstm") in stats:
         g, m = stats["CartPoleNoVel-v1", "gtrxl"], stats["CartPoleNoVel-v1", "lstm"]
         below = g["mean"] + g["hw"] < m["mean"] - m["hw"]
         lines.append(
             f"- **CartPoleNoVel: GTrXL no worse than the LSTM** (mean return at least the LSTM's): GTrXL "
-            f"{_num(g['mean'])} ± {_num(g['hw'])} against {_num(m['mean'])} ± {_num(m['hw'])}, "
+            f"{_pm(g['mean'], g['hw'])} against {_pm(m['mean'], m['hw'])}, "
             f"{'met' if g['mean'] >= m['mean'] else 'not met'} (intervals "
             f"{'apart, GTrXL below' if below else 'overlapping' if not math.isnan(g['hw'] + m['hw']) else 'n/a'})."
         )
@@ -358,7 +361,8 @@ def render(
             if steps == 100_000
             else " (the issue's protocol asks for 100,000; this budget was what the time allowed)"
         )
-        + f", seeds {', '.join(map(str, seeds))}; every method with the CartPoleNoVel preset's settings (the zoo's "
+        + f", seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}; every method with the CartPoleNoVel "
+        f"preset's settings (the zoo's "
         f"ppo_lstm: {config['n_envs']} envs x {config['n_steps']} steps, {config['n_epochs']} epochs, observation and "
         f"reward normalization){memory}. **Return**: the greedy return, mean over "
         f"{'/'.join(map(str, episodes))} evaluation episodes per run, then mean over seeds ± the half-width of its 95% "
