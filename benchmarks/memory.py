@@ -245,8 +245,10 @@ def _num(x: float) -> str:
 
 
 def _pm(mean: float, hw: float) -> str:
-    """``mean ± half-width``, or the mean alone where there is no interval (one seed)."""
-    return _num(mean) if math.isnan(hw) else f"{_num(mean)} ± {_num(hw)}"
+    """``mean ± half-width`` (both at the mean's precision), or the mean alone where there is no interval."""
+    if math.isnan(hw):
+        return _num(mean)
+    return f"{_num(mean)} ± {hw:.1f}" if abs(mean) >= 10 else f"{_num(mean)} ± {hw:.3f}"
 
 
 def summarize(runs: Sequence[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
@@ -341,7 +343,8 @@ def render(
     episodes = sorted({r["settings"]["episodes"] for r in shown})
     loads = [r["load_at_start"][0] for r in shown]
     days = sorted({r["finished"][:10] for r in shown})
-    commits = sorted({r["versions"].get("commit", "?") for r in shown})
+    # In the order the runs finished: the branch's head when each run was stored.
+    commits = list(dict.fromkeys(r["versions"].get("commit", "?") for r in sorted(shown, key=lambda r: r["finished"])))
     seeds = sorted({r["seed"] for r in shown})
     gtrxl = next((r["settings"]["config"] for r in shown if r["method"] == "gtrxl"), None)
     config = shown[0]["settings"]["config"]
@@ -370,9 +373,8 @@ def render(
         f"thread; **CPU per step vs LSTM**: CPU seconds per env step over the LSTM's on the same task. "
         f"Machine: {shown[0]['machine']['platform']}, {shown[0]['machine']['cpus']} CPUs shared with other work "
         f"(1-minute load average at the runs' starts {min(loads):.2f}-{max(loads):.2f}: wall time depends on it, "
-        f"CPU time less); {', '.join(days)}, commit {', '.join(commits)}"
-        + (f", POPGym {', '.join(popgym)}" if popgym else "")
-        + "."
+        f"CPU time less); {', '.join(days)}, at commit{'s' if len(commits) > 1 else ''} {', '.join(commits)} (the "
+        f"branch's head as the runs finished)" + (f", POPGym {', '.join(popgym)}" if popgym else "") + "."
     )
     lines = [
         *textwrap.wrap(caption, 115, break_on_hyphens=False, break_long_words=False),
@@ -382,10 +384,9 @@ def render(
     ]
     for task, method in sorted(stats, key=_order):
         s = stats[task, method]
-        hw = "" if math.isnan(s["hw"]) else f" ± {_num(s['hw'])}"
         ratio = "—" if math.isnan(s["vs_lstm"]) else f"{s['vs_lstm']:.2f}x"
         lines.append(
-            f"| {task} | {method} | {len(s['seeds'])} | {_num(s['mean'])}{hw} | "
+            f"| {task} | {method} | {len(s['seeds'])} | {_pm(s['mean'], s['hw'])} | "
             f"{', '.join(_num(x) for x in s['returns'])} | {s['wall']:.0f} | {s['cpu']:.0f} | "
             f"{s['steps_per_s']:,.0f} | {ratio} |"
         )
@@ -420,11 +421,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     render_.add_argument("--results", type=Path, default=RESULTS)
     render_.add_argument("--doc", type=Path, default=DOC)
     render_.add_argument("--steps", type=int, default=None, help="the budget to show (default: the most runs)")
+    render_.add_argument("--methods", nargs="*", default=list(METHODS), choices=list(METHODS), help="default: all")
     args = parser.parse_args(argv)
     if args.command == "run":
         run_all(args)
         return 0
-    block = render(load(args.results), args.steps)
+    block = render([r for r in load(args.results) if r["method"] in args.methods], args.steps)
     write_block(args.doc, block)
     print(block)
     return 0
