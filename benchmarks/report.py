@@ -507,8 +507,10 @@ def run_all(
 
 def load_results(directory: Path = RESULTS) -> list[dict[str, Any]]:
     """Every run's result file in ``directory`` (``TASK__AGENT__SIDE__seedN.json``; other files there, such as
-    ``bench_check.json``'s thresholds, are not runs)."""
-    return [json.loads(p.read_text()) for p in sorted(directory.glob("*__*__*__seed*.json"))]
+    ``bench_check.json``'s thresholds, are not runs, nor are ``benchmarks/self_play.py``'s
+    ``self_play__GAME__STEPS__seedN.json``, which share the name's pattern but have no ``env_id``)."""
+    found = (json.loads(p.read_text()) for p in sorted(directory.glob("*__*__*__seed*.json")))
+    return [r for r in found if "env_id" in r]
 
 
 def family(env_id: str) -> str:
@@ -693,13 +695,31 @@ def render_pictures(rows: Sequence[Row], directory: Path) -> list[Path]:
     return paths
 
 
+def memory_section(path: Path) -> str:
+    """The memory benchmark's table (issue 55), rendered by ``benchmarks/memory.py`` from its stored runs, as a
+    section of the page; empty when ``path`` does not exist."""
+    if not path.exists():
+        return ""
+    import importlib.util
+
+    # Loaded by path: the benchmarks folder is no package, and this module is itself loaded by path in tests.
+    spec = importlib.util.spec_from_file_location("bench_memory", ROOT / "benchmarks" / "memory.py")
+    assert spec is not None and spec.loader is not None
+    memory = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(memory)
+    block = memory.render(
+        memory.load(path), source=str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else path.name
+    )
+    return f"\n## Memory: GTrXL, LSTM and PPO without memory (issue 55)\n\n{block}\n"
+
+
 def render(results_dir: Path = RESULTS, doc: Path = DOC, pictures: bool = True) -> str:
     """Write ``doc`` (and the pictures beside it) from the result files; returns the page."""
     rows = group_rows(load_results(results_dir))
     if not rows:
         raise SystemExit(f"no result files in {results_dir}: run `python benchmarks/report.py run` first")
     paths = render_pictures(rows, doc.parent) if pictures else []
-    page = render_markdown(rows, [str(p) for p in paths])
+    page = render_markdown(rows, [str(p) for p in paths]) + memory_section(results_dir / "memory.json")
     doc.write_text(page)
     return page
 

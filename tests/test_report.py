@@ -129,6 +129,8 @@ def test_render_reads_the_result_files_only(report, tmp_path, monkeypatch):
     key = report.RunKey("Acrobot-v1", "dqn", "workbench", 0)
     key.path.write_text(json.dumps(_fake(report, key, -300.0)))  # far below the zoo's -76.6
     (tmp_path / "bench_check.json").write_text(json.dumps({"rows": {}}))  # bench_check's thresholds: not a run
+    # self_play.py's results share the name's pattern, but are no report runs.
+    (tmp_path / "self_play__tictactoe__60000__seed0.json").write_text(json.dumps({"game": "tictactoe", "seed": 0}))
     doc = tmp_path / "benchmarks.md"
     page = report.render(tmp_path, doc, pictures=False)
     assert doc.read_text() == page
@@ -138,6 +140,36 @@ def test_render_reads_the_result_files_only(report, tmp_path, monkeypatch):
     assert "▼" not in ours
     assert "▼" in lines["Acrobot-v1", "DQN", "workbench"]  # its interval lies below the published score
     assert "SB3" in {k[2] for k in lines}
+
+
+def _memory_run(task: str, method: str, seed: int, ret: float, cpu_s: float) -> dict:
+    config = {"n_envs": 8, "n_steps": 32, "n_epochs": 20, "memory_length": 32, "memory_layers": 1}
+    config |= {"attention_heads": 4, "lstm_hidden_size": 64}
+    return {
+        "task": task, "method": method, "seed": seed, "steps": 1000, "return": ret, "wall_s": 2 * cpu_s,
+        "cpu_s": cpu_s, "steps_per_s": 1000 / (2 * cpu_s), "load_at_start": [1.5, 1.0, 0.5],
+        "settings": {"episodes": 20, "config": config}, "versions": {"commit": "abc1234"},
+        "machine": {"platform": "Linux", "cpus": 2}, "finished": "2026-12-06T21:00:00+00:00",
+    }  # fmt: skip
+
+
+def test_render_adds_the_memory_table_from_its_stored_runs(report, tmp_path):
+    key = report.RunKey("CartPole-v1", "ppo", "workbench", 0)
+    key_path = tmp_path / key.path.name
+    key_path.write_text(json.dumps(_fake(report, key, 500.0)))
+    runs = [
+        _memory_run(task, method, seed, ret + 0.01 * seed, cpu)
+        for seed in range(3)
+        for task in ("RepeatPreviousEasy", "CountRecallEasy")
+        for method, ret, cpu in (("lstm", 0.2, 10.0), ("gtrxl", 0.9, 15.0))
+    ]
+    (tmp_path / "memory.json").write_text(json.dumps({"runs": runs}))
+    page = report.render(tmp_path, tmp_path / "benchmarks.md", pictures=False)
+    flat = " ".join(page.split())  # the caption and the goals are wrapped
+    assert "## Memory" in page and "**1,000 env steps per run**" in flat
+    assert "| RepeatPreviousEasy | gtrxl | 3 | 0.910 ± 0.025 | 0.900, 0.910, 0.920 |" in page
+    assert "2 of the 2 tasks here whose horizon exceeds 20 steps, met" in flat
+    assert "(median over tasks): 1.50x, met" in flat
 
 
 def test_render_draws_a_picture_per_family(report, tmp_path):
