@@ -107,6 +107,12 @@ def measure_double(factory, double: bool, workers: int, envs: int, seconds: floa
         runner.close()
 
 
+def _write_between(begin: str, end: str, lines: list[str]) -> None:
+    """Replace what stands between the markers ``begin`` and ``end`` of docs/parallel.md with ``lines``."""
+    head, rest = DOCS.read_text().split(begin, 1)
+    DOCS.write_text(head + begin + "\n" + "\n".join(lines) + "\n" + end + rest.split(end, 1)[1])
+
+
 def render_double() -> None:
     """Write the stored double-buffering results' table into docs/parallel.md, between its markers."""
     data = json.loads(DOUBLE_RESULTS.read_text())
@@ -123,9 +129,7 @@ def render_double() -> None:
         f"CPU with one torch thread, medians of {data['rounds']} runs of {data['seconds']:g} s each, alternating; "
         f"{data['cores']} cores shared with other jobs, load average {load[0]:.1f} at the end.)",
     ]
-    text = DOCS.read_text()
-    head, rest = text.split(DOUBLE_BEGIN, 1)
-    DOCS.write_text(head + DOUBLE_BEGIN + "\n" + "\n".join(lines) + "\n" + DOUBLE_END + rest.split(DOUBLE_END, 1)[1])
+    _write_between(DOUBLE_BEGIN, DOUBLE_END, lines)
 
 
 def main_double(args: argparse.Namespace) -> None:
@@ -197,9 +201,7 @@ def render() -> None:
         f"runs of {data['seconds']:g} s each, alternating; {data['cores']} cores shared with other jobs, load "
         f"average {load[0]:.1f} at the end.)",
     ]
-    text = DOCS.read_text()
-    head, rest = text.split(BEGIN, 1)
-    DOCS.write_text(head + BEGIN + "\n" + "\n".join(lines) + "\n" + END + rest.split(END, 1)[1])
+    _write_between(BEGIN, END, lines)
 
 
 def main() -> None:

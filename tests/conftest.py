@@ -1,12 +1,16 @@
-"""Shared test helpers: small envs built the way an application builds its own, a small PPO, and a wait."""
+"""Shared test helpers: small envs built the way an application builds its own, a small PPO, a wait, a check
+that no worker process outlives a test, and a POST of a binary experience batch to a served session."""
 
 from __future__ import annotations
 
+import http.client
+import json
 import time
 from collections.abc import Callable
 
 import gymnasium as gym
 import numpy as np
+import psutil
 import pytest
 from gymnasium import spaces
 
@@ -107,6 +111,38 @@ def wait_until(predicate: Callable[[], object], timeout: float = 60.0, poll: flo
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not reached in {timeout:.0f} s")
         time.sleep(poll)
+
+
+def process_alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie or a process that vanished meanwhile counts as gone)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _children() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True) if process_alive(p.pid)}
+
+
+@pytest.fixture
+def no_leftover_processes():
+    """Every test that uses it must leave the process table as it found it: no worker survives a run
+    (``pytestmark = pytest.mark.usefixtures("no_leftover_processes")`` in a file of worker tests)."""
+    before = _children()
+    yield
+    left = _children() - before
+    assert not left, f"worker processes left behind: {sorted(left)}"
+
+
+def post_experience(server, body: bytes) -> tuple[int, dict]:
+    """POST a binary experience batch to a served session's ``/experience``: (HTTP status, JSON answer)."""
+    conn = http.client.HTTPConnection(server.host, server.port, timeout=10)
+    conn.request("POST", "/experience", body=body, headers={"Content-Type": "application/octet-stream"})
+    response = conn.getresponse()
+    out = response.status, json.loads(response.read())
+    conn.close()
+    return out
 
 
 # Tests (by name, every parametrization) of which one case took a second or more in `make test-fast` with

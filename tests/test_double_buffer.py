@@ -19,7 +19,6 @@ import time
 import cloudpickle
 import gymnasium as gym
 import numpy as np
-import psutil
 import pytest
 
 import workbench as wb
@@ -73,24 +72,7 @@ class IndexEnv(gym.Env):
         return self.index
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def _children() -> set[int]:
-    return {p.pid for p in psutil.Process().children(recursive=True) if _alive(p.pid)}
-
-
-@pytest.fixture(autouse=True)
-def no_leftover_processes():
-    """No worker survives a test."""
-    before = _children()
-    yield
-    left = _children() - before
-    assert not left, f"worker processes left behind: {sorted(left)}"
+pytestmark = pytest.mark.usefixtures("no_leftover_processes")
 
 
 @pytest.fixture

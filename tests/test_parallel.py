@@ -17,6 +17,7 @@ import gymnasium as gym
 import numpy as np
 import psutil
 import pytest
+from conftest import process_alive
 
 import workbench as wb
 from workbench.envs import VecEnv, as_env_source
@@ -65,25 +66,7 @@ def cartpole():
     return gym.make("CartPole-v1")
 
 
-def _alive(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie or a process that vanished meanwhile counts as gone)."""
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def _children() -> set[int]:
-    return {p.pid for p in psutil.Process().children(recursive=True) if _alive(p.pid)}
-
-
-@pytest.fixture(autouse=True)
-def no_leftover_processes():
-    """Every test must leave the process table as it found it: no worker survives a run."""
-    before = _children()
-    yield
-    left = _children() - before
-    assert not left, f"worker processes left behind: {sorted(left)}"
+pytestmark = pytest.mark.usefixtures("no_leftover_processes")
 
 
 def _wait_for(condition, timeout=10.0):
@@ -265,7 +248,7 @@ def test_local_runner_seeds_each_env_like_the_in_process_one():
                 np.testing.assert_array_equal(a, b)
     finally:
         runner.close()
-    assert not any(_alive(p) for p in runner.pids())
+    assert not any(process_alive(p) for p in runner.pids())
 
 
 def test_ppo_trains_with_four_local_workers():

@@ -4,12 +4,10 @@ the server's edge (shape, dtype, its space's bounds) with the masks per head."""
 
 from __future__ import annotations
 
-import http.client
-import json
-
 import gymnasium as gym
 import numpy as np
 import pytest
+from conftest import post_experience
 from gymnasium import spaces
 
 import workbench as wb
@@ -71,15 +69,6 @@ class NestedEnv(gym.Env):
         assert self.action_space.contains(action), action
         self.t += 1
         return np.full(2, self.t / 10, np.float32), float(action["kind"]), False, self.t >= 5, {}
-
-
-def _post(server, body: bytes) -> tuple[int, dict]:
-    conn = http.client.HTTPConnection(server.host, server.port, timeout=10)
-    conn.request("POST", "/experience", body=body, headers={"Content-Type": "application/octet-stream"})
-    response = conn.getresponse()
-    out = response.status, json.loads(response.read())
-    conn.close()
-    return out
 
 
 def _drive(remote: wb.RemoteSession, env: gym.Env, steps: int, masked: bool) -> None:
@@ -179,10 +168,10 @@ def test_a_malformed_leaf_or_head_mask_is_refused_at_the_edge_naming_it(changes,
     server = session.serve()
     try:
         wb.RemoteSession(server.url, inference="local").close()  # the policy is published
-        status, answer = _post(server, _batch(**changes))
+        status, answer = post_experience(server, _batch(**changes))
         assert status == 400 and answer["field"] == field and words in answer["error"], answer
         assert server._runner.queued == 0
-        assert _post(server, _batch())[0] == 200  # the well-formed batch is taken
+        assert post_experience(server, _batch())[0] == 200  # the well-formed batch is taken
     finally:
         server.close()
         session.stop()

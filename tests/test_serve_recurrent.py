@@ -5,7 +5,6 @@ and the learner's update resumes a piece of an episode from the state its client
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import time
@@ -14,6 +13,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
+from conftest import post_experience
 from gymnasium import spaces
 
 import workbench as wb
@@ -31,17 +31,6 @@ ACTIONS = spaces.Box(-2.0, 2.0, (1,), np.float32)
 def _served(agent: wb.RecurrentPPO, seed: int | None = 0, **options):
     session = wb.Session.external(agent, seed=seed, torch_threads=1)
     return session, session.serve(publish_every=0.05, **options)
-
-
-def _post(server, body: bytes) -> tuple[int, dict]:
-    import http.client
-
-    conn = http.client.HTTPConnection(server.host, server.port, timeout=10)
-    conn.request("POST", "/experience", body=body, headers={"Content-Type": "application/octet-stream"})
-    response = conn.getresponse()
-    out = response.status, json.loads(response.read())
-    conn.close()
-    return out
 
 
 @pytest.mark.parametrize("memory", ["lstm", "gru", "gtrxl"])
@@ -199,10 +188,10 @@ def test_a_bad_recurrent_state_in_a_batch_is_refused_at_the_edge(state):
         wb.RemoteSession(server.url, inference="local").close()  # the policy is published
         good = np.zeros((3, 4, 16), np.float32)
         body = _recurrent_batch(state)
-        status, answer = _post(server, body)
+        status, answer = post_experience(server, body)
         assert status == 400 and answer["field"] == "extras/lstm_states", answer
         assert "lstm_states" in answer["error"] and server._runner.queued == 0
-        assert _post(server, _recurrent_batch(good))[0] == 200  # the well-formed batch is taken
+        assert post_experience(server, _recurrent_batch(good))[0] == 200  # the well-formed batch is taken
     finally:
         server.close()
         session.stop()
