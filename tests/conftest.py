@@ -121,7 +121,8 @@ def process_alive(pid: int) -> bool:
         return False
 
 
-def _children() -> set[int]:
+def child_processes() -> set[int]:
+    """The pids of this process's live descendants (worker processes, Ray's)."""
     return {p.pid for p in psutil.Process().children(recursive=True) if process_alive(p.pid)}
 
 
@@ -129,9 +130,9 @@ def _children() -> set[int]:
 def no_leftover_processes():
     """Every test that uses it must leave the process table as it found it: no worker survives a run
     (``pytestmark = pytest.mark.usefixtures("no_leftover_processes")`` in a file of worker tests)."""
-    before = _children()
+    before = child_processes()
     yield
-    left = _children() - before
+    left = child_processes() - before
     assert not left, f"worker processes left behind: {sorted(left)}"
 
 

@@ -16,7 +16,8 @@ from workbench.parallel.ray_start import init_private_ray as _init_private_ray
 ray = pytest.importorskip("ray")
 
 import test_parallel  # noqa: E402  (its envs, sent to the actors by value)
-from test_parallel import CountEnv, _alive, _children, cartpole  # noqa: E402
+from conftest import child_processes, process_alive  # noqa: E402
+from test_parallel import CountEnv, cartpole  # noqa: E402
 
 pytestmark = pytest.mark.ray
 
@@ -26,22 +27,22 @@ ray.cloudpickle.register_pickle_by_value(test_parallel)
 @pytest.fixture(scope="module", autouse=True)
 def local_ray():
     """A local Ray for this module; afterwards not one of its processes may remain."""
-    before = _children()
+    before = child_processes()
     # As workbench starts its own Ray (its processes' lean imports), with the suite's 8 CPUs.
     _init_private_ray(ray, {"num_cpus": 8, "include_dashboard": False, "logging_level": "warning"})
     yield
     ray.shutdown()
     deadline = time.monotonic() + 15
-    while _children() - before and time.monotonic() < deadline:
+    while child_processes() - before and time.monotonic() < deadline:
         time.sleep(0.1)
-    left = _children() - before
+    left = child_processes() - before
     assert not left, f"Ray processes left behind: {sorted(left)}"
 
 
 def _gone(pids, timeout=10.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        alive = [p for p in pids if _alive(p)]
+        alive = [p for p in pids if process_alive(p)]
         if not alive:
             return True
         time.sleep(0.05)

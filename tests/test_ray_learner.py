@@ -24,8 +24,9 @@ ray = pytest.importorskip("ray")
 
 import test_live_edits  # noqa: E402  (its envs travel to the actors by value)
 import test_parallel  # noqa: E402
+from conftest import process_alive  # noqa: E402
 from test_live_edits import curriculum  # noqa: E402
-from test_parallel import CountEnv, _alive  # noqa: E402
+from test_parallel import CountEnv  # noqa: E402
 from test_ray import local_ray  # noqa: E402, F401  (a local Ray for this module, none of it left after)
 
 pytestmark = pytest.mark.ray
@@ -66,7 +67,7 @@ def masked_target():
 def _gone(pids, timeout=10.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not any(_alive(p) for p in pids):
+        if not any(process_alive(p) for p in pids):
             return True
         time.sleep(0.05)
     return False
