@@ -17,17 +17,17 @@ from dataclasses import dataclass, field
 import torch
 
 from ..schedules import Schedule, as_schedule, linear
-from ..validation import checked, integer, number, optional
+from ..validation import checked, integer
 from .base import register
 from .impala import IMPALA, IMPALAConfig
 from .networks import make_adam
-from .ppo import clipped_epochs, clipped_metrics, clipped_step
+from .ppo import ClippedSurrogateConfig, clipped_epochs, clipped_metrics, clipped_step
 
 __all__ = ["APPO", "APPOConfig"]
 
 
 @dataclass
-class APPOConfig(IMPALAConfig):
+class APPOConfig(ClippedSurrogateConfig, IMPALAConfig):
     """APPO hyperparameters; the V-trace ones (``rho_bar``, ``c_bar``, ``max_policy_lag``) are
     :class:`~workbench.agents.impala.IMPALAConfig`'s."""
 
@@ -38,16 +38,8 @@ class APPOConfig(IMPALAConfig):
     max_grad_norm: float = 0.5
     normalize_advantage: bool = True
 
-    batch_size: int = checked(256, integer(min=1), live=True)
-    """Minibatch size for the update."""
     n_epochs: int = checked(10, integer(min=1), live=True)
     """Passes over each rollout."""
-    clip_range: float | Schedule = checked(
-        constraint=number(0, min_open=True, schedule=True), default_factory=lambda: linear(0.2, 0.0), live=True
-    )
-    """The clip epsilon of the probability ratio against the behaviour policy."""
-    target_kl: float | None = checked(None, optional(number(0, min_open=True)), live=True)
-    """Stop the epochs early when the approximate KL exceeds this."""
 
 
 @register

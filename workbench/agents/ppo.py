@@ -18,11 +18,28 @@ from .base import register
 from .networks import make_adam
 from .on_policy import OnPolicyAgent, OnPolicyConfig
 
-__all__ = ["PPO", "PPOConfig", "clipped_epochs", "clipped_metrics", "clipped_step"]
+__all__ = ["PPO", "ClippedSurrogateConfig", "PPOConfig", "clipped_epochs", "clipped_metrics", "clipped_step"]
 
 
 @dataclass
-class PPOConfig(OnPolicyConfig):
+class ClippedSurrogateConfig:
+    """The clipped surrogate's hyperparameters, shared by PPO and APPO (a mixin: listed before the base
+    config, its fields come after the base's)."""
+
+    batch_size: int = checked(256, integer(min=1), live=True)
+    """Minibatch size for the update."""
+    n_epochs: int = checked(20, integer(min=1), live=True)
+    """Passes over each rollout."""
+    clip_range: float | Schedule = checked(
+        constraint=number(0, min_open=True, schedule=True), default_factory=lambda: linear(0.2, 0.0), live=True
+    )
+    """The clip epsilon of the probability ratio (against the behaviour policy, for APPO)."""
+    target_kl: float | None = checked(None, optional(number(0, min_open=True)), live=True)
+    """Stop the epochs early when the approximate KL exceeds this."""
+
+
+@dataclass
+class PPOConfig(ClippedSurrogateConfig, OnPolicyConfig):
     """PPO hyperparameters (defaults: rl-baselines3-zoo, CartPole-v1); the shared ones are
     :class:`OnPolicyConfig`'s."""
 
@@ -32,17 +49,6 @@ class PPOConfig(OnPolicyConfig):
     gae_lambda: float = 0.8
     learning_rate: float | Schedule = field(default_factory=lambda: linear(1e-3, 0.0))
     normalize_advantage: bool = True
-
-    batch_size: int = checked(256, integer(min=1), live=True)
-    """Minibatch size for the update."""
-    n_epochs: int = checked(20, integer(min=1), live=True)
-    """Passes over each rollout."""
-    clip_range: float | Schedule = checked(
-        constraint=number(0, min_open=True, schedule=True), default_factory=lambda: linear(0.2, 0.0), live=True
-    )
-    """PPO clip epsilon for the probability ratio."""
-    target_kl: float | None = checked(None, optional(number(0, min_open=True)), live=True)
-    """Stop the epochs early when the approximate KL exceeds this."""
 
 
 @register

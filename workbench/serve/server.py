@@ -670,26 +670,7 @@ class Server:
             self._start_reaper()
         headers = [(b"content-type", b"application/json")]
         try:
-            if scope["method"] != "POST":
-                headers.append((b"allow", b"POST"))
-                raise RequestError(
-                    f"{path} takes POST, not {scope['method']}", field="method", kind="ValueError", status=405
-                )
-            length, authorization = None, ""
-            for name, value in scope["headers"]:  # uvicorn gives the names in lower case
-                if name == b"content-length":
-                    length = value.decode("latin-1")
-                elif name == b"authorization":
-                    authorization = value.decode("latin-1")
-            if self.token is not None and not self._authorized({"authorization": authorization}):
-                headers.append((b"www-authenticate", b"Bearer"))
-                raise RequestError(
-                    "this server needs its token: send the header 'Authorization: Bearer TOKEN'",
-                    field="token",
-                    kind="PermissionError",
-                    status=401,
-                )
-            body = await self._body(receive, length)
+            body = await self._body(receive, self._checked_post(scope, path, headers))
             if path == "/act":
                 answer = await self._call_act(*check_act(self.agent, body))
             else:
@@ -1182,32 +1163,37 @@ class Server:
             data, media_type="application/octet-stream", headers={"x-workbench-policy-version": str(version)}
         )
 
+    def _checked_post(self, scope: dict[str, Any], path: str, headers: list[tuple[bytes, bytes]]) -> str | None:
+        """Check a raw ASGI request's method and token (adding the ``allow`` / ``www-authenticate`` header
+        its error answer needs) and return its content-length header, or None where it sent none."""
+        if scope["method"] != "POST":
+            headers.append((b"allow", b"POST"))
+            raise RequestError(
+                f"{path} takes POST, not {scope['method']}", field="method", kind="ValueError", status=405
+            )
+        length, authorization = None, ""
+        for name, value in scope["headers"]:  # uvicorn gives the names in lower case
+            if name == b"content-length":
+                length = value.decode("latin-1")
+            elif name == b"authorization":
+                authorization = value.decode("latin-1")
+        if self.token is not None and not self._authorized({"authorization": authorization}):
+            headers.append((b"www-authenticate", b"Bearer"))
+            raise RequestError(
+                "this server needs its token: send the header 'Authorization: Bearer TOKEN'",
+                field="token",
+                kind="PermissionError",
+                status=401,
+            )
+        return length
+
     async def _experience_request(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         """``POST /experience``: one experience batch (the binary body of ``workbench.serve.batch``),
         checked, then queued for learning unless it is too stale (on-policy agents) or was applied before."""
         start = time.perf_counter()
         headers = [(b"content-type", b"application/json")]
         try:
-            if scope["method"] != "POST":
-                headers.append((b"allow", b"POST"))
-                raise RequestError(
-                    f"/experience takes POST, not {scope['method']}", field="method", kind="ValueError", status=405
-                )
-            length, authorization = None, ""
-            for name, value in scope["headers"]:
-                if name == b"content-length":
-                    length = value.decode("latin-1")
-                elif name == b"authorization":
-                    authorization = value.decode("latin-1")
-            if self.token is not None and not self._authorized({"authorization": authorization}):
-                headers.append((b"www-authenticate", b"Bearer"))
-                raise RequestError(
-                    "this server needs its token: send the header 'Authorization: Bearer TOKEN'",
-                    field="token",
-                    kind="PermissionError",
-                    status=401,
-                )
-            body = await self._read(receive, length)
+            body = await self._read(receive, self._checked_post(scope, "/experience", headers))
             await self._start_publishing()
             answer = self._ingest(*decode_batch(body))
             status = 200
