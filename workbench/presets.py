@@ -110,6 +110,27 @@ class Preset(tuple):
         return f"Preset(agent={self.agent!r}, env={self.env!r}, steps={self.steps})"
 
 
+_NORMALIZE = {"normalize_observations": True, "normalize_rewards": True}
+"""The zoo's ``normalize: true``."""
+
+
+_MOUNTAIN_CAR_SAC: dict[str, Any] = {
+    "learning_rate": 3e-4,
+    "buffer_size": 50_000,
+    "batch_size": 512,
+    "ent_coef": 0.1,
+    "train_freq": 32,
+    "gradient_steps": 32,
+    "gamma": 0.9999,
+    "tau": 0.01,
+    "learning_starts": 0,
+    "net_arch": (64, 64),
+    "use_sde": True,
+    "log_std_init": -3.67,
+}
+"""sac.yml's MountainCarContinuous-v0 row (gSDE), which tqc.yml repeats for TQC: each preset takes a copy."""
+
+
 def _specs() -> list[PresetSpec]:
     # Each entry transcribes the zoo's yml; fields equal to the agent's default are left out.
     # The zoo tunes TD3 and DDPG on Pendulum alike (a fresh noise object for each preset).
@@ -121,6 +142,17 @@ def _specs() -> list[PresetSpec]:
         "gradient_steps": 1,
         "learning_rate": 1e-3,
         "net_arch": (400, 300),
+    }
+    # ppo.yml's Pendulum row without its gSDE, which the PendulumNoVel-v1 RecurrentPPO row takes too.
+    pendulum_ppo = {
+        "n_envs": 4,
+        "n_steps": 1024,
+        "gae_lambda": 0.95,
+        "gamma": 0.9,
+        "n_epochs": 10,
+        "batch_size": 64,
+        "learning_rate": 1e-3,
+        "clip_range": 0.2,
     }
     acrobot_dqn = {
         "learning_rate": 6.3e-4,
@@ -148,7 +180,7 @@ def _specs() -> list[PresetSpec]:
             "CartPoleNoVel-v1",
             "recurrentppo",
             100_000,
-            {"normalize_observations": True, "normalize_rewards": True},
+            dict(_NORMALIZE),
             zoo_score=500.0,
             solved=475.0,
         ),
@@ -157,25 +189,14 @@ def _specs() -> list[PresetSpec]:
             "CartPoleNoVel-v1",
             "ppo",
             100_000,
-            {"normalize_observations": True, "normalize_rewards": True},
+            dict(_NORMALIZE),
             solved=475.0,
         ),
         PresetSpec(
             "PendulumNoVel-v1",
             "recurrentppo",
             200_000,
-            {
-                "n_envs": 4,
-                "n_steps": 1024,
-                "gae_lambda": 0.95,
-                "gamma": 0.9,
-                "n_epochs": 10,
-                "batch_size": 4096,
-                "learning_rate": 1e-3,
-                "clip_range": 0.2,
-                "normalize_observations": True,
-                "normalize_rewards": True,
-            },
+            {**pendulum_ppo, "batch_size": 4096, **_NORMALIZE},
             solved=-250.0,
         ),
         PresetSpec("CartPole-v1", "ppo", 100_000, {}, zoo_score=500.0, solved=475.0),  # PPO defaults = zoo
@@ -231,27 +252,7 @@ def _specs() -> list[PresetSpec]:
             solved=-200.0,
         ),
         # gSDE is what finds the far-away reward here: smooth exploration over whole rollouts.
-        PresetSpec(
-            "MountainCarContinuous-v0",
-            "sac",
-            50_000,
-            {
-                "learning_rate": 3e-4,
-                "buffer_size": 50_000,
-                "batch_size": 512,
-                "ent_coef": 0.1,
-                "train_freq": 32,
-                "gradient_steps": 32,
-                "gamma": 0.9999,
-                "tau": 0.01,
-                "learning_starts": 0,
-                "net_arch": (64, 64),
-                "use_sde": True,
-                "log_std_init": -3.67,
-            },
-            zoo_score=94.679,
-            solved=90.0,
-        ),
+        PresetSpec("MountainCarContinuous-v0", "sac", 50_000, dict(_MOUNTAIN_CAR_SAC), zoo_score=94.679, solved=90.0),
         PresetSpec(
             "Acrobot-v1",
             "ppo",
@@ -332,18 +333,7 @@ def _specs() -> list[PresetSpec]:
             "Pendulum-v1",
             "ppo",
             100_000,
-            {
-                "n_envs": 4,
-                "n_steps": 1024,
-                "gae_lambda": 0.95,
-                "gamma": 0.9,
-                "n_epochs": 10,
-                "batch_size": 64,
-                "learning_rate": 1e-3,
-                "clip_range": 0.2,
-                "use_sde": True,
-                "sde_sample_freq": 4,
-            },
+            {**pendulum_ppo, "use_sde": True, "sde_sample_freq": 4},
             zoo_score=-172.225,
             solved=-200.0,
         ),
@@ -471,10 +461,6 @@ def _sb3_a2c(**zoo: Any) -> dict[str, Any]:
         "ortho_init": True,
         **zoo,
     }
-
-
-_NORMALIZE = {"normalize_observations": True, "normalize_rewards": True}
-"""The zoo's ``normalize: true``."""
 
 
 def _box2d_specs() -> list[PresetSpec]:
@@ -650,26 +636,7 @@ def _sac_family_specs() -> list[PresetSpec]:
         PresetSpec("Pendulum-v1", "tqc", 20_000, {"learning_rate": 1e-3}, solved=-200.0),
         PresetSpec("Pendulum-v1", "crossq", 20_000, {}, solved=-200.0),
         PresetSpec("Pendulum-v1", "droq", 10_000, {}, solved=-200.0),
-        PresetSpec(
-            "MountainCarContinuous-v0",
-            "tqc",
-            50_000,
-            {
-                "learning_rate": 3e-4,
-                "buffer_size": 50_000,
-                "batch_size": 512,
-                "ent_coef": 0.1,
-                "train_freq": 32,
-                "gradient_steps": 32,
-                "gamma": 0.9999,
-                "tau": 0.01,
-                "learning_starts": 0,
-                "net_arch": (64, 64),
-                "use_sde": True,
-                "log_std_init": -3.67,
-            },
-            solved=90.0,
-        ),
+        PresetSpec("MountainCarContinuous-v0", "tqc", 50_000, dict(_MOUNTAIN_CAR_SAC), solved=90.0),
     ]
 
 
@@ -689,54 +656,33 @@ def _mujoco_specs() -> list[PresetSpec]:
     mujoco = "mujoco"
     # The zoo's tuned PPO policies for Hopper and HalfCheetah: ReLU 256-256 networks, log std -2, default init.
     tuned_policy = {"log_std_init": -2.0, "ortho_init": False, "activation": "relu", "net_arch": (256, 256)}
-    ppo = {
-        "Hopper-v5": _sb3_ppo(
-            **_NORMALIZE,
-            **tuned_policy,
-            batch_size=32,
-            n_steps=512,
-            gamma=0.999,
-            learning_rate=9.80828e-05,
-            ent_coef=0.00229519,
-            clip_range=0.2,
-            n_epochs=5,
-            gae_lambda=0.99,
-            max_grad_norm=0.7,
-            vf_coef=0.835671,
-        ),
-        "HalfCheetah-v5": _sb3_ppo(
-            **_NORMALIZE,
-            **tuned_policy,
-            batch_size=64,
-            n_steps=512,
-            gamma=0.98,
-            learning_rate=2.0633e-05,
-            ent_coef=0.000401762,
-            clip_range=0.1,
-            n_epochs=20,
-            gae_lambda=0.92,
-            max_grad_norm=0.8,
-            vf_coef=0.58096,
-        ),
-        # Tuned without policy_kwargs: SB3's 64-64 tanh networks.
-        "Walker2d-v5": _sb3_ppo(
-            **_NORMALIZE,
-            batch_size=32,
-            n_steps=512,
-            gamma=0.99,
-            learning_rate=5.05041e-05,
-            ent_coef=0.000585045,
-            clip_range=0.1,
-            n_epochs=20,
-            gae_lambda=0.95,
-            max_grad_norm=1.0,
-            vf_coef=0.871923,
-        ),
-        "Ant-v5": _sb3_ppo(**_NORMALIZE),  # the zoo's "mujoco-defaults": SB3's PPO with normalization
-        "Swimmer-v5": _sb3_ppo(
-            **_NORMALIZE, gamma=0.9999, n_envs=4, n_steps=1024, batch_size=256, learning_rate=6e-4, gae_lambda=0.98
-        ),
+    # ppo.yml's tuned rows, one a task, in these columns (Walker2d was tuned without policy_kwargs: SB3's 64-64
+    # tanh networks).
+    tuned_columns = (
+        "batch_size",
+        "n_steps",
+        "gamma",
+        "learning_rate",
+        "ent_coef",
+        "clip_range",
+        "n_epochs",
+        "gae_lambda",
+        "max_grad_norm",
+        "vf_coef",
+    )
+    tuned = {
+        "Hopper-v5": (tuned_policy, (32, 512, 0.999, 9.80828e-05, 0.00229519, 0.2, 5, 0.99, 0.7, 0.835671)),
+        "HalfCheetah-v5": (tuned_policy, (64, 512, 0.98, 2.0633e-05, 0.000401762, 0.1, 20, 0.92, 0.8, 0.58096)),
+        "Walker2d-v5": ({}, (32, 512, 0.99, 5.05041e-05, 0.000585045, 0.1, 20, 0.95, 1.0, 0.871923)),
     }
+    ppo = {
+        task: _sb3_ppo(**_NORMALIZE, **policy, **dict(zip(tuned_columns, row, strict=True)))
+        for task, (policy, row) in tuned.items()
+    }
+    ppo["Ant-v5"] = _sb3_ppo(**_NORMALIZE)  # the zoo's "mujoco-defaults": SB3's PPO with normalization
+    ppo["Swimmer-v5"] = _sb3_ppo(
+        **_NORMALIZE, gamma=0.9999, n_envs=4, n_steps=1024, batch_size=256, learning_rate=6e-4, gae_lambda=0.98
+    )
     # a2c.yml's MuJoCo rows: SB3's A2C with normalization, Swimmer with a longer horizon.
     a2c = {task: _sb3_a2c(**_NORMALIZE) for task in MUJOCO_TASKS}
     a2c["Swimmer-v5"] = _sb3_a2c(**_NORMALIZE, gamma=0.9999)
