@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from gymnasium import spaces
 
-from .protocol import RequestError, episode_id
+from .protocol import RequestError, episode_id, refuse_unknown
 
 if TYPE_CHECKING:
     from ..agents.contract import Agent
@@ -141,13 +141,7 @@ def decode_batch(body: bytes) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         raise RequestError(f"the batch header is not valid JSON: {exc}", field="header") from None
     if not isinstance(header, dict):
         raise RequestError("the batch header must be a JSON object", field="header", kind="TypeError")
-    extra = sorted(set(header) - _HEADER_FIELDS)
-    if extra:
-        raise RequestError(
-            f"the batch header has an unknown field {extra[0]!r}: the fields are {', '.join(sorted(_HEADER_FIELDS))}",
-            field=extra[0],
-            kind="TypeError",
-        )
+    refuse_unknown(header, _HEADER_FIELDS, "the batch header has")
     listed = header.get("arrays")
     if not isinstance(listed, list):
         raise RequestError("the batch header needs 'arrays': a list of {name, dtype, shape}", field="arrays")
@@ -259,13 +253,7 @@ def check_experience(
     known = {*ARRAYS, *_OPTIONAL, *action_names, *(f"extras/{key}" for key in extras)} - (
         set() if layout is None else {"action"}
     )
-    unknown = sorted(set(arrays) - known)
-    if unknown:
-        raise RequestError(
-            f"the batch has an unknown array {unknown[0]!r}: the arrays are {', '.join(sorted(known))}",
-            field=unknown[0],
-            kind="TypeError",
-        )
+    refuse_unknown(arrays, known, "the batch has", "array")
     obs_shape = (steps, *agent.obs_shape)
     obs_kinds = "u" if agent.obs_dtype == np.uint8 else "f"
     obs = _array(arrays, "obs", obs_shape, obs_kinds).astype(agent.obs_dtype)

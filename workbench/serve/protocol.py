@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -131,11 +131,14 @@ def _finite(value: Any) -> bool:
     return True
 
 
-def _unknown(request: dict[str, Any], allowed: set[str], call: str) -> None:
-    extra = sorted(set(request) - allowed)
+def refuse_unknown(given: Iterable[str], allowed: set[str], holder: str, noun: str = "field") -> None:
+    """Raise a ``RequestError`` (a ``TypeError`` in process) naming the first of ``given`` that ``allowed``
+    lacks, in the words every such refusal uses (a JSON call's fields, the batch header's fields, the batch's
+    arrays): "<holder> an unknown <noun> 'x': the <noun>s are <allowed>"."""
+    extra = sorted(set(given) - allowed)
     if extra:
         raise RequestError(
-            f"{call} got an unknown field {extra[0]!r}: the fields are {', '.join(sorted(allowed))}",
+            f"{holder} an unknown {noun} {extra[0]!r}: the {noun}s are {', '.join(sorted(allowed))}",
             field=extra[0],
             kind="TypeError",
         )
@@ -208,7 +211,7 @@ def observation(agent: Agent, value: Any, field: str) -> Any:
 
 def check_act(agent: Agent, request: dict[str, Any]) -> tuple[Hashable | None, Any, Any, int | None]:
     """An act request checked: ``(episode, obs, action_mask, seq)``."""
-    _unknown(request, _ACT_FIELDS, "act")
+    refuse_unknown(request, _ACT_FIELDS, "act got")
     episode = episode_id(request)
     obs = observation(agent, request.get("obs"), "obs")
     mask = request.get("action_mask")
@@ -249,7 +252,7 @@ def check_feedback(
     agent: Agent, request: dict[str, Any]
 ) -> tuple[Hashable | None, float, Any, bool, bool, dict[str, Any] | None, int | None]:
     """A feedback request checked: ``(episode, reward, next_obs, terminated, truncated, info, seq)``."""
-    _unknown(request, _FEEDBACK_FIELDS, "feedback")
+    refuse_unknown(request, _FEEDBACK_FIELDS, "feedback got")
     episode = episode_id(request)
     reward = request.get("reward")
     if isinstance(reward, bool) or not isinstance(reward, int | float):
