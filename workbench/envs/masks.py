@@ -114,6 +114,19 @@ def check_masks(
     return arr
 
 
+def feedback_mask(action_space: spaces.Space, next_obs: Any, info: dict[str, Any] | None, where: str) -> np.ndarray:
+    """The checked mask of the next state that a ``feedback(...)`` call reports, for the DQN family's targets:
+    ``info["action_mask"]``, else a Dict ``next_obs``'s key, else every action allowed. A state that allows
+    no action passes (``allow_empty``): it may be a final one, where nobody acts. ``where`` names the call
+    in a refusal."""
+    mask = (info or {}).get(MASK_KEY)
+    if mask is None and isinstance(next_obs, dict):
+        mask = next_obs.get(MASK_KEY)
+    if mask is None:
+        return np.ones(mask_size(action_space) or 0, dtype=bool)
+    return check_masks(mask, action_space, where, allow_empty=True)[0]
+
+
 def _composite_rows(masks: Any, action_space: spaces.Space, where: str) -> np.ndarray:
     """A composite space's masks (a structure mirroring the space, a list of them, or flat rows) as rows."""
     layout = ActionLayout(action_space)

@@ -40,7 +40,7 @@ from gymnasium import spaces
 from ..agents.base import Agent
 from ..envs.actions import env_action_converter
 from ..envs.core import EnvSource
-from ..envs.masks import MASK_KEY, NEXT_MASK_KEY, check_masks, mask_size
+from ..envs.masks import MASK_KEY, NEXT_MASK_KEY, check_masks, feedback_mask, mask_size
 from ..loop import Episode, Transitions
 from ..validation import check_value, integer, optional
 from . import _OPTIONS, _RAY_OPTIONS
@@ -388,14 +388,8 @@ class ExternalRunner(Runner):
             return ended
 
     def _next_mask(self, next_obs: Any, info: dict[str, Any] | None, episode: Hashable) -> np.ndarray:
-        mask = (info or {}).get(MASK_KEY)
-        if mask is None and isinstance(next_obs, dict):
-            mask = next_obs.get(MASK_KEY)
-        space = self.agent.action_space
-        if mask is None:
-            return np.ones(mask_size(space) or 0, dtype=bool)
         where = f"feedback() for {episode_name(episode)}: the next action mask"
-        return check_masks(mask, space, where, allow_empty=True)[0]
+        return feedback_mask(self.agent.action_space, next_obs, info, where)
 
     def ingest(self, experience: Any) -> int:
         """Queue a local-inference client's experience batch (a checked

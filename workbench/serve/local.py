@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..envs.masks import MASK_KEY
+from ..envs.masks import MASK_KEY, feedback_mask
 from .batch import encode_batch, leaf_actions
 
 if TYPE_CHECKING:
@@ -249,15 +249,7 @@ class LocalPolicy:
         return self._batch_limit
 
     def _next_mask(self, next_obs: Any, info: dict[str, Any] | None) -> np.ndarray:
-        from ..envs.masks import check_masks, mask_size
-
-        mask = (info or {}).get(MASK_KEY)
-        if mask is None and isinstance(next_obs, dict):
-            mask = next_obs.get(MASK_KEY)
-        space = self.agent.action_space
-        if mask is None:
-            return np.ones(mask_size(space) or 0, dtype=bool)
-        return check_masks(mask, space, "feedback()'s next action mask", allow_empty=True)[0]
+        return feedback_mask(self.agent.action_space, next_obs, info, "feedback()'s next action mask")
 
     def _flush(self, key: Hashable, stream: _Stream) -> None:
         """The stream's rows as one batch, into the send queue (dropped and counted when it is full)."""
