@@ -112,9 +112,9 @@ class _FrozenNormalizer(nn.Module):
         return ((obs.double() - self.mean) / self.std).clamp(-self.clip, self.clip).float()
 
 
-class ExportedPolicy(nn.Module):
-    """Raw observation batch -> env actions, deterministic: cast, frozen normalization, head,
-    reshape to the action space's shape."""
+class _ExportedHead(nn.Module):
+    """What every exported policy does around its networks: cast and normalize the observations going in,
+    run the head (with the action mask where one is given) and give its actions the action space's shape."""
 
     def __init__(
         self, head: nn.Module, normalizer: nn.Module | None, action_shape: tuple[int, ...], description: str = ""
@@ -125,19 +125,33 @@ class ExportedPolicy(nn.Module):
         self.action_shape = tuple(action_shape)
         self.description = description  # how the head makes actions, for the sidecar
 
+    def _features(self, obs: torch.Tensor) -> torch.Tensor:
+        """The observations as the networks read them: float32, normalized when the agent normalizes."""
+        x = obs.float()
+        return x if self.normalizer is None else self.normalizer(x)
+
+    def _actions(self, x: torch.Tensor, action_mask: torch.Tensor | None) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        """The head's actions for ``x``, reshaped to the action space's shape (a composite space's head returns
+        one tensor per leaf, each already shaped)."""
+        actions = self.head(x) if action_mask is None else self.head(x, action_mask)
+        if isinstance(actions, tuple):
+            return actions
+        if self.action_shape and tuple(actions.shape[1:]) != self.action_shape:
+            actions = actions.reshape(-1, *self.action_shape)
+        return actions
+
+
+class ExportedPolicy(_ExportedHead):
+    """Raw observation batch -> env actions, deterministic: cast, frozen normalization, head,
+    reshape to the action space's shape."""
+
     def forward(self, obs: torch.Tensor, action_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Actions for a batch of observations (``(batch, *obs_shape)``, the input's dtype); with
         ``action_mask`` (bool ``(batch, mask_size)``, True where allowed) among the allowed actions only."""
-        x = obs.float()
-        if self.normalizer is not None:
-            x = self.normalizer(x)
-        actions = self.head(x) if action_mask is None else self.head(x, action_mask)
-        if self.action_shape and tuple(actions.shape[1:]) != self.action_shape:
-            actions = actions.reshape(-1, *self.action_shape)
-        return actions  # a composite space's head returns one tensor per leaf
+        return self._actions(self._features(obs), action_mask)
 
 
-class ExportedRecurrentPolicy(nn.Module):
+class ExportedRecurrentPolicy(_ExportedHead):
     """A recurrent (LSTM) policy's deterministic step, its state explicit:
     ``(obs, lstm_h, lstm_c, episode_start) -> (action, next_lstm_h, next_lstm_c)``.
 
@@ -154,12 +168,8 @@ class ExportedRecurrentPolicy(nn.Module):
         action_shape: tuple[int, ...],
         description: str = "",
     ) -> None:
-        super().__init__()
-        self.normalizer = normalizer
+        super().__init__(head, normalizer, action_shape, description)
         self.actor = actor  # a RecurrentNetwork: (T, B, ...) observations, (B, H) states, (T, B) starts
-        self.head = head
-        self.action_shape = tuple(action_shape)
-        self.description = description
 
     def forward(
         self,
@@ -171,20 +181,15 @@ class ExportedRecurrentPolicy(nn.Module):
     ) -> tuple[torch.Tensor, ...]:
         """Actions (one tensor per leaf for a composite space) and the next state for one step of a batch
         of envs (among the allowed actions only with ``action_mask``)."""
-        x = obs.float()
-        if self.normalizer is not None:
-            x = self.normalizer(x)
+        x = self._features(obs)
         starts = episode_start.float().unsqueeze(0)
         out, h, c = self.actor(x.unsqueeze(0), lstm_h[0], lstm_c[0], starts)
-        actions = self.head(out[0]) if action_mask is None else self.head(out[0], action_mask)
-        if isinstance(actions, tuple):  # a composite space: one output per leaf
-            return (*actions, h.unsqueeze(0), c.unsqueeze(0))
-        if self.action_shape and tuple(actions.shape[1:]) != self.action_shape:
-            actions = actions.reshape(-1, *self.action_shape)
-        return actions, h.unsqueeze(0), c.unsqueeze(0)
+        actions = self._actions(out[0], action_mask)
+        leaves = actions if isinstance(actions, tuple) else (actions,)
+        return (*leaves, h.unsqueeze(0), c.unsqueeze(0))
 
 
-class ExportedMemoryPolicy(nn.Module):
+class ExportedMemoryPolicy(_ExportedHead):
     """A recurrent policy whose memory state is one tensor (RecurrentPPO's GRU or GTrXL), one
     deterministic step: ``(obs, memory_state, episode_start) -> (action, next_memory_state)``.
 
@@ -202,13 +207,9 @@ class ExportedMemoryPolicy(nn.Module):
         state_shape: tuple[int, int],
         description: str = "",
     ) -> None:
-        super().__init__()
-        self.normalizer = normalizer
+        super().__init__(head, normalizer, action_shape, description)
         self.actor = actor  # a MemoryNetwork: (T, B, ...) observations, (B, rows, width) states, (T, B) starts
-        self.head = head
-        self.action_shape = tuple(action_shape)
         self.state_shape: tuple[int, int] = (int(state_shape[0]), int(state_shape[1]))
-        self.description = description
 
     def forward(
         self,
@@ -219,19 +220,14 @@ class ExportedMemoryPolicy(nn.Module):
     ) -> tuple[torch.Tensor, ...]:
         """Actions (one tensor per leaf for a composite space) and the next state for one step of a
         batch of envs."""
-        x = obs.float()
-        if self.normalizer is not None:
-            x = self.normalizer(x)
+        x = self._features(obs)
         starts = episode_start.float()
         # Zeroed where an episode starts, then one step with no start flagged: what acting does.
         state = memory_state * (1.0 - starts).view(-1, 1, 1)
         out, state = self.actor.unroll(x.unsqueeze(0), state, torch.zeros_like(starts).unsqueeze(0))
-        actions = self.head(out[0]) if action_mask is None else self.head(out[0], action_mask)
-        if isinstance(actions, tuple):  # a composite space: one output per leaf
-            return (*actions, state)
-        if self.action_shape and tuple(actions.shape[1:]) != self.action_shape:
-            actions = actions.reshape(-1, *self.action_shape)
-        return actions, state
+        actions = self._actions(out[0], action_mask)
+        leaves = actions if isinstance(actions, tuple) else (actions,)
+        return (*leaves, state)
 
 
 STATE_INPUTS = ("lstm_h", "lstm_c")
