@@ -36,6 +36,8 @@ from .offline.datasets import Dataset
 from .video import render_env
 
 if TYPE_CHECKING:
+    from gymnasium import spaces
+
     from .agents.contract import Agent
     from .selfplay import SelfPlay
 
@@ -349,23 +351,35 @@ class HumanPlay:
     @property
     def dataset(self) -> Dataset:
         """The finished episodes as a :class:`~workbench.Dataset` (the one in progress is not in it)."""
+        return self._episodes_dataset(
+            "HumanPlay has recorded no finished episode yet: play one to the end first",
+            self.env.observation_space,
+            self.env.action_space,
+        )
+
+    def _episodes_dataset(
+        self, none_yet: str, observation_space: spaces.Space, action_space: spaces.Space, obs_dtype: Any = None
+    ) -> Dataset:
+        """The finished episodes' columns end to end as a :class:`~workbench.Dataset`, built again only after
+        a new episode; ``obs_dtype`` for both observation columns (None: as recorded). Raises ``ValueError``
+        saying ``none_yet`` before the first episode ends."""
         with self._lock:
             if not self._episodes:
-                raise ValueError("HumanPlay has recorded no finished episode yet: play one to the end first")
+                raise ValueError(none_yet)
             if self._dataset is None:
 
                 def cat(key: str, dtype: Any = None) -> np.ndarray:
                     return np.asarray([x for e in self._episodes for x in e[key]], dtype=dtype)
 
                 self._dataset = Dataset.from_arrays(
-                    cat("obs"),
+                    cat("obs", obs_dtype),
                     cat("actions"),
                     cat("rewards", np.float64),
-                    cat("next_obs"),
+                    cat("next_obs", obs_dtype),
                     cat("terminated", bool),
                     cat("truncated", bool),
-                    observation_space=self.env.observation_space,
-                    action_space=self.env.action_space,
+                    observation_space=observation_space,
+                    action_space=action_space,
                     metadata={"source": f"human:{self.env_name}", "episodes": len(self._episodes)},
                 )
             return self._dataset
@@ -615,26 +629,12 @@ class BoardPlay(HumanPlay):
     def dataset(self) -> Dataset:
         """The person's finished games as a :class:`~workbench.Dataset` in the learner's observation format
         (ready for ``wb.BC(dataset=...)`` on the same ``SelfPlay`` env)."""
-        with self._lock:
-            if not self._episodes:
-                raise ValueError("no game was finished yet: play one to the end first")
-            if self._dataset is None:
-
-                def cat(key: str, dtype: Any = None) -> np.ndarray:
-                    return np.asarray([x for e in self._episodes for x in e[key]], dtype=dtype)
-
-                self._dataset = Dataset.from_arrays(
-                    cat("obs", np.float32),
-                    cat("actions"),
-                    cat("rewards", np.float64),
-                    cat("next_obs", np.float32),
-                    cat("terminated", bool),
-                    cat("truncated", bool),
-                    observation_space=self.selfplay.observation_space,
-                    action_space=self.selfplay.action_space,
-                    metadata={"source": f"human:{self.env_name}", "episodes": len(self._episodes)},
-                )
-            return self._dataset
+        return self._episodes_dataset(
+            "no game was finished yet: play one to the end first",
+            self.selfplay.observation_space,
+            self.selfplay.action_space,
+            np.float32,
+        )
 
     def step(self) -> float:
         """Nothing to step on a clock: a board game moves on clicks (:meth:`move`)."""
