@@ -54,6 +54,7 @@ this script's connection, and Ray method calls (:class:`RayEnvWorker`, ``backend
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import signal
@@ -312,16 +313,12 @@ class Server:
         """Close the envs (errors ignored: the worker is going away)."""
         self.shared = None
         if self._shared_handle is not None:
-            try:
+            with contextlib.suppress(Exception):
                 self._shared_handle.close()
-            except Exception:
-                pass
             self._shared_handle = None
         if self.vec is not None:
-            try:
+            with contextlib.suppress(Exception):
                 self.vec.close()
-            except Exception:
-                pass
             self.vec = None
 
 
