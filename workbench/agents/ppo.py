@@ -68,33 +68,54 @@ class PPO(OnPolicyAgent):
     config: PPOConfig
 
     def _build(self) -> None:
-        params = self._build_actor_critic()
-        self._lr = as_schedule(self.config.learning_rate)
-        self._clip = as_schedule(self.config.clip_range)
-        self.optimizer = make_adam(params, lr=self._lr(0.0), eps=1e-5)
+        build_clipped(self)
 
     # -- learning -----------------------------------------------------------------------------
 
     def _update(self) -> dict[str, float]:
-        c = self.config
         batch = self._rollout_batch()
-        n = batch.obs.shape[0]
-        batch_size = min(c.batch_size, n)
-        lr = self._scheduled_lr()
-        clip = self._clip(self.progress)
-
-        def minibatch(mb: torch.Tensor) -> torch.Tensor:
-            obs = batch.obs[mb]
-            masks = None if batch.masks is None else batch.masks[mb]
-            log_prob, entropy = self._policy_terms(obs, batch.actions[mb], masks)
-            values = self._values(obs)
-            return clipped_step(
-                self, log_prob, entropy, values, batch.advantages[mb], batch.log_probs[mb], batch.returns[mb], clip
-            )
-
-        metrics = clipped_metrics(clipped_epochs(self, n, batch_size, minibatch), clip, lr)
+        metrics = clipped_update(
+            self, batch.obs, batch.actions, batch.masks, batch.advantages, batch.log_probs, batch.returns
+        )
         metrics["explained_variance"] = self.explained_variance(batch.values, batch.returns_np)
         return self._end_update(metrics, batch)
+
+
+def build_clipped(agent: OnPolicyAgent) -> None:
+    """The networks and optimizer of a clipped-surrogate agent (PPO and APPO build alike): the actor-critic,
+    the learning-rate and clip-range schedules, and Adam with PPO's epsilon of 1e-5."""
+    params = agent._build_actor_critic()
+    agent._lr = as_schedule(agent.config.learning_rate)
+    agent._clip = as_schedule(agent.config.clip_range)
+    agent.optimizer = make_adam(params, lr=agent._lr(0.0), eps=1e-5)
+
+
+def clipped_update(
+    agent: OnPolicyAgent,
+    obs: torch.Tensor,
+    actions: torch.Tensor,
+    masks: torch.Tensor | None,
+    advantages: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    returns: torch.Tensor,
+) -> dict[str, float]:
+    """One update of PPO's clipped objective over a batch of rows, flat (PPO's rollout, APPO's V-trace batch:
+    ``old_log_probs`` are the behaviour policy's, ``returns`` the value targets): this update's learning
+    rate and clip range, then :func:`clipped_epochs` of :func:`clipped_step`; returns
+    :func:`clipped_metrics`."""
+    n = obs.shape[0]
+    batch_size = min(agent.config.batch_size, n)
+    lr = agent._scheduled_lr()
+    clip = agent._clip(agent.progress)
+
+    def minibatch(mb: torch.Tensor) -> torch.Tensor:
+        mb_obs = obs[mb]
+        mb_masks = None if masks is None else masks[mb]
+        log_prob, entropy = agent._policy_terms(mb_obs, actions[mb], mb_masks)
+        values = agent._values(mb_obs)
+        return clipped_step(agent, log_prob, entropy, values, advantages[mb], old_log_probs[mb], returns[mb], clip)
+
+    return clipped_metrics(clipped_epochs(agent, n, batch_size, minibatch), clip, lr)
 
 
 def clipped_epochs(
