@@ -34,10 +34,10 @@ test: $(VENV)/.installed node-client
 	$(BIN)/ruff check workbench tests benchmarks examples notebooks tools
 	$(BIN)/ruff format --check workbench tests benchmarks examples notebooks tools
 	$(BIN)/mypy
-	# Two workers, a test file each at a time; the browser, Ray and timing tests after, alone, so that the
-	# other worker's load can neither slow a browser page past its waits nor skew a measurement.
+	# Two workers, a test file each at a time; then the browser, Ray and timing tests, on two workers again: one
+	# drives the browser tests one after another, the other the Ray and timing files (tests/conftest.py groups them).
 	$(BIN)/pytest -q -ra --durations=15 -n 2 --dist loadfile -m "not browser and not ray and not timing"
-	$(BIN)/pytest -q -ra --durations=10 -m "browser or ray or timing"
+	$(BIN)/pytest -q -ra --durations=10 -n 2 --dist loadgroup -m "browser or ray or timing"
 	cd notebooks && WB_QUICK=1 ../$(BIN)/pytest -q -n 2 --nbmake --nbmake-timeout=600 *.ipynb
 
 # The inner loop: the unit tests only (no test marked slow, browser, Ray or timing), stopping at the first failure.

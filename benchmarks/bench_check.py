@@ -2,11 +2,12 @@
 
 The unit tests never train to a score; these rows do. Each row is a short training run that once sat in
 ``tests/`` as a single-seed test (PPO and DQN on CartPole at their defaults, the zoo presets, A2C with
-eight envs, PPO and DQN with four local workers, PPO through a gymnasium vector env, the external session,
-BCQ on recorded data, DQN with HER on bit flipping). Each row runs over ``--seeds`` seeds, each seed in
-its own process; the table shows every seed's score and the median, and a row fails when its median falls
-below the threshold stored in ``benchmarks/results/bench_check.json``. Then the reference weight hashes
-(``benchmarks/weight_hashes.py``) are compared with the stored ones. Exit status 1 when anything failed.
+eight envs, PPO and DQN with four local workers and with four Ray actors, PPO through a gymnasium vector
+env, the external session, BCQ on recorded data, DQN with HER on bit flipping). Each row runs over
+``--seeds`` seeds, each seed in its own process; the table shows every seed's score and the median, and a
+row fails when its median falls below the threshold stored in ``benchmarks/results/bench_check.json``.
+Then the reference weight hashes (``benchmarks/weight_hashes.py``) are compared with the stored ones.
+Exit status 1 when anything failed.
 
     python benchmarks/bench_check.py                      # every row, 3 seeds, then the weight hashes
     python benchmarks/bench_check.py --rows bcq-cartpole --seeds 1 --no-hashes
@@ -121,6 +122,35 @@ def dqn_workers_cartpole(seed: int) -> float:
     return _play(agent)
 
 
+def ppo_ray_cartpole(seed: int) -> float:
+    """PPO's defaults with four Ray actors (a private local Ray), 40k steps."""
+    import workbench as wb
+
+    agent = wb.PPO("CartPole-v1", seed=seed)
+    wb.Session(agent, _cartpole, num_workers=4, backend="ray", seed=seed).run(40_000)
+    return _play(agent)
+
+
+def dqn_ray_cartpole(seed: int) -> float:
+    """DQN with four Ray actors collecting while the learner learns (Ape-X-like settings), 30k steps."""
+    import workbench as wb
+
+    agent = wb.DQN(
+        "CartPole-v1",
+        seed=seed,
+        net_arch=(64, 64),
+        learning_rate=1e-3,
+        learning_starts=500,
+        train_freq=16,
+        gradient_steps=8,
+        target_update_interval=250,
+        buffer_size=20_000,
+        exploration=wb.EpsilonGreedy(1.0, 0.05, 0.25),
+    )
+    wb.Session(agent, _cartpole, num_workers=4, backend="ray", seed=seed, sync_every=32).run(30_000)
+    return _play(agent)
+
+
 def _cartpole():
     """A worker's env factory (module level, so that a worker process can import it)."""
     import gymnasium as gym
@@ -215,6 +245,8 @@ ROWS: dict[str, Callable[[int], float]] = {
     "a2c-8envs-cartpole": a2c_8envs_cartpole,
     "ppo-workers-cartpole": ppo_workers_cartpole,
     "dqn-workers-cartpole": dqn_workers_cartpole,
+    "ppo-ray-cartpole": ppo_ray_cartpole,
+    "dqn-ray-cartpole": dqn_ray_cartpole,
     "ppo-vector-env-cartpole": ppo_vector_env_cartpole,
     "dqn-external-cartpole": dqn_external_cartpole,
     "bcq-cartpole": bcq_cartpole,

@@ -265,7 +265,12 @@ SLOW_TESTS = {
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    """Mark the tests of ``SLOW_TESTS`` slow (parametrized ones by their name without the parameters)."""
+    """Mark the tests of ``SLOW_TESTS`` slow (parametrized ones by their name without the parameters), and
+    give each test its xdist group for ``--dist loadgroup`` (what `make test`'s second phase uses): every
+    browser test in one group, so that one worker drives JupyterLab and Chromium, one page at a time, while
+    the other runs the Ray and timing tests file by file (a module's Ray or Jupyter stays on one worker)."""
     for item in items:
         if item.nodeid.split("[")[0] in SLOW_TESTS:
             item.add_marker(pytest.mark.slow)
+        group = "browser" if item.get_closest_marker("browser") else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))

@@ -62,27 +62,20 @@ def _running_runner(session):
     return session._ctx.runner
 
 
-@pytest.mark.slow
-def test_ppo_learns_cartpole_with_four_ray_workers():
-    agent = wb.PPO("CartPole-v1", seed=0)
-    session = wb.Session(
-        agent,
-        cartpole,
-        num_workers=4,
-        backend="ray",
-        seed=0,
-        stop_when=lambda s: s.signals["episode_reward"].mean(last=10) >= 200,
-    )
-    session.start(40_000)
+def test_ppo_with_four_ray_workers_stays_on_policy_and_reports_every_worker():
+    # That PPO learns CartPole this way over several seeds is `make bench-check`'s row ppo-ray-cartpole.
+    agent = wb.PPO("CartPole-v1", seed=0, n_envs=4, n_steps=32, n_epochs=2)
+    session = wb.Session(agent, cartpole, num_workers=4, backend="ray", seed=0)
+    session.start(4 * 4 * 32 * 6)  # six rollouts
     runner = _running_runner(session)
     session.wait()
-    assert session.status == "finished"
-    assert session.signals["episode_reward"].mean(last=10) >= 200
+    assert session.status == "finished", session.error
+    assert agent.num_updates >= 5
     # On-policy: every rollout used the learner's current weights.
     assert session.signals["weight_staleness"].max() == 0
     for w in range(4):
-        assert len(session.signals[f"worker_{w}/episode_reward"]) > 0
         assert session.signals[f"worker_{w}/steps_per_second"].last > 0
+    assert len(session.signals["episode_reward"]) > 0
     assert _gone(runner.pids())
 
 
@@ -134,34 +127,24 @@ def test_gtrxl_window_travels_from_ray_workers_to_the_learner():
     assert np.abs(agent.rollout_states[0]).sum() > 0
 
 
-@pytest.mark.slow
-def test_dqn_learns_cartpole_with_four_ray_workers_ape_x_style():
+def test_dqn_with_four_ray_workers_learns_while_they_collect_ape_x_style():
+    # That DQN learns CartPole this way over several seeds is `make bench-check`'s row dqn-ray-cartpole.
     agent = wb.DQN(
         "CartPole-v1",
         seed=0,
         net_arch=(64, 64),
-        learning_rate=1e-3,
         learning_starts=500,
         train_freq=16,
         gradient_steps=8,
         target_update_interval=250,
         buffer_size=20_000,
-        exploration=wb.EpsilonGreedy(1.0, 0.05, 0.25),
     )
-    session = wb.Session(
-        agent,
-        cartpole,
-        num_workers=4,
-        backend="ray",
-        seed=0,
-        sync_every=32,
-        stop_when=lambda s: s.signals["episode_reward"].mean(last=10) >= 150,
-    )
-    session.start(30_000)
+    session = wb.Session(agent, cartpole, num_workers=4, backend="ray", seed=0, sync_every=32)
+    session.start(3_000)
     runner = _running_runner(session)
     session.wait()
-    assert session.status == "finished"
-    assert session.signals["episode_reward"].mean(last=10) >= 150
+    assert session.status == "finished", session.error
+    assert agent.num_updates > 0
     # Workers collect the next chunk while the learner learns: data is at most one chunk old,
     # i.e. at most the updates of 32 steps x 4 envs at one update per 16 env steps.
     staleness = session.signals["weight_staleness"]
