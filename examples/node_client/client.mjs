@@ -13,6 +13,8 @@
 //
 //   node client.mjs http://127.0.0.1:8000 [--steps 2000] [--batch 128] [--sync 500] [--epsilon 0.1] [--token T]
 //
+// (--epsilon is for feed-forward policies; a recurrent one samples from its logits.)
+//
 // It prints one JSON line at the end: steps acted, batches and steps the server accepted, the policy versions seen.
 
 import * as ort from "onnxruntime-node";
