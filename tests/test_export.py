@@ -376,6 +376,50 @@ def test_recurrent_export_matches_the_state_in_the_training_steps_extras(tmp_pat
     assert assert_recurrent_parity(agent, env, path, steps=150, check_extras=True) > len(EPISODE_LIMITS)
 
 
+@pytest.mark.parametrize("memory", ["lstm", "gru", "gtrxl"])
+def test_the_acting_export_gives_the_training_steps_extras(tmp_path, memory):
+    """``critic=True``: what a served session gives local-inference clients in other languages. Fed the state
+    in the extras' layout, it returns the step's value, the logits of its log-probability and the next state,
+    as the agent's training decisions carry them, over staggered episodes."""
+    from workbench.agents.export import export_policy
+
+    hyper = {**RECURRENT, "memory": memory, "memory_length": 4, "attention_heads": 2, "normalize_observations": True}
+    agent = trained(wb.RecurrentPPO, "CartPoleNoVel-v1", hyper)
+    path = export_policy(agent, tmp_path / "acting.onnx", critic=True)
+    session = ort.InferenceSession(path)
+    assert [i.name for i in session.get_inputs()] == ["obs", "state", "episode_start"]
+    assert [o.name for o in session.get_outputs()] == ["action", "policy_output", "value", "next_state"]
+    key = "lstm_states" if memory == "lstm" else "memory_states"
+    rec = json.loads((tmp_path / "acting.onnx.json").read_text())["recurrent"]
+    assert rec["extras_key"] == key and rec["state_inputs"][0]["name"] == "state"
+    rng = np.random.default_rng(0)
+    n = agent.num_envs
+    state, starts = None, np.ones(n, np.float32)
+    agent.begin_episode(np.ones(n, bool))
+    for _ in range(40):
+        obs = rng.normal(size=(n, *agent.obs_shape)).astype(np.float32)
+        step = agent.decide(obs)
+        if state is None:
+            state = np.zeros_like(step.extras[key])
+        np.testing.assert_allclose(step.extras[key], state * (1 - starts)[:, None, None], rtol=0, atol=1e-5)
+        _, logits, value, state = session.run(None, {"obs": obs, "state": state, "episode_start": starts})
+        np.testing.assert_allclose(value, step.extras["values"], rtol=0, atol=1e-5)
+        log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+        np.testing.assert_allclose(log_p[np.arange(n), step.actions], step.extras["log_probs"], rtol=0, atol=1e-5)
+        starts = (rng.random(n) < 0.1).astype(np.float32)
+        agent.begin_episode(starts.astype(bool))
+    assert rec["state_inputs"][0]["shape"] == ["batch", *state.shape[1:]]
+
+
+def test_the_acting_export_is_for_recurrent_policies(tmp_path):
+    from workbench.agents.export import export_policy
+
+    agent = wb.PPO("CartPole-v1", n_steps=8, seed=0)
+    with pytest.raises(TypeError, match=r"PPO exports no acting step with its critic.*recurrent"):
+        export_policy(agent, tmp_path / "acting.onnx", critic=True)
+    assert not (tmp_path / "acting.onnx").exists()
+
+
 def test_cli_exports_a_saved_recurrent_run(tmp_path, capsys):
     agent = trained(wb.RecurrentPPO, "PendulumNoVel-v1", {**RECURRENT, "normalize_observations": True})
     agent.save(tmp_path / "run")

@@ -1,5 +1,6 @@
 """The Node.js local-inference client (examples/node_client, issue 52) acts from the ONNX policy with
-onnxruntime-node and posts experience batches that a served session learns from.
+onnxruntime-node and posts experience batches that a served session learns from; for a recurrent policy
+(RecurrentPPO's LSTM, GRU, GTrXL) it keeps the episode's memory and sends the state each step used.
 
 Skips, saying why, when ``node`` is not on the PATH or ``onnxruntime-node`` is not installed in
 examples/node_client (``npm install --onnxruntime-node-install-cuda=skip`` there; ``make test`` runs it and
@@ -13,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 import gymnasium as gym
+import numpy as np
 import pytest
 
 import workbench as wb
@@ -23,7 +25,8 @@ pytest.importorskip("onnx")
 CLIENT = Path(__file__).resolve().parent.parent / "examples" / "node_client"
 
 
-def test_the_node_client_acts_from_the_onnx_policy_and_its_batches_are_applied():
+def _node() -> str:
+    """The ``node`` executable, or skip saying what is missing."""
     node = shutil.which("node")
     if node is None:
         pytest.skip("node is not on the PATH: the Node.js example client cannot run")
@@ -32,6 +35,11 @@ def test_the_node_client_acts_from_the_onnx_policy_and_its_batches_are_applied()
             "onnxruntime-node is not installed in examples/node_client: run "
             "`npm install --onnxruntime-node-install-cuda=skip` there"
         )
+    return node
+
+
+def test_the_node_client_acts_from_the_onnx_policy_and_its_batches_are_applied():
+    node = _node()
     env = gym.make("CartPole-v1")
     agent = wb.DQN(
         observation_space=env.observation_space,
@@ -58,6 +66,88 @@ def test_the_node_client_acts_from_the_onnx_policy_and_its_batches_are_applied()
         assert summary["steps"] == 300 and summary["accepted"] == 300 and summary["versions"][0] >= 1
         assert server._experience.steps == 300  # every step of every batch taken once
         assert len(summary["versions"]) > 1  # it reloaded the policy the learner published as it learned
+    finally:
+        server.close()
+        session.stop()
+
+
+@pytest.mark.parametrize("memory", ["lstm", "gru", "gtrxl"])
+def test_the_node_client_keeps_a_recurrent_policys_memory_and_sends_the_state_each_step_used(memory):
+    node = _node()
+    agent = wb.RecurrentPPO(
+        "CartPole-v1",
+        n_envs=2,
+        n_steps=16,
+        batch_size=32,
+        n_epochs=1,
+        lstm_hidden_size=8,
+        memory=memory,
+        memory_length=4,
+        attention_heads=2,
+        seed=0,
+    )
+    session = wb.Session.external(agent, seed=0, torch_threads=1).start(steps=100_000)
+    server = session.serve(publish_every=0.05)
+    key = "lstm_states" if memory == "lstm" else "memory_states"
+    batches: list[tuple[dict, dict]] = []
+    ingest = server._ingest
+
+    def recorded(header, arrays):
+        answer = ingest(header, arrays)
+        batches.append((header, {name: np.array(value) for name, value in arrays.items()}))
+        return answer
+
+    server._ingest = recorded  # the batches the server took, as they came
+    try:
+        out = subprocess.run(
+            [node, str(CLIENT / "client.mjs"), server.url, "--steps", "300", "--batch", "64", "--sync", "16"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert out.returncode == 0, out.stderr[-2000:]
+        summary = json.loads(out.stdout.strip().splitlines()[-1])
+        assert summary["memory"] == memory and summary["steps"] == 300
+        described = server.policy.describe()  # GET /policy: how to run the memory
+        assert described["memory"]["extra"] == f"extras/{key}" and described["memory"]["onnx"]["state"] == "state"
+        taken = server._experience
+        assert taken.steps + taken.dropped == 300 and taken.steps >= 200, (taken.steps, taken.dropped)
+        assert agent.num_updates >= 3 and len(summary["versions"]) > 1  # it learned and the client reloaded
+        assert sum(len(arrays["reward"]) for _, arrays in batches) == 300
+        shape = tuple(described["memory"]["shape"])
+        starts = nonzero = 0
+        start = True  # the first step begins an episode
+        for _, arrays in batches:
+            state = arrays[f"extras/{key}"]
+            assert state.dtype == np.float32 and state.shape[1:] == shape
+            assert arrays["extras/values"].shape == arrays["extras/log_probs"].shape == arrays["reward"].shape
+            assert (arrays["extras/log_probs"] <= 0).all()
+            ended = arrays["terminated"] | arrays["truncated"]
+            for row in range(len(state)):
+                if start:  # the memory starts empty with each episode
+                    assert not state[row].any(), row
+                    starts += 1
+                else:  # and is the policy's state after the episode's first step
+                    assert np.abs(state[row]).max() > 0, row
+                    nonzero += 1
+                start = bool(ended[row])
+        assert starts >= 3 and nonzero >= 100
+    finally:
+        server.close()
+        session.stop()
+
+
+def test_the_node_client_refuses_a_policy_whose_steps_carry_extras_it_cannot_compute():
+    node = _node()
+    agent = wb.PPO("CartPole-v1", n_steps=16, batch_size=16, seed=0)
+    session = wb.Session.external(agent, seed=0, torch_threads=1).start(steps=100_000)
+    server = session.serve(publish_every=0.05)
+    try:
+        out = subprocess.run(
+            [node, str(CLIENT / "client.mjs"), server.url, "--steps", "10"], capture_output=True, text=True, timeout=60
+        )
+        assert out.returncode == 2 and "values, log_probs" in out.stderr and "inference" in out.stderr, out.stderr
+        assert server._experience.batches == 0
     finally:
         server.close()
         session.stop()

@@ -5,10 +5,7 @@ and the learner's update resumes a piece of an episode from the state its client
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import time
-from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -213,24 +210,6 @@ def test_a_client_holds_a_bounded_number_of_live_episodes(monkeypatch):
         remote.feedback(1.0, obs, True, False, episode=0)  # an ended episode frees its memory row
         remote.act(obs, episode=3)
         remote._policy.close(timeout=1)
-    finally:
-        server.close()
-        session.stop()
-
-
-def test_the_node_client_refuses_a_recurrent_policy_saying_why():
-    node = shutil.which("node")
-    client = Path(__file__).resolve().parent.parent / "examples" / "node_client"
-    if node is None or not (client / "node_modules" / "onnxruntime-node").is_dir():
-        pytest.skip("node or onnxruntime-node (examples/node_client: npm install) is missing")
-    agent = wb.RecurrentPPO("CartPole-v1", n_envs=1, n_steps=8, seed=0, **SMALL)
-    session, server = _served(agent)
-    try:
-        out = subprocess.run(
-            [node, str(client / "client.mjs"), server.url, "--steps", "10"], capture_output=True, text=True, timeout=60
-        )
-        assert out.returncode == 2 and "recurrent" in out.stderr and "inference" in out.stderr, out.stderr
-        assert server._experience.batches == 0
     finally:
         server.close()
         session.stop()

@@ -3,10 +3,17 @@
 // It fetches the learner's policy as ONNX (GET /policy.onnx), acts with onnxruntime-node on a CartPole written
 // here (epsilon-greedy around the exported greedy policy, so that it explores), records every step, and posts
 // experience batches (POST /experience, the binary "WBX1" framing) every BATCH steps and at each episode's end.
+// A recurrent policy (GET /policy says "recurrent": true, and its "memory" how to run it: wb.RecurrentPPO with an
+// LSTM, GRU or GTrXL memory) is served as its acting step with the state explicit: this client keeps the
+// episode's state, zeros at the episode's start, feeds it each step, samples the action from the policy's
+// logits (as the learner explores) and sends, for each step, the state it used, its value and log-probability
+// among the batch's extras, as wb.RemoteSession(url, inference="local") does.
 // Every SYNC steps it asks for the newest policy version (GET /policy/version) and reloads the ONNX policy when
 // there is a new one. A batch that got no answer is sent again with the same number (the server applies it once).
 //
 //   node client.mjs http://127.0.0.1:8000 [--steps 2000] [--batch 128] [--sync 500] [--epsilon 0.1] [--token T]
+//
+// (--epsilon is for feed-forward policies; a recurrent one samples from its logits.)
 //
 // It prints one JSON line at the end: steps acted, batches and steps the server accepted, the policy versions seen.
 
@@ -72,6 +79,35 @@ async function greedy(policy, obs, nActions) {
   return Number(out[policy.session.outputNames[0]].data[0]);
 }
 
+// A recurrent policy's step: obs and the episode's state in, the action sampled from the policy's logits (as the
+// learner explores), its log-probability, the value and the next state out (GET /policy's "memory" names them).
+async function recurrentStep(policy, obs, state, start, nActions, memory) {
+  const names = memory.onnx;
+  const feeds = {
+    obs: new ort.Tensor("float32", obs, [1, obs.length]),
+    [names.state]: new ort.Tensor("float32", state, [1, ...memory.shape]),
+    [names.episode_start]: new ort.Tensor("float32", Float32Array.of(start ? 1 : 0), [1]),
+  };
+  if (policy.session.inputNames.includes("action_mask")) {
+    feeds.action_mask = new ort.Tensor("bool", new Uint8Array(nActions).fill(1), [1, nActions]);
+  }
+  const out = await policy.session.run(feeds);
+  const logits = Array.from(out[names.policy_output].data);
+  const top = Math.max(...logits);
+  const logSum = top + Math.log(logits.reduce((sum, l) => sum + Math.exp(l - top), 0));
+  let u = Math.random(), action = logits.length - 1;
+  for (let a = 0; a < logits.length; a++) {
+    u -= Math.exp(logits[a] - logSum);
+    if (u < 0) { action = a; break; }
+  }
+  return {
+    action,
+    logProb: logits[action] - logSum,
+    value: Number(out[names.value].data[0]),
+    next: Float32Array.from(out[names.next_state].data),
+  };
+}
+
 // -- experience batches: b"WBX1", uint32 header length, the JSON header, the arrays --------------------------
 
 function encodeBatch(header, arrays) {
@@ -112,22 +148,44 @@ async function post(body) {
 // -- the loop ------------------------------------------------------------------------------------------------
 
 const described = await (await get("/policy")).json();
-// The ONNX export has the actor alone: a recurrent policy's memory (its state inputs and outputs) and the
-// state each step used, which its batches must carry, are not kept here. Refused before acting, saying so.
-if (described.recurrent) {
-  console.error(
-    `the served policy (${described.agent.algorithm}) is recurrent: this client acts from the ONNX actor alone and ` +
-      "does not keep its memory per episode nor send the state each step used; use " +
-      "wb.RemoteSession(url, inference=\"local\") from Python, or inference=\"server\" (POST /act) from Node.js",
-  );
+const refuse = (why) => {
+  console.error(why);
   process.exit(2);
+};
+// A recurrent policy: the served ONNX runs its memory, one state input and output (GET /policy's "memory").
+const memory = described.recurrent ? described.memory : null;
+if (described.recurrent && !memory) {
+  refuse(
+    `the served policy (${described.agent.algorithm}) is recurrent but GET /policy does not say how to run its ` +
+      "memory (\"memory\"): this server is older than this client; use wb.RemoteSession(url, inference=\"local\") " +
+      "from Python, or inference=\"server\" (POST /act)",
+  );
 }
 if (!("action" in (described.actions || { action: null }))) {
-  console.error("the served policy's action space is composite (Dict / Tuple): this client acts in CartPole's Discrete(2)");
-  process.exit(2);
+  refuse("the served policy's action space is composite (Dict / Tuple): this client acts in CartPole's Discrete(2)");
+}
+// The extras each step must carry: a recurrent policy's value, log-probability and state come out of its ONNX
+// step; other extras (PPO's values) need networks the served ONNX (the greedy actor) does not have.
+const extras = described.extras || {};
+const computed = memory ? ["values", "log_probs", memory.extra.replace(/^extras\//, "")] : [];
+const lacking = Object.keys(extras).filter((key) => !computed.includes(key));
+if (lacking.length) {
+  refuse(
+    `the served policy's (${described.agent.algorithm}) steps carry extras this client cannot compute from the ` +
+      `ONNX policy (${lacking.join(", ")}); use wb.RemoteSession(url, inference="local") from Python, or ` +
+      'inference="server" (POST /act)',
+  );
 }
 const obsSize = described.obs_shape.reduce((a, b) => a * b, 1);
 const nActions = 2;
+const stateSize = memory ? memory.shape.reduce((a, b) => a * b, 1) : 0;
+// A batch fits the server's limits: its steps (max_batch_steps) and its bytes (max_body; a GTrXL's state is
+// kilobytes a step), with room for the header.
+const stepBytes = 8 * obsSize + 8 + 4 + 2 + 4 + (memory ? 8 + 4 * stateSize : 0);
+const batchLimit = Math.max(
+  1,
+  Math.min(BATCH, described.max_batch_steps || BATCH, Math.floor(((described.max_body || 1 << 20) - 65536) / stepBytes)),
+);
 const client = `node-${Math.random().toString(36).slice(2, 12)}`;
 let policy = await loadPolicy();
 const versions = [policy.version];
@@ -153,6 +211,15 @@ async function flush() {
     ["truncated", "bool", [n], Uint8Array.from(rows, (r) => (r.truncated ? 1 : 0))],
     ["log_prob", "float32", [n], Float32Array.from(rows, (r) => r.logProb)],
   ];
+  if (memory) {
+    const states = new Float32Array(n * stateSize);
+    rows.forEach((row, i) => states.set(row.state, i * stateSize));
+    arrays.push(
+      ["extras/values", "float32", [n], Float32Array.from(rows, (r) => r.value)],
+      ["extras/log_probs", "float32", [n], Float32Array.from(rows, (r) => r.logProb)],
+      [memory.extra, "float32", [n, ...memory.shape], states], // the state each step used
+    );
+  }
   seq += 1;
   const header = { client, seq, episode: "node", version: rows[0].version, steps: n, episodes };
   rows = [];
@@ -162,14 +229,25 @@ async function flush() {
   batches += 1;
 }
 
+// The episode's memory (a recurrent policy): zeros at its start, then each step's next state.
+let state = new Float32Array(stateSize), starting = true;
+
 for (let step = 1; step <= STEPS; step++) {
-  const best = await greedy(policy, obs, nActions);
-  const explore = Math.random() < EPSILON;
-  const action = explore ? Math.floor(Math.random() * nActions) : best;
-  const logProb = Math.log((action === best ? 1 - EPSILON : 0) + EPSILON / nActions);
+  let action, logProb, value = 0, used = null;
+  if (memory) {
+    const out = await recurrentStep(policy, obs, state, starting, nActions, memory);
+    ({ action, logProb, value } = out);
+    used = state;
+    state = out.next;
+    starting = false;
+  } else {
+    const best = await greedy(policy, obs, nActions);
+    action = Math.random() < EPSILON ? Math.floor(Math.random() * nActions) : best;
+    logProb = Math.log((action === best ? 1 - EPSILON : 0) + EPSILON / nActions);
+  }
   const { obs: nextObs, reward, terminated, truncated } = env.step(action);
   if (rows.length && rows[0].version !== policy.version) await flush(); // one batch, one policy version
-  rows.push({ obs, action, reward, nextObs, terminated, truncated, logProb, version: policy.version });
+  rows.push({ obs, action, reward, nextObs, terminated, truncated, logProb, value, state: used, version: policy.version });
   episodeReturn += reward;
   episodeLength += 1;
   const ended = terminated || truncated;
@@ -178,8 +256,12 @@ for (let step = 1; step <= STEPS; step++) {
     episodeReturn = 0;
     episodeLength = 0;
   }
+  if (ended) {
+    state = new Float32Array(stateSize); // the next episode's memory starts empty
+    starting = true;
+  }
   obs = ended ? env.reset() : nextObs;
-  if (ended || rows.length >= BATCH) await flush();
+  if (ended || rows.length >= batchLimit) await flush();
   if (step % SYNC === 0) {
     const { version } = await (await get("/policy/version")).json();
     if (version > policy.version) {
@@ -189,4 +271,4 @@ for (let step = 1; step <= STEPS; step++) {
   }
 }
 await flush();
-console.log(JSON.stringify({ steps: STEPS, batches, accepted, versions }));
+console.log(JSON.stringify({ steps: STEPS, batches, accepted, versions, memory: memory ? memory.kind : null }));

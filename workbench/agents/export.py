@@ -24,6 +24,13 @@ A GRU or GTrXL memory (``memory="gru"``/``"gtrxl"``) has one state tensor instea
 ``action_mask=True`` adds a bool input ``action_mask`` (Discrete, MultiDiscrete): the action is
 the best allowed one, as ``act(obs, deterministic=True, action_mask=...)`` chooses it.
 
+``critic=True`` (a recurrent policy only) writes the step a local-inference client acts with
+(:class:`ExportedActingPolicy`, what a served session's ``GET /policy.onnx`` serves for a recurrent
+policy): the actor and the value network together, their state one input ``state``
+``(batch, 2 * rows, width)`` in the layout of the step's extras (``lstm_states`` / ``memory_states``:
+the actor's rows, then the critic's), outputs ``action``, ``policy_output`` (the actor's raw output:
+a Discrete space's logits, to sample from), ``value`` and ``next_state``.
+
 Beside the model, ``<path>.json`` (the *sidecar*) describes the spaces, the input and output
 (names, dtypes, shapes), where each part of a Dict/Tuple observation goes in the flat input vector
 and how it is encoded, what was baked in, and the versions that wrote it. The same JSON is stored
@@ -74,6 +81,7 @@ if TYPE_CHECKING:
 __all__ = [
     "EXPORT_FORMATS",
     "SIDECAR_SUFFIX",
+    "ExportedActingPolicy",
     "ExportedPolicy",
     "ExportedRecurrentPolicy",
     "export_policy",
@@ -230,11 +238,61 @@ class ExportedMemoryPolicy(_ExportedHead):
         return (*leaves, state)
 
 
+class ExportedActingPolicy(_ExportedHead):
+    """A recurrent policy's acting step with its value network, for a local-inference client (another
+    language's, from ``GET /policy.onnx``): ``(obs, state, episode_start) -> (action, policy_output,
+    value, next_state)``.
+
+    ``state`` is ``(batch, 2 * rows, width)`` float32, one env's whole acting state per row of the batch in
+    the layout of the step's extras (``lstm_states``: actor h, c, critic h, c; ``memory_states``: the
+    actor's GRU or GTrXL rows, then the critic's), zeroed where ``episode_start`` is 1.0, as
+    ``begin_episode`` zeroes it. ``action`` is the deterministic action; ``policy_output`` the actor's raw
+    output (a Discrete space's logits: sample from their softmax to explore as the learner does);
+    ``value`` the critic's value ``(batch,)``; ``next_state`` the state after the step, to feed back."""
+
+    def __init__(
+        self,
+        actor: nn.Module,
+        critic: nn.Module,
+        head: nn.Module,
+        normalizer: nn.Module | None,
+        action_shape: tuple[int, ...],
+        description: str = "",
+    ) -> None:
+        super().__init__(head, normalizer, action_shape, description)
+        self.actor = actor  # a RecurrentNetwork or MemoryNetwork: both unroll (T, B, ...) from (B, rows, width)
+        self.critic = critic
+        rows, width = actor.state_shape
+        self.state_shape: tuple[int, int] = (2 * int(rows), int(width))
+        self.rows = int(rows)
+
+    def forward(
+        self,
+        obs: torch.Tensor,
+        state: torch.Tensor,
+        episode_start: torch.Tensor,
+        action_mask: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, ...]:
+        """Actions (one tensor per leaf for a composite space), the actor's output, the value and the next
+        state for one step of a batch of envs."""
+        x = self._features(obs).unsqueeze(0)
+        starts = episode_start.float()
+        state = state * (1.0 - starts).view(-1, 1, 1)
+        none = torch.zeros_like(starts).unsqueeze(0)
+        out, actor_state = self.actor.unroll(x, state[:, : self.rows], none)
+        value, critic_state = self.critic.unroll(x, state[:, self.rows :], none)
+        actions = self._actions(out[0], action_mask)
+        leaves = actions if isinstance(actions, tuple) else (actions,)
+        return (*leaves, out[0], value[0, :, 0], torch.cat([actor_state, critic_state], dim=1))
+
+
 STATE_INPUTS = ("lstm_h", "lstm_c")
 STATE_OUTPUTS = ("next_lstm_h", "next_lstm_c")
 MEMORY_INPUT = "memory_state"
 MEMORY_OUTPUT = "next_memory_state"
 EPISODE_START = "episode_start"
+ACTING_STATE, NEXT_ACTING_STATE = "state", "next_state"
+POLICY_OUTPUT, VALUE_OUTPUT = "policy_output", "value"
 
 
 def _input_dtype(agent: Agent) -> np.dtype:
@@ -256,11 +314,14 @@ def _check_exportable(agent: Agent) -> None:
         )
 
 
-def policy_module(agent: Agent) -> ExportedPolicy | ExportedRecurrentPolicy | ExportedMemoryPolicy:
+def policy_module(
+    agent: Agent, critic: bool = False
+) -> ExportedPolicy | ExportedRecurrentPolicy | ExportedMemoryPolicy | ExportedActingPolicy:
     """The deterministic policy of ``agent`` as a standalone torch module: observation batch of the
     input dtype (see the sidecar) -> env actions, normalization and action scaling baked in; for a
     recurrent agent (RecurrentPPO) an :class:`ExportedRecurrentPolicy`, whose LSTM state goes in
-    and comes out (an :class:`ExportedMemoryPolicy` for a GRU or GTrXL memory).
+    and comes out (an :class:`ExportedMemoryPolicy` for a GRU or GTrXL memory); with ``critic=True``
+    (a recurrent agent only) an :class:`ExportedActingPolicy`, the step a local-inference client acts with.
 
     The module holds copies of the networks and of the normalization statistics as they are now;
     later training of the agent does not change it. It is on the CPU whatever the agent's device."""
@@ -270,6 +331,16 @@ def policy_module(agent: Agent) -> ExportedPolicy | ExportedRecurrentPolicy | Ex
     if agent.config.normalize_observations:
         normalizer = _FrozenNormalizer(agent.obs_normalizer)
     action_shape = () if agent.discrete or agent.action_layout is not None else tuple(agent.action_space.shape)
+    if critic:
+        if head.recurrent_actor is None or head.recurrent_critic is None:
+            raise TypeError(
+                f"{agent.algorithm} exports no acting step with its critic (critic=True): that is for a recurrent "
+                "policy (RecurrentPPO), whose local-inference clients run its memory; export with critic=False"
+            )
+        acting = ExportedActingPolicy(
+            head.recurrent_actor, head.recurrent_critic, head.module, normalizer, action_shape, head.description
+        )
+        return acting.eval().cpu()
     if head.recurrent_actor is not None and head.memory_state_shape is not None:
         memory = ExportedMemoryPolicy(
             head.recurrent_actor, head.module, normalizer, action_shape, head.memory_state_shape, head.description
@@ -341,6 +412,7 @@ def _sidecar(
     action_mask: bool = False,
     recurrent: bool = False,
     memory_state_shape: tuple[int, int] | None = None,
+    acting_state_shape: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     obs_space = agent.observation_space
     in_dtype = _input_dtype(agent)
@@ -382,7 +454,10 @@ def _sidecar(
         "observation_layout": observation_layout(obs_space),
         "baked_in": {"observation_normalization": norm, "action": action_head},
         "action_mask": _mask_sidecar(agent) if action_mask else None,
-        **({"recurrent": _recurrent_sidecar(agent, memory_state_shape)} if recurrent else {}),
+        **(
+            {"recurrent": _recurrent_sidecar(agent, memory_state_shape)} if recurrent and not acting_state_shape else {}
+        ),
+        **({"recurrent": _acting_sidecar(agent, acting_state_shape)} if acting_state_shape else {}),
         "versions": _versions(fmt),
     }
 
@@ -441,6 +516,44 @@ def _recurrent_sidecar(agent: Agent, memory_state_shape: tuple[int, int] | None 
             "state inputs start as zeros of their shape; each step feeds obs, the state and episode_start "
             "(1.0 on an episode's first observation), and the next step's state inputs are this step's "
             f"state outputs ({feeds}); one row per env, envs independent"
+        ),
+    }
+
+
+def _acting_sidecar(agent: Agent, state_shape: tuple[int, int]) -> dict[str, Any]:
+    """The acting export's state (``critic=True``): one ``state`` in the layout of the step's extras, and
+    the outputs beside the action that a local-inference client records (``policy_output``, ``value``)."""
+    extra = "lstm_states" if str(agent.config.memory) == "lstm" else "memory_states"
+    shape: list[Any] = ["batch", *map(int, state_shape)]
+    return {
+        "memory": str(agent.config.memory),
+        "extras_key": extra,
+        "state_inputs": [{"name": ACTING_STATE, "dtype": "float32", "shape": shape}],
+        "state_outputs": [{"name": NEXT_ACTING_STATE, "dtype": "float32", "shape": shape, "feeds": ACTING_STATE}],
+        "episode_start": {
+            "name": EPISODE_START,
+            "dtype": "float32",
+            "shape": ["batch"],
+            "meaning": "1.0 for an env whose episode starts with this observation (its state is zeroed "
+            "before the step), else 0.0",
+        },
+        "initial_state": "zeros",
+        "state_layout": f"one env's acting state, as the step's extras/{extra} holds it: the actor's "
+        f"{state_shape[0] // 2} rows, then the critic's (the LSTM: h, c, h, c)",
+        "other_outputs": [
+            {
+                "name": POLICY_OUTPUT,
+                "dtype": "float32",
+                "shape": ["batch", "n"],
+                "meaning": "the actor's raw output: a Discrete space's logits (sample from their softmax to "
+                "explore as the learner does), a Box space's Gaussian mean",
+            },
+            {"name": VALUE_OUTPUT, "dtype": "float32", "shape": ["batch"], "meaning": "the critic's value of obs"},
+        ],
+        "loop": (
+            f"{ACTING_STATE} starts as zeros of its shape; each step feeds obs, {ACTING_STATE} and episode_start "
+            f"(1.0 on an episode's first observation), records {ACTING_STATE} as the state the step used, and "
+            f"feeds {NEXT_ACTING_STATE} as the next step's {ACTING_STATE}; one row per env, envs independent"
         ),
     }
 
@@ -576,6 +689,7 @@ def export_policy(
     format: str | None = None,
     action_mask: bool = False,
     overwrite: bool = False,
+    critic: bool = False,
 ) -> str:
     """Write ``agent``'s deterministic policy to ``path`` and its sidecar to ``path + ".json"``;
     returns the model's path. See the module docstring for what the files hold.
@@ -583,7 +697,9 @@ def export_policy(
     ``format`` is taken from the suffix (``.onnx``) unless given (``"onnx"``). ``action_mask=True``
     (Discrete and MultiDiscrete actions of an agent that takes masks) adds an input ``action_mask``
     (bool, ``(batch, mask_size)``, True where allowed): the action is then the best allowed one, as
-    ``agent.act(obs, deterministic=True, action_mask=mask)`` chooses it.
+    ``agent.act(obs, deterministic=True, action_mask=mask)`` chooses it. ``critic=True`` (a recurrent
+    policy only) writes the acting step of a local-inference client instead (:class:`ExportedActingPolicy`:
+    the state in the extras' layout, the actor's output and the value beside the action).
 
     Both files are written to temporary names beside ``path`` and renamed into place only once
     complete, so a failed export (a full disk) leaves an earlier export as it was. ``path`` and its
@@ -598,21 +714,30 @@ def export_policy(
     path = os.fspath(path)
     fmt = _format_of(path, format)
     _check_flags(action_mask, overwrite)
+    if not isinstance(critic, bool):
+        raise ArgumentError(f"export got critic={critic!r}: critic must be True or False")
     if action_mask:
         _check_maskable(agent)
     _require_onnx()
     _check_replaceable(path, overwrite)
-    module = policy_module(agent)
+    module = policy_module(agent, critic=critic)
     in_dtype = _input_dtype(agent)
     obs = torch.from_numpy(np.zeros((2, *agent.obs_shape), dtype=in_dtype))
-    recurrent = isinstance(module, ExportedRecurrentPolicy | ExportedMemoryPolicy)
+    recurrent = isinstance(module, ExportedRecurrentPolicy | ExportedMemoryPolicy | ExportedActingPolicy)
     memory_shape = module.state_shape if isinstance(module, ExportedMemoryPolicy) else None
-    sidecar = _sidecar(agent, path, fmt, module.description, action_mask, recurrent, memory_shape)
+    acting_shape = module.state_shape if isinstance(module, ExportedActingPolicy) else None
+    sidecar = _sidecar(agent, path, fmt, module.description, action_mask, recurrent, memory_shape, acting_shape)
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     batch = {0: "batch"}
     example: tuple[torch.Tensor, ...]
-    if memory_shape is not None:
+    if acting_shape is not None:
+        example = (obs, torch.zeros(2, *acting_shape), torch.zeros(2))
+        leaves = [OUTPUT_NAME] if agent.action_layout is None else agent.action_layout.paths
+        inputs = [INPUT_NAME, ACTING_STATE, EPISODE_START]
+        outputs = [*leaves, POLICY_OUTPUT, VALUE_OUTPUT, NEXT_ACTING_STATE]
+        axes = {name: batch for name in (*inputs, *outputs)}
+    elif memory_shape is not None:
         example = (obs, torch.zeros(2, *memory_shape), torch.zeros(2))
         leaves = [OUTPUT_NAME] if agent.action_layout is None else agent.action_layout.paths
         inputs, outputs = [INPUT_NAME, MEMORY_INPUT, EPISODE_START], [*leaves, MEMORY_OUTPUT]

@@ -45,6 +45,9 @@ class PolicyHead(NamedTuple):
     memory_state_shape: tuple[int, int] | None = None
     """A recurrent actor whose state is one tensor (RecurrentPPO's GRU or GTrXL memory): one env's
     state shape ``(rows, width)``; None for the LSTM, whose state is ``h`` and ``c``."""
+    recurrent_critic: nn.Module | None = None
+    """A recurrent policy's frozen value network (RecurrentPPO), for the acting export a local-inference
+    client runs (``export_policy(..., critic=True)``: the value and the critic's state); else None."""
 
 
 # What a masked action's logit / Q-value becomes before the argmax, as the agents mask them: the

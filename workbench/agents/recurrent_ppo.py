@@ -301,13 +301,19 @@ class RecurrentPPO(OnPolicyAgent):
         """Export's head: one step of the memory actor (its state explicit), then the on-policy head."""
         head, description = self._deterministic_head(nn.Identity())
         if self.config.memory == "lstm":
-            return PolicyHead(head, f"LSTM actor, then the {description}", recurrent_actor=frozen(self.actor))
+            return PolicyHead(
+                head,
+                f"LSTM actor, then the {description}",
+                recurrent_actor=frozen(self.actor),
+                recurrent_critic=frozen(self.critic),
+            )
         memory = {"gru": "GRU", "gtrxl": "GTrXL"}[self.config.memory]
         return PolicyHead(
             head,
             f"{memory} actor, then the {description}",
             recurrent_actor=frozen(self.actor),
             memory_state_shape=(self._rows, self._width),
+            recurrent_critic=frozen(self.critic),
         )
 
     # -- storing ------------------------------------------------------------------------------

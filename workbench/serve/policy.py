@@ -125,8 +125,9 @@ class PolicyPublisher:
                 "agent": self.agent.describe(),
                 "on_policy": self.agent.on_policy,
                 # A recurrent policy's clients hold each episode's memory and send the state each step
-                # used, among the extras (docs/serve.md); the ONNX export has the actor alone.
+                # used, among the extras (docs/serve.md); "memory" says where it goes in and out of the ONNX.
                 "recurrent": self.agent.per_env_decisions,
+                "memory": self._memory(),
                 "actions": {name: [list(shape), kind] for name, (shape, kind) in action_arrays(self.agent).items()},
                 "extras": {key: [list(shape), kind] for key, (shape, kind) in (self.extras or {}).items()},
                 "counters": dict(self.counters),
@@ -134,14 +135,43 @@ class PolicyPublisher:
                 "obs_dtype": np.dtype(self.agent.obs_dtype).name,
             }
 
+    def _memory(self) -> dict[str, Any] | None:
+        """A recurrent policy's state as a client in another language runs it (``GET /policy``'s
+        ``memory``): the extra it travels in, one step's shape, and the names of the served ONNX's
+        (``GET /policy.onnx``, exported with ``critic=True``) inputs and outputs; None for a policy
+        without memory. Called with the lock held."""
+        if not self.agent.per_env_decisions or self.extras is None:
+            return None
+        from ..agents import export
+
+        key = next((k for k in ("lstm_states", "memory_states") if k in self.extras), None)
+        if key is None:
+            return None
+        return {
+            "kind": str(getattr(self.agent.config, "memory", "lstm")),
+            "extra": f"extras/{key}",
+            "shape": list(self.extras[key][0]),
+            "onnx": {
+                "state": export.ACTING_STATE,
+                "next_state": export.NEXT_ACTING_STATE,
+                "episode_start": export.EPISODE_START,
+                "policy_output": export.POLICY_OUTPUT,
+                "value": export.VALUE_OUTPUT,
+            },
+        }
+
     def newest(self) -> tuple[int, bytes, dict[str, Any], float]:
         """The newest version: its number, weights, counters and publication time."""
         with self._lock:
             return self.version, self.weights, dict(self.counters), self.published_at
 
     def onnx(self) -> tuple[int, bytes]:
-        """The newest version's deterministic policy as ONNX bytes (exported once per version)."""
+        """The newest version's deterministic policy as ONNX bytes (exported once per version); for a
+        recurrent policy its acting step with the critic and the state explicit (``export_policy(...,
+        critic=True)``), which a client in another language runs to keep each episode's memory."""
         from safetensors.torch import load
+
+        from ..agents.export import export_policy
 
         version, weights, _, _ = self.newest()
         cached = self._onnx
@@ -152,7 +182,7 @@ class PolicyPublisher:
             masked = self.agent.supports_action_masks and isinstance(self.agent.action_space, spaces.Discrete)
             with tempfile.TemporaryDirectory(prefix="workbench-policy-") as folder:
                 path = os.path.join(folder, "policy.onnx")
-                copy.export(path, action_mask=masked)
+                export_policy(copy, path, action_mask=masked, critic=bool(self.agent.per_env_decisions))
                 with open(path, "rb") as f:
                     self._onnx = (version, f.read())
         return self._onnx
