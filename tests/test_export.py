@@ -411,11 +411,74 @@ def test_the_acting_export_gives_the_training_steps_extras(tmp_path, memory):
     assert rec["state_inputs"][0]["shape"] == ["batch", *state.shape[1:]]
 
 
-def test_the_acting_export_is_for_recurrent_policies(tmp_path):
-    from workbench.agents.export import export_policy
+ACTING_CASES = [
+    case for case in CASES if case[0] in ("ppo-discrete-norm", "ppo-box", "ppo-box-gsde-norm", "a2c-discrete")
+]
 
-    agent = wb.PPO("CartPole-v1", n_steps=8, seed=0)
-    with pytest.raises(TypeError, match=r"PPO exports no acting step with its critic.*recurrent"):
+
+@pytest.mark.parametrize("name,cls,env_id,hyper", ACTING_CASES, ids=[c[0] for c in ACTING_CASES])
+def test_the_feed_forward_acting_export_gives_the_agents_values_and_log_probabilities(
+    tmp_path, name, cls, env_id, hyper
+):
+    """``critic=True`` for PPO and A2C: the acting step a served session gives clients in other languages. Its
+    value, and the log-probability its outputs give each action (the logits' softmax; a Box's Gaussian of mean
+    ``policy_output`` and ``log_std``, gSDE's depending on the observation), are the agent's own (torch, the
+    update's ``_policy_terms``), and its action is the deterministic one."""
+    import torch
+
+    from workbench.agents.export import acting_outputs, export_policy
+
+    agent = trained(cls, env_id, hyper)
+    path = export_policy(agent, tmp_path / "acting.onnx", critic=True)
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    box = isinstance(agent.action_space, spaces.Box)
+    names = ["action", "policy_output", "value", *(["log_std"] if box else [])]
+    assert acting_outputs(agent) == names[1:]
+    assert [i.name for i in session.get_inputs()] == ["obs"] and [o.name for o in session.get_outputs()] == names
+    side = json.loads((tmp_path / "acting.onnx.json").read_text())
+    assert [o["name"] for o in side["acting"]["other_outputs"]] == names[1:] and "recurrent" not in side
+    obs = observations(agent.observation_space, 200)
+    outputs = session.run(None, {"obs": obs})
+    action, out, value = outputs[:3]
+    if not box:
+        np.testing.assert_array_equal(action, agent.act(obs, deterministic=True))
+    prepared, _ = agent.prepare_obs(obs)
+    if agent.config.normalize_observations:
+        prepared = agent.obs_normalizer(prepared)
+    x = agent._tensor(prepared)
+    rng = np.random.default_rng(0)
+    with torch.no_grad():
+        np.testing.assert_allclose(value, agent._host(agent._values(x)), rtol=0, atol=BOX_ATOL)
+        if box:
+            np.testing.assert_allclose(action, np.clip(out, agent.action_low, agent.action_high), atol=BOX_ATOL)
+            log_std = outputs[3]
+            assert log_std.shape == out.shape
+            for _ in range(3):
+                noise = rng.normal(size=out.shape).astype(np.float32)
+                taken = out + np.exp(log_std) * noise  # what a client samples (unclipped)
+                mine = (-0.5 * noise**2 - log_std - 0.5 * np.log(2 * np.pi)).sum(-1)
+                theirs, _ = agent._policy_terms(x, torch.as_tensor(taken))
+                np.testing.assert_allclose(mine, agent._host(theirs), rtol=0, atol=1e-4)
+        else:
+            top = out.max(-1, keepdims=True)
+            log_p = out - top - np.log(np.exp(out - top).sum(-1, keepdims=True))
+            for a in range(int(agent.action_space.n)):
+                theirs, _ = agent._policy_terms(x, torch.full((len(obs),), a, dtype=torch.long))
+                np.testing.assert_allclose(log_p[:, a], agent._host(theirs), rtol=0, atol=BOX_ATOL)
+            # and the training decision's extras: its sampled action's log-probability and its value
+            step = agent.decide(obs[:16])
+            np.testing.assert_allclose(step.extras["values"], value[:16], rtol=0, atol=BOX_ATOL)
+            np.testing.assert_allclose(
+                step.extras["log_probs"], log_p[np.arange(16), step.actions], rtol=0, atol=BOX_ATOL
+            )
+
+
+def test_the_acting_export_is_for_on_policy_agents(tmp_path):
+    from workbench.agents.export import acting_outputs, export_policy
+
+    agent = wb.DQN("CartPole-v1", seed=0)
+    assert acting_outputs(agent) is None
+    with pytest.raises(TypeError, match=r"DQN exports no acting step with its critic.*on-policy"):
         export_policy(agent, tmp_path / "acting.onnx", critic=True)
     assert not (tmp_path / "acting.onnx").exists()
 

@@ -82,8 +82,10 @@ __all__ = [
     "EXPORT_FORMATS",
     "SIDECAR_SUFFIX",
     "ExportedActingPolicy",
+    "ExportedFeedForwardActingPolicy",
     "ExportedPolicy",
     "ExportedRecurrentPolicy",
+    "acting_outputs",
     "export_policy",
     "observation_layout",
     "policy_module",
@@ -238,17 +240,10 @@ class ExportedMemoryPolicy(_ExportedHead):
         return (*leaves, state)
 
 
-class ExportedActingPolicy(_ExportedHead):
-    """A recurrent policy's acting step with its value network, for a local-inference client (another
-    language's, from ``GET /policy.onnx``): ``(obs, state, episode_start) -> (action, policy_output,
-    value, next_state)``.
-
-    ``state`` is ``(batch, 2 * rows, width)`` float32, one env's whole acting state per row of the batch in
-    the layout of the step's extras (``lstm_states``: actor h, c, critic h, c; ``memory_states``: the
-    actor's GRU or GTrXL rows, then the critic's), zeroed where ``episode_start`` is 1.0, as
-    ``begin_episode`` zeroes it. ``action`` is the deterministic action; ``policy_output`` the actor's raw
-    output (a Discrete space's logits: sample from their softmax to explore as the learner does);
-    ``value`` the critic's value ``(batch,)``; ``next_state`` the state after the step, to feed back."""
+class _ExportedActing(_ExportedHead):
+    """What the acting steps (:class:`ExportedActingPolicy`, :class:`ExportedFeedForwardActingPolicy`) share:
+    the critic beside the actor, a Gaussian's log std where there is one, and their outputs beside the action
+    (``policy_output``, ``value``, then ``log_std`` for a Gaussian policy)."""
 
     def __init__(
         self,
@@ -258,10 +253,48 @@ class ExportedActingPolicy(_ExportedHead):
         normalizer: nn.Module | None,
         action_shape: tuple[int, ...],
         description: str = "",
+        log_std: nn.Module | None = None,
     ) -> None:
         super().__init__(head, normalizer, action_shape, description)
-        self.actor = actor  # a RecurrentNetwork or MemoryNetwork: both unroll (T, B, ...) from (B, rows, width)
+        self.actor = actor
         self.critic = critic
+        self.log_std = log_std  # (batch, n) from the actor's input (feed-forward) or output (recurrent)
+
+    def _acting_outputs(
+        self, out: torch.Tensor, value: torch.Tensor, log_std_input: torch.Tensor, action_mask: torch.Tensor | None
+    ) -> tuple[torch.Tensor, ...]:
+        """The action leaves, the actor's raw output ``out``, the ``value`` ``(batch,)`` and the log std."""
+        actions = self._actions(out, action_mask)
+        leaves = actions if isinstance(actions, tuple) else (actions,)
+        spread = () if self.log_std is None else (self.log_std(log_std_input),)
+        return (*leaves, out, value, *spread)
+
+
+class ExportedActingPolicy(_ExportedActing):
+    """A recurrent policy's acting step with its value network, for a local-inference client (another
+    language's, from ``GET /policy.onnx``): ``(obs, state, episode_start) -> (action, policy_output,
+    value, [log_std,] next_state)``.
+
+    ``state`` is ``(batch, 2 * rows, width)`` float32, one env's whole acting state per row of the batch in
+    the layout of the step's extras (``lstm_states``: actor h, c, critic h, c; ``memory_states``: the
+    actor's GRU or GTrXL rows, then the critic's), zeroed where ``episode_start`` is 1.0, as
+    ``begin_episode`` zeroes it. ``action`` is the deterministic action; ``policy_output`` the actor's raw
+    output (a Discrete space's logits: sample from their softmax to explore as the learner does; a Box
+    space's Gaussian mean); ``value`` the critic's value ``(batch,)``; ``log_std`` (a Box space only) the
+    Gaussian's log standard deviations ``(batch, n)``; ``next_state`` the state after the step, to feed back."""
+
+    def __init__(
+        self,
+        actor: nn.Module,
+        critic: nn.Module,
+        head: nn.Module,
+        normalizer: nn.Module | None,
+        action_shape: tuple[int, ...],
+        description: str = "",
+        log_std: nn.Module | None = None,
+    ) -> None:
+        # actor: a RecurrentNetwork or MemoryNetwork: both unroll (T, B, ...) from (B, rows, width)
+        super().__init__(actor, critic, head, normalizer, action_shape, description, log_std)
         rows, width = actor.state_shape
         self.state_shape: tuple[int, int] = (2 * int(rows), int(width))
         self.rows = int(rows)
@@ -273,17 +306,35 @@ class ExportedActingPolicy(_ExportedHead):
         episode_start: torch.Tensor,
         action_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, ...]:
-        """Actions (one tensor per leaf for a composite space), the actor's output, the value and the next
-        state for one step of a batch of envs."""
+        """Actions (one tensor per leaf for a composite space), the actor's output, the value (the log std)
+        and the next state for one step of a batch of envs."""
         x = self._features(obs).unsqueeze(0)
         starts = episode_start.float()
         state = state * (1.0 - starts).view(-1, 1, 1)
         none = torch.zeros_like(starts).unsqueeze(0)
         out, actor_state = self.actor.unroll(x, state[:, : self.rows], none)
         value, critic_state = self.critic.unroll(x, state[:, self.rows :], none)
-        actions = self._actions(out[0], action_mask)
-        leaves = actions if isinstance(actions, tuple) else (actions,)
-        return (*leaves, out[0], value[0, :, 0], torch.cat([actor_state, critic_state], dim=1))
+        outputs = self._acting_outputs(out[0], value[0, :, 0], out[0], action_mask)
+        return (*outputs, torch.cat([actor_state, critic_state], dim=1))
+
+
+class ExportedFeedForwardActingPolicy(_ExportedActing):
+    """A feed-forward on-policy policy's acting step with its value network (PPO, A2C), for a local-inference
+    client (another language's, from ``GET /policy.onnx``): ``obs -> (action, policy_output, value[,
+    log_std])``, the actor run once for both the action and its raw output.
+
+    ``action`` is the deterministic action; ``policy_output`` the actor's raw output (a Discrete space's
+    logits: sample from their softmax to explore as the learner does, and send the sample's log-probability
+    and ``value`` among the step's extras; a Box space's Gaussian mean); ``value`` the critic's value
+    ``(batch,)``; ``log_std`` (a Box space only) the Gaussian's log standard deviations ``(batch, n)``:
+    sample ``mean + exp(log_std) * noise`` (unclipped: the env clips), log-probability
+    ``sum(-noise² / 2 - log_std - log(2π) / 2)``. gSDE's ``log_std`` depends on the observation."""
+
+    def forward(self, obs: torch.Tensor, action_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+        """Actions (one tensor per leaf for a composite space), the actor's output, the value (and the log
+        std) for a batch of observations."""
+        x = self._features(obs)
+        return self._acting_outputs(self.actor(x), self.critic(x)[:, 0], x, action_mask)
 
 
 STATE_INPUTS = ("lstm_h", "lstm_c")
@@ -292,7 +343,7 @@ MEMORY_INPUT = "memory_state"
 MEMORY_OUTPUT = "next_memory_state"
 EPISODE_START = "episode_start"
 ACTING_STATE, NEXT_ACTING_STATE = "state", "next_state"
-POLICY_OUTPUT, VALUE_OUTPUT = "policy_output", "value"
+POLICY_OUTPUT, VALUE_OUTPUT, LOG_STD_OUTPUT = "policy_output", "value", "log_std"
 
 
 def _input_dtype(agent: Agent) -> np.dtype:
@@ -316,12 +367,19 @@ def _check_exportable(agent: Agent) -> None:
 
 def policy_module(
     agent: Agent, critic: bool = False
-) -> ExportedPolicy | ExportedRecurrentPolicy | ExportedMemoryPolicy | ExportedActingPolicy:
+) -> (
+    ExportedPolicy
+    | ExportedRecurrentPolicy
+    | ExportedMemoryPolicy
+    | ExportedActingPolicy
+    | ExportedFeedForwardActingPolicy
+):
     """The deterministic policy of ``agent`` as a standalone torch module: observation batch of the
     input dtype (see the sidecar) -> env actions, normalization and action scaling baked in; for a
     recurrent agent (RecurrentPPO) an :class:`ExportedRecurrentPolicy`, whose LSTM state goes in
     and comes out (an :class:`ExportedMemoryPolicy` for a GRU or GTrXL memory); with ``critic=True``
-    (a recurrent agent only) an :class:`ExportedActingPolicy`, the step a local-inference client acts with.
+    (an on-policy agent only) the step a local-inference client acts with: an :class:`ExportedActingPolicy`
+    for a recurrent agent, an :class:`ExportedFeedForwardActingPolicy` for PPO and A2C.
 
     The module holds copies of the networks and of the normalization statistics as they are now;
     later training of the agent does not change it. It is on the CPU whatever the agent's device."""
@@ -332,15 +390,27 @@ def policy_module(
         normalizer = _FrozenNormalizer(agent.obs_normalizer)
     action_shape = () if agent.discrete or agent.action_layout is not None else tuple(agent.action_space.shape)
     if critic:
-        if head.recurrent_actor is None or head.recurrent_critic is None:
-            raise TypeError(
-                f"{agent.algorithm} exports no acting step with its critic (critic=True): that is for a recurrent "
-                "policy (RecurrentPPO), whose local-inference clients run its memory; export with critic=False"
+        if head.recurrent_actor is not None and head.recurrent_critic is not None:
+            acting = ExportedActingPolicy(
+                head.recurrent_actor,
+                head.recurrent_critic,
+                head.module,
+                normalizer,
+                action_shape,
+                head.description,
+                head.log_std,
             )
-        acting = ExportedActingPolicy(
-            head.recurrent_actor, head.recurrent_critic, head.module, normalizer, action_shape, head.description
+            return acting.eval().cpu()
+        if head.actor is not None and head.critic is not None and head.acting_head is not None:
+            step = ExportedFeedForwardActingPolicy(
+                head.actor, head.critic, head.acting_head, normalizer, action_shape, head.description, head.log_std
+            )
+            return step.eval().cpu()
+        raise TypeError(
+            f"{agent.algorithm} exports no acting step with its critic (critic=True): that is for an on-policy "
+            "policy (PPO, A2C, RecurrentPPO), whose local-inference clients send each step's value and "
+            "log-probability; export with critic=False"
         )
-        return acting.eval().cpu()
     if head.recurrent_actor is not None and head.memory_state_shape is not None:
         memory = ExportedMemoryPolicy(
             head.recurrent_actor, head.module, normalizer, action_shape, head.memory_state_shape, head.description
@@ -350,6 +420,21 @@ def policy_module(
         module = ExportedRecurrentPolicy(head.recurrent_actor, head.module, normalizer, action_shape, head.description)
         return module.eval().cpu()
     return ExportedPolicy(head.module, normalizer, action_shape, head.description).eval().cpu()
+
+
+def acting_outputs(agent: Agent) -> list[str] | None:
+    """The outputs beside the action of the step ``export_policy(agent, ..., critic=True)`` writes
+    (``policy_output``, ``value``, then ``log_std`` for a Gaussian policy), or None when it writes none: an
+    on-policy agent's (PPO, A2C, RecurrentPPO), whose steps carry the values and log-probabilities a
+    local-inference client sends, has one. (A recurrent step also has ``next_state``, not listed here.)"""
+    head = agent.policy_head()
+    if head.recurrent_actor is not None:
+        ok = head.recurrent_critic is not None
+    else:
+        ok = head.actor is not None and head.critic is not None and head.acting_head is not None
+    if not ok:
+        return None
+    return [POLICY_OUTPUT, VALUE_OUTPUT, *([LOG_STD_OUTPUT] if head.log_std is not None else [])]
 
 
 # -- the sidecar -------------------------------------------------------------------------------
@@ -413,6 +498,7 @@ def _sidecar(
     recurrent: bool = False,
     memory_state_shape: tuple[int, int] | None = None,
     acting_state_shape: tuple[int, int] | None = None,
+    acting_log_std: bool | None = None,
 ) -> dict[str, Any]:
     obs_space = agent.observation_space
     in_dtype = _input_dtype(agent)
@@ -457,7 +543,12 @@ def _sidecar(
         **(
             {"recurrent": _recurrent_sidecar(agent, memory_state_shape)} if recurrent and not acting_state_shape else {}
         ),
-        **({"recurrent": _acting_sidecar(agent, acting_state_shape)} if acting_state_shape else {}),
+        **(
+            {"recurrent": _acting_sidecar(agent, acting_state_shape, bool(acting_log_std))}
+            if acting_state_shape
+            else {}
+        ),
+        **({"acting": _acting_step_sidecar(bool(acting_log_std))} if acting_log_std is not None else {}),
         "versions": _versions(fmt),
     }
 
@@ -520,7 +611,7 @@ def _recurrent_sidecar(agent: Agent, memory_state_shape: tuple[int, int] | None 
     }
 
 
-def _acting_sidecar(agent: Agent, state_shape: tuple[int, int]) -> dict[str, Any]:
+def _acting_sidecar(agent: Agent, state_shape: tuple[int, int], log_std: bool = False) -> dict[str, Any]:
     """The acting export's state (``critic=True``): one ``state`` in the layout of the step's extras, and
     the outputs beside the action that a local-inference client records (``policy_output``, ``value``)."""
     extra = "lstm_states" if str(agent.config.memory) == "lstm" else "memory_states"
@@ -540,21 +631,55 @@ def _acting_sidecar(agent: Agent, state_shape: tuple[int, int]) -> dict[str, Any
         "initial_state": "zeros",
         "state_layout": f"one env's acting state, as the step's extras/{extra} holds it: the actor's "
         f"{state_shape[0] // 2} rows, then the critic's (the LSTM: h, c, h, c)",
-        "other_outputs": [
-            {
-                "name": POLICY_OUTPUT,
-                "dtype": "float32",
-                "shape": ["batch", "n"],
-                "meaning": "the actor's raw output: a Discrete space's logits (sample from their softmax to "
-                "explore as the learner does), a Box space's Gaussian mean",
-            },
-            {"name": VALUE_OUTPUT, "dtype": "float32", "shape": ["batch"], "meaning": "the critic's value of obs"},
-        ],
+        "other_outputs": _acting_outputs_sidecar(log_std),
         "loop": (
             f"{ACTING_STATE} starts as zeros of its shape; each step feeds obs, {ACTING_STATE} and episode_start "
             f"(1.0 on an episode's first observation), records {ACTING_STATE} as the state the step used, and "
             f"feeds {NEXT_ACTING_STATE} as the next step's {ACTING_STATE}; one row per env, envs independent"
         ),
+    }
+
+
+def _acting_outputs_sidecar(log_std: bool) -> list[dict[str, Any]]:
+    """The acting step's outputs beside the action (``critic=True``), which a local-inference client
+    samples from and records."""
+    outputs: list[dict[str, Any]] = [
+        {
+            "name": POLICY_OUTPUT,
+            "dtype": "float32",
+            "shape": ["batch", "n"],
+            "meaning": "the actor's raw output: a Discrete space's logits (sample from their softmax to "
+            "explore as the learner does), a Box space's Gaussian mean",
+        },
+        {"name": VALUE_OUTPUT, "dtype": "float32", "shape": ["batch"], "meaning": "the critic's value of obs"},
+    ]
+    if log_std:
+        outputs.append(
+            {
+                "name": LOG_STD_OUTPUT,
+                "dtype": "float32",
+                "shape": ["batch", "n"],
+                "meaning": "the Gaussian policy's log standard deviations (a Box space; a composite space's "
+                "Box elements in the layout's order)",
+            }
+        )
+    return outputs
+
+
+def _acting_step_sidecar(log_std: bool) -> dict[str, Any]:
+    """The acting step's section (``critic=True``): its outputs beside the action, how to sample from them,
+    and the extras a step of an experience batch carries."""
+    return {
+        "other_outputs": _acting_outputs_sidecar(log_std),
+        "sampling": (
+            "Discrete: an action drawn from softmax(policy_output), its log-probability "
+            "log_softmax(policy_output)[action]; Box: policy_output + exp(log_std) * noise, noise ~ N(0, 1) "
+            "per element, unclipped, log-probability sum(-noise^2 / 2 - log_std - log(2 pi) / 2)"
+        ),
+        "extras": {
+            "values": f"the step's {VALUE_OUTPUT}",
+            "log_probs": "the log-probability of the sampled action (also the batch's log_prob)",
+        },
     }
 
 
@@ -726,7 +851,11 @@ def export_policy(
     recurrent = isinstance(module, ExportedRecurrentPolicy | ExportedMemoryPolicy | ExportedActingPolicy)
     memory_shape = module.state_shape if isinstance(module, ExportedMemoryPolicy) else None
     acting_shape = module.state_shape if isinstance(module, ExportedActingPolicy) else None
-    sidecar = _sidecar(agent, path, fmt, module.description, action_mask, recurrent, memory_shape, acting_shape)
+    acting_log_std = module.log_std is not None if isinstance(module, _ExportedActing) else None
+    sidecar = _sidecar(
+        agent, path, fmt, module.description, action_mask, recurrent, memory_shape, acting_shape, acting_log_std
+    )
+    spread = [LOG_STD_OUTPUT] if acting_log_std else []
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     batch = {0: "batch"}
@@ -735,7 +864,11 @@ def export_policy(
         example = (obs, torch.zeros(2, *acting_shape), torch.zeros(2))
         leaves = [OUTPUT_NAME] if agent.action_layout is None else agent.action_layout.paths
         inputs = [INPUT_NAME, ACTING_STATE, EPISODE_START]
-        outputs = [*leaves, POLICY_OUTPUT, VALUE_OUTPUT, NEXT_ACTING_STATE]
+        outputs = [*leaves, POLICY_OUTPUT, VALUE_OUTPUT, *spread, NEXT_ACTING_STATE]
+        axes = {name: batch for name in (*inputs, *outputs)}
+    elif acting_log_std is not None:
+        leaves = [OUTPUT_NAME] if agent.action_layout is None else agent.action_layout.paths
+        example, inputs, outputs = (obs,), [INPUT_NAME], [*leaves, POLICY_OUTPUT, VALUE_OUTPUT, *spread]
         axes = {name: batch for name in (*inputs, *outputs)}
     elif memory_shape is not None:
         example = (obs, torch.zeros(2, *memory_shape), torch.zeros(2))

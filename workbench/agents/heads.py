@@ -22,10 +22,12 @@ __all__ = [
     "Argmax",
     "ArgmaxPerDimension",
     "ClippedMean",
+    "ConstantLogStd",
     "DistributionalArgmax",
     "PolicyHead",
     "PositiveLogits",
     "ScaledIntoBounds",
+    "SdeLogStd",
     "SquashedMean",
     "frozen",
     "masked",
@@ -48,6 +50,18 @@ class PolicyHead(NamedTuple):
     recurrent_critic: nn.Module | None = None
     """A recurrent policy's frozen value network (RecurrentPPO), for the acting export a local-inference
     client runs (``export_policy(..., critic=True)``: the value and the critic's state); else None."""
+    actor: nn.Module | None = None
+    """A feed-forward on-policy policy's frozen actor (PPO, A2C): normalized observations -> its raw output
+    (a Discrete space's logits, a Box space's Gaussian mean), for the acting export (``critic=True``), which
+    runs it once and ``acting_head`` over its output; else None."""
+    acting_head: nn.Module | None = None
+    """With ``actor``: the deterministic head over the actor's raw output (``module`` without the actor)."""
+    critic: nn.Module | None = None
+    """With ``actor``: the frozen value network, normalized observations -> ``(batch, 1)``."""
+    log_std: nn.Module | None = None
+    """An on-policy Gaussian policy's log standard deviations for the acting export (:class:`ConstantLogStd`,
+    or gSDE's state-dependent :class:`SdeLogStd`): normalized observations (a recurrent policy: its actor's
+    output) -> ``(batch, n)``; None for a policy without Box actions."""
 
 
 # What a masked action's logit / Q-value becomes before the argmax, as the agents mask them: the
@@ -165,6 +179,35 @@ class ScaledIntoBounds(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """float32 actions within the bounds, shape ``(batch, action_dim)``."""
         return self.center + self.squashed(x) * self.half_range
+
+
+class ConstantLogStd(nn.Module):
+    """A state-independent Gaussian policy's log standard deviations (PPO's, A2C's, RecurrentPPO's learned
+    ``log_std``, frozen), one row per input row: ``(batch, n)``."""
+
+    def __init__(self, log_std: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("log_std", log_std.detach().float().reshape(-1).clone().cpu())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The log standard deviations, ``(batch, n)`` for ``x`` of ``batch`` rows."""
+        return self.log_std.unsqueeze(0).expand(x.shape[0], -1)
+
+
+class SdeLogStd(nn.Module):
+    """gSDE's state-dependent log standard deviation of each action, as the on-policy agents' update scores
+    an action: ``log sqrt(latent² @ exp(log_std)² + 1e-6)``, ``latent`` the actor's last hidden features
+    (``features``: the actor without its output layer)."""
+
+    def __init__(self, features: nn.Module, log_std: torch.Tensor) -> None:
+        super().__init__()
+        self.features = features
+        self.register_buffer("log_std", log_std.detach().float().clone().cpu())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The log standard deviations, ``(batch, n_actions)``."""
+        variance = self.features(x).pow(2) @ self.log_std.exp().pow(2)
+        return 0.5 * torch.log(variance + 1e-6)
 
 
 def frozen(net: nn.Module) -> nn.Module:

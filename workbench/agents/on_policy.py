@@ -38,7 +38,16 @@ from ..validation import checked, choice, flag, integer, layer_widths, number
 from .base import Agent, AgentConfig, Step, Transitions
 from .composite import CompositeMode, composite_terms, head_terms, sample_composite
 from .encoders import DictEncoder, ImageEncoder, orthogonal_init, with_encoder
-from .heads import Argmax, ArgmaxPerDimension, ClippedMean, PolicyHead, PositiveLogits, frozen
+from .heads import (
+    Argmax,
+    ArgmaxPerDimension,
+    ClippedMean,
+    ConstantLogStd,
+    PolicyHead,
+    PositiveLogits,
+    SdeLogStd,
+    frozen,
+)
 from .intrinsic import INTRINSIC, IntrinsicReward
 from .networks import ACTIVATIONS, gaussian_policy_terms, mlp, sample_index
 from .networks import drawn_like as _from_generator
@@ -398,8 +407,27 @@ class OnPolicyAgent(Agent):
 
     def policy_head(self) -> PolicyHead:
         """Export's head: the most likely action of the policy (gSDE only changes exploration: the
-        deterministic action is the actor's mean either way)."""
-        return PolicyHead(*self._deterministic_head(frozen(self.actor)))
+        deterministic action is the actor's mean either way); with the same frozen actor, its head over the
+        actor's raw output, the frozen critic and a Gaussian's log std, for the acting export (``critic=True``)."""
+        actor = frozen(self.actor)
+        head, description = self._deterministic_head(actor)
+        return PolicyHead(
+            head,
+            description,
+            actor=actor,
+            acting_head=self._deterministic_head(nn.Identity())[0],
+            critic=frozen(self.critic),
+            log_std=self._acting_log_std(actor),
+        )
+
+    def _acting_log_std(self, actor: nn.Module) -> nn.Module | None:
+        """The acting export's log std over ``actor`` (a frozen copy): gSDE's state-dependent one, the learned
+        constant one of a Box (or a composite space's Box leaves), or None for a policy without a Gaussian."""
+        if self.log_std is None:
+            return None
+        if self.use_sde:
+            return SdeLogStd(actor[:-1], self.log_std)
+        return ConstantLogStd(self.log_std)
 
     def _deterministic_head(self, net: nn.Module) -> tuple[nn.Module, str]:
         """The head over ``net``'s logits or means (the recurrent policy passes an identity: its LSTM

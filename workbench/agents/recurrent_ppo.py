@@ -33,7 +33,7 @@ from ..schedules import as_schedule
 from ..validation import checked, choice, integer
 from .base import AgentState, Step, Transitions, register
 from .composite import composite_terms, sample_composite
-from .heads import PolicyHead, frozen
+from .heads import ConstantLogStd, PolicyHead, frozen
 from .memory_nets import GRUMemory, GTrXLMemory, MemoryNetwork
 from .networks import drawn_like as _from_generator
 from .networks import gaussian_policy_terms, make_adam, mlp
@@ -300,12 +300,14 @@ class RecurrentPPO(OnPolicyAgent):
     def policy_head(self) -> PolicyHead:
         """Export's head: one step of the memory actor (its state explicit), then the on-policy head."""
         head, description = self._deterministic_head(nn.Identity())
+        log_std = None if self.log_std is None else ConstantLogStd(self.log_std)
         if self.config.memory == "lstm":
             return PolicyHead(
                 head,
                 f"LSTM actor, then the {description}",
                 recurrent_actor=frozen(self.actor),
                 recurrent_critic=frozen(self.critic),
+                log_std=log_std,
             )
         memory = {"gru": "GRU", "gtrxl": "GTrXL"}[self.config.memory]
         return PolicyHead(
@@ -314,6 +316,7 @@ class RecurrentPPO(OnPolicyAgent):
             recurrent_actor=frozen(self.actor),
             memory_state_shape=(self._rows, self._width),
             recurrent_critic=frozen(self.critic),
+            log_std=log_std,
         )
 
     # -- storing ------------------------------------------------------------------------------
