@@ -1,6 +1,8 @@
 """The Node.js local-inference client (examples/node_client, issue 52) acts from the ONNX policy with
-onnxruntime-node and posts experience batches that a served session learns from; for a recurrent policy
-(RecurrentPPO's LSTM, GRU, GTrXL) it keeps the episode's memory and sends the state each step used.
+onnxruntime-node and posts experience batches that a served session learns from; for an on-policy policy
+(PPO, A2C) it samples from the served acting step's logits and sends each step's value and log-probability;
+for a recurrent one (RecurrentPPO's LSTM, GRU, GTrXL) it keeps the episode's memory and sends the state each
+step used too.
 
 Skips, saying why, when ``node`` is not on the PATH or ``onnxruntime-node`` is not installed in
 examples/node_client (``npm install --onnxruntime-node-install-cuda=skip`` there; ``make test`` runs it and
@@ -137,16 +139,82 @@ def test_the_node_client_keeps_a_recurrent_policys_memory_and_sends_the_state_ea
         session.stop()
 
 
-def test_the_node_client_refuses_a_policy_whose_steps_carry_extras_it_cannot_compute():
+@pytest.mark.parametrize("algorithm", ["ppo", "a2c"])
+def test_the_node_client_samples_an_on_policy_policys_logits_and_sends_its_values_and_log_probs(algorithm):
+    """PPO and A2C: the served ONNX is their acting step (logits and value beside the action); the client
+    samples from the logits and sends each step's value and log-probability, which are what that version's
+    exported step gives on the step's observation."""
     node = _node()
-    agent = wb.PPO("CartPole-v1", n_steps=16, batch_size=16, seed=0)
+    small = {"n_envs": 2, "n_steps": 16, "seed": 0}
+    agent = (
+        wb.PPO("CartPole-v1", batch_size=32, n_epochs=1, **small)
+        if algorithm == "ppo"
+        else wb.A2C("CartPole-v1", **small)
+    )
+    session = wb.Session.external(agent, seed=0, torch_threads=1).start(steps=100_000)
+    server = session.serve(publish_every=0.05)
+    batches: list[tuple[dict, dict]] = []
+    ingest, export = server._ingest, server.policy.onnx
+    served: dict[int, bytes] = {}
+
+    def recorded(header, arrays):
+        answer = ingest(header, arrays)
+        batches.append((header, {name: np.array(value) for name, value in arrays.items()}))
+        return answer
+
+    def exported():
+        version, data = export()
+        served[version] = data
+        return version, data
+
+    server._ingest = recorded  # the batches the server took, as they came
+    server.policy.onnx = exported  # each version's acting step, as GET /policy.onnx served it
+    try:
+        out = subprocess.run(
+            [node, str(CLIENT / "client.mjs"), server.url, "--steps", "300", "--batch", "64", "--sync", "16"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert out.returncode == 0, out.stderr[-2000:]
+        summary = json.loads(out.stdout.strip().splitlines()[-1])
+        assert summary["sampled"] is True and summary["memory"] is None and summary["steps"] == 300
+        described = server.policy.describe()  # GET /policy: what to sample from and what to send
+        assert described["acting"]["distribution"] == "categorical" and described["memory"] is None
+        assert described["acting"]["onnx"] == {"policy_output": "policy_output", "value": "value"}
+        taken = server._experience
+        assert taken.steps + taken.dropped == 300 and taken.steps >= 150, (taken.steps, taken.dropped)
+        assert agent.num_updates >= 3 and len(summary["versions"]) > 1  # it learned and the client reloaded
+        assert sum(len(arrays["reward"]) for _, arrays in batches) == 300
+        ort = pytest.importorskip("onnxruntime")
+        for header, arrays in batches:
+            step = ort.InferenceSession(served[header["version"]], providers=["CPUExecutionProvider"])
+            feeds = {"obs": arrays["obs"], "action_mask": np.ones((len(arrays["obs"]), 2), bool)}  # all allowed
+            _, logits, value = step.run(["action", "policy_output", "value"], feeds)
+            log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+            chosen = log_p[np.arange(len(logits)), arrays["action"]]
+            assert arrays["extras/values"].dtype == arrays["extras/log_probs"].dtype == np.float32
+            np.testing.assert_allclose(arrays["extras/values"], value, rtol=0, atol=1e-5)
+            np.testing.assert_allclose(arrays["extras/log_probs"], chosen, rtol=0, atol=1e-5)
+            np.testing.assert_array_equal(arrays["log_prob"], arrays["extras/log_probs"])
+        actions = np.concatenate([arrays["action"] for _, arrays in batches])
+        assert 0.2 < actions.mean() < 0.8  # sampled, not greedy
+    finally:
+        server.close()
+        session.stop()
+
+
+def test_the_node_client_refuses_a_policy_whose_actions_it_cannot_sample():
+    node = _node()
+    agent = wb.PPO("Pendulum-v1", n_steps=16, batch_size=16, seed=0)
     session = wb.Session.external(agent, seed=0, torch_threads=1).start(steps=100_000)
     server = session.serve(publish_every=0.05)
     try:
         out = subprocess.run(
             [node, str(CLIENT / "client.mjs"), server.url, "--steps", "10"], capture_output=True, text=True, timeout=60
         )
-        assert out.returncode == 2 and "values, log_probs" in out.stderr and "inference" in out.stderr, out.stderr
+        assert out.returncode == 2 and "gaussian" in out.stderr and "inference" in out.stderr, out.stderr
+        assert server.policy.describe()["acting"]["onnx"]["log_std"] == "log_std"
         assert server._experience.batches == 0
     finally:
         server.close()

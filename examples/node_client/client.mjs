@@ -1,19 +1,21 @@
 // A local-inference client for a served rl-workbench session, in Node.js (docs/serve.md, "Local inference").
 //
 // It fetches the learner's policy as ONNX (GET /policy.onnx), acts with onnxruntime-node on a CartPole written
-// here (epsilon-greedy around the exported greedy policy, so that it explores), records every step, and posts
-// experience batches (POST /experience, the binary "WBX1" framing) every BATCH steps and at each episode's end.
-// A recurrent policy (GET /policy says "recurrent": true, and its "memory" how to run it: wb.RecurrentPPO with an
-// LSTM, GRU or GTrXL memory) is served as its acting step with the state explicit: this client keeps the
-// episode's state, zeros at the episode's start, feeds it each step, samples the action from the policy's
-// logits (as the learner explores) and sends, for each step, the state it used, its value and log-probability
-// among the batch's extras, as wb.RemoteSession(url, inference="local") does.
+// here, records every step, and posts experience batches (POST /experience, the binary "WBX1" framing) every
+// BATCH steps and at each episode's end. A policy whose steps carry no extras (the DQN family) is served as its
+// greedy actor: this client explores epsilon-greedy around it. An on-policy one (GET /policy's "acting" says how:
+// wb.PPO, wb.A2C, wb.RecurrentPPO) is served as its acting step, the actor's logits and the critic's value beside
+// the action: this client samples the action from the logits (as the learner explores) and sends each step's
+// value and log-probability among the batch's extras, as wb.RemoteSession(url, inference="local") does. A recurrent
+// policy's step ("recurrent": true, and its "memory" how to run it: an LSTM, GRU or GTrXL memory) has its state
+// explicit too: this client keeps the episode's state, zeros at the episode's start, feeds it each step and sends
+// the state each step used.
 // Every SYNC steps it asks for the newest policy version (GET /policy/version) and reloads the ONNX policy when
 // there is a new one. A batch that got no answer is sent again with the same number (the server applies it once).
 //
 //   node client.mjs http://127.0.0.1:8000 [--steps 2000] [--batch 128] [--sync 500] [--epsilon 0.1] [--token T]
 //
-// (--epsilon is for feed-forward policies; a recurrent one samples from its logits.)
+// (--epsilon is for the greedy policies; an on-policy one samples from its logits.)
 //
 // It prints one JSON line at the end: steps acted, batches and steps the server accepted, the policy versions seen.
 
@@ -79,15 +81,15 @@ async function greedy(policy, obs, nActions) {
   return Number(out[policy.session.outputNames[0]].data[0]);
 }
 
-// A recurrent policy's step: obs and the episode's state in, the action sampled from the policy's logits (as the
-// learner explores), its log-probability, the value and the next state out (GET /policy's "memory" names them).
-async function recurrentStep(policy, obs, state, start, nActions, memory) {
-  const names = memory.onnx;
-  const feeds = {
-    obs: new ort.Tensor("float32", obs, [1, obs.length]),
-    [names.state]: new ort.Tensor("float32", state, [1, ...memory.shape]),
-    [names.episode_start]: new ort.Tensor("float32", Float32Array.of(start ? 1 : 0), [1]),
-  };
+// An on-policy policy's acting step: obs (and a recurrent policy's episode state) in; the action sampled from the
+// policy's logits (as the learner explores), its log-probability, the value (and the next state) out. GET /policy's
+// "acting" (and "memory") name them.
+async function actingStep(policy, obs, state, start, nActions, names, memory) {
+  const feeds = { obs: new ort.Tensor("float32", obs, [1, obs.length]) };
+  if (memory) {
+    feeds[names.state] = new ort.Tensor("float32", state, [1, ...memory.shape]);
+    feeds[names.episode_start] = new ort.Tensor("float32", Float32Array.of(start ? 1 : 0), [1]);
+  }
   if (policy.session.inputNames.includes("action_mask")) {
     feeds.action_mask = new ort.Tensor("bool", new Uint8Array(nActions).fill(1), [1, nActions]);
   }
@@ -104,7 +106,7 @@ async function recurrentStep(policy, obs, state, start, nActions, memory) {
     action,
     logProb: logits[action] - logSum,
     value: Number(out[names.value].data[0]),
-    next: Float32Array.from(out[names.next_state].data),
+    next: memory ? Float32Array.from(out[names.next_state].data) : null,
   };
 }
 
@@ -164,10 +166,26 @@ if (described.recurrent && !memory) {
 if (!("action" in (described.actions || { action: null }))) {
   refuse("the served policy's action space is composite (Dict / Tuple): this client acts in CartPole's Discrete(2)");
 }
-// The extras each step must carry: a recurrent policy's value, log-probability and state come out of its ONNX
-// step; other extras (PPO's values) need networks the served ONNX (the greedy actor) does not have.
+// An on-policy policy: the served ONNX is its acting step, logits and value beside the action (GET /policy's
+// "acting"); this client samples a Discrete action from the logits.
+const acting = described.acting || null;
+if (acting && acting.distribution !== "categorical") {
+  refuse(
+    `the served policy (${described.agent.algorithm}) samples a ${acting.distribution} distribution: this client ` +
+      "acts in CartPole's Discrete(2), sampling from logits; use wb.RemoteSession(url, inference=\"local\") from " +
+      'Python, or inference="server" (POST /act)',
+  );
+}
+// Older servers served a recurrent policy's acting step without "acting": "memory" names its outputs then.
+const sampling = Boolean(acting || memory);
+const names = { ...(memory ? memory.onnx : {}), ...(acting ? acting.onnx : {}) };
+// The extras each step must carry: an on-policy policy's value and log-probability (and a recurrent one's state)
+// come out of its ONNX acting step; others are refused.
 const extras = described.extras || {};
-const computed = memory ? ["values", "log_probs", memory.extra.replace(/^extras\//, "")] : [];
+const computed = [
+  ...(sampling ? ["values", "log_probs"] : []),
+  ...(memory ? [memory.extra.replace(/^extras\//, "")] : []),
+];
 const lacking = Object.keys(extras).filter((key) => !computed.includes(key));
 if (lacking.length) {
   refuse(
@@ -181,7 +199,7 @@ const nActions = 2;
 const stateSize = memory ? memory.shape.reduce((a, b) => a * b, 1) : 0;
 // A batch fits the server's limits: its steps (max_batch_steps) and its bytes (max_body; a GTrXL's state is
 // kilobytes a step), with room for the header.
-const stepBytes = 8 * obsSize + 8 + 4 + 2 + 4 + (memory ? 8 + 4 * stateSize : 0);
+const stepBytes = 8 * obsSize + 8 + 4 + 2 + 4 + (sampling ? 8 : 0) + 4 * stateSize;
 const batchLimit = Math.max(
   1,
   Math.min(BATCH, described.max_batch_steps || BATCH, Math.floor(((described.max_body || 1 << 20) - 65536) / stepBytes)),
@@ -211,14 +229,16 @@ async function flush() {
     ["truncated", "bool", [n], Uint8Array.from(rows, (r) => (r.truncated ? 1 : 0))],
     ["log_prob", "float32", [n], Float32Array.from(rows, (r) => r.logProb)],
   ];
-  if (memory) {
-    const states = new Float32Array(n * stateSize);
-    rows.forEach((row, i) => states.set(row.state, i * stateSize));
+  if (sampling) {
     arrays.push(
       ["extras/values", "float32", [n], Float32Array.from(rows, (r) => r.value)],
       ["extras/log_probs", "float32", [n], Float32Array.from(rows, (r) => r.logProb)],
-      [memory.extra, "float32", [n, ...memory.shape], states], // the state each step used
     );
+  }
+  if (memory) {
+    const states = new Float32Array(n * stateSize);
+    rows.forEach((row, i) => states.set(row.state, i * stateSize));
+    arrays.push([memory.extra, "float32", [n, ...memory.shape], states]); // the state each step used
   }
   seq += 1;
   const header = { client, seq, episode: "node", version: rows[0].version, steps: n, episodes };
@@ -234,11 +254,13 @@ let state = new Float32Array(stateSize), starting = true;
 
 for (let step = 1; step <= STEPS; step++) {
   let action, logProb, value = 0, used = null;
-  if (memory) {
-    const out = await recurrentStep(policy, obs, state, starting, nActions, memory);
+  if (sampling) {
+    const out = await actingStep(policy, obs, state, starting, nActions, names, memory);
     ({ action, logProb, value } = out);
-    used = state;
-    state = out.next;
+    if (memory) {
+      used = state;
+      state = out.next;
+    }
     starting = false;
   } else {
     const best = await greedy(policy, obs, nActions);
@@ -271,4 +293,6 @@ for (let step = 1; step <= STEPS; step++) {
   }
 }
 await flush();
-console.log(JSON.stringify({ steps: STEPS, batches, accepted, versions, memory: memory ? memory.kind : null }));
+console.log(
+  JSON.stringify({ steps: STEPS, batches, accepted, versions, sampled: sampling, memory: memory ? memory.kind : null }),
+);

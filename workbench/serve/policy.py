@@ -5,8 +5,9 @@ lock, so never an update halfway), written as safetensors bytes, numbered from 1
 a new version when the agent has updated since the last one, at most every ``publish_every`` seconds;
 clients fetch ``GET /policy`` (what rebuilds the agent: its ``describe()``, as ``meta.json`` holds it,
 and the extras its decisions carry), ``GET /policy/weights`` (the newest version) or
-``GET /policy.onnx`` (the deterministic policy, for clients without torch), and hear of new versions
-over ``WS /policy/ws`` or by polling ``GET /policy/version``.
+``GET /policy.onnx`` (for clients without torch: the deterministic policy, or an on-policy policy's acting
+step with its critic), and hear of new versions over ``WS /policy/ws`` or by polling
+``GET /policy/version``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -63,6 +65,7 @@ class PolicyPublisher:
         self._nets: list[Any] = []  # the networks the newest version was taken from
         self._acting: Agent | None = None
         self._onnx: tuple[int, bytes] | None = None
+        self._acting_outputs: list[str] | None = None  # the served ONNX's outputs beside the action, if an acting step
 
     def publish(self, force: bool = False) -> bool:
         """Publish a new version if the agent updated since the last one (or ``force``); True if one was."""
@@ -111,11 +114,25 @@ class PolicyPublisher:
         space = copy.observation_space
         space.seed(0)
         step = copy.decide(space.sample())
+        self._acting_outputs = self._acting_step(copy, step.extras)
         return {
             key: (tuple(np.asarray(value).shape[1:]), np.asarray(value).dtype.kind)
             for key, value in step.extras.items()
             if key not in (MASK_KEY, NEXT_MASK_KEY)
         }
+
+    @staticmethod
+    def _acting_step(copy: Agent, extras: Mapping[str, Any]) -> list[str] | None:
+        """The served ONNX's outputs beside the action when it is the acting step (``export_policy(...,
+        critic=True)``: an on-policy policy, whose steps carry values and log-probabilities), else None."""
+        if "values" not in extras or "log_probs" not in extras:
+            return None
+        from ..agents.export import acting_outputs
+
+        try:
+            return acting_outputs(copy)
+        except (TypeError, ValueError, NotImplementedError):  # a policy without an export: the greedy actor alone
+            return None
 
     def describe(self) -> dict[str, Any]:
         """``GET /policy``: the newest version, what rebuilds the agent, and the extras its steps carry."""
@@ -128,6 +145,8 @@ class PolicyPublisher:
                 # used, among the extras (docs/serve.md); "memory" says where it goes in and out of the ONNX.
                 "recurrent": self.agent.per_env_decisions,
                 "memory": self._memory(),
+                # An on-policy policy's served ONNX is its acting step: what to sample from, and what to send.
+                "acting": self._acting_description(),
                 "actions": {name: [list(shape), kind] for name, (shape, kind) in action_arrays(self.agent).items()},
                 "extras": {key: [list(shape), kind] for key, (shape, kind) in (self.extras or {}).items()},
                 "counters": dict(self.counters),
@@ -160,15 +179,47 @@ class PolicyPublisher:
             },
         }
 
+    def _acting_description(self) -> dict[str, Any] | None:
+        """How a client in another language acts for an on-policy policy (``GET /policy``'s ``acting``): the
+        served ONNX's (``GET /policy.onnx``, exported with ``critic=True``) outputs to sample from
+        (``policy_output``; ``log_std`` for a Gaussian) and to record (``value``), what each step's extras
+        are, and the distribution to sample; None when the served ONNX is the greedy actor alone. Called
+        with the lock held."""
+        names = self._acting_outputs
+        if names is None:
+            return None
+        from ..agents import export
+
+        space = self.agent.action_space
+        if self.agent.action_layout is not None:
+            distribution = "composite"
+        elif isinstance(space, spaces.Discrete):
+            distribution = "categorical"
+        elif isinstance(space, spaces.Box):
+            distribution = "gaussian"
+        elif isinstance(space, spaces.MultiDiscrete):
+            distribution = "multi_categorical"
+        else:
+            distribution = "bernoulli"
+        return {
+            "distribution": distribution,
+            "onnx": {name: name for name in names},
+            "extras": {
+                "extras/values": export.VALUE_OUTPUT,
+                "extras/log_probs": "the log-probability of the sampled action under policy_output (also log_prob)",
+            },
+        }
+
     def newest(self) -> tuple[int, bytes, dict[str, Any], float]:
         """The newest version: its number, weights, counters and publication time."""
         with self._lock:
             return self.version, self.weights, dict(self.counters), self.published_at
 
     def onnx(self) -> tuple[int, bytes]:
-        """The newest version's deterministic policy as ONNX bytes (exported once per version); for a
-        recurrent policy its acting step with the critic and the state explicit (``export_policy(...,
-        critic=True)``), which a client in another language runs to keep each episode's memory."""
+        """The newest version's deterministic policy as ONNX bytes (exported once per version); for an
+        on-policy policy (PPO, A2C, RecurrentPPO) its acting step with the critic (``export_policy(...,
+        critic=True)``: the actor's raw output to sample from and the value beside the action; a recurrent
+        policy's state explicit), which a client in another language runs to send each step's extras."""
         from safetensors.torch import load
 
         from ..agents.export import export_policy
@@ -182,7 +233,7 @@ class PolicyPublisher:
             masked = self.agent.supports_action_masks and isinstance(self.agent.action_space, spaces.Discrete)
             with tempfile.TemporaryDirectory(prefix="workbench-policy-") as folder:
                 path = os.path.join(folder, "policy.onnx")
-                export_policy(copy, path, action_mask=masked, critic=bool(self.agent.per_env_decisions))
+                export_policy(copy, path, action_mask=masked, critic=self._acting_outputs is not None)
                 with open(path, "rb") as f:
                     self._onnx = (version, f.read())
         return self._onnx
