@@ -24,12 +24,14 @@ A GRU or GTrXL memory (``memory="gru"``/``"gtrxl"``) has one state tensor instea
 ``action_mask=True`` adds a bool input ``action_mask`` (Discrete, MultiDiscrete): the action is
 the best allowed one, as ``act(obs, deterministic=True, action_mask=...)`` chooses it.
 
-``critic=True`` (a recurrent policy only) writes the step a local-inference client acts with
-(:class:`ExportedActingPolicy`, what a served session's ``GET /policy.onnx`` serves for a recurrent
-policy): the actor and the value network together, their state one input ``state``
-``(batch, 2 * rows, width)`` in the layout of the step's extras (``lstm_states`` / ``memory_states``:
-the actor's rows, then the critic's), outputs ``action``, ``policy_output`` (the actor's raw output:
-a Discrete space's logits, to sample from), ``value`` and ``next_state``.
+``critic=True`` (an on-policy policy only) writes the step a local-inference client acts with, what a
+served session's ``GET /policy.onnx`` serves for it: the actor and the value network together, outputs
+``action``, ``policy_output`` (the actor's raw output: a Discrete space's logits, to sample from; a Box
+space's Gaussian mean), ``value`` and, for a Box space, ``log_std``. For PPO and A2C
+(:class:`ExportedFeedForwardActingPolicy`) the input is ``obs`` alone; for a recurrent policy
+(:class:`ExportedActingPolicy`) their state is one input ``state`` ``(batch, 2 * rows, width)`` in the
+layout of the step's extras (``lstm_states`` / ``memory_states``: the actor's rows, then the critic's)
+beside ``episode_start``, and ``next_state`` the last output.
 
 Beside the model, ``<path>.json`` (the *sidecar*) describes the spaces, the input and output
 (names, dtypes, shapes), where each part of a Dict/Tuple observation goes in the flat input vector
@@ -822,9 +824,10 @@ def export_policy(
     ``format`` is taken from the suffix (``.onnx``) unless given (``"onnx"``). ``action_mask=True``
     (Discrete and MultiDiscrete actions of an agent that takes masks) adds an input ``action_mask``
     (bool, ``(batch, mask_size)``, True where allowed): the action is then the best allowed one, as
-    ``agent.act(obs, deterministic=True, action_mask=mask)`` chooses it. ``critic=True`` (a recurrent
-    policy only) writes the acting step of a local-inference client instead (:class:`ExportedActingPolicy`:
-    the state in the extras' layout, the actor's output and the value beside the action).
+    ``agent.act(obs, deterministic=True, action_mask=mask)`` chooses it. ``critic=True`` (an on-policy
+    policy only: PPO, A2C, RecurrentPPO) writes the acting step of a local-inference client instead
+    (:class:`ExportedFeedForwardActingPolicy`, :class:`ExportedActingPolicy` with the state in the extras'
+    layout: the actor's output, the value and a Gaussian's log std beside the action).
 
     Both files are written to temporary names beside ``path`` and renamed into place only once
     complete, so a failed export (a full disk) leaves an earlier export as it was. ``path`` and its
