@@ -167,7 +167,8 @@ class PolicyPublisher:
         if key is None:
             return None
         return {
-            "kind": str(getattr(self.agent.config, "memory", "lstm")),
+            # The agent's own description, as GET /policy's "agent" holds it (no probing of the agent).
+            "kind": str(self.agent.describe()["hyperparameters"].get("memory", "lstm")),
             "extra": f"extras/{key}",
             "shape": list(self.extras[key][0]),
             "onnx": {
