@@ -33,7 +33,7 @@ class ClippedSurrogateConfig:
     clip_range: float | Schedule = checked(
         constraint=number(0, min_open=True, schedule=True), default_factory=lambda: linear(0.2, 0.0), live=True
     )
-    """The clip epsilon of the probability ratio (against the behaviour policy, for APPO)."""
+    """PPO clip epsilon for the probability ratio (APPO's: against the behaviour policy)."""
     target_kl: float | None = checked(None, optional(number(0, min_open=True)), live=True)
     """Stop the epochs early when the approximate KL exceeds this."""
 
