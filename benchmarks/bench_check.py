@@ -347,6 +347,8 @@ def main(argv: list[str] | None = None) -> int:
                 "median": median,
                 "threshold": round(RULE * min(scores), 4),
                 "doc": (ROWS[row].__doc__ or "").strip(),
+                # Per row: a partial --record (--rows) leaves the other rows' records as they were.
+                "recorded": {"date": datetime.date.today().isoformat(), "commit": _commit()},
             }
         elif threshold is None:
             verdict, failed = "FAIL: no threshold recorded (run with --record)", True
