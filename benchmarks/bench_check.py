@@ -93,62 +93,53 @@ def a2c_8envs_cartpole(seed: int) -> float:
     return _play(agent)
 
 
-def ppo_workers_cartpole(seed: int) -> float:
-    """PPO's defaults with four local worker processes, 40k steps."""
+def _ppo_on_workers(seed: int, backend: str) -> float:
+    """PPO's defaults with four workers of ``backend``, 40k steps."""
     import workbench as wb
 
     agent = wb.PPO("CartPole-v1", seed=seed)
-    wb.Session(agent, _cartpole, num_workers=4, backend="local", seed=seed).run(40_000)
+    wb.Session(agent, _cartpole, num_workers=4, backend=backend, seed=seed).run(40_000)
     return _play(agent)
+
+
+def _ape_x_dqn(seed: int, backend: str, steps: int, **session: object) -> float:
+    """DQN with Ape-X-like settings, four workers of ``backend`` collecting while the learner learns."""
+    import workbench as wb
+
+    agent = wb.DQN(
+        "CartPole-v1",
+        seed=seed,
+        net_arch=(64, 64),
+        learning_rate=1e-3,
+        learning_starts=500,
+        train_freq=16,
+        gradient_steps=8,
+        target_update_interval=250,
+        buffer_size=20_000,
+        exploration=wb.EpsilonGreedy(1.0, 0.05, 0.25),
+    )
+    wb.Session(agent, _cartpole, num_workers=4, backend=backend, seed=seed, **session).run(steps)
+    return _play(agent)
+
+
+def ppo_workers_cartpole(seed: int) -> float:
+    """PPO's defaults with four local worker processes, 40k steps."""
+    return _ppo_on_workers(seed, "local")
 
 
 def dqn_workers_cartpole(seed: int) -> float:
     """DQN with four local worker processes (Ape-X-like settings), 25k steps."""
-    import workbench as wb
-
-    agent = wb.DQN(
-        "CartPole-v1",
-        seed=seed,
-        net_arch=(64, 64),
-        learning_rate=1e-3,
-        learning_starts=500,
-        train_freq=16,
-        gradient_steps=8,
-        target_update_interval=250,
-        buffer_size=20_000,
-        exploration=wb.EpsilonGreedy(1.0, 0.05, 0.25),
-    )
-    wb.Session(agent, _cartpole, num_workers=4, backend="local", seed=seed).run(25_000)
-    return _play(agent)
+    return _ape_x_dqn(seed, "local", 25_000)
 
 
 def ppo_ray_cartpole(seed: int) -> float:
     """PPO's defaults with four Ray actors (a private local Ray), 40k steps."""
-    import workbench as wb
-
-    agent = wb.PPO("CartPole-v1", seed=seed)
-    wb.Session(agent, _cartpole, num_workers=4, backend="ray", seed=seed).run(40_000)
-    return _play(agent)
+    return _ppo_on_workers(seed, "ray")
 
 
 def dqn_ray_cartpole(seed: int) -> float:
     """DQN with four Ray actors collecting while the learner learns (Ape-X-like settings), 30k steps."""
-    import workbench as wb
-
-    agent = wb.DQN(
-        "CartPole-v1",
-        seed=seed,
-        net_arch=(64, 64),
-        learning_rate=1e-3,
-        learning_starts=500,
-        train_freq=16,
-        gradient_steps=8,
-        target_update_interval=250,
-        buffer_size=20_000,
-        exploration=wb.EpsilonGreedy(1.0, 0.05, 0.25),
-    )
-    wb.Session(agent, _cartpole, num_workers=4, backend="ray", seed=seed, sync_every=32).run(30_000)
-    return _play(agent)
+    return _ape_x_dqn(seed, "ray", 30_000, sync_every=32)
 
 
 def _cartpole():
