@@ -40,6 +40,13 @@ def _node() -> str:
     return node
 
 
+def _run_client(node: str, url: str, *flags: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """The Node.js example client against ``url`` with ``flags``, its output captured."""
+    return subprocess.run(
+        [node, str(CLIENT / "client.mjs"), url, *flags], capture_output=True, text=True, timeout=timeout
+    )
+
+
 def test_the_node_client_acts_from_the_onnx_policy_and_its_batches_are_applied():
     node = _node()
     env = gym.make("CartPole-v1")
@@ -57,12 +64,7 @@ def test_the_node_client_acts_from_the_onnx_policy_and_its_batches_are_applied()
     session = wb.Session.external(agent, seed=0, torch_threads=1).start(steps=100_000)
     server = session.serve(publish_every=0.05)
     try:
-        out = subprocess.run(
-            [node, str(CLIENT / "client.mjs"), server.url, "--steps", "300", "--batch", "64", "--sync", "100"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        out = _run_client(node, server.url, "--steps", "300", "--batch", "64", "--sync", "100")
         assert out.returncode == 0, out.stderr[-2000:]
         summary = json.loads(out.stdout.strip().splitlines()[-1])
         assert summary["steps"] == 300 and summary["accepted"] == 300 and summary["versions"][0] >= 1
@@ -101,12 +103,7 @@ def test_the_node_client_keeps_a_recurrent_policys_memory_and_sends_the_state_ea
 
     server._ingest = recorded  # the batches the server took, as they came
     try:
-        out = subprocess.run(
-            [node, str(CLIENT / "client.mjs"), server.url, "--steps", "300", "--batch", "64", "--sync", "16"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        out = _run_client(node, server.url, "--steps", "300", "--batch", "64", "--sync", "16")
         assert out.returncode == 0, out.stderr[-2000:]
         summary = json.loads(out.stdout.strip().splitlines()[-1])
         assert summary["memory"] == memory and summary["steps"] == 300
@@ -170,12 +167,7 @@ def test_the_node_client_samples_an_on_policy_policys_logits_and_sends_its_value
     server._ingest = recorded  # the batches the server took, as they came
     server.policy.onnx = exported  # each version's acting step, as GET /policy.onnx served it
     try:
-        out = subprocess.run(
-            [node, str(CLIENT / "client.mjs"), server.url, "--steps", "300", "--batch", "64", "--sync", "16"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        out = _run_client(node, server.url, "--steps", "300", "--batch", "64", "--sync", "16")
         assert out.returncode == 0, out.stderr[-2000:]
         summary = json.loads(out.stdout.strip().splitlines()[-1])
         assert summary["sampled"] is True and summary["memory"] is None and summary["steps"] == 300
@@ -210,9 +202,7 @@ def test_the_node_client_refuses_a_policy_whose_actions_it_cannot_sample():
     session = wb.Session.external(agent, seed=0, torch_threads=1).start(steps=100_000)
     server = session.serve(publish_every=0.05)
     try:
-        out = subprocess.run(
-            [node, str(CLIENT / "client.mjs"), server.url, "--steps", "10"], capture_output=True, text=True, timeout=60
-        )
+        out = _run_client(node, server.url, "--steps", "10", timeout=60)
         assert out.returncode == 2 and "gaussian" in out.stderr and "inference" in out.stderr, out.stderr
         assert server.policy.describe()["acting"]["onnx"]["log_std"] == "log_std"
         assert server._experience.batches == 0
