@@ -547,6 +547,7 @@ def run_parity(args) -> None:
                     "algorithm": algo,
                     "seed": seed,
                     "where": where,
+                    "threshold": args.threshold,
                     "solved": bool(solved),
                     "steps": session.steps,
                     "budget": budget,
@@ -568,10 +569,12 @@ def _save_parity(rows: list[dict], args) -> None:
         with open(LOCAL_RESULTS) as f:
             previous = json.load(f)
     parity = previous.get("parity", {"rows": []})
-    mine = {(r["algorithm"], r["seed"], r["where"]) for r in rows}
-    keep = [r for r in parity["rows"] if (r["algorithm"], r["seed"], r["where"]) not in mine]
+    # A row is one (algorithm, threshold, seed, where): a run at another threshold is kept beside it. Rows from
+    # before the threshold was stored per row take the file's single one.
+    old = [{"threshold": parity.get("threshold", 475.0), **r} for r in parity["rows"]]
+    mine = {(r["algorithm"], r["threshold"], r["seed"], r["where"]) for r in rows}
+    keep = [r for r in old if (r["algorithm"], r["threshold"], r["seed"], r["where"]) not in mine]
     parity = {
-        "threshold": args.threshold,
         "clients": args.parity_clients,
         "batch_steps": args.parity_batch_steps,
         "lead": args.parity_lead,
@@ -624,21 +627,25 @@ def render_local(write: bool = True) -> str:
             f"CartPole through {parity['clients']} local-inference clients against in process, at the same settings "
             f"(the CartPole presets; PPO with {parity['clients']} envs; the clients send "
             f"{parity.get('batch_steps', 64)}-step batches and act at most {parity.get('lead', 2000)} steps ahead "
-            "of the learner); steps until the "
-            f"mean of the last 20 episodes reached {parity['threshold']:g} (measured {parity['when']}):",
+            "of the learner); steps until the mean of the last 20 episodes reached the row's threshold, or the "
+            f"budget (last measured {parity['when']}):",
             "",
-            "| algorithm | seed | local: steps (solved) | local: last 20 episodes | in process: steps (solved) "
-            "| in process: last 20 episodes |",
-            "| --- | --- | --- | --- | --- | --- |",
+            "| algorithm | threshold | seed | local: steps (solved) | local: last 20 episodes "
+            "| in process: steps (solved) | in process: last 20 episodes |",
+            "| --- | --- | --- | --- | --- | --- | --- |",
         ]
-        by = {(r["algorithm"], r["seed"], r["where"]): r for r in parity["rows"]}
-        for algo, seed in sorted(dict.fromkeys((r["algorithm"], r["seed"]) for r in parity["rows"])):
+        # Rows from before thresholds were stored per row carry the file's single one.
+        rows = [{"threshold": parity.get("threshold", 475.0), **r} for r in parity["rows"]]
+        by = {(r["algorithm"], r["threshold"], r["seed"], r["where"]): r for r in rows}
+        for algo, threshold, seed in sorted(
+            dict.fromkeys((r["algorithm"], r["threshold"], r["seed"]) for r in rows), key=lambda k: (k[0], -k[1], k[2])
+        ):
             cells = []
             for where in ("local", "in-process"):
-                r = by.get((algo, seed, where))
+                r = by.get((algo, threshold, seed, where))
                 cells.append("-" if r is None else f"{r['steps']:,} ({'yes' if r['solved'] else 'no'})")
                 cells.append("-" if r is None or r["final_mean_20"] is None else f"{r['final_mean_20']:.1f}")
-            lines.append(f"| {algo.upper()} | {seed} | {' | '.join(cells)} |")
+            lines.append(f"| {algo.upper()} | {threshold:g} | {seed} | {' | '.join(cells)} |")
     text = "\n".join(lines)
     if write:
         with open(DOC) as f:
