@@ -1,8 +1,9 @@
 """The Node.js local-inference client (examples/node_client, issue 52) acts from the ONNX policy with
 onnxruntime-node and posts experience batches that a served session learns from; for an on-policy policy
-(PPO, A2C) it samples from the served acting step's logits and sends each step's value and log-probability;
-for a recurrent one (RecurrentPPO's LSTM, GRU, GTrXL) it keeps the episode's memory and sends the state each
-step used too.
+(PPO, A2C) it samples from the served acting step (a Discrete policy's logits in CartPole, a Box policy's
+Gaussian in its Pendulum) and sends each step's value and log-probability as the Python client does; for a
+recurrent one (RecurrentPPO's LSTM, GRU, GTrXL) it keeps the episode's memory and sends the state each step used
+too. What it cannot sample, and a policy for another env, it refuses before acting.
 
 Skips, saying why, when ``node`` is not on the PATH or ``onnxruntime-node`` is not installed in
 examples/node_client (``npm install --onnxruntime-node-install-cuda=skip`` there; ``make test`` runs it and
@@ -18,8 +19,10 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 
 import workbench as wb
+from workbench.agents.networks import gaussian_policy_terms
 
 pytest.importorskip("uvicorn")
 pytest.importorskip("onnx")
@@ -196,15 +199,165 @@ def test_the_node_client_samples_an_on_policy_policys_logits_and_sends_its_value
         session.stop()
 
 
-def test_the_node_client_refuses_a_policy_whose_actions_it_cannot_sample():
+@pytest.mark.parametrize("algorithm", ["ppo", "a2c", "recurrent_ppo"])
+def test_the_node_client_samples_a_gaussian_policy_in_pendulum_and_sends_what_the_python_client_sends(algorithm):
+    """PPO, A2C and RecurrentPPO on Pendulum-v1's Box actions: the served acting step gives the Gaussian's mean
+    (policy_output) and log_std; the client draws mean + exp(log_std) * noise, steps its Pendulum (gymnasium's)
+    with the draw clipped to the bounds, and sends the draw unclipped as float32 with its value and
+    log-probability, the arrays wb.RemoteSession(url, inference="local") sends; the log-probabilities are the
+    learner's for those actions under the version that chose them."""
     node = _node()
-    agent = wb.PPO("Pendulum-v1", n_steps=16, batch_size=16, seed=0)
+    # A wide Gaussian (std e^0.5), so that some draws fall outside Pendulum's bounds of [-2, 2].
+    small = {"n_envs": 2, "n_steps": 16, "log_std_init": 0.5, "seed": 0}
+    if algorithm == "ppo":
+        agent = wb.PPO("Pendulum-v1", batch_size=32, n_epochs=1, **small)
+    elif algorithm == "a2c":
+        agent = wb.A2C("Pendulum-v1", **small)
+    else:
+        agent = wb.RecurrentPPO("Pendulum-v1", batch_size=32, n_epochs=1, lstm_hidden_size=8, **small)
+    session = wb.Session.external(agent, seed=0, torch_threads=1).start(steps=100_000)
+    server = session.serve(publish_every=0.05)
+    batches: list[tuple[dict, dict]] = []
+    ingest, export = server._ingest, server.policy.onnx
+    served: dict[int, bytes] = {}
+
+    def recorded(header, arrays):
+        answer = ingest(header, arrays)
+        batches.append((header, {name: np.array(value) for name, value in arrays.items()}))
+        return answer
+
+    def exported():
+        version, data = export()
+        served[version] = data
+        return version, data
+
+    server._ingest = recorded  # the batches the server took, as they came
+    server.policy.onnx = exported  # each version's acting step, as GET /policy.onnx served it
+    try:
+        flags = ("--env", "Pendulum-v1", "--steps", "300", "--batch", "64", "--sync", "16")
+        out = _run_client(node, server.url, *flags)
+        assert out.returncode == 0, out.stderr[-2000:]
+        summary = json.loads(out.stdout.strip().splitlines()[-1])
+        assert summary["env"] == "Pendulum-v1" and summary["distribution"] == "gaussian" and summary["steps"] == 300
+        described = server.policy.describe()  # GET /policy: what to sample from and what to send
+        assert described["acting"]["distribution"] == "gaussian"
+        assert described["acting"]["onnx"] == {"policy_output": "policy_output", "value": "value", "log_std": "log_std"}
+        taken = server._experience
+        assert taken.steps + taken.dropped == 300 and taken.steps >= 150, (taken.steps, taken.dropped)
+        assert agent.num_updates >= 3 and len(summary["versions"]) > 1  # it learned and the client reloaded
+        assert sum(len(arrays["reward"]) for _, arrays in batches) == 300
+        ort = pytest.importorskip("onnxruntime")
+        for header, arrays in batches:
+            step = ort.InferenceSession(served[header["version"]], providers=["CPUExecutionProvider"])
+            feeds = {"obs": arrays["obs"]}
+            if algorithm == "recurrent_ppo":  # the state each step used (zeros where an episode starts)
+                feeds |= {"state": arrays["extras/lstm_states"], "episode_start": np.zeros(len(arrays["obs"]), "f4")}
+            mean, value, log_std = step.run(["policy_output", "value", "log_std"], feeds)
+            actions = arrays["action"]
+            # What the Python client sends for a Box step: the draw as float32 [T, 1], its extras float32 [T].
+            assert actions.dtype == np.float32 and actions.shape == (len(arrays["obs"]), 1)
+            assert arrays["extras/values"].dtype == arrays["extras/log_probs"].dtype == np.float32
+            assert np.abs((actions - mean) / np.exp(log_std)).max() < 6  # a draw of N(mean, exp(log_std))
+            learner, _ = gaussian_policy_terms(
+                torch.from_numpy(mean), torch.from_numpy(log_std), torch.from_numpy(actions), False
+            )
+            np.testing.assert_allclose(arrays["extras/log_probs"], learner.numpy(), rtol=0, atol=1e-5)
+            np.testing.assert_allclose(arrays["extras/values"], value, rtol=0, atol=1e-5)
+            np.testing.assert_array_equal(arrays["log_prob"], arrays["extras/log_probs"])
+        rows = {name: np.concatenate([arrays[name] for _, arrays in batches]) for name in batches[0][1]}
+        assert (np.abs(rows["action"]) > 2).any()  # sent as drawn, not clipped to the bounds
+        # The client's Pendulum steps as gymnasium's, with the draw clipped to the bounds: each step's reward and
+        # next observation from its observation, the episodes cut by the 200-step limit (a truncation).
+        pendulum = gym.make("Pendulum-v1").unwrapped
+        pendulum.reset(seed=0)
+        for obs, action, reward, next_obs in zip(rows["obs"], rows["action"], rows["reward"], rows["next_obs"]):
+            pendulum.state = np.array([np.arctan2(obs[1], obs[0]), obs[2]], dtype=np.float64)
+            expected, expected_reward, *_ = pendulum.step(np.clip(action, -2.0, 2.0))
+            np.testing.assert_allclose(next_obs, expected, rtol=0, atol=1e-4)
+            np.testing.assert_allclose(reward, expected_reward, rtol=0, atol=1e-4)
+        assert not rows["terminated"].any() and rows["truncated"].sum() == 1
+        ended = [entry for header, _ in batches for entry in header["episodes"]]
+        assert [length for _, _, length in ended] == [200]
+        # The Python client's batches for the same policy: the same arrays, dtypes and shapes of a step.
+        node_arrays = {name: (value.dtype, value.shape[1:]) for name, value in batches[0][1].items()}
+        batches.clear()
+        remote = wb.RemoteSession(server.url, inference="local", batch_steps=8, sync_every=1_000)
+        env = gym.make("Pendulum-v1")
+        obs, _ = env.reset(seed=0)
+        for _ in range(8):
+            next_obs, reward, terminated, truncated, _ = env.step(action := remote.act(obs))
+            assert action.dtype == np.float32 and np.abs(action).max() <= 2.0  # the env's step gets it clipped
+            remote.feedback(reward, next_obs, terminated, truncated)
+            obs = next_obs
+        remote.close()
+        assert len(batches) == 1 and not batches[0][0]["client"].startswith("node-")
+        assert {name: (value.dtype, value.shape[1:]) for name, value in batches[0][1].items()} == node_arrays
+    finally:
+        server.close()
+        session.stop()
+
+
+def _box(n: int) -> gym.spaces.Box:
+    return gym.spaces.Box(-1.0, 1.0, (n,), np.float32)
+
+
+@pytest.mark.parametrize(
+    ("make", "flags", "said"),
+    [
+        pytest.param(
+            lambda: wb.PPO(observation_space=_box(4), action_space=gym.spaces.MultiDiscrete([2, 3]), n_steps=16),
+            (),
+            "samples a multi_categorical distribution over MultiDiscrete([2, 3]) actions",
+            id="multidiscrete",
+        ),
+        pytest.param(
+            lambda: wb.PPO(
+                observation_space=_box(4),
+                action_space=gym.spaces.Dict({"kind": gym.spaces.Discrete(2), "aim": _box(1)}),
+                n_steps=16,
+            ),
+            (),
+            "samples a composite distribution",
+            id="composite",
+        ),
+        pytest.param(
+            lambda: wb.SAC("Pendulum-v1", learning_starts=50, batch_size=16, buffer_size=1_000, net_arch=[16]),
+            ("--env", "Pendulum-v1"),
+            "is served as its deterministic actor over Box([-2], [2], shape [1]) actions",
+            id="greedy-box",
+        ),
+    ],
+)
+def test_the_node_client_refuses_a_policy_whose_actions_it_cannot_sample(make, flags, said):
+    """MultiDiscrete and composite actions (distributions it does not sample), and an off-policy Box actor (whose
+    exploration the ONNX policy does not hold): refused before acting, saying what and what to use instead."""
+    node = _node()
+    session = wb.Session.external(make(), seed=0, torch_threads=1).start(steps=100_000)
+    server = session.serve(publish_every=0.05)
+    try:
+        out = _run_client(node, server.url, *flags, "--steps", "10", timeout=60)
+        assert out.returncode == 2, (out.returncode, out.stderr)
+        assert "does not support the served policy's actions" in out.stderr and said in out.stderr, out.stderr
+        assert 'inference="local") from Python' in out.stderr and 'inference="server"' in out.stderr
+        assert server._experience.batches == 0
+    finally:
+        server.close()
+        session.stop()
+
+
+def test_the_node_client_refuses_a_policy_for_another_env_than_its_own():
+    node = _node()
+    agent = wb.PPO("CartPole-v1", n_steps=16, batch_size=16, seed=0)
     session = wb.Session.external(agent, seed=0, torch_threads=1).start(steps=100_000)
     server = session.serve(publish_every=0.05)
     try:
-        out = _run_client(node, server.url, "--steps", "10", timeout=60)
-        assert out.returncode == 2 and "gaussian" in out.stderr and "inference" in out.stderr, out.stderr
-        assert server.policy.describe()["acting"]["onnx"]["log_std"] == "log_std"
+        out = _run_client(node, server.url, "--env", "Pendulum-v1", "--steps", "10", timeout=60)
+        assert out.returncode == 2, (out.returncode, out.stderr)
+        assert "is not one for --env Pendulum-v1" in out.stderr, out.stderr
+        assert "shape [4] (float32) and acts in Discrete(2)" in out.stderr
+        assert "shape [3] (float32) and takes Box([-2], [2], shape [1])" in out.stderr
+        out = _run_client(node, server.url, "--env", "MountainCar-v0", "--steps", "10", timeout=60)
+        assert out.returncode == 2 and "this client acts in CartPole-v1 or Pendulum-v1" in out.stderr, out.stderr
         assert server._experience.batches == 0
     finally:
         server.close()
