@@ -3,7 +3,8 @@ onnxruntime-node and posts experience batches that a served session learns from;
 (PPO, A2C) it samples from the served acting step (a Discrete policy's logits in CartPole, a Box policy's
 Gaussian in its Pendulum) and sends each step's value and log-probability as the Python client does; for a
 recurrent one (RecurrentPPO's LSTM, GRU, GTrXL) it keeps the episode's memory and sends the state each step used
-too. What it cannot sample, and a policy for another env, it refuses before acting.
+too; around an off-policy Box actor (SAC, TD3, DDPG, TQC in its Pendulum) it explores with Gaussian noise. What it
+cannot sample, and a policy for another env, it refuses before acting.
 
 Skips, saying why, when ``node`` is not on the PATH or ``onnxruntime-node`` is not installed in
 examples/node_client (``npm install --onnxruntime-node-install-cuda=skip`` there; ``make test`` runs it and
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import gymnasium as gym
@@ -297,6 +299,114 @@ def test_the_node_client_samples_a_gaussian_policy_in_pendulum_and_sends_what_th
         session.stop()
 
 
+@pytest.mark.parametrize("algorithm", ["sac", "td3", "ddpg", "tqc"])
+def test_the_node_client_explores_around_an_off_policy_box_actor_and_sends_what_the_python_client_sends(algorithm):
+    """SAC, TD3, DDPG and TQC on Pendulum-v1: the served ONNX is the deterministic actor, its action in the env's
+    bounds; the client draws uniformly in the bounds while the version's learner has taken fewer than
+    learning_starts steps, then explores with Gaussian noise of 0.1 half ranges around the actor (--noise), clipped
+    to the bounds, and sends the action in the env's units as the Python client does (float32 [T, 1]), without
+    log_prob. The batches are applied whole (off-policy: no version is too old) and the agent learns from them."""
+    node = _node()
+    learning_starts = 50
+    small = {
+        "learning_starts": learning_starts,
+        "train_freq": 8,
+        "gradient_steps": 1,
+        "batch_size": 16,
+        "buffer_size": 2_000,
+        "net_arch": [16],
+        "seed": 0,
+    }
+    agent = {"sac": wb.SAC, "td3": wb.TD3, "ddpg": wb.DDPG, "tqc": wb.TQC}[algorithm]("Pendulum-v1", **small)
+    session = wb.Session.external(agent, seed=0, torch_threads=1).start(steps=100_000)
+    server = session.serve(publish_every=0.05)
+    batches: list[tuple[dict, dict]] = []
+    ingest, export, publish = server._ingest, server.policy.onnx, server.policy.publish
+    served: dict[int, bytes] = {}
+    clocks: dict[int, int] = {}  # each version's learner steps when it was published (GET /policy's counters)
+
+    def recorded(header, arrays):
+        answer = ingest(header, arrays)
+        batches.append((header, {name: np.array(value) for name, value in arrays.items()}))
+        return answer
+
+    def exported():
+        version, data = export()
+        served[version] = data
+        return version, data
+
+    def published(force=False):
+        done = publish(force)
+        version, _, counters, _ = server.policy.newest()
+        clocks.setdefault(version, counters["num_timesteps"])
+        return done
+
+    server._ingest = recorded  # the batches the server took, as they came
+    server.policy.onnx = exported  # each version's actor, as GET /policy.onnx served it
+    server.policy.publish = published  # the first version is published at the first request, after this
+    try:
+        flags = ("--env", "Pendulum-v1", "--steps", "400", "--batch", "16", "--sync", "16")
+        out = _run_client(node, server.url, *flags)
+        assert out.returncode == 0, out.stderr[-2000:]
+        summary = json.loads(out.stdout.strip().splitlines()[-1])
+        assert summary["steps"] == summary["accepted"] == 400 and summary["noise"] == 0.1
+        assert summary["sampled"] is False and summary["distribution"] is None
+        described = server.policy.describe()  # GET /policy: the deterministic actor, no extras to send
+        assert described["acting"] is None and described["extras"] == {} and not described["on_policy"]
+        taken = server._experience
+        assert taken.steps == 400 and taken.dropped == 0  # every step applied, once
+        assert sum(len(arrays["reward"]) for _, arrays in batches) == 400
+        assert len(summary["versions"]) > 1  # the client reloaded the versions the learner published
+        deadline = time.monotonic() + 30
+        while agent.num_timesteps < 400 and time.monotonic() < deadline:  # the learner takes in the last batches
+            time.sleep(0.05)
+        assert agent.num_timesteps == 400 and agent.num_updates >= 30  # about (400 - 50) / 8
+        ort = pytest.importorskip("onnxruntime")
+        warm: list[np.ndarray] = []
+        z: list[np.ndarray] = []
+        for header, arrays in batches:
+            actions = arrays["action"]
+            assert actions.dtype == np.float32 and actions.shape == (len(arrays["obs"]), 1)
+            assert "log_prob" not in arrays  # the clipped Gaussian's behaviour has no one log-density
+            assert (np.abs(actions) <= 2.0).all()  # clipped to the env's bounds, in its units
+            if clocks[header["version"]] < learning_starts:  # the learner's warm-up: uniform in the bounds
+                warm.append(actions)
+                continue
+            step = ort.InferenceSession(served[header["version"]], providers=["CPUExecutionProvider"])
+            (actor,) = step.run(["action"], {"obs": arrays["obs"]})
+            assert (np.abs(actor) <= 2.0).all()  # the ONNX's action is in the env's bounds too
+            inside = np.abs(actions) < 2.0  # the draws the bounds did not clip
+            z.append(((actions - actor) / (0.1 * 2.0))[inside])  # noise of 0.1 half ranges, Pendulum's is 2
+        warm_actions, noise = np.concatenate(warm), np.concatenate(z)
+        assert len(warm_actions) >= learning_starts and warm_actions.std() > 0.8  # uniform over [-2, 2]: 1.15
+        assert (np.abs(warm_actions) > 1.0).any()  # the env's units, not the agent's [-1, 1]
+        assert summary["uniform"] == len(warm_actions)  # its warm-up: the versions published before learning_starts
+        assert len(noise) >= 40, len(noise)
+        assert np.abs(noise).max() < 6 and abs(noise.mean()) < 0.6 and 0.6 < noise.std() < 1.4  # N(0, 1)
+        # The Python client's batches for the same policy: the same arrays, dtypes and shapes of a step, but for
+        # the log_prob it sends for the SAC family (the squashed Gaussian's log-density of its own draws).
+        node_arrays = {name: (value.dtype, value.shape[1:]) for name, value in batches[0][1].items()}
+        batches.clear()
+        remote = wb.RemoteSession(server.url, inference="local", batch_steps=8, sync_every=1_000)
+        env = gym.make("Pendulum-v1")
+        obs, _ = env.reset(seed=0)
+        for _ in range(8):
+            next_obs, reward, terminated, truncated, _ = env.step(action := remote.act(obs))
+            assert action.dtype == np.float32 and np.abs(action).max() <= 2.0
+            remote.feedback(reward, next_obs, terminated, truncated)
+            obs = next_obs
+        remote.close()
+        assert len(batches) == 1 and not batches[0][0]["client"].startswith("node-")
+        python_arrays = {name: (value.dtype, value.shape[1:]) for name, value in batches[0][1].items()}
+        assert ("log_prob" in python_arrays) == (algorithm in ("sac", "tqc"))
+        assert (np.abs(batches[0][1]["action"]) <= 2.0).all()  # the agent's action: in the env's units
+        python_arrays.pop("log_prob", None)
+        assert python_arrays == node_arrays
+    finally:
+        server.close()
+        session.stop()
+
+
 def _box(n: int) -> gym.spaces.Box:
     return gym.spaces.Box(-1.0, 1.0, (n,), np.float32)
 
@@ -320,17 +430,11 @@ def _box(n: int) -> gym.spaces.Box:
             "samples a composite distribution",
             id="composite",
         ),
-        pytest.param(
-            lambda: wb.SAC("Pendulum-v1", learning_starts=50, batch_size=16, buffer_size=1_000, net_arch=[16]),
-            ("--env", "Pendulum-v1"),
-            "is served as its deterministic actor over Box([-2], [2], shape [1]) actions",
-            id="greedy-box",
-        ),
     ],
 )
 def test_the_node_client_refuses_a_policy_whose_actions_it_cannot_sample(make, flags, said):
-    """MultiDiscrete and composite actions (distributions it does not sample), and an off-policy Box actor (whose
-    exploration the ONNX policy does not hold): refused before acting, saying what and what to use instead."""
+    """MultiDiscrete and composite actions (distributions it does not sample): refused before acting, saying what
+    and what to use instead."""
     node = _node()
     session = wb.Session.external(make(), seed=0, torch_threads=1).start(steps=100_000)
     server = session.serve(publish_every=0.05)
@@ -362,3 +466,10 @@ def test_the_node_client_refuses_a_policy_for_another_env_than_its_own():
     finally:
         server.close()
         session.stop()
+
+
+def test_the_node_client_refuses_a_noise_that_is_no_standard_deviation():
+    node = _node()
+    for noise in ("-0.1", "x"):  # refused before it asks the server anything (none listens there)
+        out = _run_client(node, "http://127.0.0.1:9", "--noise", noise, timeout=60)
+        assert out.returncode == 2 and f"--noise {noise}: " in out.stderr and "a number >= 0" in out.stderr, out.stderr

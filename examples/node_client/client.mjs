@@ -4,26 +4,36 @@
 // (--env: CartPole-v1, the default, or Pendulum-v1, each as gymnasium steps it), records every step, and posts
 // experience batches (POST /experience, the binary "WBX1" framing) every BATCH steps and at each episode's end.
 // It first checks that the policy's observation and action spaces are the env's, and says so when they are not.
-// A policy whose steps carry no extras (the DQN family) is served as its greedy actor: this client explores
-// epsilon-greedy around it (a Discrete action space only). An on-policy one (GET /policy's "acting" says how:
-// wb.PPO, wb.A2C, wb.RecurrentPPO) is served as its acting step, the actor's raw output and the critic's value
-// beside the action: this client samples the action as the learner explores (a Discrete space's from its logits;
-// a Box space's from the Gaussian N(mean, exp(log_std)), stepping the env with it clipped to the bounds and sending
-// it unclipped) and sends each step's value and log-probability among the batch's extras, as
-// wb.RemoteSession(url, inference="local") does. A recurrent policy's step ("recurrent": true, and its "memory"
-// how to run it: an LSTM, GRU or GTrXL memory) has its state explicit too: this client keeps the episode's state,
-// zeros at the episode's start, feeds it each step and sends the state each step used.
+// A policy whose steps carry no extras is served as its deterministic actor, and this client explores around it:
+// - a Discrete one (the DQN family) epsilon-greedy (--epsilon);
+// - a Box one (the off-policy agents: SAC, TD3, DDPG, TQC, CrossQ, DroQ; the ONNX gives the actor's action in the
+//   env's bounds) with Gaussian noise, as TD3 and DDPG explore: action + N(0, (NOISE * half range)^2) per element,
+//   clipped to the bounds, sent clipped (in the env's units, as the Python client's action is). While the policy
+//   version's learner has taken fewer than its learning_starts steps (GET /policy's counters), it draws uniformly
+//   in the bounds instead, as the learner and the Python client do then. For the SAC family this is not the
+//   learner's own behaviour (the tanh-squashed Gaussian, whose spread the served ONNX does not hold): an
+//   off-policy learner learns from replay whatever behaviour filled it, so it takes these steps all the same.
+//   It sends no log_prob (below, in flush()).
+// An on-policy one (GET /policy's "acting" says how: wb.PPO, wb.A2C, wb.RecurrentPPO) is served as its acting
+// step, the actor's raw output and the critic's value beside the action: this client samples the action as the
+// learner explores (a Discrete space's from its logits; a Box space's from the Gaussian N(mean, exp(log_std)),
+// stepping the env with it clipped to the bounds and sending it unclipped) and sends each step's value and
+// log-probability among the batch's extras, as wb.RemoteSession(url, inference="local") does. A recurrent policy's
+// step ("recurrent": true, and its "memory" how to run it: an LSTM, GRU or GTrXL memory) has its state explicit
+// too: this client keeps the episode's state, zeros at the episode's start, feeds it each step and sends the
+// state each step used.
 // Every SYNC steps it asks for the newest policy version (GET /policy/version) and reloads the ONNX policy when
 // there is a new one. A batch that got no answer is sent again with the same number (the server applies it once).
 //
 // A policy it cannot act for is refused before acting, saying why, with exit status 2: MultiDiscrete, MultiBinary
-// and Dict / Tuple (composite) actions, a greedy actor of a Box space (SAC, TD3, DDPG: their exploration is not
-// in the ONNX), steps with extras it cannot compute, and a policy for another env than --env.
+// and Dict / Tuple (composite) actions, steps with extras it cannot compute, and a policy for another env than
+// --env.
 //
 //   node client.mjs http://127.0.0.1:8000 [--env CartPole-v1] [--steps 2000] [--batch 128] [--sync 500]
-//                   [--epsilon 0.1] [--token T]
+//                   [--epsilon 0.1] [--noise 0.1] [--token T]
 //
-// (--epsilon is for the greedy policies; an on-policy one samples from its distribution.)
+// (--epsilon is for the Discrete deterministic actors, --noise, the Gaussian noise's standard deviation as a
+// fraction of the action's half range, for the Box ones; an on-policy policy samples from its distribution.)
 //
 // It prints one JSON line at the end: steps acted, batches and steps the server accepted, the policy versions seen.
 
@@ -39,6 +49,7 @@ const STEPS = Number(option("steps", 2000));
 const BATCH = Number(option("batch", 128));
 const SYNC = Number(option("sync", 500));
 const EPSILON = Number(option("epsilon", 0.1));
+const NOISE = Number(option("noise", 0.1));
 const ENV = option("env", "CartPole-v1");
 const TOKEN = option("token", process.env.WORKBENCH_SERVE_TOKEN);
 const headers = TOKEN ? { Authorization: `Bearer ${TOKEN}` } : {};
@@ -113,11 +124,23 @@ async function get(path) {
   return response;
 }
 
-async function loadPolicy() {
-  const response = await get("/policy.onnx");
-  const version = Number(response.headers.get("x-workbench-policy-version"));
-  const session = await ort.InferenceSession.create(new Uint8Array(await response.arrayBuffer()));
-  return { version, session };
+// The newest policy version's ONNX. With clock (an off-policy Box actor's warm-up depends on it), also how many
+// steps its learner had taken when it was published (GET /policy's counters), and whether that is fewer than
+// learning_starts: the Python client's copy takes the learner's clock with each version, and explores uniformly
+// until then. The counters are read first: a version published between the two requests is newer, its clock at
+// least theirs, so counters past learning_starts hold for it too; counters short of it hold only for their own
+// version, and both are fetched again (at most ten times) until the ONNX is that version.
+async function loadPolicy(clock = false) {
+  for (let attempt = 0; ; attempt++) {
+    const described = clock ? await (await get("/policy")).json() : null;
+    const response = await get("/policy.onnx");
+    const version = Number(response.headers.get("x-workbench-policy-version"));
+    const session = await ort.InferenceSession.create(new Uint8Array(await response.arrayBuffer()));
+    if (!clock) return { version, session, warming: false };
+    const timesteps = Number(described.counters.num_timesteps || 0);
+    const warming = timesteps < learningStarts;
+    if (!warming || described.version === version || attempt >= 10) return { version, session, warming };
+  }
 }
 
 async function greedy(policy, obs, nActions) {
@@ -159,6 +182,24 @@ function sampleGaussian(mean, logStd) {
     logProb += -0.5 * noise * noise - logStd[i] - 0.5 * Math.log(2 * Math.PI);
   }
   return { action, logProb };
+}
+
+// An off-policy Box actor's exploring action, as TD3 and DDPG explore (wb.GaussianNoise): its deterministic
+// action (the ONNX's, in the env's bounds) plus noise ~ N(0, (NOISE * half range)^2) per element, clipped to the
+// bounds; while its learner is warming up (fewer steps than learning_starts), a uniform draw in the bounds.
+async function noisyAction(policy, obs) {
+  const action = new Float32Array(actionSize);
+  if (policy.warming) {
+    for (let i = 0; i < actionSize; i++) action[i] = low[i] + Math.random() * (high[i] - low[i]);
+    return action;
+  }
+  const out = await policy.session.run({ obs: new ort.Tensor("float32", obs, [1, obs.length]) });
+  const actor = out[policy.session.outputNames[0]].data;
+  for (let i = 0; i < actionSize; i++) {
+    const drawn = actor[i] + NOISE * ((high[i] - low[i]) / 2) * standardNormal();
+    action[i] = Math.min(Math.max(drawn, low[i]), high[i]);
+  }
+  return action;
 }
 
 // An on-policy policy's acting step: obs (and a recurrent policy's episode state) in; the action sampled from the
@@ -266,6 +307,12 @@ const refuse = (why) => {
   process.exit(2);
 };
 if (!(ENV in ENVS)) refuse(`--env ${ENV}: this client acts in ${Object.keys(ENVS).join(" or ")}`);
+if (!(Number.isFinite(NOISE) && NOISE >= 0)) {
+  refuse(
+    `--noise ${option("noise")}: the exploration noise's standard deviation, as a fraction of the action's half ` +
+      "range, is a number >= 0 (0.1 by default; 0 acts with the deterministic actor)",
+  );
+}
 const described = await (await get("/policy")).json();
 const algorithm = described.agent.algorithm;
 const space = described.agent.action_space;
@@ -298,11 +345,13 @@ if (distribution && !SAMPLED.includes(distribution)) {
   );
 }
 const sampling = Boolean(distribution);
-if (!sampling && space.type !== "Discrete") {
+// Served as its deterministic actor: this client explores around a Discrete one (epsilon-greedy) or an off-policy
+// Box one (Gaussian noise); an on-policy learner needs samples of its own distribution, which it did not serve.
+if (!sampling && space.type !== "Discrete" && (space.type !== "Box" || described.on_policy)) {
   refuse(
     `this client does not support the served policy's actions: ${algorithm} is served as its deterministic actor ` +
-      `over ${spaceText(space)} actions, whose exploration the ONNX policy does not hold, and this client explores ` +
-      `only around a Discrete greedy policy (epsilon-greedy: the DQN family); ${fallback}`,
+      `over ${spaceText(space)} actions, and this client explores only around a Discrete one (epsilon-greedy: the ` +
+      `DQN family) or an off-policy Box one (Gaussian noise: SAC, TD3, DDPG, TQC, CrossQ, DroQ); ${fallback}`,
   );
 }
 const names = { ...(memory ? memory.onnx : {}), ...(acting ? acting.onnx : {}) };
@@ -335,6 +384,10 @@ if (
   );
 }
 const box = space.type === "Box";
+// An off-policy Box actor (SAC, TD3, DDPG, TQC, CrossQ, DroQ): Gaussian noise around it (noisyAction), uniform
+// while its learner has taken fewer than learning_starts steps.
+const noisy = !sampling && box;
+const learningStarts = Number(described.agent.hyperparameters?.learning_starts ?? 0);
 const obsSize = described.obs_shape.reduce((a, b) => a * b, 1);
 const actionSize = box ? space.shape.reduce((a, b) => a * b, 1) : 1;
 const nActions = box ? 0 : space.n;
@@ -350,9 +403,9 @@ const batchLimit = Math.max(
   Math.min(BATCH, described.max_batch_steps || BATCH, Math.floor(((described.max_body || 1 << 20) - 65536) / stepBytes)),
 );
 const client = `node-${Math.random().toString(36).slice(2, 12)}`;
-let policy = await loadPolicy();
+let policy = await loadPolicy(noisy);
 const versions = [policy.version];
-let seq = 0, accepted = 0, batches = 0;
+let seq = 0, accepted = 0, batches = 0, uniform = 0;
 let rows = [], episodes = [], episodeReturn = 0, episodeLength = 0;
 const env = spec.make();
 let obs = env.reset();
@@ -375,8 +428,13 @@ async function flush() {
     ["next_obs", "float32", [n, ...described.obs_shape], stack("nextObs", obsSize)],
     ["terminated", "bool", [n], Uint8Array.from(rows, (r) => (r.terminated ? 1 : 0))],
     ["truncated", "bool", [n], Uint8Array.from(rows, (r) => (r.truncated ? 1 : 0))],
-    ["log_prob", "float32", [n], Float32Array.from(rows, (r) => r.logProb)],
   ];
+  // The behaviour's log-probability of each action, where this client knows it. Not for an off-policy Box actor:
+  // Gaussian noise clipped to the bounds has a density inside them and a point mass on each bound, no one
+  // log-density (the Python client sends the SAC family's squashed-Gaussian log-density, a behaviour this client
+  // does not follow, and none for TD3 and DDPG). The server takes a batch without log_prob, and an off-policy
+  // learner reads none: replay learns from any behaviour.
+  if (!noisy) arrays.push(["log_prob", "float32", [n], Float32Array.from(rows, (r) => r.logProb)]);
   if (sampling) {
     arrays.push(
       ["extras/values", "float32", [n], Float32Array.from(rows, (r) => r.value)],
@@ -410,6 +468,9 @@ for (let step = 1; step <= STEPS; step++) {
       state = out.next;
     }
     starting = false;
+  } else if (noisy) {
+    action = await noisyAction(policy, obs);
+    if (policy.warming) uniform += 1;
   } else {
     const best = await greedy(policy, obs, nActions);
     action = Math.random() < EPSILON ? Math.floor(Math.random() * nActions) : best;
@@ -436,7 +497,7 @@ for (let step = 1; step <= STEPS; step++) {
   if (step % SYNC === 0) {
     const { version } = await (await get("/policy/version")).json();
     if (version > policy.version) {
-      policy = await loadPolicy();
+      policy = await loadPolicy(noisy);
       versions.push(policy.version);
     }
   }
@@ -452,5 +513,7 @@ console.log(
     sampled: sampling,
     distribution,
     memory: memory ? memory.kind : null,
+    noise: noisy ? NOISE : null,
+    uniform,
   }),
 );
