@@ -12,6 +12,7 @@ installs it, with npm: about 190 MB from the npm registry)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import subprocess
@@ -52,6 +53,33 @@ def _run_client(node: str, url: str, *flags: str, timeout: float = 120) -> subpr
     )
 
 
+def _recording(server, agent) -> list[tuple[dict, dict]]:
+    """The batches the server takes, as they come (its ingest wrapped). Once the learner has updated, or has taken
+    150 steps (then waiting, up to 60 s, for its first update), the next batch's answer waits until that update is
+    published, so that the client's next sync finds a newer version to reload however loaded the machine is: the
+    publishing task alone (every ``publish_every``) can come after a fast client's last sync."""
+    batches: list[tuple[dict, dict]] = []
+    ingest, request = server._ingest, server._experience_request
+    held = []
+
+    def recorded(header, arrays):
+        answer = ingest(header, arrays)
+        batches.append((header, {name: np.array(value) for name, value in arrays.items()}))
+        return answer
+
+    async def holding(scope, receive, send):
+        if not held and (agent.num_updates > 0 or server._experience.steps >= 150):
+            held.append(True)
+            deadline = time.monotonic() + 60
+            while agent.num_updates == 0 and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            await asyncio.get_running_loop().run_in_executor(None, server.policy.publish)
+        await request(scope, receive, send)
+
+    server._ingest, server._experience_request = recorded, holding
+    return batches
+
+
 def test_the_node_client_acts_from_the_onnx_policy_and_its_batches_are_applied():
     node = _node()
     env = gym.make("CartPole-v1")
@@ -68,6 +96,7 @@ def test_the_node_client_acts_from_the_onnx_policy_and_its_batches_are_applied()
     )
     session = wb.Session.external(agent, seed=0, torch_threads=1).start(steps=100_000)
     server = session.serve(publish_every=0.05)
+    _recording(server, agent)  # a newer version to reload, whatever the load
     try:
         out = _run_client(node, server.url, "--steps", "300", "--batch", "64", "--sync", "100")
         assert out.returncode == 0, out.stderr[-2000:]
@@ -97,16 +126,9 @@ def test_the_node_client_keeps_a_recurrent_policys_memory_and_sends_the_state_ea
     )
     session = wb.Session.external(agent, seed=0, torch_threads=1).start(steps=100_000)
     server = session.serve(publish_every=0.05)
+    batches = _recording(server, agent)  # the batches the server took, as they came
     key = "lstm_states" if memory == "lstm" else "memory_states"
-    batches: list[tuple[dict, dict]] = []
-    ingest = server._ingest
 
-    def recorded(header, arrays):
-        answer = ingest(header, arrays)
-        batches.append((header, {name: np.array(value) for name, value in arrays.items()}))
-        return answer
-
-    server._ingest = recorded  # the batches the server took, as they came
     try:
         out = _run_client(node, server.url, "--steps", "300", "--batch", "64", "--sync", "16")
         assert out.returncode == 0, out.stderr[-2000:]
@@ -155,21 +177,15 @@ def test_the_node_client_samples_an_on_policy_policys_logits_and_sends_its_value
     )
     session = wb.Session.external(agent, seed=0, torch_threads=1).start(steps=100_000)
     server = session.serve(publish_every=0.05)
-    batches: list[tuple[dict, dict]] = []
-    ingest, export = server._ingest, server.policy.onnx
+    batches = _recording(server, agent)  # the batches the server took, as they came
+    export = server.policy.onnx
     served: dict[int, bytes] = {}
-
-    def recorded(header, arrays):
-        answer = ingest(header, arrays)
-        batches.append((header, {name: np.array(value) for name, value in arrays.items()}))
-        return answer
 
     def exported():
         version, data = export()
         served[version] = data
         return version, data
 
-    server._ingest = recorded  # the batches the server took, as they came
     server.policy.onnx = exported  # each version's acting step, as GET /policy.onnx served it
     try:
         out = _run_client(node, server.url, "--steps", "300", "--batch", "64", "--sync", "16")
@@ -219,21 +235,15 @@ def test_the_node_client_samples_a_gaussian_policy_in_pendulum_and_sends_what_th
         agent = wb.RecurrentPPO("Pendulum-v1", batch_size=32, n_epochs=1, lstm_hidden_size=8, **small)
     session = wb.Session.external(agent, seed=0, torch_threads=1).start(steps=100_000)
     server = session.serve(publish_every=0.05)
-    batches: list[tuple[dict, dict]] = []
-    ingest, export = server._ingest, server.policy.onnx
+    batches = _recording(server, agent)  # the batches the server took, as they came
+    export = server.policy.onnx
     served: dict[int, bytes] = {}
-
-    def recorded(header, arrays):
-        answer = ingest(header, arrays)
-        batches.append((header, {name: np.array(value) for name, value in arrays.items()}))
-        return answer
 
     def exported():
         version, data = export()
         served[version] = data
         return version, data
 
-    server._ingest = recorded  # the batches the server took, as they came
     server.policy.onnx = exported  # each version's acting step, as GET /policy.onnx served it
     try:
         flags = ("--env", "Pendulum-v1", "--steps", "300", "--batch", "64", "--sync", "16")
@@ -320,15 +330,10 @@ def test_the_node_client_explores_around_an_off_policy_box_actor_and_sends_what_
     agent = {"sac": wb.SAC, "td3": wb.TD3, "ddpg": wb.DDPG, "tqc": wb.TQC}[algorithm]("Pendulum-v1", **small)
     session = wb.Session.external(agent, seed=0, torch_threads=1).start(steps=100_000)
     server = session.serve(publish_every=0.05)
-    batches: list[tuple[dict, dict]] = []
-    ingest, export, publish = server._ingest, server.policy.onnx, server.policy.publish
+    batches = _recording(server, agent)  # the batches the server took, as they came
+    export, publish = server.policy.onnx, server.policy.publish
     served: dict[int, bytes] = {}
     clocks: dict[int, int] = {}  # each version's learner steps when it was published (GET /policy's counters)
-
-    def recorded(header, arrays):
-        answer = ingest(header, arrays)
-        batches.append((header, {name: np.array(value) for name, value in arrays.items()}))
-        return answer
 
     def exported():
         version, data = export()
@@ -341,7 +346,6 @@ def test_the_node_client_explores_around_an_off_policy_box_actor_and_sends_what_
         clocks.setdefault(version, counters["num_timesteps"])
         return done
 
-    server._ingest = recorded  # the batches the server took, as they came
     server.policy.onnx = exported  # each version's actor, as GET /policy.onnx served it
     server.policy.publish = published  # the first version is published at the first request, after this
     try:
