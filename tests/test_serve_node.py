@@ -26,6 +26,7 @@ import torch
 
 import workbench as wb
 from workbench.agents.networks import gaussian_policy_terms
+from workbench.agents.registry import AGENTS
 
 pytest.importorskip("uvicorn")
 pytest.importorskip("onnx")
@@ -477,3 +478,30 @@ def test_the_node_client_refuses_a_noise_that_is_no_standard_deviation():
     for noise in ("-0.1", "x"):  # refused before it asks the server anything (none listens there)
         out = _run_client(node, "http://127.0.0.1:9", "--noise", noise, timeout=60)
         assert out.returncode == 2 and f"--noise {noise}: " in out.stderr and "a number >= 0" in out.stderr, out.stderr
+
+
+DISCRETE_ONLY = {"c51", "dqn", "qrdqn", "rainbow"}
+BOX_ONLY = {"crossq", "ddpg", "droq", "sac", "td3", "tqc"}
+
+
+@pytest.mark.parametrize("algorithm", sorted(AGENTS))
+def test_every_single_agent_algorithm_acts_from_the_node_client(algorithm):
+    """Local inference from the Node.js example for every registered single-agent algorithm at its defaults: in
+    CartPole (Discrete actions) where it takes them, and in Pendulum (Box actions) where it takes them; every step
+    the client acted reaches the server, applied or counted as too stale."""
+    node = _node()
+    assert not (DISCRETE_ONLY & BOX_ONLY) and DISCRETE_ONLY | BOX_ONLY <= set(AGENTS)
+    envs = [env for env, skip in (("CartPole-v1", BOX_ONLY), ("Pendulum-v1", DISCRETE_ONLY)) if algorithm not in skip]
+    for env_id in envs:
+        agent = AGENTS[algorithm](env_id, seed=0)
+        session = wb.Session.external(agent, seed=0, torch_threads=1).start(steps=100_000)
+        server = session.serve(publish_every=0.05)
+        try:
+            out = _run_client(node, server.url, "--env", env_id, "--steps", "100", "--batch", "32")
+            assert out.returncode == 0, (env_id, out.stderr[-2000:])
+            summary = json.loads(out.stdout.strip().splitlines()[-1])
+            taken = server._experience
+            assert summary["steps"] == 100 and taken.steps + taken.dropped == 100 and taken.steps > 0, env_id
+        finally:
+            server.close()
+            session.stop()
