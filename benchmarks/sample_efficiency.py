@@ -120,7 +120,7 @@ def sb3_kwargs(agent: wb.Agent) -> tuple[dict, int, bool]:
         if name == "qrdqn":
             kw["policy_kwargs"]["n_quantiles"] = c.n_quantiles
         return kw, 1, False
-    if name in ("sac", "td3", "ddpg"):
+    if name in ("sac", "tqc", "td3", "ddpg"):
         return _sb3_off_policy_kwargs(agent, name), c.n_envs, bool(c.normalize_observations or c.normalize_rewards)
     activation = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU, "elu": torch.nn.ELU}[c.activation]
     policy_kwargs = dict(
@@ -170,11 +170,11 @@ def _sb3_replay_kwargs(c: Any) -> dict:
 
 
 def _sb3_off_policy_kwargs(agent: wb.Agent, name: str) -> dict:
-    """SB3's SAC, TD3 or DDPG arguments equal to ``agent``'s settings (exploration noise in scaled action
-    units, as both libraries add it to the action in [-1, 1])."""
+    """SB3's SAC, TD3 or DDPG (or sb3-contrib's TQC) arguments equal to ``agent``'s settings (exploration noise
+    in scaled action units, as both libraries add it to the action in [-1, 1])."""
     c = agent.config
     kw = _sb3_replay_kwargs(c)
-    if name == "sac":
+    if name in ("sac", "tqc"):
         kw.update(
             ent_coef=c.ent_coef,
             target_entropy="auto" if c.target_entropy is None else c.target_entropy,
@@ -183,6 +183,9 @@ def _sb3_off_policy_kwargs(agent: wb.Agent, name: str) -> dict:
             sde_sample_freq=c.sde_sample_freq,
         )
         kw["policy_kwargs"].update(n_critics=c.n_critics, log_std_init=c.log_std_init)
+        if name == "tqc":
+            kw["policy_kwargs"]["n_quantiles"] = c.n_quantiles
+            kw["top_quantiles_to_drop_per_net"] = c.top_quantiles_to_drop_per_net
         return kw
     from stable_baselines3.common.noise import NormalActionNoise
 
@@ -209,6 +212,8 @@ def sb3_algorithm(agent_name: str) -> tuple[type, str]:
         return sb3_contrib.RecurrentPPO, "MlpLstmPolicy"
     if agent_name == "qrdqn":
         return sb3_contrib.QRDQN, "MlpPolicy"
+    if agent_name == "tqc":
+        return sb3_contrib.TQC, "MlpPolicy"
     return getattr(stable_baselines3, agent_name.upper()), "MlpPolicy"
 
 
