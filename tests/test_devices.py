@@ -405,6 +405,28 @@ def test_every_kind_of_agent_compiles_and_trains_compiled(algo, env, monkeypatch
     assert agent.num_updates > 0
 
 
+def test_compiling_leaves_every_buffer_as_it_was(monkeypatch):
+    """Finding and tracing the networks runs them on zeros in training mode: CrossQ's batch renormalization
+    must neither count those passes nor take running statistics from them (a one-env acting pass would give
+    a variance of one sample)."""
+    real = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda *a, **k: real(*a, **{**k, "backend": "eager", "mode": None}))
+    eager = wb.CrossQ("Pendulum-v1", device="cpu", seed=0, **SMALL["CrossQ"])
+    agent = wb.CrossQ("Pendulum-v1", device="cpu", seed=0, compile=True, **SMALL["CrossQ"])
+    assert agent.compiled
+    threads = torch.get_num_threads()
+    torch.set_num_threads(threads + 1)  # another thread count: prepare_compiled traces again
+    try:
+        agent.prepare_compiled()
+    finally:
+        torch.set_num_threads(threads)
+    assert len(agent._compiled_threads) == 2
+    for name in ("actor", "critic"):
+        before, after = dict(getattr(eager, name).named_buffers()), dict(getattr(agent, name).named_buffers())
+        assert before.keys() == after.keys() and before
+        assert all(torch.equal(before[k], after[k]) for k in before), name
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("algo, env", [("DQN", SeeTheSide), ("SAC", "Pendulum-v1")])
 def test_compiled_off_policy_agents_trace_every_variant_their_updates_and_acting_run(algo, env, monkeypatch, caplog):

@@ -93,29 +93,51 @@ def test_tqc_critic_loss_is_the_quantile_huber_loss_of_the_kept_targets():
 
 
 def test_batch_renorm_standardizes_with_the_batch_then_renormalizes_towards_the_running_statistics():
+    """sb3-contrib's layer: the batch variance with Bessel's correction, plain batch normalization while the
+    count of batches is at most ``warmup_steps``, then the corrections moved into the mean and variance."""
     torch.manual_seed(0)
     layer = BatchRenorm1d(3, momentum=0.5, warmup_steps=2, eps=1e-5)
     x = torch.randn(64, 3) * 4 + 2
     y = layer(x)  # warm-up: plain batch normalization (weight 1, bias 0)
     torch.testing.assert_close(y.mean(0), torch.zeros(3), atol=1e-5, rtol=0)
-    torch.testing.assert_close(y.std(0, unbiased=False), torch.ones(3), atol=1e-3, rtol=0)
+    torch.testing.assert_close(y.std(0), torch.ones(3), atol=1e-3, rtol=0)  # unbiased, as the layer's
     torch.testing.assert_close(layer.running_mean, 0.5 * x.mean(0))
+    torch.testing.assert_close(layer.running_var, 0.5 + 0.5 * x.var(0))
     layer(x)
     assert int(layer.num_batches_tracked) == 2
-    # After the warm-up: x_hat * r + d with r and d from the running statistics.
+    torch.testing.assert_close(layer(x), y)  # the third batch: still the warm-up (2 is not more than 2)
+    # After the warm-up: normalized with mean_B - d std_B / r and variance var_B / r^2, r and d from the
+    # running statistics (x_hat * r + d but for where eps enters).
     mean_run, var_run = layer.running_mean.clone(), layer.running_var.clone()
     z = torch.randn(64, 3) + 1
     out = layer(z)
-    std_b = (z.var(0, unbiased=False) + 1e-5).sqrt()
+    var_b = z.var(0)
     std_run = (var_run + 1e-5).sqrt()
-    r = (std_b / std_run).clamp(1 / 3, 3)
+    r = ((var_b + 1e-5).sqrt() / std_run).clamp(1 / 3, 3)
     d = ((z.mean(0) - mean_run) / std_run).clamp(-5, 5)
-    torch.testing.assert_close(out, (z - z.mean(0)) / std_b * r + d)
+    torch.testing.assert_close(out, (z - z.mean(0) + d * var_b.sqrt() / r) / (var_b / r**2 + 1e-5).sqrt())
+    torch.testing.assert_close(out, (z - z.mean(0)) / var_b.sqrt() * r + d, atol=1e-3, rtol=0)
     # Eval mode: the running statistics alone, nothing updated.
     layer.eval()
     before = layer.running_mean.clone()
     torch.testing.assert_close(layer(z), (z - layer.running_mean) / (layer.running_var + 1e-5).sqrt())
-    assert torch.equal(layer.running_mean, before) and int(layer.num_batches_tracked) == 3
+    assert torch.equal(layer.running_mean, before) and int(layer.num_batches_tracked) == 4
+
+
+def test_batch_renorm_gives_a_feature_constant_over_the_batch_no_nan_gradient():
+    """After the warm-up the mean's correction takes the batch's std, whose gradient is infinite at 0: a
+    feature constant over the batch (positive, after a ReLU) must still send finite gradients back."""
+    layer = BatchRenorm1d(2, warmup_steps=0)
+    layer.num_batches_tracked += 1  # past the warm-up
+    with torch.no_grad():
+        layer.running_mean += 0.3
+    w = torch.nn.Parameter(torch.tensor([1.0, 0.5]))
+    x = torch.randn(8, 2)
+    x[:, 1] = 1.0
+    out = layer(torch.relu(x * w + torch.tensor([0.0, 2.0])))
+    out.sum().backward()
+    assert torch.isfinite(w.grad).all()
+    torch.testing.assert_close(out[:, 1].detach(), out[:1, 1].detach().expand(8))  # constant, as it came in
 
 
 def test_in_mode_restores_each_submodule_mode():

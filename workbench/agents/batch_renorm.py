@@ -6,11 +6,14 @@ and critics. :func:`in_mode` holds a module in training or eval mode for a block
 Batch normalization in training mode standardizes with the batch's statistics; in eval mode with running
 averages. When the two differ (early in training, or when the batch mixes distributions: CrossQ feeds
 current and next state-action pairs in one batch) the network learns on one normalization and acts on
-another. Batch *re*normalization corrects the batch statistics towards the running ones,
-``x_hat = (x - mean_B) / std_B * r + d`` with ``r = std_B / std_run`` clipped to ``[1/r_max, r_max]`` and
-``d = (mean_B - mean_run) / std_run`` clipped to ``[-d_max, d_max]`` (both without gradient), after a
-warm-up of plain batch normalization while the running statistics settle. The constants are sb3-contrib's
-(``sb3_contrib.common.torch_layers.BatchRenorm``): momentum 0.01, eps 0.001, r_max 3, d_max 5, warm-up 100k.
+another. Batch *re*normalization corrects the batch statistics towards the running ones: with
+``r = std_B / std_run`` clipped to ``[1/r_max, r_max]`` and ``d = (mean_B - mean_run) / std_run`` clipped to
+``[-d_max, d_max]`` (both without gradient), it normalizes with the mean ``mean_B - d sqrt(var_B) / r`` and the
+variance ``var_B / r^2``, which is Ioffe's ``x_hat * r + d`` but for where ``eps`` enters. That form, the batch
+variance with Bessel's correction (in the normalization and in the running statistics) and the warm-up of
+plain batch normalization for the first ``warmup_steps`` + 1 training batches are sb3-contrib's
+(``sb3_contrib.common.torch_layers.BatchRenorm``), and so are the constants: momentum 0.01, eps 0.001, r_max 3,
+d_max 5, warm-up 100k. docs/algorithms.md says where the paper's own (JAX) code differs.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ __all__ = ["BatchRenorm1d", "in_mode"]
 class BatchRenorm1d(nn.Module):
     """Batch renormalization over the features of ``(batch, num_features)`` inputs.
 
-    In training mode it normalizes with the batch's statistics, corrected by ``r`` and ``d`` once
+    In training mode it normalizes with the batch's statistics, corrected by ``r`` and ``d`` once more than
     ``warmup_steps`` training batches have been seen, and updates the running mean and variance with
     ``momentum``; in eval mode it normalizes with the running statistics alone (so acting on one
     observation is well defined). The running statistics and the count of batches are buffers: they are
@@ -60,22 +63,32 @@ class BatchRenorm1d(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Normalized ``x``, same shape."""
         if self.training:
-            mean = x.mean(0)
-            var = x.var(0, unbiased=False)
-            std = (var + self.eps).sqrt()
-            x_hat = (x - mean) / std
-            running_std = (self.running_var + self.eps).sqrt()
-            if int(self.num_batches_tracked) >= self.warmup_steps:
+            # Bessel's correction as sb3-contrib's layer (x.var's default); the paper's own code divides by n.
+            # A batch of one has no spread: variance 0, where the correction would divide by zero.
+            batch_mean, batch_var = x.mean(0), x.var(0, correction=1 if x.shape[0] > 1 else 0)
+            mean, var = batch_mean, batch_var
+            # Strictly more batches than the warm-up before the corrections, as sb3-contrib counts.
+            if int(self.num_batches_tracked) > self.warmup_steps:
                 with torch.no_grad():
-                    r = (std / running_std).clamp(1.0 / self.r_max, self.r_max)
-                    d = ((mean - self.running_mean) / running_std).clamp(-self.d_max, self.d_max)
-                x_hat = x_hat * r + d
+                    running_std = (self.running_var + self.eps).sqrt()
+                    r = ((batch_var + self.eps).sqrt() / running_std).clamp(1.0 / self.r_max, self.r_max)
+                    d = ((batch_mean - self.running_mean) / running_std).clamp(-self.d_max, self.d_max)
+                # The corrections moved into the statistics (sb3-contrib's and the paper's code's form), so eps
+                # is added to the corrected variance; the batch's std keeps its gradient through the mean.
+                # sqrt's gradient is infinite at 0, and a feature constant over the batch (a convolution over
+                # a constant border, after its ReLU) would send NaN into the layers before: there the std is 0
+                # with no gradient, the same value, where sb3-contrib's layer gives NaN.
+                varies = batch_var > 0
+                batch_std = torch.where(varies, torch.where(varies, batch_var, 1.0).sqrt(), 0.0)
+                mean = batch_mean - d * batch_std / r
+                var = batch_var / r**2
             with torch.no_grad():  # the running statistics follow the batches, outside the graph
-                self.running_mean.lerp_(mean.detach(), self.momentum)
-                self.running_var.lerp_(var.detach(), self.momentum)
+                self.running_mean.lerp_(batch_mean.detach(), self.momentum)
+                self.running_var.lerp_(batch_var.detach(), self.momentum)
                 self.num_batches_tracked += 1
         else:
-            x_hat = (x - self.running_mean) / (self.running_var + self.eps).sqrt()
+            mean, var = self.running_mean, self.running_var
+        x_hat = (x - mean) / (var + self.eps).sqrt()
         if self.weight is not None and self.bias is not None:
             x_hat = x_hat * self.weight + self.bias
         return x_hat

@@ -12,6 +12,7 @@ import copy
 import functools
 import time
 import warnings
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -246,7 +247,7 @@ class Execution:
 
         allow_graph_variants()
         nets = self._declared_networks()
-        with torch.no_grad():  # which networks take an observation batch, found eagerly
+        with torch.no_grad(), _buffers_kept(nets):  # which networks take an observation batch, found eagerly
             batch, targets = self._probe_batch_size(), self._targets_batch_size()
             update_calls = self._probe_calls(nets, self.device, batch, dynamic_batch=True)
             no_grad_calls = list(update_calls)
@@ -292,11 +293,12 @@ class Execution:
         and backward pass on a batch of its size (its batch dimension dynamic), its no-grad passes (for
         targets, also on all gradient steps' minibatches at once), and acting's no-grad pass on the
         envs' batch. What compiled code is specialised to (grad mode, batch size, torch's thread count)
-        is then seen before the first step; the thread count is recorded for :meth:`prepare_compiled`."""
+        is then seen before the first step; the thread count is recorded for :meth:`prepare_compiled`.
+        Every buffer gets its value back afterwards (:func:`_buffers_kept`)."""
         update_calls, no_grad_calls = self._trace_calls
         nets = self._declared_networks()
         try:
-            with self._autocast():
+            with _buffers_kept(nets), self._autocast():
                 _run_probe(update_calls)
                 with torch.no_grad():  # an update's targets (target networks, double-Q), then acting
                     for call in no_grad_calls:
@@ -353,6 +355,20 @@ class Execution:
 def _on_device_step(opt: torch.optim.Optimizer) -> bool:
     """Whether ``opt`` keeps its step counts with the parameters (fused or capturable), not on the CPU."""
     return any(group.get("fused") or group.get("capturable") for group in opt.param_groups)
+
+
+@contextlib.contextmanager
+def _buffers_kept(nets: dict[str, nn.Module]) -> Iterator[None]:
+    """Within the block the networks may run; afterwards every buffer has its value from before. Probing and
+    tracing run them on zeros in training mode, and batch normalization's running statistics and counts
+    (CrossQ's) must not learn from those passes."""
+    kept = [(b, b.detach().clone()) for net in nets.values() for b in net.buffers()]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for buffer, value in kept:
+                buffer.copy_(value)
 
 
 def _run_probe(calls: list[Any]) -> None:
