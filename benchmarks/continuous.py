@@ -14,12 +14,18 @@ seeds there); a quick look:
 
     python benchmarks/continuous.py --steps 5000 --seeds 1
     python benchmarks/continuous.py --steps 20000 --seeds 5 --algos tqc crossq sac
+
+Every run's result is stored as one JSON file under ``benchmarks/results/continuous/`` (with the commit it ran
+at, the date, the settings and the machine's load); a run whose file exists is not run again, so an interrupted
+benchmark resumes. ``--render`` writes the table of docs/algorithms.md (between its ``continuous`` markers) from
+those files alone.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -28,6 +34,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+RESULTS = ROOT / "benchmarks" / "results" / "continuous"
+DOC = ROOT / "docs" / "algorithms.md"
+MARKERS = ("<!-- continuous:begin -->", "<!-- continuous:end -->")
 
 EVAL_SEED = 100
 SETTINGS = {
@@ -87,13 +96,78 @@ def child(args: argparse.Namespace) -> None:
     print(json.dumps(run(args.algo, args.env, args.steps, args.seed, args.eval_episodes)))
 
 
+def _result_path(side: str, algo: str, env_id: str, steps: int, seed: int) -> Path:
+    return RESULTS / f"{env_id}__{algo}__{side}__{steps}__seed{seed}.json"
+
+
+def _commit() -> str:
+    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return out.stdout.strip() or "unknown"
+
+
 def spawn(side: str, algo: str, args: argparse.Namespace, seed: int) -> dict:
+    """One run in its own process, or its stored result when it ran before; stored as it ends."""
+    path = _result_path(side, algo, args.env, args.steps, seed)
+    if path.exists():
+        return json.loads(path.read_text())
     command = [sys.executable, __file__, "--child", side, "--algos", algo, "--env", args.env]
     command += ["--steps", str(args.steps), "--seed", str(seed), "--eval-episodes", str(args.eval_episodes)]
+    load = os.getloadavg()[0]
     out = subprocess.run(command, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise SystemExit(f"{side} {algo} seed {seed} failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    result = {
+        **json.loads(out.stdout.strip().splitlines()[-1]),
+        "side": side,
+        "algo": algo,
+        "env": args.env,
+        "steps": args.steps,
+        "seed": seed,
+        "eval_episodes": args.eval_episodes,
+        "settings": SETTINGS[algo],
+        "commit": _commit(),
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "load": round((load + os.getloadavg()[0]) / 2, 1),
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1))
+    return result
+
+
+def render(write: bool = True) -> str:
+    """The side-by-side table from the stored results alone: per env, budget, algorithm and library, the median
+    over seeds of the evaluation return (lowest and highest seed), wall and CPU seconds, gradient steps per
+    second, ours / sb3-contrib's wall time, the commits and the load average the runs had."""
+    groups: dict[tuple, list[dict]] = {}
+    for path in sorted(RESULTS.glob("*.json")):
+        r = json.loads(path.read_text())
+        groups.setdefault((r["env"], r["steps"], r["algo"], r["side"]), []).append(r)
+    lines = [
+        "| env | steps | agent | library | seeds | return: median (lowest..highest) | wall s | CPU s "
+        "| gradient steps/s | wall ours / sb3 | commit | load |",
+        "|---|---:|---|---|---|---:|---:|---:|---:|---:|---|---:|",
+    ]
+    for (env_id, steps, algo, side), runs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
+        wall = statistics.median(r["wall"] for r in runs)
+        other = groups.get((env_id, steps, algo, "sb3")) if side == "ours" else None
+        ratio = f"{wall / statistics.median(r['wall'] for r in other):.2f}x" if other else ""
+        returns = [r["return"] for r in runs]
+        lines.append(
+            f"| {env_id} | {steps:,} | {algo.upper() if algo != 'crossq' else 'CrossQ'} "
+            f"| {'rl-workbench' if side == 'ours' else 'sb3-contrib'} | {', '.join(str(r['seed']) for r in runs)} "
+            f"| {statistics.median(returns):.1f} ({min(returns):.1f}..{max(returns):.1f}) | {wall:.1f} "
+            f"| {statistics.median(r['cpu'] for r in runs):.1f} "
+            f"| {statistics.median(r['updates'] / r['wall'] for r in runs):.1f} | {ratio} "
+            f"| {', '.join(sorted({r['commit'] for r in runs}))} | {max(r['load'] for r in runs):.1f} |"
+        )
+    text = "\n".join(lines)
+    if write:
+        doc = DOC.read_text()
+        begin, end = MARKERS
+        if begin in doc and end in doc:
+            head, rest = doc.split(begin, 1)
+            DOC.write_text(f"{head}{begin}\n{text}\n{end}{rest.split(end, 1)[1]}")
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,7 +179,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-episodes", type=int, default=10)
     parser.add_argument("--child", choices=("ours", "sb3"), dest="side", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--render", action="store_true", help="write docs/algorithms.md's table from the results")
     args = parser.parse_args(argv)
+    if args.render:
+        print(render())
+        return 0
     if args.side:
         args.algo = args.algos[0]
         child(args)
@@ -137,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{row['grad_per_s']:7.1f} {ratio:>10}",
                 flush=True,
             )
+    print(render())
     return 0
 
 
