@@ -344,3 +344,31 @@ def test_a_seeded_run_that_rebuilds_the_untrained_networks_publishes_them_as_a_n
     finally:
         server.close()
         session.stop()
+
+
+def test_reseed_rebuilds_the_networks_on_the_agents_lock():
+    # A served session publishes (acting_weights, on the agent's lock) from the server's thread while the run
+    # begins and reseeds: it must see the old networks or the new ones, never a half-built set (a GET /policy
+    # once failed with "network 'policy_log_std' lacks log_std" under load).
+    import threading
+
+    agent = wb.PPO("CartPole-v1", n_envs=1, n_steps=64, net_arch=[16], seed=0)
+    old = dict(agent.networks)
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with agent._lock:
+            held.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert held.wait(10)
+    reseeding = threading.Thread(target=agent.reseed, args=(5,))
+    reseeding.start()
+    reseeding.join(0.3)
+    assert reseeding.is_alive() and all(agent.networks[k] is v for k, v in old.items())  # waits for the lock
+    release.set()
+    reseeding.join(10)
+    holder.join(10)
+    assert not reseeding.is_alive() and any(agent.networks[k] is not v for k, v in old.items())  # then rebuilt

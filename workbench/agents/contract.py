@@ -242,11 +242,14 @@ class Agent(Execution, Shaping, Persistence, Playing):
         self.rng = np.random.default_rng(self.seed)
         self.generator = torch.Generator().manual_seed(self.seed)
         if self.num_timesteps == 0 and self.num_updates == 0 and not self._weights_loaded:
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(self.seed)
-                self._build()
-                self._build_plug_ins()
-            self._after_build()
+            # On the agent's lock: a served session may publish (acting_weights) from another thread while the
+            # run begins, and must see the old networks or the new ones, never a half-built set.
+            with self._lock:
+                with torch.random.fork_rng(devices=[]):
+                    torch.manual_seed(self.seed)
+                    self._build()
+                    self._build_plug_ins()
+                self._after_build()
 
     def _build(self) -> None:
         """Create networks, optimizers and storage (called under the agent's private seed)."""
