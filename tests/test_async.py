@@ -273,6 +273,9 @@ def test_the_appo_presets_take_rllibs_settings():
 
 CTRL_C = """
 import os, signal, threading, time
+# Ctrl-C as in a terminal, whatever the test process left its children: an ignored SIGINT is inherited
+# across exec, and Python then installs no KeyboardInterrupt handler of its own.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 import workbench as wb
 
 agent = wb.APPO("CartPole-v1", n_envs=2, n_steps=8, batch_size=16, n_epochs=1)

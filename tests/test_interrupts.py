@@ -18,6 +18,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SCRIPT = """
 import os, signal, sys, threading, time
+# Ctrl-C as in a terminal, whatever the test process left its children: an ignored SIGINT is inherited
+# across exec, and Python then installs no KeyboardInterrupt handler of its own.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 import workbench as wb
 
 agent = wb.PPO("CartPole-v1", n_envs=1, n_steps=16, batch_size=16, n_epochs=1)
