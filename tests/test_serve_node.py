@@ -81,6 +81,20 @@ def _recording(server, agent) -> list[tuple[dict, dict]]:
     return batches
 
 
+def _served_onnx(server) -> dict[int, bytes]:
+    """Each policy version's ONNX as ``GET /policy.onnx`` served it (the server's export wrapped), by version."""
+    served: dict[int, bytes] = {}
+    export = server.policy.onnx
+
+    def exported():
+        version, data = export()
+        served[version] = data
+        return version, data
+
+    server.policy.onnx = exported
+    return served
+
+
 def test_the_node_client_acts_from_the_onnx_policy_and_its_batches_are_applied():
     node = _node()
     env = gym.make("CartPole-v1")
@@ -179,15 +193,7 @@ def test_the_node_client_samples_an_on_policy_policys_logits_and_sends_its_value
     session = wb.Session.external(agent, seed=0, torch_threads=1).start(steps=100_000)
     server = session.serve(publish_every=0.05)
     batches = _recording(server, agent)  # the batches the server took, as they came
-    export = server.policy.onnx
-    served: dict[int, bytes] = {}
-
-    def exported():
-        version, data = export()
-        served[version] = data
-        return version, data
-
-    server.policy.onnx = exported  # each version's acting step, as GET /policy.onnx served it
+    served = _served_onnx(server)  # each version's acting step, as GET /policy.onnx served it
     try:
         out = _run_client(node, server.url, "--steps", "300", "--batch", "64", "--sync", "16")
         assert out.returncode == 0, out.stderr[-2000:]
@@ -237,15 +243,7 @@ def test_the_node_client_samples_a_gaussian_policy_in_pendulum_and_sends_what_th
     session = wb.Session.external(agent, seed=0, torch_threads=1).start(steps=100_000)
     server = session.serve(publish_every=0.05)
     batches = _recording(server, agent)  # the batches the server took, as they came
-    export = server.policy.onnx
-    served: dict[int, bytes] = {}
-
-    def exported():
-        version, data = export()
-        served[version] = data
-        return version, data
-
-    server.policy.onnx = exported  # each version's acting step, as GET /policy.onnx served it
+    served = _served_onnx(server)  # each version's acting step, as GET /policy.onnx served it
     try:
         flags = ("--env", "Pendulum-v1", "--steps", "300", "--batch", "64", "--sync", "16")
         out = _run_client(node, server.url, *flags)
@@ -332,14 +330,9 @@ def test_the_node_client_explores_around_an_off_policy_box_actor_and_sends_what_
     session = wb.Session.external(agent, seed=0, torch_threads=1).start(steps=100_000)
     server = session.serve(publish_every=0.05)
     batches = _recording(server, agent)  # the batches the server took, as they came
-    export, publish = server.policy.onnx, server.policy.publish
-    served: dict[int, bytes] = {}
+    publish = server.policy.publish
+    served = _served_onnx(server)  # each version's actor, as GET /policy.onnx served it
     clocks: dict[int, int] = {}  # each version's learner steps when it was published (GET /policy's counters)
-
-    def exported():
-        version, data = export()
-        served[version] = data
-        return version, data
 
     def published(force=False):
         done = publish(force)
@@ -347,7 +340,6 @@ def test_the_node_client_explores_around_an_off_policy_box_actor_and_sends_what_
         clocks.setdefault(version, counters["num_timesteps"])
         return done
 
-    server.policy.onnx = exported  # each version's actor, as GET /policy.onnx served it
     server.policy.publish = published  # the first version is published at the first request, after this
     try:
         flags = ("--env", "Pendulum-v1", "--steps", "400", "--batch", "16", "--sync", "16")
