@@ -619,7 +619,13 @@ def test_dashboard_stays_out_of_the_users_way_under_load(jupyter):
             metrics["held_back_updates"] = kernel["skipped"]
             metrics["widgets_rebuilt"] = kernel["replaced"]  # a busy page's unstarted widgets (anywidget's 2 s)
             metrics["js_heap_mb"] = page.evaluate("() => Math.round(performance.memory.usedJSHeapSize / 1e6)")
-            metrics["console_errors"] = errors[:20]
+            # JupyterLab logs "Comm not found for comm id ..." when the kernel closes a widget the page has not
+            # registered yet, such as a plot rebuilt just after the reload (its old page never answered) is closed
+            # while the new page is still restoring the kernel's widgets. The page holds nothing of that
+            # widget, so nothing is lost: counted, not failed (seen once, stop 62's CI run under the CPU hog).
+            unregistered = [e for e in errors if e.startswith("Comm not found for comm id ")]
+            metrics["closed_before_registered"] = len(unregistered)
+            metrics["console_errors"] = [e for e in errors if e not in unregistered][:20]
         except BaseException:
             # What the page held (plots, stores, plotly) goes in the report: CI keeps no artifacts.
             metrics["page_state_at_failure"] = page.evaluate(DIAGNOSE_JS)
