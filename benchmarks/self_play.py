@@ -67,8 +67,12 @@ def run(
     spec = {**GAMES[game], "ppo": {**GAMES[game]["ppo"], **ppo}}
     module = importlib.import_module(f"pettingzoo.classic.{spec['module']}")
     env = wb.SelfPlay(module.env, league=wb.League(seed=seed, **spec["league"]), references=spec["references"])
-    agent = wb.PPO(env, seed=seed, **spec["ppo"])
+    agent = wb.PPO(env, seed=seed, **{key: _setting(value) for key, value in spec["ppo"].items()})
     session = wb.Session(agent, env, seed=seed)
+    # The whole budget planned up front: the run stops for evaluations, and each ``run(steps=...)`` would
+    # otherwise plan only up to its own end, so the schedules (PPO's clip range, a decaying learning rate)
+    # would fall to their end values within every piece (docs/guide.md, "What a resumed run reproduces").
+    agent.total_timesteps = steps
     curve: list[dict[str, Any]] = []
     wall = time.perf_counter()
     train_s = 0.0
@@ -202,6 +206,14 @@ def render() -> str:
     return text
 
 
+def _setting(value: Any) -> Any:
+    """A ``--ppo`` value: JSON, with a schedule written as its saved form, e.g.
+    ``learning_rate='{"schedule": "linear", "start": 0.001, "end": 0.0}'``."""
+    from workbench.schedules import schedule_from_dict
+
+    return schedule_from_dict(value) if isinstance(value, dict) and "schedule" in value else value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--game", choices=sorted(GAMES), default="tictactoe")
@@ -211,7 +223,12 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=20_000)
     parser.add_argument("--eval-games", type=int, default=100)
     parser.add_argument("--final-games", type=int, default=1000)
-    parser.add_argument("--ppo", nargs="*", default=[], help="PPO settings over the game's, as key=value")
+    parser.add_argument(
+        "--ppo",
+        nargs="*",
+        default=[],
+        help='PPO settings, as key=JSON; a schedule as {"schedule": "linear", "start": 1e-3, "end": 0}',
+    )
     parser.add_argument("--out", type=Path, default=RESULTS, help="where the result files go")
     parser.add_argument("--render", action="store_true", help="only rebuild the docs table from the results")
     args = parser.parse_args()
