@@ -57,6 +57,7 @@ def run(
     final_games: int,
     ppo: dict[str, Any],
     out: Path | None = None,
+    reference_share: float | dict[str, float] = 0.0,
 ) -> dict[str, Any]:
     """Train one seed on one game; the curves of rating and reference results, the final results. With
     ``out``, the run so far is written there after every evaluation (``"final": null`` until the end)."""
@@ -66,7 +67,13 @@ def run(
 
     spec = {**GAMES[game], "ppo": {**GAMES[game]["ppo"], **ppo}}
     module = importlib.import_module(f"pettingzoo.classic.{spec['module']}")
-    env = wb.SelfPlay(module.env, league=wb.League(seed=seed, **spec["league"]), references=spec["references"])
+    spec["reference_share"] = reference_share
+    env = wb.SelfPlay(
+        module.env,
+        league=wb.League(seed=seed, **spec["league"]),
+        references=spec["references"],
+        reference_share=reference_share,
+    )
     agent = wb.PPO(env, seed=seed, **{key: _setting(value) for key, value in spec["ppo"].items()})
     session = wb.Session(agent, env, seed=seed)
     # The whole budget planned up front: the run stops for evaluations, and each ``run(steps=...)`` would
@@ -118,7 +125,9 @@ def _row(
         "steps": agent.num_timesteps,
         "updates": agent.num_updates,
         "ppo": spec["ppo"],
+        "schedules_over": "budget",  # rows without it planned each evaluation interval (see run())
         "league": spec["league"],
+        "reference_share": spec.get("reference_share", 0.0),
         "league_games": env.league.games,
         "pool_size": env.league.pool_size,
         "final_rating": env.league.rating,
@@ -139,20 +148,42 @@ def _goal(game: str, final: dict[str, dict[str, float]]) -> str:
     return "met" if ok else "not met"
 
 
+def _settings(row: dict[str, Any]) -> str:
+    """The row's PPO settings that differ from the game's in ``GAMES``, and a mark for the runs of before
+    the budget was planned up front (their clip range fell to 0 within every evaluation interval)."""
+
+    def shown(value: Any) -> str:
+        if isinstance(value, dict) and "schedule" in value:
+            return f"{value['schedule']} {value['start']:g}→{value['end']:g}"
+        return json.dumps(value)
+
+    base = GAMES[row["game"]]["ppo"]
+    parts = [f"{k}={shown(v)}" for k, v in sorted(row["ppo"].items()) if base.get(k) != v]
+    if row.get("reference_share"):
+        parts.append(f"reference_share={json.dumps(row['reference_share'])}")
+    if row.get("schedules_over") != "budget":
+        parts.append("schedules per interval†")
+    return ", ".join(parts) or "the game's"
+
+
+def _order(row: dict[str, Any]) -> tuple[Any, ...]:
+    return (row["game"], row.get("budget", row["steps"]), _settings(row), row["seed"])
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     """The docs table: one line per game and seed, the final results against each reference."""
     lines = [
-        "| game | seed | steps | updates | rating first → last | vs random (win / draw / loss) | "
+        "| game | settings | seed | steps | updates | rating first → last | vs random (win / draw / loss) | "
         "vs scripted (win / draw / loss) | goal | train s |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in sorted(rows, key=lambda r: (r["game"], r.get("budget", r["steps"]), r["seed"])):
+    for r in sorted(rows, key=_order):
         refs = GAMES[r["game"]]["references"]
         if r["final"] is None:  # stopped before its end: its last evaluation, marked so
             last = r["curve"][-1]
             cells = [f"{last[ref]['win']:.2f} / {last[ref]['draw']:.2f} / {last[ref]['loss']:.2f}*" for ref in refs]
             lines.append(
-                f"| {r['game']} | {r['seed']} | {r['steps']:,} of {r['budget']:,} | {r['updates']} | "
+                f"| {r['game']} | {_settings(r)} | {r['seed']} | {r['steps']:,} of {r['budget']:,} | {r['updates']} | "
                 f"{r['curve'][0]['rating']:.0f} → {r['final_rating']:.0f} | {cells[0]} | {refs[1]}: {cells[1]} | "
                 f"unfinished | {r['train_s']:.0f} |"
             )
@@ -163,7 +194,8 @@ def table(rows: list[dict[str, Any]]) -> str:
             cells.append(f"{f['win']:.3f} / {f['draw']:.3f} / {f['loss']:.3f}")
         first = r["curve"][0]["rating"] if r["curve"] else float("nan")
         lines.append(
-            f"| {r['game']} | {r['seed']} | {r['steps']:,} | {r['updates']} | {first:.0f} → {r['final_rating']:.0f} | "
+            f"| {r['game']} | {_settings(r)} | {r['seed']} | {r['steps']:,} | {r['updates']} | "
+            f"{first:.0f} → {r['final_rating']:.0f} | "
             f"{cells[0]} | {refs[1]}: {cells[1]} | {_goal(r['game'], r['final'])} | {r['train_s']:.0f} |"
         )
     return "\n".join(lines)
@@ -172,14 +204,14 @@ def table(rows: list[dict[str, Any]]) -> str:
 def curves(rows: list[dict[str, Any]]) -> str:
     """Over training, per run: at each evaluation the league's Elo rating and the score (win + draw / 2)
     against each reference."""
-    lines = ["| game | seed | steps: rating, score vs random, score vs scripted |", "|---|---|---|"]
-    for r in sorted(rows, key=lambda r: (r["game"], r.get("budget", r["steps"]), r["seed"])):
+    lines = ["| game | settings | seed | steps: rating, score vs random, score vs scripted |", "|---|---|---|---|"]
+    for r in sorted(rows, key=_order):
         refs = GAMES[r["game"]]["references"]
         points = []
         for p in r["curve"]:
             scores = ", ".join(f"{p[ref]['win'] + p[ref]['draw'] / 2:.2f}" for ref in refs)
             points.append(f"{p['steps'] // 1000}k: {p['rating']:.0f}, {scores}")
-        lines.append(f"| {r['game']} | {r['seed']} | {'; '.join(points)} |")
+        lines.append(f"| {r['game']} | {_settings(r)} | {r['seed']} | {'; '.join(points)} |")
     return "\n".join(lines)
 
 
@@ -196,7 +228,15 @@ def render() -> str:
             if any(r["final"] is None for r in rows)
             else ""
         )
-        + ". Rating: the league's Elo of the learner at the first evaluation and at the end."
+        + ". Rating: the league's Elo of the learner at the first evaluation and at the end. Settings: the PPO"
+        + " settings that differ from the game's in `benchmarks/self_play.py`"
+        + (
+            "; †: a run of before the budget was planned up front, whose schedules (PPO's clip range) fell"
+            " to their end within every evaluation interval"
+            if any(r.get("schedules_over") != "budget" for r in rows)
+            else ""
+        )
+        + "."
         + "\n\nOver training (every evaluation):\n\n"
         + curves(rows)
     )
@@ -229,6 +269,13 @@ def main() -> None:
         default=[],
         help='PPO settings, as key=JSON; a schedule as {"schedule": "linear", "start": 1e-3, "end": 0}',
     )
+    parser.add_argument(
+        "--reference-share",
+        type=json.loads,
+        default=0.0,
+        help='share of training games against the references, as JSON: 0.1, or {"random": 0.1} for one of them',
+    )
+    parser.add_argument("--label", default="", help="a name for these settings in the result files' names")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where the result files go")
     parser.add_argument("--render", action="store_true", help="only rebuild the docs table from the results")
     args = parser.parse_args()
@@ -240,8 +287,19 @@ def main() -> None:
     torch.set_num_threads(1)
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         ppo = {k: json.loads(v) for k, v in (item.split("=", 1) for item in args.ppo)}
-        out = args.out / f"self_play__{args.game}__{args.steps}__seed{seed}.json"
-        row = run(args.game, seed, args.steps, args.eval_every, args.eval_games, args.final_games, ppo, out)
+        label = f"__{args.label}" if args.label else ""
+        out = args.out / f"self_play__{args.game}__{args.steps}{label}__seed{seed}.json"
+        row = run(
+            args.game,
+            seed,
+            args.steps,
+            args.eval_every,
+            args.eval_games,
+            args.final_games,
+            ppo,
+            out,
+            args.reference_share,
+        )
         out.write_text(json.dumps(row, indent=1))
         print(f"{args.game} seed {seed}: final {row['final']}, rating {row['final_rating']:.0f}, {row['wall_s']:.0f} s")
 

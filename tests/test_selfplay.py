@@ -139,6 +139,51 @@ def test_reference_players() -> None:
     assert connect_four_lookahead(board, mask, rng) == 6
 
 
+def test_a_share_of_training_games_against_the_references() -> None:
+    """``reference_share``: that share of games against a fixed player (a random one here), tallied apart and not
+    rated; the rest are self-play, as before."""
+    env = wb.SelfPlay(tictactoe_v3.env, league=wb.League(seed=0), references=["random"], reference_share=0.5)
+    env.bind(wb.PPO(env, seed=0))
+    opponents = []
+    for seed in range(60):
+        obs, info = env.reset(seed=seed)
+        opponents.append(info["opponent"])
+        done = False
+        while not done:
+            obs, _, done, _, info = env.step(int(np.flatnonzero(obs["action_mask"])[0]))
+        assert info["opponent"] == opponents[-1]
+    against = opponents.count("random")
+    assert 15 < against < 45 and set(opponents) == {"random", "latest"}
+    assert sum(env.reference_results["random"]) == against  # tallied apart ...
+    assert env.league.games == 60 - against  # ... and not in the league's ratings
+    # By default every game is self-play: no reference plays, all are rated.
+    pure = wb.SelfPlay(tictactoe_v3.env, league=wb.League(seed=0))
+    pure.bind(wb.PPO(pure, seed=0))
+    for seed in range(20):
+        obs, info = pure.reset(seed=seed)
+        assert info["opponent"] == "latest"
+        done = False
+        while not done:
+            obs, _, done, _, _ = pure.step(int(np.flatnonzero(obs["action_mask"])[0]))
+    assert pure.league.games == 20 and pure.reference_results == {"random": [0, 0, 0]}
+    # A share for some references only: the evaluation's minimax never plays a training game.
+    some = wb.SelfPlay(tictactoe_v3.env, references=["random", "minimax"], reference_share={"random": 0.3})
+    assert some.reference_share == {"random": 0.3}
+    assert wb.SelfPlay(tictactoe_v3.env, references=["random", "minimax"], reference_share=0.2).reference_share == {
+        "random": pytest.approx(0.1),
+        "minimax": pytest.approx(0.1),
+    }
+    for bad in (-0.1, 1.0, float("nan"), "half", True, {"random": 1.0}, {"random": "x"}):
+        with pytest.raises(ValueError, match="reference_share"):
+            wb.SelfPlay(tictactoe_v3.env, reference_share=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="not one of the references"):
+        wb.SelfPlay(tictactoe_v3.env, reference_share={"minimax": 0.1})
+    with pytest.raises(ValueError, match="sums to 1"):
+        wb.SelfPlay(tictactoe_v3.env, references=["random", "minimax"], reference_share={"random": 0.5, "minimax": 0.5})
+    with pytest.raises(ValueError, match="needs references"):
+        wb.SelfPlay(tictactoe_v3.env, references=[], reference_share=0.2)
+
+
 def _session(**league_kwargs):
     env = wb.SelfPlay(
         tictactoe_v3.env,

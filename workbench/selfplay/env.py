@@ -38,6 +38,30 @@ def _mask_space(n: int) -> spaces.Box:
     return spaces.Box(0, 1, (n,), np.int8)
 
 
+def _reference_shares(share: Any, names: list[str]) -> dict[str, float]:
+    """``reference_share`` checked, as ``{reference: share}`` (only those with a share)."""
+    hint = "a number from 0 to below 1, or {reference: share} such as {'random': 0.1}"
+    if isinstance(share, dict):
+        unknown = [k for k in share if k not in names]
+        if unknown:
+            raise ValueError(f"SelfPlay reference_share names {unknown[0]!r}, not one of the references {names}")
+        shares = dict(share)
+    elif isinstance(share, int | float) and not isinstance(share, bool):
+        if not 0.0 <= share < 1.0:
+            raise ValueError(f"SelfPlay reference_share={share!r}: {hint}")
+        if share > 0 and not names:
+            raise ValueError("SelfPlay reference_share > 0 needs references to play: references=['random', ...]")
+        shares = {name: float(share) / len(names) for name in names} if share > 0 else {}
+    else:
+        raise ValueError(f"SelfPlay reference_share={share!r}: {hint}")
+    for value in shares.values():
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value < 1.0:
+            raise ValueError(f"SelfPlay reference_share={share!r}: {hint}")
+    if sum(shares.values()) >= 1.0:
+        raise ValueError(f"SelfPlay reference_share={share!r} sums to 1 or more: leave a share for self-play")
+    return {name: float(value) for name, value in shares.items() if value > 0}
+
+
 def _agent_player(agent: Agent, deterministic: bool) -> Any:
     def decide(flat: np.ndarray, mask: np.ndarray) -> int:
         return int(agent.act({"observation": flat, "action_mask": mask}, deterministic=deterministic))
@@ -81,6 +105,11 @@ class SelfPlay(gym.Env):
         reference_every: in a session, evaluate against ``references`` every this many updates
             (None: never by itself; :meth:`evaluate` any time).
         reference_games: games per reference and evaluation (half from each seat).
+        reference_share: the share of training games played against the references instead of a
+            past self: a number (the references picked uniformly) or ``{name: share}`` for some of
+            them (``{"random": 0.1}``). Past selves never blunder as a weak player does, so a learner
+            that only meets them can lose to the random player; these games keep it sound there.
+            Recorded in :attr:`reference_results`, not rated; 0 (pure self-play) by default.
 
     Example::
 
@@ -103,6 +132,7 @@ class SelfPlay(gym.Env):
         references: Sequence[str] | dict[str, Player] = ("random",),
         reference_every: int | None = None,
         reference_games: int = 50,
+        reference_share: float | dict[str, float] = 0.0,
     ) -> None:
         if league is not None and not isinstance(league, League):
             raise TypeError(f"SelfPlay league= takes a wb.League, got {type(league).__name__}")
@@ -125,6 +155,10 @@ class SelfPlay(gym.Env):
             self.references = {str(name): reference_player(name) for name in references}
         self.reference_every = reference_every
         self.reference_games = reference_games
+        self.reference_share: dict[str, float] = _reference_shares(reference_share, list(self.references))
+        """Each reference's share of the training games (the rest are self-play)."""
+        self.reference_results: dict[str, list[int]] = {name: [0, 0, 0] for name in self.references}
+        """The learner's training games against each reference: wins, draws, losses (not rated)."""
         n = int(self.game.action_space.n)
         low = np.full(self.game.flat_dim, -np.inf, np.float32)
         high = np.full(self.game.flat_dim, np.inf, np.float32)
@@ -139,10 +173,11 @@ class SelfPlay(gym.Env):
         """The learning agent (set by :meth:`bind`; a session binds it)."""
         self._opponent_agent: Agent | None = None
         self.opponent: str | None = None
-        """The current game's opponent (a snapshot's name or ``"latest"``)."""
+        """The current game's opponent (a snapshot's name, ``"latest"``, or a reference's name)."""
         self.seat: str | None = None
         """The player the learner plays in the current game."""
         self._seeded = False
+        self._fixed: Player | None = None  # the current game's reference opponent, if it plays one
 
     def __repr__(self) -> str:
         return f"SelfPlay({type(self.game.env.unwrapped).__name__}, {self.league!r})"
@@ -204,8 +239,16 @@ class SelfPlay(gym.Env):
         if seed is not None and self.league.seed is None and not self._seeded and fresh:
             self.league.rng = np.random.default_rng(seed)  # the session's seed, unless the league has its own
             self._seeded = True
-        self.opponent = self.league.sample()
-        self._load(self._opponent_agent, self.opponent)
+        self._fixed = None
+        draw = self.league.rng.random() if self.reference_share else 1.0
+        for name, share in self.reference_share.items():
+            if draw < share:
+                self.opponent, self._fixed = name, self.references[name]
+                break
+            draw -= share
+        else:
+            self.opponent = self.league.sample()
+            self._load(self._opponent_agent, self.opponent)
         self.seat = self.game.players[int(self.league.rng.integers(2))]
         self.game.reset(seed=seed)
         self._given = 0.0
@@ -215,8 +258,11 @@ class SelfPlay(gym.Env):
     def _play_opponent(self) -> None:
         assert self._opponent_agent is not None
         while not self.game.over and self.game.current != self.seat:
-            _, flat, mask = self.game.observe(self.game.current)
-            action = self._opponent_agent.act({"observation": flat, "action_mask": mask}, deterministic=False)
+            raw, flat, mask = self.game.observe(self.game.current)
+            if self._fixed is not None:
+                action = self._fixed(raw, mask, self.league.rng)
+            else:
+                action = self._opponent_agent.act({"observation": flat, "action_mask": mask}, deterministic=False)
             self.game.step(int(action))
 
     def _observation(self) -> dict[str, np.ndarray]:
@@ -235,7 +281,10 @@ class SelfPlay(gym.Env):
         info: dict[str, Any] = {"opponent": self.opponent, "seat": self.seat}
         if self.game.over:
             score = self.game.outcome(self.seat)
-            self.league.record(str(self.opponent), score)
+            if self._fixed is not None:
+                self.reference_results[str(self.opponent)][0 if score == 1.0 else 1 if score == 0.5 else 2] += 1
+            else:
+                self.league.record(str(self.opponent), score)
             info["score"] = score
         return self._observation(), float(reward), bool(self.game.over), False, info
 
