@@ -444,7 +444,7 @@ def test_train_help_lists_the_presets(capsys):
     out = capsys.readouterr().out
     assert "presets (rl-baselines3-zoo" in out and "--no-preset" in out
     assert "  LunarLander-v3 [box2d]: a2c, appo, dqn, impala, ppo, qrdqn" in out
-    assert "  Hopper-v5 [mujoco]: a2c, ddpg, ppo, sac, td3" in out
+    assert "  Hopper-v5 [mujoco]: a2c, crossq, ddpg, ppo, sac, td3, tqc" in out
     assert "  MinAtar/Breakout-v1 [minatar]: appo, dqn, impala, ppo" in out
     assert "  Pendulum-v1: a2c, crossq, ddpg, droq, ppo, sac, td3, tqc" in out
     for env_id, _ in wb.PRESETS:
@@ -490,7 +490,18 @@ def test_the_new_presets_are_documented_with_their_scores():
     ("env_id", "agent", "cls", "steps", "values"),
     [
         ("Pendulum-v1", "tqc", wb.TQC, 20_000, {"learning_rate": 1e-3, "n_quantiles": 25}),
-        ("Pendulum-v1", "crossq", wb.CrossQ, 20_000, {"learning_rate": 1e-3, "critic_net_arch": (1024, 1024)}),
+        (
+            "Pendulum-v1",
+            "crossq",
+            wb.CrossQ,
+            20_000,
+            {"learning_rate": 1e-3, "net_arch": (256, 256), "critic_net_arch": (256, 256), "policy_delay": 2},
+        ),
+        ("LunarLanderContinuous-v3", "tqc", wb.TQC, 500_000, {"tau": 0.01, "net_arch": (400, 300)}),
+        ("LunarLanderContinuous-v3", "crossq", wb.CrossQ, 200_000, {"learning_starts": 10_000}),
+        ("Hopper-v5", "tqc", wb.TQC, 1_000_000, {"top_quantiles_to_drop_per_net": 5, "learning_starts": 10_000}),
+        ("Swimmer-v5", "tqc", wb.TQC, 1_000_000, {"top_quantiles_to_drop_per_net": 2, "gamma": 0.999}),
+        ("HalfCheetah-v5", "crossq", wb.CrossQ, 5_000_000, {"critic_net_arch": (2048, 2048), "learning_starts": 5_000}),
         ("Pendulum-v1", "droq", wb.DroQ, 10_000, {"gradient_steps": 20, "dropout_rate": 0.01, "layer_norm": True}),
         ("MountainCarContinuous-v0", "tqc", wb.TQC, 50_000, {"use_sde": True, "batch_size": 512, "gamma": 0.9999}),
     ],

@@ -627,17 +627,76 @@ def _box2d_specs() -> list[PresetSpec]:
 
 
 def _sac_family_specs() -> list[PresetSpec]:
-    """TQC, CrossQ and DroQ (issue 54). TQC: rl-baselines3-zoo's tqc.yml, which tunes TQC as sac.yml tunes SAC
-    (Pendulum: 20k steps at learning rate 1e-3; MountainCarContinuous: SAC's gSDE settings). CrossQ: sb3-contrib's
-    defaults (learning rate 1e-3, critics 1024-1024, actor delay 3) at the zoo's Pendulum budget. DroQ: the
-    paper's settings (Hiraoka et al. 2022: 20 updates per env step, dropout 0.01, layer norm), which are DroQ's
-    defaults, at half the budget: each env step costs 20 updates."""
-    return [
-        PresetSpec("Pendulum-v1", "tqc", 20_000, {"learning_rate": 1e-3}, solved=-200.0),
-        PresetSpec("Pendulum-v1", "crossq", 20_000, {}, solved=-200.0),
+    """TQC, CrossQ and DroQ (issue 54), from rl-baselines3-zoo's tqc.yml and crossq.yml (sb3-contrib's agents).
+
+    TQC: Pendulum at learning rate 1e-3 (20k steps); MountainCarContinuous with SAC's gSDE settings, which
+    tqc.yml repeats; LunarLanderContinuous as sac.yml's (500k steps, 400-300, a linear learning rate); the
+    MuJoCo rows are the zoo's "mujoco-defaults" (sb3-contrib's TQC with 10k random steps first, 1M steps;
+    Hopper drops 5 quantiles per critic, Swimmer's γ 0.999). The zoo's scores are from v2/v3 envs.
+    CrossQ: Pendulum with 256-256 networks for the actor and the critics and an actor update every 2 critic
+    steps (20k steps); LunarLanderContinuous at sb3-contrib's defaults with 10k random steps first (200k);
+    MuJoCo with 2048-2048 critics and 5k random steps first at the zoo's 5M steps (Swimmer γ 0.999). The zoo's
+    MountainCarContinuous row for CrossQ uses gSDE, which this CrossQ refuses (its actor normalizes every
+    layer's input): no preset there. The zoo publishes no CrossQ score.
+    DroQ: the paper's settings (Hiraoka et al. 2022: 20 updates per env step, dropout 0.01, layer norm), which
+    are DroQ's defaults, at half the Pendulum budget: each env step costs 20 updates."""
+    box2d, mujoco = "box2d", "mujoco"
+    specs = [
+        PresetSpec("Pendulum-v1", "tqc", 20_000, {"learning_rate": 1e-3}, zoo_score=-151.340, solved=-200.0),
+        PresetSpec(
+            "Pendulum-v1",
+            "crossq",
+            20_000,
+            {"net_arch": (256, 256), "critic_net_arch": (256, 256), "policy_delay": 2},
+            solved=-200.0,
+        ),
         PresetSpec("Pendulum-v1", "droq", 10_000, {}, solved=-200.0),
-        PresetSpec("MountainCarContinuous-v0", "tqc", 50_000, dict(_MOUNTAIN_CAR_SAC), solved=90.0),
+        PresetSpec("MountainCarContinuous-v0", "tqc", 50_000, dict(_MOUNTAIN_CAR_SAC), zoo_score=63.641, solved=90.0),
+        PresetSpec(
+            "LunarLanderContinuous-v3",
+            "tqc",
+            500_000,
+            {
+                "learning_rate": linear(7.3e-4, 0.0),
+                "buffer_size": 1_000_000,
+                "batch_size": 256,
+                "gamma": 0.99,
+                "tau": 0.01,
+                "train_freq": 1,
+                "gradient_steps": 1,
+                "learning_starts": 10_000,
+                "net_arch": (400, 300),
+            },
+            zoo_score=277.956,
+            solved=200.0,
+            required_extra=box2d,
+        ),
+        PresetSpec(
+            "LunarLanderContinuous-v3",
+            "crossq",
+            200_000,
+            {"learning_starts": 10_000},
+            solved=200.0,
+            required_extra=box2d,
+        ),
     ]
+    tqc_scores = {
+        "Hopper-v5": 3754.199,
+        "HalfCheetah-v5": 12089.939,
+        "Walker2d-v5": 4380.720,
+        "Ant-v5": 3339.362,
+        "Swimmer-v5": 339.423,
+    }
+    for task in MUJOCO_TASKS:
+        tqc: dict[str, Any] = {"learning_starts": 10_000}
+        crossq: dict[str, Any] = {"learning_starts": 5_000, "critic_net_arch": (2048, 2048)}
+        if task == "Hopper-v5":
+            tqc["top_quantiles_to_drop_per_net"] = 5
+        if task == "Swimmer-v5":
+            tqc["gamma"] = crossq["gamma"] = 0.999
+        specs.append(PresetSpec(task, "tqc", 1_000_000, tqc, zoo_score=tqc_scores[task], required_extra=mujoco))
+        specs.append(PresetSpec(task, "crossq", 5_000_000, crossq, required_extra=mujoco))
+    return specs
 
 
 MUJOCO_TASKS = ("Hopper-v5", "HalfCheetah-v5", "Walker2d-v5", "Ant-v5", "Swimmer-v5")
