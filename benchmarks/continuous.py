@@ -7,9 +7,10 @@ the mean evaluation return (with the lowest and highest seed), the median wall a
 (evaluation excluded), gradient steps per second, and for ours the ratio of wall times ours / sb3-contrib.
 
 Settings, the same on both sides: TQC as rl-baselines3-zoo's tqc.yml for Pendulum (learning rate 1e-3, otherwise
-sb3-contrib's defaults: 2 critics of 25 quantiles, 2 dropped per critic, 256-256); CrossQ at sb3-contrib's
-defaults (learning rate 1e-3, actor 256-256, critics 1024-1024, actor delay 3, Adam betas (0.5, 0.999)); SAC
-as sac.yml for Pendulum (learning rate 1e-3). The zoo's budget on Pendulum is 20k steps (issue 54 asks for 5
+sb3-contrib's defaults: 2 critics of 25 quantiles, 2 dropped per critic, 256-256); CrossQ as crossq.yml for
+Pendulum (learning rate 1e-3, actor and critics 256-256, an actor step every 2 critic steps, Adam betas (0.5,
+0.999); the first rows ran at sb3-contrib's defaults, critics 1024-1024 and delay 3, and the table names which);
+SAC as sac.yml for Pendulum (learning rate 1e-3). The zoo's budget on Pendulum is 20k steps (issue 54 asks for 5
 seeds there); a quick look:
 
     python benchmarks/continuous.py --steps 5000 --seeds 1
@@ -24,6 +25,7 @@ those files alone.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import statistics
@@ -41,9 +43,16 @@ MARKERS = ("<!-- continuous:begin -->", "<!-- continuous:end -->")
 EVAL_SEED = 100
 SETTINGS = {
     "tqc": {"learning_rate": 1e-3},
-    "crossq": {"learning_rate": 1e-3},
+    # crossq.yml's Pendulum row: 256-256 for the actor and the critics, an actor step every 2 critic steps.
+    "crossq": {"learning_rate": 1e-3, "net_arch": (256, 256), "critic_net_arch": (256, 256), "policy_delay": 2},
     "sac": {"learning_rate": 1e-3},
 }
+"""This project's settings per agent (what the preset of the same row holds)."""
+SB3_SETTINGS = {
+    "tqc": {"learning_rate": 1e-3},
+    "crossq": {"learning_rate": 1e-3, "policy_delay": 2, "policy_kwargs": {"net_arch": [256, 256]}},
+}
+"""The same settings in sb3-contrib's words (one ``net_arch`` list sizes its actor and critics alike)."""
 SB3 = {"tqc": "TQC", "crossq": "CrossQ"}  # sb3-contrib's classes; SAC runs on our side only
 
 
@@ -69,7 +78,7 @@ def run_sb3(algo: str, env_id: str, steps: int, seed: int, episodes: int) -> dic
     import sb3_contrib
 
     cls = getattr(sb3_contrib, SB3[algo])
-    model = cls("MlpPolicy", env_id, seed=seed, verbose=0, **SETTINGS[algo])
+    model = cls("MlpPolicy", env_id, seed=seed, verbose=0, **SB3_SETTINGS[algo])
     wall, cpu = time.perf_counter(), time.process_time()
     model.learn(total_timesteps=steps)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
@@ -96,8 +105,14 @@ def child(args: argparse.Namespace) -> None:
     print(json.dumps(run(args.algo, args.env, args.steps, args.seed, args.eval_episodes)))
 
 
+def _settings(side: str, algo: str) -> dict:
+    return json.loads(json.dumps((SETTINGS if side == "ours" else SB3_SETTINGS)[algo]))  # as stored: tuples as lists
+
+
 def _result_path(side: str, algo: str, env_id: str, steps: int, seed: int) -> Path:
-    return RESULTS / f"{env_id}__{algo}__{side}__{steps}__seed{seed}.json"
+    """Where a run's result goes; the settings' digest in the name, so that other settings run anew."""
+    digest = hashlib.sha1(json.dumps(_settings(side, algo), sort_keys=True).encode()).hexdigest()[:8]
+    return RESULTS / f"{env_id}__{algo}__{side}__{steps}__{digest}__seed{seed}.json"
 
 
 def _commit() -> str:
@@ -124,7 +139,7 @@ def spawn(side: str, algo: str, args: argparse.Namespace, seed: int) -> dict:
         "steps": args.steps,
         "seed": seed,
         "eval_episodes": args.eval_episodes,
-        "settings": SETTINGS[algo],
+        "settings": _settings(side, algo),
         "commit": _commit(),
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "load": round((load + os.getloadavg()[0]) / 2, 1),
@@ -134,6 +149,15 @@ def spawn(side: str, algo: str, args: argparse.Namespace, seed: int) -> dict:
     return result
 
 
+def _label(result: dict) -> str:
+    """The agent's name in the table, with the settings a row of CrossQ ran at (they changed once)."""
+    algo = result["algo"]
+    if algo != "crossq":
+        return algo.upper()
+    delay = result["settings"].get("policy_delay", 3)
+    return "CrossQ (256-256, delay 2)" if delay == 2 else "CrossQ (critics 1024-1024, delay 3)"
+
+
 def render(write: bool = True) -> str:
     """The side-by-side table from the stored results alone: per env, budget, algorithm and library, the median
     over seeds of the evaluation return (lowest and highest seed), wall and CPU seconds, gradient steps per
@@ -141,19 +165,20 @@ def render(write: bool = True) -> str:
     groups: dict[tuple, list[dict]] = {}
     for path in sorted(RESULTS.glob("*.json")):
         r = json.loads(path.read_text())
-        groups.setdefault((r["env"], r["steps"], r["algo"], r["side"]), []).append(r)
+        label = _label(r)
+        groups.setdefault((r["env"], r["steps"], label, r["side"]), []).append(r)
     lines = [
         "| env | steps | agent | library | seeds | return: median (lowest..highest) | wall s | CPU s "
         "| gradient steps/s | wall ours / sb3 | commit | load |",
         "|---|---:|---|---|---|---:|---:|---:|---:|---:|---|---:|",
     ]
-    for (env_id, steps, algo, side), runs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
+    for (env_id, steps, label, side), runs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
         wall = statistics.median(r["wall"] for r in runs)
-        other = groups.get((env_id, steps, algo, "sb3")) if side == "ours" else None
+        other = groups.get((env_id, steps, label, "sb3")) if side == "ours" else None
         ratio = f"{wall / statistics.median(r['wall'] for r in other):.2f}x" if other else ""
         returns = [r["return"] for r in runs]
         lines.append(
-            f"| {env_id} | {steps:,} | {algo.upper() if algo != 'crossq' else 'CrossQ'} "
+            f"| {env_id} | {steps:,} | {label} "
             f"| {'rl-workbench' if side == 'ours' else 'sb3-contrib'} | {', '.join(str(r['seed']) for r in runs)} "
             f"| {statistics.median(returns):.1f} ({min(returns):.1f}..{max(returns):.1f}) | {wall:.1f} "
             f"| {statistics.median(r['cpu'] for r in runs):.1f} "
@@ -177,6 +202,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=20_000)
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--eval-episodes", type=int, default=10)
+    parser.add_argument(
+        "--sides",
+        nargs="+",
+        default=["ours", "sb3"],
+        choices=("ours", "sb3"),
+        help="whose runs (two processes: one each)",
+    )
     parser.add_argument("--child", choices=("ours", "sb3"), dest="side", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--render", action="store_true", help="write docs/algorithms.md's table from the results")
@@ -196,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     for algo in args.algos:
         rows = {}
-        for side in ("ours", "sb3") if algo in SB3 else ("ours",):
+        for side in [s for s in args.sides if s == "ours" or algo in SB3]:
             runs = [spawn(side, algo, args, seed) for seed in range(args.seeds)]
             rows[side] = {
                 "return": statistics.median(r["return"] for r in runs),
