@@ -148,22 +148,26 @@ def _goal(game: str, final: dict[str, dict[str, float]]) -> str:
     return "met" if ok else "not met"
 
 
-def _settings(row: dict[str, Any]) -> str:
-    """The row's PPO settings that differ from the game's in ``GAMES``, and a mark for the runs of before
-    the budget was planned up front (their clip range fell to 0 within every evaluation interval)."""
+def _shown(value: Any) -> str:
+    if isinstance(value, dict) and "schedule" in value:
+        return f"{value['schedule']} {value['start']:g}→{value['end']:g}"
+    return json.dumps(value)
 
-    def shown(value: Any) -> str:
-        if isinstance(value, dict) and "schedule" in value:
-            return f"{value['schedule']} {value['start']:g}→{value['end']:g}"
-        return json.dumps(value)
 
+def _ppo_changes(row: dict[str, Any]) -> str:
+    """The row's PPO settings that differ from the game's in ``GAMES``."""
     base = GAMES[row["game"]]["ppo"]
-    parts = [f"{k}={shown(v)}" for k, v in sorted(row["ppo"].items()) if base.get(k) != v]
+    return ", ".join(f"{k}={_shown(v)}" for k, v in sorted(row["ppo"].items()) if base.get(k) != v)
+
+
+def _settings(row: dict[str, Any]) -> str:
+    """The table's name for the row's settings: the label its file was written under (``--label``; none: the
+    game's settings), its share of games against the references, and † for a run of before the budget was
+    planned up front (its clip range fell to 0 within every evaluation interval)."""
+    parts = [row.get("label") or ("the game's" if not _ppo_changes(row) else _ppo_changes(row))]
     if row.get("reference_share"):
-        parts.append(f"reference_share={json.dumps(row['reference_share'])}")
-    if row.get("schedules_over") != "budget":
-        parts.append("schedules per interval†")
-    return ", ".join(parts) or "the game's"
+        parts.append(f"reference_share {json.dumps(row['reference_share'])}")
+    return ", ".join(parts) + ("†" if row.get("schedules_over") != "budget" else "")
 
 
 def _order(row: dict[str, Any]) -> tuple[Any, ...]:
@@ -217,7 +221,13 @@ def curves(rows: list[dict[str, Any]]) -> str:
 
 def render() -> str:
     """Rewrite the table in docs/self_play.md from the stored results; returns the table."""
-    rows = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("self_play__*.json"))]
+    rows = []
+    for path in sorted(RESULTS.glob("self_play__*.json")):
+        row = json.loads(path.read_text())
+        parts = path.stem.split("__")  # self_play, game, steps, [label,] seed<k>
+        row["label"] = parts[3] if len(parts) == 5 else ""
+        rows.append(row)
+    labels = {r["label"]: _ppo_changes(r) for r in rows if r["label"]}
     games = max((r["final_games"] for r in rows), default=0)
     evals = max((r.get("eval_games", 0) for r in rows), default=0)
     text = (
@@ -228,8 +238,9 @@ def render() -> str:
             if any(r["final"] is None for r in rows)
             else ""
         )
-        + ". Rating: the league's Elo of the learner at the first evaluation and at the end. Settings: the PPO"
-        + " settings that differ from the game's in `benchmarks/self_play.py`"
+        + ". Rating: the league's Elo of the learner at the first evaluation and at the end. Settings: the game's"
+        + " in `benchmarks/self_play.py`"
+        + "".join(f"; {label}: {changes}" for label, changes in sorted(labels.items()))
         + (
             "; †: a run of before the budget was planned up front, whose schedules (PPO's clip range) fell"
             " to their end within every evaluation interval"
