@@ -131,6 +131,23 @@ _MOUNTAIN_CAR_SAC: dict[str, Any] = {
 """sac.yml's MountainCarContinuous-v0 row (gSDE), which tqc.yml repeats for TQC: each preset takes a copy."""
 
 
+def _lunar_continuous_sac() -> dict[str, Any]:
+    """sac.yml's LunarLanderContinuous-v3 row, which tqc.yml repeats for TQC (a fresh dict, schedule included,
+    for each preset)."""
+    return {
+        "learning_rate": linear(7.3e-4, 0.0),
+        "buffer_size": 1_000_000,
+        "batch_size": 256,
+        "ent_coef": "auto",
+        "gamma": 0.99,
+        "tau": 0.01,
+        "train_freq": 1,
+        "gradient_steps": 1,
+        "learning_starts": 10_000,
+        "net_arch": (400, 300),
+    }
+
+
 def _specs() -> list[PresetSpec]:
     # Each entry transcribes the zoo's yml; fields equal to the agent's default are left out.
     # The zoo tunes TD3 and DDPG on Pendulum alike (a fresh noise object for each preset).
@@ -546,18 +563,7 @@ def _box2d_specs() -> list[PresetSpec]:
             "LunarLanderContinuous-v3",
             "sac",
             500_000,
-            {
-                "learning_rate": linear(7.3e-4, 0.0),
-                "buffer_size": 1_000_000,
-                "batch_size": 256,
-                "ent_coef": "auto",
-                "gamma": 0.99,
-                "tau": 0.01,
-                "train_freq": 1,
-                "gradient_steps": 1,
-                "learning_starts": 10_000,
-                "net_arch": (400, 300),
-            },
+            _lunar_continuous_sac(),
             zoo_score=260.390,
             solved=200.0,
             required_extra=box2d,
@@ -656,17 +662,7 @@ def _sac_family_specs() -> list[PresetSpec]:
             "LunarLanderContinuous-v3",
             "tqc",
             500_000,
-            {
-                "learning_rate": linear(7.3e-4, 0.0),
-                "buffer_size": 1_000_000,
-                "batch_size": 256,
-                "gamma": 0.99,
-                "tau": 0.01,
-                "train_freq": 1,
-                "gradient_steps": 1,
-                "learning_starts": 10_000,
-                "net_arch": (400, 300),
-            },
+            _lunar_continuous_sac(),
             zoo_score=277.956,
             solved=200.0,
             required_extra=box2d,
