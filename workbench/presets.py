@@ -252,21 +252,16 @@ def _specs() -> list[PresetSpec]:
             solved=-110.0,
         ),
         PresetSpec("Pendulum-v1", "sac", 20_000, {"learning_rate": 1e-3}, zoo_score=-156.995, solved=-200.0),
-        PresetSpec(
-            "Pendulum-v1",
-            "td3",
-            20_000,
-            {**pendulum_td3_ddpg, "exploration": GaussianNoise(0.1)},
-            zoo_score=-151.855,
-            solved=-200.0,
-        ),
-        PresetSpec(
-            "Pendulum-v1",
-            "ddpg",
-            20_000,
-            {**pendulum_td3_ddpg, "exploration": GaussianNoise(0.1)},
-            zoo_score=-152.099,
-            solved=-200.0,
+        *(
+            PresetSpec(
+                "Pendulum-v1",
+                algo,
+                20_000,
+                {**pendulum_td3_ddpg, "exploration": GaussianNoise(0.1)},
+                zoo_score=score,
+                solved=-200.0,
+            )
+            for algo, score in (("td3", -151.855), ("ddpg", -152.099))
         ),
         # gSDE is what finds the far-away reward here: smooth exploration over whole rollouts.
         PresetSpec("MountainCarContinuous-v0", "sac", 50_000, dict(_MOUNTAIN_CAR_SAC), zoo_score=94.679, solved=90.0),

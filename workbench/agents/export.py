@@ -163,14 +163,9 @@ class ExportedPolicy(_ExportedHead):
         return self._actions(self._features(obs), action_mask)
 
 
-class ExportedRecurrentPolicy(_ExportedHead):
-    """A recurrent (LSTM) policy's deterministic step, its state explicit:
-    ``(obs, lstm_h, lstm_c, episode_start) -> (action, next_lstm_h, next_lstm_c)``.
-
-    ``lstm_h`` and ``lstm_c`` are the actor LSTM's state, ``(1, batch, hidden)`` (num_layers,
-    batch, hidden, as ``torch.nn.LSTM`` holds it); ``episode_start`` is ``(batch,)`` float32, 1.0
-    for an env whose episode starts at this observation: its state is zeroed before the step, as
-    the agent's ``begin_episode`` zeroes it. Start from zeros, feed the returned state back."""
+class _ExportedRecurrentHead(_ExportedHead):
+    """What the recurrent deterministic steps share: the recurrent actor beside the head, which unrolls
+    ``(T, B, ...)`` observations from its ``(B, ...)`` state and ``(T, B)`` episode starts."""
 
     def __init__(
         self,
@@ -181,7 +176,19 @@ class ExportedRecurrentPolicy(_ExportedHead):
         description: str = "",
     ) -> None:
         super().__init__(head, normalizer, action_shape, description)
-        self.actor = actor  # a RecurrentNetwork: (T, B, ...) observations, (B, H) states, (T, B) starts
+        self.actor = actor
+
+
+class ExportedRecurrentPolicy(_ExportedRecurrentHead):
+    """A recurrent (LSTM) policy's deterministic step, its state explicit:
+    ``(obs, lstm_h, lstm_c, episode_start) -> (action, next_lstm_h, next_lstm_c)``.
+
+    ``lstm_h`` and ``lstm_c`` are the actor LSTM's state, ``(1, batch, hidden)`` (num_layers,
+    batch, hidden, as ``torch.nn.LSTM`` holds it); ``episode_start`` is ``(batch,)`` float32, 1.0
+    for an env whose episode starts at this observation: its state is zeroed before the step, as
+    the agent's ``begin_episode`` zeroes it. Start from zeros, feed the returned state back."""
+
+    # The actor is a RecurrentNetwork: (B, H) states.
 
     def forward(
         self,
@@ -201,7 +208,7 @@ class ExportedRecurrentPolicy(_ExportedHead):
         return (*leaves, h.unsqueeze(0), c.unsqueeze(0))
 
 
-class ExportedMemoryPolicy(_ExportedHead):
+class ExportedMemoryPolicy(_ExportedRecurrentHead):
     """A recurrent policy whose memory state is one tensor (RecurrentPPO's GRU or GTrXL), one
     deterministic step: ``(obs, memory_state, episode_start) -> (action, next_memory_state)``.
 
@@ -210,18 +217,13 @@ class ExportedMemoryPolicy(_ExportedHead):
     window of each layer's inputs); ``episode_start`` zeroes an env's state before the step, as
     ``begin_episode`` does. Start from zeros, feed the returned state back."""
 
-    def __init__(
-        self,
-        actor: nn.Module,
-        head: nn.Module,
-        normalizer: nn.Module | None,
-        action_shape: tuple[int, ...],
-        state_shape: tuple[int, int],
-        description: str = "",
-    ) -> None:
-        super().__init__(head, normalizer, action_shape, description)
-        self.actor = actor  # a MemoryNetwork: (T, B, ...) observations, (B, rows, width) states, (T, B) starts
-        self.state_shape: tuple[int, int] = (int(state_shape[0]), int(state_shape[1]))
+    # The actor is a MemoryNetwork: (B, rows, width) states.
+
+    @property
+    def state_shape(self) -> tuple[int, int]:
+        """``memory_state``'s shape past the batch: the actor's ``(rows, width)``."""
+        rows, width = self.actor.state_shape
+        return (int(rows), int(width))
 
     def forward(
         self,
@@ -285,21 +287,17 @@ class ExportedActingPolicy(_ExportedActing):
     space's Gaussian mean); ``value`` the critic's value ``(batch,)``; ``log_std`` (a Box space only) the
     Gaussian's log standard deviations ``(batch, n)``; ``next_state`` the state after the step, to feed back."""
 
-    def __init__(
-        self,
-        actor: nn.Module,
-        critic: nn.Module,
-        head: nn.Module,
-        normalizer: nn.Module | None,
-        action_shape: tuple[int, ...],
-        description: str = "",
-        log_std: nn.Module | None = None,
-    ) -> None:
-        # actor: a RecurrentNetwork or MemoryNetwork: both unroll (T, B, ...) from (B, rows, width)
-        super().__init__(actor, critic, head, normalizer, action_shape, description, log_std)
-        rows, width = actor.state_shape
-        self.state_shape: tuple[int, int] = (2 * int(rows), int(width))
-        self.rows = int(rows)
+    # The actor is a RecurrentNetwork or MemoryNetwork: both unroll (T, B, ...) from (B, rows, width).
+
+    @property
+    def rows(self) -> int:
+        """The actor's state rows; the critic's follow them in ``state``."""
+        return int(self.actor.state_shape[0])
+
+    @property
+    def state_shape(self) -> tuple[int, int]:
+        """``state``'s shape past the batch: the actor's rows, then the critic's."""
+        return (2 * self.rows, int(self.actor.state_shape[1]))
 
     def forward(
         self,
@@ -414,9 +412,7 @@ def policy_module(
             "log-probability; export with critic=False"
         )
     if head.recurrent_actor is not None and head.memory_state_shape is not None:
-        memory = ExportedMemoryPolicy(
-            head.recurrent_actor, head.module, normalizer, action_shape, head.memory_state_shape, head.description
-        )
+        memory = ExportedMemoryPolicy(head.recurrent_actor, head.module, normalizer, action_shape, head.description)
         return memory.eval().cpu()
     if head.recurrent_actor is not None:
         module = ExportedRecurrentPolicy(head.recurrent_actor, head.module, normalizer, action_shape, head.description)
@@ -579,6 +575,17 @@ def _mask_sidecar(agent: Agent) -> dict[str, Any]:
     }
 
 
+def _episode_start_sidecar() -> dict[str, Any]:
+    """The ``episode_start`` input every recurrent export takes, as the sidecar describes it."""
+    return {
+        "name": EPISODE_START,
+        "dtype": "float32",
+        "shape": ["batch"],
+        "meaning": "1.0 for an env whose episode starts with this observation (its state is zeroed "
+        "before the step), else 0.0",
+    }
+
+
 def _recurrent_sidecar(agent: Agent, memory_state_shape: tuple[int, int] | None = None) -> dict[str, Any]:
     """The recurrent state's inputs and outputs of a recurrent policy, and how to loop over them: the
     LSTM's ``h`` and ``c``, or the one ``memory_state`` of a GRU or GTrXL memory."""
@@ -597,13 +604,7 @@ def _recurrent_sidecar(agent: Agent, memory_state_shape: tuple[int, int] | None 
             {"name": out, "dtype": "float32", "shape": shape, "feeds": name}
             for out, name in zip(names[1], names[0], strict=True)
         ],
-        "episode_start": {
-            "name": EPISODE_START,
-            "dtype": "float32",
-            "shape": ["batch"],
-            "meaning": "1.0 for an env whose episode starts with this observation (its state is zeroed "
-            "before the step), else 0.0",
-        },
+        "episode_start": _episode_start_sidecar(),
         "initial_state": "zeros",
         "loop": (
             "state inputs start as zeros of their shape; each step feeds obs, the state and episode_start "
@@ -623,13 +624,7 @@ def _acting_sidecar(agent: Agent, state_shape: tuple[int, int], log_std: bool = 
         "extras_key": extra,
         "state_inputs": [{"name": ACTING_STATE, "dtype": "float32", "shape": shape}],
         "state_outputs": [{"name": NEXT_ACTING_STATE, "dtype": "float32", "shape": shape, "feeds": ACTING_STATE}],
-        "episode_start": {
-            "name": EPISODE_START,
-            "dtype": "float32",
-            "shape": ["batch"],
-            "meaning": "1.0 for an env whose episode starts with this observation (its state is zeroed "
-            "before the step), else 0.0",
-        },
+        "episode_start": _episode_start_sidecar(),
         "initial_state": "zeros",
         "state_layout": f"one env's acting state, as the step's extras/{extra} holds it: the actor's "
         f"{state_shape[0] // 2} rows, then the critic's (the LSTM: h, c, h, c)",
