@@ -3,6 +3,8 @@ the league saved with the run and reopened exactly, and the errors at the call."
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -251,6 +253,31 @@ def test_league_saves_with_the_run_and_reopens_exactly(tmp_path, suffix) -> None
     assert wb.League.load(out).meta() == alone.meta()
     with pytest.raises(wb.CheckpointError, match="no league"):
         wb.League.load(wb.PPO("CartPole-v1").save(tmp_path / "plain"))
+
+
+def test_training_games_against_the_references_save_and_reopen(tmp_path) -> None:
+    """The tally of ``reference_share``'s games goes into the saved run and comes back on reopening; a broken
+    tally in the file is refused, naming it."""
+
+    def build() -> wb.SelfPlay:
+        return wb.SelfPlay(tictactoe_v3.env, league=wb.League(seed=0), references=["random"], reference_share=0.5)
+
+    env = build()
+    session = wb.Session(wb.PPO(env, n_steps=64, batch_size=32, n_epochs=1), env, seed=0)
+    session.run(steps=64 * 2)
+    played = list(env.reference_results["random"])
+    assert sum(played) > 0
+    path = session.save(tmp_path / "run")
+    env2 = build()
+    wb.Session.reopen(path, env2)
+    assert env2.reference_results == {"random": played}
+    meta_file = tmp_path / "run" / "meta.json"
+    meta = json.loads(meta_file.read_text())
+    assert meta["reference_results"] == {"random": played}
+    meta["reference_results"] = {"random": [1, -2, 3]}
+    meta_file.write_text(json.dumps(meta))
+    with pytest.raises(wb.CheckpointError, match=r"reference_results\['random'\]"):
+        wb.Session.reopen(path, build())
 
 
 def test_parallel_env_game_and_errors() -> None:

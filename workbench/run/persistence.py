@@ -68,6 +68,8 @@ def write_run(ctx: Any, path: str | os.PathLike[str], *, memory: bool = False, o
     tensors = saved.tensors
     if state.selfplay is not None:  # self-play: the league (snapshots' weights, ratings, sampling state)
         meta["league"] = state.selfplay.league.meta()
+        # The training games against the fixed references (reference_share=), tallied on the env, not rated.
+        meta["reference_results"] = {name: list(map(int, c)) for name, c in state.selfplay.reference_results.items()}
         tensors = {**tensors, **state.selfplay.league.tensors()}
     return checkpoint.write_run(
         path,
@@ -92,6 +94,8 @@ class SavedRun:
     offline: bool
     league: tuple[Any, dict[str, Any], str] | None = None
     """A self-play run's league: (its meta, the run's tensors, the label errors name)."""
+    reference_results: dict[str, Any] | None = None
+    """A self-play run's training games against each reference (wins, draws, losses), where it saved them."""
 
 
 def read_saved(
@@ -104,6 +108,7 @@ def read_saved(
         agent = agent_from_run(run, memory=True, allow_encoders=allow_encoders, device=device).train()
         signals = run.signals()
         league = (run.meta["league"], run.tensors(), run.label(checkpoint.META)) if "league" in run.meta else None
+        reference_results = _reference_results(run.meta.get("reference_results"), run.label(checkpoint.META))
     saved = run.meta.get("session", {})
     if env is not None and external:
         raise TypeError("Session.reopen got an env and external=True: an external session has no env")
@@ -127,7 +132,14 @@ def read_saved(
             raise ValueError(f"{path}: the run was trained on an env built by the application; {hint}")
     kwargs.setdefault("seed", saved.get("seed"))
     return SavedRun(
-        agent=agent, env=env, kwargs=kwargs, signals=signals, counters=saved, offline=offline, league=league
+        agent=agent,
+        env=env,
+        kwargs=kwargs,
+        signals=signals,
+        counters=saved,
+        offline=offline,
+        league=league,
+        reference_results=reference_results,
     )
 
 
@@ -142,6 +154,7 @@ def restore(ctx: Any, saved: SavedRun) -> None:
                 "Session.reopen(path, wb.SelfPlay(game)); its league is restored into that env's league"
             )
         state.selfplay.league.load_state(*saved.league)
+        _restore_reference_results(state.selfplay, saved.reference_results)
     for name, sig in saved.signals.items():
         state.signals.signal(name).extend(*sig.snapshot())
     state.episodes = int(counters.get("episodes", 0))
@@ -155,3 +168,26 @@ def restore(ctx: Any, saved: SavedRun) -> None:
     state.counters.env_rng = counters.get("env_rng")
     state.events = [Event.from_dict(e) for e in counters.get("events", [])]
     state.counters.resumed_from_disk = True
+
+
+def _reference_results(saved: Any, label: str) -> dict[str, list[int]] | None:
+    """The saved tallies of a self-play run's training games against its references, checked (None for a run
+    saved before they were kept, or one without self-play)."""
+    if saved is None:
+        return None
+    if not isinstance(saved, dict):
+        raise checkpoint.CheckpointError(f"{label}: reference_results {saved!r} is not a table of counts")
+    for name, counts in saved.items():
+        if not (isinstance(counts, list) and len(counts) == 3 and all(type(c) is int and c >= 0 for c in counts)):
+            raise checkpoint.CheckpointError(
+                f"{label}: reference_results[{name!r}] {counts!r} is not three counts (wins, draws, losses)"
+            )
+    return {str(name): list(counts) for name, counts in saved.items()}
+
+
+def _restore_reference_results(env: Any, saved: dict[str, list[int]] | None) -> None:
+    """Put the saved tallies of training games against the references back into the self-play ``env``,
+    for the references it has (a reference the reopening env lacks keeps its count in the saved file only)."""
+    for name, counts in (saved or {}).items():
+        if name in env.reference_results:
+            env.reference_results[name] = list(counts)
