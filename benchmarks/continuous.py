@@ -28,6 +28,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -109,10 +110,12 @@ def _settings(side: str, algo: str) -> dict:
     return json.loads(json.dumps((SETTINGS if side == "ours" else SB3_SETTINGS)[algo]))  # as stored: tuples as lists
 
 
-def _result_path(side: str, algo: str, env_id: str, steps: int, seed: int) -> Path:
-    """Where a run's result goes; the settings' digest in the name, so that other settings run anew."""
+def _result_path(side: str, algo: str, env_id: str, steps: int, seed: int, round_: str = "") -> Path:
+    """Where a run's result goes; the settings' digest in the name, so that other settings run anew, and the
+    round's name where there is one, so that the same settings run anew after a change of the code."""
     digest = hashlib.sha1(json.dumps(_settings(side, algo), sort_keys=True).encode()).hexdigest()[:8]
-    return RESULTS / f"{env_id}__{algo}__{side}__{steps}__{digest}__seed{seed}.json"
+    tail = f"__{round_}" if round_ else ""
+    return RESULTS / f"{env_id}__{algo}__{side}__{steps}__{digest}__seed{seed}{tail}.json"
 
 
 def _commit() -> str:
@@ -122,7 +125,7 @@ def _commit() -> str:
 
 def spawn(side: str, algo: str, args: argparse.Namespace, seed: int) -> dict:
     """One run in its own process, or its stored result when it ran before; stored as it ends."""
-    path = _result_path(side, algo, args.env, args.steps, seed)
+    path = _result_path(side, algo, args.env, args.steps, seed, args.round)
     if path.exists():
         return json.loads(path.read_text())
     command = [sys.executable, __file__, "--child", side, "--algos", algo, "--env", args.env]
@@ -138,6 +141,7 @@ def spawn(side: str, algo: str, args: argparse.Namespace, seed: int) -> dict:
         "env": args.env,
         "steps": args.steps,
         "seed": seed,
+        "round": args.round,
         "eval_episodes": args.eval_episodes,
         "settings": _settings(side, algo),
         "commit": _commit(),
@@ -166,6 +170,8 @@ def render(write: bool = True) -> str:
     for path in sorted(RESULTS.glob("*.json")):
         r = json.loads(path.read_text())
         label = _label(r)
+        if r.get("round"):
+            label = f"{label}, round {r['round']}"
         groups.setdefault((r["env"], r["steps"], label, r["side"]), []).append(r)
     lines = [
         "| env | steps | agent | library | seeds | return: median (lowest..highest) | wall s | CPU s "
@@ -207,12 +213,20 @@ def main(argv: list[str] | None = None) -> int:
         nargs="+",
         default=["ours", "sb3"],
         choices=("ours", "sb3"),
-        help="whose runs (two processes: one each)",
+        help="whose runs (one after the other; run two of these at once for the two sides side by side)",
+    )
+    parser.add_argument(
+        "--round",
+        default="",
+        help="a name for runs of the same settings after a change of the code: stored apart, a row of their own "
+        "(both sides take it, so the ratio compares runs of one round)",
     )
     parser.add_argument("--child", choices=("ours", "sb3"), dest="side", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--render", action="store_true", help="write docs/algorithms.md's table from the results")
     args = parser.parse_args(argv)
+    if not re.fullmatch(r"[A-Za-z0-9_.-]*", args.round):
+        parser.error(f"--round {args.round!r}: letters, digits, '_', '.' and '-' only (it goes into file names)")
     if args.render:
         print(render())
         return 0

