@@ -28,6 +28,7 @@ def test_there_are_notebooks_for_every_use():
         "compare_runs.ipynb",
         "sweep.ipynb",
         "external.ipynb",
+        "continuous_control.ipynb",
     } <= names
 
 
