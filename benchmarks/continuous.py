@@ -18,7 +18,8 @@ seeds there); a quick look:
 
 Every run's result is stored as one JSON file under ``benchmarks/results/continuous/`` (with the commit it ran
 at, the date, the settings and the machine's load); a run whose file exists is not run again, so an interrupted
-benchmark resumes. ``--render`` writes the table of docs/algorithms.md (between its ``continuous`` markers) from
+benchmark resumes; ``--round NAME`` runs the same settings anew after a change of the code, stored apart and shown
+as rows of their own. ``--render`` writes the table of docs/algorithms.md (between its ``continuous`` markers) from
 those files alone.
 """
 
