@@ -49,7 +49,7 @@ CURVE_EPISODES = 5
 EVAL_SEED = 10_000
 """Episode ``i`` of a final evaluation resets with seed ``EVAL_SEED + 1000 * seed + i``: fresh starts, the
 same for both libraries."""
-SB3_AGENTS = ("a2c", "ddpg", "dqn", "ppo", "qrdqn", "sac", "td3", "tqc")
+SB3_AGENTS = ("a2c", "crossq", "ddpg", "dqn", "ppo", "qrdqn", "sac", "td3", "tqc")
 """Agents whose rows ``--sb3`` also trains in Stable-Baselines3 (``sample_efficiency.sb3_kwargs``)."""
 
 # The published figures: rl-baselines3-zoo's benchmark.md (https://github.com/DLR-RM/rl-baselines3-zoo,

@@ -120,7 +120,7 @@ def sb3_kwargs(agent: wb.Agent) -> tuple[dict, int, bool]:
         if name == "qrdqn":
             kw["policy_kwargs"]["n_quantiles"] = c.n_quantiles
         return kw, 1, False
-    if name in ("sac", "tqc", "td3", "ddpg"):
+    if name in ("sac", "tqc", "crossq", "td3", "ddpg"):
         return _sb3_off_policy_kwargs(agent, name), c.n_envs, bool(c.normalize_observations or c.normalize_rewards)
     activation = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU, "elu": torch.nn.ELU}[c.activation]
     policy_kwargs = dict(
@@ -170,10 +170,27 @@ def _sb3_replay_kwargs(c: Any) -> dict:
 
 
 def _sb3_off_policy_kwargs(agent: wb.Agent, name: str) -> dict:
-    """SB3's SAC, TD3 or DDPG (or sb3-contrib's TQC) arguments equal to ``agent``'s settings (exploration noise
-    in scaled action units, as both libraries add it to the action in [-1, 1])."""
+    """SB3's SAC, TD3 or DDPG (or sb3-contrib's TQC or CrossQ) arguments equal to ``agent``'s settings
+    (exploration noise in scaled action units, as both libraries add it to the action in [-1, 1])."""
     c = agent.config
     kw = _sb3_replay_kwargs(c)
+    if name == "crossq":
+        # No target network: sb3-contrib's CrossQ takes no tau; one net_arch dict sizes actor and critics apart.
+        del kw["tau"]
+        kw.update(
+            ent_coef=c.ent_coef,
+            target_entropy="auto" if c.target_entropy is None else c.target_entropy,
+            policy_delay=c.policy_delay,
+        )
+        kw["policy_kwargs"] = dict(
+            net_arch=dict(pi=list(c.net_arch), qf=list(c.critic_net_arch)),
+            n_critics=c.n_critics,
+            log_std_init=c.log_std_init,
+            batch_norm_momentum=c.batch_norm_momentum,
+            batch_norm_eps=c.batch_norm_eps,
+            renorm_warmup_steps=c.renorm_warmup_steps,
+        )
+        return kw
     if name in ("sac", "tqc"):
         kw.update(
             ent_coef=c.ent_coef,
@@ -214,6 +231,8 @@ def sb3_algorithm(agent_name: str) -> tuple[type, str]:
         return sb3_contrib.QRDQN, "MlpPolicy"
     if agent_name == "tqc":
         return sb3_contrib.TQC, "MlpPolicy"
+    if agent_name == "crossq":
+        return sb3_contrib.CrossQ, "MlpPolicy"
     return getattr(stable_baselines3, agent_name.upper()), "MlpPolicy"
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -197,3 +198,38 @@ def test_the_script_lists_the_presets():
     )
     assert out.returncode == 0, out.stderr
     assert "CartPole-v1:dqn" in out.stdout
+
+
+def test_crossq_rows_run_sb3_contribs_crossq_at_the_presets_settings(report):
+    """``--sb3`` on a CrossQ row builds sb3-contrib's CrossQ with the agent's actor and critic sizes, delay and
+    batch renormalization, and without a target network's tau (it has none)."""
+    pytest.importorskip("sb3_contrib")
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from sample_efficiency import sb3_algorithm, sb3_kwargs
+
+    import workbench as wb
+
+    assert "crossq" in report.SB3_AGENTS
+    agent = wb.preset("Pendulum-v1", "crossq", seed=0).agent
+    assert sb3_kwargs(agent)[0]["policy_delay"] == 2  # the preset's (crossq.yml), not sb3-contrib's default 3
+    # Actor and critics of different sizes, so that swapping them fails.
+    agent = wb.CrossQ(
+        "Pendulum-v1", net_arch=(64, 32), critic_net_arch=(128, 96), policy_delay=4, renorm_warmup_steps=7
+    )
+    kw, n_envs, normalize = sb3_kwargs(agent)
+    assert (n_envs, normalize) == (1, False) and "tau" not in kw
+    cls, policy = sb3_algorithm("crossq")
+    model = cls(policy, "Pendulum-v1", seed=0, **kw)
+    c = agent.config
+    assert model.policy_delay == c.policy_delay and model.batch_size == c.batch_size
+    assert model.learning_starts == c.learning_starts and model.gamma == c.gamma
+    widths = [m.out_features for m in model.policy.critic.q_networks[0] if isinstance(m, torch.nn.Linear)]
+    assert tuple(widths[:-1]) == c.critic_net_arch and len(model.policy.critic.q_networks) == c.n_critics
+    actor = [m.out_features for m in model.policy.actor.latent_pi if isinstance(m, torch.nn.Linear)]
+    assert tuple(actor) == c.net_arch
+    renorm = model.policy.actor.latent_pi[0]
+    assert (renorm.momentum, renorm.eps, renorm.warmup_steps) == (
+        c.batch_norm_momentum,
+        c.batch_norm_eps,
+        c.renorm_warmup_steps,
+    )
