@@ -37,6 +37,7 @@ from ..envs.core import as_env_source, describe_space, flat_observation_space, o
 from ..envs.masks import MASK_KEY, strip_mask_space
 from ..loop import NO_EXTRAS, Step, Transitions
 from ..normalization import ObservationNormalizer, RewardNormalizer
+from ..schedules import Schedule, as_schedule
 from ..validation import check_value, integer, optional
 from .encoders import describe_encoder
 from .execution import Execution, has_image
@@ -481,6 +482,12 @@ class Agent(Execution, Shaping, Persistence, Playing):
             if name in rates:
                 for group in opt.param_groups:
                     group["lr"] = rates[name]
+
+    def _edit_learning_rate(self, changed: set[str], schedule: Schedule) -> Schedule:
+        """One schedule for every optimizer (DQN, SAC, on-policy): renewed by an edit, its rate set at once."""
+        schedule = as_schedule(self.config.learning_rate) if "learning_rate" in changed else schedule
+        self._set_learning_rates(dict.fromkeys(self.optimizers, schedule(self.progress)))
+        return schedule
 
     def policy_head(self) -> PolicyHead:
         """What ``export`` runs after the frozen observation normalization: the deterministic head

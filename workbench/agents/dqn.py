@@ -291,12 +291,9 @@ class DQN(OffPolicyAgent):
     def apply_edits(self, changed: set[str]) -> None:
         """The learning rate's and prioritized replay's beta schedules; the optimizer's rate at once."""
         super().apply_edits(changed)
-        if "learning_rate" in changed:
-            self._lr = as_schedule(self.config.learning_rate)
         if "prioritized_beta" in changed:
             self._beta = as_schedule(self.config.prioritized_beta)
-        rate = self._lr(self.progress)
-        self._set_learning_rates({name: rate for name in self.optimizers})
+        self._lr = self._edit_learning_rate(changed, self._lr)
 
     # -- learning -----------------------------------------------------------------------------
 

@@ -490,12 +490,9 @@ class OnPolicyAgent(Agent):
         """A learning-rate edit replaces the schedule, every optimizer taking its rate at once; a clip-range
         edit (PPO's, RecurrentPPO's: the only ones that have it) the clip schedule."""
         super().apply_edits(changed)
-        if "learning_rate" in changed:
-            self._lr = as_schedule(self.config.learning_rate)
         if "clip_range" in changed:
             self._clip = as_schedule(self.config.clip_range)
-        rate = self._lr(self.progress)
-        self._set_learning_rates({name: rate for name in self.optimizers})
+        self._lr = self._edit_learning_rate(changed, self._lr)
 
     # -- learning helpers ---------------------------------------------------------------------
 

@@ -349,14 +349,11 @@ class SAC(OffPolicyAgent):
         to learn it from that start) and the target entropy; every optimizer's rate at once."""
         super().apply_edits(changed)
         c = self.config
-        if "learning_rate" in changed:
-            self._lr = as_schedule(c.learning_rate)
         if "ent_coef" in changed:
             self._set_alpha(c.ent_coef)
         if "target_entropy" in changed:
             self.target_entropy = float(-self.act_dim if c.target_entropy is None else c.target_entropy)
-        rate = self._lr(self.progress)
-        self._set_learning_rates({name: rate for name in self.optimizers})
+        self._lr = self._edit_learning_rate(changed, self._lr)  # after _set_alpha: a new alpha optimizer too
 
     def _set_alpha(self, ent_coef: float | str) -> None:
         """The entropy coefficient: a fixed number, or learned from a start (``"auto_0.1"``)."""
