@@ -301,6 +301,60 @@ def test_parallel_env_game_and_errors() -> None:
         fresh.bind(wb.PPO(wb.SelfPlay(connect_four_v3.env)))
 
 
+def test_the_seat_ends_the_observation_where_asked() -> None:
+    plain = wb.SelfPlay(lambda: rps_v2.parallel_env(max_cycles=3))
+    env = wb.SelfPlay(lambda: rps_v2.parallel_env(max_cycles=3), seat_in_observation=True)
+    n = plain.observation_space["observation"].shape[0]
+    assert env.observation_space["observation"].shape == (n + 2,)
+    env.bind(wb.PPO(env, n_steps=32, batch_size=16, n_epochs=1))
+    seats = set()
+    for seed in range(8):
+        obs, info = env.reset(seed=seed)
+        one_hot = [0.0, 0.0]
+        one_hot[env.game.players.index(info["seat"])] = 1.0
+        assert obs["observation"][n:].tolist() == one_hot  # the learner's own seat, after the game's observation
+        assert env.observation_space.contains(obs)
+        seats.add(info["seat"])
+    assert seats == set(env.game.players)  # both seats were played, each marked as its own
+    # The opponent sees its own seat: every player's flat observation ends with that player's one-hot.
+    game = env.new_game()
+    game.reset(seed=0)
+    for i, player in enumerate(game.players):
+        assert game.observe(player)[1][n:].tolist() == [float(i == 0), float(i == 1)]
+    assert env.evaluate(games=4)["games"] == 4.0
+    with pytest.raises(TypeError, match="seat_in_observation"):
+        wb.SelfPlay(tictactoe_v3.env, seat_in_observation="yes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="other spaces"):  # an agent built without the seat does not fit
+        env.bind(wb.PPO(plain))
+
+
+def test_an_atari_game_trains_with_the_seat_in_its_observation() -> None:
+    """PettingZoo's Atari Pong (ROMs from ale-py): both players see the same RAM, so the seat is added."""
+    pytest.importorskip("multi_agent_ale_py")
+    import os
+
+    import ale_py
+    from pettingzoo.atari import pong_v3
+
+    roms = os.path.dirname(ale_py.__file__)  # ale-py ships the ROMs: no AutoROM download
+    env = wb.SelfPlay(
+        lambda: pong_v3.parallel_env(obs_type="ram", max_cycles=60, auto_rom_install_path=roms),
+        league=wb.League(snapshot_every=1),
+        seat_in_observation=True,
+    )
+    assert env.observation_space["observation"].shape == (130,)  # 128 bytes of RAM, then the seat
+    agent = wb.PPO(env, n_steps=64, batch_size=32, n_epochs=1)
+    session = wb.Session(agent, env, seed=0)
+    session.run(steps=192)
+    assert agent.num_updates == 3 and env.league.games > 0 and len(env.league.snapshots) == 3
+    assert session.signals["pool_size"].last == 3
+    assert len(session.signals["rating"].values) == 3
+    first, second = env.game.players
+    env.game.reset(seed=0)
+    a, b = env.game.observe(first)[1], env.game.observe(second)[1]
+    assert np.array_equal(a[:128], b[:128]) and a[128:].tolist() == [1.0, 0.0] and b[128:].tolist() == [0.0, 1.0]
+
+
 def test_a_person_plays_the_board_by_clicks_and_is_recorded() -> None:
     from workbench.human import BoardPlay
 

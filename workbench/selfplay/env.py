@@ -110,6 +110,11 @@ class SelfPlay(gym.Env):
             them (``{"random": 0.1}``). Past selves never blunder as a weak player does, so a learner
             that only meets them can lose to the random player; these games keep it sound there.
             Recorded in :attr:`reference_results`, not rated; 0 (pure self-play) by default.
+        seat_in_observation: end the observation with a one-hot of the learner's seat (first, second
+            player), for games whose two players see the same thing: PettingZoo's Atari games
+            (``pong_v3``, ``boxing_v2``) give both the same screen or RAM, so a policy playing either
+            seat cannot otherwise tell which paddle or boxer is its own. The classic board games
+            give each player its own view and need it not (False by default).
 
     Example::
 
@@ -133,6 +138,7 @@ class SelfPlay(gym.Env):
         reference_every: int | None = None,
         reference_games: int = 50,
         reference_share: float | dict[str, float] = 0.0,
+        seat_in_observation: bool = False,
     ) -> None:
         if league is not None and not isinstance(league, League):
             raise TypeError(f"SelfPlay league= takes a wb.League, got {type(league).__name__}")
@@ -143,7 +149,9 @@ class SelfPlay(gym.Env):
         if isinstance(reference_games, bool) or not isinstance(reference_games, int) or reference_games < 1:
             raise ValueError(f"SelfPlay reference_games={reference_games!r}: a positive number of games")
         self._factory = None if is_pettingzoo_env(game) or not callable(game) else game
-        self.game = TwoPlayerGame(game)
+        if not isinstance(seat_in_observation, bool):
+            raise TypeError(f"SelfPlay seat_in_observation={seat_in_observation!r}: True or False")
+        self.game = TwoPlayerGame(game, seat_in_observation)
         # Evaluations play on their own copy, so they never disturb a game in progress.
         self._eval_game_source: Any = self._factory if self._factory is not None else copy.deepcopy(self.game.env)
         self._eval_game: TwoPlayerGame | None = None
@@ -165,6 +173,11 @@ class SelfPlay(gym.Env):
         inner = self.game.inner_space
         if isinstance(inner, spaces.Box):
             low, high = inner.low.reshape(-1).astype(np.float32), inner.high.reshape(-1).astype(np.float32)
+            if seat_in_observation:  # the seat's one-hot, after the game's own observation
+                low, high = (
+                    np.concatenate([low, np.zeros(2, np.float32)]),
+                    np.concatenate([high, np.ones(2, np.float32)]),
+                )
         self.observation_space = spaces.Dict(
             {"observation": spaces.Box(low, high, (self.game.flat_dim,), np.float32), "action_mask": _mask_space(n)}
         )
@@ -198,7 +211,8 @@ class SelfPlay(gym.Env):
     def new_game(self) -> TwoPlayerGame:
         """A fresh copy of the game, apart from the one training plays (evaluations and human play use one)."""
         return TwoPlayerGame(
-            self._eval_game_source if self._factory is not None else copy.deepcopy(self._eval_game_source)
+            self._eval_game_source if self._factory is not None else copy.deepcopy(self._eval_game_source),
+            self.game.seat_in_observation,
         )
 
     def opponent_agent(self, name: str = LATEST) -> Agent:

@@ -207,11 +207,16 @@ class TwoPlayerGame:
     ``players`` are the game's two agent names, ``current`` the one to move; :meth:`observe` gives a
     player's raw observation (without the mask), its flat float32 form and its legal-action mask;
     :meth:`step` plays the current player's move; ``over`` and ``returns`` (each player's summed
-    reward) tell how the game stands.
+    reward) tell how the game stands. With ``seat_in_observation`` the flat form ends with a one-hot
+    of the player (first, second): for games whose players see the same thing (PettingZoo's Atari
+    games give both the same screen or RAM), where one policy playing either seat must know which.
     """
 
-    def __init__(self, game: Any) -> None:
+    def __init__(self, game: Any, seat_in_observation: bool = False) -> None:
+        if not isinstance(seat_in_observation, bool):
+            raise TypeError(f"seat_in_observation={seat_in_observation!r}: True or False")
         self.env = make_game(game)
+        self.seat_in_observation = seat_in_observation
         self.players: list[str] = list(self.env.possible_agents)
         first = self.players[0]
         action_space = self.env.action_space(first)
@@ -219,7 +224,7 @@ class TwoPlayerGame:
             raise ValueError(f"self-play needs a Discrete action space; the game's is {action_space}")
         self.action_space = action_space
         self.inner_space, self._mask_space = _split(self.env.observation_space(first))
-        self.flat_dim = int(spaces.flatdim(self.inner_space))
+        self.flat_dim = int(spaces.flatdim(self.inner_space)) + (2 if seat_in_observation else 0)
         self.returns = dict.fromkeys(self.players, 0.0)
         self.over = True
 
@@ -247,6 +252,10 @@ class TwoPlayerGame:
             n = int(self.action_space.n)
             mask = np.ones(n, np.int8) if info_mask is None else np.asarray(info_mask, dtype=np.int8)
         flat = np.asarray(spaces.flatten(self.inner_space, obs), dtype=np.float32)
+        if self.seat_in_observation:
+            seat = np.zeros(2, np.float32)
+            seat[self.players.index(player)] = 1.0
+            flat = np.concatenate([flat, seat])
         return obs, flat, mask
 
     def step(self, action: int) -> None:
