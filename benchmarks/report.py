@@ -10,8 +10,9 @@ Stable-Baselines3 at the same settings for the rows it has (:data:`SB3_AGENTS`).
 ``render`` writes ``docs/benchmarks.md`` from those files only: per row the interquartile mean (IQM) of the final
 evaluations and its 95% stratified-bootstrap interval (the method of rliable, Agarwal et al. 2021, written in
 numpy), every seed's score, time per run and steps per second, the published figure beside it
-(:data:`PUBLISHED`), and a mark where the interval lies below it; and a PNG per task family (evaluation curves
-with their bands, IQM bars against the published scores).
+(:data:`PUBLISHED`), and a mark where the interval lies below it; a PNG per task family (evaluation curves
+with their bands, IQM bars against the published scores); and, on each task where this library's SAC ran 100k
+steps, the env steps TQC, CrossQ and DroQ take to reach SAC's return at 100k (:func:`sample_efficiency_section`).
 
     python benchmarks/report.py run --rows CartPole-v1:dqn CartPole-v1:ppo --seeds 10 --sb3
     python benchmarks/report.py run --rows CartPole-v1:dqn --seeds 10 --parallel 2
@@ -148,6 +149,12 @@ NOTES: dict[tuple[str, str], str] = {
     },
 }
 """What a reader should know about a row, printed under the table (words only: every figure is rendered)."""
+
+SAC_MARK = 100_000
+"""Issue 54's yardstick: SAC's return at this many env steps (read from its evaluation curve), and the env steps
+each newer off-policy agent's curve takes to reach it on the same task."""
+AGAINST_SAC = ("tqc", "crossq", "droq")
+"""The agents held against SAC's curve (:func:`sample_efficiency_section`)."""
 
 FAMILIES: dict[str, tuple[str, ...]] = {
     "classic": ("CartPole", "Acrobot", "MountainCar", "Pendulum"),
@@ -728,13 +735,70 @@ def memory_section(path: Path) -> str:
     return f"\n## Memory: GTrXL, LSTM and PPO without memory (issue 55)\n\n{block}\n"
 
 
+def _return_at(result: dict[str, Any], steps: int) -> float | None:
+    """The run's evaluation at the last curve point at or before ``steps`` (None when the curve starts later)."""
+    points = [(x, y) for x, y in zip(result["curve"]["steps"], result["curve"]["returns"], strict=True) if x <= steps]
+    return float(points[-1][1]) if points else None
+
+
+def _steps_to(result: dict[str, Any], target: float) -> int | None:
+    """The first curve point whose evaluation reaches ``target`` (None: never within the run)."""
+    for x, y in zip(result["curve"]["steps"], result["curve"]["returns"], strict=True):
+        if y >= target:
+            return int(x)
+    return None
+
+
+def sample_efficiency_section(rows: Sequence[Row], mark: int = SAC_MARK) -> str:
+    """Per task with this library's SAC runs reaching ``mark`` steps: SAC's return there (the IQM over seeds of
+    each curve's point at ``mark``) and the env steps each seed of SAC and of the agents of :data:`AGAINST_SAC`
+    takes to first reach it. Empty when no task has them."""
+    ours = {(r.env_id, r.agent): r for r in rows if r.side == "workbench"}
+    lines: list[str] = []
+    for (env_id, agent), sac in ours.items():
+        if agent != "sac":
+            continue
+        at_mark = [_return_at(r, mark) for r in sac.results if r["steps"] >= mark]
+        if not at_mark or any(v is None for v in at_mark):
+            continue
+        target = iqm([v for v in at_mark if v is not None])
+        for name in ("sac", *AGAINST_SAC):
+            row = ours.get((env_id, name))
+            if row is None:
+                continue
+            reached = [_steps_to(r, target) for r in row.results]
+            every = ", ".join("not reached" if x is None else f"{x:,}" for x in reached)
+            hits = sorted(x for x in reached if x is not None)
+            median = f"{int(np.median(hits)):,}" if len(hits) * 2 > len(reached) else "not reached"
+            lines.append(
+                f"| {env_id} | {_num(target)} | {name.upper()} | {_seed_ranges(row.seeds)} | {median} | {every} |"
+            )
+    if not lines:
+        return ""
+    head = [
+        "",
+        "## Sample efficiency against SAC (issue 54)",
+        "",
+        f"SAC's return at {mark:,} env steps on each task (the IQM over its seeds of the evaluation curve's point "
+        f"at {mark:,}), and the env steps each agent's curve first reaches it ({CURVE_EPISODES} deterministic "
+        "episodes per point; median over the seeds that reach it, or *not reached* when half or more do not). "
+        "SAC's own row is the yardstick's baseline: an agent that needs fewer env steps than SAC's median learns "
+        "faster per sample.",
+        "",
+        f"| task | SAC's return at {mark // 1000}k | agent | seeds | median steps to it | every seed |",
+        "|---|---:|---|---|---:|---|",
+    ]
+    return "\n".join(head + lines) + "\n"
+
+
 def render(results_dir: Path = RESULTS, doc: Path = DOC, pictures: bool = True) -> str:
     """Write ``doc`` (and the pictures beside it) from the result files; returns the page."""
     rows = group_rows(load_results(results_dir))
     if not rows:
         raise SystemExit(f"no result files in {results_dir}: run `python benchmarks/report.py run` first")
     paths = render_pictures(rows, doc.parent) if pictures else []
-    page = render_markdown(rows, [str(p) for p in paths]) + memory_section(results_dir / "memory.json")
+    page = render_markdown(rows, [str(p) for p in paths]) + sample_efficiency_section(rows)
+    page += memory_section(results_dir / "memory.json")
     doc.write_text(page)
     return page
 

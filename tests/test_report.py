@@ -233,3 +233,30 @@ def test_crossq_rows_run_sb3_contribs_crossq_at_the_presets_settings(report):
         c.batch_norm_eps,
         c.renorm_warmup_steps,
     )
+
+
+def test_render_holds_the_newer_agents_against_sacs_return_at_100k(report, tmp_path):
+    def run(agent: str, seed: int, returns: list[float]) -> dict:
+        key = report.RunKey("HalfCheetah-v5", agent, "workbench", seed)
+        result = _fake(report, key, returns[-1])
+        steps = [50_000 * (i + 1) for i in range(len(returns))]  # 50k, 100k, 150k, 200k
+        return result | {"steps": steps[-1], "curve": {"steps": steps, "returns": returns}}
+
+    sac = [[100, 1000, 1500, 2000], [200, 1200, 1600, 2100], [150, 1100, 1400, 1900]]
+    crossq = [[1300, 2000, 2500, 3000], [900, 1500, 2600, 3100], [500, 800, 1000, 1050]]  # seed 2 never reaches
+    for seed in range(3):
+        key = report.RunKey("HalfCheetah-v5", "sac", "workbench", seed)
+        (tmp_path / key.path.name).write_text(json.dumps(run("sac", seed, sac[seed])))
+        key = report.RunKey("HalfCheetah-v5", "crossq", "workbench", seed)
+        (tmp_path / key.path.name).write_text(json.dumps(run("crossq", seed, crossq[seed])))
+    page = report.render(tmp_path, tmp_path / "benchmarks.md", pictures=False)
+    section = page.split("## Sample efficiency against SAC")[1]
+    rows = {line.split("|")[3].strip(): line for line in section.splitlines() if line.startswith("| HalfCheetah")}
+    # SAC's return at 100k: the IQM of 1000, 1200, 1100 (three seeds: nothing cut) = 1100.
+    assert "| 1100 |" in rows["SAC"] and "| 1100 |" in rows["CROSSQ"]
+    assert rows["SAC"].rstrip().endswith("| 100,000 | 150,000, 100,000, 100,000 |")  # seed 0 at 150k
+    assert rows["CROSSQ"].rstrip().endswith("| 75,000 | 50,000, 100,000, not reached |")  # median of 50k, 100k
+    # No SAC run reaching 100k: no section.
+    for path in tmp_path.glob("HalfCheetah-v5__sac__*"):
+        path.unlink()
+    assert "Sample efficiency" not in report.render(tmp_path, tmp_path / "benchmarks.md", pictures=False)
