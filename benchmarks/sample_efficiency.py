@@ -88,7 +88,7 @@ def run_one(
 
 # -- the same settings in Stable-Baselines3 / sb3-contrib ---------------------------------------------
 
-SB3_AGENTS = {"a2c", "ddpg", "dqn", "ppo", "qrdqn", "recurrentppo", "sac", "td3"}
+SB3_AGENTS = {"a2c", "crossq", "ddpg", "dqn", "ppo", "qrdqn", "recurrentppo", "sac", "td3", "tqc"}
 
 
 def _sb3_schedule(value: object) -> object:

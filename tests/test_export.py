@@ -368,6 +368,17 @@ def test_gru_and_gtrxl_onnx_policies_carry_their_memory_state(tmp_path, env, hyp
     assert [(s["name"], s["feeds"]) for s in rec["state_outputs"]] == [("next_memory_state", "memory_state")]
 
 
+def test_a_head_whose_memory_shape_disagrees_with_its_actor_is_refused(tmp_path, monkeypatch):
+    """The file's state inputs are sized by the actor: a subclass whose policy_head() reports another shape
+    gets an error naming both, not a file that its clients would feed the wrong state."""
+    agent = wb.RecurrentPPO("CartPoleNoVel-v1", memory="gru", n_envs=1, n_steps=8, lstm_hidden_size=8)
+    head = agent.policy_head()
+    monkeypatch.setattr(agent, "policy_head", lambda: head._replace(memory_state_shape=(3, 8)))
+    with pytest.raises(ValueError, match=r"memory_state_shape=\(3, 8\).*\(1, 8\)"):
+        agent.export(tmp_path / "policy.onnx")
+    assert not (tmp_path / "policy.onnx").exists()
+
+
 def test_recurrent_export_matches_the_state_in_the_training_steps_extras(tmp_path):
     env = "CartPoleNoVel-v1"
     agent = trained(wb.RecurrentPPO, env, RECURRENT)

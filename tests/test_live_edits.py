@@ -135,6 +135,21 @@ def test_sac_entropy_coefficient_fixed_then_learned_again():
     assert len(alphas) > 0 and np.all(np.abs(alphas - 0.2) < 0.02) and not np.all(alphas == 0.2)  # learned from 0.2
 
 
+def test_a_learning_rate_edit_sets_every_optimizer_at_once():
+    """Before any further update: DQN's optimizer, and every one of SAC's, the alpha optimizer an edit to a learned
+    entropy coefficient builds in the same call included."""
+    dqn = wb.DQN("CartPole-v1", learning_rate=1e-3, net_arch=(16,), seed=0)
+    wb.Session(dqn, seed=0).set(learning_rate=7e-4)
+    assert dqn.optimizer.param_groups[0]["lr"] == pytest.approx(7e-4)
+    sac = wb.SAC("Pendulum-v1", learning_rate=1e-3, ent_coef=0.1, net_arch=(16,), seed=0)
+    session = wb.Session(sac, seed=0)
+    session.set(learning_rate=wb.linear(4e-4, 0.0), ent_coef="auto_0.2")
+    assert set(sac.optimizers) == {"actor_optimizer", "critic_optimizer", "alpha_optimizer"}
+    assert all(opt.param_groups[0]["lr"] == pytest.approx(4e-4) for opt in sac.optimizers.values())
+    session.set(learning_rate=2e-4)
+    assert all(opt.param_groups[0]["lr"] == pytest.approx(2e-4) for opt in sac.optimizers.values())
+
+
 def test_td3_noise_and_smoothing_edits_reach_the_agent():
     agent = wb.TD3("Pendulum-v1", learning_starts=20, batch_size=16, net_arch=(16,), seed=0)
     session = wb.Session(agent, seed=0)

@@ -255,7 +255,18 @@ def test_render_holds_the_newer_agents_against_sacs_return_at_100k(report, tmp_p
     # SAC's return at 100k: the IQM of 1000, 1200, 1100 (three seeds: nothing cut) = 1100.
     assert "| 1100 |" in rows["SAC"] and "| 1100 |" in rows["CROSSQ"]
     assert rows["SAC"].rstrip().endswith("| 100,000 | 150,000, 100,000, 100,000 |")  # seed 0 at 150k
-    assert rows["CROSSQ"].rstrip().endswith("| 75,000 | 50,000, 100,000, not reached |")  # median of 50k, 100k
+    # A seed that never reaches it counts as the latest: the median of 50k, 100k and never is 100k.
+    assert rows["CROSSQ"].rstrip().endswith("| 100,000 | 50,000, 100,000, not reached |")
+    # Two of three never reaching it: not reached. A run shorter than 100k is left out (it could not tell).
+    crossq_never = [[100, 200, 300, 400], [100, 200, 300, 400], [900, 1500, 2600, 3100]]
+    for seed in range(3):
+        key = report.RunKey("HalfCheetah-v5", "crossq", "workbench", seed)
+        (tmp_path / key.path.name).write_text(json.dumps(run("crossq", seed, crossq_never[seed])))
+    short = run("crossq", 3, [1200])  # 50k steps only
+    (tmp_path / report.RunKey("HalfCheetah-v5", "crossq", "workbench", 3).path.name).write_text(json.dumps(short))
+    page = report.render(tmp_path, tmp_path / "benchmarks.md", pictures=False)
+    line = next(x for x in page.splitlines() if x.startswith("| HalfCheetah-v5 | 1100 | CROSSQ"))
+    assert line.rstrip().endswith("| 0-2 | not reached | not reached, not reached, 100,000 |")
     # No SAC run reaching 100k: no section.
     for path in tmp_path.glob("HalfCheetah-v5__sac__*"):
         path.unlink()

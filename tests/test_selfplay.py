@@ -322,6 +322,13 @@ def test_the_seat_ends_the_observation_where_asked() -> None:
     for i, player in enumerate(game.players):
         assert game.observe(player)[1][n:].tolist() == [float(i == 0), float(i == 1)]
     assert env.evaluate(games=4)["games"] == 4.0
+    # A board's Box bounds are kept, the seat's [0, 1] appended, and every observation lies within them.
+    board = wb.SelfPlay(tictactoe_v3.env, seat_in_observation=True)
+    box = board.observation_space["observation"]
+    assert box.shape == (20,) and box.low.tolist() == [0.0] * 20 and box.high.tolist() == [1.0] * 20
+    board.bind(wb.PPO(board, n_steps=32, batch_size=16, n_epochs=1))
+    obs, info = board.reset(seed=3)
+    assert board.observation_space.contains(obs) and obs["observation"][18:].sum() == 1.0
     with pytest.raises(TypeError, match="seat_in_observation"):
         wb.SelfPlay(tictactoe_v3.env, seat_in_observation="yes")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="other spaces"):  # an agent built without the seat does not fit

@@ -413,6 +413,11 @@ def policy_module(
         )
     if head.recurrent_actor is not None and head.memory_state_shape is not None:
         memory = ExportedMemoryPolicy(head.recurrent_actor, head.module, normalizer, action_shape, head.description)
+        if memory.state_shape != tuple(head.memory_state_shape):  # the file's inputs are sized by the actor
+            raise ValueError(
+                f"{agent.algorithm}'s policy_head() gives memory_state_shape={tuple(head.memory_state_shape)}, but "
+                f"its recurrent actor's state is {memory.state_shape}: make the head report the actor's state_shape"
+            )
         return memory.eval().cpu()
     if head.recurrent_actor is not None:
         module = ExportedRecurrentPolicy(head.recurrent_actor, head.module, normalizer, action_shape, head.description)

@@ -46,7 +46,8 @@ class PolicyHead(NamedTuple):
     """A recurrent policy's frozen actor (RecurrentPPO), else None."""
     memory_state_shape: tuple[int, int] | None = None
     """A recurrent actor whose state is one tensor (RecurrentPPO's GRU or GTrXL memory): one env's
-    state shape ``(rows, width)``; None for the LSTM, whose state is ``h`` and ``c``."""
+    state shape ``(rows, width)``, which must equal the actor's ``state_shape`` (the export checks);
+    None for the LSTM, whose state is ``h`` and ``c``."""
     recurrent_critic: nn.Module | None = None
     """A recurrent policy's frozen value network (RecurrentPPO), for the acting export a local-inference
     client runs (``export_policy(..., critic=True)``: the value and the critic's state); else None."""

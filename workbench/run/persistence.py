@@ -187,7 +187,8 @@ def _reference_results(saved: Any, label: str) -> dict[str, list[int]] | None:
 
 def _restore_reference_results(env: Any, saved: dict[str, list[int]] | None) -> None:
     """Put the saved tallies of training games against the references back into the self-play ``env``,
-    for the references it has (a reference the reopening env lacks keeps its count in the saved file only)."""
+    for the references it has. A reference the reopening env lacks is left out: the reopened run's next
+    save no longer holds its count."""
     for name, counts in (saved or {}).items():
         if name in env.reference_results:
             env.reference_results[name] = list(counts)
