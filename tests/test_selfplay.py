@@ -337,18 +337,7 @@ def test_the_seat_ends_the_observation_where_asked() -> None:
 
 def test_an_atari_game_trains_with_the_seat_in_its_observation() -> None:
     """PettingZoo's Atari Pong (ROMs from ale-py): both players see the same RAM, so the seat is added."""
-    pytest.importorskip("multi_agent_ale_py")
-    import os
-
-    import ale_py
-    from pettingzoo.atari import pong_v3
-
-    roms = os.path.dirname(ale_py.__file__)  # ale-py ships the ROMs: no AutoROM download
-    env = wb.SelfPlay(
-        lambda: pong_v3.parallel_env(obs_type="ram", max_cycles=60, auto_rom_install_path=roms),
-        league=wb.League(snapshot_every=1),
-        seat_in_observation=True,
-    )
+    env = wb.SelfPlay(_pong(max_cycles=60), league=wb.League(snapshot_every=1), seat_in_observation=True)
     assert env.observation_space["observation"].shape == (130,)  # 128 bytes of RAM, then the seat
     agent = wb.PPO(env, n_steps=64, batch_size=32, n_epochs=1)
     session = wb.Session(agent, env, seed=0)
@@ -360,6 +349,47 @@ def test_an_atari_game_trains_with_the_seat_in_its_observation() -> None:
     env.game.reset(seed=0)
     a, b = env.game.observe(first)[1], env.game.observe(second)[1]
     assert np.array_equal(a[:128], b[:128]) and a[128:].tolist() == [1.0, 0.0] and b[128:].tolist() == [0.0, 1.0]
+
+
+def _pong(**kwargs):
+    """PettingZoo's Atari Pong from RAM, the ROMs ale-py ships (skipped without its two-player emulator)."""
+    pytest.importorskip("multi_agent_ale_py")
+    import os
+
+    import ale_py
+    from pettingzoo.atari import pong_v3
+
+    roms = os.path.dirname(ale_py.__file__)
+    return lambda: pong_v3.parallel_env(obs_type="ram", auto_rom_install_path=roms, **kwargs)
+
+
+def test_a_person_plays_an_atari_game_by_keys_against_the_agent() -> None:
+    env = wb.SelfPlay(_pong(max_cycles=12, render_mode="rgb_array"), seat_in_observation=True)
+    agent = wb.PPO(env, n_steps=64, batch_size=32, n_epochs=1)
+    env.bind(agent)
+    versus = env.versus("latest")
+    play = wb.HumanPlay(versus, seed=0)
+    assert play.keys.describe().startswith("space: 1") and "no key: 0" in play.keys.describe()  # Atari's names
+    assert play.frame.shape == (210, 160, 3)
+    first_seat = versus.seat
+    assert first_seat == env.game.players[0]  # the person first in the first game
+    play.press("right", steps=3)
+    assert play.episodes == 0 and play.steps == 3
+    while play.episodes < 2:
+        play.press("left")
+    assert play.steps == 24 and versus.seat == first_seat  # 12 moves a game; the third game: the first seat again
+    data = play.dataset
+    assert len(data) == 24 and data.observations.shape == (24, 130)  # the learner's format: RAM, then the seat
+    assert data.observations[:12, 128:].tolist() == [[1.0, 0.0]] * 12  # game 1: the first seat
+    assert data.observations[12:, 128:].tolist() == [[0.0, 1.0]] * 12  # game 2: the second
+    assert set(data.actions[:3].tolist()) == {2} and set(data.actions[3:].tolist()) == {3}  # RIGHT, then LEFT
+    play.close()
+    with pytest.raises(ValueError, match="versus"):  # no board: not played by clicks
+        wb.HumanPlay(env)
+    quiet = wb.SelfPlay(_pong(max_cycles=12), seat_in_observation=True)
+    quiet.bind(wb.PPO(quiet, n_steps=64, batch_size=32, n_epochs=1))
+    with pytest.raises(ValueError, match="render_mode='rgb_array'"):
+        quiet.versus()
 
 
 def test_a_person_plays_the_board_by_clicks_and_is_recorded() -> None:

@@ -174,6 +174,14 @@ def key_map(mapping: Mapping[Any, Any], default: Any) -> KeyMap:
 _MISSING = object()
 
 
+def _recorded(obs: Any) -> np.ndarray:
+    """An observation as a recorded row: a masked env's Dict (``SelfPlay.versus``) gives its observation, the mask
+    left out, as a recorded session stores it."""
+    if isinstance(obs, dict) and "action_mask" in obs and "observation" in obs:
+        return np.asarray(obs["observation"], dtype=np.float32)
+    return np.asarray(obs)
+
+
 class HumanPlay:
     """A person plays ``env`` at the keyboard; the episodes are recorded in :attr:`dataset`.
 
@@ -325,10 +333,10 @@ class HumanPlay:
             self.steps += 1
             truncated = bool(truncated) or (self.max_steps is not None and self.episode_steps >= self.max_steps)
             c = self._current
-            c["obs"].append(np.asarray(obs))
+            c["obs"].append(_recorded(obs))
             c["actions"].append(np.asarray(action))
             c["rewards"].append(float(reward))
-            c["next_obs"].append(np.asarray(next_obs))
+            c["next_obs"].append(_recorded(next_obs))
             c["terminated"].append(bool(terminated))
             c["truncated"].append(truncated and not terminated)
             self.episode_return += float(reward)
@@ -502,6 +510,12 @@ class BoardPlay(HumanPlay):
         self.rows, self.cols = (int(shape[0]), int(shape[1])) if len(shape) >= 2 else (1, int(shape[0]))
         # Connect Four's actions are columns; Tic-Tac-Toe's are squares.
         self.columns = int(self.game.action_space.n) == self.cols and self.rows > 1
+        if not self.columns and int(self.game.action_space.n) != self.rows * self.cols:
+            self.game.close()
+            raise ValueError(
+                f"{self.env_name} is no board game whose actions are squares or columns, so it is not played by "
+                "clicks: play it by keys against the agent with wb.HumanPlay(selfplay_env.versus('latest'))"
+            )
         self._lock = threading.RLock()
         self._listeners: list[Any] = []
         self._episodes: list[dict[str, list[Any]]] = []

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -30,6 +30,9 @@ from ..agents.contract import Agent
 from ..agents.saving import agent_like
 from .games import Player, TwoPlayerGame, is_pettingzoo_env, reference_player
 from .league import LATEST, League
+
+if TYPE_CHECKING:
+    from .versus import Versus
 
 __all__ = ["SelfPlay", "play_game"]
 
@@ -223,6 +226,23 @@ class SelfPlay(gym.Env):
         player = agent_like(learner, device="cpu")  # acting mode: act(deterministic=False) samples its policy
         self._load(player, name)
         return player
+
+    def versus(
+        self, opponent: str | Agent = LATEST, *, person_first: bool = True, deterministic: bool = True
+    ) -> Versus:
+        """One seat of the game for a person, the other played by ``opponent`` (``"latest"``, a snapshot's
+        name, or an agent; playing its best move unless ``deterministic=False``): a single-agent env
+        that ``wb.HumanPlay`` plays by keys, for the games that are no board (``pong_v3``; a board game
+        is played by clicks: ``wb.HumanPlay(selfplay_env)``). The game's factory must build games that
+        render ``rgb_array`` frames. Example::
+
+            play = wb.HumanPlay(env.versus("latest"), fps=30)   # in a notebook: click the frame, then the arrows
+        """
+        from .versus import Versus
+
+        player = opponent if isinstance(opponent, Agent) else self.opponent_agent(opponent)
+        name = opponent if isinstance(opponent, str) else type(opponent).__name__
+        return Versus(self, player, name, person_first=person_first, deterministic=deterministic)
 
     def _require_learner(self) -> Agent:
         if self.learner is None:
