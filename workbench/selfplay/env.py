@@ -203,8 +203,15 @@ class SelfPlay(gym.Env):
         if not isinstance(agent, Agent):
             raise TypeError(f"SelfPlay.bind takes the learning agent (wb.PPO(env)...), got {type(agent).__name__}")
         if agent.observation_space != self.observation_space or agent.action_space != self.action_space:
+            hint = ""
+            space = agent.observation_space
+            theirs = space.spaces.get("observation") if isinstance(space, spaces.Dict) else None
+            if isinstance(theirs, spaces.Box) and theirs.shape[0] - self.game.flat_dim in (2, -2):
+                # The usual cause on reopening: the env built without the seat the agent was trained with, or so.
+                hint = f" (its observations have {theirs.shape[0]} numbers, this env's {self.game.flat_dim}: "
+                hint += "build both with the same seat_in_observation)"
             raise ValueError(
-                "SelfPlay.bind: the agent was built for other spaces; build it on this env: wb.PPO(selfplay_env)"
+                f"SelfPlay.bind: the agent was built for other spaces{hint}; build it on this env: wb.PPO(selfplay_env)"
             )
         self.learner = agent
         # In training mode, so that act(deterministic=False) samples: a play-mode agent always plays its best move,
