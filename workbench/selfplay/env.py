@@ -21,7 +21,6 @@ import copy
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium import spaces
@@ -30,6 +29,7 @@ from ..agents.contract import Agent
 from ..agents.saving import agent_like
 from .games import Player, TwoPlayerGame, is_pettingzoo_env, reference_player
 from .league import LATEST, League
+from .seat import SeatEnv
 
 if TYPE_CHECKING:
     from .versus import Versus
@@ -94,7 +94,7 @@ def play_game(
     return {p: game.outcome(p) for p in game.players}
 
 
-class SelfPlay(gym.Env):
+class SelfPlay(SeatEnv):
     """A two-player PettingZoo game as a single-agent env whose opponent is a past self of the learner.
 
     Args:
@@ -291,43 +291,19 @@ class SelfPlay(gym.Env):
             self.opponent = self.league.sample()
             self._load(self._opponent_agent, self.opponent)
         self.seat = self.game.players[int(self.league.rng.integers(2))]
-        self.game.reset(seed=seed)
-        self._given = 0.0
-        self._play_opponent()
-        return self._observation(), {"opponent": self.opponent, "seat": self.seat}
+        return self._start_game(seed)
 
-    def _play_opponent(self) -> None:
+    def _opponent_move(self, raw: Any, flat: np.ndarray, mask: np.ndarray) -> int:
+        if self._fixed is not None:
+            return int(self._fixed(raw, mask, self.league.rng))
         assert self._opponent_agent is not None
-        while not self.game.over and self.game.current != self.seat:
-            raw, flat, mask = self.game.observe(self.game.current)
-            if self._fixed is not None:
-                action = self._fixed(raw, mask, self.league.rng)
-            else:
-                action = self._opponent_agent.act({"observation": flat, "action_mask": mask}, deterministic=False)
-            self.game.step(int(action))
+        return int(self._opponent_agent.act({"observation": flat, "action_mask": mask}, deterministic=False))
 
-    def _observation(self) -> dict[str, np.ndarray]:
-        assert self.seat is not None
-        _, flat, mask = self.game.observe(self.seat)
-        return {"observation": flat, "action_mask": mask}
-
-    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
-        """Play the learner's move, then the opponent's until it is the learner's turn or the game ends."""
-        if self.seat is None or self.game.over:
-            raise RuntimeError("SelfPlay.step before reset, or after the game ended: call reset() first")
-        self.game.step(int(np.asarray(action).reshape(-1)[0]))
-        self._play_opponent()
-        total = self.game.returns[self.seat]
-        reward, self._given = total - self._given, total
-        info: dict[str, Any] = {"opponent": self.opponent, "seat": self.seat}
-        if self.game.over:
-            score = self.game.outcome(self.seat)
-            if self._fixed is not None:
-                self.reference_results[str(self.opponent)][0 if score == 1.0 else 1 if score == 0.5 else 2] += 1
-            else:
-                self.league.record(str(self.opponent), score)
-            info["score"] = score
-        return self._observation(), float(reward), bool(self.game.over), False, info
+    def _game_over(self, score: float) -> None:
+        if self._fixed is not None:
+            self.reference_results[str(self.opponent)][0 if score == 1.0 else 1 if score == 0.5 else 2] += 1
+        else:
+            self.league.record(str(self.opponent), score)
 
     def close(self) -> None:
         """Close the game's envs."""

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import gymnasium as gym
 import numpy as np
 
 from ..agents.contract import Agent
 from .games import TwoPlayerGame
+from .seat import SeatEnv
 
 if TYPE_CHECKING:
     from .env import SelfPlay
@@ -38,7 +38,7 @@ def _action_names(game: TwoPlayerGame) -> list[str] | None:
     return [ale_py.Action(int(a)).name for a in mapping]
 
 
-class Versus(gym.Env):
+class Versus(SeatEnv):
     """A person's seat of a :class:`~workbench.SelfPlay` game against ``opponent`` (made by
     :meth:`SelfPlay.versus`; play it with ``wb.HumanPlay(env.versus())``).
 
@@ -70,15 +70,14 @@ class Versus(gym.Env):
         self.render_mode = "rgb_array"
         self.observation_space = selfplay.observation_space
         self.action_space = selfplay.action_space
-        self.opponent = opponent
+        self.player = opponent
         """The agent playing the other seat."""
-        self.opponent_name = opponent_name
+        self.opponent = opponent_name
+        """Its name (``"latest"``, a snapshot's, or the agent's class)."""
         self.deterministic = bool(deterministic)
         self._person_first = bool(person_first)
         self._games = 0
-        self.seat: str | None = None
-        """The person's seat in the current game."""
-        self._given = 0.0
+        self.seat = None
         names = _action_names(self.game)
         if names is not None:  # HumanPlay's default keys read Atari's names from here
             self.get_action_meanings = lambda: list(names)
@@ -89,34 +88,10 @@ class Versus(gym.Env):
         first = self._person_first == (self._games % 2 == 0)
         self.seat = self.game.players[0 if first else 1]
         self._games += 1
-        self.game.reset(seed=seed)
-        self._given = 0.0
-        self._play_opponent()
-        return self._observation(), {"seat": self.seat, "opponent": self.opponent_name}
+        return self._start_game(seed)
 
-    def _play_opponent(self) -> None:
-        while not self.game.over and self.game.current != self.seat:
-            _, flat, mask = self.game.observe(self.game.current)
-            action = self.opponent.act({"observation": flat, "action_mask": mask}, deterministic=self.deterministic)
-            self.game.step(int(action))
-
-    def _observation(self) -> dict[str, np.ndarray]:
-        assert self.seat is not None
-        _, flat, mask = self.game.observe(self.seat)
-        return {"observation": flat, "action_mask": mask}
-
-    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
-        """Play the person's move, then the opponent's until it is the person's turn or the game ends."""
-        if self.seat is None or self.game.over:
-            raise RuntimeError("Versus.step before reset, or after the game ended: call reset() first")
-        self.game.step(int(np.asarray(action).reshape(-1)[0]))
-        self._play_opponent()
-        total = self.game.returns[self.seat]
-        reward, self._given = total - self._given, total
-        info: dict[str, Any] = {"seat": self.seat, "opponent": self.opponent_name}
-        if self.game.over:
-            info["score"] = self.game.outcome(self.seat)
-        return self._observation(), float(reward), bool(self.game.over), False, info
+    def _opponent_move(self, raw: Any, flat: np.ndarray, mask: np.ndarray) -> int:
+        return int(self.player.act({"observation": flat, "action_mask": mask}, deterministic=self.deterministic))
 
     def render(self) -> np.ndarray:
         """The game's frame now (RGB)."""
