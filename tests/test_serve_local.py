@@ -143,11 +143,19 @@ def test_a_batch_sent_again_is_answered_again_and_applied_once(served):
     body = _batch(seq=7)
     status, first = _post(server.url, body)
     assert status == 200 and first["accepted"] == 4 and "duplicate" not in first
-    queued = server._runner.queued + session.steps
+    # The runner takes a batch off its queue before it counts the steps, so wait for the first one to land:
+    # reading both counters between those two moments sees neither.
+    deadline = time.monotonic() + 10
+    while server._runner.queued + session.steps < 4 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert server._runner.queued + session.steps == 4
     status, again = _post(server.url, body)
     assert status == 200 and again["duplicate"] is True and again["accepted"] == 4
     time.sleep(0.2)
-    assert server._runner.queued + session.steps == queued  # not applied twice
+    deadline = time.monotonic() + 10
+    while server._runner.queued + session.steps < 4 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert server._runner.queued + session.steps == 4  # not applied twice
 
 
 @pytest.mark.parametrize(
