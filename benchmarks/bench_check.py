@@ -18,7 +18,14 @@ How a threshold is recorded: ``--record`` runs the rows (``--rows`` to re-record
 and stores every seed's score; the threshold is ``RULE`` times the lowest recorded seed score, so a later
 median below it is a drop beyond what the recorded seeds spread over. Re-record after a change that is
 meant to change learning (say why in the commit), never to make a failing check pass. ``--record`` also
-stores the weight hashes (they depend on the torch build and the CPU: record on the machine that checks).
+stores the weight hashes.
+
+The weight hashes depend on the torch build and the CPU (which vector instructions its float kernels take),
+not only on the code: the same tree gives other hashes on an AVX-512 machine than on an AVX2 one. So they are
+stored per machine kind (:func:`machine_kind`), and a check compares with the ones recorded on this kind. On a
+kind with none recorded the check cannot tell a change of the code from the machine's: it says so, names the
+kinds that have some, and fails; record this machine's with ``--record --hashes-only`` at a commit whose
+weights are known good (say the last one that passed elsewhere), then check the change against them.
 """
 
 from __future__ import annotations
@@ -273,7 +280,73 @@ def load_stored(path: Path) -> dict:
     """The stored thresholds and hashes, or an empty record when none were recorded yet."""
     if path.exists():
         return json.loads(path.read_text())
-    return {"rows": {}, "weight_hashes": {}}
+    return {"rows": {}, "weight_hashes_by_machine": {}}
+
+
+FLOAT_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16")
+"""The CPU features that choose which float kernels torch runs, so which bits its sums end with."""
+
+LEGACY_KIND = "recorded before machine kinds were kept"
+"""The kind under which hashes stored as one flat ``weight_hashes`` table (before 2026-12-07) are read."""
+
+
+def machine_kind(cpuinfo: str | None = None) -> str:
+    """What the weight hashes depend on besides the code: the CPU's model, the float features of
+    :data:`FLOAT_FLAGS` it has, and the torch build. ``cpuinfo``: /proc/cpuinfo's text (read when None)."""
+    import torch
+
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    fields = {}
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    model = fields.get("model name") or platform.processor() or platform.machine()
+    flags = set(fields.get("flags", "").split())
+    present = [f for f in FLOAT_FLAGS if f in flags]
+    return f"{model} [{' '.join(present) or 'no listed float features'}] torch {torch.__version__}"
+
+
+def hash_sets(stored: dict) -> dict[str, dict[str, str]]:
+    """Every recorded hash set by machine kind (a flat table from before kinds were kept under :data:`LEGACY_KIND`)."""
+    sets = {kind: entry["hashes"] for kind, entry in stored.get("weight_hashes_by_machine", {}).items()}
+    if stored.get("weight_hashes"):
+        sets.setdefault(LEGACY_KIND, stored["weight_hashes"])
+    return sets
+
+
+def compare_hashes(stored: dict, hashes: dict[str, str], kind: str) -> tuple[bool, str]:
+    """Whether ``hashes`` pass against the set recorded on ``kind``, and the line that says so. With no set
+    recorded on this kind: a pass only when they equal a set recorded on another kind, else a failure naming
+    the kinds that have one and how to record this one."""
+    sets = hash_sets(stored)
+    if kind in sets:
+        reference = sets[kind]
+        moved = sorted(n for n in hashes if reference.get(n) != hashes[n])
+        if moved:
+            return False, (
+                f"weight hashes: FAIL, {len(moved)} of {len(hashes)} differ from those recorded on this machine "
+                f"kind ({kind}): {', '.join(moved)}"
+            )
+        return True, f"weight hashes: ok, {len(hashes)} equal those recorded on this machine kind ({kind})"
+    for other, reference in sets.items():
+        if all(reference.get(n) == h for n, h in hashes.items()):
+            return True, f"weight hashes: ok, {len(hashes)} equal those recorded on {other}"
+    differ = {other: sum(reference.get(n) != h for n, h in hashes.items()) for other, reference in sets.items()}
+    known = "; ".join(f"{other}: {count} of {len(hashes)} differ" for other, count in differ.items()) or "none"
+    return False, (
+        f"weight hashes: NOT CHECKED, none recorded on this machine kind ({kind}); the recorded kinds: {known}. "
+        "Record this machine's with --record --hashes-only at a commit whose weights are known good, then "
+        "check the change against them"
+    )
+
+
+def record_hashes(stored: dict, hashes: dict[str, str], kind: str, recorded: dict) -> None:
+    """Store ``hashes`` as this machine kind's set (the other kinds' sets stay as they were)."""
+    stored.setdefault("weight_hashes_by_machine", {})[kind] = {"hashes": dict(hashes), "recorded": recorded}
 
 
 def run_hashes() -> dict[str, str]:
@@ -352,32 +425,30 @@ def main(argv: list[str] | None = None) -> int:
         wall = statistics.median(walls) if walls else float("nan")
         print(f"{row:26s} {shown:34s} {median:8.3g} {thr:>9s} {wall:7.1f}  {verdict}", flush=True)
 
+    import torch
+
+    recorded = {
+        "date": datetime.date.today().isoformat(),
+        "commit": _commit(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "seeds": args.seeds,
+    }
     if not args.no_hashes:
-        hashes = run_hashes()
+        hashes, kind = run_hashes(), machine_kind()
         if args.record:
-            stored["weight_hashes"] = hashes
-            print(f"weight hashes: {len(hashes)} recorded")
+            record_hashes(stored, hashes, kind, recorded)
+            print(f"weight hashes: {len(hashes)} recorded for this machine kind ({kind})")
         else:
-            reference = stored.get("weight_hashes", {})
-            moved = sorted(n for n in hashes if reference.get(n) != hashes[n])
-            if moved:
-                failed = True
-                print(f"weight hashes: FAIL, {len(moved)} of {len(hashes)} differ from the stored: {', '.join(moved)}")
-            else:
-                print(f"weight hashes: ok, {len(hashes)} equal the stored ones")
+            ok, line = compare_hashes(stored, hashes, kind)
+            failed = failed or not ok
+            print(line)
 
     if args.record:
-        import torch
-
         stored["rule"] = f"threshold = {RULE} x the lowest recorded seed score; a row fails when its median is below"
-        stored["hashes_recorded" if args.hashes_only else "recorded"] = {
-            "date": datetime.date.today().isoformat(),
-            "commit": _commit(),
-            "torch": torch.__version__,
-            "python": platform.python_version(),
-            "machine": platform.machine(),
-            "seeds": args.seeds,
-        }
+        if not args.hashes_only:
+            stored["recorded"] = recorded
         args.results.parent.mkdir(parents=True, exist_ok=True)
         args.results.write_text(json.dumps(stored, indent=2, sort_keys=True) + "\n")
         print(f"wrote {args.results}")
