@@ -78,7 +78,9 @@ def test_binder_steps_in_a_fresh_environment(tmp_path):
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     bin_dir = env_dir / "bin"
-    pip = [str(bin_dir / "python"), "-m", "pip", "install", "-q"]
+    # --no-compile: byte-compiling torch, ray and jupyterlab on install took about a minute of this test, and
+    # what it checks (the packages resolve, postBuild runs, the notebook executes) does not depend on it.
+    pip = [str(bin_dir / "python"), "-m", "pip", "install", "-q", "--no-compile"]
     # The torch line is satisfied by the local CPU wheel; index lines are dropped (no network to them here).
     subprocess.run([*pip, "torch==2.13.0"], check=True)
     reqs = [
