@@ -34,17 +34,18 @@ test: $(VENV)/.installed node-client
 	$(BIN)/ruff check workbench tests benchmarks examples notebooks tools
 	$(BIN)/ruff format --check workbench tests benchmarks examples notebooks tools
 	$(BIN)/mypy
+	# -p no:nbmake outside the notebooks: loading that plugin imports nbformat's schema checks, about 2 s a process.
 	# Two workers, a test file each at a time; then the browser, Ray and timing tests, on two workers again: one
 	# drives the browser tests one after another, the other the Ray and timing files (tests/conftest.py groups them).
-	$(BIN)/pytest -q -ra --durations=15 -n 2 --dist loadfile -m "not browser and not ray and not timing"
-	$(BIN)/pytest -q -ra --durations=10 -n 2 --dist loadgroup -m "browser or ray or timing"
+	$(BIN)/pytest -q -ra --durations=15 -n 2 --dist loadfile -p no:nbmake -m "not browser and not ray and not timing"
+	$(BIN)/pytest -q -ra --durations=10 -n 2 --dist loadgroup -p no:nbmake -m "browser or ray or timing"
 	cd notebooks && WB_QUICK=1 ../$(BIN)/pytest -q -n 2 --nbmake --nbmake-timeout=600 *.ipynb
 
 # The inner loop: the unit tests only (no test marked slow, browser, Ray or timing), stopping at the first failure.
 test-fast: $(VENV)/.installed
 	$(BIN)/ruff check workbench tests benchmarks examples notebooks tools
 	$(BIN)/ruff format --check workbench tests benchmarks examples notebooks tools
-	$(BIN)/pytest -q -x -n 2 --durations=30 -m "not slow and not browser and not ray and not timing"
+	$(BIN)/pytest -q -x -n 2 --durations=30 -p no:nbmake -m "not slow and not browser and not ray and not timing"
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check workbench tests benchmarks examples notebooks tools
