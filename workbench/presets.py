@@ -642,8 +642,10 @@ def _sac_family_specs() -> list[PresetSpec]:
     DroQ: the paper's settings (Hiraoka et al. 2022: 20 updates per env step, dropout 0.01, layer norm), which
     are DroQ's defaults, at half the Pendulum budget: each env step costs 20 updates. On MuJoCo, the paper's
     rows (REDQ's setup, whose codebase the paper's best results ran on): Hopper at 125k env steps, Walker2d and
-    Ant at 300k, 5k random steps first, and the dropout rate the authors tuned per task (Hopper 1e-4, Walker2d
-    5e-3, Ant 1e-2); the entropy target -|A| (SAC's default). HalfCheetah and Swimmer are not in the paper."""
+    Ant at 300k, 5k random steps first, the dropout rate the authors tuned per task (Hopper 1e-4, Walker2d 5e-3,
+    Ant 1e-2) and MBPO's entropy targets, which that codebase sets per task (Hopper -1, Walker2d -3, Ant -4).
+    The paper's Ant hides the contact forces from the observation (MBPO's truncated Ant); Ant-v5 shows them.
+    HalfCheetah and Swimmer are not in the paper."""
     box2d, mujoco = "box2d", "mujoco"
     specs = [
         PresetSpec("Pendulum-v1", "tqc", 20_000, {"learning_rate": 1e-3}, zoo_score=-151.340, solved=-200.0),
@@ -690,19 +692,19 @@ def _sac_family_specs() -> list[PresetSpec]:
             tqc["gamma"] = crossq["gamma"] = 0.999
         specs.append(PresetSpec(task, "tqc", 1_000_000, tqc, zoo_score=tqc_scores[task], required_extra=mujoco))
         specs.append(PresetSpec(task, "crossq", 5_000_000, crossq, required_extra=mujoco))
-    for task, (steps, dropout_rate) in DROQ_PAPER_ROWS.items():
-        droq = {"learning_starts": 5_000, "dropout_rate": dropout_rate}
+    for task, (steps, dropout_rate, target_entropy) in DROQ_PAPER_ROWS.items():
+        droq = {"learning_starts": 5_000, "dropout_rate": dropout_rate, "target_entropy": target_entropy}
         specs.append(PresetSpec(task, "droq", steps, droq, required_extra=mujoco))
     return specs
 
 
-DROQ_PAPER_ROWS: dict[str, tuple[int, float]] = {
-    "Hopper-v5": (125_000, 1e-4),
-    "Walker2d-v5": (300_000, 5e-3),
-    "Ant-v5": (300_000, 1e-2),
+DROQ_PAPER_ROWS: dict[str, tuple[int, float, float]] = {
+    "Hopper-v5": (125_000, 1e-4, -1.0),
+    "Walker2d-v5": (300_000, 5e-3, -3.0),
+    "Ant-v5": (300_000, 1e-2, -4.0),
 }
-"""DroQ's MuJoCo rows from its paper (Hiraoka et al. 2022, on REDQ's codebase): the env steps and the dropout
-rate its authors give per task."""
+"""DroQ's MuJoCo rows from its paper (Hiraoka et al. 2022, on REDQ's codebase): the env steps, the dropout rate
+its authors give per task, and the entropy target that codebase takes from MBPO per task."""
 
 
 MUJOCO_TASKS = ("Hopper-v5", "HalfCheetah-v5", "Walker2d-v5", "Ant-v5", "Swimmer-v5")
