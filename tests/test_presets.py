@@ -504,6 +504,14 @@ def test_the_new_presets_are_documented_with_their_scores():
         ("Swimmer-v5", "tqc", wb.TQC, 1_000_000, {"top_quantiles_to_drop_per_net": 2, "gamma": 0.999}),
         ("HalfCheetah-v5", "crossq", wb.CrossQ, 5_000_000, {"critic_net_arch": (2048, 2048), "learning_starts": 5_000}),
         ("Pendulum-v1", "droq", wb.DroQ, 10_000, {"gradient_steps": 20, "dropout_rate": 0.01, "layer_norm": True}),
+        (
+            "Hopper-v5",
+            "droq",
+            wb.DroQ,
+            125_000,
+            {"gradient_steps": 20, "dropout_rate": 1e-4, "target_entropy": -1.0, "learning_starts": 5_000},
+        ),
+        ("Ant-v5", "droq", wb.DroQ, 300_000, {"dropout_rate": 1e-2, "target_entropy": -4.0, "layer_norm": True}),
         ("MountainCarContinuous-v0", "tqc", wb.TQC, 50_000, {"use_sde": True, "batch_size": 512, "gamma": 0.9999}),
     ],
 )
