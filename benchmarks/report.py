@@ -146,6 +146,17 @@ NOTES: dict[tuple[str, str], str] = {
         "at the zoo's settings (gSDE, 20k steps). The published figure is one trained agent; the interval here is "
         "over seeds, the failed ones included."
     ),
+    ("Pendulum-v1", "crossq"): (
+        "Issue 54's side by side: crossq.yml's Pendulum settings (actor and critics 256-256, an actor step every 2 "
+        "critic steps) in both libraries, sb3-contrib's CrossQ on the SB3 row. The zoo publishes no CrossQ score. "
+        "`benchmarks/continuous.py` holds the same pair over more seeds, with gradient steps per second "
+        "([Algorithms](algorithms.md))."
+    ),
+    ("Pendulum-v1", "droq"): (
+        "DroQ has no SB3 or sb3-contrib version to run beside it (it is in SBX, on JAX), and the zoo publishes no "
+        "score. The preset is the paper's settings (20 updates per env step) at half SAC's budget: each run makes "
+        "about ten times SAC's gradient steps."
+    ),
     **{
         key: (
             "Run at 200k env steps, a fifth of the zoo's 1M budget (hours per run on a CPU): the published figure "
