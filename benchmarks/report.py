@@ -642,7 +642,7 @@ def render_markdown(rows: Sequence[Row], pictures: Sequence[str] = ()) -> str:
         side = "workbench" if row.side == "workbench" else "SB3"
         every = ", ".join(_num(x) for x in row.scores)
         lines.append(
-            f"| {row.env_id} | {row.agent.upper()} | {side} | {s['steps']:,} | {len(row.results)} | "
+            f"| {row.env_id} | {display_name(row.agent)} | {side} | {s['steps']:,} | {len(row.results)} | "
             f"{_num(s['iqm'])}{mark} | [{_num(s['ci'][0])}, {_num(s['ci'][1])}] | {_num(s['published'])} | {every} | "
             f"{s['wall']:.0f} s | {s['cpu']:.0f} s | {s['steps_per_s']:,.0f} |"
         )
@@ -650,7 +650,7 @@ def render_markdown(rows: Sequence[Row], pictures: Sequence[str] = ()) -> str:
         "",
         "Seeds of each row, in order: "
         + "; ".join(
-            f"{r.env_id} {r.agent.upper()} {'SB3' if r.side == 'sb3' else 'workbench'} {_seed_ranges(r.seeds)}"
+            f"{r.env_id} {display_name(r.agent)} {'SB3' if r.side == 'sb3' else 'workbench'} {_seed_ranges(r.seeds)}"
             for r in rows
         )
         + ".",
@@ -658,11 +658,19 @@ def render_markdown(rows: Sequence[Row], pictures: Sequence[str] = ()) -> str:
     shown = {(r.env_id, r.agent) for r in rows}
     for (env_id, agent), note in NOTES.items():
         if (env_id, agent) in shown:
-            lines += ["", f"**{env_id} {agent.upper()}.** {note}"]
+            lines += ["", f"**{env_id} {display_name(agent)}.** {note}"]
     for picture in pictures:
         name = Path(picture).stem.replace("benchmarks-", "")
         lines += ["", f"![{name}: evaluation curves and IQM against the published score]({Path(picture).name})"]
     return "\n".join(lines) + "\n"
+
+
+def display_name(agent: str) -> str:
+    """The agent's name as the library spells it (``crossq``: CrossQ, ``qrdqn``: QRDQN), for the page."""
+    import workbench as wb
+
+    cls = wb.AGENTS.get(agent)
+    return cls.__name__ if cls is not None else agent.upper()
 
 
 def _seed_ranges(seeds: Sequence[int]) -> str:
@@ -703,7 +711,7 @@ def render_pictures(rows: Sequence[Row], directory: Path) -> list[Path]:
             published = PUBLISHED.get((env_id, agent))
             if published is not None:
                 ax.axhline(published, color="grey", linestyle="--", linewidth=1, label="published")
-            ax.set_title(f"{env_id} {agent.upper()}", fontsize=9)
+            ax.set_title(f"{env_id} {display_name(agent)}", fontsize=9)
             ax.set_xlabel("env steps")
             ax.set_ylabel("eval return (IQM)")
             ax.legend(fontsize=7)
@@ -711,7 +719,7 @@ def render_pictures(rows: Sequence[Row], directory: Path) -> list[Path]:
         labels, centres, lows, highs, pubs = [], [], [], [], []
         for row in fam_rows:
             s = row.summary()
-            labels.append(f"{row.env_id}\n{row.agent.upper()} {'SB3' if row.side == 'sb3' else 'wb'}")
+            labels.append(f"{row.env_id}\n{display_name(row.agent)} {'SB3' if row.side == 'sb3' else 'wb'}")
             centres.append(s["iqm"])
             lows.append(s["iqm"] - s["ci"][0])
             highs.append(s["ci"][1] - s["iqm"])
@@ -790,7 +798,7 @@ def sample_efficiency_section(rows: Sequence[Row], mark: int = SAC_MARK) -> str:
             median = float(np.median([np.inf if x is None else x for x in reached]))
             shown = "not reached" if np.isinf(median) else f"{median:,.0f}"
             seeds = _seed_ranges([r["seed"] for r in runs])
-            lines.append(f"| {env_id} | {_num(target)} | {name.upper()} | {seeds} | {shown} | {every} |")
+            lines.append(f"| {env_id} | {_num(target)} | {display_name(name)} | {seeds} | {shown} | {every} |")
     if not lines:
         return ""
     head = [

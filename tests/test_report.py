@@ -253,10 +253,10 @@ def test_render_holds_the_newer_agents_against_sacs_return_at_100k(report, tmp_p
     section = page.split("## Sample efficiency against SAC")[1]
     rows = {line.split("|")[3].strip(): line for line in section.splitlines() if line.startswith("| HalfCheetah")}
     # SAC's return at 100k: the IQM of 1000, 1200, 1100 (three seeds: nothing cut) = 1100.
-    assert "| 1100 |" in rows["SAC"] and "| 1100 |" in rows["CROSSQ"]
+    assert "| 1100 |" in rows["SAC"] and "| 1100 |" in rows["CrossQ"]
     assert rows["SAC"].rstrip().endswith("| 100,000 | 150,000, 100,000, 100,000 |")  # seed 0 at 150k
     # A seed that never reaches it counts as the latest: the median of 50k, 100k and never is 100k.
-    assert rows["CROSSQ"].rstrip().endswith("| 100,000 | 50,000, 100,000, not reached |")
+    assert rows["CrossQ"].rstrip().endswith("| 100,000 | 50,000, 100,000, not reached |")
     # Two of three never reaching it: not reached. A run shorter than 100k is left out (it could not tell).
     crossq_never = [[100, 200, 300, 400], [100, 200, 300, 400], [900, 1500, 2600, 3100]]
     for seed in range(3):
@@ -265,7 +265,7 @@ def test_render_holds_the_newer_agents_against_sacs_return_at_100k(report, tmp_p
     short = run("crossq", 3, [1200])  # 50k steps only
     (tmp_path / report.RunKey("HalfCheetah-v5", "crossq", "workbench", 3).path.name).write_text(json.dumps(short))
     page = report.render(tmp_path, tmp_path / "benchmarks.md", pictures=False)
-    line = next(x for x in page.splitlines() if x.startswith("| HalfCheetah-v5 | 1100 | CROSSQ"))
+    line = next(x for x in page.splitlines() if x.startswith("| HalfCheetah-v5 | 1100 | CrossQ"))
     assert line.rstrip().endswith("| 0-2 | not reached | not reached, not reached, 100,000 |")
     # No SAC run reaching 100k: no section.
     for path in tmp_path.glob("HalfCheetah-v5__sac__*"):
