@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -57,9 +58,13 @@ CELLS = [
     "print('WB-HUMAN', play.episodes, sorted(set(play.dataset.actions.tolist())), len(play.dataset))",
 ]
 
+# Each <video> element gets a tag on first sight, so that two readings can be told to be of one element:
+# the panel swaps in a new element whenever a newer video arrives (every 1,500 steps here).
 PLAYING_JS = """() => {
     const v = document.querySelector('.wb-video-panel video.wb-video');
-    return v ? { t: v.currentTime, ready: v.readyState, paused: v.paused, w: v.videoWidth } : null;
+    if (!v) return null;
+    if (!v.dataset.wbTag) v.dataset.wbTag = String(Math.random());
+    return { tag: v.dataset.wbTag, t: v.currentTime, ready: v.readyState, paused: v.paused, w: v.videoWidth };
 }"""
 
 
@@ -77,14 +82,26 @@ def jupyter(browser_ready, tmp_path_factory):  # noqa: F811
 
 
 def _video_plays(page, what: str, timeout_s: float = 60) -> dict:
-    """Wait for the panel's <video> to play: loaded, not paused, its time moving."""
+    """Wait for the panel's <video> to play: loaded, not paused, its time moving, in one element.
+
+    Under load a newer video can replace the element between two readings (CI once read a fresh,
+    unloaded element right after the old one had played), so both readings must be of one element,
+    and a swap starts the wait over rather than failing it.
+    """
     _wait_for(page, lambda: page.evaluate(PLAYING_JS) is not None, timeout_s, f"a <video> element ({what})")
-    _wait_for(page, lambda: page.evaluate(PLAYING_JS)["ready"] >= 2, 30, f"the video to load ({what})")
-    first = page.evaluate(PLAYING_JS)["t"]
-    _wait_for(page, lambda: page.evaluate(PLAYING_JS)["t"] != first, 15, f"the video's time to move ({what})")
-    state = page.evaluate(PLAYING_JS)
-    assert not state["paused"] and state["w"] > 0, state
-    return state
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        first = page.evaluate(PLAYING_JS)
+        if first and first["ready"] >= 2 and first["w"] > 0 and not first["paused"]:
+            page.wait_for_timeout(500)
+            last = page.evaluate(PLAYING_JS)
+            if last and last["tag"] == first["tag"] and last["t"] != first["t"] and not last["paused"]:
+                return last
+        else:
+            last = first
+        page.wait_for_timeout(200)
+    raise AssertionError(f"the video never played ({what}) within {timeout_s:.0f} s; last seen: {last}")
 
 
 def _caption(page) -> str:
