@@ -198,6 +198,7 @@ def test_the_layout_and_the_optimizers_are_sb3_contribs(float64):
     assert [type(m).__name__ for m in agent.actor] == theirs_actor
 
 
+@pytest.mark.slow  # steps sb3-contrib's CrossQ beside ours, update by update, in float64: 6 s
 def test_every_update_matches_sb3_contribs(monkeypatch, float64):
     model, agent = build(actor=(64, 64), critics=(256, 256))  # narrower, so float64 stays quick
     ours_named_now, theirs_named_now = ours_named(agent), theirs_named(model)

@@ -405,6 +405,7 @@ def test_every_kind_of_agent_compiles_and_trains_compiled(algo, env, monkeypatch
     assert agent.num_updates > 0
 
 
+@pytest.mark.slow  # traces CrossQ's networks twice with torch.compile: 13 s of make test-fast's 2 minutes
 def test_compiling_leaves_every_buffer_as_it_was(monkeypatch):
     """Finding and tracing the networks runs them on zeros in training mode: CrossQ's batch renormalization
     must neither count those passes nor take running statistics from them (a one-env acting pass would give

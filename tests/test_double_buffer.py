@@ -296,6 +296,7 @@ def test_pause_resume_stop_save_reopen_and_call_env(tmp_path, halves):
     assert len(halves) - before == 16  # the reopened run steps by halves too
 
 
+@pytest.mark.slow  # kills worker processes and runs 2,000 steps after a restart: 8 s
 def test_a_killed_worker_is_named_or_restarted(halves):
     options = {"num_workers": 2, "backend": "local", "envs_per_worker": 2, "double_buffer": True}
     agent = wb.PPO(IndexEnv(), n_envs=4, n_steps=8, batch_size=32, seed=0)
