@@ -443,6 +443,7 @@ def test_a_private_ray_starts_with_lean_imports_first_and_leaves_the_environment
         monkeypatch.delenv("PYTHONPATH", raising=False)
     else:
         monkeypatch.setenv("PYTHONPATH", user_path)
+    monkeypatch.delenv("RAY_worker_niceness", raising=False)
     before = dict(os.environ)
     fake = _RecordingRay(fail)
     if fail:
@@ -452,7 +453,18 @@ def test_a_private_ray_starts_with_lean_imports_first_and_leaves_the_environment
         _init_private_ray(fake, {"_node_ip_address": "127.0.0.1"})
     assert fake.seen["PYTHONPATH"].split(os.pathsep) == [_LEAN_IMPORTS_DIR] + ([user_path] if user_path else [])
     assert fake.seen["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0"
+    assert fake.seen["RAY_worker_niceness"] == "0"  # workers at the learner's priority, not Ray's nice 15
     assert dict(os.environ) == before
+
+
+def test_a_private_ray_keeps_the_users_worker_niceness(monkeypatch):
+    pytest.importorskip("ray")
+    from workbench.parallel.ray_start import init_private_ray as _init_private_ray
+
+    monkeypatch.setenv("RAY_worker_niceness", "7")
+    fake = _RecordingRay(False)
+    _init_private_ray(fake, {"_node_ip_address": "127.0.0.1"})
+    assert fake.seen["RAY_worker_niceness"] == "7" and os.environ["RAY_worker_niceness"] == "7"
 
 
 def test_the_lean_imports_folder_skips_only_the_parser_and_ray_still_imports():

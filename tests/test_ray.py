@@ -230,3 +230,14 @@ def test_too_few_ray_cpus_is_a_clear_error_not_a_hang():
     with pytest.raises(ValueError, match=r"needs 16 Ray CPUs, but the cluster has 8.*cpus_per_worker"):
         session.run(100)
     assert session.status == "failed"
+
+
+def test_ray_workers_run_at_the_drivers_priority():
+    """Ray niced its workers by 15: beside any busy process at normal priority (the learner itself) they
+    got about 3% of a core, and on a loaded 2-core machine a worker did not answer within 120 s."""
+
+    @ray.remote(num_cpus=1)
+    def niceness() -> int:
+        return os.nice(0)
+
+    assert ray.get(niceness.remote(), timeout=120) == os.nice(0)
