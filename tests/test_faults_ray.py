@@ -195,6 +195,9 @@ def _cluster_run(namespaces: _Namespaces, temp_dir: str) -> None:
         "RAY_AUTH_MODE": "token",  # both nodes and the driver share one token, made for this test
         "RAY_AUTH_TOKEN": secrets.token_hex(16),
         "RAY_USAGE_STATS_ENABLED": "0",
+        # Both "nodes" share this machine with the suite's other processes: at Ray's default nice 15 their
+        # workers starve beside them (a private Ray sets the same; docs/faults.md).
+        "RAY_worker_niceness": "0",
     }
     env.pop("RAY_ADDRESS", None)
     head = namespaces.ray_start(
