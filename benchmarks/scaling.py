@@ -135,8 +135,19 @@ def main() -> None:
     if "ray" in args.backends:
         import ray
 
-        # One local Ray for the whole benchmark, so actor start-up is not paid for Ray's own start.
-        ray.init(num_cpus=max(args.workers), include_dashboard=False, logging_level="error")
+        from workbench.parallel.ray_start import init_private_ray
+
+        # One local Ray for the whole benchmark, so actor start-up is not paid for Ray's own start; started as a
+        # session starts its own (loopback, lean imports, workers at normal priority rather than Ray's nice 15).
+        init_private_ray(
+            ray,
+            {
+                "num_cpus": max(args.workers),
+                "include_dashboard": False,
+                "logging_level": "error",
+                "_node_ip_address": "127.0.0.1",
+            },
+        )
     try:
         scaling(args.backends, args.workers, args.envs, args.seconds)
         if not args.skip_auto:
