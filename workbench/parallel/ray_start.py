@@ -21,22 +21,11 @@ from ..envs.core import EnvSource
 if TYPE_CHECKING:
     from ..agents.contract import Agent
 
-__all__ = [
-    "LEAN_IMPORTS_DIR",
-    "RAY_NOTICES",
-    "WORKER_NICENESS_ENV_VAR",
-    "import_ray",
-    "init_private_ray",
-    "quiet_ray_notices",
-    "start_ray",
-]
+__all__ = ["LEAN_IMPORTS_DIR", "RAY_NOTICES", "import_ray", "init_private_ray", "quiet_ray_notices", "start_ray"]
 
 # First on the PYTHONPATH of a private Ray's processes: stands in for packages whose import costs a
 # Ray process far more than it uses them (see the folder's rfc3987_syntax/__init__.py).
 LEAN_IMPORTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ray_lean_imports")
-
-# Ray's setting of its workers' niceness (its default is 15), as an environment variable: see init_private_ray.
-WORKER_NICENESS_ENV_VAR = "RAY_worker_niceness"
 
 
 # Notices Ray logs while the project starts it, that ask nothing of the user (logger name: start of
@@ -93,19 +82,20 @@ def init_private_ray(ray: Any, options: dict[str, Any]) -> None:
     Its workers run at the learner's priority: Ray starts them at ``nice 15`` (its
     ``worker_niceness``), so that on a cluster's nodes its own services come first. On one machine
     that starves them: beside any busy process at normal priority (the learner's own updates, a
-    notebook, another run) a niced worker gets about 3% of a core, and on a 2-core machine with two
-    such processes a worker took over 120 s to build its env and agent (11 s at normal priority).
+    notebook, another run) a niced worker gets about 3% of a core, and on a 2-core machine beside four
+    busy processes a worker took over 120 s to build its env and agent (11.6 s at normal priority).
     ``RAY_worker_niceness`` set by the user is respected.
     """
     from ray._private import ray_constants
 
     name = ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR
+    niceness = ray_constants.RAY_WORKER_NICENESS  # read by the raylet as it starts (Ray's default: 15)
     saved_flag = ray_constants.ENABLE_RAY_CLUSTER
-    saved_env = {key: os.environ.get(key) for key in (name, "PYTHONPATH", WORKER_NICENESS_ENV_VAR)}
+    saved_env = {key: os.environ.get(key) for key in (name, "PYTHONPATH", niceness)}
     if options.get("_node_ip_address") in ("127.0.0.1", "localhost", "::1"):
         ray_constants.ENABLE_RAY_CLUSTER = False
         os.environ[name] = "0"
-    os.environ.setdefault(WORKER_NICENESS_ENV_VAR, "0")  # read by the raylet as it starts
+    os.environ.setdefault(niceness, "0")
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (LEAN_IMPORTS_DIR, saved_env["PYTHONPATH"]) if p)
     try:
         with quiet_ray_notices():
