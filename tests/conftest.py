@@ -121,6 +121,28 @@ def process_alive(pid: int) -> bool:
         return False
 
 
+def gone(pids: object, timeout: float = 10.0) -> bool:
+    """True once none of ``pids`` runs, False if one still does after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not any(process_alive(p) for p in pids):  # type: ignore[attr-defined]
+            return True
+        time.sleep(0.05)
+    return False
+
+
+# Ray actors start slowly on a loaded machine (over 2 min seen): how long a Ray test waits for them.
+RAY_START_S = 300.0
+
+
+def running_runner(session, timeout: float = RAY_START_S):
+    """The session's runner once every one of its workers has started."""
+    wait_until(
+        lambda: session._ctx.runner is not None and len(session._ctx.runner.pids()) == session.num_workers, timeout
+    )
+    return session._ctx.runner
+
+
 def child_processes() -> set[int]:
     """The pids of this process's live descendants (worker processes, Ray's)."""
     return {p.pid for p in psutil.Process().children(recursive=True) if process_alive(p.pid)}

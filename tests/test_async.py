@@ -14,6 +14,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from conftest import wait_until
 
 import workbench as wb
 from workbench.agents.impala import vtrace
@@ -46,13 +47,6 @@ class Slow(gym.Env):
 
     def where(self):
         return self.t
-
-
-def _wait_for(condition, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
 
 
 # -- V-trace -------------------------------------------------------------------------------------
@@ -170,12 +164,12 @@ def test_local_workers_keep_stepping_while_the_learner_learns_and_lag_is_bounded
     session = wb.Session(agent, lambda: Slow(), num_workers=2, backend="local", seed=0)
     session.start(100_000)
     try:
-        _wait_for(lambda: session.signals["policy_lag"].count >= 5 if "policy_lag" in session.signals else False)
+        wait_until(lambda: session.signals["policy_lag"].count >= 5 if "policy_lag" in session.signals else False)
         runner = session._ctx.runner
         assert isinstance(runner, AsyncRunner) and runner.backend == "local"
         # Live edits land between steps: max_policy_lag=0 drops every rollout stepped by older weights.
         session.set(max_policy_lag=0, learning_rate=3e-4, ent_coef=0.01, clip_range=0.1)
-        _wait_for(lambda: "batches_dropped" in session.signals and session.signals["batches_dropped"].last >= 2)
+        wait_until(lambda: "batches_dropped" in session.signals and session.signals["batches_dropped"].last >= 2)
         assert agent.config.max_policy_lag == 0 and agent.config.clip_range == 0.1
         # call_env runs between two of the sampler's steps, on every env of every worker.
         assert len(session.call_env("where")) == 4
@@ -185,8 +179,8 @@ def test_local_workers_keep_stepping_while_the_learner_learns_and_lag_is_bounded
         time.sleep(0.3)
         assert session.steps == steps
         session.resume()
-        _wait_for(lambda: session.steps > steps)
-        _wait_for(lambda: "learner_idle_fraction" in session.signals)  # recorded about once a second
+        wait_until(lambda: session.steps > steps)
+        wait_until(lambda: "learner_idle_fraction" in session.signals)  # recorded about once a second
     finally:
         session.stop()
     assert session.status == "stopped"
@@ -206,7 +200,7 @@ def test_a_killed_worker_is_named_or_restarted():
     agent = wb.IMPALA(Slow(), n_envs=2, n_steps=4, seed=0)
     session = wb.Session(agent, lambda: Slow(), num_workers=2, backend="local", restart_workers=True, seed=0)
     session.start(1_500)
-    _wait_for(lambda: session.steps > 100)
+    wait_until(lambda: session.steps > 100)
     inner = session._ctx.runner.inner
     os.kill(inner.pids()[1], signal.SIGKILL)
     session.wait(timeout=60)
@@ -214,7 +208,7 @@ def test_a_killed_worker_is_named_or_restarted():
 
     session = wb.Session(wb.IMPALA(Slow(), n_envs=2, n_steps=4), lambda: Slow(), num_workers=2, backend="local")
     session.start(1_000_000)
-    _wait_for(lambda: session.steps > 50)
+    wait_until(lambda: session.steps > 50)
     os.kill(session._ctx.runner.inner.pids()[0], signal.SIGKILL)
     with pytest.raises(WorkerError, match=r"worker 0 .* process died"):
         session.wait(timeout=30)

@@ -20,6 +20,7 @@ import cloudpickle
 import gymnasium as gym
 import numpy as np
 import pytest
+from conftest import wait_until
 
 import workbench as wb
 from workbench.envs import as_env_source
@@ -87,14 +88,6 @@ def halves(monkeypatch):
 
     monkeypatch.setattr(LocalRunner, "_joined_step", counting)
     return calls
-
-
-def _wait_for(condition, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
 
 
 class Echo:
@@ -275,7 +268,7 @@ def test_pause_resume_stop_save_reopen_and_call_env(tmp_path, halves):
     assert session.call_env("where") == [None] * 4  # before a run: built, not reset yet
     session.start(1_000_000)
     try:
-        _wait_for(lambda: session.steps >= 64)
+        wait_until(lambda: session.steps >= 64)
         session.pause()
         assert session.status == "paused"
         steps = session.steps
@@ -283,7 +276,7 @@ def test_pause_resume_stop_save_reopen_and_call_env(tmp_path, halves):
         assert session.steps == steps
         assert session.call_env("where") == [0, 1, 2, 3]  # between two steps, on every env in order
         session.resume()
-        _wait_for(lambda: session.steps > steps)
+        wait_until(lambda: session.steps > steps)
     finally:
         session.stop()
     assert session.status == "stopped" and halves
@@ -302,7 +295,7 @@ def test_a_killed_worker_is_named_or_restarted(halves):
     agent = wb.PPO(IndexEnv(), n_envs=4, n_steps=8, batch_size=32, seed=0)
     session = wb.Session(agent, lambda: IndexEnv(delay=0.001), seed=0, **options)
     session.start(1_000_000)
-    _wait_for(lambda: session.steps > 50)
+    wait_until(lambda: session.steps > 50)
     os.kill(session._ctx.runner.pids()[1], signal.SIGKILL)
     with pytest.raises(WorkerError, match=r"worker 1 \(envs 2-3\) process died") as info:
         session.wait(timeout=30)
@@ -311,7 +304,7 @@ def test_a_killed_worker_is_named_or_restarted(halves):
     agent = wb.PPO(IndexEnv(), n_envs=4, n_steps=8, batch_size=32, seed=0)
     session = wb.Session(agent, lambda: IndexEnv(delay=0.001), seed=0, restart_workers=True, **options)
     session.start(2_000)
-    _wait_for(lambda: session.steps > 100)
+    wait_until(lambda: session.steps > 100)
     os.kill(session._ctx.runner.pids()[0], signal.SIGKILL)
     session.wait(timeout=60)
     assert session.status == "finished" and session.steps == 2_000 and len(halves) > 400

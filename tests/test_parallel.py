@@ -17,7 +17,7 @@ import gymnasium as gym
 import numpy as np
 import psutil
 import pytest
-from conftest import process_alive
+from conftest import process_alive, wait_until
 
 import workbench as wb
 from workbench.envs import VecEnv, as_env_source
@@ -67,14 +67,6 @@ def cartpole():
 
 
 pytestmark = pytest.mark.usefixtures("no_leftover_processes")
-
-
-def _wait_for(condition, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
 
 
 # -- bad input ---------------------------------------------------------------------------------
@@ -289,7 +281,7 @@ def test_a_slow_worker_shows_in_its_steps_per_second():
     session = wb.Session(agent, lambda: CountEnv(delay=0.002, slow_seed=1), num_workers=3, backend="local", seed=0)
     session.start(10_000_000)
     try:
-        _wait_for(lambda: "worker_2/steps_per_second" in session.signals)
+        wait_until(lambda: "worker_2/steps_per_second" in session.signals)
     finally:
         session.stop()
     rates = [session.signals[f"worker_{w}/steps_per_second"].last for w in range(3)]
@@ -304,14 +296,14 @@ def test_pause_resume_and_stop_reach_every_worker(tmp_path):
     sizes = lambda: {name: os.path.getsize(os.path.join(log_dir, name)) for name in os.listdir(log_dir)}  # noqa: E731
     session.start(10_000_000)
     try:
-        _wait_for(lambda: len(sizes()) == 4)  # every worker process is stepping
+        wait_until(lambda: len(sizes()) == 4)  # every worker process is stepping
         session.pause()
         assert session.status == "paused"
         paused = sizes()
         time.sleep(0.3)
         assert sizes() == paused, "a worker kept stepping while paused"
         session.resume()
-        _wait_for(lambda: all(size > paused[name] for name, size in sizes().items()))
+        wait_until(lambda: all(size > paused[name] for name, size in sizes().items()))
     finally:
         session.stop()
     assert session.status == "stopped"
@@ -342,7 +334,7 @@ def test_killed_worker_fails_the_session_within_seconds():
     agent = wb.PPO(CountEnv(), n_steps=16, n_envs=4)
     session = wb.Session(agent, lambda: CountEnv(delay=0.001), num_workers=4, backend="local")
     session.start(10_000_000)
-    _wait_for(lambda: session.steps > 100)
+    wait_until(lambda: session.steps > 100)
     pid = session._ctx.runner.pids()[1]
     os.kill(pid, signal.SIGKILL)
     killed = time.monotonic()
@@ -358,7 +350,7 @@ def test_killed_worker_is_restarted_when_asked_and_the_run_continues():
         agent, lambda: CountEnv(delay=0.001), num_workers=4, backend="local", restart_workers=True, seed=0
     )
     session.start(3_000)
-    _wait_for(lambda: session.steps > 200)
+    wait_until(lambda: session.steps > 200)
     runner = session._ctx.runner
     old = runner.pids()[3]
     os.kill(old, signal.SIGKILL)

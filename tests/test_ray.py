@@ -16,7 +16,7 @@ from workbench.parallel.ray_start import init_private_ray as _init_private_ray
 ray = pytest.importorskip("ray")
 
 import test_parallel  # noqa: E402  (its envs, sent to the actors by value)
-from conftest import child_processes, process_alive  # noqa: E402
+from conftest import RAY_START_S, child_processes, gone, running_runner, wait_until  # noqa: E402
 from test_parallel import CountEnv, cartpole  # noqa: E402
 
 pytestmark = pytest.mark.ray
@@ -39,35 +39,12 @@ def local_ray():
     assert not left, f"Ray processes left behind: {sorted(left)}"
 
 
-def _gone(pids, timeout=10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        alive = [p for p in pids if process_alive(p)]
-        if not alive:
-            return True
-        time.sleep(0.05)
-    return False
-
-
-def _wait_for(condition, timeout=300.0):  # Ray actors start slowly on a loaded machine (over 2 min seen)
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
-
-
-def _running_runner(session):
-    _wait_for(lambda: session._ctx.runner is not None and len(session._ctx.runner.pids()) == session.num_workers)
-    return session._ctx.runner
-
-
 def test_ppo_with_four_ray_workers_stays_on_policy_and_reports_every_worker():
     # That PPO learns CartPole this way over several seeds is `make bench-check`'s row ppo-ray-cartpole.
     agent = wb.PPO("CartPole-v1", seed=0, n_envs=4, n_steps=32, n_epochs=2)
     session = wb.Session(agent, cartpole, num_workers=4, backend="ray", seed=0)
     session.start(4 * 4 * 32 * 6)  # six rollouts
-    runner = _running_runner(session)
+    runner = running_runner(session)
     session.wait()
     assert session.status == "finished", session.error
     assert agent.num_updates >= 5
@@ -76,7 +53,7 @@ def test_ppo_with_four_ray_workers_stays_on_policy_and_reports_every_worker():
     for w in range(4):
         assert session.signals[f"worker_{w}/steps_per_second"].last > 0
     assert len(session.signals["episode_reward"]) > 0
-    assert _gone(runner.pids())
+    assert gone(runner.pids())
 
 
 def test_ray_workers_build_a_registered_env_id_and_act_with_gsde():
@@ -141,7 +118,7 @@ def test_dqn_with_four_ray_workers_learns_while_they_collect_ape_x_style():
     )
     session = wb.Session(agent, cartpole, num_workers=4, backend="ray", seed=0, sync_every=32)
     session.start(3_000)
-    runner = _running_runner(session)
+    runner = running_runner(session)
     session.wait()
     assert session.status == "finished", session.error
     assert agent.num_updates > 0
@@ -150,7 +127,7 @@ def test_dqn_with_four_ray_workers_learns_while_they_collect_ape_x_style():
     staleness = session.signals["weight_staleness"]
     assert staleness.max() > 0
     assert staleness.max() <= 32 * 4 // 16
-    assert _gone(runner.pids())
+    assert gone(runner.pids())
 
 
 def test_pause_resume_and_stop_reach_every_ray_worker(tmp_path):
@@ -159,27 +136,27 @@ def test_pause_resume_and_stop_reach_every_ray_worker(tmp_path):
     session = wb.Session(agent, lambda: CountEnv(delay=0.002, log_dir=log_dir), num_workers=4, backend="ray")
     sizes = lambda: {name: os.path.getsize(os.path.join(log_dir, name)) for name in os.listdir(log_dir)}  # noqa: E731
     session.start(10_000_000)
-    runner = _running_runner(session)
+    runner = running_runner(session)
     try:
-        _wait_for(lambda: len(sizes()) == 4)  # every actor is stepping
+        wait_until(lambda: len(sizes()) == 4, RAY_START_S)  # every actor is stepping
         session.pause()
         assert session.status == "paused"
         paused = sizes()
         time.sleep(0.3)
         assert sizes() == paused, "a worker kept stepping while paused"
         session.resume()
-        _wait_for(lambda: all(size > paused[name] for name, size in sizes().items()))
+        wait_until(lambda: all(size > paused[name] for name, size in sizes().items()), RAY_START_S)
     finally:
         session.stop()
     assert session.status == "stopped"
-    assert _gone(runner.pids()), "an actor survived stop()"
+    assert gone(runner.pids()), "an actor survived stop()"
 
 
 def test_raising_env_fails_the_ray_session_naming_the_worker():
     agent = wb.PPO(CountEnv(), n_steps=8, n_envs=4)
     session = wb.Session(agent, lambda: CountEnv(fail_seed=10, fail_at=30), num_workers=4, backend="ray", seed=7)
     session.start(100_000)
-    runner = _running_runner(session)
+    runner = running_runner(session)
     start = time.monotonic()
     with pytest.raises(WorkerError) as info:
         session.wait(timeout=10)
@@ -189,22 +166,22 @@ def test_raising_env_fails_the_ray_session_naming_the_worker():
     assert err.worker == 3 and not err.died
     assert str(err).startswith("worker 3 (envs 3-3) raised")
     assert "simulator exploded at step 30" in str(err) and "in step" in err.remote_traceback
-    assert _gone(runner.pids())
+    assert gone(runner.pids())
 
 
 def test_killed_ray_worker_fails_the_session_within_seconds():
     agent = wb.PPO(CountEnv(), n_steps=8, n_envs=4)
     session = wb.Session(agent, lambda: CountEnv(delay=0.001), num_workers=4, backend="ray")
     session.start(10_000_000)
-    runner = _running_runner(session)
-    _wait_for(lambda: session.steps > 100)
+    runner = running_runner(session)
+    wait_until(lambda: session.steps > 100, RAY_START_S)
     os.kill(runner.pids()[2], signal.SIGKILL)
     killed = time.monotonic()
     with pytest.raises(WorkerError, match=r"worker 2 \(envs 2-2\) Ray actor died") as info:
         session.wait(timeout=10)
     assert time.monotonic() - killed < 10
     assert session.status == "failed" and info.value.died
-    assert _gone(runner.pids())
+    assert gone(runner.pids())
 
 
 def test_killed_ray_worker_is_restarted_when_asked():
@@ -213,15 +190,15 @@ def test_killed_ray_worker_is_restarted_when_asked():
         agent, lambda: CountEnv(delay=0.001), num_workers=4, backend="ray", restart_workers=True, seed=0
     )
     session.start(3_000)
-    runner = _running_runner(session)
-    _wait_for(lambda: session.steps > 200)
+    runner = running_runner(session)
+    wait_until(lambda: session.steps > 200, RAY_START_S)
     old = runner.pids()[0]
     os.kill(old, signal.SIGKILL)
     session.wait(timeout=60)
     assert session.status == "finished" and session.steps >= 3_000
     assert session.signals["worker_restarts"].last == 1
     assert old not in runner.pids()
-    assert _gone(runner.pids())
+    assert gone(runner.pids())
 
 
 def test_too_few_ray_cpus_is_a_clear_error_not_a_hang():

@@ -24,7 +24,7 @@ ray = pytest.importorskip("ray")
 
 import test_live_edits  # noqa: E402  (its envs travel to the actors by value)
 import test_parallel  # noqa: E402
-from conftest import process_alive  # noqa: E402
+from conftest import RAY_START_S, gone, running_runner, wait_until  # noqa: E402
 from test_live_edits import curriculum  # noqa: E402
 from test_parallel import CountEnv  # noqa: E402
 from test_ray import local_ray  # noqa: E402, F401  (a local Ray for this module, none of it left after)
@@ -62,28 +62,6 @@ class HangEnv(gym.Env):
 
 def masked_target():
     return MaskedTarget(mask_in="info")
-
-
-def _gone(pids, timeout=10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not any(process_alive(p) for p in pids):
-            return True
-        time.sleep(0.05)
-    return False
-
-
-def _wait_for(condition, timeout=300.0):  # Ray actors start slowly on a loaded machine (over 2 min seen)
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
-
-
-def _running_runner(session):
-    _wait_for(lambda: session._ctx.runner is not None and len(session._ctx.runner.pids()) == session.num_workers)
-    return session._ctx.runner
 
 
 def _weights(agent):
@@ -127,7 +105,7 @@ def test_learner_acting_gives_local_workers_data_and_actors_never_import_torch()
         assert len(pids) == 2
     finally:
         runner.close()
-    assert _gone(pids)
+    assert gone(pids)
 
 
 def test_masks_env_calls_and_live_edits_with_learner_acting():
@@ -146,7 +124,7 @@ def test_masks_env_calls_and_live_edits_with_learner_acting():
         session.call_env("fail")
     with pytest.raises(EnvMethodError, match="CurriculumEnv has no method 'nope'"):
         session.call_env("nope")
-    _wait_for(lambda: agent.num_updates >= 2)
+    wait_until(lambda: agent.num_updates >= 2, RAY_START_S)
     session.stop()
     assert session.status == "stopped", session.error
     assert agent.config.clip_range == 0.07
@@ -164,23 +142,23 @@ def test_pause_resume_stop_and_signals_with_learner_acting(tmp_path):
     session = wb.Session(agent, lambda: CountEnv(delay=0.002, log_dir=log_dir), num_workers=4, **LEARNER)
     sizes = lambda: {name: os.path.getsize(os.path.join(log_dir, name)) for name in os.listdir(log_dir)}  # noqa: E731
     session.start(10_000_000)
-    runner = _running_runner(session)
+    runner = running_runner(session)
     pids = runner.pids()
     try:
-        _wait_for(lambda: len(sizes()) == 4)  # every actor is stepping
+        wait_until(lambda: len(sizes()) == 4, RAY_START_S)  # every actor is stepping
         session.pause()
         assert session.status == "paused"
         paused = sizes()
         time.sleep(0.3)
         assert sizes() == paused, "an actor kept stepping while paused"
         session.resume()
-        _wait_for(lambda: all(size > paused[name] for name, size in sizes().items()))
-        _wait_for(lambda: "worker_3/steps_per_second" in session.signals.names())
+        wait_until(lambda: all(size > paused[name] for name, size in sizes().items()), RAY_START_S)
+        wait_until(lambda: "worker_3/steps_per_second" in session.signals.names(), RAY_START_S)
     finally:
         session.stop()
     assert session.status == "stopped"
     assert len(session.signals["worker_1/episode_reward"]) > 0
-    assert _gone(pids), "an actor survived stop()"
+    assert gone(pids), "an actor survived stop()"
 
 
 def test_raising_env_and_killed_actor_fail_the_session_naming_the_worker():
@@ -195,8 +173,8 @@ def test_raising_env_and_killed_actor_fail_the_session_naming_the_worker():
 
     session = wb.Session(agent, lambda: CountEnv(delay=0.001), num_workers=4, **LEARNER)
     session.start(10_000_000)
-    runner = _running_runner(session)
-    _wait_for(lambda: session.steps > 100)
+    runner = running_runner(session)
+    wait_until(lambda: session.steps > 100, RAY_START_S)
     pids = runner.pids()
     os.kill(pids[2], signal.SIGKILL)
     killed = time.monotonic()
@@ -204,7 +182,7 @@ def test_raising_env_and_killed_actor_fail_the_session_naming_the_worker():
         session.wait(timeout=30)
     assert time.monotonic() - killed < 30
     assert session.status == "failed" and info.value.died
-    assert _gone(pids)
+    assert gone(pids)
 
 
 @pytest.mark.slow
@@ -212,8 +190,8 @@ def test_hung_and_killed_actors_are_restarted_with_restart_workers():
     agent = wb.PPO(CountEnv(), n_steps=8, n_envs=4)
     session = wb.Session(agent, lambda: CountEnv(delay=0.001), num_workers=4, restart_workers=True, seed=0, **LEARNER)
     session.start(3_000)
-    runner = _running_runner(session)
-    _wait_for(lambda: session.steps > 200)
+    runner = running_runner(session)
+    wait_until(lambda: session.steps > 200, RAY_START_S)
     old = runner.pids()[0]
     os.kill(old, signal.SIGKILL)
     session.wait(timeout=120)
@@ -254,12 +232,12 @@ def test_actors_without_step_timeout_are_killed_when_stop_gives_up():
     agent = wb.PPO(HangEnv(), n_envs=2, n_steps=16, batch_size=16, n_epochs=1)
     session = wb.Session(agent, lambda: HangEnv(hang_seed=0), num_workers=2, seed=0, **LEARNER)
     session.start(steps=10_000)
-    runner = _running_runner(session)
+    runner = running_runner(session)
     pids = runner.pids()
-    _wait_for(lambda: session.steps >= 40)
+    wait_until(lambda: session.steps >= 40, RAY_START_S)
     time.sleep(0.3)
     with pytest.warns(RuntimeWarning, match=r"stuck in env.step.*workers were killed"):
         session.stop(timeout=0.5)
     assert session.status == "failed" and isinstance(session.error, StuckError)
-    _wait_for(lambda: not session.is_alive, timeout=10)
-    assert _gone(pids)
+    wait_until(lambda: not session.is_alive, timeout=10)
+    assert gone(pids)
