@@ -17,7 +17,6 @@ import workbench as wb
 from workbench.agents.batch_renorm import BatchRenorm1d, in_mode
 from workbench.agents.droq import GeneratorDropout
 from workbench.agents.live import apply_edits
-from workbench.agents.networks import SimBa
 from workbench.validation import ArgumentError
 
 TINY = dict(learning_starts=32, batch_size=16, buffer_size=500, net_arch=(16, 16))
@@ -278,38 +277,3 @@ def test_updates_on_pendulum_give_finite_metrics(name):
     metrics = agent.update()
     assert all(np.isfinite(v) for v in metrics.values()), metrics
     assert metrics["q_mean"] < 0  # Pendulum's rewards are all negative
-
-
-# -- the SimBa network (SAC and TQC) -----------------------------------------------------------------
-
-
-@pytest.mark.parametrize("cls", [wb.SAC, wb.TQC])
-def test_simba_networks_are_residual_blocks_with_layer_norm(cls, tmp_path):
-    agent = cls(
-        "Pendulum-v1", seed=0, network="simba", normalize_observations=True, **{**TINY, "net_arch": (16, 16, 16)}
-    )
-    for net in (agent.actor, *agent.critic.members, *agent.critic_target.members):
-        assert isinstance(net, SimBa) and len(net.blocks) == 3
-        assert net.embed.out_features == 16 and net.blocks[0].inner.out_features == 64
-        assert isinstance(net.norm, torch.nn.LayerNorm)  # the final layer norm before the head
-    x = torch.randn(4, 16)
-    block = agent.actor.blocks[0]
-    torch.testing.assert_close(block(x), x + block.outer(torch.relu(block.inner(block.norm(x)))))
-    wb.Session(agent, "Pendulum-v1", seed=0).run(steps=60)
-    agent.save(tmp_path / "run")
-    loaded = wb.load(tmp_path / "run")
-    assert loaded.config.network == "simba"
-    np.testing.assert_array_equal(loaded.act(OBS, deterministic=True), agent.eval().act(OBS, deterministic=True))
-
-
-def test_simba_is_refused_where_it_does_not_fit_naming_why():
-    with pytest.raises(ArgumentError, match="needs normalize_observations=True"):
-        wb.SAC("Pendulum-v1", network="simba")
-    with pytest.raises(ArgumentError, match=r"net_arch=\(64, 32\)"):
-        wb.TQC("Pendulum-v1", network="simba", normalize_observations=True, net_arch=(64, 32))
-    with pytest.raises(ArgumentError, match="CrossQ got network='simba'"):
-        wb.CrossQ("Pendulum-v1", network="simba", normalize_observations=True)
-    with pytest.raises(ArgumentError, match="DroQ got network='simba'"):
-        wb.DroQ("Pendulum-v1", network="simba", normalize_observations=True)
-    with pytest.raises(ArgumentError, match="network='resnet'"):
-        wb.SAC("Pendulum-v1", network="resnet")

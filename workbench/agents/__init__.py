@@ -14,6 +14,7 @@ from .droq import DroQ, DroQConfig
 from .impala import IMPALA, IMPALAConfig
 from .iql import IQL, IQLConfig
 from .multiagent import IPPO, MAPPO, IPPOConfig, MAPPOConfig
+from .networks import SimBa
 from .ppo import PPO, PPOConfig
 from .qrdqn import QRDQN, QRDQNConfig
 from .rainbow import Rainbow, RainbowConfig
@@ -68,6 +69,7 @@ __all__ = [
     "RecurrentPPOConfig",
     "SAC",
     "SACConfig",
+    "SimBa",
     "Step",
     "TD3",
     "TD3Config",

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -47,6 +48,8 @@ class CrossQConfig(SACConfig):
     :class:`~workbench.agents.sac.SACConfig`'s (``tau`` and ``target_update_interval`` do nothing: there is no
     target network; ``net_arch`` is the actor's)."""
 
+    networks: ClassVar[tuple[str, ...]] = ("mlp",)  # batch renormalization is its own normalization
+
     learning_rate: float | Schedule = checked(1e-3, number(0, min_open=True, schedule=True), live=True)
     """Adam learning rate of every network; a number or a schedule of training progress."""
     critic_net_arch: tuple[int, ...] = checked((1024, 1024), layer_widths())
@@ -64,7 +67,7 @@ class CrossQConfig(SACConfig):
         if self.network != "mlp":
             raise ArgumentError(
                 f"CrossQ got network={self.network!r}: CrossQ's networks are MLPs with batch renormalization; "
-                'leave network out (SAC and TQC take network="simba")'
+                'leave network out (SAC, TQC, TD3, DDPG and the on-policy agents take network="simba")'
             )
         if self.use_sde is True:
             raise ArgumentError(

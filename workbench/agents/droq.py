@@ -16,6 +16,7 @@ schedule. Defaults are the paper's (dropout 0.01, 20 updates per step, 2 critics
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -55,6 +56,8 @@ class DroQConfig(SACConfig):
     """DroQ hyperparameters (defaults: the paper's, on SAC's); the others are
     :class:`~workbench.agents.sac.SACConfig`'s."""
 
+    networks: ClassVar[tuple[str, ...]] = ("mlp",)  # dropout critics
+
     gradient_steps: int = checked(20, integer(min=1, also=(-1,)), live=True)
     """Gradient steps per update: the update-to-data ratio (20 in the paper)."""
     policy_delay: int = checked(20, integer(min=1), live=True)
@@ -68,7 +71,7 @@ class DroQConfig(SACConfig):
         if self.network != "mlp":
             raise ArgumentError(
                 f"DroQ got network={self.network!r}: DroQ's critics are MLPs with dropout and layer norm; "
-                'leave network out (SAC and TQC take network="simba")'
+                'leave network out (SAC, TQC, TD3, DDPG and the on-policy agents take network="simba")'
             )
 
 

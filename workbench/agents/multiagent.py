@@ -31,7 +31,6 @@ from ..envs.core import as_env_source
 from ..envs.multiagent import Layout, layout_for, parallel_spaces
 from ..validation import Constraint, checked, choice
 from .base import register
-from .networks import mlp
 from .ppo import PPO, PPOConfig
 
 __all__ = ["IPPO", "IPPOConfig", "MAPPO", "MAPPOConfig", "SlotNet", "export_policies"]
@@ -208,7 +207,6 @@ class _MultiAgentPPO(PPO):
         if self.config.use_sde:
             raise ValueError(f"{type(self).__name__} does not take use_sde=True")
         params = super()._build_actor_critic()  # the action head, the log std; the networks are replaced below
-        c = self.config
         lay = self.multiagent_layout
         groups, slot_group = self._net_groups()
         n_out = int(self._action_head())
@@ -217,15 +215,7 @@ class _MultiAgentPPO(PPO):
         def routed(critic: bool) -> SlotNet:
             cols = self._columns(critic)
             nets = [
-                mlp(
-                    len(cols),
-                    c.net_arch,
-                    1 if critic else n_out,
-                    activation=c.activation,
-                    ortho_init=bool(c.ortho_init),
-                    output_gain=1.0 if critic else 0.01,
-                )
-                for _ in groups
+                self._network(len(cols), 1 if critic else n_out, output_gain=1.0 if critic else 0.01) for _ in groups
             ]
             return SlotNet(nets, cols, id_start, slot_group)
 

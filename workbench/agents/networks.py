@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import torch
 from torch import nn
+
+from ..validation import ArgumentError
 
 __all__ = [
     "ACTIVATIONS",
@@ -16,7 +20,10 @@ __all__ = [
     "LayerFactory",
     "NoisyLinear",
     "ScalarParameter",
+    "NETWORKS",
     "SimBa",
+    "SimBaNetwork",
+    "check_network",
     "drawn_like",
     "gaussian_policy_terms",
     "make_adam",
@@ -29,6 +36,10 @@ __all__ = [
 ]
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
+
+NETWORKS = ("mlp", "simba")
+"""What an actor-critic agent's ``network=`` names: ``"mlp"`` (layers of ``net_arch``) or ``"simba"``
+(:class:`SimBaNetwork`, one block per entry of ``net_arch``)."""
 
 LayerFactory = Callable[[int], nn.Module]
 """Builds one layer for a given feature width (``nn.LayerNorm``, ``BatchRenorm1d``, a dropout that ignores it)."""
@@ -110,7 +121,58 @@ class _ResidualBlock(nn.Module):
         return x + self.outer(torch.relu(self.inner(self.norm(x))))
 
 
-class SimBa(nn.Module):
+@dataclasses.dataclass(frozen=True)
+class SimBa:
+    """The SimBa network as an agent's setting: ``network=wb.SimBa(width, blocks)`` (Lee et al. 2025).
+
+    The agent stores it as ``network="simba"`` with ``net_arch=(width,) * blocks``; ``net_arch="simba"`` is
+    ``network=wb.SimBa()``. The network normalizes its observations (the agent's ``normalize_observations``,
+    turned on unless set). Example::
+
+        agent = wb.SAC("Pendulum-v1", network=wb.SimBa(width=128, blocks=2))
+    """
+
+    width: int = 256
+    """Features of every residual block (the inner layer of each block is four times as wide)."""
+    blocks: int = 2
+    """Residual blocks, each ``x + W2 relu(W1 LayerNorm(x))``."""
+
+    def __post_init__(self) -> None:
+        for name in ("width", "blocks"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ArgumentError(
+                    f"SimBa got {name}={value!r}: {name} must be an integer >= 1, such as SimBa(256, 2)"
+                )
+
+    @property
+    def net_arch(self) -> tuple[int, ...]:
+        """The widths as an agent's ``net_arch`` holds them: ``(width,) * blocks``."""
+        return (self.width,) * self.blocks
+
+
+def check_network(config: Any, owner: str, use_sde: bool = False) -> None:
+    """The rules of ``network="simba"`` every actor-critic config checks: observation normalization on,
+    no gSDE (its noise reads an MLP's last hidden layer), one width for every block."""
+    if config.network != "simba":
+        return
+    if config.normalize_observations is not True:
+        raise ArgumentError(
+            f'{owner} got network="simba" with normalize_observations={config.normalize_observations!r}: running '
+            "observation normalization is the first part of the SimBa network (Lee et al. 2025); leave "
+            "normalize_observations out (SimBa turns it on) or set it True"
+        )
+    if use_sde:
+        raise ArgumentError(f'{owner} got network="simba" and use_sde=True: gSDE needs an MLP; leave one out')
+    widths = config.net_arch
+    if isinstance(widths, tuple | list) and len(set(widths)) != 1:
+        raise ArgumentError(
+            f'{owner} got network="simba" with net_arch={tuple(widths)!r}: SimBa takes one width repeated once per '
+            "residual block, such as (256, 256) for two blocks of width 256 (or network=wb.SimBa(256, 2))"
+        )
+
+
+class SimBaNetwork(nn.Module):
     """The SimBa network (Lee et al. 2025, "SimBa: Simplicity Bias for Scaling Up Parameters in Deep
     Reinforcement Learning"): a linear embedding to ``width``, ``blocks`` residual feed-forward blocks with layer
     normalization before each, a final layer norm, then the linear output. The paper's third part, running
@@ -140,9 +202,10 @@ class SimBa(nn.Module):
 
 
 def network(kind: str, in_dim: int, hidden: Sequence[int], out_dim: int) -> nn.Module:
-    """The network an agent's ``network=`` names: ``"mlp"`` (:func:`mlp`, ReLU) or ``"simba"`` (:class:`SimBa`)."""
+    """The network an agent's ``network=`` names: ``"mlp"`` (:func:`mlp`, ReLU) or ``"simba"``
+    (:class:`SimBaNetwork`)."""
     if kind == "simba":
-        return SimBa(in_dim, hidden, out_dim)
+        return SimBaNetwork(in_dim, hidden, out_dim)
     if kind == "mlp":
         return mlp(in_dim, hidden, out_dim, activation="relu")
     raise ValueError(f"unknown network {kind!r}; choose from mlp, simba")
@@ -253,7 +316,7 @@ def noise_off(module: nn.Module) -> Iterator[None]:
 
 class EnsembleMLP(nn.Module):
     """``n`` independent MLPs on the same input (twin critics for TD3 and SAC), outputs stacked;
-    ``before`` and ``after`` as :func:`mlp`'s; ``simba`` makes each member a :class:`SimBa` network.
+    ``before`` and ``after`` as :func:`mlp`'s; ``simba`` makes each member a :class:`SimBaNetwork`.
 
     Measured on 2 CPU cores, ``n`` plain ``nn.Linear`` stacks beat one batched-matmul ensemble
     (``baddbmm``'s backward is slower than ``addmm``'s), so this is a thin ``ModuleList``.
@@ -278,7 +341,7 @@ class EnsembleMLP(nn.Module):
             raise ValueError(f"an ensemble needs at least one member, got n={n}")
         self.n = n
         if simba:  # SimBa members (its own normalization: no layers before or after)
-            self.members = nn.ModuleList(SimBa(in_dim, hidden, out_dim) for _ in range(n))
+            self.members = nn.ModuleList(SimBaNetwork(in_dim, hidden, out_dim) for _ in range(n))
         else:
             self.members = nn.ModuleList(
                 mlp(in_dim, hidden, out_dim, activation=activation, before=before, after=after) for _ in range(n)

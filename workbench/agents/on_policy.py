@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 import torch
@@ -49,7 +49,7 @@ from .heads import (
     frozen,
 )
 from .intrinsic import INTRINSIC, IntrinsicReward
-from .networks import ACTIVATIONS, gaussian_policy_terms, mlp, sample_index
+from .networks import ACTIVATIONS, NETWORKS, SimBaNetwork, check_network, gaussian_policy_terms, mlp, sample_index
 from .networks import drawn_like as _from_generator
 from .updates import gradient_step
 
@@ -168,6 +168,14 @@ class OnPolicyConfig(AgentConfig):
     Its bonus is added to the rewards while training, never used in play (``workbench.agents.intrinsic``)."""
     intrinsic_coef: float = checked(1.0, number(0), live=True)
     """Weight of the intrinsic reward's normalised bonus in the rewards learned from."""
+    networks: ClassVar[tuple[str, ...]] = NETWORKS
+    network: str = checked("mlp", choice(*NETWORKS))
+    """The policy and value networks: "mlp" (layers of net_arch with activation) or "simba" (Lee et al. 2025:
+    residual blocks with layer norm, net_arch=(width,) * blocks, observations normalized; activation does not
+    apply); network=wb.SimBa(width, blocks) and net_arch="simba" say the same."""
+
+    def __post_init__(self) -> None:
+        check_network(self, type(self).__name__.removesuffix("Config"), use_sde=self.use_sde is True)
 
 
 class RolloutBatch(NamedTuple):
@@ -237,28 +245,19 @@ class OnPolicyAgent(Agent):
                 f"sde_sample_freq must be a positive number of steps or -1 (once per rollout), got {c.sde_sample_freq}"
             )
         ortho = bool(c.ortho_init)
-        self.actor = self._encoded(
-            lambda d: mlp(d, c.net_arch, n_out, activation=c.activation, ortho_init=ortho, output_gain=0.01)
-        )
+        self.actor = self._encoded(lambda d: self._network(d, n_out, output_gain=0.01))
         shared = self._shared_encoder()
         if shared is not None:  # one encoder, read by both heads (its features computed once a batch)
             shared.shared = True
             note = ", shared by the policy and value networks"
             if not self.encoder_description.endswith(note):  # a rebuild (reseed, load) builds the networks again
                 self.encoder_description += note
-            self.critic = with_encoder(
-                shared,
-                mlp(
-                    int(shared.features_dim), c.net_arch, 1, activation=c.activation, ortho_init=ortho, output_gain=1.0
-                ),
-            )
+            self.critic = with_encoder(shared, self._network(int(shared.features_dim), 1, output_gain=1.0))
         else:
-            self.critic = self._encoded(
-                lambda d: mlp(d, c.net_arch, 1, activation=c.activation, ortho_init=ortho, output_gain=1.0)
-            )
+            self.critic = self._encoded(lambda d: self._network(d, 1, output_gain=1.0))
         if ortho:  # the built-in CNN encoders too, as SB3 initializes its features extractor (gain sqrt 2)
             for net in (self.actor, self.critic) if shared is None else (self.actor,):
-                if isinstance(net[0], ImageEncoder | DictEncoder):
+                if isinstance(net, nn.Sequential) and isinstance(net[0], ImageEncoder | DictEncoder):
                     orthogonal_init(net[0])
         # Each parameter once (a shared encoder is in both networks).
         params = list({id(p): p for p in [*self.actor.parameters(), *self.critic.parameters()]}.values())
@@ -277,6 +276,20 @@ class OnPolicyAgent(Agent):
         self._params = params
         self.rollout: RolloutBuffer | None = None
         return params
+
+    def _network(self, in_dim: int, out_dim: int, output_gain: float) -> nn.Module:
+        """A policy (``output_gain`` 0.01) or value (1.0) network after the encoder: an MLP of ``net_arch``
+        with ``activation``, or a SimBa network; with ``ortho_init`` its output layer is orthogonal at that gain."""
+        c = self.config
+        if c.network == "simba":
+            net = SimBaNetwork(in_dim, c.net_arch, out_dim)
+            if c.ortho_init:  # as the MLP's output layer: a near-uniform first policy, a unit-scale value
+                nn.init.orthogonal_(net.head.weight, gain=output_gain)
+                nn.init.zeros_(net.head.bias)
+            return net
+        return mlp(
+            in_dim, c.net_arch, out_dim, activation=c.activation, ortho_init=bool(c.ortho_init), output_gain=output_gain
+        )
 
     def _shared_encoder(self) -> nn.Module | None:
         """The actor's encoder when the critic should read it too (``share_encoder`` and an

@@ -10,15 +10,16 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import warnings
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from gymnasium import spaces
 
 from ..envs.composite import ActionLayout, is_composite
 from ..envs.core import describe_space
 from ..envs.masks import mask_size
-from ..validation import any_of, checked, choice, flag, is_live, optional, validate_config
+from ..validation import ArgumentError, any_of, checked, choice, flag, is_live, optional, validate_config
 from .encoders import encoder_choice, json_object
+from .networks import SimBa
 
 if TYPE_CHECKING:
     from .contract import Agent
@@ -60,6 +61,10 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 @dataclasses.dataclass
 class AgentConfig:
     """Hyperparameters every agent has; each agent's ``Config`` dataclass extends this one."""
+
+    networks: ClassVar[tuple[str, ...]] = ()
+    """What the agent's ``network=`` may name (``workbench.agents.networks.NETWORKS``); none: it has no such
+    setting (its networks are its own)."""
 
     normalize_observations: bool = checked(False, flag())
     """Feed the networks observations standardized by running mean/std (saved, frozen in play)."""
@@ -196,6 +201,7 @@ def make_config(cls: type[Agent], hyperparameters: dict[str, Any]) -> Any:
     suggests close ones, and every field's declared constraint is checked here (named, at the door)
     rather than later inside the training thread."""
     names = [f.name for f in dataclasses.fields(cls.Config)]
+    hyperparameters = _network_spellings(cls, names, hyperparameters)
     unknown = [k for k in hyperparameters if k not in names]
     if unknown:
         key = unknown[0]
@@ -206,6 +212,41 @@ def make_config(cls: type[Agent], hyperparameters: dict[str, Any]) -> Any:
     config = cls.Config(**hyperparameters)
     validate_config(config, cls.__name__)
     return config
+
+
+def _network_spellings(cls: type[Agent], names: list[str], hyperparameters: dict[str, Any]) -> dict[str, Any]:
+    """``network=wb.SimBa(width, blocks)``, ``net_arch="simba"`` and ``network="simba"`` as a config holds them:
+    ``network="simba"`` with ``net_arch`` the blocks' widths (given, else ``wb.SimBa()``'s); a SimBa network
+    normalizes its observations unless told not to."""
+    spec, arch = hyperparameters.get("network"), hyperparameters.get("net_arch")
+    arch_says_simba = isinstance(arch, str) and arch == "simba"
+    if not (isinstance(spec, SimBa) or arch_says_simba or (isinstance(spec, str) and spec == "simba")):
+        return hyperparameters
+    if "simba" not in cls.Config.networks:
+        takers = sorted(a.__name__ for a in AGENTS.values() if "simba" in a.Config.networks)
+        if "network" in names:  # the config's own check says why (CrossQ, DroQ, RecurrentPPO)
+            kept = {k: v for k, v in hyperparameters.items() if not (k == "net_arch" and arch_says_simba)}
+            return {**kept, "network": "simba"}
+        raise ArgumentError(
+            f"{cls.__name__} has no SimBa network option: {', '.join(takers)} take it; leave network and "
+            f"net_arch out for {cls.__name__}'s own network"
+        )
+    out = dict(hyperparameters)
+    if arch_says_simba:
+        if spec is not None and not isinstance(spec, SimBa) and spec != "simba":
+            raise ArgumentError(f'{cls.__name__} got net_arch="simba" and network={spec!r}: leave one out')
+        del out["net_arch"]
+    if isinstance(spec, SimBa):
+        if "net_arch" in out and tuple(out["net_arch"]) != spec.net_arch:
+            raise ArgumentError(
+                f"{cls.__name__} got network={spec!r} and net_arch={tuple(out['net_arch'])!r}: the SimBa gives the "
+                "widths; leave net_arch out"
+            )
+        out["net_arch"] = spec.net_arch
+    out["network"] = "simba"
+    out.setdefault("net_arch", SimBa().net_arch)
+    out.setdefault("normalize_observations", True)
+    return out
 
 
 def _refuse_plug_in(cls: type[Agent], key: str) -> None:

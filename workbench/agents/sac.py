@@ -20,11 +20,11 @@ from torch import nn
 
 from ..memory.replay import ReplayBatch, ReplayMemory
 from ..schedules import as_schedule
-from ..validation import ArgumentError, Constraint, any_of, checked, choice, flag, integer, number, optional
+from ..validation import Constraint, any_of, checked, choice, flag, integer, number, optional
 from .base import Transitions, register
 from .encoders import with_encoder
 from .heads import PolicyHead, ScaledIntoBounds, SquashedMean, frozen
-from .networks import EnsembleMLP, ScalarParameter, drawn_like, make_adam, mlp, network
+from .networks import NETWORKS, EnsembleMLP, ScalarParameter, check_network, drawn_like, make_adam, mlp, network
 from .off_policy import OffPolicyAgent, OffPolicyConfig
 from .updates import gradient_step, polyak_update
 
@@ -71,25 +71,14 @@ class SACConfig(OffPolicyConfig):
     """With use_sde, env steps between new noise weights; -1: once per update."""
     log_std_init: float = checked(-3.0, number())
     """With use_sde, initial log std of the noise weights."""
-    network: str = checked("mlp", choice("mlp", "simba"))
+    networks: ClassVar[tuple[str, ...]] = NETWORKS
+    network: str = checked("mlp", choice(*NETWORKS))
     """The actor's and critics' network: "mlp" (ReLU layers of net_arch) or "simba" (Lee et al. 2025: residual
-    blocks with layer norm, net_arch=(width,) * blocks; needs normalize_observations=True)."""
+    blocks with layer norm, net_arch=(width,) * blocks, observations normalized); network=wb.SimBa(width, blocks)
+    and net_arch="simba" say the same."""
 
     def __post_init__(self) -> None:
-        if self.network == "simba":
-            if self.normalize_observations is not True:
-                raise ArgumentError(
-                    'network="simba" needs normalize_observations=True: running observation normalization is '
-                    "the first part of the SimBa network (Lee et al. 2025)"
-                )
-            if self.use_sde is True:
-                raise ArgumentError('network="simba" cannot be combined with use_sde=True: leave one out')
-            widths = self.net_arch
-            if isinstance(widths, tuple | list) and len(set(widths)) != 1:
-                raise ArgumentError(
-                    f'network="simba" got net_arch={widths!r}: SimBa takes one width repeated once per residual '
-                    "block, such as (256, 256) for two blocks of width 256"
-                )
+        check_network(self, type(self).__name__.removesuffix("Config"), use_sde=self.use_sde is True)
 
 
 class SDEActor(nn.Module):

@@ -9,6 +9,7 @@ Defaults are Stable-Baselines3's (net [400, 300]); ``wb.preset(env_id, "td3")`` 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -18,10 +19,10 @@ from torch import nn
 from ..exploration import Exploration, GaussianNoise, OrnsteinUhlenbeckNoise
 from ..memory.replay import ReplayMemory
 from ..schedules import Schedule, as_schedule
-from ..validation import Constraint, checked, integer, number, optional
+from ..validation import Constraint, checked, choice, integer, number, optional
 from .base import AgentState, register
 from .heads import PolicyHead, ScaledIntoBounds, frozen
-from .networks import EnsembleMLP, drawn_like, make_adam, mlp
+from .networks import NETWORKS, EnsembleMLP, check_network, drawn_like, make_adam, network
 from .off_policy import OffPolicyAgent, OffPolicyConfig
 from .updates import gradient_step, polyak_update
 
@@ -59,6 +60,14 @@ class TD3Config(OffPolicyConfig):
     """Clip of the target smoothing noise."""
     n_critics: int = checked(2, integer(min=1))
     """Critics whose minimum is the target."""
+    networks: ClassVar[tuple[str, ...]] = NETWORKS
+    network: str = checked("mlp", choice(*NETWORKS))
+    """The actor's and critics' network: "mlp" (ReLU layers of net_arch) or "simba" (Lee et al. 2025: residual
+    blocks with layer norm, net_arch=(width,) * blocks, observations normalized); network=wb.SimBa(width, blocks)
+    and net_arch="simba" say the same."""
+
+    def __post_init__(self) -> None:
+        check_network(self, type(self).__name__.removesuffix("Config"))
 
 
 @register
@@ -95,17 +104,18 @@ class TD3(OffPolicyAgent):
         self.act_dim = int(np.prod(self.action_space.shape))
 
         def actor() -> nn.Module:  # deterministic policy squashed into [-1, 1], after the encoder
-            return self._encoded(
-                lambda d: nn.Sequential(mlp(d, c.net_arch, self.act_dim, activation="relu"), nn.Tanh())
-            )
+            return self._encoded(lambda d: nn.Sequential(network(c.network, d, c.net_arch, self.act_dim), nn.Tanh()))
 
         self.actor = actor()
         self.actor_target = actor()
         self.actor_target.load_state_dict(self.actor.state_dict())
         self.actor_target.requires_grad_(False)
         enc, obs_dim = self._encoder()
-        self.critic = EnsembleMLP(c.n_critics, obs_dim + self.act_dim, c.net_arch, 1, encoder=enc)
-        self.critic_target = EnsembleMLP(c.n_critics, obs_dim + self.act_dim, c.net_arch, 1, encoder=self._encoder()[0])
+        simba = c.network == "simba"
+        self.critic = EnsembleMLP(c.n_critics, obs_dim + self.act_dim, c.net_arch, 1, encoder=enc, simba=simba)
+        self.critic_target = EnsembleMLP(
+            c.n_critics, obs_dim + self.act_dim, c.net_arch, 1, encoder=self._encoder()[0], simba=simba
+        )
         self.critic_target.load_state_dict(self.critic.state_dict())
         self.critic_target.requires_grad_(False)
 

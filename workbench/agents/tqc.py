@@ -44,7 +44,7 @@ class TQCConfig(SACConfig):
         super().__post_init__()
         drop, n = self.top_quantiles_to_drop_per_net, self.n_quantiles
         # Each field's own constraint is checked after this (validate_config): compare only two integers.
-        if isinstance(drop, int) and isinstance(n, int) and drop >= n:
+        if isinstance(drop, int) and isinstance(n, int) and n >= 1 and drop >= n:
             raise ArgumentError(
                 f"TQC top_quantiles_to_drop_per_net={self.top_quantiles_to_drop_per_net} must be less than "
                 f"n_quantiles={self.n_quantiles}: it would drop every target quantile"
