@@ -181,11 +181,14 @@ def _sb3_off_policy_kwargs(agent: wb.Agent, name: str) -> dict:
             ent_coef=c.ent_coef,
             target_entropy="auto" if c.target_entropy is None else c.target_entropy,
             policy_delay=c.policy_delay,
+            use_sde=c.use_sde,
+            sde_sample_freq=c.sde_sample_freq,
         )
         kw["policy_kwargs"] = dict(
             net_arch=dict(pi=list(c.net_arch), qf=list(c.critic_net_arch)),
             n_critics=c.n_critics,
             log_std_init=c.log_std_init,
+            use_expln=c.use_expln,
             batch_norm_momentum=c.batch_norm_momentum,
             batch_norm_eps=c.batch_norm_eps,
             renorm_warmup_steps=c.renorm_warmup_steps,
@@ -199,7 +202,7 @@ def _sb3_off_policy_kwargs(agent: wb.Agent, name: str) -> dict:
             use_sde=c.use_sde,
             sde_sample_freq=c.sde_sample_freq,
         )
-        kw["policy_kwargs"].update(n_critics=c.n_critics, log_std_init=c.log_std_init)
+        kw["policy_kwargs"].update(n_critics=c.n_critics, log_std_init=c.log_std_init, use_expln=c.use_expln)
         if name == "tqc":
             kw["policy_kwargs"]["n_quantiles"] = c.n_quantiles
             kw["top_quantiles_to_drop_per_net"] = c.top_quantiles_to_drop_per_net

@@ -513,6 +513,19 @@ def test_the_new_presets_are_documented_with_their_scores():
         ),
         ("Ant-v5", "droq", wb.DroQ, 300_000, {"dropout_rate": 1e-2, "target_entropy": -4.0, "layer_norm": True}),
         ("MountainCarContinuous-v0", "tqc", wb.TQC, 50_000, {"use_sde": True, "batch_size": 512, "gamma": 0.9999}),
+        (
+            "MountainCarContinuous-v0",
+            "crossq",
+            wb.CrossQ,
+            50_000,
+            {
+                "use_sde": True,
+                "use_expln": True,
+                "log_std_init": -1.0,
+                "net_arch": (64, 64),
+                "critic_net_arch": (64, 64),
+            },
+        ),
     ],
 )
 def test_sac_family_presets(env_id, agent, cls, steps, values):

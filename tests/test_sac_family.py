@@ -204,9 +204,42 @@ def test_crossq_updates_the_actor_every_policy_delay_steps():
     assert not all(torch.equal(a, b) for a, b in zip(weights, agent.actor.parameters(), strict=True))
 
 
-def test_crossq_refuses_gsde():
-    with pytest.raises(ArgumentError, match="CrossQ got use_sde=True"):
-        wb.CrossQ("Pendulum-v1", use_sde=True)
+def test_crossq_with_gsde_normalizes_the_noise_features_as_sb3_contribs_actor(tmp_path):
+    from sb3_contrib import CrossQ as ContribCrossQ
+
+    settings = dict(use_sde=True, use_expln=True, log_std_init=-1.0, net_arch=(16, 16), critic_net_arch=(16, 16))
+    agent = wb.CrossQ("MountainCarContinuous-v0", seed=0, learning_starts=32, batch_size=16, **settings)
+    contrib = ContribCrossQ(
+        "MlpPolicy",
+        "MountainCarContinuous-v0",
+        use_sde=True,
+        policy_kwargs=dict(net_arch=dict(pi=[16, 16], qf=[16, 16]), use_expln=True, log_std_init=-1.0),
+    )
+    # The same layers in the same order: the features the noise is built from are renormalized too.
+    ours = [type(m).__name__ for m in agent.actor.trunk.modules() if not isinstance(m, torch.nn.Sequential)]
+    theirs = [type(m).__name__ for m in contrib.policy.actor.latent_pi]
+    assert ours == theirs == ["BatchRenorm1d", "Linear", "ReLU", "BatchRenorm1d", "Linear", "ReLU", "BatchRenorm1d"]
+    wb.Session(agent, "MountainCarContinuous-v0", seed=0).run(steps=96)
+    assert agent.num_updates > 0
+    agent.save(tmp_path / "run")
+    loaded = wb.load(tmp_path / "run")
+    obs = np.array([[-0.5, 0.0], [0.3, 0.05], [-1.1, -0.04]], dtype=np.float32)
+    np.testing.assert_array_equal(loaded.act(obs, deterministic=True), agent.eval().act(obs, deterministic=True))
+
+
+@pytest.mark.parametrize("use_expln", [False, True])
+def test_the_gsde_noise_std_is_sb3s_with_and_without_expln(use_expln):
+    from stable_baselines3.common.distributions import StateDependentNoiseDistribution
+
+    agent = wb.SAC("Pendulum-v1", seed=0, use_sde=True, use_expln=use_expln, net_arch=(8, 8))
+    with torch.no_grad():
+        agent.actor.log_std.copy_(torch.linspace(-3.0, 2.0, agent.actor.log_std.numel()).reshape(8, 1))
+    sb3 = StateDependentNoiseDistribution(1, full_std=True, use_expln=use_expln)
+    sb3.latent_sde_dim = 8
+    torch.testing.assert_close(agent.actor.noise_std(), sb3.get_std(agent.actor.log_std))
+    features = torch.rand(5, 8)
+    sb3.proba_distribution(torch.zeros(5, 1), agent.actor.log_std, features)
+    torch.testing.assert_close(agent.actor.action_std(features), sb3.distribution.stddev)
 
 
 # -- DroQ: dropout critics --------------------------------------------------------------------------

@@ -637,8 +637,8 @@ def _sac_family_specs() -> list[PresetSpec]:
     CrossQ: Pendulum with 256-256 networks for the actor and the critics and an actor update every 2 critic
     steps (20k steps); LunarLanderContinuous at sb3-contrib's defaults with 10k random steps first (200k);
     MuJoCo with 2048-2048 critics and 5k random steps first at the zoo's 5M steps (Swimmer γ 0.999). The zoo's
-    MountainCarContinuous row for CrossQ uses gSDE, which this CrossQ refuses (its actor normalizes every
-    layer's input): no preset there. The zoo publishes no CrossQ score.
+    MountainCarContinuous row for CrossQ uses gSDE with expln (``use_expln``), and its one ``net_arch`` sizes the
+    actor and the critics alike (64-64). The zoo publishes no CrossQ score.
     DroQ: the paper's settings (Hiraoka et al. 2022: 20 updates per env step, dropout 0.01, layer norm), which
     are DroQ's defaults, at half the Pendulum budget: each env step costs 20 updates. On MuJoCo, the paper's
     rows (REDQ's setup, whose codebase the paper's best results ran on): Hopper at 125k env steps, Walker2d and
@@ -658,6 +658,26 @@ def _sac_family_specs() -> list[PresetSpec]:
         ),
         PresetSpec("Pendulum-v1", "droq", 10_000, {}, solved=-200.0),
         PresetSpec("MountainCarContinuous-v0", "tqc", 50_000, dict(_MOUNTAIN_CAR_SAC), zoo_score=63.641, solved=90.0),
+        PresetSpec(
+            "MountainCarContinuous-v0",
+            "crossq",
+            50_000,
+            {
+                "learning_rate": 7e-4,
+                "buffer_size": 50_000,
+                "train_freq": 32,
+                "gradient_steps": 32,
+                "gamma": 0.9999,
+                "learning_starts": 100,
+                "use_sde": True,
+                "use_expln": True,
+                "log_std_init": -1.0,
+                "policy_delay": 2,
+                "net_arch": (64, 64),
+                "critic_net_arch": (64, 64),
+            },
+            solved=90.0,
+        ),
         PresetSpec(
             "LunarLanderContinuous-v3",
             "tqc",

@@ -35,7 +35,7 @@ from .base import register
 from .batch_renorm import BatchRenorm1d, in_mode
 from .encoders import with_encoder
 from .networks import EnsembleMLP, make_adam, mlp
-from .sac import SAC, SACConfig
+from .sac import SAC, SACConfig, SDEActor
 
 __all__ = ["CrossQ", "CrossQConfig"]
 
@@ -69,11 +69,6 @@ class CrossQConfig(SACConfig):
                 f"CrossQ got network={self.network!r}: CrossQ's networks are MLPs with batch renormalization; "
                 'leave network out (SAC, TQC, TD3, DDPG and the on-policy agents take network="simba")'
             )
-        if self.use_sde is True:
-            raise ArgumentError(
-                "CrossQ got use_sde=True: its actor normalizes every layer's input, which gSDE's actor does not; "
-                "leave use_sde out (or use SAC or TQC for gSDE)"
-            )
 
 
 @register
@@ -101,8 +96,19 @@ class CrossQ(SAC):
         )
 
     def _build_actor(self, obs_dim: int, encoder: nn.Module | None) -> nn.Module:
-        """The squashed-Gaussian head with a batch renormalization before each linear layer."""
+        """The squashed-Gaussian head with a batch renormalization before each linear layer (with gSDE, SAC's
+        gSDE actor with the same normalization, its noise features normalized too, as sb3-contrib's)."""
         c = self.config
+        if c.use_sde:
+            return SDEActor(
+                obs_dim,
+                c.net_arch,
+                self.act_dim,
+                c.log_std_init,
+                encoder,
+                before=(self._renorm(),),
+                use_expln=c.use_expln,
+            )
         net = mlp(obs_dim, c.net_arch, 2 * self.act_dim, activation="relu", before=(self._renorm(),))
         return with_encoder(encoder, net)
 

@@ -9,6 +9,7 @@ Defaults are Stable-Baselines3's; ``wb.preset(env_id, "sac")`` gives rl-baseline
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -24,7 +25,17 @@ from ..validation import Constraint, any_of, checked, choice, flag, integer, num
 from .base import Transitions, register
 from .encoders import with_encoder
 from .heads import PolicyHead, ScaledIntoBounds, SquashedMean, frozen
-from .networks import NETWORKS, EnsembleMLP, ScalarParameter, check_network, drawn_like, make_adam, mlp, network
+from .networks import (
+    NETWORKS,
+    EnsembleMLP,
+    LayerFactory,
+    ScalarParameter,
+    check_network,
+    drawn_like,
+    make_adam,
+    mlp,
+    network,
+)
 from .off_policy import OffPolicyAgent, OffPolicyConfig
 from .updates import gradient_step, polyak_update
 
@@ -71,6 +82,9 @@ class SACConfig(OffPolicyConfig):
     """With use_sde, env steps between new noise weights; -1: once per update."""
     log_std_init: float = checked(-3.0, number())
     """With use_sde, initial log std of the noise weights."""
+    use_expln: bool = checked(False, flag())
+    """With use_sde, the noise weights' std is expln(log_std) (exp up to 0, log1p + 1 above: it grows slowly),
+    as SB3's use_expln; False: exp(log_std)."""
     networks: ClassVar[tuple[str, ...]] = NETWORKS
     network: str = checked("mlp", choice(*NETWORKS))
     """The actor's and critics' network: "mlp" (ReLU layers of net_arch) or "simba" (Lee et al. 2025: residual
@@ -84,7 +98,12 @@ class SACConfig(OffPolicyConfig):
 class SDEActor(nn.Module):
     """The actor for gSDE: hidden features, a mean head clipped to [-2, 2] (as SB3 does, so tanh
     does not saturate), and a learned log std per (feature, action) pair. The noise of an action is
-    ``features @ W`` with ``W ~ N(0, exp(log_std)^2)`` held fixed between resamplings."""
+    ``features @ W`` with ``W ~ N(0, noise_std()^2)`` held fixed between resamplings.
+
+    ``before`` builds layers placed before every linear layer and after the last hidden one (CrossQ's batch
+    renormalization: the features the noise is built from are normalized too, as sb3-contrib's). With
+    ``use_expln`` the noise std is SB3's ``expln(log_std)``: ``exp`` up to 0, ``log1p(log_std) + 1`` above,
+    so it grows slowly rather than exponentially."""
 
     def __init__(
         self,
@@ -93,13 +112,28 @@ class SDEActor(nn.Module):
         act_dim: int,
         log_std_init: float,
         encoder: nn.Module | None = None,
+        *,
+        before: Sequence[LayerFactory] = (),
+        use_expln: bool = False,
     ) -> None:
         super().__init__()
         if not net_arch:
             raise ValueError("use_sde needs at least one hidden layer (net_arch)")
-        self.trunk = with_encoder(encoder, nn.Sequential(mlp(obs_dim, net_arch[:-1], net_arch[-1]), nn.ReLU()))
-        self.mu = nn.Linear(net_arch[-1], act_dim)
-        self.log_std = nn.Parameter(torch.full((net_arch[-1], act_dim), float(log_std_init)))
+        width = net_arch[-1]
+        trunk = nn.Sequential(mlp(obs_dim, net_arch[:-1], width, before=before), nn.ReLU(), *(b(width) for b in before))
+        self.trunk = with_encoder(encoder, trunk)
+        self.mu = nn.Linear(width, act_dim)
+        self.log_std = nn.Parameter(torch.full((width, act_dim), float(log_std_init)))
+        self.use_expln = use_expln
+
+    def noise_std(self) -> torch.Tensor:
+        """The std of each noise weight, ``(features, actions)``: ``exp(log_std)``, or with ``use_expln``
+        ``exp`` where ``log_std <= 0`` and ``log1p(log_std) + 1`` above (SB3's expln, continuous at 0)."""
+        if not self.use_expln:
+            return self.log_std.exp()
+        below = torch.exp(self.log_std) * (self.log_std <= 0)
+        safe = self.log_std * (self.log_std > 0) + 1e-6
+        return below + (torch.log1p(safe) + 1.0) * (self.log_std > 0)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Mean actions (before tanh) and the features the noise is built from."""
@@ -109,7 +143,7 @@ class SDEActor(nn.Module):
     def action_std(self, features: torch.Tensor) -> torch.Tensor:
         """Each action's standard deviation given the state's features: its variance is
         sum_l features_l^2 std_la^2 (a Gaussian in the pre-tanh action given the state)."""
-        return ((features.pow(2) @ self.log_std.exp().pow(2)) + 1e-6).sqrt()
+        return ((features.pow(2) @ self.noise_std().pow(2)) + 1e-6).sqrt()
 
 
 @register
@@ -177,7 +211,7 @@ class SAC(OffPolicyAgent):
         into [-1, 1]."""
         c = self.config
         if c.use_sde:
-            return SDEActor(obs_dim, c.net_arch, self.act_dim, c.log_std_init, encoder)
+            return SDEActor(obs_dim, c.net_arch, self.act_dim, c.log_std_init, encoder, use_expln=c.use_expln)
         return with_encoder(encoder, network(c.network, obs_dim, c.net_arch, 2 * self.act_dim))
 
     def _build_critics(self, obs_dim: int) -> None:
@@ -234,7 +268,7 @@ class SAC(OffPolicyAgent):
 
     def _sample_sde_weights(self, *batch: int) -> torch.Tensor:
         """Noise weights ``W ~ N(0, std^2)``, reparameterized so gradients reach ``log_std``."""
-        std = self.actor.log_std.exp()
+        std = self.actor.noise_std()
         return std * drawn_like(torch.randn((*batch, *std.shape), generator=self.generator), std)
 
     def _policy(self, obs: torch.Tensor, sde_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
