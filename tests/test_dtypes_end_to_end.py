@@ -77,7 +77,16 @@ def test_local_workers_send_observations_in_their_own_dtype(make):
 
 
 def test_replay_memory_keeps_a_dicts_frames_as_bytes_and_saves_them_so(tmp_path):
-    agent = wb.DQN(dict_env, learning_starts=16, batch_size=8, buffer_size=100, net_arch=(16,), train_freq=8, seed=0)
+    agent = wb.DQN(
+        dict_env,
+        learning_starts=16,
+        batch_size=8,
+        buffer_size=100,
+        net_arch=(16,),
+        train_freq=8,
+        gradient_steps=1,
+        seed=0,
+    )
     memory = agent.memory
     assert isinstance(memory.obs, ColumnStore) and isinstance(memory.next_obs, ColumnStore)
     width = agent.obs_shape[0]  # 8 * 8 * 3 frame columns + 2 floats

@@ -18,7 +18,7 @@ def app_env(**kw):
 
 
 def small_dqn(env, **kw):
-    kw = {"learning_starts": 50, "buffer_size": 1000, "batch_size": 8, "train_freq": 8, **kw}
+    kw = {"learning_starts": 50, "buffer_size": 1000, "batch_size": 8, "train_freq": 8, "gradient_steps": 1, **kw}
     return wb.DQN(observation_space=env.observation_space, action_space=env.action_space, **kw)
 
 
@@ -405,7 +405,7 @@ def test_action_masks_are_honoured_and_reach_the_agent(mask_in):
     from workbench.envs.testing import MaskedTarget
 
     env = MaskedTarget(mask_in=mask_in)  # a masked action raises inside env.step
-    agent = wb.DQN(env, learning_starts=20, batch_size=8, train_freq=4, buffer_size=500)
+    agent = wb.DQN(env, learning_starts=20, batch_size=8, train_freq=4, gradient_steps=1, buffer_size=500)
     session = wb.Session.external(agent, seed=0, max_lag=0)
     session.start(steps=120)
     obs, info = env.reset(seed=0)

@@ -248,7 +248,9 @@ def test_edits_from_several_threads_while_running_and_paused():
 
 
 def test_events_and_set_signals_are_saved_and_a_resumed_run_keeps_the_edits(tmp_path):
-    agent = wb.DQN("CartPole-v1", learning_starts=50, train_freq=8, batch_size=16, net_arch=(16,), seed=0)
+    agent = wb.DQN(
+        "CartPole-v1", learning_starts=50, train_freq=8, gradient_steps=1, batch_size=16, net_arch=(16,), seed=0
+    )
     session = wb.Session(agent, seed=0)
     session.run(steps=200)
     session.set(exploration=wb.EpsilonGreedy(0.2, 0.1, 0.5), learning_rate=wb.linear(1e-3, 1e-4))

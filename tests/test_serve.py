@@ -31,6 +31,7 @@ def _session(n_envs: int = 1, start: bool = False, **options):
         n_envs=n_envs,
         learning_starts=50,
         train_freq=4,
+        gradient_steps=1,  # updates happen; how fast they learn is not what these tests check
         seed=0,
     )
     session = wb.Session.external(agent, seed=0, **options)

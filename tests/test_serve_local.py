@@ -242,7 +242,9 @@ def test_the_client_keeps_acting_while_the_server_is_away_and_counts_what_it_dro
 
 def test_masks_are_honoured_locally_and_sent_with_the_batch():
     env = MaskedTarget(n_actions=6, n_invalid=3, mask_in="info", episode_length=5)
-    agent = wb.DQN(env, learning_starts=10, train_freq=4, batch_size=8, buffer_size=500, net_arch=[16], seed=0)
+    agent = wb.DQN(
+        env, learning_starts=10, train_freq=4, gradient_steps=1, batch_size=8, buffer_size=500, net_arch=[16], seed=0
+    )
     session = wb.Session.external(agent, seed=0).start(steps=10_000)
     server = session.serve()
     try:

@@ -28,7 +28,7 @@ AGENTS = {
         "Pendulum-v1",
     ),
     "dqn": (
-        lambda seed: wb.DQN("CartPole-v1", learning_starts=4, train_freq=4, batch_size=4, seed=seed),
+        lambda seed: wb.DQN("CartPole-v1", learning_starts=4, train_freq=4, gradient_steps=1, batch_size=4, seed=seed),
         "CartPole-v1",
     ),
     "sac": (lambda seed: wb.SAC("Pendulum-v1", learning_starts=4, batch_size=4, seed=seed), "Pendulum-v1"),
@@ -47,11 +47,15 @@ AGENTS = {
         "Pendulum-v1",
     ),
     "qrdqn": (
-        lambda seed: wb.QRDQN("CartPole-v1", learning_starts=4, train_freq=4, batch_size=4, seed=seed),
+        lambda seed: wb.QRDQN(
+            "CartPole-v1", learning_starts=4, train_freq=4, gradient_steps=1, batch_size=4, seed=seed
+        ),
         "CartPole-v1",
     ),
     "rainbow": (
-        lambda seed: wb.Rainbow("CartPole-v1", learning_starts=4, train_freq=4, batch_size=4, seed=seed),
+        lambda seed: wb.Rainbow(
+            "CartPole-v1", learning_starts=4, train_freq=4, gradient_steps=1, batch_size=4, seed=seed
+        ),
         "CartPole-v1",
     ),
     "recurrentppo": (
