@@ -92,6 +92,18 @@ def test_the_three_spellings_build_the_same_agent():
     assert wb.SimBa(128, 3).net_arch == (128, 128, 128)
 
 
+def test_simba_normalizes_vector_observations_unless_told_not_to_and_leaves_images_to_the_encoder():
+    from workbench.envs.testing import SeeTheSide
+
+    assert wb.SAC("Pendulum-v1", network="simba").config.normalize_observations is True
+    assert wb.SAC("Pendulum-v1", network="simba", normalize_observations=False).config.normalize_observations is False
+    agent = wb.PPO(SeeTheSide(), network=wb.SimBa(16, 1), n_steps=8, n_envs=2, batch_size=8, seed=0)
+    assert agent.config.normalize_observations is False  # the CNN encoder scales the images
+    assert _simba_networks(agent.actor) and _simba_networks(agent.critic)
+    wb.Session(agent, SeeTheSide(), seed=0).run(steps=32)
+    assert agent.num_updates > 0
+
+
 @pytest.mark.parametrize("cls", [wb.IPPO, wb.MAPPO])
 def test_a_team_routes_each_group_through_its_own_simba_networks(cls):
     agent = cls(MatchTarget(n_agents=2, length=4), seed=0, network=wb.SimBa(16, 1), n_steps=8)
@@ -102,8 +114,6 @@ def test_a_team_routes_each_group_through_its_own_simba_networks(cls):
 
 
 def test_simba_is_refused_where_it_does_not_fit_naming_why():
-    with pytest.raises(ArgumentError, match="normalize_observations=False.*leave normalize_observations out"):
-        wb.SAC("Pendulum-v1", network="simba", normalize_observations=False)
     with pytest.raises(ArgumentError, match=r"net_arch=\(64, 32\)"):
         wb.TQC("Pendulum-v1", network="simba", net_arch=(64, 32))
     with pytest.raises(ArgumentError, match=r"network=SimBa\(width=64, blocks=2\) and net_arch=\(32, 32\)"):

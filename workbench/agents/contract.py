@@ -194,7 +194,7 @@ class Agent(Execution, Shaping, Persistence, Playing):
         if isinstance(action_space, spaces.Box):
             self.action_low = action_space.low.astype(np.float32)
             self.action_high = action_space.high.astype(np.float32)
-        self.config = make_config(type(self), hyperparameters)
+        self.config = make_config(type(self), hyperparameters, images=has_image(observation_space))
         self._check_precision_fits()
         self._in_observe = False
         self.encoder_description = describe_encoder(

@@ -126,8 +126,8 @@ class SimBa:
     """The SimBa network as an agent's setting: ``network=wb.SimBa(width, blocks)`` (Lee et al. 2025).
 
     The agent stores it as ``network="simba"`` with ``net_arch=(width,) * blocks``; ``net_arch="simba"`` is
-    ``network=wb.SimBa()``. The network normalizes its observations (the agent's ``normalize_observations``,
-    turned on unless set). Example::
+    ``network=wb.SimBa()``. Vector observations are normalized by running statistics (the agent's
+    ``normalize_observations``, which SimBa turns on unless set; images are scaled by the encoder). Example::
 
         agent = wb.SAC("Pendulum-v1", network=wb.SimBa(width=128, blocks=2))
     """
@@ -152,16 +152,11 @@ class SimBa:
 
 
 def check_network(config: Any, owner: str, use_sde: bool = False) -> None:
-    """The rules of ``network="simba"`` every actor-critic config checks: observation normalization on,
-    no gSDE (its noise reads an MLP's last hidden layer), one width for every block."""
+    """The rules of ``network="simba"`` every actor-critic config checks: no gSDE (its noise reads an MLP's
+    last hidden layer), one width for every block. (Observation normalization, the paper's first part, is
+    turned on where SimBa is chosen for vector observations, unless ``normalize_observations=False``.)"""
     if config.network != "simba":
         return
-    if config.normalize_observations is not True:
-        raise ArgumentError(
-            f'{owner} got network="simba" with normalize_observations={config.normalize_observations!r}: running '
-            "observation normalization is the first part of the SimBa network (Lee et al. 2025); leave "
-            "normalize_observations out (SimBa turns it on) or set it True"
-        )
     if use_sde:
         raise ArgumentError(f'{owner} got network="simba" and use_sde=True: gSDE needs an MLP; leave one out')
     widths = config.net_arch
@@ -176,7 +171,8 @@ class SimBaNetwork(nn.Module):
     """The SimBa network (Lee et al. 2025, "SimBa: Simplicity Bias for Scaling Up Parameters in Deep
     Reinforcement Learning"): a linear embedding to ``width``, ``blocks`` residual feed-forward blocks with layer
     normalization before each, a final layer norm, then the linear output. The paper's third part, running
-    observation normalization, is the agent's ``normalize_observations=True``, which ``network="simba"`` asks for.
+    observation normalization, is the agent's ``normalize_observations``, which choosing SimBa turns on for vector
+    observations.
 
     Built from ``net_arch`` as the agents take it: ``net_arch=(256, 256)`` is width 256 with two blocks (every
     width the same). Its residual path keeps the network close to a simple (linear) function as it grows, which

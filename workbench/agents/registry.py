@@ -196,12 +196,13 @@ def config_values(config: Any) -> dict[str, Any]:
     return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
 
 
-def make_config(cls: type[Agent], hyperparameters: dict[str, Any]) -> Any:
+def make_config(cls: type[Agent], hyperparameters: dict[str, Any], *, images: bool = False) -> Any:
     """``cls.Config`` built from keyword hyperparameters: an unknown name is a ``TypeError`` that
     suggests close ones, and every field's declared constraint is checked here (named, at the door)
-    rather than later inside the training thread."""
+    rather than later inside the training thread. ``images``: the observations hold an image (a SimBa
+    network then leaves observation normalization to the encoder's scaling)."""
     names = [f.name for f in dataclasses.fields(cls.Config)]
-    hyperparameters = _network_spellings(cls, names, hyperparameters)
+    hyperparameters = _network_spellings(cls, names, hyperparameters, images)
     unknown = [k for k in hyperparameters if k not in names]
     if unknown:
         key = unknown[0]
@@ -214,10 +215,13 @@ def make_config(cls: type[Agent], hyperparameters: dict[str, Any]) -> Any:
     return config
 
 
-def _network_spellings(cls: type[Agent], names: list[str], hyperparameters: dict[str, Any]) -> dict[str, Any]:
+def _network_spellings(
+    cls: type[Agent], names: list[str], hyperparameters: dict[str, Any], images: bool
+) -> dict[str, Any]:
     """``network=wb.SimBa(width, blocks)``, ``net_arch="simba"`` and ``network="simba"`` as a config holds them:
-    ``network="simba"`` with ``net_arch`` the blocks' widths (given, else ``wb.SimBa()``'s); a SimBa network
-    normalizes its observations unless told not to."""
+    ``network="simba"`` with ``net_arch`` the blocks' widths (given, else ``wb.SimBa()``'s). A SimBa network
+    normalizes vector observations (the paper's first part) unless told not to; images are scaled by the
+    encoder instead."""
     spec, arch = hyperparameters.get("network"), hyperparameters.get("net_arch")
     arch_says_simba = isinstance(arch, str) and arch == "simba"
     if not (isinstance(spec, SimBa) or arch_says_simba or (isinstance(spec, str) and spec == "simba")):
@@ -245,7 +249,8 @@ def _network_spellings(cls: type[Agent], names: list[str], hyperparameters: dict
         out["net_arch"] = spec.net_arch
     out["network"] = "simba"
     out.setdefault("net_arch", SimBa().net_arch)
-    out.setdefault("normalize_observations", True)
+    if not images:
+        out.setdefault("normalize_observations", True)
     return out
 
 
