@@ -30,7 +30,7 @@ from torch import nn
 
 from ..memory.replay import ReplayBatch
 from ..schedules import Schedule
-from ..validation import ArgumentError, checked, integer, layer_widths, number
+from ..validation import checked, integer, layer_widths, number
 from .base import register
 from .batch_renorm import BatchRenorm1d, in_mode
 from .encoders import with_encoder
@@ -49,6 +49,7 @@ class CrossQConfig(SACConfig):
     target network; ``net_arch`` is the actor's)."""
 
     networks: ClassVar[tuple[str, ...]] = ("mlp",)  # batch renormalization is its own normalization
+    network_note: ClassVar[str] = "CrossQ's networks are MLPs with batch renormalization"
 
     learning_rate: float | Schedule = checked(1e-3, number(0, min_open=True, schedule=True), live=True)
     """Adam learning rate of every network; a number or a schedule of training progress."""
@@ -62,13 +63,6 @@ class CrossQConfig(SACConfig):
     """Added to the variance before its square root."""
     renorm_warmup_steps: int = checked(100_000, integer(min=0))
     """Training batches of plain batch normalization before the renormalization's corrections start."""
-
-    def __post_init__(self) -> None:
-        if self.network != "mlp":
-            raise ArgumentError(
-                f"CrossQ got network={self.network!r}: CrossQ's networks are MLPs with batch renormalization; "
-                'leave network out (SAC, TQC, TD3, DDPG and the on-policy agents take network="simba")'
-            )
 
 
 @register

@@ -21,7 +21,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from ..validation import ArgumentError, checked, flag, integer, number
+from ..validation import checked, flag, integer, number
 from .base import register
 from .networks import EnsembleMLP, drawn_like
 from .sac import SAC, SACConfig
@@ -57,6 +57,7 @@ class DroQConfig(SACConfig):
     :class:`~workbench.agents.sac.SACConfig`'s."""
 
     networks: ClassVar[tuple[str, ...]] = ("mlp",)  # dropout critics
+    network_note: ClassVar[str] = "DroQ's critics are MLPs with dropout and layer norm"
 
     gradient_steps: int = checked(20, integer(min=1, also=(-1,)), live=True)
     """Gradient steps per update: the update-to-data ratio (20 in the paper)."""
@@ -66,13 +67,6 @@ class DroQConfig(SACConfig):
     """Probability that dropout zeroes a critic's hidden unit while learning."""
     layer_norm: bool = checked(True, flag())
     """Layer normalization after each hidden layer's dropout (the paper's; without it DroQ is unstable)."""
-
-    def __post_init__(self) -> None:
-        if self.network != "mlp":
-            raise ArgumentError(
-                f"DroQ got network={self.network!r}: DroQ's critics are MLPs with dropout and layer norm; "
-                'leave network out (SAC, TQC, TD3, DDPG and the on-policy agents take network="simba")'
-            )
 
 
 @register

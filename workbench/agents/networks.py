@@ -152,9 +152,15 @@ class SimBa:
 
 
 def check_network(config: Any, owner: str, use_sde: bool = False) -> None:
-    """The rules of ``network="simba"`` every actor-critic config checks: no gSDE (its noise reads an MLP's
-    last hidden layer), one width for every block. (Observation normalization, the paper's first part, is
-    turned on where SimBa is chosen for vector observations, unless ``normalize_observations=False``.)"""
+    """The rules of ``network=`` every actor-critic config checks: a kind the agent takes (its ``networks``),
+    and for ``"simba"`` no gSDE (its noise reads an MLP's last hidden layer) and one width for every block.
+    (Observation normalization, the paper's first part, is turned on where SimBa is chosen for vector
+    observations, unless ``normalize_observations=False``.)"""
+    if config.network in NETWORKS and config.network not in type(config).networks:
+        raise ArgumentError(
+            f"{owner} got network={config.network!r}: {type(config).network_note}; leave network out (the other "
+            'actor-critic agents take network="simba")'
+        )
     if config.network != "simba":
         return
     if use_sde:

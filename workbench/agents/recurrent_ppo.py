@@ -30,7 +30,7 @@ from torch import nn
 from ..envs.masks import MASK_KEY
 from ..memory.rollout import RolloutBuffer, compute_gae
 from ..schedules import as_schedule
-from ..validation import ArgumentError, checked, choice, integer
+from ..validation import checked, choice, integer
 from .base import AgentState, Step, Transitions, register
 from .composite import composite_terms, sample_composite
 from .heads import ConstantLogStd, PolicyHead, frozen
@@ -50,6 +50,7 @@ class RecurrentPPOConfig(PPOConfig):
     (defaults: rl-baselines3-zoo's ppo_lstm on CartPoleNoVel-v1, which are PPO's CartPole ones)."""
 
     networks: ClassVar[tuple[str, ...]] = ("mlp",)  # a memory, then MLP heads
+    network_note: ClassVar[str] = "its networks are a memory (memory=) and MLP heads"
     net_arch: tuple[int, ...] = (64,)
     """Hidden layer widths of the policy and value heads, after their LSTMs."""
     lstm_hidden_size: int = checked(64, integer(min=1))
@@ -64,13 +65,6 @@ class RecurrentPPOConfig(PPOConfig):
     """GTrXL: its gated transformer layers."""
     attention_heads: int = checked(4, integer(min=1))
     """GTrXL: the attention heads of each layer (they divide ``lstm_hidden_size``)."""
-
-    def __post_init__(self) -> None:
-        if self.network != "mlp":
-            raise ArgumentError(
-                f"RecurrentPPO got network={self.network!r}: its networks are a memory (memory=) and MLP heads; "
-                'leave network out (PPO, A2C, SAC, TQC, TD3 and DDPG take network="simba")'
-            )
 
 
 # -- networks -----------------------------------------------------------------------------------

@@ -65,6 +65,8 @@ class AgentConfig:
     networks: ClassVar[tuple[str, ...]] = ()
     """What the agent's ``network=`` may name (``workbench.agents.networks.NETWORKS``); none: it has no such
     setting (its networks are its own)."""
+    network_note: ClassVar[str] = ""
+    """Why an agent with a ``network`` setting keeps to the kinds of :attr:`networks` (said when refused)."""
 
     normalize_observations: bool = checked(False, flag())
     """Feed the networks observations standardized by running mean/std (saved, frozen in play)."""
