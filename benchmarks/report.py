@@ -152,6 +152,11 @@ NOTES: dict[tuple[str, str], str] = {
         "`benchmarks/continuous.py` holds the same pair over more seeds, with gradient steps per second "
         "([Algorithms](algorithms.md))."
     ),
+    ("MountainCarContinuous-v0", "crossq"): (
+        "crossq.yml's row in both libraries: gSDE with expln (`use_expln`, `log_std_init` -1), actor and critics "
+        "64-64, 32 gradient steps every 32 env steps, an actor step every 2; sb3-contrib's CrossQ on the SB3 row. "
+        "The zoo publishes no CrossQ score."
+    ),
     ("Pendulum-v1", "droq"): (
         "DroQ has no SB3 or sb3-contrib version to run beside it (it is in SBX, on JAX), and the zoo publishes no "
         "score. The preset is the paper's settings (20 updates per env step) at half SAC's budget: each run makes "
