@@ -4,6 +4,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 # torch first, as the CPU build: with torch already installed, pip never fetches a CUDA build.
 TORCH_SPEC ?= torch==2.13.0
+# Byte-compiled modules are kept between the test processes (ignored by git). A machine that sets
+# PYTHONDONTWRITEBYTECODE made every process compile the package again and re-rewrite the tests' asserts: about a
+# fifth of the CPU time of subprocess-heavy test files. An empty value turns it off for the recipes here only.
+export PYTHONDONTWRITEBYTECODE :=
 
 .PHONY: demo test test-fast lint bench bench-check docs clean node-client
 
