@@ -16,6 +16,8 @@ from workbench.agents.encoders import DictEncoder, ImageEncoder, image_layout, i
 from workbench.checkpoint import CheckpointError
 from workbench.envs.testing import SeeTheSide
 
+# Updates every 8 steps, as few as show an update ran: the test checks training, saving, loading and acting
+# on images, not learning (a CNN update a step made the continuous rows most of this file's time).
 SMALL = {
     "DQN": dict(learning_starts=32, batch_size=16, buffer_size=500, net_arch=(32,), train_freq=8, gradient_steps=1),
     "QRDQN": dict(learning_starts=32, batch_size=16, buffer_size=500, net_arch=(32,), train_freq=8, gradient_steps=1),
@@ -24,12 +26,14 @@ SMALL = {
     "PPO": dict(n_steps=16, n_envs=2, batch_size=32, n_epochs=1, net_arch=(32,)),
     "A2C": dict(n_envs=2, net_arch=(32,)),
     "RecurrentPPO": dict(n_steps=16, n_envs=2, batch_size=32, n_epochs=1, net_arch=(32,), lstm_hidden_size=16),
-    "DDPG": dict(learning_starts=32, batch_size=16, buffer_size=500, net_arch=(32,)),
-    "TD3": dict(learning_starts=32, batch_size=16, buffer_size=500, net_arch=(32,)),
-    "SAC": dict(learning_starts=32, batch_size=16, buffer_size=500, net_arch=(32,)),
-    "TQC": dict(learning_starts=32, batch_size=16, buffer_size=500, net_arch=(32,), n_quantiles=5),
-    "CrossQ": dict(learning_starts=32, batch_size=16, buffer_size=500, net_arch=(32,), critic_net_arch=(32,)),
-    "DroQ": dict(learning_starts=32, batch_size=16, buffer_size=500, net_arch=(32,), gradient_steps=2),
+    "DDPG": dict(learning_starts=32, batch_size=16, buffer_size=500, train_freq=8, net_arch=(32,)),
+    "TD3": dict(learning_starts=32, batch_size=16, buffer_size=500, train_freq=8, net_arch=(32,)),
+    "SAC": dict(learning_starts=32, batch_size=16, buffer_size=500, train_freq=8, net_arch=(32,)),
+    "TQC": dict(learning_starts=32, batch_size=16, buffer_size=500, train_freq=8, net_arch=(32,), n_quantiles=5),
+    "CrossQ": dict(
+        learning_starts=32, batch_size=16, buffer_size=500, train_freq=8, net_arch=(32,), critic_net_arch=(32,)
+    ),
+    "DroQ": dict(learning_starts=32, batch_size=16, buffer_size=500, train_freq=8, net_arch=(32,), gradient_steps=2),
 }
 CONTINUOUS = {"DDPG", "TD3", "SAC", "TQC", "CrossQ", "DroQ"}
 
