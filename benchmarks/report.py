@@ -626,7 +626,9 @@ def render_markdown(rows: Sequence[Row], pictures: Sequence[str] = ()) -> str:
         "budget in its own process with one torch thread, then a final evaluation of "
         f"{EVAL_EPISODES} deterministic episodes on",
         "a fresh env (the final policy, not the best evaluation). *SB3* rows train Stable-Baselines3 at the same",
-        "settings and budget (`benchmarks/sample_efficiency.py`'s `sb3_kwargs`), evaluated the same way.",
+        "settings and budget (`benchmarks/sample_efficiency.py`'s `sb3_kwargs`), evaluated the same way. From the",
+        "same weights and rollout, one A2C or PPO update gives SB3's weights, and GAE gives SB3's advantages",
+        "(`tests/test_sb3_parity.py`): those rows compare two implementations of one update.",
         "",
         "**IQM**: interquartile mean of the seeds' final evaluations; **95% CI**: stratified bootstrap (2,000",
         "resamples, percentile interval; the method of rliable, Agarwal et al. 2021). **Published**: "
