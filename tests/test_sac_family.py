@@ -9,6 +9,8 @@ and the others parametrized over ``wb.AGENTS``) cover the rest of the contract.
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -137,6 +139,48 @@ def test_batch_renorm_gives_a_feature_constant_over_the_batch_no_nan_gradient():
     out.sum().backward()
     assert torch.isfinite(w.grad).all()
     torch.testing.assert_close(out[:, 1].detach(), out[:1, 1].detach().expand(8))  # constant, as it came in
+
+
+def _eager_and_compiled_steps(steps: int = 5):
+    """A batch renormalization layer and its compiled twin (``fullgraph=True``: a graph break fails) on the
+    same batches: per step the batch, both outputs and both input gradients."""
+    torch.manual_seed(0)
+    eager = BatchRenorm1d(3, warmup_steps=2)
+    compiled = torch.compile(copy.deepcopy(eager), fullgraph=True, backend="aot_eager")
+    for _ in range(steps):
+        x = torch.randn(8, 3) * 2 + 1
+        x_eager, x_compiled = x.clone().requires_grad_(), x.clone().requires_grad_()
+        out, out_compiled = eager(x_eager), compiled(x_compiled)
+        (out**2).sum().backward()
+        (out_compiled**2).sum().backward()
+        yield eager, x, (out.detach(), out_compiled.detach()), (x_eager.grad, x_compiled.grad)
+
+
+def test_batch_renorm_compiles_to_one_graph_and_matches_eager_across_its_warm_up():
+    """The warm-up's end is a tensor condition, not a Python branch, so the layer compiles to one graph. It
+    gives the eager layer's outputs before and after the warm-up ends, and its input gradients during the
+    warm-up, where the output is plain batch normalization (Bessel's variance) to the bit."""
+    for step, (eager, x, (out, out_compiled), (grad, grad_compiled)) in enumerate(_eager_and_compiled_steps()):
+        torch.testing.assert_close(out_compiled, out)
+        mean = x.mean(0)
+        plain = (x - mean) / ((x - mean).pow(2).sum(0) / 7 + eager.eps).sqrt() * eager.weight + eager.bias
+        if step <= eager.warmup_steps:  # the layer had seen at most warmup_steps batches before this one
+            assert torch.equal(out, plain.detach())
+            torch.testing.assert_close(grad_compiled, grad)
+        else:  # renormalized towards running statistics still near their start (mean 0, variance 1)
+            assert not torch.allclose(out, plain.detach())
+
+
+@pytest.mark.xfail(strict=True, reason="compiled (AOT autograd) input gradients differ from eager after the warm-up")
+def test_compiled_batch_renorm_gradients_match_eager_after_the_warm_up():
+    """Known: after the warm-up, the compiled layer's outputs are eager's but its input gradients are not
+    (0.1 apart with aot_eager, 1e-4 with inductor, in float64 too), in the branch form this layer had before
+    as well. With the running statistics left unchanged (momentum 0) they agree, so the compiled backward
+    seems to read the statistics after their in-place update; copying them first did not help. Strict: once
+    fixed this test passes, and the xfail mark must go."""
+    for step, (eager, _x, _outs, (grad, grad_compiled)) in enumerate(_eager_and_compiled_steps()):
+        if step > eager.warmup_steps:
+            torch.testing.assert_close(grad_compiled, grad)
 
 
 def test_in_mode_restores_each_submodule_mode():

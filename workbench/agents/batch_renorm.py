@@ -70,22 +70,25 @@ class BatchRenorm1d(nn.Module):
             # 512 x 256 batches, one thread), which was a sixth of CrossQ's gradient step.
             batch_mean = x.mean(0)
             batch_var = (x - batch_mean).pow(2).sum(0) / max(x.shape[0] - 1, 1)
-            mean, var = batch_mean, batch_var
-            # Strictly more batches than the warm-up before the corrections, as sb3-contrib counts.
-            if int(self.num_batches_tracked) > self.warmup_steps:
-                with torch.no_grad():
-                    running_std = (self.running_var + self.eps).sqrt()
-                    r = ((batch_var + self.eps).sqrt() / running_std).clamp(1.0 / self.r_max, self.r_max)
-                    d = ((batch_mean - self.running_mean) / running_std).clamp(-self.d_max, self.d_max)
-                # The corrections moved into the statistics (sb3-contrib's and the paper's code's form), so eps
-                # is added to the corrected variance; the batch's std keeps its gradient through the mean.
-                # sqrt's gradient is infinite at 0, and a feature constant over the batch (a convolution over
-                # a constant border, after its ReLU) would send NaN into the layers before: there the std is 0
-                # with no gradient, the same value, where sb3-contrib's layer gives NaN.
-                varies = batch_var > 0
-                batch_std = torch.where(varies, torch.where(varies, batch_var, 1.0).sqrt(), 0.0)
-                mean = batch_mean - d * batch_std / r
-                var = batch_var / r**2
+            # Strictly more batches than the warm-up before the corrections, as sb3-contrib counts. The test is a
+            # tensor, not a Python branch, so a compiled network keeps one graph: during the warm-up r is 1 and
+            # d is 0, and the corrected statistics below are the batch's to the bit (and so are the gradients).
+            corrected = self.num_batches_tracked > self.warmup_steps
+            with torch.no_grad():
+                running_std = (self.running_var + self.eps).sqrt()
+                r = ((batch_var + self.eps).sqrt() / running_std).clamp(1.0 / self.r_max, self.r_max)
+                d = ((batch_mean - self.running_mean) / running_std).clamp(-self.d_max, self.d_max)
+                r = torch.where(corrected, r, 1.0)
+                d = torch.where(corrected, d, 0.0)
+            # The corrections moved into the statistics (sb3-contrib's and the paper's code's form), so eps
+            # is added to the corrected variance; the batch's std keeps its gradient through the mean.
+            # sqrt's gradient is infinite at 0, and a feature constant over the batch (a convolution over
+            # a constant border, after its ReLU) would send NaN into the layers before: there the std is 0
+            # with no gradient, the same value, where sb3-contrib's layer gives NaN.
+            varies = batch_var > 0
+            batch_std = torch.where(varies, torch.where(varies, batch_var, 1.0).sqrt(), 0.0)
+            mean = batch_mean - d * batch_std / r
+            var = batch_var / r**2
             with torch.no_grad():  # the running statistics follow the batches, outside the graph
                 self.running_mean.lerp_(batch_mean.detach(), self.momentum)
                 self.running_var.lerp_(batch_var.detach(), self.momentum)
