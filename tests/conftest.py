@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import time
 from collections.abc import Callable
 
@@ -296,3 +297,21 @@ def pytest_collection_modifyitems(config, items) -> None:
             item.add_marker(pytest.mark.slow)
         group = "browser" if item.get_closest_marker("browser") else item.nodeid.split("::")[0]
         item.add_marker(pytest.mark.xdist_group(group))
+
+
+_MODULE_MARKS = re.compile(r"^pytestmark = (.*)$", re.M)
+
+
+def pytest_ignore_collect(collection_path, config) -> bool | None:
+    """Leave a test file unimported when its module-wide marks (``pytestmark = ...``) include one the ``-m``
+    expression excludes (``not ray``, ``not browser``): none of its tests could run, and importing it costs
+    its imports (Ray alone about 3 s in each worker). Only for an expression of ``and``-joined terms; any
+    other expression collects everything, as pytest does."""
+    markexpr = config.getoption("markexpr", "") or ""
+    if not markexpr or collection_path.suffix != ".py" or " or " in markexpr or "(" in markexpr:
+        return None
+    excluded = {term.strip()[len("not ") :] for term in markexpr.split(" and ") if term.strip().startswith("not ")}
+    found = _MODULE_MARKS.search(collection_path.read_text())
+    if found and excluded & set(re.findall(r"pytest\.mark\.(\w+)\b", found.group(1))):
+        return True
+    return None
